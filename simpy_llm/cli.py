@@ -1,0 +1,175 @@
+"""Command line: ``simpy-llm run | validate``.
+
+``simpy-llm run SCENARIO [--out DIR] [--set dotted.key=value ...] [--seed N]``
+runs a scenario, prints the summary as a table and, last, how many requests
+were simulated in how many wall seconds. Files are written only with
+``--out``. ``simpy-llm validate FILE ...`` checks scenario files without
+running them. Exit status: 0 ok, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from simpy_llm.config import ScenarioError, load_scenario
+
+__all__ = ["main"]
+
+PROGRESS_MIN_REQUESTS = 50_000
+"""Runs expected to simulate at least this many requests show a progress bar (on a terminal)."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="simpy-llm", description="Simulate LLM inference serving.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run a scenario and print its summary")
+    run.add_argument("scenario", help="scenario YAML file")
+    run.add_argument("--out", metavar="DIR", help="write records, summary and manifest here")
+    run.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a scenario value, e.g. --set workload.num_requests=1000 (repeatable)",
+    )
+    run.add_argument("--seed", type=int, help="override the scenario's seed")
+    run.add_argument(
+        "--progress",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="progress bar: auto shows it on a terminal for long runs",
+    )
+
+    val = sub.add_parser("validate", help="check scenario files without running them")
+    val.add_argument("files", nargs="+", help="scenario YAML files")
+    val.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``simpy-llm`` command."""
+    args = _parser().parse_args(argv)
+    if args.command == "validate":
+        return _validate(args)
+    return _run(args)
+
+
+def _validate(args: argparse.Namespace) -> int:
+    status = 0
+    for path in args.files:
+        try:
+            load_scenario(path, args.overrides)
+        except ScenarioError as exc:
+            print(exc, file=sys.stderr)
+            status = 2
+        else:
+            print(f"{path}: ok")
+    return status
+
+
+def _run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from simpy_llm.simulation import Simulation
+
+    overrides = list(args.overrides)
+    if args.seed is not None:
+        overrides.append(f"seed={args.seed}")
+    try:
+        scenario = load_scenario(args.scenario, overrides)
+    except ScenarioError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+
+    console = Console(soft_wrap=True)
+    err = Console(stderr=True)
+    sim = Simulation(scenario)
+    wl = scenario.workload
+    expected = wl.num_requests if wl.num_requests is not None else wl.aggregate_rate * (wl.horizon_s or 0)
+    show = args.progress == "on" or (
+        args.progress == "auto" and err.is_terminal and expected >= PROGRESS_MIN_REQUESTS
+    )
+    if show:
+        results = _run_with_progress(sim, err, wl.num_requests)
+    else:
+        results = sim.run()
+
+    summary = results.summary()
+    console.print(_summary_table(summary, scenario.name or args.scenario))
+    if args.out:
+        path = results.save(args.out)
+        console.print(f"wrote {path}/records.csv, summary.json, manifest.json")
+    n = len(results)
+    rate = n / results.wall_s if results.wall_s > 0 else float("inf")
+    console.print(f"simulated {n} requests in {results.wall_s:.2f} wall seconds ({rate:,.0f} requests per wall-second)")
+    return 0
+
+
+def _run_with_progress(sim: Any, err: Any, total: int | None) -> Any:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = [TextColumn("simulating"), BarColumn(), MofNCompleteColumn(), TextColumn("t={task.fields[t]:.0f}s"), TimeElapsedColumn()]
+    with Progress(*columns, console=err, transient=True) as bar:
+        task = bar.add_task("run", total=total, t=0.0)
+
+        def update(finished: int, _total: int | None, now: float) -> None:
+            bar.update(task, completed=finished, t=now)
+
+        return sim.run(progress=update)
+
+
+def _fmt(value: Any, scale: float = 1.0, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    return f"{value * scale:.{digits}f}"
+
+
+def _summary_table(s: dict[str, Any], title: str) -> Any:
+    from rich.console import Group
+    from rich.table import Table
+
+    lat = Table(title=f"{title}: latency", header_style="bold")
+    lat.add_column("metric")
+    for col in ("mean", "p50", "p90", "p95", "p99"):
+        lat.add_column(col, justify="right")
+    for name, label in (
+        ("ttft", "TTFT (ms)"),
+        ("tpot", "TPOT (ms)"),
+        ("itl", "ITL (ms)"),
+        ("e2e", "E2E (s)"),
+        ("queue_delay", "queue delay (ms)"),
+    ):
+        st = s["latency_s"][name]
+        scale = 1.0 if name == "e2e" else 1000.0
+        lat.add_row(label, *(_fmt(st[k], scale) for k in ("mean", "p50", "p90", "p95", "p99")))
+    b = s["batch_size"]
+    lat.add_row("batch size (per step)", *(_fmt(b[k], 1.0, 1) for k in ("mean", "p50", "p90", "p95", "p99")))
+
+    req = s["requests"]
+    tp = s["throughput"]
+    gp = s["goodput"]
+    run = Table(title=f"{title}: run", header_style="bold")
+    run.add_column("metric")
+    run.add_column("value")
+    for label, text in (
+        ("requests", f"{req['arrived']} arrived, {req['completed']} completed, "
+         f"{req['dropped']} dropped, {req['in_flight']} in flight"),
+        ("simulated time", f"{s['duration_s']:.2f} s"),
+        ("throughput", f"{tp['requests_per_s']:.3f} req/s, {tp['output_tokens_per_s']:.1f} output tokens/s"),
+        ("goodput", f"{gp['requests_per_s']:.3f} req/s ({_fmt(gp['fraction'], 100, 1)}% met their SLO)"),
+        ("preemptions", f"{s['preemptions']['total']} ({s['preemptions']['requests_preempted']} requests)"),
+        ("KV utilisation", f"{_fmt(s['kv_utilization']['time_weighted_mean'], 100, 1)}% (time-weighted mean)"),
+        ("in system", f"{s['in_system']['time_average']:.2f} mean, {s['in_system']['peak']} peak"),
+        ("engine steps", f"{s['engine']['steps']}"),
+    ):
+        run.add_row(label, text)
+    return Group(lat, run)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

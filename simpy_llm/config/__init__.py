@@ -1,0 +1,40 @@
+"""Scenario configuration: the frozen config tree and its strict YAML loader."""
+
+from simpy_llm.config.errors import FieldValueError, ScenarioError
+from simpy_llm.config.loader import (
+    apply_overrides,
+    build_policy,
+    load_scenario,
+    scenario_from_dict,
+    scenario_hash,
+    scenario_to_dict,
+)
+from simpy_llm.config.schema import (
+    ClientConfig,
+    EngineConfig,
+    PolicySpec,
+    Scenario,
+    ServingConfig,
+    SimulationConfig,
+    SLOTarget,
+    WorkloadConfig,
+)
+
+__all__ = [
+    "ClientConfig",
+    "EngineConfig",
+    "FieldValueError",
+    "PolicySpec",
+    "SLOTarget",
+    "Scenario",
+    "ScenarioError",
+    "ServingConfig",
+    "SimulationConfig",
+    "WorkloadConfig",
+    "apply_overrides",
+    "build_policy",
+    "load_scenario",
+    "scenario_from_dict",
+    "scenario_hash",
+    "scenario_to_dict",
+]

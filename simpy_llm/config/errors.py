@@ -1,0 +1,43 @@
+"""The one exception a bad scenario raises."""
+
+from __future__ import annotations
+
+__all__ = ["FieldValueError", "ScenarioError"]
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot be loaded: names the file, the key path and what is allowed.
+
+    Attributes
+    ----------
+    source
+        The file (or ``"<dict>"``) the scenario came from.
+    problems
+        ``(key_path, message)`` pairs, one per problem found, e.g.
+        ``("workload.clients[1].arrival.cv", "must be > 0, got -1.0")``.
+    """
+
+    def __init__(self, source: str, problems: list[tuple[str, str]]) -> None:
+        self.source = source
+        self.problems = problems
+        lines = [f"{source}: {len(problems)} problem(s) in scenario"]
+        lines += [f"  {path or '<top level>'}: {msg}" for path, msg in problems]
+        super().__init__("\n".join(lines))
+
+    @property
+    def paths(self) -> list[str]:
+        """The key paths of all problems, in the order found."""
+        return [p for p, _ in self.problems]
+
+
+class FieldValueError(ValueError):
+    """Raised by config validators: a field's value is outside what is allowed.
+
+    The loader turns it into a :class:`ScenarioError` entry whose key path ends
+    in *field*.
+    """
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        self.message = message
+        super().__init__(f"{field}: {message}")

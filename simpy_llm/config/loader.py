@@ -1,0 +1,387 @@
+"""YAML -> :class:`~simpy_llm.config.schema.Scenario`, strictly.
+
+Structuring goes through one cattrs converter that forbids unknown keys,
+refuses silent type coercion (``"3"`` is not an int, ``1.5`` is not an int,
+``true`` is not a number) and rejects NaN/Inf. Every problem found becomes an
+entry of one :class:`ScenarioError` naming the file, the key path and what is
+allowed. Loading reads the file and nothing else: no side effects.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import cattrs
+import yaml
+from cattrs.errors import (
+    ClassValidationError,
+    ForbiddenExtraKeysError,
+    IterableValidationError,
+)
+
+from simpy_llm.config.errors import FieldValueError, ScenarioError
+from simpy_llm.config.schema import (
+    ArrivalField,
+    LatencySpec,
+    LengthField,
+    PolicySpec,
+    RouterSpec,
+    Scenario,
+)
+from simpy_llm.registry import Registry, RegistryError
+
+__all__ = [
+    "apply_overrides",
+    "build_policy",
+    "converter",
+    "load_scenario",
+    "scenario_from_dict",
+    "scenario_hash",
+    "scenario_to_dict",
+]
+
+
+class _Problems(Exception):
+    """Problems found inside a custom hook, with paths relative to the hooked value."""
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        super().__init__(problems)
+        self.problems = problems
+
+
+converter = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
+"""The converter every config goes through (strict: see the module docstring)."""
+
+
+def _strict_int(value: Any, _t: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _Problems([("", f"must be an integer, got {value!r}")])
+    return value
+
+
+def _strict_float(value: Any, _t: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _Problems([("", f"must be a number, got {value!r}")])
+    if not math.isfinite(value):
+        raise _Problems([("", f"must be a finite number, got {value!r}")])
+    return float(value)
+
+
+def _strict_str(value: Any, _t: Any) -> str:
+    if not isinstance(value, str):
+        raise _Problems([("", f"must be a string, got {value!r}")])
+    return value
+
+
+def _strict_bool(value: Any, _t: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _Problems([("", f"must be true or false, got {value!r}")])
+    return value
+
+
+converter.register_structure_hook(int, _strict_int)
+converter.register_structure_hook(float, _strict_float)
+converter.register_structure_hook(str, _strict_str)
+converter.register_structure_hook(bool, _strict_bool)
+
+
+def _problems_of(exc: BaseException, path: str) -> Iterator[tuple[str, str]]:
+    """Flatten a (possibly nested) structuring error into (key path, message)."""
+
+    def join(base: str, name: str) -> str:
+        if not name:
+            return base
+        if name.startswith("["):
+            return base + name
+        return f"{base}.{name}" if base else name
+
+    if isinstance(exc, _Problems):
+        for sub, msg in exc.problems:
+            yield join(path, sub), msg
+    elif isinstance(exc, FieldValueError):
+        yield join(path, exc.field), exc.message
+    elif isinstance(exc, ClassValidationError):
+        with_notes, without = exc.group_exceptions()
+        for sub_exc, note in with_notes:
+            yield from _problems_of(sub_exc, join(path, note.name))
+        for sub_exc in without:
+            yield from _problems_of(sub_exc, path)
+    elif isinstance(exc, IterableValidationError):
+        with_notes, without = exc.group_exceptions()
+        for sub_exc, note in with_notes:
+            idx = note.index
+            yield from _problems_of(sub_exc, join(path, idx) if isinstance(idx, str) else f"{path}[{idx}]")
+        for sub_exc in without:
+            yield from _problems_of(sub_exc, path)
+    elif isinstance(exc, ForbiddenExtraKeysError):
+        allowed = ", ".join(a.name for a in attrs.fields(exc.cl)) if attrs.has(exc.cl) else "?"
+        for key in sorted(exc.extra_fields):
+            yield join(path, str(key)), f"unknown key; allowed: {allowed}"
+    elif isinstance(exc, KeyError):
+        yield path, "required key is missing"
+    elif isinstance(exc, BaseExceptionGroup):
+        for sub_exc in exc.exceptions:
+            yield from _problems_of(sub_exc, path)
+    elif isinstance(exc, TypeError):
+        yield path, f"wrong type: {exc}"
+    else:
+        yield path, str(exc)
+
+
+def _structure_or_problems(value: Any, cls: type, prefix: str = "") -> Any:
+    try:
+        return converter.structure(value, cls)
+    except Exception as exc:  # noqa: BLE001 - every structuring failure is reported
+        raise _Problems(list(_problems_of(exc, prefix))) from None
+
+
+def _require_mapping(value: Any, what: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise _Problems([("", f"must be a mapping ({what}), got {value!r}")])
+    return value
+
+
+def _tagged(value: Any, registry: Registry[type], tag: str, flat: bool) -> Any:
+    """Structure ``{tag: NAME, ...}`` into the class registered under NAME.
+
+    With *flat* the class's fields sit beside the tag; otherwise under ``params``.
+    """
+    value = _require_mapping(value, f"with key {tag!r}")
+    if tag not in value:
+        raise _Problems([(tag, f"required key is missing; one of: {', '.join(registry.names())}")])
+    name = value[tag]
+    if not isinstance(name, str) or name not in registry:
+        raise _Problems([(tag, f"unknown {registry.what} {name!r}; one of: {', '.join(registry.names())}")])
+    cls = registry.get(name)
+    if flat:
+        fields = {k: v for k, v in value.items() if k != tag}
+        allowed = [tag, *(a.alias or a.name for a in attrs.fields(cls))] if attrs.has(cls) else [tag]
+        extra = sorted(set(value) - set(allowed))
+        if extra:
+            raise _Problems([(extra[0], f"unknown key for {tag} {name!r}; allowed: {', '.join(allowed)}")])
+        prefix = ""
+    else:
+        extra = sorted(set(value) - {tag, "params"})
+        if extra:
+            raise _Problems([(extra[0], f"unknown key; allowed: {tag}, params")])
+        fields = dict(_require_mapping(value.get("params", {}), "of parameters"))
+        prefix = "params"
+    return _structure_or_problems(_aliased(cls, fields), cls, prefix)
+
+
+def _aliased(cls: type, fields: dict[str, Any]) -> dict[str, Any]:
+    """Map YAML keys to attribute names where a field has an alias (``mean`` -> ``mean_param``)."""
+    if not attrs.has(cls):
+        return fields
+    alias_to_name = {a.alias: a.name for a in attrs.fields(cls) if a.alias and a.alias != a.name}
+    return {alias_to_name.get(k, k): v for k, v in fields.items()}
+
+
+def build_policy(spec: PolicySpec, registry: Registry[type], **inject: Any) -> Any:
+    """Instantiate the implementation *spec* names.
+
+    Uses the class's ``from_params(params)`` when it has one, otherwise
+    structures ``params`` into the (attrs) class. Keyword arguments in
+    *inject* are passed to classes that declare a field of that name (e.g.
+    ``rng``); YAML may not set them.
+    """
+    cls = registry.get(spec.kind)
+    if hasattr(cls, "from_params"):
+        obj = cls.from_params(dict(spec.params))
+    else:
+        injected = set(inject)
+        bad = sorted(injected & set(spec.params))
+        if bad:
+            raise FieldValueError(bad[0], "is set by the simulation, not the scenario")
+        obj = converter.structure(dict(spec.params), cls)
+    if attrs.has(type(obj)):
+        names = attrs.fields_dict(type(obj))
+        wanted = {k: v for k, v in inject.items() if k in names}
+        if wanted:
+            obj = attrs.evolve(obj, **wanted)
+    return obj
+
+
+def _policy_hook(registry_getter: Any) -> Any:
+    def hook(value: Any, _t: Any) -> PolicySpec:
+        value = _require_mapping(value, "with keys kind and params")
+        extra = sorted(set(value) - {"kind", "params"})
+        if extra:
+            raise _Problems([(extra[0], "unknown key; allowed: kind, params")])
+        registry = registry_getter()
+        kind = value.get("kind")
+        if kind is None:
+            raise _Problems([("kind", f"required key is missing; one of: {', '.join(registry.names())}")])
+        if not isinstance(kind, str) or kind not in registry:
+            raise _Problems([("kind", f"unknown {registry.what} {kind!r}; one of: {', '.join(registry.names())}")])
+        params = dict(_require_mapping(value.get("params") or {}, "of parameters"))
+        spec = PolicySpec(kind=kind, params=params)
+        try:
+            build_policy(spec, registry)
+        except Exception as exc:  # noqa: BLE001 - reported with its path
+            raise _Problems(list(_problems_of(exc, "params"))) from None
+        return spec
+
+    return hook
+
+
+def _arrivals() -> Registry[type]:
+    from simpy_llm.workload.arrivals import arrival_processes
+
+    return arrival_processes
+
+
+def _lengths() -> Registry[type]:
+    from simpy_llm.workload.distributions import length_distributions
+
+    return length_distributions
+
+
+def _routers() -> Registry[type]:
+    from simpy_llm.policies.routing import routing_policies
+
+    return routing_policies
+
+
+def _latencies() -> Registry[type]:
+    from simpy_llm.serving.latency import latency_models
+
+    return latency_models
+
+
+converter.register_structure_hook(ArrivalField, lambda v, _t: _tagged(v, _arrivals(), "process", flat=True))
+converter.register_structure_hook(LengthField, lambda v, _t: _tagged(v, _lengths(), "type", flat=False))
+converter.register_structure_hook(RouterSpec, _policy_hook(_routers))
+converter.register_structure_hook(LatencySpec, _policy_hook(_latencies))
+
+
+def scenario_from_dict(data: Any, source: str = "<dict>") -> Scenario:
+    """Build a :class:`Scenario` from plain data (as YAML would give).
+
+    Raises
+    ------
+    ScenarioError
+        Listing every problem with its key path.
+
+    Examples
+    --------
+    >>> scenario_from_dict({"workload": {}}, source="demo.yaml")
+    Traceback (most recent call last):
+    ...
+    simpy_llm.config.errors.ScenarioError: demo.yaml: 3 problem(s) in scenario
+      workload.aggregate_rate: required key is missing
+      workload.clients: required key is missing
+      serving: required key is missing
+    """
+    if not isinstance(data, Mapping):
+        raise ScenarioError(source, [("", f"a scenario must be a mapping, got {type(data).__name__}")])
+    try:
+        return converter.structure(data, Scenario)
+    except Exception as exc:  # noqa: BLE001 - every failure becomes a ScenarioError
+        raise ScenarioError(source, list(_problems_of(exc, ""))) from None
+
+
+def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
+    """Read a scenario YAML file, apply ``key.path=value`` *overrides*, validate.
+
+    Raises
+    ------
+    ScenarioError
+        If the file is missing, is not valid YAML, or does not describe a valid scenario.
+    """
+    source = str(path)
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ScenarioError(source, [("", f"cannot read file: {exc.strerror}")]) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise ScenarioError(source, [("", f"not valid YAML: {where}{getattr(exc, 'problem', exc)}")]) from None
+    if overrides:
+        data = apply_overrides(data, overrides, source)
+    return scenario_from_dict(data, source)
+
+
+def apply_overrides(data: Any, overrides: list[str], source: str = "<overrides>") -> Any:
+    """Return a copy of *data* with each ``dotted.key=value`` set (value parsed as YAML).
+
+    List items are addressed by index: ``workload.clients.0.rate_fraction=2``.
+
+    >>> apply_overrides({"a": {"b": 1}}, ["a.b=2.5", "seed=7"])
+    {'a': {'b': 2.5}, 'seed': 7}
+    """
+    import copy
+
+    data = copy.deepcopy(data) if data is not None else {}
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ScenarioError(source, [("", f"override {item!r} must look like dotted.key=value")])
+        value = yaml.safe_load(raw)
+        node = data
+        parts = key.split(".")
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            where = ".".join(parts[: i + 1])
+            if isinstance(node, list):
+                if not part.isdigit() or int(part) >= len(node):
+                    raise ScenarioError(source, [(where, f"no list item {part!r} (the list has {len(node)})")])
+                if last:
+                    node[int(part)] = value
+                else:
+                    node = node[int(part)]
+            elif isinstance(node, dict):
+                if last:
+                    node[part] = value
+                else:
+                    node = node.setdefault(part, {})
+            else:
+                raise ScenarioError(source, [(where, "cannot set a key inside a non-mapping value")])
+    return data
+
+
+def scenario_to_dict(scenario: Scenario) -> dict[str, Any]:
+    """Plain-data form of a scenario (as written in a manifest)."""
+
+    def unstructure(obj: Any) -> Any:
+        if attrs.has(type(obj)):
+            out = {}
+            for a in attrs.fields(type(obj)):
+                v = getattr(obj, a.name)
+                out[a.alias if a.alias and a.name.startswith("mean_") else a.name] = unstructure(v)
+            tag = _tag_of(obj)
+            return {**tag, **out} if tag else out
+        if isinstance(obj, (list, tuple)):
+            return [unstructure(v) for v in obj]
+        if isinstance(obj, dict):
+            return {k: unstructure(v) for k, v in obj.items()}
+        return obj
+
+    return unstructure(scenario)
+
+
+def _tag_of(obj: Any) -> dict[str, str]:
+    for registry, tag in ((_arrivals(), "process"), (_lengths(), "type")):
+        for name in registry.names():
+            if registry.get(name) is type(obj):
+                return {tag: name}
+    return {}
+
+
+def scenario_hash(scenario: Scenario) -> str:
+    """SHA-256 of the scenario's canonical JSON form (stable across runs and machines)."""
+    blob = json.dumps(scenario_to_dict(scenario), sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _registry_error_to_problem(exc: RegistryError) -> tuple[str, str]:  # pragma: no cover - helper
+    return "", str(exc)

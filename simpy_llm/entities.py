@@ -1,0 +1,92 @@
+"""Entities with identity: the :class:`Request` and its lifecycle.
+
+A request's lifecycle timestamps are simulated seconds, ``nan`` until the
+event happens:
+
+``arrival_s`` (the client sends it) <= ``enqueue_s`` (it enters a replica's
+waiting queue, after the latency model's queueing overhead) <=
+``first_scheduled_s`` (start of the first engine step that works on it) <=
+``first_token_s`` (the client sees its first output token) <=
+``completion_s`` (the client sees its last token). Each preemption's time is
+kept in ``preemption_times_s``.
+
+The engine keeps its bookkeeping on the request too (the ``kv_*``,
+``prefill_*`` and ``decode_*`` fields): token counts during decoding are
+*derived* from the engine's step counter, never incremented per step.
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+
+__all__ = ["Request", "RequestStatus"]
+
+NAN = math.nan
+
+
+class RequestStatus:
+    """Terminal states reported in the records."""
+
+    COMPLETED = "completed"
+    DROPPED = "dropped"
+    IN_FLIGHT = "in_flight"
+
+
+@attrs.define(eq=False, slots=True)
+class Request:
+    """One inference request.
+
+    Examples
+    --------
+    >>> r = Request(id=0, client_id="chat", prompt_tokens=100, output_tokens=20, arrival_s=1.5)
+    >>> r.tenant_id, r.first_token_s
+    ('chat', nan)
+    """
+
+    id: int
+    """Request number, unique within a simulation, in arrival order."""
+    client_id: str
+    """The client that sent it."""
+    prompt_tokens: int
+    """Input length, tokens."""
+    output_tokens: int
+    """Output length the request will generate, tokens."""
+    arrival_s: float
+    """When the client sent it, s."""
+    tenant_id: str = attrs.field(default=attrs.Factory(lambda self: self.client_id, takes_self=True))
+    """Tenant, for per-tenant metrics (defaults to the client id)."""
+    slo_class: str = "default"
+    """SLO class whose targets decide goodput."""
+    replica: int = -1
+    """Index of the replica it was routed to (-1 before routing)."""
+    enqueue_s: float = NAN
+    """Entered the replica's waiting queue, s."""
+    first_scheduled_s: float = NAN
+    """Start of the first engine step that computed any of its tokens, s."""
+    first_token_s: float = NAN
+    """The client sees the first output token, s."""
+    completion_s: float = NAN
+    """The client sees the last output token, s."""
+    preemption_times_s: list[float] | None = None
+    """Time of each preemption, s (``None`` if never preempted)."""
+    dropped_reason: str = ""
+    """Why the request was dropped (empty unless dropped)."""
+
+    # --- engine bookkeeping (read by the engine and recorder only) ---
+    generated_tokens: int = 0
+    """Output tokens produced, as of the last time the engine settled them."""
+    prefill_target: int = 0
+    """Tokens the current prefill must compute (prompt + tokens generated before a preemption)."""
+    kv_tokens: int = 0
+    """Tokens whose KV is computed (during prefill; derived during decode)."""
+    decode_anchor_step: int = -1
+    """Engine step counter at which decoding (re)started; -1 while not decoding."""
+    last_token_engine_s: float = NAN
+    """Engine time of the last emitted token before a preemption (for the resume gap)."""
+
+    @property
+    def num_preemptions(self) -> int:
+        """How often it was preempted."""
+        return 0 if self.preemption_times_s is None else len(self.preemption_times_s)

@@ -1,0 +1,160 @@
+"""The Recorder: what components report, kept as compact columns.
+
+Components call the ``on_*`` methods; nothing is patched in. Per-request
+records are appended column by column (``array`` of machine numbers, string
+fields as small integer codes), so a million records cost about 120 MB, not
+the gigabyte a million Python objects would.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from simpy_llm.entities import RequestStatus
+from simpy_llm.metrics.monitors import LevelMonitor, WeightedTally
+
+if TYPE_CHECKING:
+    from simpy_llm.entities import Request
+
+__all__ = ["Recorder", "RECORD_FIELDS"]
+
+#: Record columns in order: (name, kind) where kind is "i" (int), "f" (float) or "s" (string).
+RECORD_FIELDS: tuple[tuple[str, str], ...] = (
+    ("request_id", "i"),
+    ("client_id", "s"),
+    ("tenant_id", "s"),
+    ("slo_class", "s"),
+    ("status", "s"),
+    ("replica", "i"),
+    ("prompt_tokens", "i"),
+    ("output_tokens", "i"),
+    ("generated_tokens", "i"),
+    ("num_preemptions", "i"),
+    ("arrival_s", "f"),
+    ("enqueue_s", "f"),
+    ("first_scheduled_s", "f"),
+    ("first_token_s", "f"),
+    ("completion_s", "f"),
+)
+
+
+class _Codes:
+    """Interns strings as small integers, in first-seen order."""
+
+    __slots__ = ("codes", "names")
+
+    def __init__(self) -> None:
+        self.codes: dict[str, int] = {}
+        self.names: list[str] = []
+
+    def __call__(self, name: str) -> int:
+        code = self.codes.get(name)
+        if code is None:
+            code = self.codes[name] = len(self.names)
+            self.names.append(name)
+        return code
+
+
+class Recorder:
+    """Collects per-request records, preemptions, step statistics and levels."""
+
+    def __init__(self, num_replicas: int = 1) -> None:
+        self.columns: dict[str, array] = {
+            name: array("d" if kind == "f" else "q") for name, kind in RECORD_FIELDS
+        }
+        self.codes: dict[str, _Codes] = {name: _Codes() for name, kind in RECORD_FIELDS if kind == "s"}
+        self.preemptions: list[tuple[int, int, float]] = []
+        """(request_id, replica, time_s) per preemption."""
+        self.itl = WeightedTally()
+        """Inter-token latencies, s (weighted: one weight per token)."""
+        self.batch_steps: Counter[int] = Counter()
+        """Engine steps per batch size (requests in the step)."""
+        self.in_system = LevelMonitor()
+        """Requests between arrival and their last token being computed."""
+        self.num_replicas = num_replicas
+        self.steps = [0] * num_replicas
+        self.busy_s = [0.0] * num_replicas
+        self.kv_block_seconds = [0.0] * num_replicas
+        self.prefill_tokens = [0] * num_replicas
+        self.decode_tokens = [0] * num_replicas
+        self.arrived = 0
+        self.live: dict[int, Request] = {}
+        """Requests that arrived and have not completed or been dropped."""
+
+    # --- lifecycle -------------------------------------------------------
+    def on_arrival(self, req: Request, now_s: float) -> None:
+        """A request entered the serving system."""
+        self.arrived += 1
+        self.live[req.id] = req
+        self.in_system.change(now_s, +1)
+
+    def on_departure(self, now_s: float) -> None:
+        """A request left the serving system (its last token computed, or dropped)."""
+        self.in_system.change(now_s, -1)
+
+    def on_complete(self, req: Request) -> None:
+        """A request produced its last token."""
+        del self.live[req.id]
+        self._append(req, RequestStatus.COMPLETED)
+
+    def on_drop(self, req: Request) -> None:
+        """A request was rejected (e.g. longer than the model allows)."""
+        del self.live[req.id]
+        self._append(req, RequestStatus.DROPPED)
+
+    def on_in_flight(self, req: Request) -> None:
+        """A request still in the system when the simulation stopped."""
+        self._append(req, RequestStatus.IN_FLIGHT)
+
+    def on_preemption(self, req: Request, replica: int, now_s: float) -> None:
+        """A running request lost its KV blocks and went back to the waiting queue."""
+        self.preemptions.append((req.id, replica, now_s))
+
+    # --- engine steps ----------------------------------------------------
+    def on_steps(
+        self,
+        replica: int,
+        step_s: float,
+        steps: int,
+        batch_size: int,
+        prefill_tokens: int,
+        decode_tokens: int,
+        kv_block_seconds: float,
+    ) -> None:
+        """*steps* identical engine steps of *step_s* each ran on *replica*.
+
+        *prefill_tokens* and *decode_tokens* are per step; *kv_block_seconds*
+        is the integral of used KV blocks over the steps.
+        """
+        self.steps[replica] += steps
+        self.busy_s[replica] += step_s * steps
+        self.kv_block_seconds[replica] += kv_block_seconds
+        self.prefill_tokens[replica] += prefill_tokens * steps
+        self.decode_tokens[replica] += decode_tokens * steps
+        self.batch_steps[batch_size] += steps
+
+    def on_token_gaps(self, gap_s: float, count: int) -> None:
+        """*count* output tokens each followed their predecessor by *gap_s*."""
+        self.itl.add(gap_s, count)
+
+    # --- internals ------------------------------------------------------
+    def _append(self, req: Request, status: str) -> None:
+        c = self.columns
+        codes = self.codes
+        c["request_id"].append(req.id)
+        c["client_id"].append(codes["client_id"](req.client_id))
+        c["tenant_id"].append(codes["tenant_id"](req.tenant_id))
+        c["slo_class"].append(codes["slo_class"](req.slo_class))
+        c["status"].append(codes["status"](status))
+        c["replica"].append(req.replica)
+        c["prompt_tokens"].append(req.prompt_tokens)
+        c["output_tokens"].append(req.output_tokens)
+        c["generated_tokens"].append(req.generated_tokens)
+        c["num_preemptions"].append(req.num_preemptions)
+        c["arrival_s"].append(req.arrival_s)
+        c["enqueue_s"].append(req.enqueue_s)
+        c["first_scheduled_s"].append(req.first_scheduled_s)
+        c["first_token_s"].append(req.first_token_s)
+        c["completion_s"].append(req.completion_s)

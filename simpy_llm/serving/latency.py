@@ -1,0 +1,157 @@
+"""Step-time (latency) models for a replica's engine.
+
+A :class:`LatencyModel` turns the composition of one engine step into its
+duration, and adds BLIS's two per-request overheads:
+
+* ``step_time_s(prefill_tokens, decode_tokens)``: the GPU time of one step
+  that computes *prefill_tokens* uncached prompt tokens and *decode_tokens*
+  decode tokens (one per decoding request);
+* ``queueing_time_s(prompt_tokens)``: time between a request reaching the
+  replica and entering its waiting queue (tokenisation, API overhead); it
+  does not occupy the engine;
+* ``output_token_overhead_s``: post-processing per output token, added to
+  the client-visible time of every token (so TTFT grows by it once, and
+  every inter-token gap by it once).
+
+The built-in ``blis_linear`` model is BLIS's blackbox α/β form; its default
+coefficients come from ``profiles/blis/blackbox_coefficients.csv``.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+from pathlib import Path
+from typing import Any, Protocol
+
+import attrs
+
+from simpy_llm.config.errors import FieldValueError
+from simpy_llm.config.validators import at_least
+from simpy_llm.registry import Registry
+
+__all__ = [
+    "BlisLinearLatency",
+    "LatencyModel",
+    "blis_profiles",
+    "latency_models",
+    "profiles_dir",
+]
+
+
+class LatencyModel(Protocol):
+    """What the engine needs from a latency model (all times in seconds)."""
+
+    output_token_overhead_s: float
+
+    def step_time_s(self, prefill_tokens: int, decode_tokens: int) -> float: ...
+
+    def queueing_time_s(self, prompt_tokens: int) -> float: ...
+
+
+latency_models: Registry[type] = Registry("latency model")
+
+
+def profiles_dir() -> Path:
+    """The folder of shipped profiles (inside the wheel, or the source tree's ``profiles/``)."""
+    here = Path(__file__).resolve().parent.parent
+    packaged = here / "_profiles"
+    return packaged if packaged.is_dir() else here.parent / "profiles"
+
+
+@functools.cache
+def blis_profiles() -> dict[tuple[str, str, int], dict[str, float]]:
+    """BLIS blackbox coefficient rows keyed by (model, gpu, tp); values in microseconds."""
+    table: dict[tuple[str, str, int], dict[str, float]] = {}
+    with open(profiles_dir() / "blis" / "blackbox_coefficients.csv", newline="") as fh:
+        for row in csv.DictReader(fh):
+            table[(row["model"].lower(), row["gpu"], int(row["tp"]))] = {
+                "beta0_us": float(row["beta0_us"]),
+                "beta1_us": float(row["beta1_us_per_prefill_tok"]),
+                "beta2_us": float(row["beta2_us_per_decode_tok"]),
+                "alpha0_us": float(row["alpha0_us"]),
+                "alpha1_us": float(row["alpha1_us_per_input_tok"]),
+                "alpha2_us": float(row["alpha2_us_per_output_tok"]),
+            }
+    return table
+
+
+def _find_profile(model: str, gpu: str, tp: int) -> dict[str, float]:
+    table = blis_profiles()
+    model_l = model.lower()
+    for (m, g, t), coeffs in table.items():
+        if (m == model_l or m.split("/", 1)[-1] == model_l) and g == gpu and t == tp:
+            return coeffs
+    same_model = sorted(f"{g} tp{t}" for m, g, t in table if model_l in (m, m.split("/", 1)[-1]))
+    if same_model:
+        raise FieldValueError("gpu", f"no BLIS profile for {model!r} on {gpu!r} tp{tp}; it has: {', '.join(same_model)}")
+    models = sorted({m.split("/", 1)[-1] for m, _, _ in table})
+    raise FieldValueError("model", f"no BLIS profile for model {model!r}; known models: {', '.join(models)}")
+
+
+@latency_models.register("blis_linear")
+@attrs.frozen(kw_only=True)
+class BlisLinearLatency:
+    """BLIS's blackbox linear model, coefficients in microseconds.
+
+    ``step = beta0 + beta1 * prefill_tokens + beta2 * decode_tokens``;
+    ``queueing = alpha0 + alpha1 * prompt_tokens``; ``alpha2`` per output token.
+
+    Give either a profile (``model``, ``gpu``, ``tp``) or the coefficients;
+    explicit coefficients override the profile's.
+
+    Examples
+    --------
+    >>> m = BlisLinearLatency.from_params({"model": "llama-3.1-8b-instruct", "gpu": "A100-80", "tp": 1})
+    >>> round(m.step_time_s(prefill_tokens=512, decode_tokens=0), 6)
+    0.040934
+    >>> m2 = BlisLinearLatency(beta0_us=1000.0, beta2_us=10.0)
+    >>> m2.step_time_s(0, 4)
+    0.00104
+    """
+
+    beta0_us: float = attrs.field(default=0.0, validator=at_least(0))
+    """Fixed time per step, µs."""
+    beta1_us: float = attrs.field(default=0.0, validator=at_least(0))
+    """Time per uncached prefill token in the step, µs."""
+    beta2_us: float = attrs.field(default=0.0, validator=at_least(0))
+    """Time per decode token in the step, µs."""
+    alpha0_us: float = attrs.field(default=0.0, validator=at_least(0))
+    """Fixed arrival-to-queue delay per request, µs."""
+    alpha1_us: float = attrs.field(default=0.0, validator=at_least(0))
+    """Arrival-to-queue delay per prompt token, µs."""
+    alpha2_us: float = attrs.field(default=0.0, validator=at_least(0))
+    """Post-processing per output token, µs."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.beta0_us == 0 and (self.beta1_us == 0 or self.beta2_us == 0):
+            raise FieldValueError(
+                "beta0_us", "every step must take time: give beta0_us > 0, or both beta1_us and beta2_us > 0"
+            )
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any]) -> BlisLinearLatency:
+        """Build from scenario params: an optional profile plus coefficient overrides."""
+        params = dict(params)
+        profile_keys = {k: params.pop(k) for k in ("model", "gpu", "tp") if k in params}
+        base: dict[str, float] = {}
+        if profile_keys:
+            missing = {"model", "gpu", "tp"} - set(profile_keys)
+            if missing:
+                raise FieldValueError(sorted(missing)[0], "a profile needs model, gpu and tp")
+            base = _find_profile(str(profile_keys["model"]), str(profile_keys["gpu"]), profile_keys["tp"])
+        unknown = set(params) - set(attrs.fields_dict(cls))
+        if unknown:
+            allowed = ", ".join(["model", "gpu", "tp", *attrs.fields_dict(cls)])
+            raise FieldValueError(sorted(unknown)[0], f"unknown key; allowed: {allowed}")
+        return cls(**{**base, **params})
+
+    @property
+    def output_token_overhead_s(self) -> float:
+        return self.alpha2_us * 1e-6
+
+    def step_time_s(self, prefill_tokens: int, decode_tokens: int) -> float:
+        return (self.beta0_us + self.beta1_us * prefill_tokens + self.beta2_us * decode_tokens) * 1e-6
+
+    def queueing_time_s(self, prompt_tokens: int) -> float:
+        return (self.alpha0_us + self.alpha1_us * prompt_tokens) * 1e-6
