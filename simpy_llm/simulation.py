@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import numpy as np
 import simpy
 
 from simpy_llm.config.loader import build_policy
@@ -130,8 +131,10 @@ class Simulation:
         than the last real activity, and the two modes must report the same end.
         """
         cols = self.recorder.columns
-        last = max(cols["completion_s"], default=0.0)
-        return max(last, max(cols["arrival_s"], default=0.0))
+        completions = np.frombuffer(cols["completion_s"], dtype=np.float64)
+        arrivals = np.frombuffer(cols["arrival_s"], dtype=np.float64)
+        last = float(np.nanmax(completions, initial=0.0)) if completions.size else 0.0
+        return max(last, float(arrivals.max(initial=0.0)))
 
     def _events_processed(self) -> int:
         # SimPy numbers every scheduled event from one counter; its next value is the count.

@@ -12,12 +12,15 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterator, Mapping
+import re
+import reprlib
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args, get_origin
 
 import attrs
 import cattrs
+import numpy as np
 import yaml
 from cattrs.errors import (
     ClassValidationError,
@@ -68,9 +71,13 @@ def _strict_int(value: Any, _t: Any) -> int:
 def _strict_float(value: Any, _t: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _Problems([("", f"must be a number, got {value!r}")])
-    if not math.isfinite(value):
-        raise _Problems([("", f"must be a finite number, got {value!r}")])
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an int too large for a float
+        number = math.inf
+    if not math.isfinite(number):
+        raise _Problems([("", f"must be a finite number, got {reprlib.repr(value)}")])
+    return number
 
 
 def _strict_str(value: Any, _t: Any) -> str:
@@ -85,16 +92,102 @@ def _strict_bool(value: Any, _t: Any) -> bool:
     return value
 
 
+def _injected_only(_value: Any, t: Any) -> Any:
+    raise _Problems([("", f"a {getattr(t, '__name__', t)} is provided by the simulation, not the scenario")])
+
+
 converter.register_structure_hook(int, _strict_int)
 converter.register_structure_hook(float, _strict_float)
 converter.register_structure_hook(str, _strict_str)
 converter.register_structure_hook(bool, _strict_bool)
 
 
+def _init_names(cls: type) -> list[str]:
+    """The keys a scenario may give for attrs class *cls* (its ``__init__`` fields)."""
+    return [a.name for a in attrs.fields(cls) if a.init]
+
+
+def _attrs_hook_factory(cls: type) -> Any:
+    """Structure an attrs class, first insisting on a mapping (so the error says what is allowed)."""
+    inner = converter.gen_structure_attrs_fromdict(cls)
+    keys = ", ".join(_init_names(cls)) or "none"
+
+    def hook(value: Any, t: Any) -> Any:
+        if not isinstance(value, Mapping):
+            raise _Problems([("", f"must be a mapping with keys: {keys}; got {reprlib.repr(value)}")])
+        return inner(value, t)
+
+    return hook
+
+
+def _is_homogeneous_tuple(t: Any) -> bool:
+    args = get_args(t)
+    return get_origin(t) is tuple and len(args) == 2 and args[1] is Ellipsis
+
+
+def _tuple_hook_factory(t: Any) -> Any:
+    """``tuple[X, ...]`` from a YAML list (not a string or a mapping), each item's problems at ``[i]``."""
+    item_type = get_args(t)[0]
+
+    def hook(value: Any, _t: Any) -> tuple[Any, ...]:
+        if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Sequence):
+            raise _Problems([("", f"must be a list of {_describe(item_type)}; got {reprlib.repr(value)}")])
+        items, problems = [], []
+        for i, item in enumerate(value):
+            try:
+                items.append(converter.structure(item, item_type))
+            except Exception as exc:  # noqa: BLE001 - reported with its path
+                problems += _problems_of(exc, f"[{i}]")
+        if problems:
+            raise _Problems(problems)
+        return tuple(items)
+
+    return hook
+
+
+def _dict_hook_factory(t: Any) -> Any:
+    """``dict[K, V]`` from a YAML mapping, each value's problems under its key."""
+    key_type, value_type = get_args(t) or (Any, Any)
+
+    def hook(value: Any, _t: Any) -> dict[Any, Any]:
+        if not isinstance(value, Mapping):
+            raise _Problems([("", f"must be a mapping of names to {_describe(value_type)}; got {reprlib.repr(value)}")])
+        out, problems = {}, []
+        for k, v in value.items():
+            try:
+                key = converter.structure(k, key_type)
+            except Exception as exc:  # noqa: BLE001 - reported with its path
+                problems += _problems_of(exc, f"[{k!r}]")
+                continue
+            try:
+                out[key] = converter.structure(v, value_type)
+            except Exception as exc:  # noqa: BLE001 - reported with its path
+                problems += _problems_of(exc, str(k))
+        if problems:
+            raise _Problems(problems)
+        return out
+
+    return hook
+
+
+def _describe(t: Any) -> str:
+    if isinstance(t, type) and attrs.has(t):
+        return f"mappings with keys: {', '.join(_init_names(t)) or 'none'}"
+    return getattr(t, "__name__", str(t))
+
+
+converter.register_structure_hook_factory(lambda t: isinstance(t, type) and attrs.has(t), _attrs_hook_factory)
+converter.register_structure_hook_factory(_is_homogeneous_tuple, _tuple_hook_factory)
+converter.register_structure_hook_factory(lambda t: get_origin(t) is dict, _dict_hook_factory)
+# Policies may declare an ``rng`` field; the simulation injects its stream.
+converter.register_structure_hook(np.random.Generator, _injected_only)
+
+
 def _problems_of(exc: BaseException, path: str) -> Iterator[tuple[str, str]]:
     """Flatten a (possibly nested) structuring error into (key path, message)."""
 
-    def join(base: str, name: str) -> str:
+    def join(base: str, name: Any) -> str:
+        name = str(name)
         if not name:
             return base
         if name.startswith("["):
@@ -120,8 +213,8 @@ def _problems_of(exc: BaseException, path: str) -> Iterator[tuple[str, str]]:
         for sub_exc in without:
             yield from _problems_of(sub_exc, path)
     elif isinstance(exc, ForbiddenExtraKeysError):
-        allowed = ", ".join(a.name for a in attrs.fields(exc.cl)) if attrs.has(exc.cl) else "?"
-        for key in sorted(exc.extra_fields):
+        allowed = (", ".join(_init_names(exc.cl)) or "none") if attrs.has(exc.cl) else "?"
+        for key in sorted(exc.extra_fields, key=str):
             yield join(path, str(key)), f"unknown key; allowed: {allowed}"
     elif isinstance(exc, KeyError):
         yield path, "required key is missing"
@@ -162,17 +255,23 @@ def _tagged(value: Any, registry: Registry[type], tag: str, flat: bool) -> Any:
     if flat:
         fields = {k: v for k, v in value.items() if k != tag}
         allowed = [tag, *(a.alias or a.name for a in attrs.fields(cls))] if attrs.has(cls) else [tag]
-        extra = sorted(set(value) - set(allowed))
+        extra = sorted(set(value) - set(allowed), key=str)
         if extra:
-            raise _Problems([(extra[0], f"unknown key for {tag} {name!r}; allowed: {', '.join(allowed)}")])
+            raise _Problems([(str(extra[0]), f"unknown key for {tag} {name!r}; allowed: {', '.join(allowed)}")])
         prefix = ""
     else:
-        extra = sorted(set(value) - {tag, "params"})
+        extra = sorted(set(value) - {tag, "params"}, key=str)
         if extra:
-            raise _Problems([(extra[0], f"unknown key; allowed: {tag}, params")])
-        fields = dict(_require_mapping(value.get("params", {}), "of parameters"))
+            raise _Problems([(str(extra[0]), f"unknown key; allowed: {tag}, params")])
+        params = value.get("params", {})
+        if not isinstance(params, Mapping):
+            raise _Problems([("params", f"must be a mapping (of parameters), got {reprlib.repr(params)}")])
+        fields = dict(params)
         prefix = "params"
-    return _structure_or_problems(_aliased(cls, fields), cls, prefix)
+    try:
+        return _structure_or_problems(_aliased(cls, fields), cls, prefix)
+    except _Problems as exc:  # report attribute names under their YAML keys (mean_param -> mean)
+        raise _Problems([_unaliased(cls, prefix, p, m) for p, m in exc.problems]) from None
 
 
 def _aliased(cls: type, fields: dict[str, Any]) -> dict[str, Any]:
@@ -181,6 +280,19 @@ def _aliased(cls: type, fields: dict[str, Any]) -> dict[str, Any]:
         return fields
     alias_to_name = {a.alias: a.name for a in attrs.fields(cls) if a.alias and a.alias != a.name}
     return {alias_to_name.get(k, k): v for k, v in fields.items()}
+
+
+def _unaliased(cls: type, prefix: str, path: str, message: str) -> tuple[str, str]:
+    """Rewrite attribute names that have a YAML alias back to the alias in a problem."""
+    if not attrs.has(cls):
+        return path, message
+    for a in attrs.fields(cls):
+        if a.alias and a.alias != a.name and a.init:
+            head = f"{prefix}.{a.name}" if prefix else a.name
+            if path == head or path.startswith((head + ".", head + "[")):
+                path = (f"{prefix}.{a.alias}" if prefix else a.alias) + path[len(head):]
+            message = re.sub(rf"\b{re.escape(a.name)}\b", a.alias, message)
+    return path, message
 
 
 def build_policy(spec: PolicySpec, registry: Registry[type], **inject: Any) -> Any:
@@ -208,19 +320,27 @@ def build_policy(spec: PolicySpec, registry: Registry[type], **inject: Any) -> A
     return obj
 
 
-def _policy_hook(registry_getter: Any) -> Any:
+def _policy_hook(registry_getter: Any, injected: tuple[str, ...] = ()) -> Any:
+    """Hook for a :class:`PolicySpec`; *injected* names the fields the simulation sets."""
+
     def hook(value: Any, _t: Any) -> PolicySpec:
         value = _require_mapping(value, "with keys kind and params")
-        extra = sorted(set(value) - {"kind", "params"})
+        extra = sorted(set(value) - {"kind", "params"}, key=str)
         if extra:
-            raise _Problems([(extra[0], "unknown key; allowed: kind, params")])
+            raise _Problems([(str(extra[0]), "unknown key; allowed: kind, params")])
         registry = registry_getter()
         kind = value.get("kind")
         if kind is None:
             raise _Problems([("kind", f"required key is missing; one of: {', '.join(registry.names())}")])
         if not isinstance(kind, str) or kind not in registry:
             raise _Problems([("kind", f"unknown {registry.what} {kind!r}; one of: {', '.join(registry.names())}")])
-        params = dict(_require_mapping(value.get("params") or {}, "of parameters"))
+        params = value.get("params") or {}
+        if not isinstance(params, Mapping):
+            raise _Problems([("params", f"must be a mapping (of parameters), got {reprlib.repr(params)}")])
+        params = dict(params)
+        bad = sorted((k for k in params if k in injected), key=str)
+        if bad:
+            raise _Problems([(f"params.{bad[0]}", "is set by the simulation, not the scenario")])
         spec = PolicySpec(kind=kind, params=params)
         try:
             build_policy(spec, registry)
@@ -257,7 +377,7 @@ def _latencies() -> Registry[type]:
 
 converter.register_structure_hook(ArrivalField, lambda v, _t: _tagged(v, _arrivals(), "process", flat=True))
 converter.register_structure_hook(LengthField, lambda v, _t: _tagged(v, _lengths(), "type", flat=False))
-converter.register_structure_hook(RouterSpec, _policy_hook(_routers))
+converter.register_structure_hook(RouterSpec, _policy_hook(_routers, injected=("rng",)))
 converter.register_structure_hook(LatencySpec, _policy_hook(_latencies))
 
 
@@ -326,7 +446,10 @@ def apply_overrides(data: Any, overrides: list[str], source: str = "<overrides>"
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise ScenarioError(source, [("", f"override {item!r} must look like dotted.key=value")])
-        value = yaml.safe_load(raw)
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError as exc:
+            raise ScenarioError(source, [(key, f"override value {raw!r} is not valid YAML: {getattr(exc, 'problem', exc)}")]) from None
         node = data
         parts = key.split(".")
         for i, part in enumerate(parts):
@@ -359,6 +482,8 @@ def scenario_to_dict(scenario: Scenario) -> dict[str, Any]:
                 v = getattr(obj, a.name)
                 out[a.alias if a.alias and a.name.startswith("mean_") else a.name] = unstructure(v)
             tag = _tag_of(obj)
+            if "type" in tag:  # length distributions nest their fields under params
+                return {**tag, "params": out}
             return {**tag, **out} if tag else out
         if isinstance(obj, (list, tuple)):
             return [unstructure(v) for v in obj]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import numbers
+import reprlib
 from collections.abc import Callable, Collection
 from typing import Any
 
@@ -16,8 +18,14 @@ Validator = Callable[[Any, "attrs.Attribute[Any]", Any], None]
 
 
 def _check_finite(attr: attrs.Attribute[Any], value: Any) -> None:
-    if isinstance(value, float) and not math.isfinite(value):
-        raise FieldValueError(attr.name, f"must be a finite number, got {value}")
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise FieldValueError(attr.name, f"must be a number, got {value!r}")
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:  # an int too large for a float
+        finite = False
+    if not finite:
+        raise FieldValueError(attr.name, f"must be a finite number, got {reprlib.repr(value)}")
 
 
 def greater_than(bound: float) -> Validator:

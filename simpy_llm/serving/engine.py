@@ -164,8 +164,9 @@ class Replica:
         """Running batch by request id, in admission order."""
         self._prefilling: dict[int, Request] = {}
         """The running requests still in prefill, in admission order."""
-        self._finish_heap: list[tuple[int, int, Request]] = []
-        """(step at which the last token is produced, request id, request) per decoder."""
+        self._finish_heap: list[tuple[int, int, int, Request]] = []
+        """(step producing the last token, request id, anchor step, request) per decoder; an
+        entry whose anchor differs from the request's current one is stale (preempted since)."""
         self._residue = [0] * bs
         """Decoders by ``(kv_tokens_at_anchor - anchor_step) % block_size``: a decoder
         needs a new block at step ``s`` iff ``(residue + s) % block_size == 0``."""
@@ -463,7 +464,7 @@ class Replica:
         """Steps from ``self.step`` on that need no scheduling decision: up to and
         including the first finish, and no further than the KV cache can grow."""
         heap = self._finish_heap
-        while heap[0][2].decode_anchor_step < 0 or heap[0][2].id not in self.running:
+        while heap[0][3].decode_anchor_step != heap[0][2]:
             heapq.heappop(heap)
         k_finish = heap[0][0] - self.step + 1
         # Steps after this one whose block allocations still fit.
@@ -550,15 +551,15 @@ class Replica:
                 continue
             req.decode_anchor_step = s + 1
             self._residue[(req.kv_tokens - s - 1) % bs] += 1
-            heapq.heappush(self._finish_heap, (s + req.output_tokens - g, req.id, req))
+            heapq.heappush(self._finish_heap, (s + req.output_tokens - g, req.id, s + 1, req))
 
     def _finish_decoders(self, last_step: int, end: float) -> None:
         """Complete the decoders whose last token came out of step *last_step*."""
         heap = self._finish_heap
         bs = self.kv.block_size
         while heap and heap[0][0] <= last_step:
-            _, _, req = heapq.heappop(heap)
-            if req.decode_anchor_step < 0 or req.id not in self.running:
+            _, _, anchor, req = heapq.heappop(heap)
+            if req.decode_anchor_step != anchor:
                 continue  # stale: preempted since it was pushed
             steps = last_step + 1 - req.decode_anchor_step
             tokens = req.kv_tokens + steps

@@ -1,0 +1,68 @@
+"""Scenario builders shared by the tests."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+
+from simpy_llm import Results, Simulation, scenario_from_dict
+
+
+def tiny_scenario(**overrides: Any) -> dict[str, Any]:
+    """A small one-replica scenario as plain data; top-level keys in *overrides* replace parts."""
+    data: dict[str, Any] = {
+        "seed": 1,
+        "workload": {
+            "aggregate_rate": 50.0,
+            "num_requests": 50,
+            "clients": [
+                {
+                    "id": "c0",
+                    "rate_fraction": 1.0,
+                    "arrival": {"process": "poisson"},
+                    "input_distribution": {"type": "exponential", "params": {"mean": 60}},
+                    "output_distribution": {"type": "exponential", "params": {"mean": 20}},
+                }
+            ],
+        },
+        "serving": {
+            "replicas": 1,
+            "engine": {
+                "max_num_seqs": 8,
+                "max_num_batched_tokens": 64,
+                "kv_block_size": 4,
+                "kv_num_blocks": 64,
+            },
+            "latency_model": {
+                "kind": "blis_linear",
+                "params": {"beta0_us": 2000.0, "beta1_us": 20.0, "beta2_us": 100.0},
+            },
+        },
+    }
+    for key, value in overrides.items():
+        data[key] = value
+    return copy.deepcopy(data)
+
+
+def run(data: dict[str, Any], mode: str | None = None) -> Results:
+    """Run the scenario *data* (optionally forcing the engine mode)."""
+    data = copy.deepcopy(data)
+    if mode is not None:
+        data.setdefault("simulation", {})["mode"] = mode
+    return Simulation(scenario_from_dict(data)).run()
+
+
+def columns_equal(a: Results, b: Results) -> list[str]:
+    """Names of record columns that differ between *a* and *b* (NaN equals NaN)."""
+    diff = []
+    for name, x in a.columns.items():
+        y = b.columns[name]
+        if x.dtype == object:
+            same = x.shape == y.shape and bool((x == y).all())
+        else:
+            same = np.array_equal(x, y, equal_nan=True)
+        if not same:
+            diff.append(name)
+    return diff

@@ -1,0 +1,182 @@
+"""Properties of whole simulations on random small scenarios (hypothesis).
+
+Each example draws a scenario small enough to run in milliseconds but varied
+enough to reach preemption, chunked prefill, several replicas and routers.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simpy_llm import Simulation, scenario_from_dict
+from simpy_llm.serving import engine as engine_module
+
+from tests.helpers import columns_equal, run
+
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+
+
+@st.composite
+def scenarios(draw, allow_until: bool = False):
+    """Random small scenarios as plain data."""
+    block = draw(st.sampled_from([1, 2, 4, 16]))
+    max_seqs = draw(st.integers(1, 8))
+    budget = draw(st.integers(max_seqs, 96))
+    chunked = draw(st.booleans())
+    min_blocks = -(-budget // block)
+    blocks = draw(st.integers(min_blocks, min_blocks + 40))
+    dist = st.sampled_from(
+        [
+            {"type": "constant", "params": {"value": draw(st.integers(1, 40))}},
+            {"type": "exponential", "params": {"mean": draw(st.floats(1, 40))}},
+            {"type": "gaussian", "params": {"mean": 20, "std_dev": 15, "min": 1, "max": 60}},
+        ]
+    )
+    arrival = draw(st.sampled_from([{"process": "poisson"}, {"process": "gamma", "cv": 3.0}, {"process": "gamma", "cv": 0.3}]))
+    data = {
+        "seed": draw(st.integers(0, 2**16)),
+        "workload": {
+            "aggregate_rate": draw(st.floats(5, 400)),
+            "num_requests": draw(st.integers(1, 60)),
+            "clients": [
+                {
+                    "id": "a",
+                    "rate_fraction": 1.0,
+                    "arrival": arrival,
+                    "input_distribution": draw(dist),
+                    "output_distribution": draw(dist),
+                },
+                {
+                    "id": "b",
+                    "rate_fraction": draw(st.sampled_from([0.0, 0.5, 2.0])),
+                    "arrival": {"process": "poisson"},
+                    "input_distribution": {"type": "constant", "params": {"value": 3}},
+                    "output_distribution": {"type": "constant", "params": {"value": 1}},
+                },
+            ],
+        },
+        "serving": {
+            "replicas": draw(st.integers(1, 3)),
+            "router": {"kind": draw(st.sampled_from(["round_robin", "random", "least_loaded"]))},
+            "engine": {
+                "max_num_seqs": max_seqs,
+                "max_num_batched_tokens": budget,
+                "chunked_prefill": chunked,
+                "kv_block_size": block,
+                "kv_num_blocks": blocks,
+            },
+            "latency_model": {
+                "kind": "blis_linear",
+                "params": {
+                    "beta0_us": draw(st.sampled_from([0.0, 500.0, 5000.0])),
+                    "beta1_us": draw(st.sampled_from([10.0, 300.0])),
+                    "beta2_us": draw(st.sampled_from([50.0, 1000.0])),
+                    "alpha0_us": draw(st.sampled_from([0.0, 2000.0])),
+                    "alpha2_us": draw(st.sampled_from([0.0, 100.0])),
+                },
+            },
+        },
+    }
+    if allow_until and draw(st.booleans()):
+        data["simulation"] = {"until_s": draw(st.floats(0.01, 1.0))}
+    return data
+
+
+@SETTINGS
+@given(scenarios())
+def test_event_per_change_equals_event_per_step(data):
+    """The fast engine (one event per composition change) gives records identical to
+    the reference engine (one event per step), preemptions included."""
+    fast = run(data, "event_per_change")
+    ref = run(data, "event_per_step")
+    assert columns_equal(fast, ref) == []
+    assert fast.preemptions().equals(ref.preemptions())
+    assert fast.steps == ref.steps
+    assert fast.summary()["batch_size"]["histogram"] == ref.summary()["batch_size"]["histogram"]
+    kv_fast = fast.summary()["kv_utilization"]["time_weighted_mean"]
+    kv_ref = ref.summary()["kv_utilization"]["time_weighted_mean"]
+    assert math.isclose(kv_fast, kv_ref, rel_tol=1e-9, abs_tol=1e-12)
+
+
+@SETTINGS
+@given(scenarios(allow_until=True))
+def test_conservation_every_request_recorded_once(data):
+    """arrived = completed + dropped + in flight, and every request id appears exactly once."""
+    res = run(data)
+    s = res.summary()["requests"]
+    assert s["arrived"] == s["completed"] + s["dropped"] + s["in_flight"]
+    ids = res.columns["request_id"]
+    assert len(ids) == s["arrived"]
+    assert np.array_equal(ids, np.arange(len(ids)))
+
+
+@SETTINGS
+@given(scenarios())
+def test_causality_of_lifecycle_timestamps(data):
+    """For completed requests arrival <= enqueue <= first scheduled <= first token <= completion,
+    and each generated exactly its output tokens."""
+    res = run(data)
+    c = res.columns
+    done = c["status"] == "completed"
+    for earlier, later in (
+        ("arrival_s", "enqueue_s"),
+        ("enqueue_s", "first_scheduled_s"),
+        ("first_scheduled_s", "first_token_s"),
+        ("first_token_s", "completion_s"),
+    ):
+        assert np.all(c[earlier][done] <= c[later][done]), (earlier, later)
+    assert np.array_equal(c["generated_tokens"][done], c["output_tokens"][done])
+
+
+@SETTINGS
+@given(scenarios())
+def test_every_preempted_request_completes_exactly_once(data):
+    """A preempted request is recomputed and completes once; the preemption table and the
+    per-request counts agree."""
+    res = run(data)
+    c = res.columns
+    pre = res.preemptions()
+    counts = pre.groupby("request_id").size().to_dict()
+    for rid, n in counts.items():
+        assert c["status"][rid] == "completed"
+        assert c["num_preemptions"][rid] == n
+    assert int(c["num_preemptions"].sum()) == len(pre)
+
+
+class _CheckedReplica(engine_module.Replica):
+    """A replica that checks its KV accounting before every scheduling decision."""
+
+    def _schedule(self):
+        bs = self.kv.block_size
+        held = 0
+        for req in self.running.values():
+            if req.id in self._prefilling:
+                held += -(-req.kv_tokens // bs)
+            else:
+                held += -(-self._decoder_kv_tokens(req) // bs)
+        assert held == self.kv.used_blocks, (held, self.kv.used_blocks)
+        assert 0 <= self.kv.used_blocks <= self.kv.num_blocks
+        return super()._schedule()
+
+
+@SETTINGS
+@given(scenarios())
+def test_kv_blocks_match_requests_and_stay_within_capacity(data):
+    """At every step boundary the used KV blocks equal the sum over running requests of
+    ceil(tokens / block_size), never negative nor above capacity, and all are freed at the end."""
+    import simpy_llm.simulation as sim_module
+
+    original = sim_module.Replica
+    sim_module.Replica = _CheckedReplica
+    try:
+        sim = Simulation(scenario_from_dict(data))
+        sim.run()
+    finally:
+        sim_module.Replica = original
+    for rep in sim.replicas:
+        assert rep.kv.used_blocks == 0
+        assert rep.kv.peak_used_blocks <= rep.kv.num_blocks

@@ -1,0 +1,150 @@
+"""Hand-checked timelines of the continuous-batching replica."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import simpy
+
+from simpy_llm.config.schema import EngineConfig
+from simpy_llm.entities import Request
+from simpy_llm.metrics.recorder import Recorder
+from simpy_llm.serving.engine import Replica
+from simpy_llm.serving.latency import BlisLinearLatency
+
+from tests.helpers import run, tiny_scenario
+
+
+def _replica(engine: EngineConfig, latency: BlisLinearLatency, fast: bool = True):
+    env = simpy.Environment()
+    inbox = simpy.Store(env)
+    recorder = Recorder()
+    replica = Replica(env, 0, inbox, engine, latency, recorder, fast=fast)
+    return env, inbox, recorder, replica
+
+
+def _send(env, inbox, recorder, replica, req: Request, at_s: float):
+    def go():
+        yield env.timeout(at_s)
+        req.arrival_s = env.now
+        recorder.on_arrival(req, env.now)
+        replica.outstanding += 1
+        inbox.put(req)
+
+    env.process(go())
+
+
+ENGINE = EngineConfig(max_num_seqs=4, max_num_batched_tokens=128, kv_block_size=4, kv_num_blocks=256)
+LATENCY = BlisLinearLatency(beta0_us=1000.0, beta1_us=10.0, beta2_us=100.0, alpha0_us=500.0, alpha2_us=50.0)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_single_request_timeline(fast):
+    """A lone request: enqueue after alpha0, one prefill step emits token 1, then one
+    decode step per further token; alpha2 is added once per emitted token."""
+    env, inbox, rec, rep = _replica(ENGINE, LATENCY, fast)
+    req = Request(id=0, client_id="c", prompt_tokens=100, output_tokens=5, arrival_s=0.0)
+    _send(env, inbox, rec, rep, req, 1.0)
+    env.run()
+    assert req.enqueue_s == pytest.approx(1.0005)
+    assert req.first_scheduled_s == pytest.approx(1.0005)
+    prefill_end = 1.0005 + (1000 + 10 * 100) * 1e-6
+    assert req.first_token_s == pytest.approx(prefill_end + 50e-6)
+    assert req.completion_s == pytest.approx(prefill_end + 4 * 1100e-6 + 5 * 50e-6)
+    assert req.generated_tokens == 5
+    assert rep.kv.used_blocks == 0
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_chunked_prefill_splits_prompt_over_the_token_budget(fast):
+    """A 300-token prompt with a 128-token budget is prefilled in chunks 128, 128, 44."""
+    engine = EngineConfig(max_num_seqs=4, max_num_batched_tokens=128, kv_block_size=4, kv_num_blocks=256)
+    latency = BlisLinearLatency(beta0_us=1000.0, beta1_us=10.0, beta2_us=100.0)
+    env, inbox, rec, rep = _replica(engine, latency, fast)
+    req = Request(id=0, client_id="c", prompt_tokens=300, output_tokens=1, arrival_s=0.0)
+    _send(env, inbox, rec, rep, req, 0.0)
+    env.run()
+    expected = (3 * 1000 + 10 * 300) * 1e-6
+    assert req.completion_s == pytest.approx(expected)
+    assert rec.steps[0] == 3
+    assert rec.prefill_tokens[0] == 300
+
+
+def test_unchunked_prefill_is_one_step():
+    """Without chunked prefill the whole prompt is one step (it must fit the budget)."""
+    engine = EngineConfig(max_num_seqs=4, max_num_batched_tokens=512, chunked_prefill=False, kv_block_size=4, kv_num_blocks=256)
+    latency = BlisLinearLatency(beta0_us=1000.0, beta1_us=10.0, beta2_us=100.0)
+    env, inbox, rec, rep = _replica(engine, latency)
+    req = Request(id=0, client_id="c", prompt_tokens=300, output_tokens=1, arrival_s=0.0)
+    _send(env, inbox, rec, rep, req, 0.0)
+    env.run()
+    assert rec.steps[0] == 1
+    assert req.completion_s == pytest.approx((1000 + 3000) * 1e-6)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_arrival_mid_stretch_is_admitted_at_the_next_step_boundary(fast):
+    """A request arriving inside another's decode stretch is scheduled at the end of the
+    step in progress, not at its arrival time nor at the end of the stretch."""
+    latency = BlisLinearLatency(beta0_us=1000.0, beta1_us=10.0, beta2_us=100.0)
+    env, inbox, rec, rep = _replica(ENGINE, latency, fast)
+    a = Request(id=0, client_id="c", prompt_tokens=10, output_tokens=100, arrival_s=0.0)
+    b = Request(id=1, client_id="c", prompt_tokens=10, output_tokens=2, arrival_s=0.0)
+    _send(env, inbox, rec, rep, a, 0.0)
+    prefill = (1000 + 100) * 1e-6
+    decode = 1100e-6
+    _send(env, inbox, rec, rep, b, prefill + 2.5 * decode)  # inside the third decode step
+    env.run()
+    boundary = prefill + 3 * decode
+    assert b.first_scheduled_s == pytest.approx(boundary)
+    # The mixed step: a's decode token plus b's 10-token prefill.
+    assert b.first_token_s == pytest.approx(boundary + (1000 + 10 * 10 + 100) * 1e-6)
+    assert a.generated_tokens == 100 and b.generated_tokens == 2
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_preemption_takes_the_most_recently_admitted_and_both_complete(fast):
+    """With too few KV blocks for two growing requests, the later-admitted one is
+    preempted, recomputed later, and both finish with all their tokens."""
+    engine = EngineConfig(max_num_seqs=4, max_num_batched_tokens=64, kv_block_size=4, kv_num_blocks=16)
+    latency = BlisLinearLatency(beta0_us=1000.0, beta1_us=10.0, beta2_us=100.0)
+    env, inbox, rec, rep = _replica(engine, latency, fast)
+    a = Request(id=0, client_id="c", prompt_tokens=8, output_tokens=40, arrival_s=0.0)
+    b = Request(id=1, client_id="c", prompt_tokens=8, output_tokens=40, arrival_s=0.0)
+    _send(env, inbox, rec, rep, a, 0.0)
+    _send(env, inbox, rec, rep, b, 0.0005)
+    env.run()
+    assert a.num_preemptions == 0
+    assert b.num_preemptions >= 1
+    assert a.generated_tokens == 40 and b.generated_tokens == 40
+    assert b.completion_s > a.completion_s
+    assert rep.kv.used_blocks == 0
+    assert rep.kv.peak_used_blocks <= 16
+
+
+def test_requests_longer_than_max_model_len_are_dropped():
+    """A request whose prompt plus output exceeds max_model_len is dropped, not run."""
+    data = tiny_scenario()
+    data["serving"]["engine"]["max_model_len"] = 50
+    data["workload"]["clients"][0]["input_distribution"] = {"type": "constant", "params": {"value": 60}}
+    res = run(data)
+    assert set(res.columns["status"].tolist()) == {"dropped"}
+    assert res.summary()["requests"]["dropped"] == 50
+
+
+def test_batch_never_exceeds_max_num_seqs():
+    """No engine step holds more than max_num_seqs requests."""
+    data = tiny_scenario()
+    data["workload"]["aggregate_rate"] = 500.0
+    data["workload"]["num_requests"] = 300
+    res = run(data)
+    assert max(int(k) for k in res.summary()["batch_size"]["histogram"]) <= 8
+
+
+def test_tpot_is_nan_for_single_token_outputs():
+    """TPOT is undefined (NaN) for a one-token output and defined otherwise."""
+    data = tiny_scenario()
+    data["workload"]["clients"][0]["output_distribution"] = {"type": "constant", "params": {"value": 1}}
+    res = run(data)
+    assert all(math.isnan(v) for v in res.derived()["tpot_s"])
