@@ -69,9 +69,6 @@ __all__ = ["LATE", "Replica", "ReplicaStats"]
 LATE = 2
 """SimPy priority of step-end events: after NORMAL (1) events at the same instant."""
 
-_BOUNDARY = 0
-_ARRIVAL = 1
-
 
 class _StepEnd(Event):
     """A timeout processed after every NORMAL event scheduled for the same time."""
@@ -181,8 +178,10 @@ class Replica:
         self._seg_steps = 0
         self._changed = True
         self._preempted_now = False
-        self._signal: Event | None = None
-        self._wake_on_enqueue = False
+        self._idle_signal: Event | None = None
+        """Succeeds when a request enters the waiting queue of an idle engine."""
+        self._interruptible = False
+        """True while the engine sits in a decode stretch that a newcomer could join."""
         self._alpha2 = latency.output_token_overhead_s
 
         env.process(self._ingress())
@@ -256,9 +255,11 @@ class Replica:
         req.enqueue_s = self.env.now
         req.prefill_target = req.prompt_tokens
         self.waiting.append(req)
-        sig = self._signal
-        if self._wake_on_enqueue and sig is not None and not sig.triggered:
-            sig.succeed(_ARRIVAL)
+        if self._interruptible:
+            self._interruptible = False
+            self.process.interrupt()
+        elif self._idle_signal is not None and not self._idle_signal.triggered:
+            self._idle_signal.succeed()
 
     # --- engine ----------------------------------------------------------
     def _engine(self) -> Generator[Event, object, None]:
@@ -268,8 +269,9 @@ class Replica:
         Yields
         ------
         Event
-            The engine's wake-up signal while idle or inside a stretch, and
-            step-end events (LATE priority).
+            The idle signal (a request entered the waiting queue) and step-end
+            events (LATE priority); a decode stretch may be interrupted by an
+            arrival that can join the batch.
         """
         env = self.env
         step_time_s = self.latency.step_time_s
@@ -277,10 +279,9 @@ class Replica:
         waiting = self.waiting
         while True:
             if not running and not waiting:
-                self._signal = sig = Event(env)
-                self._wake_on_enqueue = True
-                yield sig
-                self._wake_on_enqueue = False
+                self._idle_signal = Event(env)
+                yield self._idle_signal
+                self._idle_signal = None
                 self._clock = env.now
                 self._changed = True
 
@@ -303,17 +304,13 @@ class Replica:
                 self._settle_step(chunks, n_decode, prefill_tokens, kv_used, step_s)
                 continue
 
-            # A stretch of identical pure-decode steps, one event.
+            # A stretch of identical pure-decode steps, one event. An arrival that
+            # could join the batch interrupts it (see _enqueue).
             k = self._stretch_length()
-            target = seg_start + (done + k) * step_s
-            self._signal = sig = Event(env)
-            self._wake_on_enqueue = not waiting and len(running) < self.config.max_num_seqs
-            _StepEnd(env, target - env.now).callbacks.append(
-                lambda _ev, s=sig: None if s.triggered else s.succeed(_BOUNDARY)
-            )
-            woke = yield sig
-            self._wake_on_enqueue = False
-            if woke == _ARRIVAL:
+            self._interruptible = not waiting and len(running) < self.config.max_num_seqs
+            try:
+                yield _StepEnd(env, seg_start + (done + k) * step_s - env.now)
+            except simpy.Interrupt:
                 # Finish the step in progress; the newcomer is scheduled at its end.
                 now = env.now
                 j = done + 1 + max(int((now - seg_start) / step_s) - done - 1, 0)
@@ -323,6 +320,7 @@ class Replica:
                     j -= 1
                 k = min(j - done, k)
                 yield _StepEnd(env, seg_start + (done + k) * step_s - now)
+            self._interruptible = False
             self._settle_decode_stretch(k, n_decode, kv_used, step_s)
 
     # --- scheduling --------------------------------------------------------
