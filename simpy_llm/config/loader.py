@@ -338,6 +338,9 @@ def _policy_hook(registry_getter: Any, injected: tuple[str, ...] = ()) -> Any:
         if not isinstance(params, Mapping):
             raise _Problems([("params", f"must be a mapping (of parameters), got {reprlib.repr(params)}")])
         params = dict(params)
+        odd = sorted((k for k in params if not isinstance(k, str)), key=str)
+        if odd:
+            raise _Problems([(f"params.{odd[0]}", "unknown key; parameter names are strings")])
         bad = sorted((k for k in params if k in injected), key=str)
         if bad:
             raise _Problems([(f"params.{bad[0]}", "is set by the simulation, not the scenario")])

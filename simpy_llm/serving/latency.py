@@ -82,9 +82,12 @@ def _find_profile(model: str, gpu: str, tp: int) -> dict[str, float]:
     for (m, g, t), coeffs in table.items():
         if (m == model_l or m.split("/", 1)[-1] == model_l) and g == gpu and t == tp:
             return coeffs
-    same_model = sorted(f"{g} tp{t}" for m, g, t in table if model_l in (m, m.split("/", 1)[-1]))
+    same_model = [(g, t) for m, g, t in table if model_l in (m, m.split("/", 1)[-1])]
     if same_model:
-        raise FieldValueError("gpu", f"no BLIS profile for {model!r} on {gpu!r} tp{tp}; it has: {', '.join(same_model)}")
+        has = ", ".join(f"{g} tp{t}" for g, t in sorted(same_model))
+        # Blame gpu when no row has that GPU, tp otherwise.
+        field = "tp" if any(g == gpu for g, _ in same_model) else "gpu"
+        raise FieldValueError(field, f"no BLIS profile for {model!r} on {gpu!r} tp{tp}; it has: {has}")
     models = sorted({m.split("/", 1)[-1] for m, _, _ in table})
     raise FieldValueError("model", f"no BLIS profile for model {model!r}; known models: {', '.join(models)}")
 
@@ -139,11 +142,17 @@ class BlisLinearLatency:
             missing = {"model", "gpu", "tp"} - set(profile_keys)
             if missing:
                 raise FieldValueError(sorted(missing)[0], "a profile needs model, gpu and tp")
-            base = _find_profile(str(profile_keys["model"]), str(profile_keys["gpu"]), profile_keys["tp"])
-        unknown = set(params) - set(attrs.fields_dict(cls))
+            for key in ("model", "gpu"):
+                if not isinstance(profile_keys[key], str):
+                    raise FieldValueError(key, f"must be a string, got {profile_keys[key]!r}")
+            tp = profile_keys["tp"]
+            if isinstance(tp, bool) or not isinstance(tp, int):
+                raise FieldValueError("tp", f"must be an integer, got {tp!r}")
+            base = _find_profile(profile_keys["model"], profile_keys["gpu"], tp)
+        unknown = sorted(map(str, set(params) - set(attrs.fields_dict(cls))))
         if unknown:
             allowed = ", ".join(["model", "gpu", "tp", *attrs.fields_dict(cls)])
-            raise FieldValueError(sorted(unknown)[0], f"unknown key; allowed: {allowed}")
+            raise FieldValueError(unknown[0], f"unknown key; allowed: {allowed}")
         return cls(**{**base, **params})
 
     @property
