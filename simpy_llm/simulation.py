@@ -2,7 +2,7 @@
 
 Wiring happens here and only here::
 
-    WorkloadGenerator --Store--> Router --Store per replica--> Replica (ingress + engine)
+    WorkloadGenerator --Wire--> Router --Wire per replica--> Replica (ingress + engine)
 
 Examples
 --------
@@ -30,6 +30,7 @@ from simpy_llm.rng import RandomStreams
 from simpy_llm.serving.engine import Replica
 from simpy_llm.serving.latency import latency_models
 from simpy_llm.serving.router import Router
+from simpy_llm.wire import Wire
 from simpy_llm.workload.generator import WorkloadGenerator
 
 if TYPE_CHECKING:
@@ -66,8 +67,8 @@ class Simulation:
         )
         env = self.env
         fast = scenario.simulation.mode == "event_per_change"
-        arrivals = simpy.Store(env)
-        replica_inboxes = [simpy.Store(env) for _ in range(serving.replicas)]
+        arrivals = Wire(env)
+        replica_inboxes = [Wire(env) for _ in range(serving.replicas)]
         self.replicas = [
             Replica(env, i, inbox, serving.engine, self.latency_model, self.recorder, fast=fast)
             for i, inbox in enumerate(replica_inboxes)

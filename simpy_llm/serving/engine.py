@@ -58,6 +58,7 @@ from simpy_llm.entities import Request
 from simpy_llm.serving.kv_cache import PagedKVCache, blocks_for
 
 if TYPE_CHECKING:
+    from simpy_llm.wire import Wire
     from collections.abc import Generator
 
     from simpy_llm.config.schema import EngineConfig
@@ -130,13 +131,13 @@ class Replica:
         self,
         env: simpy.Environment,
         index: int,
-        inbox: simpy.Store,
+        inbox: Wire | simpy.Store,
         config: EngineConfig,
         latency: LatencyModel,
         recorder: Recorder,
         *,
         fast: bool = True,
-        completions: simpy.Store | None = None,
+        completions: Wire | simpy.Store | None = None,
     ) -> None:
         self.env = env
         self.index = index

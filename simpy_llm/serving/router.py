@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import simpy
 
 if TYPE_CHECKING:
+    from simpy_llm.wire import Wire
     from simpy.events import Event
 
     from simpy_llm.entities import Request
@@ -41,8 +42,8 @@ class Router:
     def __init__(
         self,
         env: simpy.Environment,
-        inbox: simpy.Store,
-        outboxes: Sequence[simpy.Store],
+        inbox: Wire | simpy.Store,
+        outboxes: Sequence[Wire | simpy.Store],
         replicas: Sequence[Replica],
         policy: RoutingPolicy,
         recorder: Recorder,

@@ -21,6 +21,7 @@ from simpy_llm.entities import Request
 from simpy_llm.workload.distributions import to_tokens
 
 if TYPE_CHECKING:
+    from simpy_llm.wire import Wire
     from simpy.events import Event
 
     from simpy_llm.config.schema import ClientConfig, WorkloadConfig
@@ -85,7 +86,7 @@ class WorkloadGenerator:
         env: simpy.Environment,
         config: WorkloadConfig,
         streams: RandomStreams,
-        outbox: simpy.Store,
+        outbox: Wire | simpy.Store,
         recorder: Recorder,
     ) -> None:
         self.env = env
