@@ -342,17 +342,13 @@ class Replica:
         prefilling = self._prefilling
         n_decode = len(running) - len(prefilling)
         budget = cfg.max_num_batched_tokens - n_decode
-        chunked = cfg.chunked_prefill
 
         decode_need = self._residue[-s % bs] if n_decode else 0
         chunks: list[tuple[Request, int]] = []
         need = decode_need
         for req in prefilling.values():
-            if budget <= 0:
-                break
-            remaining = req.prefill_target - req.kv_tokens
-            chunk = remaining if remaining <= budget or not chunked else budget
-            if chunk > budget:
+            chunk = self._chunk_size(req.prefill_target - req.kv_tokens, budget)
+            if not chunk:
                 break
             chunks.append((req, chunk))
             budget -= chunk
@@ -370,8 +366,8 @@ class Replica:
             waiting = self.waiting
             while waiting and budget > 0 and len(running) < max_seqs:
                 req = waiting[0]
-                chunk = req.prefill_target if req.prefill_target <= budget or not chunked else budget
-                if chunk > budget:
+                chunk = self._chunk_size(req.prefill_target, budget)
+                if not chunk:
                     break
                 blocks = blocks_for(chunk, bs)
                 if blocks > kv.free_blocks:
@@ -391,6 +387,14 @@ class Replica:
             prefill_tokens += chunk
         return chunks, n_decode, prefill_tokens, kv.used_blocks
 
+    def _chunk_size(self, remaining: int, budget: int) -> int:
+        """Prefill tokens to schedule for a request with *remaining* uncomputed tokens:
+        all of them if they fit *budget*, else a budget-sized chunk (chunked prefill)
+        or none (the prompt must go whole)."""
+        if remaining <= budget:
+            return remaining
+        return budget if self.config.chunked_prefill else 0
+
     def _allocate_in_order(self) -> tuple[list[tuple[Request, int]], int, int]:
         """Slow path when the step's blocks do not all fit: walk the running batch in
         admission order, preempting the most recently admitted request until each
@@ -398,11 +402,9 @@ class Replica:
         cfg = self.config
         kv = self.kv
         bs = kv.block_size
-        s = self.step
         running = self.running
         prefilling = self._prefilling
-        n_decode = len(running) - len(prefilling)
-        budget = cfg.max_num_batched_tokens - n_decode
+        budget = cfg.max_num_batched_tokens - (len(running) - len(prefilling))
         chunks: list[tuple[Request, int]] = []
         scheduled_decoders = 0
         order = list(running.values())
@@ -410,9 +412,8 @@ class Replica:
             if req.id not in running:
                 break  # preempted as a victim: so is everyone after it
             if req.id in prefilling:
-                remaining = req.prefill_target - req.kv_tokens
-                chunk = min(remaining, budget) if cfg.chunked_prefill else remaining
-                if chunk <= 0 or chunk > budget:
+                chunk = self._chunk_size(req.prefill_target - req.kv_tokens, budget)
+                if not chunk:
                     continue
                 need = blocks_for(req.kv_tokens + chunk, bs) - blocks_for(req.kv_tokens, bs)
             else:
