@@ -29,11 +29,13 @@ from cattrs.errors import (
 )
 
 from simpy_llm.config.errors import FieldValueError, ScenarioError
+from simpy_llm.config.paths import base_dir
 from simpy_llm.config.schema import (
     ArrivalField,
     LatencySpec,
     LengthField,
     PolicySpec,
+    Probability,
     RouterSpec,
     Scenario,
 )
@@ -96,7 +98,14 @@ def _injected_only(_value: Any, t: Any) -> Any:
     raise _Problems([("", f"a {getattr(t, '__name__', t)} is provided by the simulation, not the scenario")])
 
 
+def _probability(value: Any, _t: Any) -> float:
+    if isinstance(value, bool):
+        return 1.0 if value else 0.0
+    return _strict_float(value, _t)
+
+
 converter.register_structure_hook(int, _strict_int)
+converter.register_structure_hook(Probability, _probability)
 converter.register_structure_hook(float, _strict_float)
 converter.register_structure_hook(str, _strict_str)
 converter.register_structure_hook(bool, _strict_bool)
@@ -431,7 +440,8 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scena
         raise ScenarioError(source, [("", f"not valid YAML: {where}{getattr(exc, 'problem', exc)}")]) from None
     if overrides:
         data = apply_overrides(data, overrides, source)
-    return scenario_from_dict(data, source)
+    with base_dir(Path(path).resolve().parent):
+        return scenario_from_dict(data, source)
 
 
 def apply_overrides(data: Any, overrides: list[str], source: str = "<overrides>") -> Any:

@@ -31,9 +31,18 @@ from typing import Any, NewType
 import attrs
 
 from simpy_llm.config.errors import FieldValueError
-from simpy_llm.config.validators import at_least, greater_than, non_empty, one_of, optional
+from simpy_llm.config.paths import resolve_path
+from simpy_llm.config.validators import at_least, greater_than, in_range, non_empty, one_of, optional
 
 __all__ = [
+    "TraceSource",
+    "ServeGenConfig",
+    "ReasoningConfig",
+    "NetworkConfig",
+    "MultimodalConfig",
+    "MultiTurnConfig",
+    "LifecycleConfig",
+    "ActiveWindow",
     "ArrivalField",
     "ClientConfig",
     "LatencySpec",
@@ -67,6 +76,98 @@ RouterSpec = NewType("RouterSpec", PolicySpec)
 """A :class:`PolicySpec` naming a routing policy."""
 LatencySpec = NewType("LatencySpec", PolicySpec)
 """A :class:`PolicySpec` naming a latency model."""
+Probability = NewType("Probability", float)
+"""A probability in [0, 1]; YAML ``true``/``false`` mean 1 and 0."""
+
+
+@attrs.frozen(kw_only=True)
+class NetworkConfig:
+    """A client's network path (recorded on each request; the network model uses it)."""
+
+    rtt_ms: float = attrs.field(default=0.0, validator=at_least(0))
+    """Round-trip time, milliseconds."""
+    bandwidth_mbps: float | None = attrs.field(default=None, validator=optional(greater_than(0)))
+    """Client bandwidth, megabits per second (None: unlimited)."""
+
+
+@attrs.frozen(kw_only=True)
+class ActiveWindow:
+    """A period in which a client sends requests."""
+
+    start_s: float = attrs.field(validator=at_least(0))
+    """Start, seconds from the simulation start."""
+    end_s: float = attrs.field(validator=greater_than(0))
+    """End, seconds (exclusive)."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.end_s <= self.start_s:
+            raise FieldValueError("end_s", f"must be > start_s ({self.start_s}), got {self.end_s}")
+
+
+@attrs.frozen(kw_only=True)
+class LifecycleConfig:
+    """When a client is active (ServeGen's client churn). Outside the windows it sends
+    nothing; its arrival process runs on active time only, so a bursty process stays
+    bursty inside each window."""
+
+    windows: tuple[ActiveWindow, ...] = attrs.field(validator=non_empty)
+    """Active windows, in increasing, non-overlapping order."""
+
+    def __attrs_post_init__(self) -> None:
+        for a, b in zip(self.windows, self.windows[1:], strict=False):
+            if b.start_s < a.end_s:
+                raise FieldValueError("windows", "windows must be in increasing order and must not overlap")
+
+
+@attrs.frozen(kw_only=True)
+class MultimodalConfig:
+    """Per-request modality mix. The prompt is text tokens plus, per modality,
+    count x tokens-per-item (each item drawn separately)."""
+
+    text_distribution: LengthField
+    """Text tokens per request."""
+    image_distribution: LengthField | None = None
+    """Tokens per image."""
+    image_count_distribution: LengthField | None = None
+    """Images per request (rounded, may be 0)."""
+    audio_distribution: LengthField | None = None
+    """Tokens per audio segment."""
+    audio_count_distribution: LengthField | None = None
+    """Audio segments per request."""
+    video_distribution: LengthField | None = None
+    """Tokens per video segment."""
+    video_count_distribution: LengthField | None = None
+    """Video segments per request."""
+
+    def __attrs_post_init__(self) -> None:
+        for kind in ("image", "audio", "video"):
+            per_item = getattr(self, f"{kind}_distribution")
+            count = getattr(self, f"{kind}_count_distribution")
+            if (per_item is None) != (count is None):
+                raise FieldValueError(f"{kind}_count_distribution", f"give both {kind}_distribution and {kind}_count_distribution, or neither")
+
+
+@attrs.frozen(kw_only=True)
+class ReasoningConfig:
+    """Reasoning-model outputs: a share of each output is reasoning tokens."""
+
+    reason_ratio_distribution: LengthField
+    """reason tokens / output tokens, a value in [0, 1] (bimodal in ServeGen's data)."""
+
+
+@attrs.frozen(kw_only=True)
+class MultiTurnConfig:
+    """Closed-loop sessions: each round is sent after the previous one completes plus a think time."""
+
+    max_rounds: int = attrs.field(validator=at_least(1))
+    """Rounds per session, at most (the first included)."""
+    think_time: LengthField
+    """Seconds between a round's completion and the next round's arrival."""
+    context_growth: str = attrs.field(default="accumulate", validator=one_of(("accumulate", "fixed")))
+    """``accumulate``: a round's prompt is every earlier prompt and output plus its own new
+    prompt; ``fixed``: each round draws its own prompt."""
+    rounds_distribution: LengthField | None = None
+    """Rounds per session (clamped to max_rounds); default: always max_rounds."""
 
 
 @attrs.frozen(kw_only=True)
@@ -80,37 +181,128 @@ class ClientConfig:
     arrival: ArrivalField
     """Arrival process (``{process: poisson}`` or ``{process: gamma, cv: 2.0}``)."""
     input_distribution: LengthField
-    """Prompt length distribution, tokens (``{type: ..., params: {...}}``)."""
+    """Prompt length distribution, tokens (``{type: ..., params: {...}}``); with
+    ``multimodal`` it is ignored in favour of the modality mix."""
     output_distribution: LengthField
     """Output length distribution, tokens."""
     tenant_id: str = ""
     """Tenant the client belongs to (defaults to the client id)."""
     slo_class: str = "default"
     """SLO class used for goodput (a key of ``Scenario.slo``)."""
+    priority: int = 0
+    """User priority carried on each request (higher is more important)."""
+    prefix_group: str = ""
+    """Clients with the same group share a prompt prefix (empty: no sharing)."""
+    prefix_length: int = attrs.field(default=0, validator=at_least(0))
+    """Tokens of the shared prefix, counted inside the prompt."""
+    streaming: Probability = attrs.field(default=1.0, validator=in_range(0.0, 1.0))
+    """Probability a request streams (``true``/``false`` in YAML mean 1/0)."""
+    network: NetworkConfig | None = None
+    """The client's network path."""
+    lifecycle: LifecycleConfig | None = None
+    """Active windows (default: always active)."""
+    multimodal: MultimodalConfig | None = None
+    """Modality mix of the prompt."""
+    reasoning: ReasoningConfig | None = None
+    """Reasoning share of the output."""
+    multi_turn: MultiTurnConfig | None = None
+    """Each arrival starts a closed-loop session of several rounds."""
+    conversational_probability: float = attrs.field(default=0.0, validator=in_range(0.0, 1.0))
+    """After a completed request, the probability that the user sends a follow-up
+    (repeatedly, so follow-ups form a geometric chain)."""
+    follow_up_think_time: LengthField | None = None
+    """Seconds between a completion and its follow-up (needed when
+    conversational_probability > 0)."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.conversational_probability > 0 and self.follow_up_think_time is None:
+            raise FieldValueError("follow_up_think_time", "required when conversational_probability > 0")
+
+
+@attrs.frozen(kw_only=True)
+class ServeGenConfig:
+    """Clients loaded from a ServeGen data directory (one client per chunk)."""
+
+    path: str = attrs.field(converter=resolve_path, validator=non_empty)
+    """Directory with ``chunk-<id>-trace.csv`` and ``chunk-<id>-dataset.json`` files
+    (relative paths are relative to the scenario file)."""
+    span_s: tuple[float, float] | None = None
+    """Use only the windows in [start, end) seconds of the data (default: all)."""
+    rate_scale: float = attrs.field(default=1.0, validator=greater_than(0))
+    """Multiply every client's rate."""
+    max_clients: int | None = attrs.field(default=None, validator=optional(at_least(1)))
+    """Keep only the clients with the most requests."""
+    slo_class: str = "default"
+    """SLO class of the loaded clients."""
+
+
+@attrs.frozen(kw_only=True)
+class TraceSource:
+    """Requests replayed open-loop from a recorded trace."""
+
+    path: str = attrs.field(converter=resolve_path, validator=non_empty)
+    """Trace file (relative paths are relative to the scenario file)."""
+    format: str = attrs.field(
+        default="trace_v2", validator=one_of(("trace_v2", "azure", "mooncake", "burstgpt", "csv"))
+    )
+    """File layout."""
+    columns: dict[str, str] = attrs.field(factory=dict)
+    """For ``csv``: trace field -> column name (``arrival_time_s``, ``input_tokens``, ...)."""
+    time_scale: float = attrs.field(default=1.0, validator=greater_than(0))
+    """Stretch the gaps between arrivals by this factor."""
+    rate_scale: float = attrs.field(default=1.0, validator=greater_than(0))
+    """Speed arrivals up by this factor (gaps divided by it)."""
+    client_id: str = ""
+    """Client id for rows without one (default: the file's stem)."""
+    slo_class: str = "default"
+    """SLO class for rows without one."""
+    max_requests: int | None = attrs.field(default=None, validator=optional(at_least(1)))
+    """Replay only the first requests."""
 
 
 @attrs.frozen(kw_only=True)
 class WorkloadConfig:
-    """Open-loop workload: clients splitting an aggregate rate.
+    """The workload: synthetic clients splitting an aggregate rate, ServeGen clients,
+    and/or replayed traces.
 
     Give exactly one of ``num_requests`` (generate that many, then stop) or
-    ``horizon_s`` (generate arrivals until that time).
+    ``horizon_s`` (generate arrivals until that time); a workload made only of
+    traces may give neither (the traces' own length).
     """
 
-    aggregate_rate: float = attrs.field(validator=greater_than(0))
-    """Total request rate over all clients, requests/s."""
-    clients: tuple[ClientConfig, ...] = attrs.field(validator=non_empty)
-    """The clients (at least one)."""
+    clients: tuple[ClientConfig, ...] = ()
+    """Synthetic clients."""
+    aggregate_rate: float | None = attrs.field(default=None, validator=optional(greater_than(0)))
+    """Total request rate over the synthetic and ServeGen clients, requests/s (default
+    with ServeGen data: the data's own mean rate)."""
     num_requests: int | None = attrs.field(default=None, validator=optional(at_least(1)))
-    """Total number of requests to generate."""
+    """Total number of requests to generate (first rounds of sessions; follow-ups come on top)."""
     horizon_s: float | None = attrs.field(default=None, validator=optional(greater_than(0)))
     """Stop generating arrivals at this simulated time, seconds."""
+    version: str = attrs.field(default="1", validator=one_of(("1",)))
+    """Spec format version."""
+    category: str = attrs.field(default="language", validator=one_of(("language", "multimodal", "reasoning")))
+    """Workload category (descriptive; clients carry their own multimodal/reasoning settings)."""
+    seed: int | None = attrs.field(default=None, validator=optional(at_least(0)))
+    """Seed of the workload streams (default: the scenario's seed)."""
+    servegen_data: ServeGenConfig | None = None
+    """Clients loaded from ServeGen data."""
+    traces: tuple[TraceSource, ...] = ()
+    """Traces replayed open-loop."""
 
     def __attrs_post_init__(self) -> None:
-        if (self.num_requests is None) == (self.horizon_s is None):
+        synthetic = bool(self.clients) or self.servegen_data is not None
+        if not synthetic and not self.traces:
+            raise FieldValueError("clients", "give clients, servegen_data or traces")
+        if synthetic and (self.num_requests is None) == (self.horizon_s is None):
             raise FieldValueError("num_requests", "give exactly one of num_requests or horizon_s")
-        if sum(c.rate_fraction for c in self.clients) <= 0:
-            raise FieldValueError("clients", "at least one client needs rate_fraction > 0")
+        if self.num_requests is not None and self.horizon_s is not None:
+            raise FieldValueError("num_requests", "give exactly one of num_requests or horizon_s")
+        if self.clients:
+            if self.aggregate_rate is None:
+                raise FieldValueError("aggregate_rate", "required with clients")
+            if sum(c.rate_fraction for c in self.clients) <= 0:
+                raise FieldValueError("clients", "at least one client needs rate_fraction > 0")
         ids = [c.id for c in self.clients]
         dup = {i for i in ids if ids.count(i) > 1}
         if dup:

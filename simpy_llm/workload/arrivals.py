@@ -1,13 +1,18 @@
-"""Inter-arrival processes.
+"""Arrival processes.
 
 An arrival process is a frozen attrs class, at once config
-(``{process: gamma, cv: 3.5}``) and sampler: ``gaps(rng, rate, n)`` draws *n*
-inter-arrival gaps in seconds for a mean rate *rate* (requests/s). Register
-more with ``@arrival_processes.register("name")``.
+(``{process: gamma, cv: 3.5}``) and sampler. The generator asks it for
+``times(rng, rate, chunk)``: an endless iterator of numpy arrays of
+increasing absolute arrival times (seconds, from 0), *chunk* at a time, with
+long-run mean rate *rate* (requests/s). Stationary renewal processes only
+implement ``gaps(rng, rate, n)`` and inherit ``times`` from
+:class:`Renewal`; time-varying processes implement ``times`` themselves.
+Register more with ``@arrival_processes.register("name")``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Protocol
 
 import attrs
@@ -16,20 +21,30 @@ import numpy as np
 from simpy_llm.config.validators import greater_than
 from simpy_llm.registry import Registry
 
-__all__ = ["ArrivalProcess", "GammaArrivals", "PoissonArrivals", "arrival_processes"]
+__all__ = ["ArrivalProcess", "GammaArrivals", "PoissonArrivals", "Renewal", "arrival_processes"]
 
 
 class ArrivalProcess(Protocol):
     """What every registered arrival process provides."""
 
-    @property
-    def cv(self) -> float:
-        """Coefficient of variation of the gaps (std / mean)."""
+    def times(self, rng: np.random.Generator, rate: float, chunk: int) -> Iterator[np.ndarray]:
+        """Endless chunks of *chunk* increasing absolute arrival times (s) at mean rate *rate*."""
         ...
+
+
+class Renewal:
+    """Mixin for stationary renewal processes: ``times`` from cumulative ``gaps``."""
 
     def gaps(self, rng: np.random.Generator, rate: float, n: int) -> np.ndarray:
         """Draw *n* inter-arrival gaps (seconds) at mean rate *rate* (1/s)."""
-        ...
+        raise NotImplementedError
+
+    def times(self, rng: np.random.Generator, rate: float, chunk: int) -> Iterator[np.ndarray]:
+        last = 0.0
+        while True:
+            t = last + np.cumsum(self.gaps(rng, rate, chunk))
+            last = float(t[-1])
+            yield t
 
 
 arrival_processes: Registry[type] = Registry("arrival process")
@@ -37,7 +52,7 @@ arrival_processes: Registry[type] = Registry("arrival process")
 
 @arrival_processes.register("poisson")
 @attrs.frozen(kw_only=True)
-class PoissonArrivals:
+class PoissonArrivals(Renewal):
     """Exponential gaps (CV = 1).
 
     >>> g = PoissonArrivals().gaps(np.random.default_rng(1), rate=10.0, n=100_000)
@@ -55,7 +70,7 @@ class PoissonArrivals:
 
 @arrival_processes.register("gamma")
 @attrs.frozen(kw_only=True)
-class GammaArrivals:
+class GammaArrivals(Renewal):
     """Gamma gaps with coefficient of variation *cv* (CV > 1 is bursty).
 
     Shape k = 1 / cv², scale = 1 / (rate k), so the mean gap is 1 / rate.

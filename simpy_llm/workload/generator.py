@@ -55,12 +55,10 @@ def client_arrivals(
     arrival_rng = streams.stream(f"workload/{client.id}/arrival")
     input_rng = streams.stream(f"workload/{client.id}/input")
     output_rng = streams.stream(f"workload/{client.id}/output")
-    last = 0.0
-    while True:
-        times = last + np.cumsum(client.arrival.gaps(arrival_rng, rate, CHUNK))
-        prompts = to_tokens(client.input_distribution.sample(input_rng, CHUNK))
-        outputs = to_tokens(client.output_distribution.sample(output_rng, CHUNK))
-        last = float(times[-1])
+    for times in client.arrival.times(arrival_rng, rate, CHUNK):
+        n = len(times)
+        prompts = to_tokens(client.input_distribution.sample(input_rng, n))
+        outputs = to_tokens(client.output_distribution.sample(output_rng, n))
         yield from zip(times.tolist(), prompts.tolist(), outputs.tolist())
 
 
