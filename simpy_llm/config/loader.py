@@ -406,9 +406,8 @@ def scenario_from_dict(data: Any, source: str = "<dict>") -> Scenario:
     >>> scenario_from_dict({"workload": {}}, source="demo.yaml")
     Traceback (most recent call last):
     ...
-    simpy_llm.config.errors.ScenarioError: demo.yaml: 3 problem(s) in scenario
-      workload.aggregate_rate: required key is missing
-      workload.clients: required key is missing
+    simpy_llm.config.errors.ScenarioError: demo.yaml: 2 problem(s) in scenario
+      workload.clients: give clients, servegen_data or traces
       serving: required key is missing
     """
     if not isinstance(data, Mapping):
