@@ -90,7 +90,8 @@ def _run(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
     sim = Simulation(scenario)
     wl = scenario.workload
-    expected = wl.num_requests if wl.num_requests is not None else wl.aggregate_rate * (wl.horizon_s or 0)
+    rate = sum(src.rate for src in sim.sources)
+    expected = wl.num_requests if wl.num_requests is not None else rate * (wl.horizon_s or 0)
     show = args.progress == "on" or (
         args.progress == "auto" and err.is_terminal and expected >= PROGRESS_MIN_REQUESTS
     )

@@ -59,6 +59,32 @@ class Request:
     """Tenant, for per-tenant metrics (defaults to the client id)."""
     slo_class: str = "default"
     """SLO class whose targets decide goodput."""
+    priority: int = 0
+    """User priority (higher is more important)."""
+    streaming: bool = True
+    """Whether the response streams (TTFT and ITL are meaningful only then)."""
+    session_id: str = ""
+    """Session this request belongs to (empty for single requests)."""
+    round_index: int = 0
+    """Round within its session, from 0."""
+    prefix_group: str = ""
+    """Prefix-sharing group (empty: none)."""
+    prefix_tokens: int = 0
+    """Leading prompt tokens shared with the group."""
+    prefix_blocks: tuple[int, ...] = ()
+    """Hashes of the shared prefix blocks (``prefix_block_tokens`` tokens each), for prefix caches."""
+    prefix_block_tokens: int = 16
+    """Tokens per entry of ``prefix_blocks``."""
+    text_tokens: int = 0
+    """Text part of the prompt (multimodal requests; 0 otherwise)."""
+    image_tokens: int = 0
+    """Image tokens in the prompt."""
+    audio_tokens: int = 0
+    """Audio tokens in the prompt."""
+    video_tokens: int = 0
+    """Video tokens in the prompt."""
+    reason_ratio: float = 0.0
+    """Share of the output that is reasoning tokens (reasoning models; 0 otherwise)."""
     replica: int = -1
     """Index of the replica it was routed to (-1 before routing)."""
     enqueue_s: float = NAN

@@ -15,8 +15,9 @@ Examples
 
 from __future__ import annotations
 
+import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -31,10 +32,12 @@ from simpy_llm.serving.engine import Replica
 from simpy_llm.serving.latency import latency_models
 from simpy_llm.serving.router import Router
 from simpy_llm.wire import Wire
-from simpy_llm.workload.generator import WorkloadGenerator
+from simpy_llm.workload.generator import ClientSource, WorkloadGenerator
+from simpy_llm.workload.sessions import SessionRegistry
 
 if TYPE_CHECKING:
-    from simpy_llm.config.schema import Scenario
+    from simpy_llm.config.schema import ClientConfig, Scenario
+    from simpy_llm.entities import Request
 
 __all__ = ["Simulation"]
 
@@ -67,18 +70,75 @@ class Simulation:
         )
         env = self.env
         fast = scenario.simulation.mode == "event_per_change"
+        wl = scenario.workload
+        self.workload_streams = RandomStreams(wl.seed if wl.seed is not None else scenario.seed)
+        self.ids = itertools.count()
         arrivals = Wire(env)
         replica_inboxes = [Wire(env) for _ in range(serving.replicas)]
+        self.sources = self._client_sources()
+        needs_sessions = any(
+            s.client.multi_turn is not None or s.client.conversational_probability > 0 for s in self.sources
+        )
+        completions = Wire(env) if needs_sessions else None
         self.replicas = [
-            Replica(env, i, inbox, serving.engine, self.latency_model, self.recorder, fast=fast)
+            Replica(env, i, inbox, serving.engine, self.latency_model, self.recorder, fast=fast, completions=completions)
             for i, inbox in enumerate(replica_inboxes)
         ]
         self.router = Router(env, arrivals, replica_inboxes, self.replicas, self.routing_policy, self.recorder)
-        self.generator = WorkloadGenerator(env, scenario.workload, self.streams, arrivals, self.recorder)
+        self.sessions = (
+            SessionRegistry(env, completions, arrivals, self.recorder, self.ids, wl.horizon_s)
+            if completions is not None
+            else None
+        )
+        all_sources = [(src.base, src.rows()) for src in self.sources] + self._trace_sources()
+        self.generator = WorkloadGenerator(
+            env,
+            all_sources,
+            arrivals,
+            self.recorder,
+            self.ids,
+            num_requests=wl.num_requests,
+            horizon_s=wl.horizon_s,
+            on_request=self._open_session if self.sessions is not None else None,
+        )
         self._ran = False
 
+    def _client_sources(self) -> list[ClientSource]:
+        """One source per synthetic client: the scenario's clients share ``aggregate_rate``,
+        ServeGen clients share the data's own (scaled) rate."""
+        wl = self.scenario.workload
+        seed = self.workload_streams.seed
+        groups: list[tuple[tuple[ClientConfig, ...], float]] = []
+        if wl.clients:
+            groups.append((wl.clients, wl.aggregate_rate or 0.0))
+        if wl.servegen_data is not None:
+            from simpy_llm.workload.servegen import load_servegen
+
+            clients, rate = load_servegen(wl.servegen_data)
+            groups.append((tuple(clients), rate))
+        sources = []
+        for clients, aggregate in groups:
+            total = sum(c.rate_fraction for c in clients)
+            for c in clients:
+                if c.rate_fraction > 0:
+                    sources.append(ClientSource(c, aggregate * c.rate_fraction / total, self.workload_streams, seed))
+        return sources
+
+    def _trace_sources(self) -> list[tuple[dict, Iterator]]:
+        """One source per replayed trace."""
+        if not self.scenario.workload.traces:
+            return []
+        from simpy_llm.workload.traces import load_trace, trace_rows
+
+        return [({}, trace_rows(load_trace(src), src)) for src in self.scenario.workload.traces]
+
+    def _open_session(self, req: Request, source_index: int) -> None:
+        if source_index < len(self.sources):
+            self.sessions.open(req, self.sources[source_index])
+
     def _finished(self) -> bool:
-        return self.generator.done and not self.recorder.live
+        pending = self.sessions.pending if self.sessions is not None else 0
+        return self.generator.done and not self.recorder.live and not pending
 
     def run(self, progress: ProgressCallback | None = None, progress_every_s: float | None = None) -> Results:
         """Run to the end (every request finished, or ``simulation.until_s``) and return the Results.
@@ -101,7 +161,13 @@ class Simulation:
             env.run(until=until)
         else:
             total = wl.num_requests
-            expected = wl.horizon_s if wl.horizon_s is not None else (wl.num_requests or 1) / wl.aggregate_rate
+            rate = sum(src.rate for src in self.sources)
+            if wl.horizon_s is not None:
+                expected = wl.horizon_s
+            elif wl.num_requests is not None and rate > 0:
+                expected = wl.num_requests / rate
+            else:
+                expected = 3600.0  # traces: no cheap estimate; slices only pace the progress bar
             every = progress_every_s or max(expected / 200.0, 1e-6)
             t = 0.0
             while not self._finished() and (until is None or t < until):
@@ -115,6 +181,8 @@ class Simulation:
         end_s = until if until is not None else self._last_activity_s()
         for req in sorted(self.recorder.live.values(), key=lambda r: r.id):
             self.recorder.on_in_flight(req)
+        if self.sessions is not None:
+            self.sessions.close()
         return Results.from_recorder(
             self.recorder,
             scenario=self.scenario,

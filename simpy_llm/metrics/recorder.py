@@ -28,6 +28,17 @@ RECORD_FIELDS: tuple[tuple[str, str], ...] = (
     ("slo_class", "s"),
     ("status", "s"),
     ("replica", "i"),
+    ("priority", "i"),
+    ("streaming", "i"),
+    ("session_id", "s"),
+    ("round_index", "i"),
+    ("prefix_group", "s"),
+    ("prefix_tokens", "i"),
+    ("text_tokens", "i"),
+    ("image_tokens", "i"),
+    ("audio_tokens", "i"),
+    ("video_tokens", "i"),
+    ("reason_ratio", "f"),
     ("prompt_tokens", "i"),
     ("output_tokens", "i"),
     ("generated_tokens", "i"),
@@ -65,6 +76,8 @@ class Recorder:
             name: array("d" if kind == "f" else "q") for name, kind in RECORD_FIELDS
         }
         self.codes: dict[str, _Codes] = {name: _Codes() for name, kind in RECORD_FIELDS if kind == "s"}
+        self.sessions: list[tuple[str, str, int, str]] = []
+        """(session_id, client_id, rounds, end_reason) per ended session."""
         self.preemptions: list[tuple[int, int, float]] = []
         """(request_id, replica, time_s) per preemption."""
         self.itl = WeightedTally()
@@ -112,6 +125,10 @@ class Recorder:
         """A running request lost its KV blocks and went back to the waiting queue."""
         self.preemptions.append((req.id, replica, now_s))
 
+    def on_session_end(self, session_id: str, client_id: str, rounds: int, reason: str) -> None:
+        """A session ended after *rounds* rounds, for *reason* (see ``workload.sessions``)."""
+        self.sessions.append((session_id, client_id, rounds, reason))
+
     # --- engine steps ----------------------------------------------------
     def on_steps(
         self,
@@ -149,6 +166,17 @@ class Recorder:
         c["slo_class"].append(codes["slo_class"](req.slo_class))
         c["status"].append(codes["status"](status))
         c["replica"].append(req.replica)
+        c["priority"].append(req.priority)
+        c["streaming"].append(1 if req.streaming else 0)
+        c["session_id"].append(codes["session_id"](req.session_id))
+        c["round_index"].append(req.round_index)
+        c["prefix_group"].append(codes["prefix_group"](req.prefix_group))
+        c["prefix_tokens"].append(req.prefix_tokens)
+        c["text_tokens"].append(req.text_tokens)
+        c["image_tokens"].append(req.image_tokens)
+        c["audio_tokens"].append(req.audio_tokens)
+        c["video_tokens"].append(req.video_tokens)
+        c["reason_ratio"].append(req.reason_ratio)
         c["prompt_tokens"].append(req.prompt_tokens)
         c["output_tokens"].append(req.output_tokens)
         c["generated_tokens"].append(req.generated_tokens)

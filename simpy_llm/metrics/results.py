@@ -54,6 +54,17 @@ class RequestRecord:
     status: str
     """completed | dropped | in_flight"""
     replica: int
+    priority: int
+    streaming: int
+    session_id: str
+    round_index: int
+    prefix_group: str
+    prefix_tokens: int
+    text_tokens: int
+    image_tokens: int
+    audio_tokens: int
+    video_tokens: int
+    reason_ratio: float
     prompt_tokens: int
     output_tokens: int
     generated_tokens: int
@@ -171,7 +182,7 @@ class Results:
         import pandas as pd
 
         frame = pd.DataFrame({**self.columns, **self.derived()})
-        for name in ("client_id", "tenant_id", "slo_class", "status"):
+        for name in ("client_id", "tenant_id", "slo_class", "status", "session_id", "prefix_group"):
             frame[name] = frame[name].astype("string")
         return frame
 
@@ -182,6 +193,15 @@ class Results:
         rows = sorted(self._recorder.preemptions)
         return pd.DataFrame(rows, columns=["request_id", "replica", "time_s"]).astype(
             {"request_id": "int64", "replica": "int64", "time_s": "float64"}
+        )
+
+    def sessions(self) -> pd.DataFrame:
+        """One row per session: session_id, client_id, rounds (created), end_reason."""
+        import pandas as pd
+
+        rows = sorted(self._recorder.sessions)
+        return pd.DataFrame(rows, columns=["session_id", "client_id", "rounds", "end_reason"]).astype(
+            {"session_id": "string", "client_id": "string", "rounds": "int64", "end_reason": "string"}
         )
 
     # --- summary -----------------------------------------------------------
@@ -286,6 +306,8 @@ class Results:
         else:
             frame.to_parquet(out / "records.parquet", index=False)
         self.preemptions().to_csv(out / "preemptions.csv", index=False)
+        if self._recorder.sessions:
+            self.sessions().to_csv(out / "sessions.csv", index=False)
         (out / "summary.json").write_text(json.dumps(self.summary(), indent=2, default=_json_default) + "\n")
         manifest = {
             "seed": self.scenario.seed,

@@ -124,7 +124,7 @@ class Replica:
         ``True`` for one event per batch-composition change, ``False`` for one
         event per step.
     completions
-        Optional Store that receives each finished request.
+        Optional Wire that receives each request leaving the replica (completed or dropped).
     """
 
     def __init__(
@@ -242,6 +242,8 @@ class Replica:
                 self.outstanding -= 1
                 self.recorder.on_drop(req)
                 self.recorder.on_departure(env.now)
+                if self.completions is not None:
+                    self.completions.put(req)
                 continue
             delay = queueing_time_s(req.prompt_tokens)
             if delay > 0.0:

@@ -1,43 +1,178 @@
-"""The workload generator process: clients' arrivals merged into one Store.
+"""The workload generator process: every source's arrivals merged into one Wire.
 
-Each client draws its inter-arrival gaps and its prompt and output lengths in
-vectors (chunks of :data:`CHUNK`) from its own named random streams
-(``workload/<client>/arrival``, ``.../input``, ``.../output``), so a client's
-requests do not depend on the other clients. The generator merges the
-clients' arrival times, numbers requests in arrival order, and puts each into
-its output Store at its arrival time.
+A *source* is an endless (or finite) iterator of rows ``(arrival_s, prompt_tokens,
+output_tokens, extra)`` in time order, plus the request fields shared by all its
+rows (``base``); ``extra`` is ``None`` or a dict of per-request fields. Synthetic
+clients (:class:`ClientSource`) draw arrival times and lengths in vectors
+(chunks of :data:`CHUNK`) from their own named random streams
+(``workload/<client>/arrival|input|output|mix``), so a client's requests do not
+depend on the other clients. Trace replays are sources too. The generator
+merges the sources by time, numbers requests in arrival order from the
+simulation's id counter, and puts each into its output Wire at its arrival time.
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections.abc import Generator, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import simpy
 
 from simpy_llm.entities import Request
 from simpy_llm.workload.distributions import to_tokens
+from simpy_llm.workload.prefix import PREFIX_BLOCK_TOKENS, prefix_blocks
 
 if TYPE_CHECKING:
-    from simpy_llm.wire import Wire
     from simpy.events import Event
 
-    from simpy_llm.config.schema import ClientConfig, WorkloadConfig
+    from simpy_llm.config.schema import ClientConfig, LifecycleConfig, MultimodalConfig
     from simpy_llm.metrics.recorder import Recorder
     from simpy_llm.rng import RandomStreams
+    from simpy_llm.wire import Wire
 
-__all__ = ["CHUNK", "WorkloadGenerator", "client_arrivals"]
+__all__ = ["CHUNK", "ClientSource", "Row", "WorkloadGenerator", "client_arrivals", "to_counts"]
 
 CHUNK = 4096
 """Requests drawn per vector draw and client."""
 
+Row = tuple[float, int, int, "dict[str, Any] | None"]
+"""(arrival_s, prompt_tokens, output_tokens, extra request fields or None)."""
 
-def client_arrivals(
-    client: ClientConfig, rate: float, streams: RandomStreams
-) -> Iterator[tuple[float, int, int]]:
-    """Endless ``(arrival_s, prompt_tokens, output_tokens)`` for one client at *rate* requests/s.
+
+def to_counts(values: np.ndarray) -> np.ndarray:
+    """Round sampled counts to whole numbers, at least 0.
+
+    >>> to_counts(np.array([-0.4, 0.4, 2.6])).tolist()
+    [0, 0, 3]
+    """
+    return np.maximum(np.rint(values), 0).astype(np.int64)
+
+
+def warp_to_windows(active_times: np.ndarray, lifecycle: LifecycleConfig) -> np.ndarray:
+    """Map times on the client's *active* clock onto the simulation clock.
+
+    Active time runs only inside the lifecycle windows; times past the last
+    window map to ``inf`` (the client is done).
+
+    >>> from simpy_llm.config.schema import ActiveWindow, LifecycleConfig
+    >>> lc = LifecycleConfig(windows=(ActiveWindow(start_s=10, end_s=20), ActiveWindow(start_s=50, end_s=60)))
+    >>> warp_to_windows(np.array([0.0, 5.0, 12.0, 25.0]), lc).tolist()
+    [10.0, 15.0, 52.0, inf]
+    """
+    starts = np.array([w.start_s for w in lifecycle.windows])
+    lengths = np.array([w.end_s - w.start_s for w in lifecycle.windows])
+    ends = np.cumsum(lengths)
+    idx = np.searchsorted(ends, active_times, side="right")
+    inside = idx < len(starts)
+    clipped = np.minimum(idx, len(starts) - 1)
+    offset = active_times - (ends[clipped] - lengths[clipped])
+    return np.where(inside, starts[clipped] + offset, np.inf)
+
+
+class ClientSource:
+    """Rows of one synthetic client at *rate* requests/s.
+
+    Parameters
+    ----------
+    client
+        The client's config.
+    rate
+        Its mean rate (while active), requests/s.
+    streams
+        Random streams (the client's are named after its id).
+    seed
+        Workload seed (prefix-block hashes depend on it).
+    """
+
+    def __init__(self, client: ClientConfig, rate: float, streams: RandomStreams, seed: int) -> None:
+        self.client = client
+        self.rate = rate
+        self._streams = streams
+        prefix = client.prefix_length if client.prefix_group else 0
+        self.prefix_tokens = prefix
+        self.base: dict[str, Any] = {
+            "client_id": client.id,
+            "tenant_id": client.tenant_id or client.id,
+            "slo_class": client.slo_class,
+            "priority": client.priority,
+            "streaming": client.streaming >= 0.5,
+        }
+        if prefix:
+            self.base.update(
+                prefix_group=client.prefix_group,
+                prefix_tokens=prefix,
+                prefix_blocks=prefix_blocks(seed, client.prefix_group, prefix),
+                prefix_block_tokens=PREFIX_BLOCK_TOKENS,
+            )
+
+    def stream(self, what: str) -> np.random.Generator:
+        """The client's random stream for *what* (arrival, input, output, mix, session)."""
+        return self._streams.stream(f"workload/{self.client.id}/{what}")
+
+    def prompts(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, list[dict[str, Any]] | None]:
+        """*n* prompt lengths (with the shared prefix) and, for multimodal clients, their mix."""
+        mm = self.client.multimodal
+        if mm is None:
+            return to_tokens(self.client.input_distribution.sample(rng, n)) + self.prefix_tokens, None
+        text, parts = _multimodal(mm, rng, n)
+        total = np.maximum(text + parts["image_tokens"] + parts["audio_tokens"] + parts["video_tokens"], 1)
+        extras = [
+            {"text_tokens": t, "image_tokens": i, "audio_tokens": a, "video_tokens": v}
+            for t, i, a, v in zip(
+                text.tolist(),
+                parts["image_tokens"].tolist(),
+                parts["audio_tokens"].tolist(),
+                parts["video_tokens"].tolist(),
+                strict=True,
+            )
+        ]
+        return total + self.prefix_tokens, extras
+
+    def rows(self) -> Iterator[Row]:
+        """Endless rows in arrival order (finite if the lifecycle ends)."""
+        client = self.client
+        arrival_rng, input_rng, output_rng, mix_rng = (self.stream(w) for w in ("arrival", "input", "output", "mix"))
+        p_stream = client.streaming
+        for times in client.arrival.times(arrival_rng, self.rate, CHUNK):
+            if client.lifecycle is not None:
+                times = warp_to_windows(times, client.lifecycle)
+            n = len(times)
+            prompts, extras = self.prompts(input_rng, n)
+            outputs = to_tokens(client.output_distribution.sample(output_rng, n))
+            per_request: list[dict[str, Any]] | None = extras
+            if 0.0 < p_stream < 1.0:
+                flags = (mix_rng.random(n) < p_stream).tolist()
+                per_request = [{**(e or {}), "streaming": f} for e, f in zip(per_request or [None] * n, flags, strict=True)]
+            if client.reasoning is not None:
+                ratios = np.clip(client.reasoning.reason_ratio_distribution.sample(mix_rng, n), 0.0, 1.0).tolist()
+                per_request = [{**(e or {}), "reason_ratio": r} for e, r in zip(per_request or [None] * n, ratios, strict=True)]
+            extra_iter = per_request if per_request is not None else itertools.repeat(None, n)
+            for row in zip(times.tolist(), prompts.tolist(), outputs.tolist(), extra_iter):
+                if row[0] == float("inf"):
+                    return
+                yield row
+
+
+def _multimodal(mm: MultimodalConfig, rng: np.random.Generator, n: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    text = to_tokens(mm.text_distribution.sample(rng, n))
+    parts: dict[str, np.ndarray] = {}
+    for kind in ("image", "audio", "video"):
+        per_item = getattr(mm, f"{kind}_distribution")
+        if per_item is None:
+            parts[f"{kind}_tokens"] = np.zeros(n, dtype=np.int64)
+            continue
+        counts = to_counts(getattr(mm, f"{kind}_count_distribution").sample(rng, n))
+        items = to_tokens(per_item.sample(rng, int(counts.sum())))
+        owner = np.repeat(np.arange(n), counts)
+        parts[f"{kind}_tokens"] = np.bincount(owner, weights=items, minlength=n).astype(np.int64)
+    return text, parts
+
+
+def client_arrivals(client: ClientConfig, rate: float, streams: RandomStreams) -> Iterator[tuple[float, int, int]]:
+    """``(arrival_s, prompt_tokens, output_tokens)`` for one client at *rate* requests/s.
 
     Examples
     --------
@@ -47,19 +182,12 @@ def client_arrivals(
     >>> from simpy_llm.rng import RandomStreams
     >>> c = ClientConfig(id="a", rate_fraction=1.0, arrival=PoissonArrivals(),
     ...                  input_distribution=Constant(value=10), output_distribution=Constant(value=5))
-    >>> it = client_arrivals(c, 2.0, RandomStreams(0))
-    >>> t, p, o = next(it)
+    >>> t, p, o = next(client_arrivals(c, 2.0, RandomStreams(0)))
     >>> (p, o), t > 0
     ((10, 5), True)
     """
-    arrival_rng = streams.stream(f"workload/{client.id}/arrival")
-    input_rng = streams.stream(f"workload/{client.id}/input")
-    output_rng = streams.stream(f"workload/{client.id}/output")
-    for times in client.arrival.times(arrival_rng, rate, CHUNK):
-        n = len(times)
-        prompts = to_tokens(client.input_distribution.sample(input_rng, n))
-        outputs = to_tokens(client.output_distribution.sample(output_rng, n))
-        yield from zip(times.tolist(), prompts.tolist(), outputs.tolist())
+    for t, p, o, _extra in ClientSource(client, rate, streams, streams.seed).rows():
+        yield t, p, o
 
 
 class WorkloadGenerator:
@@ -69,29 +197,43 @@ class WorkloadGenerator:
     ----------
     env
         The SimPy environment.
-    config
-        The workload.
-    streams
-        Random streams.
+    sources
+        ``(base fields, rows)`` per source (see the module docstring).
     outbox
-        Store receiving each request as it arrives.
+        Wire receiving each request as it arrives.
     recorder
         Told of each arrival.
+    ids
+        The simulation's request-id counter.
+    num_requests
+        Stop after this many arrivals (None: no limit).
+    horizon_s
+        Stop at the first arrival after this time (None: no limit).
+    on_request
+        Called as ``on_request(request, source_index)`` for each request created
+        (e.g. to open a session).
     """
 
     def __init__(
         self,
         env: simpy.Environment,
-        config: WorkloadConfig,
-        streams: RandomStreams,
+        sources: list[tuple[dict[str, Any], Iterator[Row]]],
         outbox: Wire | simpy.Store,
         recorder: Recorder,
+        ids: Iterator[int],
+        *,
+        num_requests: int | None = None,
+        horizon_s: float | None = None,
+        on_request: Any = None,
     ) -> None:
         self.env = env
-        self.config = config
-        self.streams = streams
+        self.sources = sources
         self.outbox = outbox
         self.recorder = recorder
+        self.ids = ids
+        self.num_requests = num_requests
+        self.horizon_s = horizon_s
+        self.on_request = on_request
         self.generated = 0
         self.done = False
         """True once the last request has been generated."""
@@ -105,43 +247,44 @@ class WorkloadGenerator:
         Timeout
             Until the next arrival.
         """
-        cfg = self.config
         env = self.env
-        total = sum(c.rate_fraction for c in cfg.clients)
-        sources = []
-        heap: list[tuple[float, int, int, int]] = []
-        for i, client in enumerate(cfg.clients):
-            if client.rate_fraction <= 0:
-                continue
-            it = client_arrivals(client, cfg.aggregate_rate * client.rate_fraction / total, self.streams)
-            sources.append((client, it))
-            t, p, o = next(it)
-            heap.append((t, len(sources) - 1, p, o))
+        heap: list[tuple[float, int, int, int, Any]] = []
+        iterators = []
+        for i, (_base, rows) in enumerate(self.sources):
+            it = iter(rows)
+            iterators.append(it)
+            first = next(it, None)
+            if first is not None:
+                heap.append((first[0], i, first[1], first[2], first[3]))
         heapq.heapify(heap)
-        limit = cfg.num_requests if cfg.num_requests is not None else -1
-        horizon = cfg.horizon_s if cfg.horizon_s is not None else float("inf")
+        limit = self.num_requests if self.num_requests is not None else -1
+        horizon = self.horizon_s if self.horizon_s is not None else float("inf")
         put = self.outbox.put
         on_arrival = self.recorder.on_arrival
+        on_request = self.on_request
+        ids = self.ids
+        bases = [base for base, _ in self.sources]
         n = 0
-        while n != limit:
-            t, ci, prompt, output = heap[0]
+        while heap and n != limit:
+            t, si, prompt, output, extra = heap[0]
             if t > horizon:
                 break
-            client, it = sources[ci]
-            nt, np_, no = next(it)
-            heapq.heapreplace(heap, (nt, ci, np_, no))
-            yield env.timeout(t - env.now)
-            req = Request(
-                id=n,
-                client_id=client.id,
-                tenant_id=client.tenant_id or client.id,
-                slo_class=client.slo_class,
-                prompt_tokens=prompt,
-                output_tokens=output,
-                arrival_s=env.now,
-            )
+            nxt = next(iterators[si], None)
+            if nxt is None:
+                heapq.heappop(heap)
+            else:
+                heapq.heapreplace(heap, (nxt[0], si, nxt[1], nxt[2], nxt[3]))
+            if t > env.now:
+                yield env.timeout(t - env.now)
+            base = bases[si]
+            if extra is None:
+                req = Request(id=next(ids), prompt_tokens=prompt, output_tokens=output, arrival_s=env.now, **base)
+            else:
+                req = Request(id=next(ids), prompt_tokens=prompt, output_tokens=output, arrival_s=env.now, **{**base, **extra})
             n += 1
             self.generated = n
+            if on_request is not None:
+                on_request(req, si)
             on_arrival(req, env.now)
             put(req)
         self.done = True

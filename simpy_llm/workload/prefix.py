@@ -1,0 +1,62 @@
+"""Prefix groups and synthetic token ids.
+
+Requests of clients in the same ``prefix_group`` share their first
+``prefix_length`` prompt tokens. The shared prefix is described by block
+hashes (:data:`PREFIX_BLOCK_TOKENS` tokens per block) that depend only on the
+seed and the group name, so a prefix-aware KV cache can match them; the
+token ids themselves are generated on demand (:func:`synthetic_token_ids`),
+never stored per request.
+"""
+
+from __future__ import annotations
+
+import functools
+import zlib
+
+import numpy as np
+
+__all__ = ["PREFIX_BLOCK_TOKENS", "VOCAB_SIZE", "prefix_blocks", "synthetic_token_ids"]
+
+PREFIX_BLOCK_TOKENS = 16
+"""Tokens per prefix block hash."""
+VOCAB_SIZE = 32_000
+"""Token ids are drawn from [0, VOCAB_SIZE)."""
+
+
+def _rng(seed: int, *key: str | int) -> np.random.Generator:
+    spawn = tuple(zlib.crc32(k.encode()) if isinstance(k, str) else int(k) for k in key)
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=spawn)))
+
+
+@functools.lru_cache(maxsize=1024)
+def prefix_blocks(seed: int, group: str, prefix_tokens: int) -> tuple[int, ...]:
+    """Hashes of the blocks covering the first *prefix_tokens* tokens of *group*'s prefix.
+
+    A shorter prefix of the same group is a prefix of a longer one.
+
+    >>> a = prefix_blocks(1, "sys", 40); b = prefix_blocks(1, "sys", 16)
+    >>> len(a), len(b), a[:1] == b
+    (3, 1, True)
+    >>> prefix_blocks(1, "sys", 4000)[:249] == prefix_blocks(1, "sys", 4000 - 16)
+    True
+    >>> prefix_blocks(1, "sys", 40) != prefix_blocks(2, "sys", 40)
+    True
+    """
+    n = -(-prefix_tokens // PREFIX_BLOCK_TOKENS)
+    # numpy draws element by element, so a shorter run is a prefix of a longer one.
+    hashes = _rng(seed, "prefix", group).integers(0, 2**63 - 1, size=n, dtype=np.int64)
+    return tuple(int(h) for h in hashes)
+
+
+def synthetic_token_ids(seed: int, request_id: int, prompt_tokens: int, group: str = "", prefix_tokens: int = 0) -> np.ndarray:
+    """Deterministic token ids for a request's prompt: the group's shared prefix, then
+    tokens unique to the request.
+
+    >>> a = synthetic_token_ids(7, 1, 50, "sys", 20); b = synthetic_token_ids(7, 2, 30, "sys", 20)
+    >>> bool((a[:20] == b[:20]).all()), bool((a[20:30] == b[20:30]).all()), len(a)
+    (True, False, 50)
+    """
+    prefix_tokens = min(prefix_tokens, prompt_tokens) if group else 0
+    head = _rng(seed, "prefix-ids", group).integers(0, VOCAB_SIZE, size=prefix_tokens) if prefix_tokens else np.empty(0, np.int64)
+    tail = _rng(seed, "request-ids", request_id).integers(0, VOCAB_SIZE, size=prompt_tokens - prefix_tokens)
+    return np.concatenate([head, tail]).astype(np.int64)

@@ -1,0 +1,187 @@
+"""Closed-loop sessions: multi-turn conversations and conversational follow-ups.
+
+The :class:`SessionRegistry` is a SimPy process that takes every request
+leaving a replica from a completions Wire. For a request that belongs to a
+session it decides whether the user sends another round and, if so, creates
+it after a think time and puts it into the same Wire the workload generator
+feeds, so the router cannot tell follow-ups from fresh arrivals.
+
+Rules (per client):
+
+* ``multi_turn``: every arrival opens a session of ``rounds`` rounds (drawn
+  from ``rounds_distribution``, clamped to [1, max_rounds], else max_rounds).
+  Round k+1 arrives ``think_time`` seconds after round k completes.
+* ``conversational_probability`` p (without multi_turn): after each completed
+  round the user follows up with probability p (a geometric chain), after
+  ``follow_up_think_time`` seconds.
+* The next round's prompt under ``context_growth: accumulate`` (the default,
+  also for conversational follow-ups) is the previous round's prompt plus its
+  output plus a newly drawn question; under ``fixed`` it is a fresh draw
+  (plus the client's shared prefix).
+
+A round therefore never arrives before its predecessor completes. A session
+ends with one of the reasons in :data:`END_REASONS`; ``Results.sessions()``
+lists every session with its rounds and end reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterator
+from typing import TYPE_CHECKING
+
+import attrs
+import simpy
+
+from simpy_llm.entities import Request
+from simpy_llm.workload.distributions import to_tokens
+
+if TYPE_CHECKING:
+    from simpy.events import Event
+
+    from simpy_llm.metrics.recorder import Recorder
+    from simpy_llm.wire import Wire
+    from simpy_llm.workload.generator import ClientSource
+
+__all__ = ["END_REASONS", "SessionRegistry", "SessionState"]
+
+END_REASONS = ("max_rounds", "user_stopped", "horizon", "dropped", "in_progress")
+"""Why a session ended: all its rounds ran; the user did not follow up; the next
+round would have arrived after the workload horizon; a round was dropped; or the
+simulation stopped first."""
+
+
+@attrs.define(eq=False)
+class SessionState:
+    """A live session."""
+
+    session_id: str
+    source: ClientSource
+    rounds: int
+    """Rounds planned (multi-turn); 0 for open-ended conversational chains."""
+    started: int = 1
+    """Rounds created so far."""
+    end_reason: str = ""
+
+
+class SessionRegistry:
+    """Issues the follow-up rounds of sessions.
+
+    Parameters
+    ----------
+    env
+        The SimPy environment.
+    completions
+        Wire of requests leaving the replicas (completed or dropped).
+    arrivals
+        Wire the router reads; follow-ups are put here.
+    recorder
+        Told of each follow-up arrival and each session's end.
+    ids
+        The simulation's request-id counter.
+    horizon_s
+        No round arrives after this time (None: no limit).
+    """
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        completions: Wire,
+        arrivals: Wire,
+        recorder: Recorder,
+        ids: Iterator[int],
+        horizon_s: float | None = None,
+    ) -> None:
+        self.env = env
+        self.completions = completions
+        self.arrivals = arrivals
+        self.recorder = recorder
+        self.ids = ids
+        self.horizon_s = horizon_s
+        self.live: dict[str, SessionState] = {}
+        self.pending = 0
+        """Follow-ups created and waiting for their think time to pass."""
+        self.process = env.process(self._run())
+
+    def open(self, req: Request, source: ClientSource) -> None:
+        """Start a session whose first round is *req* (called by the generator)."""
+        client = source.client
+        if client.multi_turn is None and client.conversational_probability <= 0:
+            return
+        req.session_id = f"{client.id}/{req.id}"
+        rounds = 0
+        mt = client.multi_turn
+        if mt is not None:
+            rounds = mt.max_rounds
+            if mt.rounds_distribution is not None:
+                drawn = int(to_tokens(mt.rounds_distribution.sample(source.stream("session"), 1))[0])
+                rounds = min(max(drawn, 1), mt.max_rounds)
+        self.live[req.session_id] = SessionState(req.session_id, source, rounds)
+
+    def _run(self) -> Generator[Event, Request, None]:
+        """Decide each finished round's follow-up.
+
+        Yields
+        ------
+        WireGet
+            The next request that left a replica.
+        """
+        get = self.completions.get
+        while True:
+            req = yield get()
+            state = self.live.get(req.session_id)
+            if state is not None:
+                self._after(req, state)
+
+    def _after(self, req: Request, state: SessionState) -> None:
+        client = state.source.client
+        rng = state.source.stream("session")
+        if req.dropped_reason:
+            return self._end(state, "dropped")
+        mt = client.multi_turn
+        if mt is not None:
+            if state.started >= state.rounds:
+                return self._end(state, "max_rounds")
+            think_dist = mt.think_time
+            growth = mt.context_growth
+        else:
+            if rng.random() >= client.conversational_probability:
+                return self._end(state, "user_stopped")
+            think_dist = client.follow_up_think_time
+            growth = "accumulate"
+        think = max(float(think_dist.sample(rng, 1)[0]), 0.0)
+        if self.horizon_s is not None and self.env.now + think > self.horizon_s:
+            return self._end(state, "horizon")
+        source = state.source
+        new_prompt, extras = source.prompts(rng, 1)
+        question = int(new_prompt[0]) - source.prefix_tokens
+        prompt = req.prompt_tokens + req.output_tokens + question if growth == "accumulate" else int(new_prompt[0])
+        output = int(to_tokens(client.output_distribution.sample(rng, 1))[0])
+        fields = {
+            **source.base,
+            **(extras[0] if extras else {}),
+            "streaming": req.streaming,
+            "session_id": state.session_id,
+            "round_index": req.round_index + 1,
+        }
+        state.started += 1
+        self.pending += 1
+        self.env.timeout(think).callbacks.append(lambda _ev: self._arrive(prompt, output, fields))
+        return None
+
+    def _arrive(self, prompt: int, output: int, fields: dict) -> None:
+        self.pending -= 1
+        now = self.env.now
+        req = Request(id=next(self.ids), prompt_tokens=prompt, output_tokens=output, arrival_s=now, **fields)
+        self.recorder.on_arrival(req, now)
+        self.arrivals.put(req)
+
+    def _end(self, state: SessionState, reason: str) -> None:
+        state.end_reason = reason
+        del self.live[state.session_id]
+        self.recorder.on_session_end(state.session_id, state.source.client.id, state.started, reason)
+
+    def close(self) -> None:
+        """Report the sessions still open when the simulation stops."""
+        for state in sorted(self.live.values(), key=lambda s: s.session_id):
+            self.recorder.on_session_end(state.session_id, state.source.client.id, state.started, "in_progress")
+        self.live.clear()
