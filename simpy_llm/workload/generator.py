@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from simpy_llm.rng import RandomStreams
     from simpy_llm.wire import Wire
 
-__all__ = ["CHUNK", "ClientSource", "Row", "WorkloadGenerator", "client_arrivals", "to_counts"]
+__all__ = ["CHUNK", "ClientSource", "Row", "WorkloadGenerator", "client_arrivals", "merge_sources", "to_counts"]
 
 CHUNK = 4096
 """Requests drawn per vector draw and client."""
@@ -248,32 +248,13 @@ class WorkloadGenerator:
             Until the next arrival.
         """
         env = self.env
-        heap: list[tuple[float, int, int, int, Any]] = []
-        iterators = []
-        for i, (_base, rows) in enumerate(self.sources):
-            it = iter(rows)
-            iterators.append(it)
-            first = next(it, None)
-            if first is not None:
-                heap.append((first[0], i, first[1], first[2], first[3]))
-        heapq.heapify(heap)
-        limit = self.num_requests if self.num_requests is not None else -1
-        horizon = self.horizon_s if self.horizon_s is not None else float("inf")
         put = self.outbox.put
         on_arrival = self.recorder.on_arrival
         on_request = self.on_request
         ids = self.ids
         bases = [base for base, _ in self.sources]
         n = 0
-        while heap and n != limit:
-            t, si, prompt, output, extra = heap[0]
-            if t > horizon:
-                break
-            nxt = next(iterators[si], None)
-            if nxt is None:
-                heapq.heappop(heap)
-            else:
-                heapq.heapreplace(heap, (nxt[0], si, nxt[1], nxt[2], nxt[3]))
+        for t, si, prompt, output, extra in merge_sources([rows for _, rows in self.sources], self.num_requests, self.horizon_s):
             if t > env.now:
                 yield env.timeout(t - env.now)
             base = bases[si]
@@ -288,3 +269,36 @@ class WorkloadGenerator:
             on_arrival(req, env.now)
             put(req)
         self.done = True
+
+
+def merge_sources(
+    sources: list[Iterator[Row]], num_requests: int | None = None, horizon_s: float | None = None
+) -> Iterator[tuple[float, int, int, int, dict[str, Any] | None]]:
+    """Merge the sources' rows by arrival time into ``(arrival_s, source index, prompt,
+    output, extra)``, stopping after *num_requests* rows or past *horizon_s*.
+
+    Ties in time go to the lower source index.
+    """
+    heap: list[tuple[float, int, int, int, Any]] = []
+    iterators = []
+    for i, rows in enumerate(sources):
+        it = iter(rows)
+        iterators.append(it)
+        first = next(it, None)
+        if first is not None:
+            heap.append((first[0], i, first[1], first[2], first[3]))
+    heapq.heapify(heap)
+    limit = num_requests if num_requests is not None else -1
+    horizon = horizon_s if horizon_s is not None else float("inf")
+    n = 0
+    while heap and n != limit:
+        item = heap[0]
+        if item[0] > horizon:
+            return
+        nxt = next(iterators[item[1]], None)
+        if nxt is None:
+            heapq.heappop(heap)
+        else:
+            heapq.heapreplace(heap, (nxt[0], item[1], nxt[1], nxt[2], nxt[3]))
+        n += 1
+        yield item
