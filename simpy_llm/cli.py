@@ -169,6 +169,10 @@ def _summary_table(s: dict[str, Any], title: str) -> Any:
         ("engine steps", f"{s['engine']['steps']}"),
     ):
         run.add_row(label, text)
+    ses = s["sessions"]
+    if ses["count"]:
+        reasons = ", ".join(f"{k} {v}" for k, v in ses["end_reasons"].items())
+        run.add_row("sessions", f"{ses['count']} ({ses['mean_rounds']:.2f} rounds on average; ended: {reasons})")
     return Group(lat, run)
 
 

@@ -274,6 +274,19 @@ class Results:
             "batch_size": batch,
             "in_system": {"time_average": rec.in_system.time_average(self.end_s), "peak": rec.in_system.peak},
             "engine": {"steps": self.steps, "busy_s": list(rec.busy_s)},
+            "sessions": self._session_summary(),
+        }
+
+    def _session_summary(self) -> dict[str, Any]:
+        sessions = self._recorder.sessions
+        reasons: dict[str, int] = {}
+        for *_rest, reason in sessions:
+            reasons[reason] = reasons.get(reason, 0) + 1
+        rounds = [r for _, _, r, _ in sessions]
+        return {
+            "count": len(sessions),
+            "mean_rounds": float(np.mean(rounds)) if rounds else None,
+            "end_reasons": dict(sorted(reasons.items())),
         }
 
     def _slo_met(self, done: np.ndarray, d: dict[str, np.ndarray]) -> np.ndarray:
