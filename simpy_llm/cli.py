@@ -45,6 +45,13 @@ def _parser() -> argparse.ArgumentParser:
         help="progress bar: auto shows it on a terminal for long runs",
     )
 
+    wl = sub.add_parser("workload", help="generate a scenario's requests without simulating them")
+    wl.add_argument("scenario", help="scenario YAML file (its workload section is used)")
+    wl.add_argument("--out", metavar="DIR", required=True, help="write trace v2, summary.json (and plots) here")
+    wl.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    wl.add_argument("--seed", type=int, help="override the scenario's seed")
+    wl.add_argument("--plots", action="store_true", help="also write PNG histograms (needs matplotlib)")
+
     val = sub.add_parser("validate", help="check scenario files without running them")
     val.add_argument("files", nargs="+", help="scenario YAML files")
     val.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
@@ -56,7 +63,46 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "validate":
         return _validate(args)
+    if args.command == "workload":
+        return _workload(args)
     return _run(args)
+
+
+def _workload(args: argparse.Namespace) -> int:
+    import json
+    import time
+    from pathlib import Path
+
+    from simpy_llm.workload.export import generate_requests, plot_histograms, workload_summary
+    from simpy_llm.workload.traces import write_generated_trace
+
+    overrides = list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else [])
+    try:
+        scenario = load_scenario(args.scenario, overrides)
+    except ScenarioError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    wall0 = time.perf_counter()
+    frame = generate_requests(scenario)
+    wall = time.perf_counter() - wall0
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = write_generated_trace(frame, out / "trace", source=args.scenario, seed=scenario.seed)
+    summary = workload_summary(frame)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(f"wrote {', '.join(str(p) for p in paths)} and {out / 'summary.json'}")
+    if args.plots:
+        for path in plot_histograms(frame, out):
+            print(f"wrote {path}")
+    for client, c in summary["clients"].items():
+        cv = c["interarrival_cv"]
+        print(
+            f"  {client}: {c['requests']} requests, {c['rate_per_s']:.3f}/s, "
+            f"CV {'-' if cv is None else f'{cv:.2f}'}, input p50 {c['input_tokens'].get('p50', 0):.0f}, "
+            f"output p50 {c['output_tokens'].get('p50', 0):.0f}"
+        )
+    print(f"generated {len(frame)} requests in {wall:.2f} wall seconds")
+    return 0
 
 
 def _validate(args: argparse.Namespace) -> int:
