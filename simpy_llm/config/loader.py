@@ -253,6 +253,8 @@ def _tagged(value: Any, registry: Registry[type], tag: str, flat: bool) -> Any:
     """Structure ``{tag: NAME, ...}`` into the class registered under NAME.
 
     With *flat* the class's fields sit beside the tag; otherwise under ``params``.
+    A class with a ``from_params(fields)`` classmethod builds itself from them
+    (its :class:`FieldValueError` is reported under ``params``).
     """
     value = _require_mapping(value, f"with key {tag!r}")
     if tag not in value:
@@ -277,6 +279,11 @@ def _tagged(value: Any, registry: Registry[type], tag: str, flat: bool) -> Any:
             raise _Problems([("params", f"must be a mapping (of parameters), got {reprlib.repr(params)}")])
         fields = dict(params)
         prefix = "params"
+    if hasattr(cls, "from_params"):  # the class parses its own parameters (e.g. a PMF file)
+        try:
+            return cls.from_params(fields)
+        except Exception as exc:  # noqa: BLE001 - reported with its path
+            raise _Problems(list(_problems_of(exc, prefix))) from None
     try:
         return _structure_or_problems(_aliased(cls, fields), cls, prefix)
     except _Problems as exc:  # report attribute names under their YAML keys (mean_param -> mean)
@@ -364,6 +371,7 @@ def _policy_hook(registry_getter: Any, injected: tuple[str, ...] = ()) -> Any:
 
 
 def _arrivals() -> Registry[type]:
+    from simpy_llm.workload import servegen  # noqa: F401 - registers servegen_windows
     from simpy_llm.workload.arrivals import arrival_processes
 
     return arrival_processes

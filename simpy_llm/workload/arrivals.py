@@ -8,20 +8,47 @@ long-run mean rate *rate* (requests/s). Stationary renewal processes only
 implement ``gaps(rng, rate, n)`` and inherit ``times`` from
 :class:`Renewal`; time-varying processes implement ``times`` themselves.
 Register more with ``@arrival_processes.register("name")``.
+
+Renewal processes (``poisson``, ``gamma``, ``weibull``, ``constant``) state
+the coefficient of variation of their gaps as ``cv``. The modulated ones
+(``on_off``, ``windows``) switch between *periods*, each with its own process
+and rate; inside a period the period's process is **restarted** at the
+period start (its first arrival comes one ordinary gap after the start) and
+arrivals past the period end are dropped. For Poisson periods this is exact
+(memoryless); for other processes the expected count in a period of length d
+is the ordinary renewal function, ``rate * d + (cv**2 - 1) / 2`` for long
+periods, so the long-run rate is exact only when periods hold many arrivals
+(ServeGen's 600 s windows do).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Protocol
+import functools
+import math
+from collections.abc import Iterable, Iterator
+from typing import Any, Protocol
 
 import attrs
 import numpy as np
 
-from simpy_llm.config.validators import greater_than
+from simpy_llm.config.errors import FieldValueError
+from simpy_llm.config.schema import ArrivalField, LengthField
+from simpy_llm.config.validators import at_least, greater_than, in_range, non_empty
 from simpy_llm.registry import Registry
 
-__all__ = ["ArrivalProcess", "GammaArrivals", "PoissonArrivals", "Renewal", "arrival_processes"]
+__all__ = [
+    "ArrivalProcess",
+    "ConstantArrivals",
+    "GammaArrivals",
+    "OnOffArrivals",
+    "PoissonArrivals",
+    "RateWindow",
+    "Renewal",
+    "WeibullArrivals",
+    "WindowedArrivals",
+    "arrival_processes",
+    "weibull_shape_for_cv",
+]
 
 
 class ArrivalProcess(Protocol):
@@ -82,3 +109,355 @@ class GammaArrivals(Renewal):
     def gaps(self, rng: np.random.Generator, rate: float, n: int) -> np.ndarray:
         shape = 1.0 / self.cv**2
         return rng.gamma(shape, 1.0 / (rate * shape), n)
+
+
+# --------------------------------------------------------------------------- more renewal processes
+
+
+@arrival_processes.register("constant")
+@attrs.frozen(kw_only=True)
+class ConstantArrivals(Renewal):
+    """Evenly spaced arrivals: every gap is exactly 1 / rate (CV = 0).
+
+    >>> next(ConstantArrivals().times(np.random.default_rng(0), rate=4.0, chunk=3)).tolist()
+    [0.25, 0.5, 0.75]
+    """
+
+    @property
+    def cv(self) -> float:
+        return 0.0
+
+    def gaps(self, rng: np.random.Generator, rate: float, n: int) -> np.ndarray:
+        return np.full(n, 1.0 / rate)
+
+
+WEIBULL_CV_RANGE = (0.01, 100.0)
+"""Coefficients of variation a ``weibull`` arrival process accepts (shape ~128 down to ~0.13)."""
+
+
+@functools.cache
+def weibull_shape_for_cv(cv: float) -> float:
+    """Weibull shape k whose coefficient of variation is *cv*.
+
+    Solves ``cv**2 = Gamma(1 + 2/k) / Gamma(1 + 1/k)**2 - 1`` with scipy's
+    ``brentq`` on log k (the CV decreases monotonically in k). Cached per cv.
+
+    >>> round(weibull_shape_for_cv(1.0), 9)  # the exponential
+    1.0
+    >>> round(weibull_shape_for_cv(2.0), 4)
+    0.5427
+    """
+    from scipy import optimize, special
+
+    if not WEIBULL_CV_RANGE[0] <= cv <= WEIBULL_CV_RANGE[1]:
+        raise ValueError(f"cv must be in [{WEIBULL_CV_RANGE[0]}, {WEIBULL_CV_RANGE[1]}], got {cv!r}")
+    target = math.log1p(cv * cv)
+
+    def excess(log_k: float) -> float:
+        k = math.exp(log_k)
+        return float(special.gammaln(1 + 2 / k) - 2 * special.gammaln(1 + 1 / k)) - target
+
+    return math.exp(optimize.brentq(excess, math.log(0.02), math.log(1e4), xtol=1e-14, rtol=1e-13))
+
+
+@arrival_processes.register("weibull")
+@attrs.frozen(kw_only=True)
+class WeibullArrivals(Renewal):
+    """Weibull gaps with coefficient of variation *cv* (CV > 1 is bursty, < 1 regular).
+
+    The shape k is solved from cv (:func:`weibull_shape_for_cv`); the scale is
+    ``1 / (rate * Gamma(1 + 1/k))`` so the mean gap is 1 / rate.
+
+    >>> g = WeibullArrivals(cv=2.0).gaps(np.random.default_rng(3), rate=10.0, n=200_000)
+    >>> round(float(g.mean()), 2)
+    0.1
+    """
+
+    cv: float = attrs.field(validator=in_range(*WEIBULL_CV_RANGE))
+    """Coefficient of variation of the gaps, in [0.01, 100]."""
+
+    @property
+    def shape(self) -> float:
+        """The Weibull shape k matching ``cv``."""
+        return weibull_shape_for_cv(float(self.cv))
+
+    def gaps(self, rng: np.random.Generator, rate: float, n: int) -> np.ndarray:
+        k = self.shape
+        return rng.weibull(k, n) / (rate * math.gamma(1 + 1 / k))
+
+
+# --------------------------------------------------------------------------- modulated processes
+
+
+Group = tuple[Any, float, np.ndarray, np.ndarray]
+"""(process, rate, period starts, period durations): periods sharing a process and a rate."""
+
+
+def _cv_hint(process: Any) -> float:
+    cv = getattr(process, "cv", None)
+    if isinstance(cv, (int, float)) and math.isfinite(cv):
+        return min(float(cv), 3.0)
+    return 1.0
+
+
+def _restarted(process: Any, rng: np.random.Generator, rate: float, starts: np.ndarray, durations: np.ndarray) -> np.ndarray:
+    """Arrival times of *process* at *rate* restarted in each period ``[start, start + duration)``.
+
+    Renewal processes are drawn for all periods at once: each period gets a
+    block of gaps a little longer than it needs; periods the block did not
+    cover draw further blocks (few and rare). Other processes are run period by
+    period. The result is not sorted.
+    """
+    starts = np.asarray(starts, dtype=float)
+    durations = np.maximum(np.asarray(durations, dtype=float), 0.0)
+    if rate <= 0 or starts.size == 0:
+        return np.empty(0)
+    if not isinstance(process, Renewal):
+        return _restarted_generic(process, rng, rate, starts, durations)
+    cv = _cv_hint(process)
+    out: list[np.ndarray] = []
+    elapsed = np.zeros(starts.size)
+    pending = np.flatnonzero(durations > 0)
+    while pending.size:
+        limit = durations[pending]
+        expected = rate * (limit - elapsed[pending])
+        m = np.ceil(expected + 3 * cv * np.sqrt(expected) + 2).astype(np.int64)
+        cum = np.cumsum(process.gaps(rng, rate, int(m.sum())))
+        ends = np.cumsum(m)
+        before = np.concatenate(([0.0], cum[ends[:-1] - 1]))
+        local = cum - np.repeat(before - elapsed[pending], m)
+        keep = local < np.repeat(limit, m)
+        out.append(np.repeat(starts[pending], m)[keep] + local[keep])
+        last = local[ends - 1]
+        unfinished = last < limit
+        elapsed[pending[unfinished]] = last[unfinished]
+        pending = pending[unfinished]
+    return np.concatenate(out) if out else np.empty(0)
+
+
+def _restarted_generic(process: Any, rng: np.random.Generator, rate: float, starts: np.ndarray, durations: np.ndarray) -> np.ndarray:
+    out: list[np.ndarray] = []
+    for start, duration in zip(starts.tolist(), durations.tolist(), strict=True):
+        if duration <= 0:
+            continue
+        size = int(min(max(16, math.ceil(rate * duration * 1.2) + 16), 1 << 20))
+        for t in process.times(rng, rate, size):
+            inside = t[t < duration]
+            out.append(start + inside)
+            if inside.size < t.size:
+                break
+    return np.concatenate(out) if out else np.empty(0)
+
+
+def _chunked(rng: np.random.Generator, batches: Iterable[list[Group]], chunk: int) -> Iterator[np.ndarray]:
+    """Exactly-*chunk* arrays of arrival times from time-ordered, non-overlapping batches of periods."""
+    buffer = np.empty(0)
+    for groups in batches:
+        parts = [_restarted(process, rng, r, s, d) for process, r, s, d in groups]
+        if parts:
+            buffer = np.concatenate([buffer, np.sort(np.concatenate(parts))])
+        while buffer.size >= chunk:
+            yield buffer[:chunk]
+            buffer = buffer[chunk:]
+
+
+def _period_mean(dist: Any, field: str, positive: bool) -> float:
+    mean = getattr(dist, "mean", None)
+    if not callable(getattr(dist, "sample", None)) or not isinstance(mean, (int, float)):
+        raise FieldValueError(field, f"must be a length distribution, got {dist!r}")
+    ok = math.isfinite(mean) and (mean > 0 if positive else mean >= 0)
+    if not ok:
+        need = "> 0" if positive else ">= 0"
+        raise FieldValueError(field, f"the period length must have a finite mean {need} (seconds), got mean {mean!r}")
+    return float(mean)
+
+
+@arrival_processes.register("on_off")
+@attrs.frozen(kw_only=True)
+class OnOffArrivals:
+    """BurstGPT-style ON/OFF arrivals.
+
+    Periods alternate ON, OFF, ON, ... starting with ON at time 0; their
+    lengths (seconds) are drawn from *on_duration* and *off_duration*
+    (length distributions, e.g. ``{type: exponential, params: {mean: 5}}``;
+    negative draws count as 0). During ON the *on_process* runs at rate
+    ``r_on``, during OFF the same process at ``r_off = off_rate_ratio * r_on``
+    (0 by default: silent OFF periods), restarted at each period start (see
+    the module docstring). ``r_on`` is solved so the long-run mean rate is
+    *rate*: ``mean_on * r_on + mean_off * r_off = rate * (mean_on + mean_off)``
+    (exact for a Poisson ``on_process``).
+
+    The gap CV depends on the rate (:meth:`gap_cv`); it is known in closed
+    form for the MMPP case (Poisson inside, exponential ON and OFF lengths).
+
+    >>> from simpy_llm.workload.distributions import Constant
+    >>> p = OnOffArrivals(on_duration=Constant(value=1.0), off_duration=Constant(value=3.0))
+    >>> p.rates(5.0)
+    (20.0, 0.0)
+    """
+
+    on_duration: LengthField
+    """Distribution of ON period lengths, seconds (finite mean > 0)."""
+    off_duration: LengthField
+    """Distribution of OFF period lengths, seconds (finite mean)."""
+    on_process: ArrivalField = attrs.field(factory=lambda: PoissonArrivals())
+    """Process inside the periods (default Poisson)."""
+    off_rate_ratio: float = attrs.field(default=0.0, validator=in_range(0.0, 1.0))
+    """Rate during OFF relative to ON, in [0, 1]."""
+
+    def __attrs_post_init__(self) -> None:
+        _period_mean(self.on_duration, "on_duration", positive=True)
+        _period_mean(self.off_duration, "off_duration", positive=False)
+        if not callable(getattr(self.on_process, "times", None)):
+            raise FieldValueError("on_process", f"must be an arrival process, got {self.on_process!r}")
+
+    def rates(self, rate: float) -> tuple[float, float]:
+        """``(r_on, r_off)`` giving long-run mean rate *rate*."""
+        m_on, m_off = float(self.on_duration.mean), float(self.off_duration.mean)
+        r_on = rate * (m_on + m_off) / (m_on + self.off_rate_ratio * m_off)
+        return r_on, self.off_rate_ratio * r_on
+
+    def gap_cv(self, rate: float) -> float | None:
+        """CV of the stationary gap at mean rate *rate*, or None when not known in closed form.
+
+        Known for Poisson inside exponential ON/OFF periods (a two-state MMPP):
+        the gap after an arrival is phase-type with generator ``Q - Lambda``
+        and initial phase ``pi Lambda / (pi lambda)``.
+        """
+        from simpy_llm.workload.distributions import Exponential
+
+        if not (
+            isinstance(self.on_process, PoissonArrivals)
+            and isinstance(self.on_duration, Exponential)
+            and isinstance(self.off_duration, Exponential)
+        ):
+            return None
+        a, b = 1.0 / self.on_duration.mean, 1.0 / self.off_duration.mean
+        lam = np.array(self.rates(rate))
+        q = np.array([[-a, a], [b, -b]])
+        pi = np.array([b, a]) / (a + b)
+        alpha = pi * lam / float(pi @ lam)
+        inv = np.linalg.inv(np.diag(lam) - q)  # (-D0)^-1
+        m1 = float(alpha @ inv @ np.ones(2))
+        m2 = 2.0 * float(alpha @ inv @ inv @ np.ones(2))
+        return math.sqrt(max(m2 / m1**2 - 1.0, 0.0))
+
+    def times(self, rng: np.random.Generator, rate: float, chunk: int) -> Iterator[np.ndarray]:
+        r_on, r_off = self.rates(rate)
+        per_cycle = rate * (float(self.on_duration.mean) + float(self.off_duration.mean))
+        cycles = int(min(max(1, math.ceil(chunk / per_cycle)), 1 << 20))
+
+        def batches() -> Iterator[list[Group]]:
+            t0 = 0.0
+            while True:
+                on = np.maximum(self.on_duration.sample(rng, cycles), 0.0)
+                off = np.maximum(self.off_duration.sample(rng, cycles), 0.0)
+                length = on + off
+                starts = t0 + np.concatenate(([0.0], np.cumsum(length[:-1])))
+                t0 = float(starts[-1] + length[-1])
+                groups: list[Group] = [(self.on_process, r_on, starts, on)]
+                if r_off > 0:
+                    groups.append((self.on_process, r_off, starts + on, off))
+                yield groups
+
+        return _chunked(rng, batches(), chunk)
+
+
+@attrs.frozen(kw_only=True)
+class RateWindow:
+    """One window of a :class:`WindowedArrivals` cycle."""
+
+    start_s: float = attrs.field(validator=at_least(0))
+    """Start of the window within the cycle, seconds."""
+    rate: float = attrs.field(validator=at_least(0))
+    """Relative rate weight (normalised over the cycle); 0 = idle window."""
+    process: ArrivalField = attrs.field(factory=lambda: PoissonArrivals())
+    """Process inside the window (default Poisson), e.g. ``{process: gamma, cv: 2.4}``."""
+
+
+@arrival_processes.register("windows")
+@attrs.frozen(kw_only=True)
+class WindowedArrivals:
+    """Time-varying rate given per window (ServeGen's 600 s windows, each with its own process).
+
+    Window i runs from its ``start_s`` to the next window's ``start_s``; the
+    last one lasts ``window_s``. A *cycle* is ``[0, last start + window_s)``;
+    before the first window's start there are no arrivals. After the cycle
+    ends it repeats, so the process is periodic and never runs dry. The
+    windows' ``rate`` values are relative weights, scaled so the time-average
+    rate over the cycle equals the *rate* passed to :meth:`times`
+    (:meth:`window_rates`). Inside each window its process runs at the
+    window's rate, restarted at the window start (see the module docstring);
+    there is no single CV: each window's process states its own.
+
+    >>> w = WindowedArrivals(window_s=10, windows=(RateWindow(start_s=0, rate=1), RateWindow(start_s=10, rate=3)))
+    >>> w.cycle_s, w.window_rates(2.0).tolist()
+    (20.0, [1.0, 3.0])
+    """
+
+    window_s: float = attrs.field(default=600.0, validator=greater_than(0))
+    """Length of the last window (and ServeGen's window length), seconds."""
+    windows: tuple[RateWindow, ...] = attrs.field(converter=tuple, validator=non_empty)
+    """Windows in increasing start order."""
+
+    def __attrs_post_init__(self) -> None:
+        for i, (a, b) in enumerate(zip(self.windows, self.windows[1:], strict=False)):
+            if not b.start_s > a.start_s:
+                raise FieldValueError(
+                    f"windows[{i + 1}].start_s",
+                    f"windows must start in increasing order; {b.start_s} follows {a.start_s}",
+                )
+        if not any(w.rate > 0 for w in self.windows):
+            raise FieldValueError("windows", "at least one window needs rate > 0")
+
+    @property
+    def cycle_s(self) -> float:
+        """Length of one cycle, seconds (the end of the last window)."""
+        return float(self.windows[-1].start_s + self.window_s)
+
+    def _layout(self) -> tuple[np.ndarray, np.ndarray]:
+        starts = np.array([w.start_s for w in self.windows], dtype=float)
+        ends = np.append(starts[1:], self.cycle_s)
+        return starts, ends - starts
+
+    def window_rates(self, rate: float) -> np.ndarray:
+        """Rate of each window (requests/s) for a time-average of *rate* over the cycle."""
+        _, durations = self._layout()
+        weights = np.array([w.rate for w in self.windows], dtype=float)
+        return weights * (rate * self.cycle_s / float(weights @ durations))
+
+    def times(self, rng: np.random.Generator, rate: float, chunk: int) -> Iterator[np.ndarray]:
+        starts, durations = self._layout()
+        rates = self.window_rates(rate)
+        processes = [w.process for w in self.windows]
+        cycle = self.cycle_s
+        per_cycle = rate * cycle
+        active = [i for i in range(len(starts)) if rates[i] > 0]
+
+        def many_cycles(k: int) -> Iterator[list[Group]]:
+            c0 = 0
+            while True:
+                base = cycle * np.arange(c0, c0 + k, dtype=float)
+                yield [(processes[i], float(rates[i]), base + starts[i], np.full(k, durations[i])) for i in active]
+                c0 += k
+
+        def window_batches() -> Iterator[list[Group]]:
+            c = 0
+            while True:
+                group: list[Group] = []
+                expected = 0.0
+                for i in active:
+                    group.append((processes[i], float(rates[i]), np.array([c * cycle + starts[i]]), durations[i : i + 1]))
+                    expected += rates[i] * durations[i]
+                    if expected >= chunk:
+                        yield group
+                        group, expected = [], 0.0
+                if group:
+                    yield group
+                c += 1
+
+        if per_cycle < chunk:
+            batches = many_cycles(int(min(math.ceil(chunk / per_cycle), max(1, (1 << 20) // len(active)))))
+        else:
+            batches = window_batches()
+        return _chunked(rng, batches, chunk)

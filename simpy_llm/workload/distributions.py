@@ -7,29 +7,50 @@ distribution states its ``mean`` and ``variance`` (of the continuous
 distribution, before rounding to whole tokens).
 
 Token counts are whole numbers >= 1: :func:`to_tokens` rounds half to even
-and clamps at 1. Register a new distribution with
+and clamps at 1 (so an unclamped ``normal`` or a ``uniform`` reaching below 1
+still yields at least one token). The same distributions also describe
+non-token quantities (think times in seconds, ON/OFF period lengths, reasoning
+ratios); there the float samples are used as they are.
+
+Where a parameterisation could be ambiguous the docstring says whether the
+parameters describe the variable itself or its logarithm (``lognormal`` and
+the log-normal branch of ``pareto_lognormal``: the **log**; everything else:
+the variable). ``mean``/``variance`` are ``math.inf`` when the moment does
+not exist (Pareto tails with ``alpha <= 1`` / ``<= 2``). Register a new distribution with
 ``@length_distributions.register("name")`` on a frozen attrs class that has
 ``sample(rng, n)``, ``mean`` and ``variance``.
 """
 
 from __future__ import annotations
 
+import ast
+import json
 import math
-from typing import Protocol
+import numbers
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
 
 import attrs
 import numpy as np
 
 from simpy_llm.config.errors import FieldValueError
-from simpy_llm.config.validators import at_least, greater_than
+from simpy_llm.config.paths import resolve_path
+from simpy_llm.config.validators import at_least, greater_than, in_range
 from simpy_llm.registry import Registry
 
 __all__ = [
     "ClampedGaussian",
     "Constant",
+    "Empirical",
     "Exponential",
+    "Gamma",
     "LengthDistribution",
     "LogNormal",
+    "Normal",
+    "Pareto",
+    "ParetoLogNormal",
+    "Uniform",
+    "Weibull",
     "length_distributions",
     "to_tokens",
 ]
@@ -176,3 +197,416 @@ class ClampedGaussian:
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return np.clip(rng.normal(self.mean_param, self.std_dev, n), self.min, self.max)
+
+
+_finite = at_least(-math.inf)
+"""Any finite number (the validator rejects NaN and infinities)."""
+
+
+def _pareto_moment(alpha: float, xm: float, k: int) -> float:
+    """E[X**k] of the classical Pareto(alpha, xm); ``inf`` when alpha <= k."""
+    return alpha * xm**k / (alpha - k) if alpha > k else math.inf
+
+
+def _pareto_sample(rng: np.random.Generator, alpha: float, xm: float, n: int) -> np.ndarray:
+    # numpy's pareto is the Lomax (Pareto II, minimum 0): shift and scale to the classical one.
+    return xm * (1.0 + rng.pareto(alpha, n))
+
+
+@length_distributions.register("uniform")
+@attrs.frozen(kw_only=True)
+class Uniform:
+    """Uniform on [*low*, *high*); the parameters are the variable's bounds.
+
+    >>> d = Uniform(low=100, high=300)
+    >>> d.mean, round(d.variance, 2)
+    (200.0, 3333.33)
+    """
+
+    low: float = attrs.field(validator=_finite)
+    """Lower bound."""
+    high: float = attrs.field(validator=_finite)
+    """Upper bound (> low)."""
+
+    def __attrs_post_init__(self) -> None:
+        if not self.high > self.low:
+            raise FieldValueError("high", f"must be > low ({self.low}), got {self.high}")
+
+    @property
+    def mean(self) -> float:
+        return (self.low + self.high) / 2
+
+    @property
+    def variance(self) -> float:
+        return (self.high - self.low) ** 2 / 12
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return rng.uniform(self.low, self.high, n)
+
+
+@length_distributions.register("normal")
+@attrs.frozen(kw_only=True)
+class Normal:
+    """Normal(*mean*, *std_dev*) of the variable itself, **not** clamped.
+
+    Draws below 1 become 1 token when rounded (:func:`to_tokens`), so token
+    counts are biased upward when ``mean`` is within a few ``std_dev`` of 1;
+    use ``gaussian`` (clamped, with exact clamped moments) for that case.
+    ``mean``/``variance`` are those of the unclamped normal.
+    """
+
+    mean: float = attrs.field(validator=_finite)
+    """Mean of the variable."""
+    std_dev: float = attrs.field(validator=at_least(0))
+    """Standard deviation of the variable."""
+
+    @property
+    def variance(self) -> float:
+        return float(self.std_dev) ** 2
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return rng.normal(self.mean, self.std_dev, n)
+
+
+@length_distributions.register("pareto")
+@attrs.frozen(kw_only=True)
+class Pareto:
+    """Classical Pareto: P(X > x) = (xm / x)**alpha for x >= xm (the variable, not its log).
+
+    numpy's ``Generator.pareto`` is the Lomax distribution (minimum 0); this
+    samples ``xm * (1 + pareto(alpha))``, which is scipy's ``pareto(b=alpha,
+    scale=xm)``. The mean is infinite for alpha <= 1, the variance for
+    alpha <= 2 (reported as ``math.inf``).
+
+    >>> Pareto(alpha=3, xm=100).mean
+    150.0
+    >>> Pareto(alpha=1.5, xm=100).variance
+    inf
+    """
+
+    alpha: float = attrs.field(validator=greater_than(0))
+    """Tail index."""
+    xm: float = attrs.field(validator=greater_than(0))
+    """Minimum (scale)."""
+
+    @property
+    def mean(self) -> float:
+        return _pareto_moment(self.alpha, self.xm, 1)
+
+    @property
+    def variance(self) -> float:
+        if self.alpha <= 2:
+            return math.inf
+        a = self.alpha
+        return self.xm**2 * a / ((a - 1) ** 2 * (a - 2))
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return _pareto_sample(rng, self.alpha, self.xm, n)
+
+
+@length_distributions.register("pareto_lognormal")
+@attrs.frozen(kw_only=True)
+class ParetoLogNormal:
+    """Mixture: with probability *mix_weight* a classical Pareto(*alpha*, *xm*), else a log-normal.
+
+    The Pareto branch is as in :class:`Pareto` (parameters of the variable);
+    *mu* and *sigma* of the log-normal branch describe the **log** of the
+    variable, as in :class:`LogNormal`. Mean/variance follow the law of total
+    variance and are ``math.inf`` when the Pareto branch has weight > 0 and
+    alpha <= 1 (mean) or alpha <= 2 (variance).
+
+    >>> d = ParetoLogNormal(alpha=3, xm=100, mu=5, sigma=0, mix_weight=0.5)
+    >>> round(d.mean, 3)  # (150 + e**5) / 2
+    149.207
+    """
+
+    alpha: float = attrs.field(validator=greater_than(0))
+    """Tail index of the Pareto branch."""
+    xm: float = attrs.field(validator=greater_than(0))
+    """Minimum of the Pareto branch."""
+    mu: float = attrs.field(validator=_finite)
+    """Mean of log(variable) in the log-normal branch."""
+    sigma: float = attrs.field(validator=at_least(0))
+    """Standard deviation of log(variable) in the log-normal branch."""
+    mix_weight: float = attrs.field(validator=in_range(0.0, 1.0))
+    """Probability of the Pareto branch."""
+
+    def _branches(self) -> tuple[LogNormal, Pareto]:
+        return LogNormal(mu=self.mu, sigma=self.sigma), Pareto(alpha=self.alpha, xm=self.xm)
+
+    @property
+    def mean(self) -> float:
+        w = self.mix_weight
+        lognormal, pareto = self._branches()
+        if w == 0:
+            return lognormal.mean
+        if w == 1:
+            return pareto.mean
+        return w * pareto.mean + (1 - w) * lognormal.mean
+
+    @property
+    def variance(self) -> float:
+        w = self.mix_weight
+        lognormal, pareto = self._branches()
+        if w == 0:
+            return lognormal.variance
+        if w == 1:
+            return pareto.variance
+        if not math.isfinite(pareto.variance):
+            return math.inf
+        between = w * (1 - w) * (pareto.mean - lognormal.mean) ** 2
+        return w * pareto.variance + (1 - w) * lognormal.variance + between
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        use_pareto = rng.random(n) < self.mix_weight
+        pareto = _pareto_sample(rng, self.alpha, self.xm, n)
+        lognormal = rng.lognormal(self.mu, self.sigma, n)
+        return np.where(use_pareto, pareto, lognormal)
+
+
+@length_distributions.register("weibull")
+@attrs.frozen(kw_only=True)
+class Weibull:
+    """Weibull with *shape* k and *scale* lambda of the variable: P(X > x) = exp(-(x/lambda)**k).
+
+    >>> round(Weibull(shape=1, scale=200).mean, 6)  # shape 1 is the exponential
+    200.0
+    """
+
+    shape: float = attrs.field(validator=greater_than(0))
+    """Shape k."""
+    scale: float = attrs.field(validator=greater_than(0))
+    """Scale lambda."""
+
+    @property
+    def mean(self) -> float:
+        return self.scale * math.gamma(1 + 1 / self.shape)
+
+    @property
+    def variance(self) -> float:
+        g1 = math.gamma(1 + 1 / self.shape)
+        g2 = math.gamma(1 + 2 / self.shape)
+        return self.scale**2 * (g2 - g1**2)
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return self.scale * rng.weibull(self.shape, n)
+
+
+@length_distributions.register("gamma")
+@attrs.frozen(kw_only=True)
+class Gamma:
+    """Gamma with *shape* k and *scale* theta of the variable (mean k theta, variance k theta**2).
+
+    >>> d = Gamma(shape=2, scale=50)
+    >>> d.mean, d.variance
+    (100.0, 5000.0)
+    """
+
+    shape: float = attrs.field(validator=greater_than(0))
+    """Shape k."""
+    scale: float = attrs.field(validator=greater_than(0))
+    """Scale theta."""
+
+    @property
+    def mean(self) -> float:
+        return float(self.shape * self.scale)
+
+    @property
+    def variance(self) -> float:
+        return float(self.shape * self.scale**2)
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return rng.gamma(self.shape, self.scale, n)
+
+
+# --------------------------------------------------------------------------- empirical
+
+
+def _pmf_number(value: Any, field: str, what: str, text_ok: bool = False) -> float:
+    """*value* as a finite float, or FieldValueError on *field* naming *what* it is.
+
+    With *text_ok* a numeric string is accepted (JSON object keys are strings).
+    """
+    if text_ok and isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            raise FieldValueError(field, f"{what} {value!r} is not a number") from None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise FieldValueError(field, f"{what} {value!r} is not a number")
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        raise FieldValueError(field, f"{what} must be a finite number, got {value!r}")
+    return number
+
+
+def _checked_pmf(values: Iterable[Any], probabilities: Iterable[Any], field_v: str, field_p: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Validated floats and probabilities normalised to sum to 1."""
+    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
+        raise FieldValueError(field_v, f"must be a list of numbers, got {values!r}")
+    if isinstance(probabilities, (str, bytes, Mapping)) or not isinstance(probabilities, Iterable):
+        raise FieldValueError(field_p, f"must be a list of numbers, got {probabilities!r}")
+    raw_values, raw_probabilities = list(values), list(probabilities)
+    if not raw_values:
+        raise FieldValueError(field_v, "must not be empty")
+    if len(raw_probabilities) != len(raw_values):
+        raise FieldValueError(field_p, f"must have one entry per value ({len(raw_values)}), got {len(raw_probabilities)}")
+    vs = tuple(_pmf_number(v, field_v, "value") for v in raw_values)
+    ps = tuple(_pmf_number(p, field_p, f"probability of {v:g}") for v, p in zip(vs, raw_probabilities, strict=True))
+    for v, p in zip(vs, ps, strict=True):
+        if p < 0:
+            raise FieldValueError(field_p, f"probability of {v:g} must be >= 0, got {p!r}")
+    total = math.fsum(ps)
+    if not total > 0:
+        raise FieldValueError(field_p, "probabilities sum to 0; at least one must be > 0")
+    return vs, tuple(p / total for p in ps)
+
+
+def _pmf_from_mapping(pmf: Any, field: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(values sorted ascending, normalised probabilities) from ``{value: probability}``."""
+    if not isinstance(pmf, Mapping):
+        raise FieldValueError(field, f"must be a mapping of value -> probability, got {type(pmf).__name__}")
+    items = [(_pmf_number(k, field, "value", text_ok=True), p) for k, p in pmf.items()]
+    items.sort(key=lambda kv: kv[0])
+    return _checked_pmf([k for k, _ in items], [p for _, p in items], field, field)
+
+
+def _parse_pmf_text(text: str, field: str, where: str = "") -> Mapping[Any, Any]:
+    """Parse ServeGen's PMF string (a Python dict literal) with ``ast.literal_eval`` (never eval)."""
+    expected = "expected a dict literal of numbers such as '{128: 0.5, 256: 0.5}'"
+    try:
+        pmf = ast.literal_eval(text.strip())
+    except SyntaxError as exc:
+        raise FieldValueError(field, f"{where}malformed PMF string ({expected}): {exc.msg}") from None
+    except (ValueError, TypeError, MemoryError, RecursionError):
+        raise FieldValueError(field, f"{where}malformed PMF string ({expected}); only literal numbers are allowed") from None
+    if not isinstance(pmf, dict):
+        raise FieldValueError(field, f"{where}malformed PMF string ({expected}), got a {type(pmf).__name__}")
+    return pmf
+
+
+def _read_pmf_file(path: str, key: Any) -> Mapping[Any, Any]:
+    """The PMF stored in a JSON file (optionally under *key*)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise FieldValueError("file", f"cannot read PMF file {path}: {exc.strerror or exc}") from None
+    try:
+        data: Any = json.loads(text)
+    except json.JSONDecodeError:
+        data = text  # not JSON: a bare dict literal, as in ServeGen's strings
+    if key is not None:
+        keys = [key] if isinstance(key, str) else key
+        if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+            raise FieldValueError("key", f"must be a string or a list of strings, got {key!r}")
+        for k in keys:
+            if not isinstance(data, Mapping) or k not in data:
+                raise FieldValueError("key", f"PMF file {path} has no entry {k!r} at this level")
+            data = data[k]
+    if isinstance(data, str):
+        return _parse_pmf_text(data, "file", f"PMF file {path}: ")
+    if not isinstance(data, Mapping):
+        raise FieldValueError("file", f"PMF file {path} must hold a JSON object of value -> probability or a PMF string, got {type(data).__name__}")
+    return data
+
+
+@length_distributions.register("empirical")
+@attrs.frozen(kw_only=True)
+class Empirical:
+    """A discrete distribution: *values* with *probabilities* (normalised to sum to 1).
+
+    Sampled by inverse CDF (``np.searchsorted`` of uniform draws on the
+    cumulative probabilities), in vectors. YAML forms (``params``):
+
+    * ``{pmf: {128: 0.5, 256: 0.5}}`` -- inline value -> probability (the
+      mapping may also be ServeGen's string form ``"{128: 0.5, 256: 0.5}"``);
+    * ``{file: path}`` -- a JSON file holding an object value -> probability or
+      ServeGen's PMF string (a Python dict literal inside a JSON string, parsed
+      with ``ast.literal_eval``); optional ``key`` (a string or list of
+      strings) selects an entry inside the JSON first, e.g. ``key: ["0",
+      input_tokens]`` for a ServeGen ``chunk-*-dataset.json``. Relative paths
+      are relative to the scenario file;
+    * ``{values: [...], probabilities: [...]}`` -- the fields themselves (the
+      form :func:`~simpy_llm.config.scenario_to_dict` writes).
+
+    >>> d = Empirical.from_pmf({128: 1, 256: 3})
+    >>> d.probabilities, d.mean
+    ((0.25, 0.75), 224.0)
+    >>> sorted(set(d.sample(np.random.default_rng(0), 1000).tolist()))
+    [128.0, 256.0]
+    """
+
+    values: tuple[float, ...]
+    """Support points."""
+    probabilities: tuple[float, ...]
+    """Probability of each value (any non-negative weights; stored normalised)."""
+
+    def __attrs_post_init__(self) -> None:
+        values, probabilities = _checked_pmf(self.values, self.probabilities, "values", "probabilities")
+        object.__setattr__(self, "values", values)
+        object.__setattr__(self, "probabilities", probabilities)
+
+    @classmethod
+    def from_pmf(cls, pmf: Mapping[Any, Any]) -> Empirical:
+        """From a mapping value -> probability (weight); values are sorted ascending."""
+        values, probabilities = _pmf_from_mapping(pmf, "pmf")
+        return cls(values=values, probabilities=probabilities)
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> Empirical:
+        """From YAML ``params``: exactly one of ``pmf``, ``file`` (+ ``key``), or ``values`` + ``probabilities``.
+
+        Raises :class:`FieldValueError` naming the offending key.
+        """
+        allowed = ("pmf", "file", "key", "values", "probabilities")
+        for k in params:
+            if k not in allowed:
+                raise FieldValueError(str(k), f"unknown key for empirical; allowed: {', '.join(allowed)}")
+        forms = [f for f in ("pmf", "file", "values") if f in params]
+        if "probabilities" in params and "values" not in params:
+            raise FieldValueError("values", "required with probabilities")
+        if len(forms) != 1:
+            raise FieldValueError(
+                forms[1] if len(forms) > 1 else "pmf",
+                "give exactly one of pmf (value -> probability), file (a PMF file) or values + probabilities",
+            )
+        if "key" in params and forms[0] != "file":
+            raise FieldValueError("key", "only used with file")
+        form = forms[0]
+        if form == "values":
+            if "probabilities" not in params:
+                raise FieldValueError("probabilities", "required with values")
+            return cls(values=params["values"], probabilities=params["probabilities"])
+        if form == "pmf":
+            pmf = params["pmf"]
+            if isinstance(pmf, str):
+                pmf = _parse_pmf_text(pmf, "pmf")
+            return cls.from_pmf(pmf)
+        path = params["file"]
+        if not isinstance(path, str) or not path:
+            raise FieldValueError("file", f"must be a file path, got {path!r}")
+        path = resolve_path(path)
+        pmf = _read_pmf_file(path, params.get("key"))
+        try:
+            return cls.from_pmf(pmf)
+        except FieldValueError as exc:
+            raise FieldValueError("file", f"PMF file {path}: {exc.message}") from None
+
+    @property
+    def mean(self) -> float:
+        v, p = np.asarray(self.values), np.asarray(self.probabilities)
+        return float(np.dot(v, p))
+
+    @property
+    def variance(self) -> float:
+        v, p = np.asarray(self.values), np.asarray(self.probabilities)
+        return float(np.dot((v - np.dot(v, p)) ** 2, p))
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        cdf = np.cumsum(self.probabilities)
+        idx = np.searchsorted(cdf, rng.random(n), side="right")
+        return np.asarray(self.values, dtype=float)[np.minimum(idx, len(cdf) - 1)]

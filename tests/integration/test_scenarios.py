@@ -16,6 +16,9 @@ SHORT = {
     "multi_turn_chat.yaml": ["workload.num_requests=300"],
     "reasoning.yaml": ["workload.num_requests=300"],
     "two_clients.yaml": ["workload.num_requests=2000"],
+    "servegen_m_large_day.yaml": ["workload.horizon_s=300"],
+    "servegen_multimodal.yaml": ["workload.horizon_s=300"],
+    "servegen_reasoning.yaml": ["workload.horizon_s=600"],
 }
 
 
