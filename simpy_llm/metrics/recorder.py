@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from array import array
 from collections import Counter
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from simpy_llm.entities import RequestStatus
@@ -51,6 +52,12 @@ RECORD_FIELDS: tuple[tuple[str, str], ...] = (
 )
 
 
+_ATTR_OF = {"request_id": "id", "num_preemptions": "preemption_times_s"}
+"""Record fields read from a differently named request attribute."""
+_REQUEST_ATTRS = tuple(_ATTR_OF.get(name, name) for name, _ in RECORD_FIELDS if name != "status")
+_FLUSH_EVERY = 4096
+
+
 class _Codes:
     """Interns strings as small integers, in first-seen order."""
 
@@ -72,9 +79,12 @@ class Recorder:
     """Collects per-request records, preemptions, step statistics and levels."""
 
     def __init__(self, num_replicas: int = 1) -> None:
-        self.columns: dict[str, array] = {
+        self._columns: dict[str, array] = {
             name: array("d" if kind == "f" else "q") for name, kind in RECORD_FIELDS
         }
+        self._buffer: list[tuple] = []
+        self._status: list[str] = []
+        self._fields_of = attrgetter(*_REQUEST_ATTRS)
         self.codes: dict[str, _Codes] = {name: _Codes() for name, kind in RECORD_FIELDS if kind == "s"}
         self.sessions: list[tuple[str, str, int, str]] = []
         """(session_id, client_id, rounds, end_reason) per ended session."""
@@ -158,31 +168,33 @@ class Recorder:
 
     # --- internals ------------------------------------------------------
     def _append(self, req: Request, status: str) -> None:
-        c = self.columns
-        codes = self.codes
-        c["request_id"].append(req.id)
-        c["client_id"].append(codes["client_id"](req.client_id))
-        c["tenant_id"].append(codes["tenant_id"](req.tenant_id))
-        c["slo_class"].append(codes["slo_class"](req.slo_class))
-        c["status"].append(codes["status"](status))
-        c["replica"].append(req.replica)
-        c["priority"].append(req.priority)
-        c["streaming"].append(1 if req.streaming else 0)
-        c["session_id"].append(codes["session_id"](req.session_id))
-        c["round_index"].append(req.round_index)
-        c["prefix_group"].append(codes["prefix_group"](req.prefix_group))
-        c["prefix_tokens"].append(req.prefix_tokens)
-        c["text_tokens"].append(req.text_tokens)
-        c["image_tokens"].append(req.image_tokens)
-        c["audio_tokens"].append(req.audio_tokens)
-        c["video_tokens"].append(req.video_tokens)
-        c["reason_ratio"].append(req.reason_ratio)
-        c["prompt_tokens"].append(req.prompt_tokens)
-        c["output_tokens"].append(req.output_tokens)
-        c["generated_tokens"].append(req.generated_tokens)
-        c["num_preemptions"].append(req.num_preemptions)
-        c["arrival_s"].append(req.arrival_s)
-        c["enqueue_s"].append(req.enqueue_s)
-        c["first_scheduled_s"].append(req.first_scheduled_s)
-        c["first_token_s"].append(req.first_token_s)
-        c["completion_s"].append(req.completion_s)
+        # One C-level attribute fetch per record; columns are filled in batches.
+        self._buffer.append(self._fields_of(req))
+        self._status.append(status)
+        if len(self._buffer) >= _FLUSH_EVERY:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._buffer:
+            return
+        by_field = dict(zip(_REQUEST_ATTRS, zip(*self._buffer, strict=True), strict=True))
+        by_field["status"] = self._status
+        for name, kind in RECORD_FIELDS:
+            values = by_field[_ATTR_OF.get(name, name)]
+            target = self._columns[name]
+            if kind == "s":
+                target.extend(map(self.codes[name], values))
+            elif name == "streaming":
+                target.extend(map(int, values))
+            elif name == "num_preemptions":
+                target.extend(0 if v is None else len(v) for v in values)
+            else:
+                target.extend(values)
+        self._buffer = []
+        self._status = []
+
+    @property
+    def columns(self) -> dict[str, array]:
+        """Record columns so far (string fields as codes into ``codes[name].names``)."""
+        self._flush()
+        return self._columns
