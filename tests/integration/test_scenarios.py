@@ -19,6 +19,7 @@ SHORT = {
     "servegen_m_large_day.yaml": ["workload.horizon_s=300"],
     "servegen_multimodal.yaml": ["workload.horizon_s=300"],
     "servegen_reasoning.yaml": ["workload.horizon_s=600"],
+    "azure_conversation_replay.yaml": ["workload.traces.0.max_requests=2000"],
 }
 
 
