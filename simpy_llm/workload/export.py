@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from simpy_llm.workload.generator import merge_sources
+from simpy_llm.workload.traces import V2_COLUMNS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -20,26 +21,9 @@ if TYPE_CHECKING:
 
 __all__ = ["TRACE_COLUMNS", "generate_requests", "workload_summary"]
 
-#: Columns of the generated table, in trace v2 order (times in seconds here).
-TRACE_COLUMNS = (
-    "request_id",
-    "client_id",
-    "tenant_id",
-    "slo_class",
-    "session_id",
-    "round_index",
-    "prefix_group",
-    "streaming",
-    "input_tokens",
-    "output_tokens",
-    "text_tokens",
-    "image_tokens",
-    "audio_tokens",
-    "video_tokens",
-    "reason_ratio",
-    "priority",
-    "arrival_time_s",
-)
+#: Columns of the generated table: trace v2's per-request columns (arrival in seconds
+#: here; the trace writer converts it) plus the client's priority.
+TRACE_COLUMNS = (*V2_COLUMNS[: V2_COLUMNS.index("arrival_time_us")], "priority", "arrival_time_s")
 
 _DEFAULTS = {
     "session_id": "",
