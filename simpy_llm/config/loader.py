@@ -39,7 +39,7 @@ from simpy_llm.config.schema import (
     RouterSpec,
     Scenario,
 )
-from simpy_llm.registry import Registry, RegistryError
+from simpy_llm.registry import Registry
 
 __all__ = [
     "apply_overrides",
@@ -527,6 +527,3 @@ def scenario_hash(scenario: Scenario) -> str:
     blob = json.dumps(scenario_to_dict(scenario), sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
 
-
-def _registry_error_to_problem(exc: RegistryError) -> tuple[str, str]:  # pragma: no cover - helper
-    return "", str(exc)
