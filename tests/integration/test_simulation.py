@@ -82,3 +82,19 @@ def test_a_simulation_runs_once():
     sim.run()
     with pytest.raises(RuntimeError):
         sim.run()
+
+
+def test_save_writes_parquet_equal_to_csv(tmp_path):
+    """With pyarrow installed, save() also writes records.parquet holding the same table as records.csv."""
+    import pandas as pd
+
+    pytest.importorskip("pyarrow")
+    res = Simulation(load_scenario("scenarios/quickstart.yaml", ["workload.num_requests=300"])).run()
+    out = res.save(tmp_path)
+    from_parquet = pd.read_parquet(out / "records.parquet")
+    from_csv = pd.read_csv(out / "records.csv", keep_default_na=False, na_values=[""])
+    assert len(from_parquet) == len(from_csv) == 300
+    for name in ("request_id", "prompt_tokens", "output_tokens"):
+        assert (from_parquet[name].to_numpy() == from_csv[name].to_numpy()).all()
+    assert (from_parquet["arrival_s"].to_numpy() == from_csv["arrival_s"].to_numpy()).all()
+    assert list(from_parquet["client_id"]) == list(from_csv["client_id"])
