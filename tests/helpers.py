@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any
 
 import numpy as np
@@ -66,3 +67,11 @@ def columns_equal(a: Results, b: Results) -> list[str]:
         if not same:
             diff.append(name)
     return diff
+
+
+def assert_moments(x: np.ndarray, mean: float, variance: float, excess_kurtosis: float) -> None:
+    """Sample mean and variance agree with *mean* and *variance* to 5 standard errors."""
+    n = len(x)
+    assert abs(x.mean() - mean) < 5 * math.sqrt(variance / n), (x.mean(), mean)
+    rel = 5 * math.sqrt((excess_kurtosis + 2) / n)
+    assert abs(x.var(ddof=1) / variance - 1) < rel, (x.var(ddof=1), variance)

@@ -18,6 +18,8 @@ from simpy_llm.config.errors import FieldValueError
 from simpy_llm.workload.arrivals import GammaArrivals, PoissonArrivals
 from simpy_llm.workload.distributions import ClampedGaussian, Constant, Exponential, LogNormal, to_tokens
 
+from tests.helpers import assert_moments
+
 N = 100_000
 ALPHA = 0.01
 
@@ -25,13 +27,6 @@ ALPHA = 0.01
 def _rng(seed: int) -> np.random.Generator:
     return np.random.default_rng(seed)
 
-
-def _assert_moments(x: np.ndarray, mean: float, variance: float, excess_kurtosis: float) -> None:
-    """Sample mean and variance agree with *mean* and *variance* to 5 standard errors."""
-    n = len(x)
-    assert abs(x.mean() - mean) < 5 * math.sqrt(variance / n), (x.mean(), mean)
-    rel = 5 * math.sqrt((excess_kurtosis + 2) / n)
-    assert abs(x.var(ddof=1) / variance - 1) < rel, (x.var(ddof=1), variance)
 
 
 def _assert_ks(x: np.ndarray, reference: stats.rv_continuous) -> None:
@@ -63,7 +58,7 @@ def test_exponential_moments_match_declared(mean: float) -> None:
     """Exponential samples have the declared mean and variance (= mean**2)."""
     d = Exponential(mean=mean)
     assert d.variance == pytest.approx(mean**2)
-    _assert_moments(d.sample(_rng(11), N), d.mean, d.variance, excess_kurtosis=6.0)
+    assert_moments(d.sample(_rng(11), N), d.mean, d.variance, excess_kurtosis=6.0)
 
 
 def test_exponential_matches_scipy_reference() -> None:
@@ -78,7 +73,7 @@ def test_lognormal_moments_match_declared(mu: float, sigma: float) -> None:
     ref = stats.lognorm(s=sigma, scale=math.exp(mu))
     assert d.mean == pytest.approx(ref.mean(), rel=1e-12)
     assert d.variance == pytest.approx(ref.var(), rel=1e-12)
-    _assert_moments(d.sample(_rng(21), N), d.mean, d.variance, excess_kurtosis=float(ref.stats(moments="k")))
+    assert_moments(d.sample(_rng(21), N), d.mean, d.variance, excess_kurtosis=float(ref.stats(moments="k")))
 
 
 def test_lognormal_matches_scipy_reference() -> None:
@@ -122,7 +117,7 @@ def test_clamped_gaussian_sample_moments_match_declared() -> None:
     d = ClampedGaussian(**GAUSS)
     x = d.sample(_rng(31), N)
     # A variable bounded in [800, 1500] has excess kurtosis >= -2; use a generous 1.0 for the bound.
-    _assert_moments(x, d.mean, d.variance, excess_kurtosis=1.0)
+    assert_moments(x, d.mean, d.variance, excess_kurtosis=1.0)
 
 
 def test_clamped_gaussian_puts_the_tails_on_the_bounds() -> None:
@@ -148,7 +143,7 @@ def test_gaussian_with_far_bounds_matches_scipy_normal() -> None:
     assert d.mean == pytest.approx(500.0, rel=1e-9)
     assert d.variance == pytest.approx(2500.0, rel=1e-9)
     x = d.sample(_rng(34), N)
-    _assert_moments(x, d.mean, d.variance, excess_kurtosis=0.0)
+    assert_moments(x, d.mean, d.variance, excess_kurtosis=0.0)
     _assert_ks(x, stats.norm(500.0, 50.0))
 
 
@@ -204,7 +199,7 @@ def test_poisson_gaps_have_the_declared_mean_and_cv() -> None:
     p = PoissonArrivals()
     assert p.cv == 1.0
     g = p.gaps(_rng(41), RATE, N)
-    _assert_moments(g, 1 / RATE, (p.cv / RATE) ** 2, excess_kurtosis=6.0)
+    assert_moments(g, 1 / RATE, (p.cv / RATE) ** 2, excess_kurtosis=6.0)
 
 
 def test_poisson_gaps_match_scipy_exponential() -> None:
@@ -229,7 +224,7 @@ def test_gamma_gaps_have_the_declared_mean_and_cv(cv: float) -> None:
     """Gamma gaps average 1/rate and have the declared coefficient of variation."""
     g = GammaArrivals(cv=cv).gaps(_rng(500 + CVS.index(cv)), RATE, N)
     shape = 1 / cv**2
-    _assert_moments(g, 1 / RATE, (cv / RATE) ** 2, excess_kurtosis=6 / shape)
+    assert_moments(g, 1 / RATE, (cv / RATE) ** 2, excess_kurtosis=6 / shape)
 
 
 @pytest.mark.parametrize("cv", CVS)

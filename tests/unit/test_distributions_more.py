@@ -35,7 +35,7 @@ from simpy_llm.workload.distributions import (
     length_distributions,
     to_tokens,
 )
-from tests.helpers import tiny_scenario
+from tests.helpers import assert_moments, tiny_scenario
 
 N = 100_000
 ALPHA = 0.01
@@ -44,13 +44,6 @@ ALPHA = 0.01
 def _rng(seed: int) -> np.random.Generator:
     return np.random.default_rng(seed)
 
-
-def _assert_moments(x: np.ndarray, mean: float, variance: float, excess_kurtosis: float) -> None:
-    """Sample mean and variance agree with *mean* and *variance* to 5 standard errors."""
-    n = len(x)
-    assert abs(x.mean() - mean) < 5 * math.sqrt(variance / n), (x.mean(), mean)
-    rel = 5 * math.sqrt((excess_kurtosis + 2) / n)
-    assert abs(x.var(ddof=1) / variance - 1) < rel, (x.var(ddof=1), variance)
 
 
 def _assert_ks(x: np.ndarray, cdf: Any) -> None:
@@ -96,7 +89,7 @@ def test_uniform_moments_match_declared() -> None:
     d = Uniform(low=100.0, high=300.0)
     ref = stats.uniform(loc=100.0, scale=200.0)
     assert (d.mean, d.variance) == (pytest.approx(ref.mean()), pytest.approx(ref.var()))
-    _assert_moments(d.sample(_rng(101), N), d.mean, d.variance, excess_kurtosis=-1.2)
+    assert_moments(d.sample(_rng(101), N), d.mean, d.variance, excess_kurtosis=-1.2)
 
 
 def test_uniform_matches_scipy_reference() -> None:
@@ -111,7 +104,7 @@ def test_normal_moments_match_declared() -> None:
     """Normal(mean, std_dev) samples have the declared mean and variance std_dev**2."""
     d = Normal(mean=500.0, std_dev=80.0)
     assert d.variance == 6400.0
-    _assert_moments(d.sample(_rng(111), N), d.mean, d.variance, excess_kurtosis=0.0)
+    assert_moments(d.sample(_rng(111), N), d.mean, d.variance, excess_kurtosis=0.0)
 
 
 def test_normal_matches_scipy_reference() -> None:
@@ -137,7 +130,7 @@ def test_pareto_moments_match_declared() -> None:
     ref = stats.pareto(b=6.0, scale=100.0)
     assert d.mean == pytest.approx(ref.mean(), rel=1e-12)
     assert d.variance == pytest.approx(ref.var(), rel=1e-12)
-    _assert_moments(d.sample(_rng(121), N), d.mean, d.variance, excess_kurtosis=float(ref.stats(moments="k")))
+    assert_moments(d.sample(_rng(121), N), d.mean, d.variance, excess_kurtosis=float(ref.stats(moments="k")))
 
 
 @pytest.mark.parametrize("alpha", [0.8, 1.5, 6.0])
@@ -193,7 +186,7 @@ def test_pareto_lognormal_moments_match_declared() -> None:
     a, xm, mu, s, w = PLN["alpha"], PLN["xm"], PLN["mu"], PLN["sigma"], PLN["mix_weight"]
     raw = [w * a * xm**k / (a - k) + (1 - w) * math.exp(k * mu + k * k * s * s / 2) for k in (1, 2, 3, 4)]
     assert a > 4  # the fourth moment exists, so the variance check's SE is defined
-    _assert_moments(d.sample(_rng(131), N), d.mean, d.variance, excess_kurtosis=_kurtosis_from_raw(*raw))
+    assert_moments(d.sample(_rng(131), N), d.mean, d.variance, excess_kurtosis=_kurtosis_from_raw(*raw))
 
 
 @pytest.mark.parametrize("alpha", [6.0, 1.5])
@@ -231,7 +224,7 @@ def test_weibull_moments_match_declared(shape: float) -> None:
     ref = stats.weibull_min(c=shape, scale=200.0)
     assert d.mean == pytest.approx(ref.mean(), rel=1e-12)
     assert d.variance == pytest.approx(ref.var(), rel=1e-9)
-    _assert_moments(d.sample(_rng(141), N), d.mean, d.variance, excess_kurtosis=float(ref.stats(moments="k")))
+    assert_moments(d.sample(_rng(141), N), d.mean, d.variance, excess_kurtosis=float(ref.stats(moments="k")))
 
 
 def test_weibull_matches_scipy_reference() -> None:
@@ -244,7 +237,7 @@ def test_gamma_moments_match_declared(shape: float) -> None:
     """Gamma(shape, scale) has mean shape*scale and variance shape*scale**2; samples match."""
     d = Gamma(shape=shape, scale=40.0)
     assert (d.mean, d.variance) == (pytest.approx(shape * 40.0), pytest.approx(shape * 1600.0))
-    _assert_moments(d.sample(_rng(151), N), d.mean, d.variance, excess_kurtosis=6 / shape)
+    assert_moments(d.sample(_rng(151), N), d.mean, d.variance, excess_kurtosis=6 / shape)
 
 
 def test_gamma_matches_scipy_reference() -> None:
@@ -271,7 +264,7 @@ def test_empirical_moments_match_declared() -> None:
     d = Empirical.from_pmf(PMF)
     v, p = np.array(d.values), np.array(d.probabilities)
     c4 = float(np.dot((v - d.mean) ** 4, p))
-    _assert_moments(d.sample(_rng(161), N), d.mean, d.variance, excess_kurtosis=c4 / d.variance**2 - 3)
+    assert_moments(d.sample(_rng(161), N), d.mean, d.variance, excess_kurtosis=c4 / d.variance**2 - 3)
 
 
 def test_empirical_frequencies_pass_chi_square() -> None:
