@@ -1,0 +1,436 @@
+"""An async OpenAI-compatible client that measures each request (aiohttp).
+
+:class:`OpenAIClient` posts to ``/v1/chat/completions`` or ``/v1/completions``,
+streamed (SSE, parsed by :mod:`simpy_llm.observe.sse`) or not, and returns a
+:class:`RequestRecord` per request: raw timestamps in seconds since the
+client's run start (``time.perf_counter()`` based), the token counts with
+their source, and the outcome. Every request opens a **new connection**
+(``TCPConnector(force_close=True)``): reusing keep-alive connections after
+streamed responses fails intermittently with aiohttp (see docs/observe.md).
+
+The client never raises for a failed request: HTTP errors (429 and 503
+included), broken or truncated streams, invalid JSON, server ``error`` events
+and timeouts are all recorded in the record (``status`` ``error`` or
+``timeout``). Only cancellation propagates, after the record passed in has
+been marked ``cancelled``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import aiohttp
+import attrs
+
+from simpy_llm.observe.sse import SSEParser, interpret
+
+__all__ = ["OpenAIClient", "RequestRecord", "RequestSpec", "RetryPolicy"]
+
+STATUSES = ("ok", "error", "timeout", "cancelled")
+ENDPOINTS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+_MAX_ERROR_CHARS = 300
+
+
+@attrs.frozen
+class RetryPolicy:
+    """Bounded retries of requests answered with a retryable HTTP status (429, 503 by default).
+
+    Attempt ``k`` (0-based) of a retry waits ``min(base_delay_s * 2**k, max_delay_s)``, or the
+    server's ``Retry-After`` seconds if larger (still capped at ``max_delay_s``). Only HTTP answers
+    are retried, never a broken stream or a timeout (the server may have done the work).
+    """
+
+    max_retries: int = attrs.field(default=0, validator=attrs.validators.ge(0))
+    base_delay_s: float = attrs.field(default=0.5, validator=attrs.validators.ge(0))
+    max_delay_s: float = attrs.field(default=30.0, validator=attrs.validators.ge(0))
+    retry_on: frozenset[int] = attrs.field(default=frozenset((429, 503)), converter=frozenset)
+
+    def delay(self, retry_index: int, retry_after: str | None = None) -> float:
+        """Seconds to wait before retry number *retry_index* (0-based).
+
+        >>> RetryPolicy(3, 0.1, 1.0).delay(2), RetryPolicy(3, 0.1, 1.0).delay(0, "0.5")
+        (0.4, 0.5)
+        """
+        d = self.base_delay_s * 2**retry_index
+        try:
+            d = max(d, float(retry_after)) if retry_after is not None else d
+        except ValueError:
+            pass
+        return min(d, self.max_delay_s)
+
+
+@attrs.frozen
+class RequestSpec:
+    """What to send: the prompt (text, or chat messages), ``max_tokens`` and the request shape.
+
+    ``extra_body`` is merged into the JSON body last (e.g. ``{"ignore_eos": True}``).
+    """
+
+    prompt: str | list[dict[str, Any]]
+    max_tokens: int
+    endpoint: str = attrs.field(default="chat", validator=attrs.validators.in_(tuple(ENDPOINTS)))
+    stream: bool = True
+    model: str | None = None
+    request_id: int = 0
+    extra_body: dict[str, Any] = attrs.field(factory=dict)
+
+    def body(self, default_model: str) -> dict[str, Any]:
+        """The JSON body.
+
+        >>> RequestSpec("hi", 3, "completions", stream=False).body("m")
+        {'model': 'm', 'max_tokens': 3, 'stream': False, 'prompt': 'hi'}
+        """
+        out: dict[str, Any] = {"model": self.model or default_model, "max_tokens": self.max_tokens, "stream": self.stream}
+        if self.endpoint == "chat":
+            msgs = self.prompt if isinstance(self.prompt, list) else [{"role": "user", "content": self.prompt}]
+            out["messages"] = msgs
+        else:
+            out["prompt"] = self.prompt if isinstance(self.prompt, str) else "\n".join(str(m.get("content", "")) for m in self.prompt)
+        if self.stream:
+            out["stream_options"] = {"include_usage": True}
+        out.update(self.extra_body)
+        return out
+
+
+@attrs.define
+class RequestRecord:
+    """One request as measured. Times are seconds since the run start; ``None`` when not reached.
+
+    ``scheduled_s`` target send time (load generator), ``dispatched_s`` when the
+    generator released it (after any concurrency wait it is ``sent_s``'s lower
+    bound), ``sent_s`` just before the first attempt's POST, ``last_sent_s``
+    before the last attempt's, ``headers_s`` response headers (last attempt),
+    ``first_byte_s`` first body bytes, ``first_chunk_s`` first data event of any
+    kind, ``first_content_s`` first event with content (the first token),
+    ``chunk_times_s`` receive time of every data event (``[DONE]`` excluded),
+    ``content_times_s`` those with content, ``last_chunk_s`` last data event,
+    ``done_s`` when the request ended (``[DONE]``, end of body, error or
+    timeout). A non-streamed response is one chunk received when its body was
+    read. Token counts: ``prompt_tokens`` / ``completion_tokens`` with their
+    source ``"usage"`` (server ``usage``), ``"chunks"`` (content chunks counted,
+    completion only) or ``"none"``.
+    """
+
+    request_id: int = 0
+    endpoint: str = "chat"
+    streaming: bool = True
+    scheduled_s: float | None = None
+    dispatched_s: float | None = None
+    sent_s: float | None = None
+    last_sent_s: float | None = None
+    headers_s: float | None = None
+    first_byte_s: float | None = None
+    first_chunk_s: float | None = None
+    first_content_s: float | None = None
+    last_chunk_s: float | None = None
+    done_s: float | None = None
+    chunk_times_s: list[float] = attrs.field(factory=list)
+    content_times_s: list[float] = attrs.field(factory=list)
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+    prompt_tokens_source: str = "none"
+    completion_tokens_source: str = "none"
+    output_chars: int = 0
+    reasoning_chars: int = 0
+    finish_reason: str | None = None
+    status: str = "pending"
+    http_status: int | None = None
+    error_message: str = ""
+    attempts: int = 0
+    attempt_statuses: list[int | None] = attrs.field(factory=list)
+
+    # ------------------------------------------------------------ derived metrics
+    @property
+    def ttft_s(self) -> float | None:
+        """Time to first token: ``first_content_s - sent_s``."""
+        return None if self.first_content_s is None or self.sent_s is None else self.first_content_s - self.sent_s
+
+    @property
+    def e2e_s(self) -> float | None:
+        """End-to-end latency: ``done_s - sent_s``."""
+        return None if self.done_s is None or self.sent_s is None else self.done_s - self.sent_s
+
+    @property
+    def itl_s(self) -> list[float]:
+        """Inter-token latencies: gaps between consecutive content chunks."""
+        t = self.content_times_s
+        return [b - a for a, b in zip(t, t[1:])]
+
+    @property
+    def tpot_s(self) -> float | None:
+        """Time per output token after the first: ``(last content - first content) / (completion_tokens - 1)``."""
+        n = self.completion_tokens
+        if n is None or n < 2 or not self.content_times_s:
+            return None
+        return (self.content_times_s[-1] - self.content_times_s[0]) / (n - 1)
+
+    @property
+    def schedule_delay_s(self) -> float | None:
+        """``sent_s - scheduled_s`` (client lag plus any concurrency-limit wait)."""
+        return None if self.sent_s is None or self.scheduled_s is None else self.sent_s - self.scheduled_s
+
+
+def _fill_usage(rec: RequestRecord, usage: dict[str, Any]) -> None:
+    p, c = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    if isinstance(p, int):
+        rec.prompt_tokens, rec.prompt_tokens_source = p, "usage"
+    if isinstance(c, int):
+        rec.completion_tokens, rec.completion_tokens_source = c, "usage"
+    details = usage.get("prompt_tokens_details")
+    if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+        rec.cached_tokens = details["cached_tokens"]
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _MAX_ERROR_CHARS else text[: _MAX_ERROR_CHARS - 3] + "..."
+
+
+def _http_error_message(status: int, reason: str | None, body: bytes) -> str:
+    text = body.decode("utf-8", "replace")
+    try:
+        obj = json.loads(text)
+        err = obj.get("error", obj) if isinstance(obj, dict) else obj
+        text = err.get("message", json.dumps(err)) if isinstance(err, dict) else str(err)
+    except (json.JSONDecodeError, ValueError):
+        pass
+    return _short(f"HTTP {status} {reason or ''}: {text}".replace(" :", ":"))
+
+
+class OpenAIClient:
+    """Async client of an OpenAI-compatible server at *base_url* (``http://host:port``, no ``/v1``).
+
+    Use as ``async with OpenAIClient(url) as client: rec = await client.send(spec)``.
+
+    Parameters
+    ----------
+    api_key
+        Sent as ``Authorization: Bearer <key>`` when given.
+    model
+        Default model name (``None``: the first of ``/v1/models``, looked up on enter).
+    timeout_s
+        Per-attempt limit on the whole request (connect to end of body); exceeding it
+        gives status ``timeout``. ``None``: no limit.
+    retry
+        :class:`RetryPolicy` for 429/503 answers (default: no retries).
+    read_bufsize
+        aiohttp read buffer (bytes); large so that long responses are not read 64 KiB at a time.
+    run_start
+        ``time.perf_counter()`` value that times are relative to (default: when created).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        model: str | None = None,
+        timeout_s: float | None = 600.0,
+        retry: RetryPolicy | None = None,
+        read_bufsize: int = 4 * 2**20,
+        headers: dict[str, str] | None = None,
+        run_start: float | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self.model = model
+        self.timeout_s = timeout_s
+        self.retry = retry or RetryPolicy()
+        self.read_bufsize = read_bufsize
+        self.headers = {"Content-Type": "application/json", **(headers or {})}
+        if api_key:
+            self.headers["Authorization"] = f"Bearer {api_key}"
+        self.run_start = time.perf_counter() if run_start is None else run_start
+        self._session: aiohttp.ClientSession | None = None
+
+    def now(self) -> float:
+        """Seconds since :attr:`run_start`."""
+        return time.perf_counter() - self.run_start
+
+    async def __aenter__(self) -> OpenAIClient:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def open(self) -> None:
+        """Create the HTTP session (new connection per request)."""
+        if self._session is None:
+            connector = aiohttp.TCPConnector(force_close=True, limit=0)
+            self._session = aiohttp.ClientSession(connector=connector, read_bufsize=self.read_bufsize, headers=self.headers)
+
+    async def close(self) -> None:
+        """Close the HTTP session."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise RuntimeError("the client is not open: use `async with OpenAIClient(...)`")
+        return self._session
+
+    async def list_models(self) -> list[str]:
+        """Model ids from ``GET /v1/models`` (raises ``aiohttp.ClientError`` on failure)."""
+        timeout = aiohttp.ClientTimeout(total=self.timeout_s)
+        async with self.session.get(self.base_url + "/v1/models", timeout=timeout) as resp:
+            resp.raise_for_status()
+            obj = await resp.json(content_type=None)
+        return [str(m["id"]) for m in obj.get("data", []) if isinstance(m, dict) and "id" in m]
+
+    async def default_model(self) -> str:
+        """:attr:`model`, looked up (first of ``/v1/models``) and remembered if unset."""
+        if self.model is None:
+            models = await self.list_models()
+            self.model = models[0] if models else "default"
+        return self.model
+
+    # ------------------------------------------------------------------ requests
+    async def send(self, spec: RequestSpec, record: RequestRecord | None = None) -> RequestRecord:
+        """Send *spec* (retrying per :attr:`retry`) and return its measured record.
+
+        *record* (optional) is filled in place, so a caller keeps the partial
+        record if the task is cancelled; ``CancelledError`` is re-raised after
+        the record is marked ``cancelled``.
+        """
+        rec = record if record is not None else RequestRecord()
+        rec.request_id, rec.endpoint, rec.streaming = spec.request_id, spec.endpoint, spec.stream
+        try:
+            body = spec.body(await self.default_model()) if spec.model is None else spec.body(spec.model)
+            for attempt in range(self.retry.max_retries + 1):
+                retry_after = await self._attempt(spec, body, rec)
+                if rec.status == "ok" or rec.http_status not in self.retry.retry_on or attempt == self.retry.max_retries:
+                    break
+                await asyncio.sleep(self.retry.delay(attempt, retry_after))
+        except asyncio.CancelledError:
+            rec.status = "cancelled"
+            rec.error_message = rec.error_message or "cancelled before completion"
+            rec.done_s = self.now()
+            raise
+        except Exception as exc:  # noqa: BLE001 - never let one request break a run
+            rec.status = "error"
+            rec.error_message = _short(f"{type(exc).__name__}: {exc}")
+            rec.done_s = self.now()
+        return rec
+
+    async def _attempt(self, spec: RequestSpec, body: dict[str, Any], rec: RequestRecord) -> str | None:
+        """One POST; fills *rec*; returns the ``Retry-After`` header if any."""
+        rec.attempts += 1
+        rec.status, rec.error_message, rec.http_status = "pending", "", None
+        for name in ("headers_s", "first_byte_s", "first_chunk_s", "first_content_s", "last_chunk_s", "done_s"):
+            setattr(rec, name, None)
+        rec.chunk_times_s, rec.content_times_s = [], []
+        rec.output_chars = rec.reasoning_chars = 0
+        rec.last_sent_s = self.now()
+        if rec.sent_s is None:
+            rec.sent_s = rec.last_sent_s
+        retry_after = None
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                async with self.session.post(self.base_url + ENDPOINTS[spec.endpoint], json=body) as resp:
+                    rec.headers_s = self.now()
+                    rec.http_status = resp.status
+                    if resp.status != 200:
+                        retry_after = resp.headers.get("Retry-After")
+                        raw = await resp.content.read(64 * 1024)
+                        rec.status = "error"
+                        rec.error_message = _http_error_message(resp.status, resp.reason, raw)
+                    elif spec.stream:
+                        await self._read_stream(resp, rec)
+                    else:
+                        await self._read_json(resp, rec)
+        except TimeoutError:
+            rec.status = "timeout"
+            rec.error_message = f"no complete response within {self.timeout_s} s"
+        except aiohttp.ClientPayloadError as exc:
+            rec.status = "error"
+            rec.error_message = _short(f"stream broken: {type(exc).__name__}: {exc}")
+        except (aiohttp.ClientError, OSError) as exc:
+            rec.status = "error"
+            rec.error_message = _short(f"{type(exc).__name__}: {exc}")
+        rec.attempt_statuses.append(rec.http_status)
+        if rec.done_s is None:
+            rec.done_s = self.now()
+        if rec.completion_tokens_source != "usage" and spec.stream and rec.content_times_s:
+            rec.completion_tokens, rec.completion_tokens_source = len(rec.content_times_s), "chunks"
+        return retry_after
+
+    async def _read_stream(self, resp: aiohttp.ClientResponse, rec: RequestRecord) -> None:
+        parser = SSEParser()
+        done = False
+        problem = ""
+        while not done:
+            data = await resp.content.readany()
+            if not data:
+                break
+            t = self.now()
+            if rec.first_byte_s is None:
+                rec.first_byte_s = t
+            for event in parser.feed(data):
+                chunk = interpret(event)
+                if chunk.kind == "done":
+                    done = True
+                    break
+                rec.chunk_times_s.append(t)
+                rec.last_chunk_s = t
+                if rec.first_chunk_s is None:
+                    rec.first_chunk_s = t
+                if chunk.kind != "data":
+                    problem = problem or (chunk.error or chunk.kind)
+                    continue
+                if chunk.has_content:
+                    rec.content_times_s.append(t)
+                    if rec.first_content_s is None:
+                        rec.first_content_s = t
+                    rec.output_chars += len(chunk.content)
+                    rec.reasoning_chars += len(chunk.reasoning)
+                if chunk.usage:
+                    _fill_usage(rec, chunk.usage)
+                rec.finish_reason = chunk.finish_reason or rec.finish_reason
+        rec.done_s = self.now()
+        if problem:
+            rec.status, rec.error_message = "error", _short(problem)
+        elif not done:
+            left = parser.close()
+            rec.status = "error"
+            rec.error_message = "stream ended without data: [DONE]" + (" (incomplete event left)" if left else "")
+        else:
+            rec.status = "ok"
+
+    async def _read_json(self, resp: aiohttp.ClientResponse, rec: RequestRecord) -> None:
+        raw = await resp.read()
+        t = rec.done_s = self.now()
+        rec.first_byte_s = t if raw else None
+        try:
+            obj = json.loads(raw)
+        except (json.JSONDecodeError, ValueError) as exc:
+            rec.status, rec.error_message = "error", _short(f"invalid JSON response: {exc}")
+            return
+        if not isinstance(obj, dict) or obj.get("error") is not None:
+            err = obj.get("error") if isinstance(obj, dict) else obj
+            rec.status, rec.error_message = "error", _short(f"server error: {err}")
+            return
+        rec.first_chunk_s = rec.last_chunk_s = t
+        rec.chunk_times_s = [t]
+        text, reasoning = [], []
+        for choice in obj.get("choices") or []:
+            msg = choice.get("message") if isinstance(choice, dict) else None
+            src = msg if isinstance(msg, dict) else (choice if isinstance(choice, dict) else {})
+            c = src.get("content") if isinstance(msg, dict) else src.get("text")
+            text.append(c if isinstance(c, str) else "")
+            r = src.get("reasoning_content")
+            reasoning.append(r if isinstance(r, str) else "")
+            rec.finish_reason = rec.finish_reason or src.get("finish_reason") or choice.get("finish_reason")
+        rec.output_chars, rec.reasoning_chars = sum(map(len, text)), sum(map(len, reasoning))
+        if rec.output_chars or rec.reasoning_chars:
+            rec.first_content_s = t
+            rec.content_times_s = [t]
+        if isinstance(obj.get("usage"), dict):
+            _fill_usage(rec, obj["usage"])
+        rec.status = "ok"

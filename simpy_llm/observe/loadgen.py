@@ -1,0 +1,412 @@
+"""Open-loop load generation against an OpenAI-compatible server, writing a trace v2.
+
+:class:`LoadGenerator` sends each request of a workload (a DataFrame from
+:func:`simpy_llm.workload.export.generate_requests`, or any rows with
+``arrival_time_s``, ``input_tokens``, ``output_tokens``) at its target time,
+measured on the :class:`~simpy_llm.observe.client.OpenAIClient`'s clock, and
+writes one trace v2 row per request to a
+:class:`~simpy_llm.workload.traces.TraceV2Writer` as soon as the request ends,
+whatever its fate (``ok``, ``error``, ``timeout``, ``cancelled``). A run cut
+short therefore leaves a readable trace.
+
+A single dispatcher coroutine walks the requests in target order, sleeps until
+each target and starts the request as a task (open loop: sends never wait for
+responses). With ``concurrency=N`` the dispatcher first waits for one of the N
+slots, so requests queue in FIFO order and their schedule delay includes the
+queueing. The run summary reports requested vs achieved send rate and the
+schedule delay; when the median client lag (dispatch time - target) exceeds
+``lag_threshold_s`` (10 ms) it sets ``lagging`` and warns with
+:class:`ScheduleLagWarning`.
+
+Stopping: :meth:`LoadGenerator.stop` (e.g. from a SIGINT handler installed with
+``loop.add_signal_handler(signal.SIGINT, gen.stop)``) or cancelling the task
+running :meth:`LoadGenerator.run` cancels the in-flight requests and writes
+every unfinished request as ``cancelled``; ``stop`` makes ``run`` return its
+summary, cancellation re-raises after the rows are written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import statistics
+import time
+import warnings
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from simpy_llm.observe.client import OpenAIClient, RequestRecord, RequestSpec
+
+__all__ = [
+    "OBSERVER_COLUMNS",
+    "LoadGenerator",
+    "LoadRequest",
+    "RunSummary",
+    "ScheduleLagWarning",
+    "load_requests",
+    "record_row",
+    "synthetic_prompt",
+]
+
+OBSERVER_COLUMNS: tuple[str, ...] = (
+    "requested_input_tokens",
+    "requested_output_tokens",
+    "prompt_tokens_source",
+    "completion_tokens_source",
+    "http_status",
+    "attempts",
+    "first_byte_time_us",
+    "first_token_time_us",
+    "done_time_us",
+)
+"""Extra trace columns the observer fills (declare them with ``TraceV2Writer(..., extra_columns=OBSERVER_COLUMNS)``;
+a writer without them gets the trace v2 columns only)."""
+
+_PASSTHROUGH = ("client_id", "tenant_id", "slo_class", "session_id", "round_index", "prefix_group", "reason_ratio")
+
+# Short, common English words: each is one token in the BPE vocabularies of the usual
+# open models (Llama, Qwen, Gemma, GPT-style), also with the leading space.
+_WORDS = (
+    "the of and to in is was for on are with as at be by this have from or one had not but what all were "
+    "when we there can an your which their said if do will each about how up out them then she many some so "
+    "these would other into has more her two like him see time could no make than first been its who now "
+    "people my made over did down only way find use may water long little very after words called just where "
+    "most know get through back much before go good new write our used me man too any day same right look "
+    "think also around another came come work three word must because does part even place well such here take "
+    "why things help put years different away again off went old number great tell men say small every found "
+    "still between name should home big give air line set own under read last never us left end along while "
+    "might next sound below saw something thought both few those always looked show large often together asked "
+    "house world going want school important until form food keep children feet land side without boy once "
+    "animals life enough took sometimes four head above kind began almost live page got earth need far hand "
+    "high year mother light parts country father let night following picture being study second eyes soon times"
+).split()
+
+
+def synthetic_prompt(n_tokens: int, seed: int = 0) -> str:
+    """About *n_tokens* tokens of synthetic text: *n_tokens* words drawn (seeded) from common words.
+
+    Each word is about one token for BPE tokenizers, so the text is about
+    *n_tokens* tokens; the server's count also includes its chat template
+    (a few tokens) and may differ by a few percent. The words differ with
+    *seed* (use the request id), so prompts share no prefix that a server's
+    prefix cache could reuse.
+
+    >>> len(synthetic_prompt(5, seed=1).split()), synthetic_prompt(3, 7) == synthetic_prompt(3, 7)
+    (5, True)
+    """
+    rng = random.Random(seed)
+    return " ".join(rng.choices(_WORDS, k=max(int(n_tokens), 1)))
+
+
+@attrs.frozen
+class LoadRequest:
+    """One request to send: target time (seconds from the run start) and lengths."""
+
+    request_id: int
+    arrival_s: float
+    input_tokens: int
+    output_tokens: int
+    streaming: bool = True
+    fields: dict[str, Any] = attrs.field(factory=dict)
+    """Trace v2 identity columns carried to the row (client_id, tenant_id, slo_class, ...)."""
+
+
+def load_requests(requests: Any) -> list[LoadRequest]:
+    """Requests from a DataFrame or an iterable of mappings (``arrival_time_s`` or ``arrival_s``,
+    ``input_tokens``, ``output_tokens``; optional ``request_id``, ``streaming`` and identity
+    columns), sorted by target time (stable).
+
+    >>> [r.request_id for r in load_requests([{"arrival_time_s": 1, "input_tokens": 2, "output_tokens": 3},
+    ...                                       {"arrival_time_s": 0, "input_tokens": 2, "output_tokens": 3}])]
+    [1, 0]
+    """
+    if hasattr(requests, "to_dict") and hasattr(requests, "columns"):
+        rows: Iterable[Mapping[str, Any]] = requests.to_dict("records")
+    else:
+        rows = requests
+    out = []
+    for i, row in enumerate(rows):
+        if isinstance(row, LoadRequest):
+            out.append(row)
+            continue
+        t = row["arrival_time_s"] if "arrival_time_s" in row else row["arrival_s"]
+        fields = {k: row[k] for k in _PASSTHROUGH if k in row and row[k] is not None}
+        out.append(
+            LoadRequest(
+                request_id=int(row.get("request_id", i)),
+                arrival_s=float(t),
+                input_tokens=int(row["input_tokens"]),
+                output_tokens=int(row["output_tokens"]),
+                streaming=bool(row.get("streaming", True)),
+                fields=fields,
+            )
+        )
+    return sorted(out, key=lambda r: r.arrival_s)
+
+
+def _us(t: float | None) -> int | None:
+    return None if t is None else round(t * 1e6)
+
+
+def record_row(req: LoadRequest, rec: RequestRecord, columns: Iterable[str] | None = None) -> dict[str, Any]:
+    """The trace v2 row of *req* measured as *rec* (restricted to *columns* when given).
+
+    ``arrival_time_us`` is the target time; ``input_tokens`` / ``output_tokens`` are the
+    server's ``usage`` counts when it gave them, else the requested lengths (see
+    ``*_tokens_source``); ``first_chunk_time_us`` is the first data event (any
+    kind), ``first_token_time_us`` the first with content; ``num_chunks`` counts
+    data events. Errors keep the HTTP status in ``http_status``.
+    """
+    row: dict[str, Any] = {
+        "request_id": req.request_id,
+        **req.fields,
+        "streaming": req.streaming,
+        "input_tokens": rec.prompt_tokens if rec.prompt_tokens_source == "usage" else req.input_tokens,
+        "output_tokens": rec.completion_tokens if rec.completion_tokens_source == "usage" else req.output_tokens,
+        "arrival_time_us": _us(req.arrival_s),
+        "send_time_us": _us(rec.sent_s),
+        "first_chunk_time_us": _us(rec.first_chunk_s),
+        "last_chunk_time_us": _us(rec.last_chunk_s),
+        "num_chunks": len(rec.chunk_times_s) if rec.sent_s is not None else None,
+        "status": rec.status,
+        "error_message": rec.error_message,
+        "requested_input_tokens": req.input_tokens,
+        "requested_output_tokens": req.output_tokens,
+        "prompt_tokens_source": rec.prompt_tokens_source,
+        "completion_tokens_source": rec.completion_tokens_source,
+        "http_status": rec.http_status,
+        "attempts": rec.attempts,
+        "first_byte_time_us": _us(rec.first_byte_s),
+        "first_token_time_us": _us(rec.first_content_s),
+        "done_time_us": _us(rec.done_s),
+    }
+    if columns is not None:
+        keep = set(columns)
+        row = {k: v for k, v in row.items() if k in keep}
+    return row
+
+
+class ScheduleLagWarning(UserWarning):
+    """The load generator could not send at the target times (median lag above the threshold)."""
+
+
+@attrs.frozen
+class RunSummary:
+    """Outcome of a run. Rates are sends per second between the first and last send
+    (requested: between the first and last target); ``None`` with fewer than two.
+    ``schedule_delay_*`` are over ``sent - target``; ``lag_p50_s`` over
+    ``dispatch - target`` (client lag, without concurrency-limit waits), the
+    quantity compared with ``lag_threshold_s`` to set ``lagging``."""
+
+    n_requests: int
+    n_sent: int
+    status_counts: dict[str, int]
+    requested_rate: float | None
+    achieved_rate: float | None
+    schedule_delay_p50_s: float | None
+    schedule_delay_p99_s: float | None
+    schedule_delay_max_s: float | None
+    lag_p50_s: float | None
+    lag_threshold_s: float
+    lagging: bool
+    stopped: bool
+    duration_s: float
+
+
+def _rate(times: list[float]) -> float | None:
+    if len(times) < 2:
+        return None
+    span = max(times) - min(times)
+    return (len(times) - 1) / span if span > 0 else math.inf
+
+
+def _quantile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    return s[min(int(math.ceil(q * len(s))) - 1, len(s) - 1)] if q > 0 else s[0]
+
+
+class LoadGenerator:
+    """Sends *requests* through *client* at their target times and writes rows to *writer*.
+
+    Parameters
+    ----------
+    client
+        An open :class:`OpenAIClient`; its ``run_start`` is reset when :meth:`run` starts,
+        so targets and every recorded time are seconds from then.
+    requests
+        Anything :func:`load_requests` takes.
+    writer
+        A ``TraceV2Writer`` (or ``None``); columns it lacks are left out of the rows.
+    endpoint, stream
+        ``"chat"`` or ``"completions"``; ``stream=None`` follows each request's ``streaming``.
+    concurrency
+        At most this many requests in flight (FIFO queue); ``None`` = open loop.
+    ignore_eos
+        Send ``ignore_eos: true`` so the server generates exactly ``max_tokens`` = ``output_tokens``.
+    extra_body
+        Added to every request body.
+    lag_threshold_s
+        Median client lag above which the run is flagged ``lagging`` and warned about.
+    """
+
+    def __init__(
+        self,
+        client: OpenAIClient,
+        requests: Any,
+        writer: Any = None,
+        *,
+        endpoint: str = "chat",
+        stream: bool | None = None,
+        model: str | None = None,
+        concurrency: int | None = None,
+        ignore_eos: bool = True,
+        extra_body: dict[str, Any] | None = None,
+        lag_threshold_s: float = 0.010,
+    ) -> None:
+        if concurrency is not None and concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1 or None, got {concurrency}")
+        self.client = client
+        self.requests = load_requests(requests)
+        self.writer = writer
+        self.endpoint = endpoint
+        self.stream = stream
+        self.model = model
+        self.concurrency = concurrency
+        self.extra_body = {**({"ignore_eos": True} if ignore_eos else {}), **(extra_body or {})}
+        self.lag_threshold_s = lag_threshold_s
+        self.records: dict[int, RequestRecord] = {}
+        self.summary: RunSummary | None = None
+        self._written: set[int] = set()
+        self._stop = asyncio.Event()
+        self._columns = tuple(writer.columns) if writer is not None and hasattr(writer, "columns") else None
+
+    def stop(self) -> None:
+        """Ask the run to stop now: unfinished requests are cancelled and written as ``cancelled``."""
+        self._stop.set()
+
+    def spec(self, req: LoadRequest) -> RequestSpec:
+        """The request body spec of *req* (synthetic prompt seeded by its id)."""
+        return RequestSpec(
+            prompt=synthetic_prompt(req.input_tokens, seed=req.request_id),
+            max_tokens=max(req.output_tokens, 1),
+            endpoint=self.endpoint,
+            stream=req.streaming if self.stream is None else self.stream,
+            model=self.model,
+            request_id=req.request_id,
+            extra_body=dict(self.extra_body),
+        )
+
+    def _finish(self, req: LoadRequest, rec: RequestRecord) -> None:
+        if req.request_id in self._written:
+            return
+        self._written.add(req.request_id)
+        if rec.status not in ("ok", "error", "timeout", "cancelled"):
+            rec.status, rec.error_message = "cancelled", rec.error_message or "not completed"
+        if self.writer is not None:
+            self.writer.write_row(record_row(req, rec, self._columns))
+
+    async def _one(self, req: LoadRequest, rec: RequestRecord, slots: asyncio.Semaphore | None) -> None:
+        try:
+            await self.client.send(self.spec(req), rec)
+        finally:
+            if slots is not None:
+                slots.release()
+            self._finish(req, rec)
+
+    async def run(self) -> RunSummary:
+        """Run the whole workload; returns (and stores in :attr:`summary`) the :class:`RunSummary`."""
+        client = self.client
+        if self.model is None:
+            self.model = await client.default_model()
+        client.run_start = time.perf_counter()
+        slots = asyncio.Semaphore(self.concurrency) if self.concurrency else None
+        tasks: set[asyncio.Task[None]] = set()
+        stopper = asyncio.ensure_future(self._stop.wait())
+        acquire: asyncio.Future[Any] | None = None
+        try:
+            for req in self.requests:
+                rec = self.records[req.request_id] = RequestRecord(request_id=req.request_id, scheduled_s=req.arrival_s)
+                while (delay := req.arrival_s - client.now()) > 0:
+                    await asyncio.wait({stopper}, timeout=delay)
+                    if stopper.done():
+                        break
+                if stopper.done():
+                    break
+                rec.dispatched_s = client.now()
+                if slots is not None:
+                    acquire = asyncio.ensure_future(slots.acquire())
+                    await asyncio.wait({acquire, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                    if not acquire.done():
+                        acquire.cancel()
+                        break
+                task = asyncio.create_task(self._one(req, rec, slots))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            while tasks and not stopper.done():
+                await asyncio.wait({*tasks, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            await self._shutdown(tasks)
+            self.summary = self._summarize()
+            raise
+        finally:
+            stopper.cancel()
+            if acquire is not None and not acquire.done():
+                acquire.cancel()
+        await self._shutdown(tasks)
+        self.summary = self._summarize()
+        if self.summary.lagging:
+            warnings.warn(
+                f"median schedule lag {self.summary.lag_p50_s * 1e3:.1f} ms exceeds "
+                f"{self.lag_threshold_s * 1e3:.1f} ms: the client could not keep the requested rate",
+                ScheduleLagWarning,
+                stacklevel=2,
+            )
+        return self.summary
+
+    async def _shutdown(self, tasks: set[asyncio.Task[None]]) -> None:
+        """Cancel in-flight requests, wait for their rows, then write never-sent requests as cancelled."""
+        pending = list(tasks)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+        for req in self.requests:
+            rec = self.records.get(req.request_id)
+            if rec is None:
+                rec = self.records[req.request_id] = RequestRecord(request_id=req.request_id, scheduled_s=req.arrival_s)
+            if req.request_id not in self._written:
+                rec.status, rec.error_message = "cancelled", "run stopped before the request was sent"
+                self._finish(req, rec)
+        if self.writer is not None and hasattr(self.writer, "flush"):
+            self.writer.flush()
+
+    def _summarize(self) -> RunSummary:
+        recs = [self.records[r.request_id] for r in self.requests if r.request_id in self.records]
+        sent = [r for r in recs if r.sent_s is not None]
+        delays = [r.schedule_delay_s for r in sent if r.schedule_delay_s is not None]
+        lags = [r.dispatched_s - r.scheduled_s for r in recs if r.dispatched_s is not None and r.scheduled_s is not None]
+        counts: dict[str, int] = {}
+        for r in recs:
+            counts[r.status] = counts.get(r.status, 0) + 1
+        lag50 = statistics.median(lags) if lags else None
+        done = [r.done_s for r in recs if r.done_s is not None]
+        return RunSummary(
+            n_requests=len(self.requests),
+            n_sent=len(sent),
+            status_counts=counts,
+            requested_rate=_rate([r.arrival_s for r in self.requests]),
+            achieved_rate=_rate([r.sent_s for r in sent if r.sent_s is not None]),
+            schedule_delay_p50_s=statistics.median(delays) if delays else None,
+            schedule_delay_p99_s=_quantile(delays, 0.99),
+            schedule_delay_max_s=max(delays) if delays else None,
+            lag_p50_s=lag50,
+            lag_threshold_s=self.lag_threshold_s,
+            lagging=lag50 is not None and lag50 > self.lag_threshold_s,
+            stopped=self._stop.is_set(),
+            duration_s=max(done) if done else 0.0,
+        )

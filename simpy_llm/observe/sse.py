@@ -1,0 +1,220 @@
+"""Incremental Server-Sent Events parsing for OpenAI-style streams (pure; no I/O).
+
+:class:`SSEParser` takes the body of a ``text/event-stream`` response in byte
+chunks of any size, split anywhere (inside a line, between ``\\r`` and ``\\n``,
+inside a multi-byte character), and returns the complete events. It follows
+the WHATWG event-stream rules: lines end with ``\\r\\n``, ``\\n`` or ``\\r``; a
+blank line ends an event; lines starting with ``:`` are comments (pings);
+several ``data:`` lines join with ``\\n``; one space after the colon is
+dropped; a leading byte-order mark is ignored; an event without ``data`` is not
+dispatched. Scanning resumes where the previous chunk stopped, so a very long
+line (a response echoing a long prompt) costs linear time.
+
+:func:`interpret` reads one event as an OpenAI chunk: ``[DONE]``, an ``error``
+object, invalid JSON, or a data chunk with its content (``delta.content`` for
+chat, ``text`` for completions), ``reasoning_content`` and ``usage`` (the
+usage-only final chunk has ``choices: []``).
+
+>>> p = SSEParser()
+>>> p.feed(b'data: {"choices": [{"delta": {"content": "Hi"}}]}\\r')
+[]
+>>> [interpret(e).content for e in p.feed(b'\\n\\r\\n: ping\\n\\ndata: [DONE]\\n\\n')]
+['Hi', '']
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import attrs
+
+__all__ = ["SSEEvent", "SSEParser", "StreamChunk", "interpret", "parse_events"]
+
+_BOM = "\ufeff"
+
+
+@attrs.frozen
+class SSEEvent:
+    """One dispatched event: its ``data`` (lines joined with ``\\n``), ``event`` type and ``id``."""
+
+    data: str
+    event: str = ""
+    id: str | None = None
+    retry: int | None = None
+
+
+class SSEParser:
+    """Incremental event-stream parser: :meth:`feed` bytes, get complete :class:`SSEEvent` s.
+
+    ``comments`` counts comment lines seen (``: ping`` keep-alives). After the
+    body ends, :meth:`close` tells whether an unterminated event was left
+    (per the spec it is discarded, never dispatched).
+    """
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self._scan = 0  # bytes of _buf already searched for a line end
+        self._data: list[str] = []
+        self._event = ""
+        self._id: str | None = None
+        self._retry: int | None = None
+        self._first_line = True
+        self.comments = 0
+        self.bytes_fed = 0
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        """Parse *chunk* and return the events it completes (possibly none)."""
+        self.bytes_fed += len(chunk)
+        buf = self._buf
+        buf += chunk
+        events: list[SSEEvent] = []
+        start = 0
+        pos = self._scan
+        n = len(buf)
+        while True:
+            lf = buf.find(b"\n", pos)
+            cr = buf.find(b"\r", pos, lf if lf >= 0 else n)
+            if cr >= 0:
+                if cr + 1 == n:  # a \r at the very end: wait to see whether \n follows
+                    pos = cr
+                    break
+                end, nxt = cr, (cr + 2 if buf[cr + 1] == 0x0A else cr + 1)
+            elif lf >= 0:
+                end, nxt = lf, lf + 1
+            else:
+                pos = n
+                break
+            self._line(bytes(buf[start:end]).decode("utf-8", "replace"), events)
+            start = pos = nxt
+        if start:
+            del buf[:start]
+        self._scan = pos - start
+        return events
+
+    def close(self) -> bool:
+        """End of body: True if an incomplete event (unterminated line or undispatched data) was left."""
+        left = bool(self._buf) or bool(self._data)
+        self._buf.clear()
+        self._scan = 0
+        self._data = []
+        return left
+
+    def _line(self, line: str, events: list[SSEEvent]) -> None:
+        if self._first_line:
+            self._first_line = False
+            if line.startswith(_BOM):
+                line = line[1:]
+        if not line:
+            if self._data:
+                events.append(SSEEvent("\n".join(self._data), self._event, self._id, self._retry))
+            self._data = []
+            self._event = ""
+            return
+        if line[0] == ":":
+            self.comments += 1
+            return
+        name, sep, value = line.partition(":")
+        if sep and value.startswith(" "):
+            value = value[1:]
+        if name == "data":
+            self._data.append(value)
+        elif name == "event":
+            self._event = value
+        elif name == "id":
+            if "\0" not in value:
+                self._id = value
+        elif name == "retry":
+            if value.isdigit():
+                self._retry = int(value)
+
+
+def parse_events(body: bytes) -> list[SSEEvent]:
+    """Every complete event of a whole stream body.
+
+    >>> [e.data for e in parse_events(b"data: a\\ndata: b\\n\\nevent: x\\n\\ndata: c")]
+    ['a\\nb']
+    """
+    p = SSEParser()
+    return p.feed(body)
+
+
+@attrs.frozen
+class StreamChunk:
+    """One event read as an OpenAI streaming chunk.
+
+    ``kind`` is ``"done"`` (``data: [DONE]``), ``"error"`` (an ``error`` object,
+    ``error`` holds its message), ``"invalid"`` (not a JSON object; ``error``
+    says why) or ``"data"``. ``content`` is the text (chat ``delta.content`` or
+    completions ``text``, all choices joined), ``reasoning`` the
+    ``reasoning_content`` (or ``reasoning``), ``usage`` the ``usage`` object
+    when the chunk has one, ``finish_reason`` the first non-null one.
+    """
+
+    kind: str
+    content: str = ""
+    reasoning: str = ""
+    usage: dict[str, Any] | None = None
+    error: str | None = None
+    finish_reason: str | None = None
+
+    @property
+    def has_content(self) -> bool:
+        """True when the chunk carries generated text (content or reasoning): a token chunk."""
+        return bool(self.content or self.reasoning)
+
+
+def _error_message(err: Any) -> str:
+    if isinstance(err, dict):
+        msg = err.get("message") or err.get("msg") or json.dumps(err)[:500]
+        code = err.get("code") or err.get("type")
+        return f"{msg} ({code})" if code else str(msg)
+    return str(err)[:500]
+
+
+def interpret(event: SSEEvent) -> StreamChunk:
+    """*event* as a :class:`StreamChunk` (see there).
+
+    >>> interpret(SSEEvent('{"choices": [], "usage": {"completion_tokens": 3}}')).usage
+    {'completion_tokens': 3}
+    >>> interpret(SSEEvent('{"error": {"message": "overloaded", "code": 503}}')).error
+    'overloaded (503)'
+    >>> interpret(SSEEvent('{"choices": [')).kind
+    'invalid'
+    """
+    data = event.data
+    if data.strip() == "[DONE]":
+        return StreamChunk("done")
+    try:
+        obj = json.loads(data)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        return StreamChunk("invalid", error=f"invalid JSON in stream event: {exc} (data {data[:80]!r})")
+    if not isinstance(obj, dict):
+        return StreamChunk("invalid", error=f"stream event is not a JSON object: {data[:80]!r}")
+    if event.event == "error" or obj.get("error") is not None:
+        return StreamChunk("error", error=_error_message(obj.get("error", obj)))
+    content: list[str] = []
+    reasoning: list[str] = []
+    finish = None
+    choices = obj.get("choices") or []
+    for choice in choices if isinstance(choices, list) else ():
+        if not isinstance(choice, dict):
+            continue
+        delta = choice.get("delta")
+        src = delta if isinstance(delta, dict) else choice
+        text = src.get("content") if isinstance(delta, dict) else choice.get("text")
+        if isinstance(text, str):
+            content.append(text)
+        r = src.get("reasoning_content") or src.get("reasoning")
+        if isinstance(r, str):
+            reasoning.append(r)
+        if finish is None and choice.get("finish_reason"):
+            finish = str(choice["finish_reason"])
+    usage = obj.get("usage")
+    return StreamChunk(
+        "data",
+        content="".join(content),
+        reasoning="".join(reasoning),
+        usage=usage if isinstance(usage, dict) else None,
+        finish_reason=finish,
+    )
