@@ -258,6 +258,9 @@ class TraceSource:
     """SLO class for rows without one."""
     max_requests: int | None = attrs.field(default=None, validator=optional(at_least(1)))
     """Replay only the first requests."""
+    arrival_column: str = attrs.field(default="arrival_time_us", validator=one_of(("arrival_time_us", "send_time_us")))
+    """For ``trace_v2``: the column whose times are the arrivals; ``send_time_us`` replays an
+    observed trace as the server saw it (rows never sent are left out)."""
 
 
 @attrs.frozen(kw_only=True)

@@ -27,7 +27,7 @@ lists every session with its rounds and end reason.
 from __future__ import annotations
 
 from collections.abc import Generator, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import simpy
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from simpy_llm.wire import Wire
     from simpy_llm.workload.generator import ClientSource
 
-__all__ = ["END_REASONS", "SessionRegistry", "SessionState"]
+__all__ = ["END_REASONS", "FollowUp", "SessionRegistry", "SessionState", "open_session", "plan_follow_up"]
 
 END_REASONS = ("max_rounds", "user_stopped", "horizon", "dropped", "in_progress")
 """Why a session ended: all its rounds ran; the user did not follow up; the next
@@ -61,6 +61,92 @@ class SessionState:
     started: int = 1
     """Rounds created so far."""
     end_reason: str = ""
+
+
+@attrs.frozen
+class FollowUp:
+    """The next round of a session, as :func:`plan_follow_up` decides it."""
+
+    think_s: float
+    """Seconds after the previous round completes."""
+    prompt_tokens: int
+    """The round's whole prompt (with the conversation so far under ``accumulate``)."""
+    question_tokens: int
+    """The newly drawn user turn (the prompt without the client's shared prefix)."""
+    output_tokens: int
+    """Requested output length."""
+    fields: dict[str, Any]
+    """Request fields: the client's identity plus ``session_id``, ``round_index``, ``streaming``."""
+
+
+def open_session(session_id: str, source: ClientSource) -> SessionState | None:
+    """A new session for *source*'s client (drawing its planned rounds), or None if the
+    client has no sessions."""
+    client = source.client
+    if client.multi_turn is None and client.conversational_probability <= 0:
+        return None
+    rounds = 0
+    mt = client.multi_turn
+    if mt is not None:
+        rounds = mt.max_rounds
+        if mt.rounds_distribution is not None:
+            drawn = int(to_tokens(mt.rounds_distribution.sample(source.stream("session"), 1))[0])
+            rounds = min(max(drawn, 1), mt.max_rounds)
+    return SessionState(session_id, source, rounds)
+
+
+def plan_follow_up(
+    state: SessionState,
+    *,
+    prompt_tokens: int,
+    output_tokens: int,
+    round_index: int,
+    streaming: bool,
+    dropped: bool,
+    now_s: float,
+    horizon_s: float | None,
+) -> FollowUp | str:
+    """The session's next round after a round with these lengths finished at *now_s*,
+    or the reason the session ends (one of :data:`END_REASONS`).
+
+    The rules of the module docstring, shared by the simulator's
+    :class:`SessionRegistry` and the observer's closed loop (which passes the
+    server-reported token counts). Draws from the client's ``session`` stream
+    and counts the new round in ``state.started``.
+    """
+    client = state.source.client
+    rng = state.source.stream("session")
+    if dropped:
+        return "dropped"
+    mt = client.multi_turn
+    if mt is not None:
+        if state.started >= state.rounds:
+            return "max_rounds"
+        think_dist = mt.think_time
+        growth = mt.context_growth
+    else:
+        if rng.random() >= client.conversational_probability:
+            return "user_stopped"
+        think_dist = client.follow_up_think_time
+        growth = "accumulate"
+    think = max(float(think_dist.sample(rng, 1)[0]), 0.0)
+    if horizon_s is not None and now_s + think > horizon_s:
+        return "horizon"
+    source = state.source
+    new_prompt, extras = source.prompts(rng, 1)
+    drawn = int(new_prompt[0])
+    question = drawn - source.prefix_tokens
+    prompt = prompt_tokens + output_tokens + question if growth == "accumulate" else drawn
+    output = int(to_tokens(client.output_distribution.sample(rng, 1))[0])
+    fields = {
+        **source.base,
+        **(extras[0] if extras else {}),
+        "streaming": streaming,
+        "session_id": state.session_id,
+        "round_index": round_index + 1,
+    }
+    state.started += 1
+    return FollowUp(think, prompt, question, output, fields)
 
 
 class SessionRegistry:
@@ -104,18 +190,10 @@ class SessionRegistry:
 
     def open(self, req: Request, source: ClientSource) -> None:
         """Start a session whose first round is *req* (called by the generator)."""
-        client = source.client
-        if client.multi_turn is None and client.conversational_probability <= 0:
-            return
-        req.session_id = f"{client.id}/{req.id}"
-        rounds = 0
-        mt = client.multi_turn
-        if mt is not None:
-            rounds = mt.max_rounds
-            if mt.rounds_distribution is not None:
-                drawn = int(to_tokens(mt.rounds_distribution.sample(source.stream("session"), 1))[0])
-                rounds = min(max(drawn, 1), mt.max_rounds)
-        self.live[req.session_id] = SessionState(req.session_id, source, rounds)
+        state = open_session(f"{source.client.id}/{req.id}", source)
+        if state is not None:
+            req.session_id = state.session_id
+            self.live[state.session_id] = state
 
     def _run(self) -> Generator[Event, Request, None]:
         """Decide each finished round's follow-up.
@@ -133,39 +211,22 @@ class SessionRegistry:
                 self._after(req, state)
 
     def _after(self, req: Request, state: SessionState) -> None:
-        client = state.source.client
-        rng = state.source.stream("session")
-        if req.dropped_reason:
-            return self._end(state, "dropped")
-        mt = client.multi_turn
-        if mt is not None:
-            if state.started >= state.rounds:
-                return self._end(state, "max_rounds")
-            think_dist = mt.think_time
-            growth = mt.context_growth
-        else:
-            if rng.random() >= client.conversational_probability:
-                return self._end(state, "user_stopped")
-            think_dist = client.follow_up_think_time
-            growth = "accumulate"
-        think = max(float(think_dist.sample(rng, 1)[0]), 0.0)
-        if self.horizon_s is not None and self.env.now + think > self.horizon_s:
-            return self._end(state, "horizon")
-        source = state.source
-        new_prompt, extras = source.prompts(rng, 1)
-        question = int(new_prompt[0]) - source.prefix_tokens
-        prompt = req.prompt_tokens + req.output_tokens + question if growth == "accumulate" else int(new_prompt[0])
-        output = int(to_tokens(client.output_distribution.sample(rng, 1))[0])
-        fields = {
-            **source.base,
-            **(extras[0] if extras else {}),
-            "streaming": req.streaming,
-            "session_id": state.session_id,
-            "round_index": req.round_index + 1,
-        }
-        state.started += 1
+        plan = plan_follow_up(
+            state,
+            prompt_tokens=req.prompt_tokens,
+            output_tokens=req.output_tokens,
+            round_index=req.round_index,
+            streaming=req.streaming,
+            dropped=bool(req.dropped_reason),
+            now_s=self.env.now,
+            horizon_s=self.horizon_s,
+        )
+        if isinstance(plan, str):
+            return self._end(state, plan)
         self.pending += 1
-        self.env.timeout(think).callbacks.append(lambda _ev: self._arrive(prompt, output, fields))
+        self.env.timeout(plan.think_s).callbacks.append(
+            lambda _ev: self._arrive(plan.prompt_tokens, plan.output_tokens, plan.fields)
+        )
         return None
 
     def _arrive(self, prompt: int, output: int, fields: dict) -> None:

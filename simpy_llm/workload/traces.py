@@ -62,6 +62,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CSV_FIELDS",
     "EXTENSION_COLUMNS",
+    "OBSERVED_COLUMNS",
     "MOONCAKE_BLOCK_TOKENS",
     "TIME_UNIT",
     "TRACE_VERSION",
@@ -123,6 +124,22 @@ EXTENSION_COLUMNS: dict[str, str] = {"priority": "int", "prefix_blocks": "str"}
 hashes, ``header["prefix_block_tokens"]`` tokens each). Any other extra column is
 kept as strings."""
 
+OBSERVED_COLUMNS: dict[str, str] = {
+    "requested_input_tokens": "int",
+    "requested_output_tokens": "int",
+    "prompt_tokens_source": "str",
+    "completion_tokens_source": "str",
+    "http_status": "nint",
+    "attempts": "int",
+    "first_byte_time_us": "nint",
+    "first_token_time_us": "nint",
+    "done_time_us": "nint",
+}
+"""Columns a trace recorded from a real server adds (see docs/observe.md), with their kinds:
+the lengths asked for, where the counts in ``input_tokens``/``output_tokens`` came from
+(``usage``, ``chunks`` or ``none``), the last HTTP status, the number of attempts, and
+the first-byte, first-token and end times."""
+
 _KINDS: dict[str, str] = {
     "request_id": "int",
     "client_id": "str",
@@ -147,6 +164,7 @@ _KINDS: dict[str, str] = {
     "status": "str",
     "error_message": "str",
     **EXTENSION_COLUMNS,
+    **OBSERVED_COLUMNS,
 }
 _DEFAULTS: dict[str, Any] = {"streaming": True, "status": "ok", "reason_ratio": 0.0}
 _REQUIRED = ("arrival_time_us", "input_tokens", "output_tokens")
@@ -1118,21 +1136,27 @@ def load_trace(source: TraceSource) -> Trace:
     1. Read ``source.path`` by ``source.format`` (``trace_v2``: :func:`read_trace_v2`,
        ``azure``, ``mooncake``, ``burstgpt``, ``csv``: :func:`read_csv_mapped` with
        ``source.columns``).
-    2. Order the rows by arrival (stable: ties keep file order) and keep the first
+    2. With ``arrival_column: send_time_us`` (an observed trace), the send times
+       become the arrivals and rows never sent are left out: the server saw the
+       requests when they were sent, which a lagging client or a closed-loop
+       session makes differ from the targets in ``arrival_time_us``.
+    3. Order the rows by arrival (stable: ties keep file order) and keep the first
        ``max_requests``.
-    3. Scale the arrivals: ``t' = first + round((t - first) * time_scale / rate_scale)``
+    4. Scale the arrivals: ``t' = first + round((t - first) * time_scale / rate_scale)``
        microseconds, ``first`` the earliest arrival. ``time_scale`` stretches the gaps,
        ``rate_scale`` divides them: they are inverses (``time_scale: 2`` =
        ``rate_scale: 0.5``), both kept so a scenario can say what it means. Measured
        times (``send_time_us``, ...) are not scaled.
-    4. Fill blanks: ``client_id`` with ``source.client_id`` (default: the file's stem),
+    5. Fill blanks: ``client_id`` with ``source.client_id`` (default: the file's stem),
        ``tenant_id`` with the client id, ``slo_class`` with ``source.slo_class``.
 
-    The header gains ``replay: {format, time_scale, rate_scale, max_requests}``.
+    The header gains ``replay: {format, time_scale, rate_scale, max_requests, arrival_column}``.
     """
     fmt = source.format
     if source.columns and fmt != "csv":
         raise ScenarioError(str(source.path), [("columns", f"only used with format csv, not {fmt}")])
+    if source.arrival_column != "arrival_time_us" and fmt != "trace_v2":
+        raise ScenarioError(str(source.path), [("arrival_column", f"only trace_v2 has send times, not {fmt}")])
     readers: dict[str, Callable[[Any], Trace]] = {
         "trace_v2": read_trace_v2,
         "azure": read_azure,
@@ -1144,6 +1168,10 @@ def load_trace(source: TraceSource) -> Trace:
         raise ScenarioError(str(source.path), [("format", f"must be one of {', '.join(readers)}, got {fmt!r}")])
     trace = readers[fmt](source.path)
     frame = trace.frame
+    if source.arrival_column == "send_time_us":
+        sent = frame["send_time_us"]
+        frame = frame[sent.notna()].copy()
+        frame["arrival_time_us"] = frame["send_time_us"].astype(np.int64)
     t = frame["arrival_time_us"].to_numpy()
     if len(t) > 1 and not bool(np.all(t[1:] >= t[:-1])):
         frame = frame.iloc[np.argsort(t, kind="stable")]
@@ -1163,6 +1191,7 @@ def load_trace(source: TraceSource) -> Trace:
         "time_scale": source.time_scale,
         "rate_scale": source.rate_scale,
         "max_requests": source.max_requests,
+        "arrival_column": source.arrival_column,
     }
     return Trace({**trace.header, "replay": replay}, frame)
 

@@ -604,3 +604,27 @@ def test_missing_file_names_it(tmp_path: Path) -> None:
         with pytest.raises(ScenarioError) as info:
             reader(tmp_path / name)
         assert info.value.source == str(tmp_path / name)
+
+
+def test_replay_from_send_times_skips_unsent_rows(tmp_path: Path) -> None:
+    """``arrival_column: send_time_us`` replays an observed trace at its send times, leaving out rows never sent."""
+    frame = {
+        "arrival_time_us": [0, 1_000, 2_000, 3_000],
+        "send_time_us": [5, 1_700, None, 3_020],
+        "input_tokens": [10, 11, 12, 13],
+        "output_tokens": [4, 4, 4, 4],
+        "status": ["ok", "ok", "cancelled", "error"],
+    }
+    path = write_trace_v2(Trace({}, frame), tmp_path / "observed")[1]
+    t = load_trace(TraceSource(path=str(path), arrival_column="send_time_us"))
+    assert t.frame.arrival_time_us.tolist() == [5, 1_700, 3_020]
+    assert t.frame.input_tokens.tolist() == [10, 11, 13]
+    assert t.header["replay"]["arrival_column"] == "send_time_us"
+
+
+def test_send_time_replay_needs_trace_v2(tmp_path: Path) -> None:
+    """Asking for send times from a format without them is a ScenarioError naming the key."""
+    path = tmp_path / "azure.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,10,5\n")
+    with pytest.raises(ScenarioError, match="arrival_column"):
+        load_trace(TraceSource(path=str(path), format="azure", arrival_column="send_time_us"))
