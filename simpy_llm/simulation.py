@@ -38,6 +38,7 @@ from simpy_llm.workload.sessions import SessionRegistry
 if TYPE_CHECKING:
     from simpy_llm.config.schema import ClientConfig, Scenario
     from simpy_llm.entities import Request
+    from simpy_llm.serving.engine import TokenListener
 
 __all__ = ["Simulation"]
 
@@ -56,9 +57,25 @@ class Simulation:
         Use this latency model instead of the scenario's (e.g. one fitted in Python).
     routing_policy
         Use this routing policy object instead of the scenario's.
+    external_arrivals
+        Build the serving side only (router, replicas, recorder): no workload generator
+        or sessions run, and :meth:`run` is unavailable. The caller drives :attr:`env`
+        and injects each request into :attr:`arrivals` (numbered from :attr:`ids`,
+        reported with ``recorder.on_arrival``), as the emulated server does.
+    token_listener
+        Passed to every replica (see :data:`~simpy_llm.serving.engine.TokenListener`);
+        needs ``simulation.mode: event_per_step``.
     """
 
-    def __init__(self, scenario: Scenario, *, latency_model: object = None, routing_policy: object = None) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        *,
+        latency_model: object = None,
+        routing_policy: object = None,
+        external_arrivals: bool = False,
+        token_listener: TokenListener | None = None,
+    ) -> None:
         self.scenario = scenario
         self.env = simpy.Environment()
         self.streams = RandomStreams(scenario.seed)
@@ -73,15 +90,18 @@ class Simulation:
         wl = scenario.workload
         self.workload_streams = RandomStreams(wl.seed if wl.seed is not None else scenario.seed)
         self.ids = itertools.count()
-        arrivals = Wire(env)
+        arrivals = self.arrivals = Wire(env)
         replica_inboxes = [Wire(env) for _ in range(serving.replicas)]
-        self.sources = self._client_sources()
+        self.sources = [] if external_arrivals else self._client_sources()
         needs_sessions = any(
             s.client.multi_turn is not None or s.client.conversational_probability > 0 for s in self.sources
         )
         completions = Wire(env) if needs_sessions else None
         self.replicas = [
-            Replica(env, i, inbox, serving.engine, self.latency_model, self.recorder, fast=fast, completions=completions)
+            Replica(
+                env, i, inbox, serving.engine, self.latency_model, self.recorder,
+                fast=fast, completions=completions, token_listener=token_listener,
+            )
             for i, inbox in enumerate(replica_inboxes)
         ]
         self.router = Router(env, arrivals, replica_inboxes, self.replicas, self.routing_policy, self.recorder)
@@ -90,6 +110,10 @@ class Simulation:
             if completions is not None
             else None
         )
+        self._ran = False
+        if external_arrivals:
+            self.generator: WorkloadGenerator | None = None
+            return
         all_sources = [(src.base, src.rows()) for src in self.sources] + self._trace_sources()
         self.generator = WorkloadGenerator(
             env,
@@ -101,7 +125,6 @@ class Simulation:
             horizon_s=wl.horizon_s,
             on_request=self._open_session if self.sessions is not None else None,
         )
-        self._ran = False
 
     def _client_sources(self) -> list[ClientSource]:
         """One source per synthetic client: the scenario's clients share ``aggregate_rate``,
@@ -150,6 +173,8 @@ class Simulation:
         progress_every_s
             Simulated seconds between progress calls (default: 1/200 of the expected duration).
         """
+        if self.generator is None:
+            raise RuntimeError("a Simulation with external_arrivals is driven by its caller, not run()")
         if self._ran:
             raise RuntimeError("a Simulation runs once; build a new one to run again")
         self._ran = True

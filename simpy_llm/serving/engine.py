@@ -37,8 +37,10 @@ its last block.
 
 ``event_per_step`` mode takes one event per step and runs the full scheduler
 every step; it is the reference the fast mode is tested against (identical
-records). Both modes compute a step's end as ``segment_start + k * step_s``
-over a run of identical steps, so their clocks agree to the bit. Step ends
+records), and the mode in which an optional :data:`TokenListener` hears of
+every output token as its step ends (the emulated server streams with it).
+Both modes compute a step's end as ``segment_start + k * step_s`` over a run
+of identical steps, so their clocks agree to the bit. Step ends
 are scheduled at a priority after every ordinary event, so a request arriving
 exactly at a step boundary is admitted at that boundary in both modes.
 """
@@ -46,8 +48,8 @@ exactly at a step boundary is admitted at that boundary in both modes.
 from __future__ import annotations
 
 import heapq
-import math
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import attrs
@@ -65,10 +67,17 @@ if TYPE_CHECKING:
     from simpy_llm.metrics.recorder import Recorder
     from simpy_llm.serving.latency import LatencyModel
 
-__all__ = ["LATE", "Replica", "ReplicaStats"]
+__all__ = ["LATE", "Replica", "ReplicaStats", "TokenListener"]
 
 LATE = 2
 """SimPy priority of step-end events: after NORMAL (1) events at the same instant."""
+
+TokenListener = Callable[[Request, int, float], None]
+"""Called as ``listener(request, tokens, visible_s)`` each time *request* produces an output
+token: *tokens* is its output tokens so far, *visible_s* when the client sees that token
+(the step's end plus ``tokens x output_token_overhead_s``, so the first call's time is
+``first_token_s`` and the last call's ``completion_s``). Called from the step-end event,
+before the request completes; it must not touch the environment or the replica."""
 
 
 class _StepEnd(Event):
@@ -125,6 +134,10 @@ class Replica:
         event per step.
     completions
         Optional Wire that receives each request leaving the replica (completed or dropped).
+    token_listener
+        Optional :data:`TokenListener`, told of every output token as its step ends. It
+        needs one event per step (``fast=False``): a fast-mode stretch settles many
+        steps at once, after the fact. ``None`` (default) costs nothing.
     """
 
     def __init__(
@@ -138,7 +151,10 @@ class Replica:
         *,
         fast: bool = True,
         completions: Wire | simpy.Store | None = None,
+        token_listener: TokenListener | None = None,
     ) -> None:
+        if token_listener is not None and fast:
+            raise ValueError("a token_listener needs one event per step: fast=False (simulation.mode event_per_step)")
         self.env = env
         self.index = index
         self.inbox = inbox
@@ -147,6 +163,7 @@ class Replica:
         self.recorder = recorder
         self.fast = fast
         self.completions = completions
+        self.token_listener = token_listener
 
         bs = config.kv_block_size
         self.kv = PagedKVCache(config.kv_num_blocks, bs)
@@ -531,7 +548,10 @@ class Replica:
         if n_decode:
             self.recorder.on_token_gaps(step_s + self._alpha2, n_decode)
         end = self._advance(1, step_s)
+        listener = self.token_listener
         if n_decode:
+            if listener is not None:
+                self._report_decode_tokens(listener, end)
             self._finish_decoders(s, end)
         bs = self.kv.block_size
         alpha2 = self._alpha2
@@ -548,12 +568,25 @@ class Replica:
                 req.first_token_s = end + alpha2
             else:
                 self.recorder.on_token_gaps(end - req.last_token_engine_s + alpha2, 1)
+            if listener is not None:
+                listener(req, g, end + g * alpha2)
             if g >= req.output_tokens:
                 self._complete(req, end, blocks_for(req.kv_tokens, bs))
                 continue
             req.decode_anchor_step = s + 1
             self._residue[(req.kv_tokens - s - 1) % bs] += 1
             heapq.heappush(self._finish_heap, (s + req.output_tokens - g, req.id, s + 1, req))
+
+    def _report_decode_tokens(self, listener: TokenListener, end: float) -> None:
+        """Tell *listener* of the token each decoding request produced in the step ending at
+        *end* (called after ``_advance``, before finished decoders leave the batch)."""
+        alpha2 = self._alpha2
+        step = self.step
+        prefilling = self._prefilling
+        for req in self.running.values():
+            if req.id not in prefilling:
+                g = req.generated_tokens + step - req.decode_anchor_step
+                listener(req, g, end + g * alpha2)
 
     def _finish_decoders(self, last_step: int, end: float) -> None:
         """Complete the decoders whose last token came out of step *last_step*."""

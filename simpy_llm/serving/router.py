@@ -67,7 +67,6 @@ class Router:
         StoreGet
             The next arriving request.
         """
-        env = self.env
         get = self.inbox.get
         choose = self.policy.choose
         replicas = self.replicas
