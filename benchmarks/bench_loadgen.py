@@ -1,0 +1,365 @@
+"""Speed benchmark of the observer's load generator: the highest open-loop rate it keeps.
+
+Run from the repository root::
+
+    python -m benchmarks.bench_loadgen                          # the default ladder, asyncio and uvloop (~2.5 min)
+    python -m benchmarks.bench_loadgen --rates 300,500 --loop uvloop --duration 4
+    python -m benchmarks.bench_loadgen --rates 500 --loop asyncio --profile   # where the client's time goes
+
+A no-op OpenAI-compatible server (``benchmarks/noop_sse_server.py``: it
+answers every streamed request at once with a few chunks, usage and
+``[DONE]``) runs in its own process on 127.0.0.1, so it never shares the load
+generator's event loop. For each requested rate and loop, a fresh process runs
+:class:`~simpy_llm.observe.LoadGenerator` open loop against it for
+``--duration`` seconds of targets (Poisson arrivals by default) and reports
+requested vs achieved send rate, the schedule delay (``sent - target``) p50,
+p99 and max, the median client lag (``dispatched - target``), the ok count
+and the client's CPU time per request. The verdict per loop is the highest
+rate whose p99 schedule delay stays below 10 ms (the goal: >= 300 requests/s
+on 2 cores). See ``benchmarks/README.md``; figures go to ``RESULTS.md`` by hand.
+
+This is a benchmark, not a test: it asserts nothing. The figures are
+wall-clock figures on a shared machine: p99 and max move by a few
+milliseconds between runs, more when other work runs (the header prints the
+load average); use ``--repeat`` for the median of several runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from benchmarks.bench_quickstart import machine_info
+
+REPO = Path(__file__).resolve().parent.parent
+SERVER = Path(__file__).resolve().with_name("noop_sse_server.py")
+RESULT_TAG = "BENCH_RESULT "
+DEFAULT_RATES = (100, 200, 300, 500, 700, 1000, 1400, 2000, 2800)
+P99_TARGET_S = 0.010
+"""The schedule-delay goal: p99 below 10 ms."""
+GOAL_RATE = 300.0
+"""The rate the goal asks for at that p99, on 2 cores."""
+LEAD_S = 0.1
+"""The first target is this long after the run starts (start-up is not part of the measure)."""
+
+
+# --------------------------------------------------------------------------
+# Worker: one rate on one loop, in a fresh process
+# --------------------------------------------------------------------------
+def targets(rate: float, duration_s: float, arrivals: str, seed: int) -> list[float]:
+    """Target send times: ``rate * duration_s`` of them, Poisson (seeded) or evenly spaced."""
+    n = max(int(round(rate * duration_s)), 2)
+    if arrivals == "constant":
+        return [LEAD_S + i / rate for i in range(n)]
+    rng = random.Random(seed)
+    t, out = LEAD_S, []
+    for _ in range(n):
+        out.append(t)
+        t += rng.expovariate(rate)
+    return out
+
+
+def _proc_cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of process *pid* (Linux ``/proc``; ``None`` elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def run_case(args: argparse.Namespace) -> dict[str, Any]:
+    import cProfile
+    import io
+    import pstats
+
+    from simpy_llm.observe import OBSERVER_COLUMNS, LoadGenerator, OpenAIClient, RequestSpec, resolve_loop, run_loop
+    from simpy_llm.workload.traces import TraceV2Writer
+
+    url = f"http://127.0.0.1:{args.port}"
+    times = targets(args.case_rate, args.duration, args.arrivals, args.seed)
+    requests = [{"arrival_time_s": t, "input_tokens": args.input_tokens, "output_tokens": args.output_tokens} for t in times]
+    out: dict[str, Any] = {"loop": args.case_loop, "loop_used": resolve_loop(args.case_loop), "rate": args.case_rate}
+    profiler = cProfile.Profile() if args.profile else None
+
+    async def main() -> None:
+        async with OpenAIClient(url, timeout_s=30.0) as client:
+            # Warm-up: the first requests pay lazy imports and first-use costs.
+            for _ in range(5):
+                await client.send(RequestSpec("warm up", 4, request_id=-1))
+            with tempfile.TemporaryDirectory() as tmp, TraceV2Writer(Path(tmp) / "trace", extra_columns=OBSERVER_COLUMNS) as writer:
+                # An infinite threshold: the lag is reported below, not warned about.
+                gen = LoadGenerator(client, requests, writer, lag_threshold_s=math.inf)
+                server_cpu0 = _proc_cpu_s(args.server_pid) if args.server_pid else None
+                cpu0, wall0 = time.process_time(), time.perf_counter()
+                if profiler is not None:
+                    profiler.enable()
+                s = await gen.run()
+                if profiler is not None:
+                    profiler.disable()
+                cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+                server_cpu1 = _proc_cpu_s(args.server_pid) if args.server_pid else None
+        out.update(
+            n_requests=s.n_requests,
+            n_sent=s.n_sent,
+            ok=s.status_counts.get("ok", 0),
+            status_counts=s.status_counts,
+            requested_rate=s.requested_rate,
+            achieved_rate=s.achieved_rate,
+            delay_p50_s=s.schedule_delay_p50_s,
+            delay_p99_s=s.schedule_delay_p99_s,
+            delay_max_s=s.schedule_delay_max_s,
+            lag_p50_s=s.lag_p50_s,
+            wall_s=wall,
+            client_cpu_s=cpu,
+            client_cpu_us_per_request=cpu / s.n_requests * 1e6 if s.n_requests else None,
+            client_cpu_share=cpu / wall if wall > 0 else None,
+            server_cpu_share=(server_cpu1 - server_cpu0) / wall if server_cpu0 is not None and server_cpu1 is not None and wall > 0 else None,
+        )
+        errors = [r.error_message for r in gen.records.values() if r.status != "ok"]
+        if errors:
+            out["first_error"] = errors[0]
+
+    run_loop(main(), loop=args.case_loop)
+    if profiler is not None:
+        buf = io.StringIO()
+        pstats.Stats(profiler, stream=buf).sort_stats("tottime").print_stats(args.profile_top)
+        out["profile"] = buf.getvalue()
+    return out
+
+
+# --------------------------------------------------------------------------
+# Parent: the server, one process per case, the report
+# --------------------------------------------------------------------------
+def start_server(chunks: int, loop: str) -> tuple[subprocess.Popen[str], int]:
+    """Start the no-op server in its own process; return it and its port."""
+    proc = subprocess.Popen(
+        [sys.executable, str(SERVER), "--port", "0", "--chunks", str(chunks), "--loop", loop],
+        stdout=subprocess.PIPE, text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()  # blocks until bound (or the process died)
+    if not line.startswith("LISTENING "):
+        stop_server(proc)
+        raise RuntimeError(f"the no-op server did not start (said {line!r}, exit code {proc.poll()})")
+    return proc, int(line.split()[1])
+
+
+def stop_server(proc: subprocess.Popen[str]) -> None:
+    """Stop the server by its PID (SIGTERM, then SIGKILL if it does not exit)."""
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+def spawn(rate: float, loop: str, port: int, server_pid: int, args: argparse.Namespace) -> dict[str, Any]:
+    cmd = [
+        sys.executable, "-m", "benchmarks.bench_loadgen",
+        "--case-rate", repr(rate), "--case-loop", loop, "--port", str(port), "--server-pid", str(server_pid),
+        "--duration", repr(args.duration), "--arrivals", args.arrivals, "--seed", str(args.seed),
+        "--input-tokens", str(args.input_tokens), "--output-tokens", str(args.output_tokens),
+    ]
+    if args.profile:
+        cmd += ["--profile", "--profile-top", str(args.profile_top)]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=args.duration * 20 + 60)
+    for line in proc.stdout.splitlines():
+        if line.startswith(RESULT_TAG):
+            return json.loads(line[len(RESULT_TAG) :])
+    sys.stderr.write(proc.stdout + proc.stderr)
+    raise RuntimeError(f"rate {rate} on {loop} failed with exit code {proc.returncode}")
+
+
+def machine_line() -> str:
+    info = machine_info()
+    return f"{info['cpu']}; {info['cores']} cores ({info['usable_cores']} usable); {info['os']}"
+
+
+def _version(pkg: str) -> str:
+    try:
+        return metadata.version(pkg)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _ms(value: float | None, spec: str = ".2f") -> str:
+    return "-" if value is None else format(value * 1e3, spec)
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def print_rows(rows: list[dict[str, Any]]) -> None:
+    headers = [
+        ("loop", "<", lambda r: r["loop_used"]),
+        ("rate", ">", lambda r: f"{r['rate']:g}"),
+        ("requested/s", ">", lambda r: _fmt(r["requested_rate"], ".1f")),
+        ("achieved/s", ">", lambda r: _fmt(r["achieved_rate"], ".1f")),
+        ("sent", ">", lambda r: f"{r['n_sent']}/{r['n_requests']}"),
+        ("ok", ">", lambda r: str(r["ok"])),
+        ("delay p50 ms", ">", lambda r: _ms(r["delay_p50_s"])),
+        ("p99 ms", ">", lambda r: _ms(r["delay_p99_s"])),
+        ("max ms", ">", lambda r: _ms(r["delay_max_s"], ".1f")),
+        ("lag p50 ms", ">", lambda r: _ms(r["lag_p50_s"])),
+        ("client CPU us/req", ">", lambda r: _fmt(r["client_cpu_us_per_request"], ".0f")),
+        ("client CPU %", ">", lambda r: _fmt(r["client_cpu_share"] and r["client_cpu_share"] * 100, ".0f")),
+        ("server CPU %", ">", lambda r: _fmt(r["server_cpu_share"] and r["server_cpu_share"] * 100, ".0f")),
+        ("p99 < 10 ms", "^", lambda r: "yes" if _passes(r) else "NO"),
+    ]
+    cells = [[fn(r) for _, _, fn in headers] for r in rows]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, (h, _, _) in enumerate(headers)]
+    print(" | ".join(format(h, f"{al}{w}") for (h, al, _), w in zip(headers, widths, strict=True)))
+    print("-+-".join("-" * w for w in widths))
+    for c in cells:
+        print(" | ".join(format(v, f"{al}{w}") for v, (_, al, _), w in zip(c, headers, widths, strict=True)), flush=True)
+
+
+def _passes(r: dict[str, Any]) -> bool:
+    # Every request must have been sent and answered too: a fast p99 over failed requests means nothing.
+    return r["delay_p99_s"] is not None and r["delay_p99_s"] < P99_TARGET_S and r["ok"] == r["n_requests"]
+
+
+def median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One row for repeated runs of a case: the median of each figure (counts: the smallest ok)."""
+    if len(runs) == 1:
+        return runs[0]
+    out = dict(runs[0])
+    for key in ("requested_rate", "achieved_rate", "delay_p50_s", "delay_p99_s", "delay_max_s", "lag_p50_s",
+                "client_cpu_us_per_request", "client_cpu_share", "server_cpu_share"):
+        vals = [r[key] for r in runs if r.get(key) is not None]
+        out[key] = statistics.median(vals) if vals else None
+    out["ok"] = min(r["ok"] for r in runs)
+    out["n_sent"] = min(r["n_sent"] for r in runs)
+    return out
+
+
+def verdict(rows: list[dict[str, Any]]) -> tuple[float | None, float | None]:
+    """(highest rate passing with every lower rate passing too, highest passing rate at all)."""
+    ordered = sorted(rows, key=lambda r: r["rate"])
+    contiguous = None
+    for r in ordered:
+        if not _passes(r):
+            break
+        contiguous = r["rate"]
+    passing = [r["rate"] for r in ordered if _passes(r)]
+    return contiguous, (max(passing) if passing else None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.bench_loadgen",
+        description="Highest open-loop rate of the load generator with p99 schedule delay < 10 ms, against a no-op server.",
+    )
+    p.add_argument("--rates", default=",".join(map(str, DEFAULT_RATES)),
+                   help=f"comma-separated requests/s (default {','.join(map(str, DEFAULT_RATES))})")
+    p.add_argument("--duration", type=float, default=5.0, help="seconds of targets per rate (default 5)")
+    p.add_argument("--loop", choices=("asyncio", "uvloop", "both"), default="both",
+                   help="the load generator's event loop (default both; the server always uses uvloop when installed)")
+    p.add_argument("--arrivals", choices=("poisson", "constant"), default="poisson",
+                   help="Poisson (seeded, default) or evenly spaced targets")
+    p.add_argument("--repeat", type=int, default=1, metavar="K", help="runs per case; the median figures are shown")
+    p.add_argument("--seed", type=int, default=0, help="seed of the Poisson targets")
+    p.add_argument("--input-tokens", type=int, default=1000,
+                   help="prompt length of every request (the client builds the prompt text; default 1000)")
+    p.add_argument("--output-tokens", type=int, default=16, help="max_tokens sent (the server ignores it; default 16)")
+    p.add_argument("--chunks", type=int, default=4, help="content chunks per answer from the server (default 4)")
+    p.add_argument("--profile", action="store_true",
+                   help="run each case under cProfile and print the top functions (slows the client down)")
+    p.add_argument("--profile-top", type=int, default=25, help="functions shown with --profile (default 25)")
+    p.add_argument("--json", metavar="PATH", help="also write every figure to this JSON file")
+    # Worker mode: one case, started by the parent.
+    p.add_argument("--case-rate", type=float, help=argparse.SUPPRESS)
+    p.add_argument("--case-loop", help=argparse.SUPPRESS)
+    p.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--server-pid", type=int, default=0, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+
+    if args.case_rate is not None:  # ---- worker
+        print(RESULT_TAG + json.dumps(run_case(args)), flush=True)
+        return 0
+
+    rates = [float(x) for x in args.rates.split(",") if x.strip()]
+    loops = ["asyncio", "uvloop"] if args.loop == "both" else [args.loop]
+    if args.repeat < 1 or not rates or any(r <= 0 for r in rates):
+        p.error("--repeat must be >= 1 and every rate > 0")
+    now = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    print("simpy_llm load-generator benchmark (open loop against a no-op SSE server on loopback)")
+    print(f"  date      {now}")
+    print(f"  machine   {machine_line()}")
+    if load is not None:
+        print("  load avg  {:.2f} {:.2f} {:.2f} (1/5/15 min; other busy processes distort the delays)".format(*load))
+    print(f"  software  Python {platform.python_version()}; aiohttp {_version('aiohttp')}; uvloop {_version('uvloop')}")
+    print(f"  workload  {args.arrivals} targets, {args.duration:g} s per rate, prompts of {args.input_tokens} words, "
+          f"{args.chunks} content chunks per answer, {args.repeat} run(s) per case, one fresh process each")
+    print(flush=True)
+
+    server, port = start_server(args.chunks, "auto")
+    rows: dict[str, list[dict[str, Any]]] = {loop: [] for loop in loops}
+    all_runs: list[dict[str, Any]] = []
+    t_start = time.perf_counter()
+    try:
+        # Loops interleaved per rate, so a change in the machine's load hits both alike.
+        for rate in rates:
+            for loop in loops:
+                runs = []
+                for k in range(args.repeat):
+                    print(f"  running {rate:>6g}/s on {loop:<7} {k + 1}/{args.repeat} ...", end=" ", flush=True)
+                    r = spawn(rate, loop, port, server.pid, args)
+                    print(f"p99 {_ms(r['delay_p99_s'])} ms, ok {r['ok']}/{r['n_requests']}"
+                          + (f" (first error: {r['first_error']})" if r.get("first_error") else ""), flush=True)
+                    if r.get("profile"):
+                        print(r.pop("profile"))
+                    runs.append(r)
+                    all_runs.append(r)
+                rows[loop].append(median_row(runs))
+    finally:
+        stop_server(server)
+    print(f"\n  total {time.perf_counter() - t_start:.0f} s\n")
+
+    print("Figures (delay = sent - target; lag = dispatched - target; rates between the first and last send"
+          + (f"; median of {args.repeat} runs" if args.repeat > 1 else "") + ")")
+    print_rows([r for loop in loops for r in rows[loop]])
+    print()
+    print(f"Highest rate with p99 schedule delay < {P99_TARGET_S * 1e3:g} ms and every request ok "
+          f"(goal: >= {GOAL_RATE:g} requests/s):")
+    verdicts = {}
+    for loop in loops:
+        contiguous, best = verdict(rows[loop])
+        verdicts[loop] = {"contiguous": contiguous, "highest": best}
+        met = contiguous is not None and contiguous >= GOAL_RATE
+        extra = f" (a higher rate, {best:g}/s, passed too, after a failure)" if best != contiguous and best is not None else ""
+        print(f"  {loop:<8} {_fmt(contiguous, 'g')} requests/s{extra}  [{'met' if met else 'not met'}]")
+
+    if args.json:
+        payload = {"date": now, "machine": machine_line(), "load_avg_at_start": load, "args": vars(args),
+                   "runs": all_runs, "rows": rows, "verdicts": verdicts}
+        Path(args.json).write_text(json.dumps(payload, indent=2) + "\n")
+        print(f"\nwrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
