@@ -1,10 +1,15 @@
-"""Command line: ``simpy-llm run | validate``.
+"""Command line: ``simpy-llm run | workload | observe | serve | validate``.
 
 ``simpy-llm run SCENARIO [--out DIR] [--set dotted.key=value ...] [--seed N]``
 runs a scenario, prints the summary as a table and, last, how many requests
 were simulated in how many wall seconds. Files are written only with
 ``--out``. ``simpy-llm validate FILE ...`` checks scenario files without
-running them. Exit status: 0 ok, 2 bad input.
+running them. ``simpy-llm serve SCENARIO [--host H] [--port P]`` runs the
+emulated OpenAI-compatible server (docs/emulate.md) until SIGINT or SIGTERM.
+``simpy-llm observe WORKLOAD --url URL [--model M] [--api chat|completions]
+[--out DIR]`` sends a scenario's workload to a real server and records it as
+a trace v2 (docs/observe.md); Ctrl-C stops it cleanly.
+Exit status: 0 ok, 2 bad input.
 """
 
 from __future__ import annotations
@@ -52,6 +57,39 @@ def _parser() -> argparse.ArgumentParser:
     wl.add_argument("--seed", type=int, help="override the scenario's seed")
     wl.add_argument("--plots", action="store_true", help="also write PNG histograms (needs matplotlib)")
 
+    obs = sub.add_parser("observe", help="send a scenario's workload to a real server and record a trace")
+    obs.add_argument("workload", help="scenario YAML file (its workload section is sent)")
+    obs.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:8000 (without /v1)")
+    obs.add_argument("--model", help="model name to request (default: the first of the server's /v1/models)")
+    obs.add_argument("--api", choices=("chat", "completions"), default="chat", help="endpoint (default chat)")
+    obs.add_argument("--out", metavar="DIR", default="runs/observe", help="output directory (default runs/observe)")
+    obs.add_argument("--api-key", help="bearer token (default: the OPENAI_API_KEY environment variable)")
+    obs.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    obs.add_argument("--seed", type=int, help="override the scenario's seed")
+    obs.add_argument("--stream", choices=("auto", "on", "off"), default="auto", help="auto: per request, as the workload says")
+    obs.add_argument("--concurrency", type=int, help="at most this many requests in flight (default: open loop)")
+    obs.add_argument("--timeout", type=float, default=600.0, metavar="S", help="per-attempt limit, seconds (default 600)")
+    obs.add_argument("--retries", type=int, default=0, help="retries of 429/503 answers with backoff (default 0)")
+    obs.add_argument("--no-ignore-eos", action="store_true", help="let the server stop before max_tokens")
+    obs.add_argument(
+        "--scrape-metrics",
+        nargs="?",
+        const="",
+        metavar="URL",
+        help="scrape Prometheus metrics into metrics.csv (default URL: the server's /metrics)",
+    )
+    obs.add_argument("--scrape-interval", type=float, default=1.0, metavar="S", help="seconds between scrapes")
+    obs.add_argument("--loop", choices=("auto", "uvloop", "asyncio"), default="auto", help="event loop (auto: uvloop)")
+
+    srv = sub.add_parser("serve", help="serve an OpenAI-compatible API with the simulator's timing")
+    srv.add_argument("scenario", help="scenario YAML file (its serving section is simulated)")
+    srv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    srv.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    srv.add_argument("--model", help="model name served (default: the latency model's model, else the scenario name)")
+    srv.add_argument("--trace", metavar="PATH", help="write every request as a trace v2 row (PATH.yaml + PATH.csv)")
+    srv.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    srv.add_argument("--seed", type=int, help="override the scenario's seed")
+
     val = sub.add_parser("validate", help="check scenario files without running them")
     val.add_argument("files", nargs="+", help="scenario YAML files")
     val.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
@@ -65,7 +103,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _validate(args)
     if args.command == "workload":
         return _workload(args)
+    if args.command == "serve":
+        return _serve(args)
+    if args.command == "observe":
+        return _observe(args)
     return _run(args)
+
+
+def _overrides(args: argparse.Namespace) -> list[str]:
+    """The ``--set`` overrides, with ``--seed`` as one more."""
+    return list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else [])
 
 
 def _workload(args: argparse.Namespace) -> int:
@@ -76,7 +123,7 @@ def _workload(args: argparse.Namespace) -> int:
     from simpy_llm.workload.export import generate_requests, plot_histograms, workload_summary
     from simpy_llm.workload.traces import write_generated_trace
 
-    overrides = list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else [])
+    overrides = _overrides(args)
     try:
         scenario = load_scenario(args.scenario, overrides)
     except ScenarioError as exc:
@@ -105,6 +152,87 @@ def _workload(args: argparse.Namespace) -> int:
     return 0
 
 
+def _observe(args: argparse.Namespace) -> int:
+    import os
+
+    import aiohttp
+
+    from simpy_llm.observe.run import observe
+
+    overrides = _overrides(args)
+    scrape = args.scrape_metrics
+    if scrape == "":
+        scrape = args.url.rstrip("/") + "/metrics"
+    if args.concurrency is not None and args.concurrency < 1:
+        print(f"--concurrency must be at least 1, got {args.concurrency}", file=sys.stderr)
+        return 2
+    try:
+        summary = observe(
+            args.workload,
+            args.url,
+            args.out,
+            model=args.model,
+            api=args.api,
+            api_key=args.api_key or os.environ.get("OPENAI_API_KEY"),
+            overrides=overrides,
+            stream={"auto": None, "on": True, "off": False}[args.stream],
+            concurrency=args.concurrency,
+            timeout_s=args.timeout,
+            retries=args.retries,
+            ignore_eos=not args.no_ignore_eos,
+            scrape_metrics=scrape,
+            scrape_interval_s=args.scrape_interval,
+            loop=args.loop,
+        )
+    except ScenarioError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    except (aiohttp.ClientError, OSError) as exc:
+        print(f"cannot reach {args.url}: {exc}", file=sys.stderr)
+        return 1
+
+    def ms(v: float | None) -> str:
+        return "-" if v is None else f"{v * 1e3:.1f} ms"
+
+    def rate(v: float | None) -> str:
+        return "-" if v is None else f"{v:.2f}/s"
+
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(summary.status_counts.items()))
+    print(f"requests: {summary.n_requests} ({counts}){' - stopped early' if summary.stopped else ''}")
+    print(f"send rate: requested {rate(summary.requested_rate)}, achieved {rate(summary.achieved_rate)}")
+    print(
+        f"schedule delay: p50 {ms(summary.schedule_delay_p50_s)}, p99 {ms(summary.schedule_delay_p99_s)}, "
+        f"max {ms(summary.schedule_delay_max_s)}{' - LAGGING: the client could not keep the rate' if summary.lagging else ''}"
+    )
+    print(f"trace written to {args.out}")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from simpy_llm.observe.emulate.server import EmulatedServer, serve_until_signalled
+
+    overrides = _overrides(args)
+    try:
+        scenario = load_scenario(args.scenario, overrides)
+    except ScenarioError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    server = EmulatedServer(scenario, model=args.model, host=args.host, port=args.port, trace=args.trace)
+
+    def ready(url: str) -> None:
+        print(f"serving {server.model} at {url} (OpenAI-compatible: /v1/chat/completions, /v1/completions)", flush=True)
+
+    try:
+        asyncio.run(serve_until_signalled(server, ready))
+    except OSError as exc:  # e.g. the port is taken
+        print(f"cannot serve on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 2
+    print(f"stopped after {len(server.served)} requests", flush=True)
+    return 0
+
+
 def _validate(args: argparse.Namespace) -> int:
     status = 0
     for path in args.files:
@@ -123,9 +251,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from simpy_llm.simulation import Simulation
 
-    overrides = list(args.overrides)
-    if args.seed is not None:
-        overrides.append(f"seed={args.seed}")
+    overrides = _overrides(args)
     try:
         scenario = load_scenario(args.scenario, overrides)
     except ScenarioError as exc:

@@ -6,6 +6,13 @@ See docs/observe.md for the metric definitions.
 - :mod:`simpy_llm.observe.sse`: incremental SSE parser (pure).
 - :mod:`simpy_llm.observe.client`: :class:`OpenAIClient`, :class:`RequestRecord`.
 - :mod:`simpy_llm.observe.loadgen`: :class:`LoadGenerator` (open loop or concurrency limit).
+- :mod:`simpy_llm.observe.sessions`: :class:`Conversations` (closed-loop multi-turn sessions).
+- :mod:`simpy_llm.observe.scrape`: :class:`MetricsScraper` (Prometheus ``/metrics`` over time).
+- :mod:`simpy_llm.observe.run`: :func:`observe`, the ``simpy-llm observe`` command's engine.
+- :mod:`simpy_llm.observe.emulate`: the emulated OpenAI-compatible server (``simpy-llm serve``).
+- :mod:`simpy_llm.observe.llamacpp`: a real llama.cpp server on the CPU, for tests and calibration.
+- :mod:`simpy_llm.observe.runner`: :func:`~simpy_llm.observe.runner.run` (here ``run_loop``), :func:`asyncio.run`
+  on uvloop when installed.
 """
 
 from __future__ import annotations
@@ -21,10 +28,18 @@ from simpy_llm.observe.loadgen import (
     record_row,
     synthetic_prompt,
 )
+# Exported as run_loop: simpy_llm.observe.run is the module of the observe command.
+from simpy_llm.observe.runner import loop_factory, resolve_loop
+from simpy_llm.observe.runner import run as run_loop
+from simpy_llm.observe.run import observe
+from simpy_llm.observe.scrape import MetricsScraper, read_metrics
+from simpy_llm.observe.sessions import Conversations
 from simpy_llm.observe.sse import SSEEvent, SSEParser, StreamChunk, interpret, parse_events
 
 __all__ = [
     "OBSERVER_COLUMNS",
+    "Conversations",
+    "MetricsScraper",
     "LoadGenerator",
     "LoadRequest",
     "OpenAIClient",
@@ -38,7 +53,12 @@ __all__ = [
     "StreamChunk",
     "interpret",
     "load_requests",
+    "loop_factory",
+    "observe",
     "parse_events",
+    "read_metrics",
     "record_row",
+    "resolve_loop",
+    "run_loop",
     "synthetic_prompt",
 ]

@@ -76,6 +76,8 @@ class RequestSpec:
     model: str | None = None
     request_id: int = 0
     extra_body: dict[str, Any] = attrs.field(factory=dict)
+    keep_text: bool = False
+    """Keep the generated text in the record's ``output_text`` (closed-loop sessions send it back)."""
 
     def body(self, default_model: str) -> dict[str, Any]:
         """The JSON body.
@@ -136,6 +138,8 @@ class RequestRecord:
     completion_tokens_source: str = "none"
     output_chars: int = 0
     reasoning_chars: int = 0
+    output_text: str | None = None
+    """The generated content (not the reasoning), kept only when the spec asks (``keep_text``)."""
     finish_reason: str | None = None
     status: str = "pending"
     http_status: int | None = None
@@ -262,7 +266,15 @@ class OpenAIClient:
         """Create the HTTP session (new connection per request)."""
         if self._session is None:
             connector = aiohttp.TCPConnector(force_close=True, limit=0)
-            self._session = aiohttp.ClientSession(connector=connector, read_bufsize=self.read_bufsize, headers=self.headers)
+            # No aiohttp timeouts: each attempt runs under asyncio.timeout(timeout_s) already.
+            # aiohttp's defaults (total 300 s, connect 30 s) would add two timers per request
+            # and cut a stream at 300 s even when timeout_s is longer or None.
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                read_bufsize=self.read_bufsize,
+                headers=self.headers,
+                timeout=aiohttp.ClientTimeout(total=None),
+            )
 
     async def close(self) -> None:
         """Close the HTTP session."""
@@ -327,6 +339,7 @@ class OpenAIClient:
             setattr(rec, name, None)
         rec.chunk_times_s, rec.content_times_s = [], []
         rec.output_chars = rec.reasoning_chars = 0
+        rec.output_text = "" if spec.keep_text else None
         rec.last_sent_s = self.now()
         if rec.sent_s is None:
             rec.sent_s = rec.last_sent_s
@@ -363,36 +376,44 @@ class OpenAIClient:
 
     async def _read_stream(self, resp: aiohttp.ClientResponse, rec: RequestRecord) -> None:
         parser = SSEParser()
+        # Content kept for closed-loop sessions is joined once: appending to a str is quadratic.
+        text: list[str] | None = [] if rec.output_text is not None else None
         done = False
         problem = ""
-        while not done:
-            data = await resp.content.readany()
-            if not data:
-                break
-            t = self.now()
-            if rec.first_byte_s is None:
-                rec.first_byte_s = t
-            for event in parser.feed(data):
-                chunk = interpret(event)
-                if chunk.kind == "done":
-                    done = True
+        try:
+            while not done:
+                data = await resp.content.readany()
+                if not data:
                     break
-                rec.chunk_times_s.append(t)
-                rec.last_chunk_s = t
-                if rec.first_chunk_s is None:
-                    rec.first_chunk_s = t
-                if chunk.kind != "data":
-                    problem = problem or (chunk.error or chunk.kind)
-                    continue
-                if chunk.has_content:
-                    rec.content_times_s.append(t)
-                    if rec.first_content_s is None:
-                        rec.first_content_s = t
-                    rec.output_chars += len(chunk.content)
-                    rec.reasoning_chars += len(chunk.reasoning)
-                if chunk.usage:
-                    _fill_usage(rec, chunk.usage)
-                rec.finish_reason = chunk.finish_reason or rec.finish_reason
+                t = self.now()
+                if rec.first_byte_s is None:
+                    rec.first_byte_s = t
+                for event in parser.feed(data):
+                    chunk = interpret(event)
+                    if chunk.kind == "done":
+                        done = True
+                        break
+                    rec.chunk_times_s.append(t)
+                    rec.last_chunk_s = t
+                    if rec.first_chunk_s is None:
+                        rec.first_chunk_s = t
+                    if chunk.kind != "data":
+                        problem = problem or (chunk.error or chunk.kind)
+                        continue
+                    if chunk.has_content:
+                        rec.content_times_s.append(t)
+                        if rec.first_content_s is None:
+                            rec.first_content_s = t
+                        rec.output_chars += len(chunk.content)
+                        if text is not None:
+                            text.append(chunk.content)
+                        rec.reasoning_chars += len(chunk.reasoning)
+                    if chunk.usage:
+                        _fill_usage(rec, chunk.usage)
+                    rec.finish_reason = chunk.finish_reason or rec.finish_reason
+        finally:
+            if text is not None:
+                rec.output_text = "".join(text)
         rec.done_s = self.now()
         if problem:
             rec.status, rec.error_message = "error", _short(problem)
@@ -428,6 +449,8 @@ class OpenAIClient:
             reasoning.append(r if isinstance(r, str) else "")
             rec.finish_reason = rec.finish_reason or src.get("finish_reason") or choice.get("finish_reason")
         rec.output_chars, rec.reasoning_chars = sum(map(len, text)), sum(map(len, reasoning))
+        if rec.output_text is not None:
+            rec.output_text = "".join(text)
         if rec.output_chars or rec.reasoning_chars:
             rec.first_content_s = t
             rec.content_times_s = [t]

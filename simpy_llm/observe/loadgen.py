@@ -28,17 +28,22 @@ summary, cancellation re-raises after the rows are written.
 from __future__ import annotations
 
 import asyncio
+import gc
 import math
 import random
 import statistics
 import time
 import warnings
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from simpy_llm.observe.client import OpenAIClient, RequestRecord, RequestSpec
+from simpy_llm.workload.traces import OBSERVED_COLUMNS
+
+if TYPE_CHECKING:
+    from simpy_llm.observe.sessions import Conversations
 
 __all__ = [
     "OBSERVER_COLUMNS",
@@ -51,17 +56,7 @@ __all__ = [
     "synthetic_prompt",
 ]
 
-OBSERVER_COLUMNS: tuple[str, ...] = (
-    "requested_input_tokens",
-    "requested_output_tokens",
-    "prompt_tokens_source",
-    "completion_tokens_source",
-    "http_status",
-    "attempts",
-    "first_byte_time_us",
-    "first_token_time_us",
-    "done_time_us",
-)
+OBSERVER_COLUMNS: tuple[str, ...] = tuple(OBSERVED_COLUMNS)
 """Extra trace columns the observer fills (declare them with ``TraceV2Writer(..., extra_columns=OBSERVER_COLUMNS)``;
 a writer without them gets the trace v2 columns only)."""
 
@@ -145,6 +140,11 @@ def load_requests(requests: Any) -> list[LoadRequest]:
             )
         )
     return sorted(out, key=lambda r: r.arrival_s)
+
+
+def _wake(waker: asyncio.Future[None]) -> None:
+    if not waker.done():
+        waker.set_result(None)
 
 
 def _us(t: float | None) -> int | None:
@@ -252,6 +252,10 @@ class LoadGenerator:
         Added to every request body.
     lag_threshold_s
         Median client lag above which the run is flagged ``lagging`` and warned about.
+    conversations
+        Closed-loop sessions (:class:`~simpy_llm.observe.sessions.Conversations`): session
+        rounds send the conversation so far, and each finished round may schedule the next
+        one (think time after its end), which joins :attr:`requests`.
     """
 
     def __init__(
@@ -267,6 +271,7 @@ class LoadGenerator:
         ignore_eos: bool = True,
         extra_body: dict[str, Any] | None = None,
         lag_threshold_s: float = 0.010,
+        conversations: Conversations | None = None,
     ) -> None:
         if concurrency is not None and concurrency < 1:
             raise ValueError(f"concurrency must be >= 1 or None, got {concurrency}")
@@ -279,26 +284,35 @@ class LoadGenerator:
         self.concurrency = concurrency
         self.extra_body = {**({"ignore_eos": True} if ignore_eos else {}), **(extra_body or {})}
         self.lag_threshold_s = lag_threshold_s
+        self.conversations = conversations
         self.records: dict[int, RequestRecord] = {}
         self.summary: RunSummary | None = None
         self._written: set[int] = set()
         self._stop = asyncio.Event()
+        self._waker: asyncio.Future[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._slots: asyncio.Semaphore | None = None
         self._columns = tuple(writer.columns) if writer is not None and hasattr(writer, "columns") else None
 
     def stop(self) -> None:
         """Ask the run to stop now: unfinished requests are cancelled and written as ``cancelled``."""
         self._stop.set()
+        if self._waker is not None and not self._waker.done():
+            self._waker.set_result(None)  # wake the dispatcher from its sleep
 
     def spec(self, req: LoadRequest) -> RequestSpec:
-        """The request body spec of *req* (synthetic prompt seeded by its id)."""
+        """The request body spec of *req*: a synthetic prompt seeded by its id, or, for a
+        session round, the conversation so far (:attr:`conversations`)."""
+        messages = self.conversations.messages(req) if self.conversations is not None else None
         return RequestSpec(
-            prompt=synthetic_prompt(req.input_tokens, seed=req.request_id),
+            prompt=synthetic_prompt(req.input_tokens, seed=req.request_id) if messages is None else messages,
             max_tokens=max(req.output_tokens, 1),
             endpoint=self.endpoint,
             stream=req.streaming if self.stream is None else self.stream,
             model=self.model,
             request_id=req.request_id,
             extra_body=dict(self.extra_body),
+            keep_text=messages is not None,
         )
 
     def _finish(self, req: LoadRequest, rec: RequestRecord) -> None:
@@ -310,32 +324,108 @@ class LoadGenerator:
         if self.writer is not None:
             self.writer.write_row(record_row(req, rec, self._columns))
 
-    async def _one(self, req: LoadRequest, rec: RequestRecord, slots: asyncio.Semaphore | None) -> None:
+    async def _one(
+        self, req: LoadRequest, rec: RequestRecord, slots: asyncio.Semaphore | None, spec: RequestSpec
+    ) -> None:
         try:
-            await self.client.send(self.spec(req), rec)
+            await self.client.send(spec, rec)
         finally:
             if slots is not None:
                 slots.release()
             self._finish(req, rec)
+        if self.conversations is not None and not self._stop.is_set():
+            nxt = self.conversations.after(req, rec, rec.output_text or "")
+            if nxt is not None:
+                self._start_follow_up(nxt)
+
+    def _start_follow_up(self, req: LoadRequest) -> None:
+        """Send session round *req* at its target (the previous round's end plus think time)."""
+        self.requests.append(req)
+        rec = self.records[req.request_id] = RequestRecord(request_id=req.request_id, scheduled_s=req.arrival_s)
+        task = asyncio.create_task(self._follow_up(req, rec))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _follow_up(self, req: LoadRequest, rec: RequestRecord) -> None:
+        spec = self.spec(req)
+        try:
+            # Plain sleeps: many rounds may wait at once; stop() cancels them via the task set.
+            await asyncio.sleep(max(req.arrival_s - self.client.now(), 0.0))
+            rec.dispatched_s = self.client.now()
+            if self._slots is not None:
+                await self._slots.acquire()
+        except asyncio.CancelledError:
+            rec.status, rec.error_message = "cancelled", "run stopped before the request was sent"
+            self._finish(req, rec)
+            raise
+        await self._one(req, rec, self._slots, spec)
 
     async def run(self) -> RunSummary:
-        """Run the whole workload; returns (and stores in :attr:`summary`) the :class:`RunSummary`."""
-        client = self.client
+        """Run the whole workload; returns (and stores in :attr:`summary`) the :class:`RunSummary`.
+
+        While it runs, the objects that existed when it started are kept out of the cyclic
+        garbage collector (:func:`gc.freeze`, undone at the end), unless the program froze
+        objects itself or disabled the collector.
+        """
         if self.model is None:
-            self.model = await client.default_model()
+            self.model = await self.client.default_model()
+        # A full collection of the cyclic GC walks every tracked object, and after the
+        # usual imports (pandas, numpy, ...) that is ~10^5 objects: a 40-60 ms pause of the
+        # event loop on a small machine, which holds back every send due meanwhile (it was
+        # the p99 and the max of the schedule delay in benchmarks/bench_loadgen.py).
+        # Freezing what exists now keeps those objects out of collections during the run;
+        # they are unfrozen afterwards. Left alone if the program froze objects itself.
+        frozen = gc.isenabled() and gc.get_freeze_count() == 0
+        if frozen:
+            gc.freeze()
+        try:
+            self.summary = await self._dispatch()
+        finally:
+            if frozen:
+                gc.unfreeze()
+        if self.summary.lagging:
+            warnings.warn(
+                f"median schedule lag {self.summary.lag_p50_s * 1e3:.1f} ms exceeds "
+                f"{self.lag_threshold_s * 1e3:.1f} ms: the client could not keep the requested rate",
+                ScheduleLagWarning,
+                stacklevel=2,
+            )
+        return self.summary
+
+    async def _sleep(self, delay: float) -> None:
+        """Sleep *delay* seconds or until :meth:`stop` is called, whichever comes first."""
+        # A bare future woken by a timer (or by stop()) costs about half of
+        # asyncio.wait({stopper}, timeout=...), which the dispatcher would pay per request.
+        waker = self._waker = asyncio.get_running_loop().create_future()
+        timer = waker.get_loop().call_later(delay, _wake, waker)
+        try:
+            await waker
+        finally:
+            timer.cancel()
+            self._waker = None
+
+    async def _dispatch(self) -> RunSummary:
+        client = self.client
         client.run_start = time.perf_counter()
-        slots = asyncio.Semaphore(self.concurrency) if self.concurrency else None
-        tasks: set[asyncio.Task[None]] = set()
+        slots = self._slots = asyncio.Semaphore(self.concurrency) if self.concurrency else None
+        tasks = self._tasks
         stopper = asyncio.ensure_future(self._stop.wait())
         acquire: asyncio.Future[Any] | None = None
         try:
-            for req in self.requests:
+            for req in tuple(self.requests):  # session follow-ups join self.requests as they come
+                if self._stop.is_set():
+                    break
                 rec = self.records[req.request_id] = RequestRecord(request_id=req.request_id, scheduled_s=req.arrival_s)
-                while (delay := req.arrival_s - client.now()) > 0:
-                    await asyncio.wait({stopper}, timeout=delay)
-                    if stopper.done():
-                        break
-                if stopper.done():
+                if req.arrival_s > client.now():
+                    # Time to spare: first let the request just started reach its send,
+                    # so that building this one's prompt does not delay it.
+                    await asyncio.sleep(0)
+                # Built before the sleep, not in the request's task: the prompt text
+                # (~50 us for 1,000 words) then costs nothing between target and send.
+                spec = self.spec(req)
+                while (delay := req.arrival_s - client.now()) > 0 and not self._stop.is_set():
+                    await self._sleep(delay)
+                if self._stop.is_set():
                     break
                 rec.dispatched_s = client.now()
                 if slots is not None:
@@ -344,7 +434,7 @@ class LoadGenerator:
                     if not acquire.done():
                         acquire.cancel()
                         break
-                task = asyncio.create_task(self._one(req, rec, slots))
+                task = asyncio.create_task(self._one(req, rec, slots, spec))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
             while tasks and not stopper.done():
@@ -358,15 +448,7 @@ class LoadGenerator:
             if acquire is not None and not acquire.done():
                 acquire.cancel()
         await self._shutdown(tasks)
-        self.summary = self._summarize()
-        if self.summary.lagging:
-            warnings.warn(
-                f"median schedule lag {self.summary.lag_p50_s * 1e3:.1f} ms exceeds "
-                f"{self.lag_threshold_s * 1e3:.1f} ms: the client could not keep the requested rate",
-                ScheduleLagWarning,
-                stacklevel=2,
-            )
-        return self.summary
+        return self._summarize()
 
     async def _shutdown(self, tasks: set[asyncio.Task[None]]) -> None:
         """Cancel in-flight requests, wait for their rows, then write never-sent requests as cancelled."""

@@ -1,0 +1,167 @@
+"""One observed run: a workload spec sent to a server, recorded as a trace v2 (``simpy-llm observe``).
+
+:func:`observe` generates the workload's requests exactly as the simulator
+would (same seed, same streams), sends them with the :class:`LoadGenerator`
+(open loop at the target times; sessions closed loop with
+:class:`~simpy_llm.observe.sessions.Conversations`), and writes to *out*:
+
+``trace.yaml`` / ``trace.csv``
+    The trace v2 (``mode: real``), one row per request whatever its fate,
+    written as requests end. The header names the server, model, API, the
+    workload spec and seed, the load settings and, when scraping, the
+    metrics file.
+``metrics.csv``
+    With ``scrape_metrics``: the server's Prometheus samples over time
+    (:mod:`simpy_llm.observe.scrape`), on the trace's clock.
+``sessions.csv``
+    With sessions: every session's rounds and end reason.
+``summary.json``
+    The :class:`~simpy_llm.observe.loadgen.RunSummary` (written at the end).
+
+SIGINT (Ctrl-C) stops the run cleanly: requests in flight are cancelled and
+written as ``cancelled``, and every file above is complete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import json
+import signal
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from simpy_llm.config import load_scenario
+from simpy_llm.observe.client import OpenAIClient, RetryPolicy
+from simpy_llm.observe.loadgen import OBSERVER_COLUMNS, LoadGenerator, RunSummary, load_requests
+from simpy_llm.observe.runner import run as run_loop
+from simpy_llm.observe.scrape import MetricsScraper
+from simpy_llm.observe.sessions import Conversations, has_sessions
+from simpy_llm.workload.export import generate_requests
+from simpy_llm.workload.traces import TraceV2Writer
+
+__all__ = ["observe"]
+
+
+def observe(
+    workload: Path | str,
+    url: str,
+    out: Path | str,
+    *,
+    model: str | None = None,
+    api: str = "chat",
+    api_key: str | None = None,
+    overrides: Sequence[str] = (),
+    stream: bool | None = None,
+    concurrency: int | None = None,
+    timeout_s: float | None = 600.0,
+    retries: int = 0,
+    ignore_eos: bool = True,
+    scrape_metrics: str | None = None,
+    scrape_interval_s: float = 1.0,
+    loop: str = "auto",
+) -> RunSummary:
+    """Send the workload of the scenario file *workload* to the server at *url*; write to *out*.
+
+    Parameters
+    ----------
+    workload
+        A scenario YAML file (its ``workload`` section is used).
+    url
+        The server's base URL (``http://host:port``, without ``/v1``).
+    out
+        Directory for ``trace.yaml``, ``trace.csv``, ``summary.json`` (and ``metrics.csv``,
+        ``sessions.csv``).
+    model
+        Model name to request (default: the first of the server's ``/v1/models``).
+    api
+        ``chat`` (``/v1/chat/completions``) or ``completions`` (``/v1/completions``).
+    overrides
+        ``dotted.key=value`` changes to the scenario (as ``simpy-llm run --set``).
+    stream
+        Force streaming on or off (default: each request's ``streaming``).
+    concurrency
+        At most this many requests in flight (default: open loop).
+    timeout_s, retries
+        Per-attempt limit, and retries of 429/503 answers with exponential backoff.
+    ignore_eos
+        Ask the server for exactly the requested output length.
+    scrape_metrics
+        A Prometheus endpoint to scrape every *scrape_interval_s* (``None``: no scraping).
+    loop
+        ``auto`` (uvloop when installed), ``uvloop`` or ``asyncio``.
+    """
+    scenario = load_scenario(workload, list(overrides))
+    requests = load_requests(generate_requests(scenario))
+    conversations = Conversations(scenario, requests) if has_sessions(scenario) else None
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    header: dict[str, Any] = {
+        "mode": "real",
+        "server_url": url,
+        "api": api,
+        "workload_spec": str(workload),
+        "overrides": list(overrides),
+        "seed": scenario.workload.seed if scenario.workload.seed is not None else scenario.seed,
+        "load": {
+            "stream": stream,
+            "concurrency": concurrency,
+            "timeout_s": timeout_s,
+            "retries": retries,
+            "ignore_eos": ignore_eos,
+            "closed_loop_sessions": conversations is not None,
+        },
+    }
+    if scrape_metrics:
+        header["metrics_file"] = "metrics.csv"
+        header["metrics_url"] = scrape_metrics
+        header["metrics_interval_s"] = scrape_interval_s
+
+    async def main() -> RunSummary:
+        retry = RetryPolicy(max_retries=retries)
+        async with OpenAIClient(url, api_key=api_key, model=model, timeout_s=timeout_s, retry=retry) as client:
+            header["model"] = await client.default_model()
+            with TraceV2Writer(out / "trace", header=header, extra_columns=OBSERVER_COLUMNS) as writer:
+                gen = LoadGenerator(
+                    client,
+                    requests,
+                    writer,
+                    endpoint=api,
+                    stream=stream,
+                    concurrency=concurrency,
+                    ignore_eos=ignore_eos,
+                    conversations=conversations,
+                )
+                scraper = None
+                if scrape_metrics:
+                    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+                    scraper = MetricsScraper(
+                        scrape_metrics, out / "metrics.csv", interval_s=scrape_interval_s, clock=client.now, headers=headers
+                    )
+                loop_ = asyncio.get_running_loop()
+                loop_.add_signal_handler(signal.SIGINT, gen.stop)
+                try:
+                    # The generator resets the client's clock when it starts; the scraper reads
+                    # the same clock, so it starts after the first await of the run.
+                    run_task = asyncio.create_task(gen.run())
+                    await asyncio.sleep(0)
+                    scrape_task = asyncio.create_task(scraper.run()) if scraper is not None else None
+                    summary = await run_task
+                finally:
+                    loop_.remove_signal_handler(signal.SIGINT)
+                    if scraper is not None and scrape_task is not None:
+                        scraper.stop()
+                        await scrape_task
+        return summary
+
+    summary = run_loop(main(), loop=loop)
+    if conversations is not None:
+        with (out / "sessions.csv").open("w", encoding="utf-8", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=("session_id", "client_id", "rounds", "end_reason"), lineterminator="\n")
+            w.writeheader()
+            w.writerows(conversations.ended())
+    (out / "summary.json").write_text(json.dumps(attrs.asdict(summary), indent=2, default=str) + "\n", encoding="utf-8")
+    return summary
