@@ -10,6 +10,10 @@ precedes the server's arrival stamp by a loopback connection (about 1 ms), insid
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +28,7 @@ from simpy_llm.config.schema import TraceSource, WorkloadConfig
 from simpy_llm.observe.scrape import read_metrics
 from simpy_llm.workload.traces import read_trace_v2
 from tests.observe.emulate.conftest import SLOW
-from tests.observe.serve_process import serve_process
+from tests.observe.serve_process import cli, serve_process
 
 TOLERANCE_S = 0.015
 PREFIX, QUESTION, ANSWER, ROUNDS = 20, 30, 6, 3
@@ -33,8 +37,8 @@ PREFIX, QUESTION, ANSWER, ROUNDS = 20, 30, 6, 3
 def _scenario_file(tmp_path: Path) -> Path:
     data: dict[str, Any] = json.loads(json.dumps(SLOW))
     data["workload"] = {
-        "aggregate_rate": 8.0,
-        "num_requests": 10,
+        "aggregate_rate": 40.0,
+        "num_requests": 24,
         "clients": [
             {
                 "id": "chat",
@@ -122,6 +126,7 @@ def test_observed_trace_replays_to_the_observed_latencies(observed: tuple[Path, 
     predicted = Simulation(replay).run().to_dataframe().sort_values("arrival_s", kind="stable").reset_index(drop=True)
     f = read_trace_v2(out / "trace").frame.sort_values("send_time_us", kind="stable").reset_index(drop=True)
     assert len(predicted) == len(f) and (predicted.status == "completed").all()
+    assert predicted.ttft_s.max() > 0.1 and (predicted.queue_delay_s > 0.01).sum() >= 5  # queueing shaped the run
     sent = f.send_time_us.to_numpy(dtype=float)
     assert (abs(predicted.arrival_s.to_numpy() * 1e6 - sent) < 1).all()
     e2e = (f.done_time_us.to_numpy(dtype=float) - sent) / 1e6
@@ -130,3 +135,37 @@ def test_observed_trace_replays_to_the_observed_latencies(observed: tuple[Path, 
     ttft = (f.first_token_time_us.to_numpy(dtype=float) - sent) / 1e6
     assert streamed.sum() > 0
     assert (abs(ttft - predicted.ttft_s.to_numpy())[streamed] <= TOLERANCE_S).all()
+
+
+def test_sigint_stops_cleanly_with_every_row_written(tmp_path: Path) -> None:
+    """SIGINT (sent to the observer's PID) mid-run: exit status 0, one trace row per request of the
+    workload (the finished ones ok, the rest cancelled), summary.json marked stopped."""
+    data = yaml.safe_load(_scenario_file(tmp_path).read_text())
+    data["workload"]["num_requests"] = 2000  # 50 s at 40/s: far longer than the test waits
+    scenario = tmp_path / "long.yaml"
+    scenario.write_text(yaml.safe_dump(data))
+    out = tmp_path / "run"
+    with serve_process(scenario, tmp_path) as server:
+        cmd = [*cli(), "observe", str(scenario), "--url", server.url, "--out", str(out)]
+        with (tmp_path / "observe-stdout.txt").open("wb") as sink:
+            proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and proc.poll() is None:
+                csv_file = out / "trace.csv"
+                if csv_file.exists() and len(csv_file.read_text().splitlines()) > 6:
+                    break
+                time.sleep(0.05)
+            os.kill(proc.pid, signal.SIGINT)
+            code = proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait()
+    assert code == 0, (tmp_path / "observe-stdout.txt").read_text()
+    f = read_trace_v2(out / "trace").frame
+    first_rounds = f[f.round_index == 0]
+    assert sorted(first_rounds.request_id) == list(range(2000))
+    assert set(f.status) == {"ok", "cancelled"} and (f.status == "ok").sum() >= 5
+    assert f.request_id.is_unique
+    assert json.loads((out / "summary.json").read_text())["stopped"] is True
