@@ -34,6 +34,7 @@ import random
 import statistics
 import time
 import warnings
+import zlib
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +53,7 @@ __all__ = [
     "RunSummary",
     "ScheduleLagWarning",
     "load_requests",
+    "prefix_text",
     "record_row",
     "synthetic_prompt",
 ]
@@ -94,6 +96,16 @@ def synthetic_prompt(n_tokens: int, seed: int = 0) -> str:
     """
     rng = random.Random(seed)
     return " ".join(rng.choices(_WORDS, k=max(int(n_tokens), 1)))
+
+
+def prefix_text(group: str, n_tokens: int) -> str:
+    """The shared prefix of *group*: the same *n_tokens* words for every request of the group,
+    so a server's prefix cache can reuse it as it would a real system prompt.
+
+    >>> prefix_text("sys", 4) == prefix_text("sys", 4) != prefix_text("other", 4)
+    True
+    """
+    return synthetic_prompt(n_tokens, seed=zlib.crc32(group.encode()))
 
 
 @attrs.frozen
@@ -252,6 +264,11 @@ class LoadGenerator:
         Added to every request body.
     lag_threshold_s
         Median client lag above which the run is flagged ``lagging`` and warned about.
+    prefixes
+        Shared-prefix length (tokens) per ``prefix_group``: a request of a listed group is sent
+        as a ``system`` message of :func:`prefix_text` (the same for the whole group) and a
+        ``user`` message with the rest of its prompt (one prompt, in that order, for the
+        completions API). ``observe`` fills it from the workload's clients.
     conversations
         Closed-loop sessions (:class:`~simpy_llm.observe.sessions.Conversations`): session
         rounds send the conversation so far, and each finished round may schedule the next
@@ -271,6 +288,7 @@ class LoadGenerator:
         ignore_eos: bool = True,
         extra_body: dict[str, Any] | None = None,
         lag_threshold_s: float = 0.010,
+        prefixes: Mapping[str, int] | None = None,
         conversations: Conversations | None = None,
     ) -> None:
         if concurrency is not None and concurrency < 1:
@@ -285,6 +303,7 @@ class LoadGenerator:
         self.extra_body = {**({"ignore_eos": True} if ignore_eos else {}), **(extra_body or {})}
         self.lag_threshold_s = lag_threshold_s
         self.conversations = conversations
+        self.prefixes = dict(prefixes or {})
         self.records: dict[int, RequestRecord] = {}
         self.summary: RunSummary | None = None
         self._written: set[int] = set()
@@ -301,11 +320,23 @@ class LoadGenerator:
             self._waker.set_result(None)  # wake the dispatcher from its sleep
 
     def spec(self, req: LoadRequest) -> RequestSpec:
-        """The request body spec of *req*: a synthetic prompt seeded by its id, or, for a
-        session round, the conversation so far (:attr:`conversations`)."""
+        """The request body spec of *req*: a synthetic prompt seeded by its id (after its
+        group's shared prefix, see *prefixes*), or, for a session round, the conversation so
+        far (:attr:`conversations`)."""
         messages = self.conversations.messages(req) if self.conversations is not None else None
+        prompt: str | list[dict[str, str]]
+        if messages is not None:
+            prompt = messages
+        else:
+            group = str(req.fields.get("prefix_group", ""))
+            shared = min(self.prefixes.get(group, 0), req.input_tokens - 1) if group else 0
+            own = synthetic_prompt(req.input_tokens - max(shared, 0), seed=req.request_id)
+            if shared > 0:
+                prompt = [{"role": "system", "content": prefix_text(group, shared)}, {"role": "user", "content": own}]
+            else:
+                prompt = own
         return RequestSpec(
-            prompt=synthetic_prompt(req.input_tokens, seed=req.request_id) if messages is None else messages,
+            prompt=prompt,
             max_tokens=max(req.output_tokens, 1),
             endpoint=self.endpoint,
             stream=req.streaming if self.stream is None else self.stream,

@@ -133,6 +133,7 @@ def observe(
                     stream=stream,
                     concurrency=concurrency,
                     ignore_eos=ignore_eos,
+                    prefixes={c.prefix_group: c.prefix_length for c in scenario.workload.clients if c.prefix_group},
                     conversations=conversations,
                 )
                 scraper = None

@@ -26,10 +26,9 @@ rounds and end reason (sessions still running when the run stops are
 
 from __future__ import annotations
 
-import zlib
 from typing import TYPE_CHECKING, Any
 
-from simpy_llm.observe.loadgen import LoadRequest, synthetic_prompt
+from simpy_llm.observe.loadgen import LoadRequest, prefix_text, synthetic_prompt
 from simpy_llm.workload.sessions import SessionState, open_session, plan_follow_up
 
 if TYPE_CHECKING:
@@ -37,16 +36,7 @@ if TYPE_CHECKING:
     from simpy_llm.observe.client import RequestRecord
     from simpy_llm.workload.generator import ClientSource
 
-__all__ = ["Conversations", "has_sessions", "prefix_text"]
-
-
-def prefix_text(group: str, n_tokens: int) -> str:
-    """The shared prefix of *group*: the same *n_tokens* words for every request of the group.
-
-    >>> prefix_text("sys", 4) == prefix_text("sys", 4) != prefix_text("other", 4)
-    True
-    """
-    return synthetic_prompt(n_tokens, seed=zlib.crc32(group.encode()))
+__all__ = ["Conversations", "has_sessions"]
 
 
 def has_sessions(scenario: Scenario) -> bool:

@@ -10,7 +10,7 @@ import pytest
 
 from simpy_llm import load_scenario
 from simpy_llm.observe.client import OpenAIClient, RetryPolicy
-from simpy_llm.observe.loadgen import OBSERVER_COLUMNS, LoadGenerator, RunSummary, ScheduleLagWarning
+from simpy_llm.observe.loadgen import OBSERVER_COLUMNS, LoadGenerator, RunSummary, ScheduleLagWarning, prefix_text
 from simpy_llm.workload.export import generate_requests
 from simpy_llm.workload.traces import TraceV2Writer, read_trace_v2
 from tests.observe.fake_server import PROMPT_TOKENS, serve
@@ -166,3 +166,25 @@ def _run_lag(requests: list[dict], path: Path) -> tuple[RunSummary, LoadGenerato
                 return await gen.run(), gen
 
     return asyncio.run(go())
+
+
+def test_prefix_groups_share_their_prompt_start() -> None:
+    """Requests of a listed prefix group open with the group's same system text and then their own
+    words (prompt length kept); other requests are plain prompts."""
+    rows = [
+        {"request_id": i, "arrival_time_s": 0.0, "input_tokens": 12 + i, "output_tokens": 5, "prefix_group": g}
+        for i, g in enumerate(["sys", "sys", "", "other"])
+    ]
+
+    async def go() -> list[dict]:
+        async with serve() as fake, OpenAIClient(fake.url) as client:
+            await LoadGenerator(client, rows, prefixes={"sys": 8}, lag_threshold_s=QUIET).run()
+        return sorted(fake.bodies, key=lambda b: len(b["messages"][-1]["content"].split()))
+
+    bodies = asyncio.run(go())
+    with_prefix = [b["messages"] for b in bodies if len(b["messages"]) == 2]
+    assert len(with_prefix) == 2
+    for i, messages in enumerate(with_prefix):
+        assert messages[0] == {"role": "system", "content": prefix_text("sys", 8)}
+        assert len(messages[1]["content"].split()) == 12 + i - 8
+    assert sum(len(b["messages"]) == 1 for b in bodies) == 2

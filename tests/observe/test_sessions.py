@@ -8,8 +8,8 @@ from typing import Any
 
 from simpy_llm import scenario_from_dict
 from simpy_llm.observe.client import OpenAIClient
-from simpy_llm.observe.loadgen import OBSERVER_COLUMNS, LoadGenerator, load_requests
-from simpy_llm.observe.sessions import Conversations, prefix_text
+from simpy_llm.observe.loadgen import OBSERVER_COLUMNS, LoadGenerator, load_requests, prefix_text
+from simpy_llm.observe.sessions import Conversations
 from simpy_llm.workload.export import generate_requests
 from simpy_llm.workload.traces import TraceV2Writer, read_trace_v2
 from tests.helpers import tiny_scenario
