@@ -2,9 +2,15 @@
 `simpy-llm serve`, recorded, read back, and replayed through the simulator.
 
 The emulated server answers with the simulator's timing, so replaying the observer's own trace
-(at its send times) must predict every observed TTFT and E2E. The tolerance adds, to the
-emulator's 15 ms (tests/observe/emulate/test_truth.py), nothing: the client's send stamp
-precedes the server's arrival stamp by a loopback connection (about 1 ms), inside that margin.
+(at its send times) must predict the observed TTFT and E2E. Unlike the emulator's own truth test
+(tests/observe/emulate/test_truth.py, which replays the server's arrival stamps exactly), the
+observer only knows when it sent a request: the server stamps its arrival a loopback connection
+later (2-4 ms here). A request that close to a step boundary then joins a different step in the
+replay than it did live, and with a full KV cache that can reorder admissions and preemptions
+for a few neighbours. Measured over ten runs (46 requests each): the median deviation 3-4 ms, the
+90th percentile at most 5 ms, and 0-3 requests per run off by one to three steps (up to 46 ms).
+So 90% of requests must be within :data:`TOLERANCE_S` and all within :data:`GROSS_S`, which
+still catches a wrong time base, wrong lengths or a lost request.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -30,7 +37,10 @@ from simpy_llm.workload.traces import read_trace_v2
 from tests.observe.emulate.conftest import SLOW
 from tests.observe.serve_process import cli, serve_process
 
-TOLERANCE_S = 0.015
+TOLERANCE_S = 0.010
+"""Deviation allowed for 90% of the requests."""
+GROSS_S = 0.1
+"""Deviation allowed for any request (a few engine steps of 15-30 ms)."""
 PREFIX, QUESTION, ANSWER, ROUNDS = 20, 30, 6, 3
 
 
@@ -115,8 +125,8 @@ def test_server_counts_match_the_requested_lengths(observed: tuple[Path, Path, i
 
 
 def test_observed_trace_replays_to_the_observed_latencies(observed: tuple[Path, Path, int]) -> None:
-    """Replaying the observer's trace at its send times through the simulator predicts every
-    request's observed TTFT (streamed) and E2E within the tolerance."""
+    """Replaying the observer's trace at its send times through the simulator predicts the
+    observed TTFT (streamed) and E2E: 90% of requests within 10 ms, all within a few steps."""
     scenario_file, out, _ = observed
     scenario = load_scenario(scenario_file)
     replay = attrs.evolve(
@@ -129,12 +139,13 @@ def test_observed_trace_replays_to_the_observed_latencies(observed: tuple[Path, 
     assert predicted.ttft_s.max() > 0.1 and (predicted.queue_delay_s > 0.01).sum() >= 5  # queueing shaped the run
     sent = f.send_time_us.to_numpy(dtype=float)
     assert (abs(predicted.arrival_s.to_numpy() * 1e6 - sent) < 1).all()
-    e2e = (f.done_time_us.to_numpy(dtype=float) - sent) / 1e6
-    assert (abs(e2e - predicted.e2e_s.to_numpy()) <= TOLERANCE_S).all()
+    e2e = abs((f.done_time_us.to_numpy(dtype=float) - sent) / 1e6 - predicted.e2e_s.to_numpy())
     streamed = f.streaming.to_numpy()
-    ttft = (f.first_token_time_us.to_numpy(dtype=float) - sent) / 1e6
+    ttft = abs((f.first_token_time_us.to_numpy(dtype=float) - sent) / 1e6 - predicted.ttft_s.to_numpy())[streamed]
     assert streamed.sum() > 0
-    assert (abs(ttft - predicted.ttft_s.to_numpy())[streamed] <= TOLERANCE_S).all()
+    for deviation in (e2e, ttft):
+        assert (deviation <= GROSS_S).all(), deviation.max()
+        assert np.quantile(deviation, 0.9) <= TOLERANCE_S, deviation
 
 
 def test_sigint_stops_cleanly_with_every_row_written(tmp_path: Path) -> None:
