@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from simpy_llm.config import ScenarioError, load_scenario
+from simpy_llm.config import Scenario, ScenarioError, load_scenario
 
 __all__ = ["main"]
 
@@ -115,6 +115,15 @@ def _overrides(args: argparse.Namespace) -> list[str]:
     return list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else [])
 
 
+def _load(args: argparse.Namespace) -> Scenario | None:
+    """The scenario the arguments name (with their overrides), or None after printing why it is bad."""
+    try:
+        return load_scenario(args.scenario, _overrides(args))
+    except ScenarioError as exc:
+        print(exc, file=sys.stderr)
+        return None
+
+
 def _workload(args: argparse.Namespace) -> int:
     import json
     import time
@@ -123,11 +132,8 @@ def _workload(args: argparse.Namespace) -> int:
     from simpy_llm.workload.export import generate_requests, plot_histograms, workload_summary
     from simpy_llm.workload.traces import write_generated_trace
 
-    overrides = _overrides(args)
-    try:
-        scenario = load_scenario(args.scenario, overrides)
-    except ScenarioError as exc:
-        print(exc, file=sys.stderr)
+    scenario = _load(args)
+    if scenario is None:
         return 2
     wall0 = time.perf_counter()
     frame = generate_requests(scenario)
@@ -213,11 +219,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     from simpy_llm.observe.emulate.server import EmulatedServer, serve_until_signalled
 
-    overrides = _overrides(args)
-    try:
-        scenario = load_scenario(args.scenario, overrides)
-    except ScenarioError as exc:
-        print(exc, file=sys.stderr)
+    scenario = _load(args)
+    if scenario is None:
         return 2
     server = EmulatedServer(scenario, model=args.model, host=args.host, port=args.port, trace=args.trace)
 
@@ -251,11 +254,8 @@ def _run(args: argparse.Namespace) -> int:
 
     from simpy_llm.simulation import Simulation
 
-    overrides = _overrides(args)
-    try:
-        scenario = load_scenario(args.scenario, overrides)
-    except ScenarioError as exc:
-        print(exc, file=sys.stderr)
+    scenario = _load(args)
+    if scenario is None:
         return 2
 
     console = Console(soft_wrap=True)
