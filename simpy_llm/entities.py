@@ -75,6 +75,10 @@ class Request:
     """Hashes of the shared prefix blocks (``prefix_block_tokens`` tokens each), for prefix caches."""
     prefix_block_tokens: int = 16
     """Tokens per entry of ``prefix_blocks``."""
+    context: tuple[tuple[int, int], ...] = ()
+    """Content this request's prompt starts with, as ``(segment id, tokens)`` pairs: a
+    multi-turn round carries the whole previous round (its prompt and answer); see
+    :func:`~simpy_llm.serving.prefix_cache.content_segments`. Empty: none."""
     text_tokens: int = 0
     """Text part of the prompt (multimodal requests; 0 otherwise)."""
     image_tokens: int = 0
@@ -98,7 +102,12 @@ class Request:
     preemption_times_s: list[float] | None = None
     """Time of each preemption, s (``None`` if never preempted)."""
     dropped_reason: str = ""
-    """Why the request was dropped (empty unless dropped)."""
+    """Why the request was dropped (a short code: ``max_model_len``, or the admission
+    policy's reason; empty unless dropped)."""
+    cached_tokens: int = 0
+    """Prompt tokens found in the prefix cache at its first admission."""
+    warm_up: bool = False
+    """A warm-up request of a replayed trace (simulated, left out of the summary)."""
 
     # --- engine bookkeeping (read by the engine and recorder only) ---
     generated_tokens: int = 0
@@ -111,6 +120,12 @@ class Request:
     """Engine step counter at which decoding (re)started; -1 while not decoding."""
     last_token_engine_s: float = NAN
     """Engine time of the last emitted token before a preemption (for the resume gap)."""
+    sched_key: tuple = ()
+    """``(policy key, entry order)``: the scheduler's sort key since it last entered the waiting queue."""
+    kv_holder: object = None
+    """Its :class:`~simpy_llm.serving.prefix_cache.Holder` while it runs with prefix caching."""
+    swapped_tokens: int = 0
+    """Tokens of KV swapped out to CPU memory (swap preemption; 0 otherwise)."""
 
     @property
     def num_preemptions(self) -> int:

@@ -2,7 +2,9 @@
 
 Wiring happens here and only here::
 
-    WorkloadGenerator --Wire--> Router --Wire per replica--> Replica (ingress + engine)
+    WorkloadGenerator --Wire--> Router (admission, routing) --Wire per replica--> Replica (ingress + engine)
+          ^                        | rejected                                       | completed, dropped
+          +--- SessionRegistry <---+------------------ completions Wire <-----------+
 
 Examples
 --------
@@ -26,13 +28,17 @@ import simpy
 from simpy_llm.config.loader import build_policy
 from simpy_llm.metrics.recorder import Recorder
 from simpy_llm.metrics.results import Results
+from simpy_llm.policies.admission import AlwaysAdmit, admission_policies
 from simpy_llm.policies.routing import routing_policies
+from simpy_llm.policies.scheduling import scheduler_policies
 from simpy_llm.rng import RandomStreams
 from simpy_llm.serving.engine import Replica
-from simpy_llm.serving.latency import latency_models
+from simpy_llm.serving.fleet import plan_fleet
 from simpy_llm.serving.router import Router
+from simpy_llm.serving.views import LiveView, RouterCounts, SnapshotView, refresh_views
 from simpy_llm.wire import Wire
-from simpy_llm.workload.generator import ClientSource, WorkloadGenerator
+from simpy_llm.workload.distributions import SamplingError
+from simpy_llm.workload.generator import ClientSource, WorkloadGenerator, sampling_scenario_error
 from simpy_llm.workload.sessions import SessionRegistry
 
 if TYPE_CHECKING:
@@ -80,10 +86,17 @@ class Simulation:
         self.env = simpy.Environment()
         self.streams = RandomStreams(scenario.seed)
         serving = scenario.serving
-        self.recorder = Recorder(num_replicas=serving.replicas)
-        self.latency_model = latency_model or build_policy(serving.latency_model, latency_models)
+        self.plans = plan_fleet(serving, latency_model)
+        n_replicas = len(self.plans)
+        self.recorder = Recorder(num_replicas=n_replicas)
+        self.latency_model = self.plans[0].latency
+        """The first replica's latency model (the only one unless the fleet has several groups)."""
+        ttft_targets = {name: t.ttft_s for name, t in scenario.slo.items() if t.ttft_s is not None}
         self.routing_policy = routing_policy or build_policy(
             serving.router, routing_policies, rng=self.streams.stream("router")
+        )
+        self.admission_policy = build_policy(
+            serving.admission, admission_policies, rng=self.streams.stream("admission"), slo=ttft_targets
         )
         env = self.env
         fast = scenario.simulation.mode == "event_per_change"
@@ -91,26 +104,42 @@ class Simulation:
         self.workload_streams = RandomStreams(wl.seed if wl.seed is not None else scenario.seed)
         self.ids = itertools.count()
         arrivals = self.arrivals = Wire(env)
-        replica_inboxes = [Wire(env) for _ in range(serving.replicas)]
+        replica_inboxes = [Wire(env) for _ in range(n_replicas)]
         self.sources = [] if external_arrivals else self._client_sources()
         needs_sessions = any(
             s.client.multi_turn is not None or s.client.conversational_probability > 0 for s in self.sources
         )
         completions = Wire(env) if needs_sessions else None
+        schedulers: dict[str, object] = {}
+        for group in serving.groups():
+            schedulers[group.name] = build_policy(group.engine.scheduler, scheduler_policies, slo=ttft_targets)
         self.replicas = [
             Replica(
-                env, i, inbox, serving.engine, self.latency_model, self.recorder,
+                env, i, inbox, plan.engine, plan.latency, self.recorder,
                 fast=fast, completions=completions, token_listener=token_listener,
+                scheduler=schedulers[plan.group], group=plan.group,
             )
-            for i, inbox in enumerate(replica_inboxes)
+            for i, (inbox, plan) in enumerate(zip(replica_inboxes, self.plans, strict=True))
         ]
-        self.router = Router(env, arrivals, replica_inboxes, self.replicas, self.routing_policy, self.recorder)
+        counts = RouterCounts(n_replicas)
+        refresh_s = serving.view_refresh_s
+        view_cls = SnapshotView if refresh_s is not None else LiveView
+        self.views = [view_cls(rep, counts, plan.capacity) for rep, plan in zip(self.replicas, self.plans, strict=True)]
+        admission = None if isinstance(self.admission_policy, AlwaysAdmit) else self.admission_policy
+        self.router = Router(
+            env, arrivals, replica_inboxes, self.views, counts, self.routing_policy, self.recorder,
+            admission=admission, rejected=completions,
+        )
         self.sessions = (
             SessionRegistry(env, completions, arrivals, self.recorder, self.ids, wl.horizon_s)
             if completions is not None
             else None
         )
         self._ran = False
+        if refresh_s is not None:
+            env.process(refresh_views(env, self.views, refresh_s, self._active))
+        if scenario.simulation.timeseries_interval_s is not None:
+            env.process(self._sample(scenario.simulation.timeseries_interval_s))
         if external_arrivals:
             self.generator: WorkloadGenerator | None = None
             return
@@ -125,6 +154,27 @@ class Simulation:
             horizon_s=wl.horizon_s,
             on_request=self._open_session if self.sessions is not None else None,
         )
+
+    def _active(self) -> bool:
+        """Whether anything may still happen (periodic processes stop when not)."""
+        return self.generator is None or not self._finished()
+
+    def _sample(self, every_s: float):  # noqa: ANN202 - a SimPy process
+        """Process: sample every replica's state each *every_s* seconds (time series).
+
+        Yields
+        ------
+        Timeout
+            Until the next sample.
+        """
+        env = self.env
+        on_sample = self.recorder.on_sample
+        while True:
+            for rep in self.replicas:
+                on_sample(env.now, rep.index, len(rep.waiting), len(rep.running), rep.kv.used_blocks, bool(rep.running))
+            if not self._active():
+                return
+            yield env.timeout(every_s)
 
     def _client_sources(self) -> list[ClientSource]:
         """One source per synthetic client: the scenario's clients share ``aggregate_rate``,
@@ -151,9 +201,23 @@ class Simulation:
         """One source per replayed trace."""
         if not self.scenario.workload.traces:
             return []
-        from simpy_llm.workload.traces import load_trace, trace_rows
+        from simpy_llm.config.errors import ScenarioError
+        from simpy_llm.workload.traces import load_trace, server_block_mismatches, trace_rows
 
-        return [({}, trace_rows(load_trace(src), src)) for src in self.scenario.workload.traces]
+        sources = []
+        for i, src in enumerate(self.scenario.workload.traces):
+            trace = load_trace(src)
+            if src.server_block == "check":
+                problems = [
+                    (f"serving.{'replica_groups[' + str(gi) + '].' if self.scenario.serving.replica_groups else ''}engine.{key}",
+                     f"{msg}; match it, or set workload.traces[{i}].server_block: ignore")
+                    for gi, group in enumerate(self.scenario.serving.groups())
+                    for key, msg in server_block_mismatches(trace.header, group.engine)
+                ]
+                if problems:
+                    raise ScenarioError(str(src.path), problems)
+            sources.append(({}, trace_rows(trace, src)))
+        return sources
 
     def _open_session(self, req: Request, source_index: int) -> None:
         if source_index < len(self.sources):
@@ -183,7 +247,7 @@ class Simulation:
         until = self.scenario.simulation.until_s
         wall0 = time.perf_counter()
         if progress is None:
-            env.run(until=until)
+            self._run_until(until)
         else:
             total = wl.num_requests
             rate = sum(src.rate for src in self.sources)
@@ -197,13 +261,16 @@ class Simulation:
             t = 0.0
             while not self._finished() and (until is None or t < until):
                 t = t + every if until is None else min(t + every, until)
-                env.run(until=t)
+                self._run_until(t)
                 progress(self.recorder.arrived - len(self.recorder.live), total, env.now)
                 if env.peek() == float("inf"):
                     break  # nothing left to happen
             progress(self.recorder.arrived - len(self.recorder.live), total, env.now)
         wall = time.perf_counter() - wall0
         end_s = until if until is not None else self._last_activity_s()
+        if until is not None:
+            for rep in self.replicas:
+                rep.settle(until)
         for req in sorted(self.recorder.live.values(), key=lambda r: r.id):
             self.recorder.on_in_flight(req)
         if self.sessions is not None:
@@ -217,6 +284,13 @@ class Simulation:
             steps=sum(r.step for r in self.replicas),
             kv_blocks=[r.kv.num_blocks for r in self.replicas],
         )
+
+    def _run_until(self, until: float | None) -> None:
+        """``env.run(until)``; a distribution drawing NaN or an infinity is the scenario's error."""
+        try:
+            self.env.run(until=until)
+        except SamplingError as exc:
+            raise sampling_scenario_error(exc, self.scenario, self.sources) from None
 
     def _last_activity_s(self) -> float:
         """When the last request finished (or arrived): the end of a run to completion.

@@ -31,8 +31,11 @@ from cattrs.errors import (
 from simpy_llm.config.errors import FieldValueError, ScenarioError
 from simpy_llm.config.paths import base_dir
 from simpy_llm.config.schema import (
+    AdmissionSpec,
     ArrivalField,
+    KvBlocks,
     LatencySpec,
+    SchedulerSpec,
     LengthField,
     PolicySpec,
     Probability,
@@ -395,10 +398,35 @@ def _latencies() -> Registry[type]:
     return latency_models
 
 
+def _schedulers() -> Registry[type]:
+    from simpy_llm.policies.scheduling import scheduler_policies
+
+    return scheduler_policies
+
+
+def _admissions() -> Registry[type]:
+    from simpy_llm.policies.admission import admission_policies
+
+    return admission_policies
+
+
+def _kv_blocks(value: Any, _t: Any) -> int | str:
+    if value == "auto":
+        return "auto"
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _Problems([("", f"must be a number of blocks or auto, got {reprlib.repr(value)}")])
+    if value < 1:
+        raise _Problems([("", f"must be >= 1, got {value!r}")])
+    return value
+
+
 converter.register_structure_hook(ArrivalField, lambda v, _t: _tagged(v, _arrivals(), "process", flat=True))
 converter.register_structure_hook(LengthField, lambda v, _t: _tagged(v, _lengths(), "type", flat=False))
 converter.register_structure_hook(RouterSpec, _policy_hook(_routers, injected=("rng",)))
 converter.register_structure_hook(LatencySpec, _policy_hook(_latencies))
+converter.register_structure_hook(SchedulerSpec, _policy_hook(_schedulers, injected=("slo",)))
+converter.register_structure_hook(AdmissionSpec, _policy_hook(_admissions, injected=("slo", "rng")))
+converter.register_structure_hook(KvBlocks, _kv_blocks)
 
 
 def scenario_from_dict(data: Any, source: str = "<dict>") -> Scenario:

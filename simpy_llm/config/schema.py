@@ -32,7 +32,31 @@ import attrs
 
 from simpy_llm.config.errors import FieldValueError
 from simpy_llm.config.paths import resolve_path
-from simpy_llm.config.validators import at_least, greater_than, in_range, non_empty, one_of, optional
+from simpy_llm.config.validators import (
+    MAX_BANDWIDTH_MBPS,
+    MAX_KV_BLOCK_SIZE,
+    MAX_KV_BLOCKS,
+    MAX_PRIORITY,
+    MAX_RATE,
+    MAX_REPLICAS,
+    MAX_REQUESTS,
+    MAX_SCALE,
+    MAX_SEED,
+    MAX_TIME_S,
+    MAX_TOKENS,
+    MIN_RATE,
+    MIN_SCALE,
+    all_of,
+    at_least,
+    at_most,
+    greater_than,
+    in_range,
+    interval_within,
+    non_empty,
+    one_of,
+    optional,
+    unless,
+)
 
 __all__ = [
     "TraceSource",
@@ -45,7 +69,11 @@ __all__ = [
     "ActiveWindow",
     "ArrivalField",
     "ClientConfig",
+    "AdmissionSpec",
+    "KvBlocks",
     "LatencySpec",
+    "ReplicaGroupConfig",
+    "SchedulerSpec",
     "LengthField",
     "RouterSpec",
     "EngineConfig",
@@ -76,6 +104,12 @@ RouterSpec = NewType("RouterSpec", PolicySpec)
 """A :class:`PolicySpec` naming a routing policy."""
 LatencySpec = NewType("LatencySpec", PolicySpec)
 """A :class:`PolicySpec` naming a latency model."""
+SchedulerSpec = NewType("SchedulerSpec", PolicySpec)
+"""A :class:`PolicySpec` naming a scheduler policy."""
+AdmissionSpec = NewType("AdmissionSpec", PolicySpec)
+"""A :class:`PolicySpec` naming an admission policy."""
+KvBlocks = NewType("KvBlocks", object)
+"""A block count (int >= 1) or ``"auto"``."""
 Probability = NewType("Probability", float)
 """A probability in [0, 1]; YAML ``true``/``false`` mean 1 and 0."""
 
@@ -84,9 +118,11 @@ Probability = NewType("Probability", float)
 class NetworkConfig:
     """A client's network path (recorded on each request; the network model uses it)."""
 
-    rtt_ms: float = attrs.field(default=0.0, validator=at_least(0))
+    rtt_ms: float = attrs.field(default=0.0, validator=all_of(at_least(0), at_most(MAX_TIME_S * 1e3)))
     """Round-trip time, milliseconds."""
-    bandwidth_mbps: float | None = attrs.field(default=None, validator=optional(greater_than(0)))
+    bandwidth_mbps: float | None = attrs.field(
+        default=None, validator=optional(all_of(greater_than(0), at_most(MAX_BANDWIDTH_MBPS)))
+    )
     """Client bandwidth, megabits per second (None: unlimited)."""
 
 
@@ -94,9 +130,9 @@ class NetworkConfig:
 class ActiveWindow:
     """A period in which a client sends requests."""
 
-    start_s: float = attrs.field(validator=at_least(0))
+    start_s: float = attrs.field(validator=all_of(at_least(0), at_most(MAX_TIME_S)))
     """Start, seconds from the simulation start."""
-    end_s: float = attrs.field(validator=greater_than(0))
+    end_s: float = attrs.field(validator=all_of(greater_than(0), at_most(MAX_TIME_S)))
     """End, seconds (exclusive)."""
 
     def __attrs_post_init__(self) -> None:
@@ -159,7 +195,7 @@ class ReasoningConfig:
 class MultiTurnConfig:
     """Closed-loop sessions: each round is sent after the previous one completes plus a think time."""
 
-    max_rounds: int = attrs.field(validator=at_least(1))
+    max_rounds: int = attrs.field(validator=all_of(at_least(1), at_most(MAX_REQUESTS)))
     """Rounds per session, at most (the first included)."""
     think_time: LengthField
     """Seconds between a round's completion and the next round's arrival."""
@@ -189,11 +225,11 @@ class ClientConfig:
     """Tenant the client belongs to (defaults to the client id)."""
     slo_class: str = "default"
     """SLO class used for goodput (a key of ``Scenario.slo``)."""
-    priority: int = 0
+    priority: int = attrs.field(default=0, validator=in_range(-MAX_PRIORITY, MAX_PRIORITY))
     """User priority carried on each request (higher is more important)."""
     prefix_group: str = ""
     """Clients with the same group share a prompt prefix (empty: no sharing)."""
-    prefix_length: int = attrs.field(default=0, validator=at_least(0))
+    prefix_length: int = attrs.field(default=0, validator=all_of(at_least(0), at_most(MAX_TOKENS)))
     """Tokens of the shared prefix, counted inside the prompt."""
     streaming: Probability = attrs.field(default=1.0, validator=in_range(0.0, 1.0))
     """Probability a request streams (``true``/``false`` in YAML mean 1/0)."""
@@ -226,11 +262,11 @@ class ServeGenConfig:
     path: str = attrs.field(converter=resolve_path, validator=non_empty)
     """Directory with ``chunk-<id>-trace.csv`` and ``chunk-<id>-dataset.json`` files
     (relative paths are relative to the scenario file)."""
-    span_s: tuple[float, float] | None = None
+    span_s: tuple[float, float] | None = attrs.field(default=None, validator=optional(interval_within(0, MAX_TIME_S)))
     """Use only the windows in [start, end) seconds of the data (default: all)."""
-    rate_scale: float = attrs.field(default=1.0, validator=greater_than(0))
+    rate_scale: float = attrs.field(default=1.0, validator=all_of(greater_than(0), in_range(MIN_SCALE, MAX_SCALE)))
     """Multiply every client's rate."""
-    max_clients: int | None = attrs.field(default=None, validator=optional(at_least(1)))
+    max_clients: int | None = attrs.field(default=None, validator=optional(all_of(at_least(1), at_most(MAX_REQUESTS))))
     """Keep only the clients with the most requests."""
     slo_class: str = "default"
     """SLO class of the loaded clients."""
@@ -248,19 +284,25 @@ class TraceSource:
     """File layout."""
     columns: dict[str, str] = attrs.field(factory=dict)
     """For ``csv``: trace field -> column name (``arrival_time_s``, ``input_tokens``, ...)."""
-    time_scale: float = attrs.field(default=1.0, validator=greater_than(0))
+    time_scale: float = attrs.field(default=1.0, validator=all_of(greater_than(0), in_range(MIN_SCALE, MAX_SCALE)))
     """Stretch the gaps between arrivals by this factor."""
-    rate_scale: float = attrs.field(default=1.0, validator=greater_than(0))
+    rate_scale: float = attrs.field(default=1.0, validator=all_of(greater_than(0), in_range(MIN_SCALE, MAX_SCALE)))
     """Speed arrivals up by this factor (gaps divided by it)."""
     client_id: str = ""
     """Client id for rows without one (default: the file's stem)."""
     slo_class: str = "default"
     """SLO class for rows without one."""
-    max_requests: int | None = attrs.field(default=None, validator=optional(at_least(1)))
+    max_requests: int | None = attrs.field(default=None, validator=optional(all_of(at_least(1), at_most(MAX_REQUESTS))))
     """Replay only the first requests."""
     arrival_column: str = attrs.field(default="arrival_time_us", validator=one_of(("arrival_time_us", "send_time_us")))
     """For ``trace_v2``: the column whose times are the arrivals; ``send_time_us`` replays an
     observed trace as the server saw it (rows never sent are left out)."""
+    server_block: str = attrs.field(default="check", validator=one_of(("check", "ignore")))
+    """For ``trace_v2`` with a header ``server`` block (the observed server's settings):
+    ``check`` rejects the run when its engine-relevant keys (``max_num_seqs``,
+    ``block_size``, ``max_model_len``, ``max_num_batched_tokens``,
+    ``enable_prefix_caching``) differ from the scenario's engine; ``ignore`` replays
+    the trace on the scenario's engine as it is."""
 
 
 @attrs.frozen(kw_only=True)
@@ -275,18 +317,20 @@ class WorkloadConfig:
 
     clients: tuple[ClientConfig, ...] = ()
     """Synthetic clients."""
-    aggregate_rate: float | None = attrs.field(default=None, validator=optional(greater_than(0)))
+    aggregate_rate: float | None = attrs.field(
+        default=None, validator=optional(all_of(greater_than(0), in_range(MIN_RATE, MAX_RATE)))
+    )
     """Total request rate over the synthetic and ServeGen clients, requests/s (default
     with ServeGen data: the data's own mean rate)."""
-    num_requests: int | None = attrs.field(default=None, validator=optional(at_least(1)))
+    num_requests: int | None = attrs.field(default=None, validator=optional(all_of(at_least(1), at_most(MAX_REQUESTS))))
     """Total number of requests to generate (first rounds of sessions; follow-ups come on top)."""
-    horizon_s: float | None = attrs.field(default=None, validator=optional(greater_than(0)))
+    horizon_s: float | None = attrs.field(default=None, validator=optional(all_of(greater_than(0), at_most(MAX_TIME_S))))
     """Stop generating arrivals at this simulated time, seconds."""
     version: str = attrs.field(default="1", validator=one_of(("1",)))
     """Spec format version."""
     category: str = attrs.field(default="language", validator=one_of(("language", "multimodal", "reasoning")))
     """Workload category (descriptive; clients carry their own multimodal/reasoning settings)."""
-    seed: int | None = attrs.field(default=None, validator=optional(at_least(0)))
+    seed: int | None = attrs.field(default=None, validator=optional(all_of(at_least(0), at_most(MAX_SEED))))
     """Seed of the workload streams (default: the scenario's seed)."""
     servegen_data: ServeGenConfig | None = None
     """Clients loaded from ServeGen data."""
@@ -304,8 +348,17 @@ class WorkloadConfig:
         if self.clients:
             if self.aggregate_rate is None:
                 raise FieldValueError("aggregate_rate", "required with clients")
-            if sum(c.rate_fraction for c in self.clients) <= 0:
+            total = sum(c.rate_fraction for c in self.clients)
+            if total <= 0:
                 raise FieldValueError("clients", "at least one client needs rate_fraction > 0")
+            for i, c in enumerate(self.clients):
+                rate = self.aggregate_rate * c.rate_fraction / total  # as the simulation splits it
+                if c.rate_fraction > 0 and not rate >= MIN_RATE:
+                    raise FieldValueError(
+                        f"clients[{i}].rate_fraction",
+                        f"gives client {c.id!r} {rate:.3g} requests/s (aggregate_rate x rate_fraction / "
+                        f"sum of rate_fraction); must be >= {MIN_RATE} (or rate_fraction 0)",
+                    )
         ids = [c.id for c in self.clients]
         dup = {i for i in ids if ids.count(i) > 1}
         if dup:
@@ -314,22 +367,41 @@ class WorkloadConfig:
 
 @attrs.frozen(kw_only=True)
 class EngineConfig:
-    """A replica's vLLM-style continuous-batching engine."""
+    """A replica's continuous-batching engine (``docs/model.md``, "A replica, precisely")."""
 
-    max_num_seqs: int = attrs.field(default=256, validator=at_least(1))
+    max_num_seqs: int = attrs.field(default=256, validator=all_of(at_least(1), at_most(MAX_TOKENS)))
     """Most requests in the running batch."""
-    max_num_batched_tokens: int = attrs.field(default=8192, validator=at_least(1))
+    max_num_batched_tokens: int = attrs.field(default=8192, validator=all_of(at_least(1), at_most(MAX_TOKENS)))
     """Token budget of one step (prefill chunk tokens + one per decoding request)."""
     chunked_prefill: bool = True
     """Split prompts across steps to fit the token budget. Without it a prompt
     is prefilled whole in one step and must fit the budget alone."""
-    kv_block_size: int = attrs.field(default=16, validator=at_least(1))
+    kv_block_size: int = attrs.field(default=16, validator=all_of(at_least(1), at_most(MAX_KV_BLOCK_SIZE)))
     """Tokens per KV-cache block."""
-    kv_num_blocks: int = attrs.field(default=8192, validator=at_least(1))
-    """KV-cache blocks on the replica."""
-    max_model_len: int | None = attrs.field(default=None, validator=optional(at_least(2)))
+    kv_num_blocks: KvBlocks = attrs.field(default=8192, validator=unless("auto", at_most(MAX_KV_BLOCKS)))
+    """KV-cache blocks on the replica, or ``auto``: what the GPU memory left after the
+    weights and an activation headroom holds (needs a latency model that names its
+    model, GPU and TP degree; see ``docs/latency.md``)."""
+    gpu_memory_utilization: float | None = attrs.field(default=None, validator=optional(in_range(0.01, 1.0)))
+    """With ``kv_num_blocks: auto``: the share of GPU memory the engine may use (vLLM's
+    ``--gpu-memory-utilization``; default 0.9). Rejected with a fixed block count."""
+    max_model_len: int | None = attrs.field(default=None, validator=optional(all_of(at_least(2), at_most(MAX_TOKENS))))
     """Longest prompt + output a request may have; longer ones are dropped on arrival.
     Default: what the KV cache can hold."""
+    prefix_caching: bool = True
+    """Automatic prefix caching (on by default, as in vLLM's V1 engine): full blocks are
+    cached by content and reused by later requests with the same prefix."""
+    scheduler: SchedulerSpec = attrs.field(factory=lambda: PolicySpec(kind="fcfs"))
+    """Scheduler policy: ``fcfs``, ``priority``, ``sjf``, ``edf`` or a registered one."""
+    preemption_mode: str = attrs.field(default="recompute", validator=one_of(("recompute", "swap")))
+    """What happens to a preempted request's KV: dropped and recomputed, or swapped to CPU memory."""
+    swap_space_blocks: int = attrs.field(default=0, validator=at_least(0))
+    """CPU swap space in KV blocks (``swap`` only; must be > 0 then)."""
+    swap_kv_bytes_per_token: float | None = attrs.field(default=None, validator=optional(greater_than(0)))
+    """Bytes of KV per token copied when swapping (``swap`` only; default: from the latency
+    model's hardware)."""
+    swap_bandwidth_gb_per_s: float | None = attrs.field(default=None, validator=optional(greater_than(0)))
+    """GPU <-> CPU copy bandwidth, GB/s (``swap`` only; default: the GPU's PCIe bandwidth)."""
 
     def __attrs_post_init__(self) -> None:
         if self.max_num_batched_tokens < self.max_num_seqs:
@@ -338,37 +410,99 @@ class EngineConfig:
                 f"must be >= max_num_seqs ({self.max_num_seqs}) so every running request "
                 f"can decode each step; got {self.max_num_batched_tokens}",
             )
-        if self.kv_num_blocks * self.kv_block_size < self.max_num_batched_tokens:
+        if self.kv_num_blocks == "auto":
+            pass
+        elif self.kv_num_blocks * self.kv_block_size < self.max_num_batched_tokens:
             raise FieldValueError(
                 "kv_num_blocks",
                 f"the KV cache ({self.kv_num_blocks} blocks x {self.kv_block_size} tokens) must hold "
                 f"at least max_num_batched_tokens ({self.max_num_batched_tokens}) tokens",
             )
+        if self.gpu_memory_utilization is not None and self.kv_num_blocks != "auto":
+            raise FieldValueError("gpu_memory_utilization", "is used only with kv_num_blocks: auto")
+        if self.preemption_mode == "swap":
+            if self.swap_space_blocks == 0:
+                raise FieldValueError("swap_space_blocks", "must be > 0 with preemption_mode: swap")
+        else:
+            for name in ("swap_space_blocks", "swap_kv_bytes_per_token", "swap_bandwidth_gb_per_s"):
+                if getattr(self, name):
+                    raise FieldValueError(name, "is used only with preemption_mode: swap")
+
+
+@attrs.frozen(kw_only=True)
+class ReplicaGroupConfig:
+    """Identical replicas sharing engine settings and a latency model (model, GPU, TP)."""
+
+    name: str = attrs.field(validator=non_empty)
+    """Group name, unique within the fleet (shown to routers and in records)."""
+    count: int = attrs.field(default=1, validator=at_least(1))
+    """Replicas in the group."""
+    latency_model: LatencySpec
+    """Step-time model of the group's replicas."""
+    engine: EngineConfig = attrs.field(factory=EngineConfig)
+    """Engine settings of the group's replicas."""
+    capacity: float | None = attrs.field(default=None, validator=optional(greater_than(0)))
+    """Relative service rate routers see (default: decode tokens per second of a full
+    batch, ``max_num_seqs / step_time_s(0, max_num_seqs)``)."""
 
 
 @attrs.frozen(kw_only=True)
 class ServingConfig:
-    """Replicas behind a router."""
+    """Replicas behind a router: either one group (``replicas``, ``engine``,
+    ``latency_model``) or a heterogeneous fleet (``replica_groups``)."""
 
-    latency_model: LatencySpec
-    """Step-time model (``{kind: blis_linear, params: {...}}``)."""
-    replicas: int = attrs.field(default=1, validator=at_least(1))
-    """Number of identical replicas."""
+    latency_model: LatencySpec | None = None
+    """Step-time model (``{kind: blis_linear, params: {...}}``); required without replica_groups."""
+    replicas: int = attrs.field(default=1, validator=all_of(at_least(1), at_most(MAX_REPLICAS)))
+    """Number of identical replicas (without replica_groups)."""
     router: RouterSpec = attrs.field(factory=lambda: PolicySpec(kind="round_robin"))
     """Routing policy."""
     engine: EngineConfig = attrs.field(factory=EngineConfig)
-    """Engine settings shared by all replicas."""
+    """Engine settings shared by all replicas (without replica_groups)."""
+    replica_groups: tuple[ReplicaGroupConfig, ...] = ()
+    """A heterogeneous fleet: groups of replicas, each with its own engine and latency model."""
+    admission: AdmissionSpec = attrs.field(factory=lambda: PolicySpec(kind="always"))
+    """Admission policy at the router (rejections are recorded drops with a reason)."""
+    view_refresh_s: float | None = attrs.field(default=None, validator=optional(greater_than(0)))
+    """Routers and admission see replica state refreshed every this many seconds (the
+    router's own counts of outstanding requests stay fresh). Default: always fresh."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.replica_groups:
+            if self.latency_model is not None:
+                raise FieldValueError("latency_model", "give it per group under replica_groups, not both")
+            names = [g.name for g in self.replica_groups]
+            dup = sorted({n for n in names if names.count(n) > 1})
+            if dup:
+                raise FieldValueError("replica_groups", f"group names must be unique; repeated: {', '.join(dup)}")
+        elif self.latency_model is None:
+            raise FieldValueError("latency_model", "required key is missing (or give replica_groups)")
+
+        from simpy_llm.serving.fleet import plan_fleet
+
+        plan_fleet(self)  # resolves kv_num_blocks: auto and the swap settings, or says why not
+
+    def groups(self) -> tuple[ReplicaGroupConfig, ...]:
+        """The fleet as groups (a single group named ``default`` without replica_groups)."""
+        if self.replica_groups:
+            return self.replica_groups
+        return (ReplicaGroupConfig(name="default", count=self.replicas, latency_model=self.latency_model, engine=self.engine),)
+
+    @property
+    def num_replicas(self) -> int:
+        """Replicas in the whole fleet."""
+        return sum(g.count for g in self.groups())
 
 
 @attrs.frozen(kw_only=True)
 class SLOTarget:
     """Latency targets of one SLO class; a request meets its SLO when every given target holds."""
 
-    ttft_s: float | None = attrs.field(default=None, validator=optional(greater_than(0)))
+    ttft_s: float | None = attrs.field(default=None, validator=optional(all_of(greater_than(0), at_most(MAX_TIME_S))))
     """Time to first token, seconds."""
-    tpot_s: float | None = attrs.field(default=None, validator=optional(greater_than(0)))
+    tpot_s: float | None = attrs.field(default=None, validator=optional(all_of(greater_than(0), at_most(MAX_TIME_S))))
     """Mean time per output token after the first, seconds."""
-    e2e_s: float | None = attrs.field(default=None, validator=optional(greater_than(0)))
+    e2e_s: float | None = attrs.field(default=None, validator=optional(all_of(greater_than(0), at_most(MAX_TIME_S))))
     """End-to-end latency, seconds."""
 
 
@@ -379,9 +513,12 @@ class SimulationConfig:
     mode: str = attrs.field(default="event_per_change", validator=one_of(("event_per_change", "event_per_step")))
     """``event_per_change``: one SimPy event per batch-composition change (fast);
     ``event_per_step``: one per engine step (the reference; same records)."""
-    until_s: float | None = attrs.field(default=None, validator=optional(greater_than(0)))
+    until_s: float | None = attrs.field(default=None, validator=optional(all_of(greater_than(0), at_most(MAX_TIME_S))))
     """Stop the simulation at this time (requests still in flight are reported as such).
     Default: run until every generated request has finished."""
+    timeseries_interval_s: float | None = attrs.field(default=None, validator=optional(greater_than(0)))
+    """Sample each replica's queue length, batch size, KV use and busy state every this
+    many simulated seconds (``Results.timeseries()``). Default: no sampling."""
 
 
 @attrs.frozen(kw_only=True)
@@ -390,7 +527,7 @@ class Scenario:
 
     workload: WorkloadConfig
     serving: ServingConfig
-    seed: int = attrs.field(default=0, validator=at_least(0))
+    seed: int = attrs.field(default=0, validator=all_of(at_least(0), at_most(MAX_SEED)))
     """Root seed of every random stream."""
     name: str = ""
     """Free-form label."""

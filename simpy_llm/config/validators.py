@@ -1,4 +1,12 @@
-"""attrs validators that raise :class:`FieldValueError` (so errors carry the key)."""
+"""attrs validators that raise :class:`FieldValueError` (so errors carry the key), and the
+bounds every numeric setting is held to.
+
+The bounds say what a simulation can represent. Each is a named constant with
+its reason; the config classes use them through :func:`at_most` and
+:func:`in_range`, so an error states the allowed range::
+
+    workload.aggregate_rate: must be <= 1000000.0, got 1e+300
+"""
 
 from __future__ import annotations
 
@@ -12,7 +20,88 @@ import attrs
 
 from simpy_llm.config.errors import FieldValueError
 
-__all__ = ["at_least", "greater_than", "in_range", "one_of", "optional", "non_empty"]
+__all__ = [
+    "MAX_BANDWIDTH_MBPS",
+    "MAX_ITEMS_PER_REQUEST",
+    "MAX_KV_BLOCKS",
+    "MAX_KV_BLOCK_SIZE",
+    "MAX_PRIORITY",
+    "MAX_RATE",
+    "MAX_REPLICAS",
+    "MAX_REQUESTS",
+    "MAX_SCALE",
+    "MAX_SEED",
+    "MAX_TIME_S",
+    "MAX_TOKENS",
+    "MIN_RATE",
+    "MIN_SCALE",
+    "all_of",
+    "at_least",
+    "at_most",
+    "greater_than",
+    "in_range",
+    "interval_within",
+    "one_of",
+    "optional",
+    "non_empty",
+    "unless",
+]
+
+MAX_TOKENS = 2**24
+"""Longest token count of one request (prompt, output, shared prefix, step budget), 16,777,216.
+Above the longest context any served model offers (10M tokens); per-request structures
+that grow with the length (prefix-block hashes, KV blocks) still fit in memory, and sums
+over many requests stay exact in int64 and in float64 time arithmetic."""
+
+MAX_ITEMS_PER_REQUEST = 4096
+"""Most images, audio or video segments one request may carry. APIs accept hundreds to a
+few thousand; the generator expands every item of a chunk of requests in one vector."""
+
+MAX_REPLICAS = 100_000
+"""Most replicas: each is a SimPy process with its own queues and statistics in memory."""
+
+MAX_KV_BLOCKS = 2**31
+"""Most KV-cache blocks on a replica (block counts stay far inside int64 even times the block size)."""
+
+MAX_KV_BLOCK_SIZE = 2**16
+"""Most tokens per KV-cache block: the engine keeps one counter per position in a block
+and scans them once per decode stretch (real engines use 1 to a few hundred)."""
+
+MAX_TIME_S = 1e9
+"""Longest time in seconds (horizons, windows, SLO targets), about 31.7 years: at 1e9 s a
+float64 still resolves 0.12 microseconds, finer than any step or gap the model produces."""
+
+MAX_RATE = 1e6
+"""Highest request rate, requests/s: the mean gap (1 microsecond) stays several float64
+steps wide at MAX_TIME_S."""
+
+MIN_RATE = 1e-9
+"""Lowest positive request rate, requests/s: one request per MAX_TIME_S; below it a source
+sends nothing a run can reach, and gaps of 1 / rate leave float64's range."""
+
+MAX_SCALE = 1e3
+"""Largest rate or time multiplier of recorded traffic (``rate_scale``, ``time_scale``).
+A trace or ServeGen window is drawn in one vector, so a thousandfold scale-up of a busy
+recorded window already means hundreds of millions of arrivals."""
+
+MIN_SCALE = 1e-3
+"""Smallest rate or time multiplier: a thousandfold slow-down. Recorded windows are
+replayed cycle after cycle until they give arrivals; slower scales leave the generator
+cycling through empty windows."""
+
+MAX_REQUESTS = 2**31
+"""Most requests (or rounds) a count may ask for: at tens of thousands of requests per
+wall-clock second a run of more would last days; every count stays far inside int64."""
+
+MAX_BANDWIDTH_MBPS = 1e9
+"""Highest bandwidth, megabits per second: a petabit per second, beyond any single link."""
+
+MAX_SEED = 2**63 - 1
+"""Largest seed: seeds are recorded as signed 64-bit integers."""
+
+MAX_PRIORITY = 2**31 - 1
+"""Largest request priority in magnitude (priorities are stored in int64 record columns and
+compared by schedulers; 2**31 levels is more than any scheduler distinguishes)."""
 
 Validator = Callable[[Any, "attrs.Attribute[Any]", Any], None]
 
@@ -39,6 +128,27 @@ def greater_than(bound: float) -> Validator:
     return check
 
 
+def at_most(bound: float) -> Validator:
+    """Value must be finite and <= *bound*.
+
+    >>> import attrs
+    >>> @attrs.frozen
+    ... class C:
+    ...     n: int = attrs.field(validator=at_most(10))
+    >>> C(11)
+    Traceback (most recent call last):
+    ...
+    simpy_llm.config.errors.FieldValueError: n: must be <= 10, got 11
+    """
+
+    def check(_inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+        _check_finite(attr, value)
+        if not value <= bound:
+            raise FieldValueError(attr.name, f"must be <= {bound}, got {reprlib.repr(value)}")
+
+    return check
+
+
 def at_least(bound: float) -> Validator:
     """Value must be finite and >= *bound*."""
 
@@ -57,6 +167,43 @@ def in_range(low: float, high: float) -> Validator:
         _check_finite(attr, value)
         if not low <= value <= high:
             raise FieldValueError(attr.name, f"must be in [{low}, {high}], got {value!r}")
+
+    return check
+
+
+def all_of(*validators: Validator) -> Validator:
+    """Apply each of *validators* in turn (the first failure is reported)."""
+
+    def check(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+        for validator in validators:
+            validator(inst, attr, value)
+
+    return check
+
+
+def interval_within(low: float, high: float) -> Validator:
+    """Value must be a pair ``(start, end)`` with ``low <= start < end <= high``.
+
+    >>> import attrs
+    >>> @attrs.frozen
+    ... class C:
+    ...     span_s: tuple[float, float] = attrs.field(validator=interval_within(0, 100))
+    >>> C((5.0, 200.0))
+    Traceback (most recent call last):
+    ...
+    simpy_llm.config.errors.FieldValueError: span_s: must be [start, end] with 0 <= start < end <= 100, got (5.0, 200.0)
+    """
+
+    def check(_inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+        if not isinstance(value, (tuple, list)) or len(value) != 2:
+            raise FieldValueError(attr.name, f"must be a pair [start, end], got {reprlib.repr(value)}")
+        for item in value:
+            _check_finite(attr, item)
+        start, end = value
+        if not low <= start < end <= high:
+            raise FieldValueError(
+                attr.name, f"must be [start, end] with {low} <= start < end <= {high}, got {reprlib.repr(tuple(value))}"
+            )
 
     return check
 
@@ -85,5 +232,16 @@ def optional(validator: Validator) -> Validator:
     def check(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
         if value is not None:
             validator(inst, attr, value)
+
+    return check
+
+
+def unless(literal: Any, validator: Validator) -> Validator:
+    """Apply *validator* unless the value is *literal* (e.g. ``"auto"``)."""
+
+    def check(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+        if isinstance(value, str) and value == literal:
+            return
+        validator(inst, attr, value)
 
     return check

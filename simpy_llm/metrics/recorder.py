@@ -44,11 +44,14 @@ RECORD_FIELDS: tuple[tuple[str, str], ...] = (
     ("output_tokens", "i"),
     ("generated_tokens", "i"),
     ("num_preemptions", "i"),
+    ("cached_tokens", "i"),
     ("arrival_s", "f"),
     ("enqueue_s", "f"),
     ("first_scheduled_s", "f"),
     ("first_token_s", "f"),
     ("completion_s", "f"),
+    ("dropped_reason", "s"),
+    ("warm_up", "i"),
 )
 
 
@@ -88,8 +91,10 @@ class Recorder:
         self.codes: dict[str, _Codes] = {name: _Codes() for name, kind in RECORD_FIELDS if kind == "s"}
         self.sessions: list[tuple[str, str, int, str]] = []
         """(session_id, client_id, rounds, end_reason) per ended session."""
-        self.preemptions: list[tuple[int, int, float]] = []
-        """(request_id, replica, time_s) per preemption."""
+        self.preemptions: list[tuple[int, int, float, str]] = []
+        """(request_id, replica, time_s, mode) per preemption (mode: recompute or swap)."""
+        self.samples: list[tuple[float, int, int, int, int, int]] = []
+        """(time_s, replica, waiting, running, kv_used_blocks, busy) per time-series sample."""
         self.itl = WeightedTally()
         """Inter-token latencies, s (weighted: one weight per token)."""
         self.batch_steps: Counter[int] = Counter()
@@ -131,9 +136,14 @@ class Recorder:
         """A request still in the system when the simulation stopped."""
         self._append(req, RequestStatus.IN_FLIGHT)
 
-    def on_preemption(self, req: Request, replica: int, now_s: float) -> None:
-        """A running request lost its KV blocks and went back to the waiting queue."""
-        self.preemptions.append((req.id, replica, now_s))
+    def on_preemption(self, req: Request, replica: int, now_s: float, mode: str = "recompute") -> None:
+        """A running request lost its KV blocks (recomputed later, or swapped out to CPU
+        memory) and went back to the waiting queue."""
+        self.preemptions.append((req.id, replica, now_s, mode))
+
+    def on_sample(self, now_s: float, replica: int, waiting: int, running: int, kv_used_blocks: int, busy: bool) -> None:
+        """A time-series sample of one replica's state."""
+        self.samples.append((now_s, replica, waiting, running, kv_used_blocks, int(busy)))
 
     def on_session_end(self, session_id: str, client_id: str, rounds: int, reason: str) -> None:
         """A session ended after *rounds* rounds, for *reason* (see ``workload.sessions``)."""
@@ -184,7 +194,7 @@ class Recorder:
             target = self._columns[name]
             if kind == "s":
                 target.extend(map(self.codes[name], values))
-            elif name == "streaming":
+            elif name in ("streaming", "warm_up"):
                 target.extend(map(int, values))
             elif name == "num_preemptions":
                 target.extend(0 if v is None else len(v) for v in values)

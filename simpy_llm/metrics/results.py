@@ -69,11 +69,14 @@ class RequestRecord:
     output_tokens: int
     generated_tokens: int
     num_preemptions: int
+    cached_tokens: int
     arrival_s: float
     enqueue_s: float
     first_scheduled_s: float
     first_token_s: float
     completion_s: float
+    dropped_reason: str
+    warm_up: int
 
 
 def _stats(values: np.ndarray) -> dict[str, float | None]:
@@ -182,17 +185,17 @@ class Results:
         import pandas as pd
 
         frame = pd.DataFrame({**self.columns, **self.derived()})
-        for name in ("client_id", "tenant_id", "slo_class", "status", "session_id", "prefix_group"):
+        for name in ("client_id", "tenant_id", "slo_class", "status", "session_id", "prefix_group", "dropped_reason"):
             frame[name] = frame[name].astype("string")
         return frame
 
     def preemptions(self) -> pd.DataFrame:
-        """One row per preemption: request_id, replica, time_s."""
+        """One row per preemption: request_id, replica, time_s, mode (``recompute`` or ``swap``)."""
         import pandas as pd
 
         rows = sorted(self._recorder.preemptions)
-        return pd.DataFrame(rows, columns=["request_id", "replica", "time_s"]).astype(
-            {"request_id": "int64", "replica": "int64", "time_s": "float64"}
+        return pd.DataFrame(rows, columns=["request_id", "replica", "time_s", "mode"]).astype(
+            {"request_id": "int64", "replica": "int64", "time_s": "float64", "mode": "string"}
         )
 
     def sessions(self) -> pd.DataFrame:

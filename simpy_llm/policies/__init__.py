@@ -10,22 +10,70 @@ Built-ins and user policies register the same way::
     class FewestWaiting:
         def choose(self, request, view):
             return min(range(len(view)), key=lambda i: view[i].waiting_requests)
+
+Routing policies choose a replica (:data:`routing_policies`, with the scorers
+of ``weighted_score`` in :data:`routing_scorers`); admission policies admit or
+reject a request before routing (:data:`admission_policies`); an
+:class:`OutputPredictor` tells policies what they may believe about a
+request's output length.
 """
 
+from simpy_llm.policies.admission import (
+    AdmissionPolicy,
+    AlwaysAdmit,
+    MaxQueue,
+    SloShed,
+    TokenBucket,
+    admission_policies,
+    predicted_ttft_s,
+)
+from simpy_llm.policies.predictors import OutputPredictor
 from simpy_llm.policies.routing import (
+    JoinIdleQueue,
+    JoinShortestQueue,
+    LeastKV,
     LeastLoaded,
+    LeastOutstandingTokens,
+    PowerOfD,
+    PrefixAffinity,
     RandomRouting,
     ReplicaView,
     RoundRobin,
     RoutingPolicy,
+    Scorer,
+    SemiClairvoyant,
+    WeightedPowerOfD,
+    WeightedScore,
+    prefix_key,
     routing_policies,
+    routing_scorers,
 )
 
 __all__ = [
+    "AdmissionPolicy",
+    "AlwaysAdmit",
+    "JoinIdleQueue",
+    "JoinShortestQueue",
+    "LeastKV",
     "LeastLoaded",
+    "LeastOutstandingTokens",
+    "MaxQueue",
+    "OutputPredictor",
+    "PowerOfD",
+    "PrefixAffinity",
     "RandomRouting",
     "ReplicaView",
     "RoundRobin",
     "RoutingPolicy",
+    "Scorer",
+    "SemiClairvoyant",
+    "SloShed",
+    "TokenBucket",
+    "WeightedPowerOfD",
+    "WeightedScore",
+    "admission_policies",
+    "predicted_ttft_s",
+    "prefix_key",
     "routing_policies",
+    "routing_scorers",
 ]

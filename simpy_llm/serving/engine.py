@@ -1,56 +1,47 @@
-"""A replica: vLLM-style continuous batching over a paged KV cache.
+"""A replica: continuous batching over a paged KV cache, in two engine modes.
 
-The model
----------
-A replica has a waiting queue (FIFO; preempted requests go back to its
-front) and a running batch in admission order. Every engine step it
-
-1. gives each *decoding* request one token (decodes are scheduled first,
-   so ``max_num_batched_tokens >= max_num_seqs`` guarantees every decoding
-   request advances every step, as in vLLM's chunked-prefill scheduler);
-2. gives each running request still in prefill a chunk of the remaining
-   token budget, in admission order;
-3. admits waiting requests in FIFO order while a sequence slot, token
-   budget and KV blocks for their first chunk remain (nothing is admitted in
-   a step that had to preempt).
-
-A request holds ``ceil(computed_tokens / block_size)`` blocks. When a step
-cannot get the blocks it needs, the most recently admitted running request
-is preempted: its blocks are freed and it returns to the front of the
-waiting queue, to be *recomputed* (its next prefill covers the prompt plus
-every token generated so far). The step that completes a prefill emits a
-token; each decode step emits one more. Step duration comes from the
-:class:`~simpy_llm.serving.latency.LatencyModel`.
+The model this implements is specified in ``docs/model.md`` ("A replica,
+precisely"): the scheduler policy's keys order admission, prefill chunks and
+preemption victims; decodes go first in every step's token budget; KV blocks
+are allocated per step, with prefix caching (a radix tree of block runs,
+:mod:`simpy_llm.serving.prefix_cache`) or without; a step that cannot get its
+blocks preempts the largest key (recompute or swap).
 
 One event per batch-composition change
 --------------------------------------
 In ``event_per_change`` mode a stretch of pure-decode steps in which no
 request joins or leaves is a single timeout: its length is the smaller of
 the steps until the first request finishes and the steps until the KV cache
-cannot grow. A request entering the waiting queue mid-stretch wakes the
-engine, which waits for the step in progress to end, settles the steps done
-and schedules the newcomer at that boundary. Per-request token counts and KV
-blocks during decoding are derived from the step counter at which decoding
-started (``decode_anchor_step``), never incremented per step; KV growth over
-a stretch is counted through a histogram of each decoder's position within
-its last block.
+cannot grow. A request that becomes the head of the waiting queue
+mid-stretch, while a sequence slot is free, wakes the engine, which waits for
+the step in progress to end, settles the steps done and plans the next step
+at that boundary. Per-request token counts and KV blocks during decoding are
+derived from the step counter at which decoding started (``decode_anchor_step``),
+never incremented per step; KV growth over a stretch is counted through a
+histogram of each decoder's position within its last block.
 
-``event_per_step`` mode takes one event per step and runs the full scheduler
-every step; it is the reference the fast mode is tested against (identical
-records), and the mode in which an optional :data:`TokenListener` hears of
-every output token as its step ends (the emulated server streams with it).
-Both modes compute a step's end as ``segment_start + k * step_s`` over a run
-of identical steps, so their clocks agree to the bit. Step ends
-are scheduled at a priority after every ordinary event, so a request arriving
-exactly at a step boundary is admitted at that boundary in both modes.
+That is exact because nothing in a stretch can change a plan: the scheduler
+policy's keys are fixed while a request waits or runs, free blocks only shrink
+while decoders grow, and the budget and sequence slots change only when the
+batch does. ``event_per_step`` mode takes one event per step and runs the full
+plan every step; it is the reference the fast mode is tested against
+(identical records), and the mode in which an optional :data:`TokenListener`
+hears of every output token as its step ends (the emulated server streams with
+it).
+
+Step ends are scheduled at their exact absolute times (``segment_start + k *
+step_s``, see "Clock" in ``docs/model.md``) and at a SimPy priority after every
+ordinary event, and an idle engine wakes at that same priority, so every
+request entering the waiting queue at a step's start time is visible to that
+step's plan.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections import deque
+from bisect import bisect_left, insort
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import simpy
@@ -58,19 +49,21 @@ from simpy.events import Event
 
 from simpy_llm.entities import Request
 from simpy_llm.serving.kv_cache import PagedKVCache, blocks_for
+from simpy_llm.serving.prefix_cache import PrefixCache
 
 if TYPE_CHECKING:
-    from simpy_llm.wire import Wire
     from collections.abc import Generator
 
     from simpy_llm.config.schema import EngineConfig
     from simpy_llm.metrics.recorder import Recorder
+    from simpy_llm.policies.scheduling import SchedulerPolicy
     from simpy_llm.serving.latency import LatencyModel
+    from simpy_llm.wire import Wire
 
 __all__ = ["LATE", "Replica", "ReplicaStats", "TokenListener"]
 
 LATE = 2
-"""SimPy priority of step-end events: after NORMAL (1) events at the same instant."""
+"""SimPy priority of step-end and wake-up events: after NORMAL (1) events at the same instant."""
 
 TokenListener = Callable[[Request, int, float], None]
 """Called as ``listener(request, tokens, visible_s)`` each time *request* produces an output
@@ -80,16 +73,25 @@ token: *tokens* is its output tokens so far, *visible_s* when the client sees th
 before the request completes; it must not touch the environment or the replica."""
 
 
-class _StepEnd(Event):
-    """A timeout processed after every NORMAL event scheduled for the same time."""
+def _schedule_at(env: simpy.Environment, event: Event, at_s: float) -> None:
+    """Schedule the triggered *event* at the absolute time *at_s* with LATE priority.
 
-    def __init__(self, env: simpy.Environment, delay: float) -> None:
-        # Same initialisation as simpy.Timeout, but scheduled at LATE priority.
+    ``env.schedule`` takes a delay and adds it to ``now``, which can land one ulp
+    away from the engine's exact ``segment_start + k * step_s``; the queue entry is
+    the one ``env.schedule`` would make, with the exact time.
+    """
+    heapq.heappush(env._queue, (at_s, LATE, next(env._eid), event))  # noqa: SLF001 - see docstring
+
+
+class _StepEnd(Event):
+    """A step's end: a timeout at an absolute time, processed after NORMAL events at that time."""
+
+    def __init__(self, env: simpy.Environment, at_s: float) -> None:
         self.env = env
         self.callbacks = []
         self._value = None
         self._ok = True
-        env.schedule(self, LATE, delay if delay > 0.0 else 0.0)
+        _schedule_at(env, self, at_s if at_s > env.now else env.now)
 
 
 @attrs.frozen(kw_only=True)
@@ -102,14 +104,18 @@ class ReplicaStats:
     """Requests in the waiting queue."""
     running: int
     """Requests in the running batch."""
-    outstanding: int
-    """Requests routed here and not finished."""
+    departed: int
+    """Requests that left the replica (completed or dropped)."""
     kv_used_blocks: int
-    """KV blocks held."""
+    """KV blocks held by running requests (shared blocks once)."""
     kv_peak_used_blocks: int
     """Most KV blocks held at once."""
+    kv_cached_blocks: int
+    """Blocks in the prefix cache (referenced or evictable; 0 without prefix caching)."""
     preemptions: int
     """Preemptions so far."""
+    swapped_requests: int
+    """Requests whose KV is swapped out to CPU memory now."""
 
 
 class Replica:
@@ -122,7 +128,7 @@ class Replica:
     index
         The replica's number (in records and routing views).
     inbox
-        Store the router puts requests into.
+        Wire the router puts requests into.
     config
         Engine settings.
     latency
@@ -138,6 +144,10 @@ class Replica:
         Optional :data:`TokenListener`, told of every output token as its step ends. It
         needs one event per step (``fast=False``): a fast-mode stretch settles many
         steps at once, after the fact. ``None`` (default) costs nothing.
+    scheduler
+        The :class:`~simpy_llm.policies.scheduling.SchedulerPolicy` (default: FCFS).
+    group
+        Name of the replica group it belongs to (for views and records).
     """
 
     def __init__(
@@ -152,11 +162,18 @@ class Replica:
         fast: bool = True,
         completions: Wire | simpy.Store | None = None,
         token_listener: TokenListener | None = None,
+        scheduler: SchedulerPolicy | None = None,
+        group: str = "default",
     ) -> None:
         if token_listener is not None and fast:
             raise ValueError("a token_listener needs one event per step: fast=False (simulation.mode event_per_step)")
+        if scheduler is None:
+            from simpy_llm.policies.scheduling import FirstComeFirstServed
+
+            scheduler = FirstComeFirstServed()
         self.env = env
         self.index = index
+        self.group = group
         self.inbox = inbox
         self.config = config
         self.latency = latency
@@ -164,29 +181,59 @@ class Replica:
         self.fast = fast
         self.completions = completions
         self.token_listener = token_listener
+        self.scheduler = scheduler
+        self._key = scheduler.key
 
         bs = config.kv_block_size
-        self.kv = PagedKVCache(config.kv_num_blocks, bs)
-        capacity = config.kv_num_blocks * bs
+        num_blocks = config.kv_num_blocks
+        self.kv: PagedKVCache | PrefixCache = (
+            PrefixCache(num_blocks, bs) if config.prefix_caching else PagedKVCache(num_blocks, bs)
+        )
+        self.prefix_cache: PrefixCache | None = self.kv if config.prefix_caching else None
+        capacity = num_blocks * bs
         limit = config.max_model_len if config.max_model_len is not None else capacity
         if not config.chunked_prefill:
             limit = min(limit, config.max_num_batched_tokens)
         self.max_model_len = min(limit, capacity)
         """Longest prompt + output accepted; longer requests are dropped."""
 
-        self.waiting: deque[Request] = deque()
+        self.swap = config.preemption_mode == "swap"
+        self.swap_free_blocks = config.swap_space_blocks if self.swap else 0
+        """CPU swap-space blocks not holding a swapped-out request."""
+        self._swap_bytes_per_token = config.swap_kv_bytes_per_token or 0.0
+        self._swap_bandwidth_gb_per_s = config.swap_bandwidth_gb_per_s or 0.0
+        self._swap_tokens = 0
+        """Tokens copied to or from CPU memory in the step being planned."""
+
+        self.waiting: list[tuple[Any, int, Request]] = []
+        """Heap of ``(policy key, entry order, request)``: the waiting queue."""
         self.running: dict[int, Request] = {}
-        """Running batch by request id, in admission order."""
-        self._prefilling: dict[int, Request] = {}
-        """The running requests still in prefill, in admission order."""
-        self._finish_heap: list[tuple[int, int, int, Request]] = []
-        """(step producing the last token, request id, anchor step, request) per decoder; an
-        entry whose anchor differs from the request's current one is stale (preempted since)."""
+        """Running batch by request id."""
+        self._order: list[tuple[Any, int, Request]] = []
+        """The running batch sorted by key (the last entry is the next preemption victim)."""
+        self._prefilling: list[tuple[Any, int, Request]] = []
+        """The running requests still in prefill, sorted by key."""
+        self._seq = 0
+        self._finish_heap: list[tuple[int, Any, int, int, Request]] = []
+        """(step producing the last token, policy key, entry order, anchor step, request) per
+        decoder; an entry whose anchor differs from the request's current one is stale
+        (preempted since)."""
         self._residue = [0] * bs
         """Decoders by ``(kv_tokens_at_anchor - anchor_step) % block_size``: a decoder
         needs a new block at step ``s`` iff ``(residue + s) % block_size == 0``."""
-        self.outstanding = 0
+        self._ctx_base = 0
+        """Sum over decoders of ``kv_tokens - decode_anchor_step``: their KV tokens at step
+        ``s`` sum to ``_ctx_base + decoders * s``."""
+        self._uses_context = bool(getattr(latency, "uses_context", False))
+        self._decode_context = 0
+        """Decode context as of the last composition change (context-dependent latency models)."""
         self.num_preemptions = 0
+        self.departed = 0
+        """Requests that left the replica (completed or dropped), counted by the replica."""
+        self.departed_tokens = 0
+        """Prompt tokens of the requests that left the replica."""
+        self.queued_prompt_tokens = 0
+        """Prompt tokens of waiting or prefilling requests not yet computed (or found cached)."""
 
         self.step = 0
         """Engine step counter: steps completed so far."""
@@ -197,19 +244,17 @@ class Replica:
         self._changed = True
         self._preempted_now = False
         self._idle_signal: Event | None = None
-        """Succeeds when a request enters the waiting queue of an idle engine."""
+        """Succeeds (at LATE priority) when a request enters the waiting queue of an idle engine."""
         self._interruptible = False
-        """True while the engine sits in a decode stretch that a newcomer could join."""
+        """True while the engine sits in a decode stretch that a new waiting head could join."""
+        self._stretch: tuple[int, int, int, float] | None = None
+        """(done steps in segment at its start, steps, decoders, step_s) of the stretch in progress."""
         self._alpha2 = latency.output_token_overhead_s
 
         env.process(self._ingress())
         self.process = env.process(self._engine())
 
-    # --- read-only view for routing policies -----------------------------
-    @property
-    def outstanding_requests(self) -> int:
-        return self.outstanding
-
+    # --- own state, read by views ---------------------------------------------
     @property
     def waiting_requests(self) -> int:
         return len(self.waiting)
@@ -228,15 +273,17 @@ class Replica:
             steps=self.step,
             waiting=len(self.waiting),
             running=len(self.running),
-            outstanding=self.outstanding,
+            departed=self.departed,
             kv_used_blocks=self.kv.used_blocks,
             kv_peak_used_blocks=self.kv.peak_used_blocks,
+            kv_cached_blocks=self.prefix_cache.cached_blocks if self.prefix_cache is not None else 0,
             preemptions=self.num_preemptions,
+            swapped_requests=sum(1 for _, _, r in self.waiting if r.swapped_tokens),
         )
 
     def in_flight(self) -> list[Request]:
-        """Requests routed here that have not finished (running, waiting or in ingress)."""
-        seen = {**self.running, **{r.id: r for r in self.waiting}}
+        """Requests routed here that have not finished (running or waiting)."""
+        seen = {**self.running, **{r.id: r for _, _, r in self.waiting}}
         return list(seen.values())
 
     # --- ingress -----------------------------------------------------------
@@ -246,7 +293,7 @@ class Replica:
 
         Yields
         ------
-        StoreGet
+        WireGet
             The next request from the inbox.
         """
         env = self.env
@@ -255,8 +302,9 @@ class Replica:
         while True:
             req = yield get()
             if req.prompt_tokens + req.output_tokens > self.max_model_len:
-                req.dropped_reason = f"prompt + output exceeds max_model_len {self.max_model_len}"
-                self.outstanding -= 1
+                req.dropped_reason = "max_model_len"
+                self.departed += 1
+                self.departed_tokens += req.prompt_tokens
                 self.recorder.on_drop(req)
                 self.recorder.on_departure(env.now)
                 if self.completions is not None:
@@ -272,26 +320,36 @@ class Replica:
         self._enqueue(event.value)
 
     def _enqueue(self, req: Request) -> None:
-        req.enqueue_s = self.env.now
+        now = self.env.now
+        req.enqueue_s = now
         req.prefill_target = req.prompt_tokens
-        self.waiting.append(req)
+        self.queued_prompt_tokens += req.prompt_tokens
+        seq = self._seq
+        self._seq = seq + 1
+        entry = (self._key(req, now), seq, req)
+        req.sched_key = entry[:2]
+        heapq.heappush(self.waiting, entry)
         if self._interruptible:
-            self._interruptible = False
-            self.process.interrupt()
+            if self.waiting[0] is entry:  # a new head might be admissible: replan at the next boundary
+                self._interruptible = False
+                self.process.interrupt()
         elif self._idle_signal is not None and not self._idle_signal.triggered:
-            self._idle_signal.succeed()
+            signal = self._idle_signal
+            signal._ok = True  # noqa: SLF001 - succeed() at LATE priority
+            signal._value = None  # noqa: SLF001
+            _schedule_at(self.env, signal, now)
 
     # --- engine ----------------------------------------------------------
     def _engine(self) -> Generator[Event, object, None]:
-        """The engine loop: schedule a step (or a stretch of identical decode steps),
-        wait for it to end, settle it.
+        """The engine loop: plan a step (or a stretch of identical decode steps), wait for
+        it to end, settle it.
 
         Yields
         ------
         Event
-            The idle signal (a request entered the waiting queue) and step-end
-            events (LATE priority); a decode stretch may be interrupted by an
-            arrival that can join the batch.
+            The idle signal (a request entered the waiting queue) and step-end events
+            (both LATE priority); a decode stretch may be interrupted by a request that
+            becomes the head of the waiting queue.
         """
         env = self.env
         step_time_s = self.latency.step_time_s
@@ -305,8 +363,22 @@ class Replica:
                 self._clock = env.now
                 self._changed = True
 
-            chunks, n_decode, prefill_tokens, kv_used = self._schedule()
-            step_s = step_time_s(prefill_tokens, n_decode)
+            chunks, n_decode, prefill_tokens, kv_used = self._plan()
+            if not chunks and not n_decode:
+                raise RuntimeError(f"replica {self.index}: waiting requests but nothing schedulable")
+            if self._uses_context:
+                if chunks or self._changed:
+                    self._decode_context = self._ctx_base + n_decode * self.step
+                step_s = step_time_s(
+                    prefill_tokens,
+                    n_decode,
+                    decode_context_tokens=self._decode_context,
+                    prefill_attention_pairs=sum(c * r.kv_tokens + c * (c + 1) // 2 for r, c in chunks),
+                )
+            else:
+                step_s = step_time_s(prefill_tokens, n_decode)
+            if self._swap_tokens:
+                step_s += self._swap_tokens * self._swap_bytes_per_token / (self._swap_bandwidth_gb_per_s * 1e9)
             if chunks or self._changed or step_s != self._seg_step_s:
                 self._seg_start = self._clock
                 self._seg_step_s = step_s
@@ -315,41 +387,51 @@ class Replica:
             seg_start = self._seg_start
             done = self._seg_steps
 
-            if not chunks and not n_decode:
-                raise RuntimeError(f"replica {self.index}: waiting requests but nothing schedulable")
             if chunks or not self.fast or self._preempted_now:
                 # A mixed step, the reference mode, or a step after a preemption
                 # (whose victims may be readmitted next step): one event.
-                yield _StepEnd(env, seg_start + (done + 1) * step_s - env.now)
+                self._stretch = (done, 1, n_decode, step_s)
+                yield _StepEnd(env, seg_start + (done + 1) * step_s)
+                self._stretch = None
                 self._settle_step(chunks, n_decode, prefill_tokens, kv_used, step_s)
                 continue
 
-            # A stretch of identical pure-decode steps, one event. An arrival that
-            # could join the batch interrupts it (see _enqueue).
+            # A stretch of identical pure-decode steps, one event. A request that becomes
+            # the waiting head interrupts it (see _enqueue).
             k = self._stretch_length()
-            self._interruptible = not waiting and len(running) < self.config.max_num_seqs
+            self._interruptible = len(running) < self.config.max_num_seqs
+            self._stretch = (done, k, n_decode, step_s)
             try:
-                yield _StepEnd(env, seg_start + (done + k) * step_s - env.now)
+                yield _StepEnd(env, seg_start + (done + k) * step_s)
             except simpy.Interrupt:
-                # Finish the step in progress; the newcomer is scheduled at its end.
-                now = env.now
-                j = done + 1 + max(int((now - seg_start) / step_s) - done - 1, 0)
-                while seg_start + j * step_s < now:
-                    j += 1
-                while j > done + 1 and seg_start + (j - 1) * step_s >= now:
-                    j -= 1
-                k = min(j - done, k)
-                yield _StepEnd(env, seg_start + (done + k) * step_s - now)
+                # Finish the step in progress; the newcomer is considered at its end.
+                k = min(self._steps_until(env.now), k)
+                self._stretch = (done, k, n_decode, step_s)
+                yield _StepEnd(env, seg_start + (done + k) * step_s)
             self._interruptible = False
+            self._stretch = None
             self._settle_decode_stretch(k, n_decode, kv_used, step_s)
 
-    # --- scheduling --------------------------------------------------------
+    def _steps_until(self, t: float) -> int:
+        """The smallest ``m >= 1`` such that step ``done + m`` of the current segment (``done``
+        as the stretch in progress began) ends at or after *t*, by the same arithmetic as the
+        step ends themselves."""
+        done = self._stretch[0]
+        seg_start, step_s = self._seg_start, self._seg_step_s
+        j = done + 1 + max(int((t - seg_start) / step_s) - done - 1, 0)
+        while seg_start + j * step_s < t:
+            j += 1
+        while j > done + 1 and seg_start + (j - 1) * step_s >= t:
+            j -= 1
+        return j - done
+
+    # --- planning ------------------------------------------------------------
     def _decoder_kv_tokens(self, req: Request) -> int:
         return req.kv_tokens + (self.step - req.decode_anchor_step)
 
-    def _schedule(self) -> tuple[list[tuple[Request, int]], int, int, int]:
-        """Plan step ``self.step``: allocate its KV blocks, preempting if needed, and
-        admit waiting requests.
+    def _plan(self) -> tuple[list[tuple[Request, int]], int, int, int]:
+        """Plan step ``self.step``: allocate its KV blocks, preempting if needed, and admit
+        waiting requests.
 
         Returns (prefill chunks, decoding requests, prefill tokens, KV blocks used).
         """
@@ -357,15 +439,14 @@ class Replica:
         kv = self.kv
         bs = kv.block_size
         s = self.step
-        running = self.running
         prefilling = self._prefilling
-        n_decode = len(running) - len(prefilling)
+        n_decode = len(self.running) - len(prefilling)
         budget = cfg.max_num_batched_tokens - n_decode
+        self._swap_tokens = 0
 
-        decode_need = self._residue[-s % bs] if n_decode else 0
         chunks: list[tuple[Request, int]] = []
-        need = decode_need
-        for req in prefilling.values():
+        need = self._residue[-s % bs] if n_decode else 0
+        for _k, _q, req in prefilling:
             chunk = self._chunk_size(req.prefill_target - req.kv_tokens, budget)
             if not chunk:
                 break
@@ -373,38 +454,69 @@ class Replica:
             budget -= chunk
             need += blocks_for(req.kv_tokens + chunk, bs) - blocks_for(req.kv_tokens, bs)
 
-        preempted = self._preempted_now = False
         if need <= kv.free_blocks:
             kv.allocate(need)
+            self._preempted_now = False
+            budget = self._admit(chunks, budget)
         else:
-            chunks, n_decode, budget = self._allocate_in_order()
-            preempted = self._preempted_now = True
-
-        if not preempted:
-            max_seqs = cfg.max_num_seqs
-            waiting = self.waiting
-            while waiting and budget > 0 and len(running) < max_seqs:
-                req = waiting[0]
-                chunk = self._chunk_size(req.prefill_target, budget)
-                if not chunk:
-                    break
-                blocks = blocks_for(chunk, bs)
-                if blocks > kv.free_blocks:
-                    break
-                waiting.popleft()
-                kv.allocate(blocks)
-                running[req.id] = req
-                prefilling[req.id] = req
-                if req.first_scheduled_s != req.first_scheduled_s:  # nan: first time
-                    req.first_scheduled_s = self._clock
-                chunks.append((req, chunk))
-                budget -= chunk
-                self._changed = True
+            chunks, n_decode = self._allocate_in_order()
+            self._preempted_now = True
 
         prefill_tokens = 0
         for _req, chunk in chunks:
             prefill_tokens += chunk
         return chunks, n_decode, prefill_tokens, kv.used_blocks
+
+    def _admit(self, chunks: list[tuple[Request, int]], budget: int) -> int:
+        """Admit waiting requests in key order while a slot, budget and blocks remain."""
+        waiting = self.waiting
+        running = self.running
+        kv = self.kv
+        cache = self.prefix_cache
+        bs = kv.block_size
+        max_seqs = self.config.max_num_seqs
+        while waiting and budget > 0 and len(running) < max_seqs:
+            entry = waiting[0]
+            req = entry[2]
+            if cache is not None:
+                holder = req.kv_holder
+                if holder is None:
+                    holder = req.kv_holder = cache.holder(req)
+                match = cache.match(holder, (req.prefill_target - 1) // bs)
+                hits = match.blocks
+                pinned_free = match.evictable
+            else:
+                hits = pinned_free = 0
+            cached = hits * bs
+            swapped = req.swapped_tokens
+            computed = cached if cached >= swapped else swapped
+            chunk = self._chunk_size(req.prefill_target - computed, budget)
+            if not chunk:
+                break
+            new_blocks = blocks_for(computed + chunk, bs) - hits
+            if new_blocks + pinned_free > kv.free_blocks:
+                break
+            heapq.heappop(waiting)
+            if cache is not None:
+                cache.pin(holder, match)
+            kv.allocate(new_blocks)
+            if swapped:
+                if swapped > cached:
+                    self._swap_tokens += swapped - cached
+                self.swap_free_blocks += blocks_for(swapped, bs)
+                req.swapped_tokens = 0
+            req.kv_tokens = computed
+            self.queued_prompt_tokens -= computed
+            running[req.id] = req
+            insort(self._order, entry)
+            insort(self._prefilling, entry)
+            if req.first_scheduled_s != req.first_scheduled_s:  # nan: first admission
+                req.first_scheduled_s = self._clock
+                req.cached_tokens = cached
+            chunks.append((req, chunk))
+            budget -= chunk
+            self._changed = True
+        return budget
 
     def _chunk_size(self, remaining: int, budget: int) -> int:
         """Prefill tokens to schedule for a request with *remaining* uncomputed tokens:
@@ -414,32 +526,29 @@ class Replica:
             return remaining
         return budget if self.config.chunked_prefill else 0
 
-    def _allocate_in_order(self) -> tuple[list[tuple[Request, int]], int, int]:
-        """Slow path when the step's blocks do not all fit: walk the running batch in
-        admission order, preempting the most recently admitted request until each
-        request's blocks fit (vLLM's recompute preemption)."""
-        cfg = self.config
+    def _allocate_in_order(self) -> tuple[list[tuple[Request, int]], int]:
+        """Slow path when the step's blocks do not all fit: walk the running batch in key
+        order, preempting the largest key until each request's blocks fit."""
         kv = self.kv
         bs = kv.block_size
         running = self.running
-        prefilling = self._prefilling
-        budget = cfg.max_num_batched_tokens - (len(running) - len(prefilling))
+        order = self._order
+        budget = self.config.max_num_batched_tokens - (len(running) - len(self._prefilling))
         chunks: list[tuple[Request, int]] = []
         scheduled_decoders = 0
-        order = list(running.values())
-        for req in order:
+        for _k, _q, req in list(order):
             if req.id not in running:
                 break  # preempted as a victim: so is everyone after it
-            if req.id in prefilling:
+            if req.decode_anchor_step < 0:
                 chunk = self._chunk_size(req.prefill_target - req.kv_tokens, budget)
                 if not chunk:
                     continue
                 need = blocks_for(req.kv_tokens + chunk, bs) - blocks_for(req.kv_tokens, bs)
             else:
                 chunk = 0
-                need = 1 if (self._decoder_kv_tokens(req)) % bs == 0 else 0
+                need = 1 if self._decoder_kv_tokens(req) % bs == 0 else 0
             while need > kv.free_blocks:
-                victim = running[next(reversed(running))]
+                victim = order[-1][2]
                 self._preempt(victim)
                 if victim is req:
                     break
@@ -451,39 +560,62 @@ class Replica:
                 budget -= chunk
             else:
                 scheduled_decoders += 1
-        return chunks, scheduled_decoders, budget
+        return chunks, scheduled_decoders
 
     def _preempt(self, req: Request) -> None:
-        """Free *req*'s blocks and put it at the front of the waiting queue for recompute."""
+        """Take *req* (the largest key) out of the running batch, release its blocks, swap
+        its KV out if it fits the swap space, and put it back into the waiting queue."""
         bs = self.kv.block_size
         now = self._clock
+        entry = self._order.pop()
         del self.running[req.id]
-        if req.id in self._prefilling:
-            del self._prefilling[req.id]
-            held = blocks_for(req.kv_tokens, bs)
+        if req.decode_anchor_step < 0:
+            self._prefilling.pop(bisect_left(self._prefilling, entry))
+            tokens = req.kv_tokens
+            self.queued_prompt_tokens -= req.prefill_target - tokens
         else:
             tokens = self._decoder_kv_tokens(req)
-            held = blocks_for(tokens, bs)
-            self._residue[(req.kv_tokens - req.decode_anchor_step) % bs] -= 1
+            self._leave_decoding(req)
             req.generated_tokens += self.step - req.decode_anchor_step
             req.decode_anchor_step = -1  # its finish-heap entry is now stale
             req.last_token_engine_s = now
-        self.kv.release(held)
+        self._release_kv(req, tokens)
+        mode = "recompute"
+        if self.swap and tokens and self.swap_free_blocks >= blocks_for(tokens, bs):
+            mode = "swap"
+            self.swap_free_blocks -= blocks_for(tokens, bs)
+            req.swapped_tokens = tokens
+            self._swap_tokens += tokens
         req.kv_tokens = 0
         req.prefill_target = req.prompt_tokens + req.generated_tokens
+        self.queued_prompt_tokens += req.prefill_target
         if req.preemption_times_s is None:
             req.preemption_times_s = []
         req.preemption_times_s.append(now)
-        self.waiting.appendleft(req)
+        new_entry = (self._key(req, now), entry[1], req)
+        req.sched_key = new_entry[:2]
+        heapq.heappush(self.waiting, new_entry)
         self.num_preemptions += 1
-        self.recorder.on_preemption(req, self.index, now)
+        self.recorder.on_preemption(req, self.index, now, mode)
         self._changed = True
+
+    def _release_kv(self, req: Request, tokens: int) -> None:
+        """Give back the blocks of *req*, which holds *tokens* tokens of KV."""
+        cache = self.prefix_cache
+        if cache is None:
+            self.kv.release(blocks_for(tokens, self.kv.block_size))
+        else:
+            cache.unref(req.kv_holder, tokens)
+
+    def _leave_decoding(self, req: Request) -> None:
+        self._residue[(req.kv_tokens - req.decode_anchor_step) % self.kv.block_size] -= 1
+        self._ctx_base -= req.kv_tokens - req.decode_anchor_step
 
     def _stretch_length(self) -> int:
         """Steps from ``self.step`` on that need no scheduling decision: up to and
         including the first finish, and no further than the KV cache can grow."""
         heap = self._finish_heap
-        while heap[0][3].decode_anchor_step != heap[0][2]:
+        while heap[0][4].decode_anchor_step != heap[0][3]:
             heapq.heappop(heap)
         k_finish = heap[0][0] - self.step + 1
         # Steps after this one whose block allocations still fit.
@@ -555,13 +687,18 @@ class Replica:
             self._finish_decoders(s, end)
         bs = self.kv.block_size
         alpha2 = self._alpha2
+        cache = self.prefix_cache
         for req, chunk in chunks:
             req.kv_tokens += chunk
+            self.queued_prompt_tokens -= chunk
+            if cache is not None:
+                cache.register(req.kv_holder, req.kv_tokens)
             if req.kv_tokens < req.prefill_target:
                 continue
             # Prefill complete: this step emitted a token.
             self._changed = True
-            del self._prefilling[req.id]
+            entry = (*req.sched_key, req)
+            self._prefilling.pop(bisect_left(self._prefilling, entry))
             req.generated_tokens += 1
             g = req.generated_tokens
             if g == 1:
@@ -571,46 +708,70 @@ class Replica:
             if listener is not None:
                 listener(req, g, end + g * alpha2)
             if g >= req.output_tokens:
-                self._complete(req, end, blocks_for(req.kv_tokens, bs))
+                self._complete(req, end, req.kv_tokens)
                 continue
             req.decode_anchor_step = s + 1
             self._residue[(req.kv_tokens - s - 1) % bs] += 1
-            heapq.heappush(self._finish_heap, (s + req.output_tokens - g, req.id, s + 1, req))
+            self._ctx_base += req.kv_tokens - s - 1
+            heapq.heappush(self._finish_heap, (s + req.output_tokens - g, *req.sched_key, s + 1, req))
 
     def _report_decode_tokens(self, listener: TokenListener, end: float) -> None:
         """Tell *listener* of the token each decoding request produced in the step ending at
         *end* (called after ``_advance``, before finished decoders leave the batch)."""
         alpha2 = self._alpha2
         step = self.step
-        prefilling = self._prefilling
-        for req in self.running.values():
-            if req.id not in prefilling:
+        for _k, _q, req in self._order:
+            if req.decode_anchor_step >= 0:
                 g = req.generated_tokens + step - req.decode_anchor_step
                 listener(req, g, end + g * alpha2)
 
     def _finish_decoders(self, last_step: int, end: float) -> None:
-        """Complete the decoders whose last token came out of step *last_step*."""
+        """Complete the decoders whose last token came out of step *last_step* (in key order)."""
         heap = self._finish_heap
-        bs = self.kv.block_size
         while heap and heap[0][0] <= last_step:
-            _, _, anchor, req = heapq.heappop(heap)
+            _, _, _, anchor, req = heapq.heappop(heap)
             if req.decode_anchor_step != anchor:
                 continue  # stale: preempted since it was pushed
-            steps = last_step + 1 - req.decode_anchor_step
-            tokens = req.kv_tokens + steps
-            self._residue[(req.kv_tokens - req.decode_anchor_step) % bs] -= 1
+            steps = last_step + 1 - anchor
+            self._leave_decoding(req)
             req.generated_tokens += steps
-            req.kv_tokens = tokens
+            req.kv_tokens += steps
             req.decode_anchor_step = -1
-            self._complete(req, end, blocks_for(tokens, bs))
+            self._complete(req, end, req.kv_tokens)
 
-    def _complete(self, req: Request, end: float, held_blocks: int) -> None:
+    def _complete(self, req: Request, end: float, tokens: int) -> None:
         del self.running[req.id]
-        self.kv.release(held_blocks)
+        order = self._order
+        order.pop(bisect_left(order, (*req.sched_key, req)))
+        self._release_kv(req, tokens)
+        req.kv_holder = None
         req.completion_s = end + req.output_tokens * self._alpha2
-        self.outstanding -= 1
+        self.departed += 1
+        self.departed_tokens += req.prompt_tokens
         self._changed = True
         self.recorder.on_complete(req)
         self.recorder.on_departure(end)
         if self.completions is not None:
             self.completions.put(req)
+
+    # --- stopping early ---------------------------------------------------------
+    def settle(self, until_s: float) -> None:
+        """Account the state at *until_s* when the run stops there: the steps of a stretch
+        in progress that ended before *until_s*, and each decoding request's tokens.
+
+        Called once, after the environment stopped; the replica must not run afterwards.
+        """
+        if self._stretch is not None:
+            _done, k, n_decode, step_s = self._stretch
+            if self._seg_step_s == step_s and k > 1:
+                j = min(self._steps_until(until_s) - 1, k - 1)
+                if j > 0:
+                    # No decoder finishes before the stretch's last step, so j < k settles none.
+                    self._settle_decode_stretch(j, n_decode, self.kv.used_blocks, step_s)
+            self._stretch = None
+        for _k, _q, req in self._order:
+            if req.decode_anchor_step >= 0:
+                steps = self.step - req.decode_anchor_step
+                req.generated_tokens += steps
+                req.kv_tokens += steps
+                req.decode_anchor_step = self.step

@@ -13,8 +13,24 @@ duration, and adds BLIS's two per-request overheads:
   the client-visible time of every token (so TTFT grows by it once, and
   every inter-token gap by it once).
 
-The built-in ``blis_linear`` model is BLIS's blackbox α/β form; its default
-coefficients come from ``profiles/blis/blackbox_coefficients.csv``.
+A model whose class sets ``uses_context = True`` (absent means False) is
+also told what attention costs: the engine calls
+``step_time_s(prefill_tokens, decode_tokens, decode_context_tokens=...,
+prefill_attention_pairs=...)``, where ``decode_context_tokens`` is the sum
+over the step's decoding requests of the tokens in their KV cache, and
+``prefill_attention_pairs`` is the sum over the step's prefill chunks of the
+(query token, key token) pairs of causal attention (a chunk of ``c`` new
+tokens after ``p`` cached ones has ``c * p + c * (c + 1) / 2``). Both default
+to 0, so ``step_time_s(p, d)`` works on every model.
+
+Built-in models (``docs/latency.md``):
+
+* ``blis_linear``: BLIS's blackbox α/β form; its default coefficients come
+  from ``profiles/blis/blackbox_coefficients.csv``;
+* ``roofline`` (:mod:`simpy_llm.serving.roofline`): compute and memory
+  bounds per layer from the model's shape and the GPU's peaks;
+* ``profile`` (:mod:`simpy_llm.serving.profiled`): Vidur's measured
+  per-operator times, with an analytic attention term.
 """
 
 from __future__ import annotations
@@ -40,7 +56,12 @@ __all__ = [
 
 
 class LatencyModel(Protocol):
-    """What the engine needs from a latency model (all times in seconds)."""
+    """What the engine needs from a latency model (all times in seconds).
+
+    A model with ``uses_context = True`` also accepts the keyword arguments
+    ``decode_context_tokens`` and ``prefill_attention_pairs`` of
+    ``step_time_s`` (module docstring).
+    """
 
     output_token_overhead_s: float
 
@@ -125,6 +146,12 @@ class BlisLinearLatency:
     """Arrival-to-queue delay per prompt token, µs."""
     alpha2_us: float = attrs.field(default=0.0, validator=at_least(0))
     """Post-processing per output token, µs."""
+    model: str | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.instance_of(str)))
+    """Model of the profile the coefficients describe (``from_params`` fills it); used for :attr:`hardware`."""
+    gpu: str | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.instance_of(str)))
+    """GPU of that profile (``H100``, ``A100-80``, ``L40S``)."""
+    tp: int | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.instance_of(int)))
+    """Tensor-parallel degree of that profile."""
 
     def __attrs_post_init__(self) -> None:
         if self.beta0_us == 0 and (self.beta1_us == 0 or self.beta2_us == 0):
@@ -149,11 +176,31 @@ class BlisLinearLatency:
             if isinstance(tp, bool) or not isinstance(tp, int):
                 raise FieldValueError("tp", f"must be an integer, got {tp!r}")
             base = _find_profile(profile_keys["model"], profile_keys["gpu"], tp)
+        profile_names = ("model", "gpu", "tp")
         unknown = sorted(map(str, set(params) - set(attrs.fields_dict(cls))))
         if unknown:
-            allowed = ", ".join(["model", "gpu", "tp", *attrs.fields_dict(cls)])
+            coefficients = [name for name in attrs.fields_dict(cls) if name not in profile_names]
+            allowed = ", ".join([*profile_names, *coefficients])
             raise FieldValueError(unknown[0], f"unknown key; allowed: {allowed}")
-        return cls(**{**base, **params})
+        return cls(**{**base, **params, **profile_keys})
+
+    @property
+    def hardware(self) -> Hardware | None:
+        """The :class:`~simpy_llm.serving.hardware.Hardware` of the profile, or None.
+
+        None unless ``model``, ``gpu`` and ``tp`` are all set and the model has
+        a configuration under ``profiles/models`` (BLIS names such as
+        ``meta-llama/llama-3.1-8b-instruct`` are matched without the prefix).
+
+        Examples
+        --------
+        >>> m = BlisLinearLatency.from_params({"model": "llama-3.1-8b-instruct", "gpu": "H100", "tp": 2})
+        >>> m.hardware.model.num_layers, m.hardware.gpu.name, m.hardware.tp
+        (32, 'H100', 2)
+        >>> BlisLinearLatency(beta0_us=1000.0).hardware is None
+        True
+        """
+        return resolve_hardware(self.model, self.gpu, self.tp)
 
     @property
     def output_token_overhead_s(self) -> float:
@@ -164,3 +211,8 @@ class BlisLinearLatency:
 
     def queueing_time_s(self, prompt_tokens: int) -> float:
         return (self.alpha0_us + self.alpha1_us * prompt_tokens) * 1e-6
+
+
+# Imported last: these modules register their models in ``latency_models`` and use ``profiles_dir``.
+from simpy_llm.serving.hardware import Hardware, resolve_hardware  # noqa: E402
+from simpy_llm.serving import roofline as _roofline, profiled as _profiled  # noqa: E402, F401

@@ -1,5 +1,13 @@
-"""The Router process: takes requests from its inbox and puts each into the
-inbox of the replica its :class:`~simpy_llm.policies.routing.RoutingPolicy` chooses."""
+"""The Router process: admission, then routing.
+
+It takes requests from its inbox, asks its
+:class:`~simpy_llm.policies.admission.AdmissionPolicy` whether to admit each
+(a rejection is recorded as a drop with the policy's reason and leaves
+through the completions Wire, so sessions see it), and puts each admitted
+request into the inbox of the replica its
+:class:`~simpy_llm.policies.routing.RoutingPolicy` chooses. Policies read
+:mod:`~simpy_llm.serving.views` only; the router changes only its own counts.
+"""
 
 from __future__ import annotations
 
@@ -8,35 +16,44 @@ from typing import TYPE_CHECKING
 
 import simpy
 
+from simpy_llm.serving.views import RouterCounts
+
 if TYPE_CHECKING:
-    from simpy_llm.wire import Wire
     from simpy.events import Event
 
     from simpy_llm.entities import Request
     from simpy_llm.metrics.recorder import Recorder
-    from simpy_llm.policies.routing import RoutingPolicy
-    from simpy_llm.serving.engine import Replica
+    from simpy_llm.policies.admission import AdmissionPolicy
+    from simpy_llm.policies.routing import ReplicaView, RoutingPolicy
+    from simpy_llm.wire import Wire
 
 __all__ = ["Router"]
 
 
 class Router:
-    """Routes each request to a replica, instantly.
+    """Admits and routes each request, instantly.
 
     Parameters
     ----------
     env
         The SimPy environment.
     inbox
-        Store of arriving requests.
+        Wire of arriving requests.
     outboxes
-        One Store per replica (the replicas' inboxes), index-aligned with *replicas*.
-    replicas
-        The replicas, read through their :class:`~simpy_llm.policies.routing.ReplicaView` surface.
+        One Wire per replica (the replicas' inboxes), index-aligned with *views*.
+    views
+        Read-only views of the replicas (see :mod:`simpy_llm.serving.views`).
+    counts
+        The router's own counts of what it sent where (the views read them).
     policy
         Decides the replica.
     recorder
-        Kept for symmetry with the other components (routing records nothing yet).
+        Told of admission drops.
+    admission
+        Decides whether to admit (None: admit everything).
+    rejected
+        Wire that receives each request the admission policy rejects (e.g. the
+        completions Wire, so sessions see the drop); None: nobody needs them.
     """
 
     def __init__(
@@ -44,39 +61,63 @@ class Router:
         env: simpy.Environment,
         inbox: Wire | simpy.Store,
         outboxes: Sequence[Wire | simpy.Store],
-        replicas: Sequence[Replica],
+        views: Sequence[ReplicaView],
+        counts: RouterCounts,
         policy: RoutingPolicy,
         recorder: Recorder,
+        admission: AdmissionPolicy | None = None,
+        rejected: Wire | None = None,
     ) -> None:
-        if len(outboxes) != len(replicas) or not replicas:
-            raise ValueError("need one outbox per replica, and at least one replica")
+        if len(outboxes) != len(views) or not views:
+            raise ValueError("need one outbox per replica view, and at least one replica")
         self.env = env
         self.inbox = inbox
         self.outboxes = list(outboxes)
-        self.replicas = list(replicas)
+        self.views = list(views)
+        self.counts = counts
         self.policy = policy
         self.recorder = recorder
-        self.routed = [0] * len(replicas)
+        self.admission = admission
+        self.rejected = rejected
         self.process = env.process(self._run())
 
+    @property
+    def routed(self) -> list[int]:
+        """Requests routed to each replica."""
+        return self.counts.routed
+
     def _run(self) -> Generator[Event, Request, None]:
-        """Route requests as they arrive.
+        """Admit and route requests as they arrive.
 
         Yields
         ------
-        StoreGet
+        WireGet
             The next arriving request.
         """
+        env = self.env
         get = self.inbox.get
         choose = self.policy.choose
-        replicas = self.replicas
+        admit = self.admission.admit if self.admission is not None else None
+        views = self.views
         outboxes = self.outboxes
+        routed = self.counts.routed
+        routed_tokens = self.counts.routed_tokens
+        n = len(views)
         while True:
             req = yield get()
-            i = choose(req, replicas)
-            if not 0 <= i < len(replicas):
-                raise ValueError(f"routing policy returned replica {i}; there are {len(replicas)}")
+            if admit is not None:
+                reason = admit(req, views, env.now)
+                if reason is not None:
+                    req.dropped_reason = str(reason)
+                    self.recorder.on_drop(req)
+                    self.recorder.on_departure(env.now)
+                    if self.rejected is not None:
+                        self.rejected.put(req)
+                    continue
+            i = choose(req, views)
+            if not 0 <= i < n:
+                raise ValueError(f"routing policy returned replica {i}; there are {n}")
             req.replica = i
-            replicas[i].outstanding += 1
-            self.routed[i] += 1
+            routed[i] += 1
+            routed_tokens[i] += req.prompt_tokens
             outboxes[i].put(req)

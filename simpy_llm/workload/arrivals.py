@@ -33,12 +33,13 @@ import numpy as np
 
 from simpy_llm.config.errors import FieldValueError
 from simpy_llm.config.schema import ArrivalField, LengthField
-from simpy_llm.config.validators import at_least, greater_than, in_range, non_empty
+from simpy_llm.config.validators import MAX_RATE, MAX_TIME_S, all_of, at_least, greater_than, in_range, non_empty
 from simpy_llm.registry import Registry
 
 __all__ = [
     "ArrivalProcess",
     "ConstantArrivals",
+    "GAMMA_CV_RANGE",
     "GammaArrivals",
     "OnOffArrivals",
     "PoissonArrivals",
@@ -95,6 +96,11 @@ class PoissonArrivals(Renewal):
         return rng.exponential(1.0 / rate, n)
 
 
+GAMMA_CV_RANGE = (0.01, 100.0)
+"""Coefficients of variation a ``gamma`` arrival process accepts: its shape 1 / cv**2 stays
+in [1e-4, 1e4], where numpy's gamma sampler keeps the mean gap (beyond, cv**2 overflows)."""
+
+
 @arrival_processes.register("gamma")
 @attrs.frozen(kw_only=True)
 class GammaArrivals(Renewal):
@@ -103,8 +109,8 @@ class GammaArrivals(Renewal):
     Shape k = 1 / cv², scale = 1 / (rate k), so the mean gap is 1 / rate.
     """
 
-    cv: float = attrs.field(validator=greater_than(0))
-    """Coefficient of variation of the gaps."""
+    cv: float = attrs.field(validator=all_of(greater_than(0), in_range(*GAMMA_CV_RANGE)))
+    """Coefficient of variation of the gaps, in [0.01, 100]."""
 
     def gaps(self, rng: np.random.Generator, rate: float, n: int) -> np.ndarray:
         shape = 1.0 / self.cv**2
@@ -367,9 +373,9 @@ class OnOffArrivals:
 class RateWindow:
     """One window of a :class:`WindowedArrivals` cycle."""
 
-    start_s: float = attrs.field(validator=at_least(0))
-    """Start of the window within the cycle, seconds."""
-    rate: float = attrs.field(validator=at_least(0))
+    start_s: float = attrs.field(validator=all_of(at_least(0), in_range(0, MAX_TIME_S)))
+    """Start of the window within the cycle, seconds (at most ``MAX_TIME_S``)."""
+    rate: float = attrs.field(validator=all_of(at_least(0), in_range(0, MAX_RATE)))
     """Relative rate weight (normalised over the cycle); 0 = idle window."""
     process: ArrivalField = attrs.field(factory=lambda: PoissonArrivals())
     """Process inside the window (default Poisson), e.g. ``{process: gamma, cv: 2.4}``."""
@@ -395,7 +401,7 @@ class WindowedArrivals:
     (20.0, [1.0, 3.0])
     """
 
-    window_s: float = attrs.field(default=600.0, validator=greater_than(0))
+    window_s: float = attrs.field(default=600.0, validator=all_of(greater_than(0), in_range(0, MAX_TIME_S)))
     """Length of the last window (and ServeGen's window length), seconds."""
     windows: tuple[RateWindow, ...] = attrs.field(converter=tuple, validator=non_empty)
     """Windows in increasing start order."""

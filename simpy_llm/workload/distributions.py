@@ -6,11 +6,30 @@ in vectors from a caller-supplied :class:`numpy.random.Generator`, and every
 distribution states its ``mean`` and ``variance`` (of the continuous
 distribution, before rounding to whole tokens).
 
-Token counts are whole numbers >= 1: :func:`to_tokens` rounds half to even
-and clamps at 1 (so an unclamped ``normal`` or a ``uniform`` reaching below 1
-still yields at least one token). The same distributions also describe
-non-token quantities (think times in seconds, ON/OFF period lengths, reasoning
-ratios); there the float samples are used as they are.
+Token counts are whole numbers in [1, :data:`~simpy_llm.config.validators.MAX_TOKENS`]:
+:func:`to_tokens` rounds half to even and clamps at 1 (so an unclamped
+``normal`` or a ``uniform`` reaching below 1 still yields at least one token)
+and at ``MAX_TOKENS`` (a rare draw of a heavy tail, see below). The same
+distributions also describe non-token quantities (think times in seconds,
+ON/OFF period lengths, reasoning ratios); there the float samples are used as
+they are.
+
+Bounds
+------
+A distribution whose parameters put more than :data:`MAX_TAIL_SHARE` (1%) of
+its draws above ``MAX_TOKENS`` is rejected when it is built, naming the
+parameter (a log-normal ``mu`` whose median is beyond ``MAX_TOKENS``, an
+exponential ``mean`` of a billion): most of what it says would be clamped
+away. Within that share, draws above ``MAX_TOKENS`` are clamped by
+:func:`to_tokens` rather than rejected, so a heavy tail (``pareto`` with a
+small ``alpha``) that rarely draws an enormous value does not stop a long run;
+its token counts are those of the tail truncated at ``MAX_TOKENS``. Shape
+parameters are bounded where float64 would overflow in the tail
+(``sigma <= 20``, Pareto ``alpha >= 0.05``). Every built-in ``sample`` checks
+its draws and raises :class:`SamplingError` on NaN or an infinity, as does
+:func:`to_tokens` for any registered distribution; the simulation reports it
+as a :class:`~simpy_llm.config.ScenarioError` naming the distribution's key
+path.
 
 Where a parameterisation could be ambiguous the docstring says whether the
 parameters describe the variable itself or its logarithm (``lognormal`` and
@@ -35,7 +54,7 @@ import numpy as np
 
 from simpy_llm.config.errors import FieldValueError
 from simpy_llm.config.paths import resolve_path
-from simpy_llm.config.validators import at_least, greater_than, in_range
+from simpy_llm.config.validators import MAX_TOKENS, at_least, at_most, greater_than, in_range
 from simpy_llm.registry import Registry
 
 __all__ = [
@@ -46,14 +65,75 @@ __all__ = [
     "Gamma",
     "LengthDistribution",
     "LogNormal",
+    "MAX_LOG_SIGMA",
+    "MAX_TAIL_SHARE",
+    "MIN_PARETO_ALPHA",
     "Normal",
     "Pareto",
     "ParetoLogNormal",
+    "SamplingError",
     "Uniform",
     "Weibull",
+    "draw_tokens",
     "length_distributions",
     "to_tokens",
 ]
+
+MAX_TAIL_SHARE = 0.01
+"""Largest share of a distribution's draws that may lie above ``MAX_TOKENS`` (they are
+clamped there); a distribution with more is rejected when built."""
+
+MAX_LOG_SIGMA = 20.0
+"""Largest ``sigma`` of a log-normal (of the log of the variable): with ``mu`` in range a
+draw then overflows float64 only beyond 34 standard deviations, i.e. never."""
+
+MIN_PARETO_ALPHA = 0.05
+"""Smallest Pareto tail index: a draw overflows float64 with probability
+``exp(-709.8 * alpha)``, 4e-16 at this bound."""
+
+
+class SamplingError(ValueError):
+    """A distribution drew a value that is not a finite number.
+
+    Attributes
+    ----------
+    distribution
+        The distribution that drew it (None when not known); the simulation uses
+        it to name the distribution's key path in the scenario.
+    """
+
+    def __init__(self, message: str, distribution: object = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.distribution = distribution
+
+
+def _checked(distribution: object, draws: np.ndarray) -> np.ndarray:
+    """*draws*, or :class:`SamplingError` if any is NaN or infinite."""
+    if not np.isfinite(draws).all():
+        bad = draws[~np.isfinite(draws)]
+        who = "the distribution" if distribution is None else repr(distribution)
+        raise SamplingError(
+            f"{who} drew {bad.size} of {draws.size} values that are not finite numbers "
+            f"(first: {float(bad[0])}); its parameters are beyond what float64 can sample",
+            distribution,
+        )
+    return draws
+
+
+def _upper_share(z: float) -> float:
+    """P(Z > z) for a standard normal Z."""
+    return 0.5 * math.erfc(z / math.sqrt(2.0))
+
+
+def _check_tail(share: float, field: str, hint: str) -> None:
+    """FieldValueError on *field* if *share* of the draws lie above MAX_TOKENS."""
+    if share > MAX_TAIL_SHARE:
+        raise FieldValueError(
+            field,
+            f"{share:.3g} of the draws would exceed {MAX_TOKENS} (MAX_TOKENS) and be clamped; "
+            f"at most {MAX_TAIL_SHARE:g} may ({hint})",
+        )
 
 
 class LengthDistribution(Protocol):
@@ -73,13 +153,33 @@ class LengthDistribution(Protocol):
 length_distributions: Registry[type] = Registry("length distribution")
 
 
-def to_tokens(values: np.ndarray) -> np.ndarray:
-    """Round sampled lengths to whole tokens, at least 1.
+def to_tokens(values: np.ndarray, distribution: object = None) -> np.ndarray:
+    """Round sampled lengths to whole tokens in [1, MAX_TOKENS].
+
+    Draws above ``MAX_TOKENS`` are clamped to it (see the module docstring);
+    NaN or an infinity raises :class:`SamplingError` naming *distribution*
+    (the one that drew *values*, if given).
 
     >>> to_tokens(np.array([0.2, 1.5, 2.5, 7.9])).tolist()
     [1, 2, 2, 8]
+    >>> to_tokens(np.array([1e30])).tolist()  # clamped to MAX_TOKENS
+    [16777216]
+    >>> to_tokens(np.array([np.nan]))
+    Traceback (most recent call last):
+    ...
+    simpy_llm.workload.distributions.SamplingError: the distribution drew 1 of 1 values that are not finite numbers (first: nan); its parameters are beyond what float64 can sample
     """
-    return np.maximum(np.rint(values), 1).astype(np.int64)
+    values = _checked(distribution, np.asarray(values, dtype=float))
+    return np.clip(np.rint(values), 1, MAX_TOKENS).astype(np.int64)
+
+
+def draw_tokens(distribution: LengthDistribution, rng: np.random.Generator, n: int) -> np.ndarray:
+    """*n* token counts drawn from *distribution* (:func:`to_tokens` of its samples).
+
+    >>> draw_tokens(Constant(value=7.4), np.random.default_rng(0), 2).tolist()
+    [7, 7]
+    """
+    return to_tokens(distribution.sample(rng, n), distribution)
 
 
 @length_distributions.register("constant")
@@ -91,8 +191,8 @@ class Constant:
     [64.0, 64.0, 64.0]
     """
 
-    value: float = attrs.field(validator=greater_than(0))
-    """The length, tokens."""
+    value: float = attrs.field(validator=[greater_than(0), at_most(MAX_TOKENS)])
+    """The length, tokens (at most ``MAX_TOKENS``)."""
 
     @property
     def mean(self) -> float:
@@ -112,14 +212,18 @@ class Exponential:
     """Exponential lengths with the given *mean* (ServeGen's output-length model)."""
 
     mean: float = attrs.field(validator=greater_than(0))
-    """Mean length, tokens."""
+    """Mean length, tokens (at most ``MAX_TOKENS / ln 100``, so 1% of draws exceed ``MAX_TOKENS``)."""
+
+    def __attrs_post_init__(self) -> None:
+        limit = MAX_TOKENS / math.log(1 / MAX_TAIL_SHARE)
+        _check_tail(math.exp(-MAX_TOKENS / self.mean), "mean", f"mean must be <= {limit:.8g}")
 
     @property
     def variance(self) -> float:
         return float(self.mean) ** 2
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        return rng.exponential(self.mean, n)
+        return _checked(self, rng.exponential(self.mean, n))
 
 
 @length_distributions.register("lognormal")
@@ -134,9 +238,12 @@ class LogNormal:
     """
 
     mu: float = attrs.field(validator=at_least(-1e9))
-    """Mean of log(length)."""
-    sigma: float = attrs.field(validator=at_least(0))
-    """Standard deviation of log(length)."""
+    """Mean of log(length); ``mu + 2.33 sigma <= ln MAX_TOKENS`` (at most 1% of draws above it)."""
+    sigma: float = attrs.field(validator=[at_least(0), at_most(MAX_LOG_SIGMA)])
+    """Standard deviation of log(length), at most ``MAX_LOG_SIGMA``."""
+
+    def __attrs_post_init__(self) -> None:
+        _check_tail(_lognormal_share(self.mu, self.sigma), "mu", f"mu + 2.33 sigma must be <= ln {MAX_TOKENS} = {math.log(MAX_TOKENS):.4f}")
 
     @property
     def mean(self) -> float:
@@ -147,7 +254,15 @@ class LogNormal:
         return (math.exp(self.sigma**2) - 1) * math.exp(2 * self.mu + self.sigma**2)
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        return rng.lognormal(self.mu, self.sigma, n)
+        return _checked(self, rng.lognormal(self.mu, self.sigma, n))
+
+
+def _lognormal_share(mu: float, sigma: float) -> float:
+    """P(X > MAX_TOKENS) for log X ~ Normal(mu, sigma)."""
+    gap = math.log(MAX_TOKENS) - mu
+    if sigma == 0:
+        return 0.0 if gap >= 0 else 1.0
+    return _upper_share(gap / sigma)
 
 
 @length_distributions.register("gaussian")
@@ -171,6 +286,10 @@ class ClampedGaussian:
     def __attrs_post_init__(self) -> None:
         if self.min > self.max:
             raise FieldValueError("max", f"must be >= min ({self.min}), got {self.max}")
+        if self.max > MAX_TOKENS:  # draws are clamped to [min, max] first
+            m, s = self.mean_param, self.std_dev
+            share = (1.0 if m > MAX_TOKENS else 0.0) if s == 0 else _upper_share((MAX_TOKENS - m) / s)
+            _check_tail(share, "mean", f"mean + 2.33 std_dev must be <= {MAX_TOKENS}, or max <= {MAX_TOKENS}")
 
     def _moments(self) -> tuple[float, float]:
         from scipy import stats
@@ -196,7 +315,7 @@ class ClampedGaussian:
         return self._moments()[1]
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        return np.clip(rng.normal(self.mean_param, self.std_dev, n), self.min, self.max)
+        return _checked(self, np.clip(rng.normal(self.mean_param, self.std_dev, n), self.min, self.max))
 
 
 _finite = at_least(-math.inf)
@@ -206,6 +325,18 @@ _finite = at_least(-math.inf)
 def _pareto_moment(alpha: float, xm: float, k: int) -> float:
     """E[X**k] of the classical Pareto(alpha, xm); ``inf`` when alpha <= k."""
     return alpha * xm**k / (alpha - k) if alpha > k else math.inf
+
+
+def _pareto_share(alpha: float, xm: float) -> float:
+    """P(X > MAX_TOKENS) for the classical Pareto(alpha, xm)."""
+    return 1.0 if xm >= MAX_TOKENS else math.exp(alpha * math.log(xm / MAX_TOKENS))
+
+
+def _pareto_tail(alpha: float, xm: float) -> tuple[float, str, str]:
+    """(share above MAX_TOKENS, the parameter to name, a hint) for Pareto(alpha, xm)."""
+    if xm >= MAX_TOKENS:
+        return 1.0, "xm", f"xm must be < {MAX_TOKENS}"
+    return _pareto_share(alpha, xm), "alpha", f"(xm / {MAX_TOKENS}) ** alpha must be <= {MAX_TAIL_SHARE:g}"
 
 
 def _pareto_sample(rng: np.random.Generator, alpha: float, xm: float, n: int) -> np.ndarray:
@@ -223,10 +354,10 @@ class Uniform:
     (200.0, 3333.33)
     """
 
-    low: float = attrs.field(validator=_finite)
-    """Lower bound."""
-    high: float = attrs.field(validator=_finite)
-    """Upper bound (> low)."""
+    low: float = attrs.field(validator=in_range(-MAX_TOKENS, MAX_TOKENS))
+    """Lower bound, in [-MAX_TOKENS, MAX_TOKENS]."""
+    high: float = attrs.field(validator=in_range(-MAX_TOKENS, MAX_TOKENS))
+    """Upper bound (> low), in [-MAX_TOKENS, MAX_TOKENS]."""
 
     def __attrs_post_init__(self) -> None:
         if not self.high > self.low:
@@ -241,7 +372,7 @@ class Uniform:
         return (self.high - self.low) ** 2 / 12
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        return rng.uniform(self.low, self.high, n)
+        return _checked(self, rng.uniform(self.low, self.high, n))
 
 
 @length_distributions.register("normal")
@@ -255,17 +386,21 @@ class Normal:
     ``mean``/``variance`` are those of the unclamped normal.
     """
 
-    mean: float = attrs.field(validator=_finite)
-    """Mean of the variable."""
+    mean: float = attrs.field(validator=in_range(-MAX_TOKENS, MAX_TOKENS))
+    """Mean of the variable, in [-MAX_TOKENS, MAX_TOKENS]."""
     std_dev: float = attrs.field(validator=at_least(0))
-    """Standard deviation of the variable."""
+    """Standard deviation of the variable (``mean + 2.33 std_dev <= MAX_TOKENS``)."""
+
+    def __attrs_post_init__(self) -> None:
+        share = 0.0 if self.std_dev == 0 else _upper_share((MAX_TOKENS - self.mean) / self.std_dev)
+        _check_tail(share, "std_dev", f"mean + 2.33 std_dev must be <= {MAX_TOKENS}")
 
     @property
     def variance(self) -> float:
         return float(self.std_dev) ** 2
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        return rng.normal(self.mean, self.std_dev, n)
+        return _checked(self, rng.normal(self.mean, self.std_dev, n))
 
 
 @length_distributions.register("pareto")
@@ -284,10 +419,13 @@ class Pareto:
     inf
     """
 
-    alpha: float = attrs.field(validator=greater_than(0))
-    """Tail index."""
+    alpha: float = attrs.field(validator=[greater_than(0), at_least(MIN_PARETO_ALPHA)])
+    """Tail index, at least ``MIN_PARETO_ALPHA``."""
     xm: float = attrs.field(validator=greater_than(0))
-    """Minimum (scale)."""
+    """Minimum (scale); ``(xm / MAX_TOKENS) ** alpha <= 0.01`` (at most 1% of draws above it)."""
+
+    def __attrs_post_init__(self) -> None:
+        _check_tail(*_pareto_tail(self.alpha, self.xm))
 
     @property
     def mean(self) -> float:
@@ -301,7 +439,7 @@ class Pareto:
         return self.xm**2 * a / ((a - 1) ** 2 * (a - 2))
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        return _pareto_sample(rng, self.alpha, self.xm, n)
+        return _checked(self, _pareto_sample(rng, self.alpha, self.xm, n))
 
 
 @length_distributions.register("pareto_lognormal")
@@ -320,16 +458,26 @@ class ParetoLogNormal:
     149.207
     """
 
-    alpha: float = attrs.field(validator=greater_than(0))
-    """Tail index of the Pareto branch."""
+    alpha: float = attrs.field(validator=[greater_than(0), at_least(MIN_PARETO_ALPHA)])
+    """Tail index of the Pareto branch, at least ``MIN_PARETO_ALPHA``."""
     xm: float = attrs.field(validator=greater_than(0))
     """Minimum of the Pareto branch."""
     mu: float = attrs.field(validator=_finite)
     """Mean of log(variable) in the log-normal branch."""
-    sigma: float = attrs.field(validator=at_least(0))
-    """Standard deviation of log(variable) in the log-normal branch."""
+    sigma: float = attrs.field(validator=[at_least(0), at_most(MAX_LOG_SIGMA)])
+    """Standard deviation of log(variable) in the log-normal branch, at most ``MAX_LOG_SIGMA``."""
     mix_weight: float = attrs.field(validator=in_range(0.0, 1.0))
     """Probability of the Pareto branch."""
+
+    def __attrs_post_init__(self) -> None:
+        w = self.mix_weight
+        pareto_share, pareto_key, pareto_hint = _pareto_tail(self.alpha, self.xm)
+        lognormal_share = _lognormal_share(self.mu, self.sigma)
+        share = w * pareto_share + (1 - w) * lognormal_share
+        if w * pareto_share >= (1 - w) * lognormal_share:
+            _check_tail(share, pareto_key, f"in the Pareto branch, {pareto_hint}")
+        else:
+            _check_tail(share, "mu", f"in the log-normal branch, mu + 2.33 sigma must be <= {math.log(MAX_TOKENS):.4f}")
 
     def _branches(self) -> tuple[LogNormal, Pareto]:
         return LogNormal(mu=self.mu, sigma=self.sigma), Pareto(alpha=self.alpha, xm=self.xm)
@@ -359,9 +507,10 @@ class ParetoLogNormal:
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         use_pareto = rng.random(n) < self.mix_weight
-        pareto = _pareto_sample(rng, self.alpha, self.xm, n)
-        lognormal = rng.lognormal(self.mu, self.sigma, n)
-        return np.where(use_pareto, pareto, lognormal)
+        with np.errstate(over="ignore"):  # an unused branch may overflow; the used one is checked
+            pareto = _pareto_sample(rng, self.alpha, self.xm, n)
+            lognormal = rng.lognormal(self.mu, self.sigma, n)
+        return _checked(self, np.where(use_pareto, pareto, lognormal))
 
 
 @length_distributions.register("weibull")
@@ -376,7 +525,12 @@ class Weibull:
     shape: float = attrs.field(validator=greater_than(0))
     """Shape k."""
     scale: float = attrs.field(validator=greater_than(0))
-    """Scale lambda."""
+    """Scale lambda; ``exp(-(MAX_TOKENS / scale) ** k) <= 0.01`` (at most 1% of draws above ``MAX_TOKENS``)."""
+
+    def __attrs_post_init__(self) -> None:
+        power = self.shape * math.log(MAX_TOKENS / self.scale)  # log of (MAX_TOKENS / scale) ** k
+        share = 0.0 if power > 700 else math.exp(-math.exp(power))
+        _check_tail(share, "scale", f"scale * (ln 100) ** (1 / shape) must be <= {MAX_TOKENS}")
 
     @property
     def mean(self) -> float:
@@ -389,7 +543,8 @@ class Weibull:
         return self.scale**2 * (g2 - g1**2)
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        return self.scale * rng.weibull(self.shape, n)
+        with np.errstate(over="ignore"):  # an overflow becomes inf, which _checked reports
+            return _checked(self, self.scale * rng.weibull(self.shape, n))
 
 
 @length_distributions.register("gamma")
@@ -405,7 +560,13 @@ class Gamma:
     shape: float = attrs.field(validator=greater_than(0))
     """Shape k."""
     scale: float = attrs.field(validator=greater_than(0))
-    """Scale theta."""
+    """Scale theta (at most 1% of draws above ``MAX_TOKENS``)."""
+
+    def __attrs_post_init__(self) -> None:
+        from scipy import special
+
+        share = float(special.gammaincc(self.shape, MAX_TOKENS / self.scale))
+        _check_tail(share, "scale", f"the gamma's 99% quantile must be <= {MAX_TOKENS}")
 
     @property
     def mean(self) -> float:
@@ -416,7 +577,7 @@ class Gamma:
         return float(self.shape * self.scale**2)
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        return rng.gamma(self.shape, self.scale, n)
+        return _checked(self, rng.gamma(self.shape, self.scale, n))
 
 
 # --------------------------------------------------------------------------- empirical
@@ -462,6 +623,8 @@ def _checked_pmf(values: Iterable[Any], probabilities: Iterable[Any], field_v: s
     total = math.fsum(ps)
     if not total > 0:
         raise FieldValueError(field_p, "probabilities sum to 0; at least one must be > 0")
+    above = math.fsum(p for v, p in zip(vs, ps, strict=True) if v > MAX_TOKENS) / total
+    _check_tail(above, field_v, f"values above {MAX_TOKENS} may carry at most {MAX_TAIL_SHARE:g} of the probability")
     return vs, tuple(p / total for p in ps)
 
 
@@ -609,4 +772,4 @@ class Empirical:
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         cdf = np.cumsum(self.probabilities)
         idx = np.searchsorted(cdf, rng.random(n), side="right")
-        return np.asarray(self.values, dtype=float)[np.minimum(idx, len(cdf) - 1)]
+        return np.asarray(self.values, dtype=float)[np.minimum(idx, len(cdf) - 1)]  # finite by construction

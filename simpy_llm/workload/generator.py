@@ -9,31 +9,48 @@ clients (:class:`ClientSource`) draw arrival times and lengths in vectors
 depend on the other clients. Trace replays are sources too. The generator
 merges the sources by time, numbers requests in arrival order from the
 simulation's id counter, and puts each into its output Wire at its arrival time.
+
+A distribution that draws NaN or an infinity raises
+:class:`~simpy_llm.workload.distributions.SamplingError`;
+:func:`sampling_scenario_error` turns it into the
+:class:`~simpy_llm.config.ScenarioError` naming the distribution's key path.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import numpy as np
 import simpy
 
+from simpy_llm.config.errors import ScenarioError
+from simpy_llm.config.validators import MAX_ITEMS_PER_REQUEST
 from simpy_llm.entities import Request
-from simpy_llm.workload.distributions import to_tokens
+from simpy_llm.workload.distributions import SamplingError, draw_tokens, to_tokens
 from simpy_llm.workload.prefix import PREFIX_BLOCK_TOKENS, prefix_blocks
 
 if TYPE_CHECKING:
     from simpy.events import Event
 
-    from simpy_llm.config.schema import ClientConfig, LifecycleConfig, MultimodalConfig
+    from simpy_llm.config.schema import ClientConfig, LifecycleConfig, MultimodalConfig, Scenario
     from simpy_llm.metrics.recorder import Recorder
     from simpy_llm.rng import RandomStreams
     from simpy_llm.wire import Wire
 
-__all__ = ["CHUNK", "ClientSource", "Row", "WorkloadGenerator", "client_arrivals", "merge_sources", "to_counts"]
+__all__ = [
+    "CHUNK",
+    "ClientSource",
+    "Row",
+    "WorkloadGenerator",
+    "client_arrivals",
+    "merge_sources",
+    "sampling_scenario_error",
+    "to_counts",
+]
 
 CHUNK = 4096
 """Requests drawn per vector draw and client."""
@@ -42,13 +59,21 @@ Row = tuple[float, int, int, "dict[str, Any] | None"]
 """(arrival_s, prompt_tokens, output_tokens, extra request fields or None)."""
 
 
-def to_counts(values: np.ndarray) -> np.ndarray:
-    """Round sampled counts to whole numbers, at least 0.
+def to_counts(values: np.ndarray, distribution: object = None) -> np.ndarray:
+    """Round sampled item counts to whole numbers in [0, MAX_ITEMS_PER_REQUEST].
 
-    >>> to_counts(np.array([-0.4, 0.4, 2.6])).tolist()
-    [0, 0, 3]
+    Counts above :data:`~simpy_llm.config.validators.MAX_ITEMS_PER_REQUEST` are
+    clamped to it, as :func:`~simpy_llm.workload.distributions.to_tokens` clamps
+    lengths; NaN or an infinity raises
+    :class:`~simpy_llm.workload.distributions.SamplingError`.
+
+    >>> to_counts(np.array([-0.4, 0.4, 2.6, 1e9])).tolist()
+    [0, 0, 3, 4096]
     """
-    return np.maximum(np.rint(values), 0).astype(np.int64)
+    values = np.asarray(values, dtype=float)
+    if not np.isfinite(values).all():
+        to_tokens(values, distribution)  # raises the SamplingError naming the draw
+    return np.clip(np.rint(values), 0, MAX_ITEMS_PER_REQUEST).astype(np.int64)
 
 
 def warp_to_windows(active_times: np.ndarray, lifecycle: LifecycleConfig) -> np.ndarray:
@@ -116,7 +141,7 @@ class ClientSource:
         """*n* prompt lengths (with the shared prefix) and, for multimodal clients, their mix."""
         mm = self.client.multimodal
         if mm is None:
-            return to_tokens(self.client.input_distribution.sample(rng, n)) + self.prefix_tokens, None
+            return draw_tokens(self.client.input_distribution, rng, n) + self.prefix_tokens, None
         text, parts = _multimodal(mm, rng, n)
         total = np.maximum(text + parts["image_tokens"] + parts["audio_tokens"] + parts["video_tokens"], 1)
         extras = [
@@ -141,7 +166,7 @@ class ClientSource:
                 times = warp_to_windows(times, client.lifecycle)
             n = len(times)
             prompts, extras = self.prompts(input_rng, n)
-            outputs = to_tokens(client.output_distribution.sample(output_rng, n))
+            outputs = draw_tokens(client.output_distribution, output_rng, n)
             per_request: list[dict[str, Any]] | None = extras
             if 0.0 < p_stream < 1.0:
                 flags = (mix_rng.random(n) < p_stream).tolist()
@@ -157,15 +182,16 @@ class ClientSource:
 
 
 def _multimodal(mm: MultimodalConfig, rng: np.random.Generator, n: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    text = to_tokens(mm.text_distribution.sample(rng, n))
+    text = draw_tokens(mm.text_distribution, rng, n)
     parts: dict[str, np.ndarray] = {}
     for kind in ("image", "audio", "video"):
         per_item = getattr(mm, f"{kind}_distribution")
         if per_item is None:
             parts[f"{kind}_tokens"] = np.zeros(n, dtype=np.int64)
             continue
-        counts = to_counts(getattr(mm, f"{kind}_count_distribution").sample(rng, n))
-        items = to_tokens(per_item.sample(rng, int(counts.sum())))
+        count_distribution = getattr(mm, f"{kind}_count_distribution")
+        counts = to_counts(count_distribution.sample(rng, n), count_distribution)
+        items = draw_tokens(per_item, rng, int(counts.sum()))
         owner = np.repeat(np.arange(n), counts)
         parts[f"{kind}_tokens"] = np.bincount(owner, weights=items, minlength=n).astype(np.int64)
     return text, parts
@@ -302,3 +328,52 @@ def merge_sources(
             heapq.heapreplace(heap, (nxt[0], item[1], nxt[1], nxt[2], nxt[3]))
         n += 1
         yield item
+
+
+def sampling_scenario_error(exc: SamplingError, scenario: Scenario, sources: Sequence[ClientSource] = ()) -> ScenarioError:
+    """The :class:`~simpy_llm.config.ScenarioError` for *exc*, raised while running *scenario*.
+
+    Its key path is where the distribution that drew the values sits in the
+    scenario (e.g. ``workload.clients[0].input_distribution``); for a client loaded
+    from ServeGen data it is ``workload.servegen_data`` with the client named.
+    The error's source is the scenario's name.
+    """
+    source = f"scenario {scenario.name!r}" if scenario.name else "<scenario>"
+    target = exc.distribution
+    if target is not None:
+        path = _key_path_of(scenario, target, "")
+        if path is not None:
+            return ScenarioError(source, [(path, exc.message)])
+        for src in sources:
+            inner = _key_path_of(src.client, target, "")
+            if inner is not None and scenario.workload.servegen_data is not None:
+                where = f"ServeGen client {src.client.id!r} ({inner})"
+                return ScenarioError(source, [("workload.servegen_data", f"{where}: {exc.message}")])
+    return ScenarioError(source, [("workload", exc.message)])
+
+
+def _key_path_of(node: Any, target: object, path: str) -> str | None:
+    """Key path of *target* (by identity) inside the config tree *node*, or None."""
+    if node is target:
+        return path
+    if attrs.has(type(node)):
+        for a in attrs.fields(type(node)):
+            if not a.init:
+                continue
+            key = a.alias if a.alias and a.alias != a.name and not a.alias.startswith("_") else a.name
+            found = _key_path_of(getattr(node, a.name), target, f"{path}.{key}" if path else key)
+            if found is not None:
+                return found
+    elif isinstance(node, (tuple, list)):
+        for i, item in enumerate(node):
+            if isinstance(item, (int, float, str)):
+                return None  # a list of numbers or names: no configs inside
+            found = _key_path_of(item, target, f"{path}[{i}]")
+            if found is not None:
+                return found
+    elif isinstance(node, dict):
+        for k, v in node.items():
+            found = _key_path_of(v, target, f"{path}.{k}" if path else str(k))
+            if found is not None:
+                return found
+    return None

@@ -12,10 +12,17 @@ from __future__ import annotations
 
 import functools
 import zlib
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-__all__ = ["PREFIX_BLOCK_TOKENS", "VOCAB_SIZE", "prefix_blocks", "synthetic_token_ids"]
+if TYPE_CHECKING:
+    from simpy_llm.entities import Request
+
+__all__ = ["PREFIX_BLOCK_TOKENS", "VOCAB_SIZE", "Segment", "content_segments", "prefix_blocks", "synthetic_token_ids"]
+
+Segment = tuple[int, int]
+"""``(segment id, tokens)``: a run of tokens from one fixed token stream."""
 
 PREFIX_BLOCK_TOKENS = 16
 """Tokens per prefix block hash."""
@@ -60,3 +67,47 @@ def synthetic_token_ids(seed: int, request_id: int, prompt_tokens: int, group: s
     head = _rng(seed, "prefix-ids", group).integers(0, VOCAB_SIZE, size=prefix_tokens) if prefix_tokens else np.empty(0, np.int64)
     tail = _rng(seed, "request-ids", request_id).integers(0, VOCAB_SIZE, size=prompt_tokens - prefix_tokens)
     return np.concatenate([head, tail]).astype(np.int64)
+
+
+def content_segments(req: Request) -> list[Segment]:
+    """The segments of *req*'s token sequence (prompt, then output); ``docs/model.md``,
+    "Requests and their content".
+
+    Shared segments have the ids the workload gave them (prefix-block hashes, trace
+    ``hash_ids``: non-negative); the request's own prompt tail and its output get
+    negative ids derived from its id, which no other request shares.
+
+    >>> from simpy_llm.entities import Request
+    >>> r = Request(id=3, client_id="c", prompt_tokens=40, output_tokens=5, arrival_s=0.0,
+    ...             prefix_tokens=20, prefix_blocks=(11, 12), prefix_block_tokens=16)
+    >>> content_segments(r)
+    [(11, 16), (12, 4), (-8, 20), (-7, 5)]
+    >>> nxt = Request(id=9, client_id="c", prompt_tokens=60, output_tokens=2, arrival_s=1.0,
+    ...               context=tuple(content_segments(r)))
+    >>> content_segments(nxt)
+    [(11, 16), (12, 4), (-8, 20), (-7, 5), (-20, 15), (-19, 2)]
+    """
+    prompt = req.prompt_tokens
+    segs: list[Segment] = []
+    covered = 0
+    if req.context:
+        for seg_id, tokens in req.context:
+            if covered >= prompt:
+                break
+            take = min(tokens, prompt - covered)
+            segs.append((seg_id, take))
+            covered += take
+    elif req.prefix_blocks:
+        per = req.prefix_block_tokens
+        cover = req.prefix_tokens if req.prefix_tokens > 0 else len(req.prefix_blocks) * per
+        cover = min(cover, prompt)
+        for h in req.prefix_blocks:
+            if covered >= cover:
+                break
+            take = min(per, cover - covered)
+            segs.append((h, take))
+            covered += take
+    if prompt > covered:
+        segs.append((-(2 * req.id + 2), prompt - covered))
+    segs.append((-(2 * req.id + 1), req.output_tokens))
+    return segs

@@ -34,6 +34,7 @@ import simpy
 
 from simpy_llm.entities import Request
 from simpy_llm.workload.distributions import to_tokens
+from simpy_llm.workload.prefix import content_segments
 
 if TYPE_CHECKING:
     from simpy.events import Event
@@ -77,6 +78,9 @@ class FollowUp:
     """Requested output length."""
     fields: dict[str, Any]
     """Request fields: the client's identity plus ``session_id``, ``round_index``, ``streaming``."""
+    accumulates: bool = False
+    """Whether the prompt is the previous round's prompt and answer plus the question
+    (``context_growth: accumulate``): the new round's content starts with the old one's."""
 
 
 def open_session(session_id: str, source: ClientSource) -> SessionState | None:
@@ -146,7 +150,7 @@ def plan_follow_up(
         "round_index": round_index + 1,
     }
     state.started += 1
-    return FollowUp(think, prompt, question, output, fields)
+    return FollowUp(think, prompt, question, output, fields, accumulates=growth == "accumulate")
 
 
 class SessionRegistry:
@@ -224,8 +228,12 @@ class SessionRegistry:
         if isinstance(plan, str):
             return self._end(state, plan)
         self.pending += 1
+        fields = plan.fields
+        if plan.accumulates:
+            # The next prompt repeats this round's prompt and answer: prefix caches can find them.
+            fields = {**fields, "context": tuple(content_segments(req))}
         self.env.timeout(plan.think_s).callbacks.append(
-            lambda _ev: self._arrive(plan.prompt_tokens, plan.output_tokens, plan.fields)
+            lambda _ev: self._arrive(plan.prompt_tokens, plan.output_tokens, fields)
         )
         return None
 

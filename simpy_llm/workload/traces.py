@@ -1196,6 +1196,36 @@ def load_trace(source: TraceSource) -> Trace:
     return Trace({**trace.header, "replay": replay}, frame)
 
 
+SERVER_BLOCK_KEYS: dict[str, str] = {
+    "max_num_seqs": "max_num_seqs",
+    "block_size": "kv_block_size",
+    "max_model_len": "max_model_len",
+    "max_num_batched_tokens": "max_num_batched_tokens",
+    "enable_prefix_caching": "prefix_caching",
+}
+"""Keys of a trace header's ``server`` block (seed 000 §7) and the engine settings they
+describe. The block's other keys (server type, model, tensor parallelism, GPU memory
+utilisation, ...) describe the observed server and are not compared."""
+
+
+def server_block_mismatches(header: Mapping[str, Any], engine: Any) -> list[tuple[str, str]]:
+    """``(engine key, message)`` for each setting of the header's ``server`` block that
+    differs from *engine* (an :class:`~simpy_llm.config.schema.EngineConfig`).
+
+    >>> from simpy_llm.config.schema import EngineConfig
+    >>> server_block_mismatches({"server": {"max_num_seqs": 4, "block_size": 16}}, EngineConfig())
+    [('max_num_seqs', 'the trace was recorded with server.max_num_seqs = 4, the scenario has 256')]
+    """
+    server = header.get("server") or {}
+    if not isinstance(server, Mapping):
+        return [("", f"the header's server block must be a mapping, got {server!r}")]
+    out = []
+    for key, field in SERVER_BLOCK_KEYS.items():
+        if key in server and server[key] is not None and server[key] != getattr(engine, field):
+            out.append((field, f"the trace was recorded with server.{key} = {server[key]!r}, the scenario has {getattr(engine, field)!r}"))
+    return out
+
+
 def _stem(path: Path | str) -> str:
     p = Path(path)
     return p.name if p.is_dir() else p.stem
@@ -1286,18 +1316,23 @@ def trace_rows(trace: Trace, source: TraceSource | None = None) -> Iterator[tupl
     1-token response. *fields* carries the request's identity, session,
     prefix group, modality and reasoning fields, and, when the trace has
     prefix blocks, ``prefix_blocks`` with ``prefix_block_tokens`` from the
-    header (default 16). Blank client ids take ``source.client_id`` (or the
+    header (default 16). The header's ``warm_up_requests`` first rows (in replay order)
+    are marked ``warm_up``: simulated, left out of the summary. Blank client ids take ``source.client_id`` (or the
     file's stem), blank tenants the client id, blank SLO classes
     ``source.slo_class`` (``"default"`` without a source).
     """
     block_tokens = int(trace.header.get("prefix_block_tokens", PREFIX_BLOCK_TOKENS))
+    warm_up = trace.header.get("warm_up_requests", 0) or 0
+    if isinstance(warm_up, bool) or not isinstance(warm_up, int) or warm_up < 0:
+        where = str(source.path) if source is not None else "<trace>"
+        raise ScenarioError(where, [("warm_up_requests", f"must be a whole number >= 0, got {warm_up!r}")])
     if source is not None:
         default_client = source.client_id or _stem(source.path)
         default_slo = source.slo_class or "default"
     else:
         default_client = Path(str(trace.header.get("source_file", "trace"))).stem or "trace"
         default_slo = "default"
-    for r in trace_requests(trace):
+    for i, r in enumerate(trace_requests(trace)):
         client = r.client_id or default_client
         fields: dict[str, Any] = {
             "client_id": client,
@@ -1317,4 +1352,6 @@ def trace_rows(trace: Trace, source: TraceSource | None = None) -> Iterator[tupl
         if r.prefix_blocks:
             fields["prefix_blocks"] = r.prefix_blocks
             fields["prefix_block_tokens"] = block_tokens
+        if i < warm_up:
+            fields["warm_up"] = True
         yield r.arrival_s, max(r.input_tokens, 1), max(r.output_tokens, 1), fields

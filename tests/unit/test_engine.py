@@ -29,7 +29,7 @@ def _send(env, inbox, recorder, replica, req: Request, at_s: float):
         yield env.timeout(at_s)
         req.arrival_s = env.now
         recorder.on_arrival(req, env.now)
-        replica.outstanding += 1
+
         inbox.put(req)
 
     env.process(go())

@@ -107,7 +107,7 @@ def default_model_name(scenario: Scenario) -> str:
     >>> default_model_name(load_scenario("scenarios/quickstart.yaml"))
     'llama-3.1-8b-instruct'
     """
-    model = scenario.serving.latency_model.params.get("model")
+    model = scenario.serving.groups()[0].latency_model.params.get("model")
     if isinstance(model, str) and model:
         return model
     return scenario.name or "simpy-llm"
@@ -190,7 +190,7 @@ class EmulatedServer:
         self._runner: web.AppRunner | None = None
         self._writer: TraceV2Writer | None = None
         self._created = int(time.time())
-        n = scenario.serving.replicas
+        n = scenario.serving.num_replicas
         self.prompt_tokens_total = [0] * n
         self.generation_tokens_total = [0] * n
         self.finished_total: dict[str, int] = {"length": 0, "stop": 0}
@@ -504,10 +504,11 @@ class EmulatedServer:
 
         reps = sim.replicas
         per = [(f',engine="{r.index}"', r) for r in reps]
+        views = sim.views
         family("vllm:num_requests_running", "gauge", "Requests in the running batch.",
                [(lab, float(r.running_requests)) for lab, r in per])
         family("vllm:num_requests_waiting", "gauge", "Requests routed to the replica and not running yet.",
-               [(lab, float(r.outstanding - r.running_requests)) for lab, r in per])
+               [(lab, float(views[r.index].outstanding_requests - r.running_requests)) for lab, r in per])
         family("vllm:kv_cache_usage_perc", "gauge", "Fraction of KV-cache blocks in use (1 = full).",
                [(lab, r.kv.used_blocks / r.kv.num_blocks) for lab, r in per])
         family("vllm:num_preemptions_total", "counter", "Preemptions so far.",

@@ -1,0 +1,110 @@
+"""The fleet: replica groups resolved into what each replica runs with.
+
+A scenario's ``serving`` section is one group of identical replicas or a
+list of ``replica_groups`` (a heterogeneous fleet). :func:`plan_fleet` turns
+either into one :class:`ReplicaPlan` per replica: its group, its latency
+model object, its engine settings with the hardware-derived values filled in
+(``kv_num_blocks: auto``, the swap copy rate) and its capacity as routers see it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from simpy_llm.config.errors import FieldValueError
+
+if TYPE_CHECKING:
+    from simpy_llm.config.schema import EngineConfig, ReplicaGroupConfig, ServingConfig
+
+__all__ = ["ReplicaPlan", "plan_fleet", "resolve_engine"]
+
+
+@attrs.frozen(kw_only=True)
+class ReplicaPlan:
+    """What one replica runs with."""
+
+    group: str
+    """Name of its replica group."""
+    engine: EngineConfig
+    """Engine settings, with ``kv_num_blocks`` and the swap settings resolved."""
+    latency: Any
+    """Its latency model object (shared by the replicas of a group)."""
+    capacity: float
+    """Relative service rate shown to routers."""
+
+
+def resolve_engine(engine: EngineConfig, latency: Any) -> EngineConfig:
+    """*engine* with ``kv_num_blocks: auto`` and unset swap settings derived from the
+    latency model's hardware (``latency.hardware``: model, GPU, TP degree).
+
+    Raises
+    ------
+    FieldValueError
+        Naming the engine key that needs hardware the latency model does not describe.
+    """
+    changes: dict[str, Any] = {}
+    hardware = getattr(latency, "hardware", None)
+
+    def need_hardware(key: str, what: str) -> Any:
+        if hardware is None:
+            raise FieldValueError(key, f"{what} needs a latency model that names its model, gpu and tp (e.g. blis_linear or roofline with a profile), or an explicit value")
+        return hardware
+
+    if engine.kv_num_blocks == "auto":
+        from simpy_llm.serving.hardware import auto_kv_blocks
+
+        hw = need_hardware("kv_num_blocks", "auto")
+        utilization = engine.gpu_memory_utilization if engine.gpu_memory_utilization is not None else 0.9
+        try:
+            blocks = auto_kv_blocks(hw, engine.kv_block_size, gpu_memory_utilization=utilization)
+        except FieldValueError as exc:
+            raise FieldValueError("kv_num_blocks", f"auto: {exc.message}") from None
+        if blocks * engine.kv_block_size < engine.max_num_batched_tokens:
+            raise FieldValueError(
+                "kv_num_blocks",
+                f"auto gives {blocks} blocks of {engine.kv_block_size} tokens, fewer than "
+                f"max_num_batched_tokens ({engine.max_num_batched_tokens}) tokens",
+            )
+        changes["kv_num_blocks"] = blocks
+    if engine.preemption_mode == "swap":
+        if engine.swap_kv_bytes_per_token is None:
+            changes["swap_kv_bytes_per_token"] = float(need_hardware("swap_kv_bytes_per_token", "swap").kv_bytes_per_token)
+        if engine.swap_bandwidth_gb_per_s is None:
+            hw = need_hardware("swap_bandwidth_gb_per_s", "swap")
+            changes["swap_bandwidth_gb_per_s"] = hw.gpu.pcie_bandwidth_bytes_per_s / 1e9
+    return attrs.evolve(engine, **changes) if changes else engine
+
+
+def _capacity(group: ReplicaGroupConfig, latency: Any) -> float:
+    if group.capacity is not None:
+        return group.capacity
+    seqs = group.engine.max_num_seqs
+    return seqs / latency.step_time_s(0, seqs)
+
+
+def plan_fleet(serving: ServingConfig, latency_override: Any = None) -> list[ReplicaPlan]:
+    """One :class:`ReplicaPlan` per replica, group by group in order.
+
+    *latency_override* replaces every group's latency model (``Simulation(latency_model=...)``).
+
+    Raises
+    ------
+    FieldValueError
+        With the key path inside ``serving`` of a setting that cannot be resolved.
+    """
+    from simpy_llm.config.loader import build_policy
+    from simpy_llm.serving.latency import latency_models
+
+    plans = []
+    for gi, group in enumerate(serving.groups()):
+        prefix = f"replica_groups[{gi}]." if serving.replica_groups else ""
+        latency = latency_override or build_policy(group.latency_model, latency_models)
+        try:
+            engine = resolve_engine(group.engine, latency)
+        except FieldValueError as exc:
+            raise FieldValueError(f"{prefix}engine.{exc.field}", exc.message) from None
+        plan = ReplicaPlan(group=group.name, engine=engine, latency=latency, capacity=_capacity(group, latency))
+        plans.extend([plan] * group.count)
+    return plans

@@ -1,0 +1,375 @@
+"""A paged KV cache with automatic prefix caching, as a radix tree of block runs.
+
+The semantics are those of ``docs/model.md`` ("Free blocks, prefix caching and
+eviction"), stated there block by block: full blocks are cached under their
+content identity, a request reuses the cached blocks of its longest cached
+prefix, cached blocks nobody references are *evictable* and are evicted least
+recently released first (a request's tail before its head) only when empty
+blocks run out.
+
+Doing that block by block would cost a hash and a dictionary entry per block
+(a 1,000-token prompt is 63 blocks of 16). Here a request's content is a short
+list of *segments* (:func:`content_segments`) and the cache stores *runs* of
+consecutive blocks of one segment as single tree nodes, so every operation
+costs O(segments), not O(blocks):
+
+* a node is a run of ``n`` blocks whose tokens lie in one segment (its block
+  ``j`` covers the segment's tokens ``[off + j*bs, off + (j+1)*bs)``), or a
+  single block spanning a segment boundary; its children are keyed by the
+  content of their first block;
+* every holder (a running request) references the whole chain of nodes from
+  the root to its *deepest* node, so a node's reference count is uniform over
+  its blocks; a lookup that matches only part of a node splits it where the
+  new holder's reference ends;
+* a node whose count drops to zero joins an LRU list in release order
+  (deepest first, since a request releases tail first). Because a node is
+  only ever referenced together with its ancestors, a node's descendants are
+  never released after it, so the LRU front is always a leaf and the cache
+  stays prefix-closed; eviction trims that leaf's tail block by block, which
+  is exactly block-level LRU.
+
+The cache also counts the blocks themselves (``empty``, evictable, used) and
+offers :class:`~simpy_llm.serving.kv_cache.PagedKVCache`'s interface
+(``allocate``, ``release``, ``free_blocks``, ``used_blocks``), so the engine
+allocates decode growth and private partial blocks the same way with or
+without prefix caching.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+from simpy_llm.serving.kv_cache import KVCacheError
+from simpy_llm.workload.prefix import Segment, content_segments
+
+if TYPE_CHECKING:
+    from simpy_llm.entities import Request
+
+__all__ = ["Holder", "Match", "PrefixCache"]
+
+class _Node:
+    """A run of cached blocks (see the module docstring)."""
+
+    __slots__ = ("children", "key", "n", "off", "parent", "refs", "seg")
+
+    def __init__(self, parent: _Node | None, key: object, seg: int | None, off: int, n: int, refs: int) -> None:
+        self.parent = parent
+        self.children: dict[object, _Node] | None = None
+        self.key = key
+        """Content of the first block: ``(seg, off)`` for a run, a tuple of pieces for a spanning block."""
+        self.seg = seg
+        """Segment id of a run; None for a block spanning segments (then ``n == 1``)."""
+        self.off = off
+        """Offset within the segment of the run's first block."""
+        self.n = n
+        """Blocks in the run."""
+        self.refs = refs
+        """Holders referencing the node (each references its whole chain from the root)."""
+
+
+class Holder:
+    """What a request holds in the cache: its content and the deepest node it references.
+
+    The request references every block of the chain from the root to ``deepest``:
+    ``blocks`` full blocks, its first ``blocks * block_size`` tokens.
+    """
+
+    __slots__ = ("blocks", "deepest", "ids", "starts", "total")
+
+    def __init__(self, segs: list[Segment]) -> None:
+        starts = [0]
+        for _seg_id, tokens in segs:
+            starts.append(starts[-1] + tokens)
+        self.ids = [s for s, _ in segs]
+        self.starts = starts
+        """Absolute start of each segment, plus the end of the last."""
+        self.total = starts[-1]
+        self.deepest: _Node | None = None
+        self.blocks = 0
+
+
+class Match:
+    """A lookup's result: ``blocks`` cached full blocks from the start, ``evictable`` of
+    them currently unreferenced (pinning them takes them out of the free blocks)."""
+
+    __slots__ = ("blocks", "evictable", "last", "last_blocks")
+
+    def __init__(self, blocks: int, evictable: int, last: _Node | None, last_blocks: int) -> None:
+        self.blocks = blocks
+        self.evictable = evictable
+        self.last = last
+        """The deepest node matched (None: nothing)."""
+        self.last_blocks = last_blocks
+        """Blocks matched in ``last`` (it is split there if fewer than ``last.n``)."""
+
+
+class PrefixCache:
+    """Paged KV blocks with automatic prefix caching.
+
+    Parameters
+    ----------
+    num_blocks
+        Blocks on the replica.
+    block_size
+        Tokens per block.
+
+    Examples
+    --------
+    Two requests of one prefix group: the second finds the first's prefix blocks.
+
+    >>> from simpy_llm.entities import Request
+    >>> cache = PrefixCache(num_blocks=16, block_size=4)
+    >>> def req(i):
+    ...     return Request(id=i, client_id="c", prompt_tokens=10, output_tokens=2, arrival_s=0.0,
+    ...                    prefix_tokens=8, prefix_blocks=(5, 6), prefix_block_tokens=4)
+    >>> a = req(0); ha = cache.holder(a)
+    >>> m = cache.match(ha, max_blocks=(10 - 1) // 4); m.blocks
+    0
+    >>> cache.allocate(3); cache.pin(ha, m); cache.register(ha, 10)   # prefill computes 10 tokens
+    0
+    >>> cache.used_blocks, cache.cached_blocks
+    (3, 2)
+    >>> b = req(1); hb = cache.holder(b)
+    >>> cache.match(hb, max_blocks=2).blocks                        # the shared 8-token prefix
+    2
+    >>> cache.unref(ha, 10); cache.used_blocks, cache.free_blocks, cache.cached_blocks   # still cached, evictable
+    (0, 16, 2)
+    """
+
+    __slots__ = ("_lru", "block_size", "empty", "evictable", "num_blocks", "peak_used_blocks", "root")
+
+    def __init__(self, num_blocks: int, block_size: int) -> None:
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.empty = num_blocks
+        """Blocks holding nothing."""
+        self.evictable = 0
+        """Cached blocks nobody references."""
+        self.peak_used_blocks = 0
+        self.root = _Node(None, None, None, 0, 0, 0)
+        self._lru: OrderedDict[_Node, None] = OrderedDict()
+
+    # --- counting (PagedKVCache's interface) -----------------------------
+    @property
+    def free_blocks(self) -> int:
+        """Blocks an allocation may take: empty plus evictable."""
+        return self.empty + self.evictable
+
+    @property
+    def used_blocks(self) -> int:
+        """Blocks referenced by running requests (shared blocks counted once)."""
+        return self.num_blocks - self.empty - self.evictable
+
+    @property
+    def cached_blocks(self) -> int:
+        """Blocks with a content identity (referenced or evictable)."""
+        total = 0
+        stack = [self.root]
+        while stack:
+            node = stack.pop()
+            total += node.n
+            if node.children:
+                stack.extend(node.children.values())
+        return total
+
+    def allocate(self, n: int) -> None:
+        """Take *n* blocks: empty ones first, then evict least recently released ones."""
+        if n > self.empty:
+            if n > self.empty + self.evictable:
+                raise KVCacheError(f"asked for {n} blocks with {self.empty + self.evictable} free")
+            self._evict(n - self.empty)
+        elif n < 0:
+            raise KVCacheError(f"asked for {n} blocks")
+        self.empty -= n
+        used = self.num_blocks - self.empty - self.evictable
+        if used > self.peak_used_blocks:
+            self.peak_used_blocks = used
+
+    def release(self, n: int) -> None:
+        """Return *n* private blocks (partial blocks, blocks of requests without a holder)."""
+        if n < 0 or n > self.num_blocks - self.empty - self.evictable:
+            raise KVCacheError(f"released {n} blocks with {self.used_blocks} used")
+        self.empty += n
+
+    def _evict(self, n: int) -> None:
+        lru = self._lru
+        while n:
+            node = next(iter(lru))
+            take = node.n if node.n <= n else n
+            node.n -= take
+            self.evictable -= take
+            self.empty += take
+            n -= take
+            if node.n == 0:
+                del lru[node]
+                del node.parent.children[node.key]
+                node.parent = None
+
+    # --- requests ----------------------------------------------------------
+    def holder(self, req: Request) -> Holder:
+        """A fresh :class:`Holder` for *req* (nothing referenced yet)."""
+        return Holder(content_segments(req))
+
+    def _block_key(self, h: Holder, b: int, limit: int) -> tuple[object, int | None, int, int]:
+        """Content key of block *b* of *h* and the run it starts: ``(key, seg, off, run)``, where
+        ``run`` counts the consecutive full blocks from *b* (at most ``limit - b``) inside one
+        segment (``seg``, from offset ``off``), or 1 with ``seg = None`` for a spanning block."""
+        bs = self.block_size
+        starts = h.starts
+        p = b * bs
+        i = bisect_right(starts, p) - 1
+        seg_start = starts[i]
+        seg_end = starts[i + 1]
+        if p + bs <= seg_end:
+            off = p - seg_start
+            run = (seg_end - p) // bs
+            if run > limit - b:
+                run = limit - b
+            seg = h.ids[i]
+            return (seg, off), seg, off, run
+        pieces = []
+        end = p + bs
+        pos = p
+        while pos < end:
+            stop = min(starts[i + 1], end)
+            pieces.append((h.ids[i], pos - starts[i], stop - pos))
+            pos = stop
+            i += 1
+        return tuple(pieces), None, 0, 1
+
+    def match(self, h: Holder, max_blocks: int) -> Match:
+        """The longest cached prefix of *h*'s content, at most *max_blocks* blocks (no side effects)."""
+        node = self.root
+        hits = 0
+        evictable = 0
+        last = None
+        last_blocks = 0
+        while hits < max_blocks and node.children:
+            key, seg, _off, run = self._block_key(h, hits, max_blocks)
+            child = node.children.get(key)
+            if child is None:
+                break
+            m = 1 if seg is None else (child.n if child.n <= run else run)
+            hits += m
+            if child.refs == 0:
+                evictable += m
+            last, last_blocks = child, m
+            if m < child.n:
+                break
+            node = child
+        return Match(hits, evictable, last, last_blocks)
+
+    def hit_tokens(self, req: Request) -> int:
+        """Prompt tokens of *req* a lookup would find cached now (for routing views)."""
+        h = self.holder(req)
+        return self.match(h, (req.prompt_tokens - 1) // self.block_size).blocks * self.block_size
+
+    def pin(self, h: Holder, m: Match) -> None:
+        """Reference the blocks *m* found (from :meth:`match` on the same state) for *h*."""
+        if m.last is None:
+            h.deepest = self.root
+            h.blocks = 0
+            return
+        node = m.last
+        if m.last_blocks < node.n:
+            node = self._split(node, m.last_blocks)
+        h.deepest = node
+        h.blocks = m.blocks
+        lru = self._lru
+        while node is not self.root:
+            if node.refs == 0:
+                del lru[node]
+                self.evictable -= node.n
+            node.refs += 1
+            node = node.parent
+
+    def _split(self, node: _Node, m: int) -> _Node:
+        """Split *node* after its first *m* blocks; return the new head node (the original
+        object keeps the tail, its children, and its place in the LRU list)."""
+        bs = self.block_size
+        head = _Node(node.parent, node.key, node.seg, node.off, m, node.refs)
+        node.parent.children[node.key] = head
+        node.off += m * bs
+        node.n -= m
+        node.key = (node.seg, node.off)
+        node.parent = head
+        head.children = {node.key: node}
+        if head.refs == 0:  # evictable like the tail; the caller pins it at once
+            self._lru[head] = None
+        return head
+
+    def register(self, h: Holder, computed_tokens: int) -> int:
+        """Cache the full blocks among *h*'s first *computed_tokens* tokens that it does not
+        reference yet. Blocks whose content is already cached are adopted instead (the
+        request references the cached block; its own copy becomes empty). Returns the
+        number of blocks adopted (already returned to the empty blocks)."""
+        limit = computed_tokens // self.block_size
+        b = h.blocks
+        if b >= limit:
+            return 0
+        adopted = 0
+        node = h.deepest
+        root = self.root
+        lru = self._lru
+        while b < limit:
+            key, seg, off, run = self._block_key(h, b, limit)
+            child = node.children.get(key) if node.children else None
+            if child is not None:
+                m = 1 if seg is None else (child.n if child.n <= run else run)
+                if m < child.n:
+                    child = self._split(child, m)
+                if child.refs == 0:
+                    del lru[child]
+                    self.evictable -= child.n
+                child.refs += 1
+                adopted += m
+                node = child
+                b += m
+                continue
+            if (
+                node is not root
+                and seg is not None
+                and node.seg == seg
+                and node.refs == 1
+                and not node.children
+                and node.off + node.n * self.block_size == off
+            ):
+                node.n += run  # our own leaf run: extend it in place
+            else:
+                new = _Node(node, key, seg, off, run, 1)
+                if node.children is None:
+                    node.children = {key: new}
+                else:
+                    node.children[key] = new
+                node = new
+            b += run
+        h.deepest = node
+        h.blocks = b
+        if adopted:
+            self.empty += adopted
+        return adopted
+
+    def unref(self, h: Holder, computed_tokens: int) -> None:
+        """Release *h*'s blocks (completion or preemption) holding *computed_tokens* tokens.
+
+        Its remaining full blocks are registered first (decoded output is registered
+        here, lazily: nobody else can look it up while the request runs), its partial
+        last block becomes empty, and its references are dropped from the deepest node
+        up, so a released chain joins the LRU list tail first.
+        """
+        self.register(h, computed_tokens)
+        if computed_tokens % self.block_size:
+            self.empty += 1
+        node = h.deepest
+        root = self.root
+        lru = self._lru
+        while node is not root:
+            node.refs -= 1
+            if node.refs == 0:
+                lru[node] = None
+                self.evictable += node.n
+            node = node.parent
+        h.deepest = None
+        h.blocks = 0

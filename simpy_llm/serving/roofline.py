@@ -1,0 +1,306 @@
+"""Roofline step-time model: per-layer compute and memory bounds from shapes and peaks.
+
+:class:`Roofline` is the arithmetic on a :class:`~simpy_llm.serving.hardware.Hardware`;
+:class:`RooflineLatency` is the latency model registered as ``roofline`` in
+:data:`~simpy_llm.serving.latency.latency_models`, built from names in
+scenario YAML. ``docs/latency.md`` derives every term and compares the model
+with BLIS's fitted coefficients.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, NamedTuple
+
+import attrs
+
+from simpy_llm.config.errors import FieldValueError
+from simpy_llm.config.validators import at_least, in_range, optional
+from simpy_llm.serving.hardware import Hardware, gpu_spec, model_spec
+from simpy_llm.serving.latency import latency_models
+
+__all__ = ["Roofline", "RooflineLatency"]
+
+
+def _positive_int(_inst: object, attr: attrs.Attribute[int], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise FieldValueError(attr.name, f"must be a positive integer, got {value!r}")
+
+
+def _efficiency(inst: object, attr: attrs.Attribute[float], value: object) -> None:
+    in_range(0, 1)(inst, attr, value)
+    if value == 0:
+        raise FieldValueError(attr.name, "must be > 0")
+
+
+class _Terms(NamedTuple):
+    """Per-GPU constants of one :class:`Roofline`, in seconds (per token, pair, call)."""
+
+    token_prefill_s: float  # dense FLOPs of one prefill token in one layer
+    token_decode_s: float  # dense FLOPs of one decode token in one layer
+    pair_prefill_s: float  # attention FLOPs of one prefill (query, key) pair in one layer
+    pair_decode_s: float  # attention FLOPs of one decode (query, key) pair in one layer
+    weights_s: float  # reading the weights every step reads, one layer
+    expert_s: float  # reading one routed expert, one layer (0 for a dense model)
+    kv_token_s: float  # reading or writing one token's K and V, one layer
+    num_layers: int
+    num_experts: int
+    expert_miss: float  # probability that one token does not route to a given expert
+    allreduce_token_s: float  # both all-reduces of every layer, per token of the step
+    allreduce_fixed_s: float  # the fixed latency of those calls
+    lm_row_s: float  # LM-head FLOPs of one sampled row
+    lm_weights_s: float  # reading the LM head
+
+
+@attrs.frozen(kw_only=True)
+class Roofline:
+    r"""Step time of a :class:`Hardware` from its compute and memory bounds.
+
+    All quantities are per GPU of the tensor-parallel group (its shard of
+    every weight matrix, its query and KV heads). With ``T = P + D`` new
+    tokens (``P`` prefill, ``D`` decode), ``C`` = decode context tokens and
+    ``A`` = prefill attention pairs, one decoder layer takes
+
+    ``layer = max(compute, memory)``
+
+    * ``compute = (2 N P + 4 h d A) / (F mfu) + (2 N D + 4 h d C) / (F mfu_decode)``:
+      ``N`` parameters multiply each new token (q/k/v/o projections, the
+      gated MLP or the routed and shared experts a token uses, the router),
+      2 FLOPs per multiply-add; each attention pair costs ``4 d`` FLOPs per
+      query head (``QK^T`` and ``AV``), ``h`` query heads per GPU of width
+      ``d``; ``F`` is the GPU's peak dense bf16 FLOP/s;
+    * ``memory = (W(T) + kv (C + T)) / (B mbu)``: the layer's weights ``W``
+      (projections, MLP, router, norms) are read once per step (an MoE layer
+      reads only the experts its ``T`` tokens touch: ``E (1 - (1 - k/E)^T)`` of
+      its ``E`` on average under uniform routing of ``k`` experts per token,
+      plus its shared experts); the decoding requests' KV cache is read
+      (``kv`` = ``2 x kv_heads x d x dtype_bytes`` bytes per token per layer
+      per GPU) and the new tokens' K and V are written; ``B`` is the peak
+      memory bandwidth.
+
+    ``step = L x layer + all_reduce + lm_head`` over ``L`` identical layers:
+
+    * ``all_reduce`` (``tp > 1``): two all-reduces per layer (after attention
+      and after the MLP) of ``T x hidden_size x dtype_bytes`` bytes, each
+      taking ``2 (tp - 1) / tp x bytes / link + allreduce_latency_us`` (a ring
+      all-reduce over NVLink, or PCIe on a GPU without it, per direction);
+    * ``lm_head = max(2 (V/tp) H S / (F mfu_decode), (V/tp) H dtype_bytes / (B mbu))``
+      with ``S = D + (1 if P else 0)`` sampled rows (logits only at each
+      sequence's last token; a step with prefill counts one such row, a lower
+      bound when it holds the ends of several prompts).
+
+    A step with no tokens takes no time. Not modelled: kernel-launch and
+    scheduling overhead (BLIS's ``beta0`` absorbs it; it is why this model is
+    below BLIS's fits for small steps, ``docs/latency.md``); activation
+    traffic (each kernel's inputs and outputs, about 0.3 MB per token per
+    layer for Llama-3.1-8B at tp 1: at most a fifth of the weight bytes for a
+    256-request decode batch if none of it stayed in the L2 cache, and prefill
+    is compute-bound); the KV reads of a prefill chunk's cached
+    prefix (prefill attention is compute-bound); norms, rotary embeddings
+    and sampling as separate kernels; the embedding lookup.
+
+    Examples
+    --------
+    >>> from simpy_llm.serving.hardware import Hardware, gpu_spec, model_spec
+    >>> r = Roofline(hardware=Hardware(model=model_spec("llama-3.1-8b-instruct"), gpu=gpu_spec("H100")),
+    ...              mfu=0.45, mfu_decode=0.30)
+    >>> round(r.step_time_s(0, 1, decode_context_tokens=512) * 1e3, 3)  # one decode: weight reads
+    4.501
+    """
+
+    hardware: Hardware
+    """The model, GPU and TP degree."""
+    mfu: float = attrs.field(validator=_efficiency)
+    """Fraction of peak FLOP/s that prefill reaches."""
+    mfu_decode: float = attrs.field(validator=_efficiency)
+    """Fraction of peak FLOP/s that decode (and the LM head) reaches."""
+    mbu: float = attrs.field(default=1.0, validator=_efficiency)
+    """Fraction of peak memory bandwidth reached."""
+    allreduce_latency_us: float = attrs.field(default=0.0, validator=at_least(0))
+    """Fixed time per all-reduce call, µs."""
+    _t: _Terms = attrs.field(init=False, repr=False, eq=False)
+
+    def __attrs_post_init__(self) -> None:
+        m, g, tp = self.hardware.model, self.hardware.gpu, self.hardware.tp
+        h, d = m.hidden_size, m.head_dim
+        q_heads, kv_heads = m.q_heads_per_gpu(tp), m.kv_heads_per_gpu(tp)
+        attn_params = 2 * h * q_heads * d + 2 * h * kv_heads * d
+        router = m.router_params_per_layer  # replicated: tiny, and every GPU routes every token
+        per_token = attn_params + m.active_ffn_params_per_token / tp + router
+        weights = (attn_params + router + 2 * h) * m.dtype_bytes
+        if m.is_moe:
+            expert = m.expert_params / tp * m.ffn_weight_bytes
+            weights += m.num_shared_experts * expert
+            miss = 1 - m.experts_per_token / m.num_experts
+        else:
+            expert, miss = 0.0, 0.0
+            weights += m.ffn_params_per_layer / tp * m.ffn_weight_bytes
+        flops_p = g.peak_flops * self.mfu
+        flops_d = g.peak_flops * self.mfu_decode
+        bandwidth = g.hbm_bandwidth_bytes_per_s * self.mbu
+        vocab = m.vocab_size / tp
+        ring = 2 * (tp - 1) / tp
+        calls = 2 * m.num_layers if tp > 1 else 0
+        terms = _Terms(
+            token_prefill_s=2 * per_token / flops_p,
+            token_decode_s=2 * per_token / flops_d,
+            pair_prefill_s=4 * q_heads * d / flops_p,
+            pair_decode_s=4 * q_heads * d / flops_d,
+            weights_s=weights / bandwidth,
+            expert_s=expert / bandwidth,
+            kv_token_s=2 * kv_heads * d * m.dtype_bytes / bandwidth,
+            num_layers=m.num_layers,
+            num_experts=m.num_experts,
+            expert_miss=miss,
+            allreduce_token_s=calls * ring * h * m.dtype_bytes / g.interconnect_bandwidth_bytes_per_s,
+            allreduce_fixed_s=calls * self.allreduce_latency_us * 1e-6,
+            lm_row_s=2 * vocab * h / flops_d,
+            lm_weights_s=vocab * h * m.dtype_bytes / bandwidth,
+        )
+        object.__setattr__(self, "_t", terms)
+
+    def layer_time_s(
+        self, prefill_tokens: int, decode_tokens: int, decode_context_tokens: int = 0, prefill_attention_pairs: int = 0
+    ) -> float:
+        """One decoder layer: ``max(compute, memory)`` (class docstring)."""
+        t = self._t
+        tokens = prefill_tokens + decode_tokens
+        compute = (
+            t.token_prefill_s * prefill_tokens
+            + t.pair_prefill_s * prefill_attention_pairs
+            + t.token_decode_s * decode_tokens
+            + t.pair_decode_s * decode_context_tokens
+        )
+        memory = t.weights_s + t.kv_token_s * (decode_context_tokens + tokens)
+        if t.num_experts:
+            memory += t.expert_s * t.num_experts * (1 - t.expert_miss**tokens)
+        return max(compute, memory)
+
+    def attention_layer_time_s(
+        self, prefill_tokens: int, decode_tokens: int, decode_context_tokens: int = 0, prefill_attention_pairs: int = 0
+    ) -> float:
+        """The attention core of one layer alone: ``max(score FLOPs time, KV read and write time)``.
+
+        The terms of :meth:`layer_time_s` without the weight matrices: ``4 h d``
+        FLOPs per attention pair, the decode context's KV read and the new
+        tokens' KV write. The ``profile`` model adds it to a measured table
+        that has no attention.
+        """
+        t = self._t
+        compute = t.pair_prefill_s * prefill_attention_pairs + t.pair_decode_s * decode_context_tokens
+        memory = t.kv_token_s * (decode_context_tokens + prefill_tokens + decode_tokens)
+        return max(compute, memory)
+
+    def all_reduce_time_s(self, tokens: int) -> float:
+        """Tensor-parallel communication of a step with *tokens* new tokens (0 when ``tp == 1``)."""
+        t = self._t
+        return t.allreduce_token_s * tokens + t.allreduce_fixed_s if tokens else 0.0
+
+    def lm_head_time_s(self, prefill_tokens: int, decode_tokens: int) -> float:
+        """The LM head of a step: ``max(logit FLOPs time, weight read time)``; 0 with no sampled row."""
+        rows = decode_tokens + (1 if prefill_tokens else 0)
+        if not rows:
+            return 0.0
+        t = self._t
+        return max(t.lm_row_s * rows, t.lm_weights_s)
+
+    def step_time_s(
+        self, prefill_tokens: int, decode_tokens: int, decode_context_tokens: int = 0, prefill_attention_pairs: int = 0
+    ) -> float:
+        """One engine step (class docstring), seconds."""
+        tokens = prefill_tokens + decode_tokens
+        if not tokens:
+            return 0.0
+        return (
+            self._t.num_layers
+            * self.layer_time_s(prefill_tokens, decode_tokens, decode_context_tokens, prefill_attention_pairs)
+            + self.all_reduce_time_s(tokens)
+            + self.lm_head_time_s(prefill_tokens, decode_tokens)
+        )
+
+
+@latency_models.register("roofline")
+@attrs.frozen(kw_only=True)
+class RooflineLatency:
+    """The roofline latency model: :class:`Roofline` of a shipped model on a shipped GPU.
+
+    ``step_time_s`` is :meth:`Roofline.step_time_s` (every term in its
+    docstring and in ``docs/latency.md``); ``queueing_time_s`` and
+    ``output_token_overhead_s`` are BLIS's ``alpha`` overheads, as in
+    ``blis_linear``. The engine passes ``decode_context_tokens`` and
+    ``prefill_attention_pairs`` (``uses_context = True``); left at 0, prefill
+    attention costs nothing and decode reads no KV cache.
+
+    Unknown model or GPU names raise :class:`FieldValueError` naming
+    ``model`` or ``gpu`` and listing the known names.
+
+    Examples
+    --------
+    >>> m = RooflineLatency(model="meta-llama/llama-3.1-8b-instruct", gpu="H100", tp=1)
+    >>> m.mfu, m.mfu_decode, m.mbu
+    (0.45, 0.3, 1.0)
+    >>> round(m.step_time_s(0, 1, decode_context_tokens=512) * 1e3, 3)  # one decode: weight reads
+    4.501
+    >>> round(m.step_time_s(2048, 0, prefill_attention_pairs=2048 * 2049 // 2) * 1e3, 2)
+    66.99
+    """
+
+    uses_context: ClassVar[bool] = True
+    """The engine passes ``decode_context_tokens`` and ``prefill_attention_pairs``."""
+
+    model: str
+    """Model under ``profiles/models`` or an alias (``meta-llama/llama-3.1-8b-instruct``)."""
+    gpu: str
+    """GPU in ``profiles/gpus.yaml`` (``H100``, ``A100-80``, ``L40S``)."""
+    tp: int = attrs.field(default=1, validator=_positive_int)
+    """Tensor-parallel degree."""
+    mfu: float | None = attrs.field(default=None, validator=optional(_efficiency))
+    """Fraction of peak FLOP/s that prefill reaches; None takes the GPU's ``mfu_prefill``
+    (BLIS's calibration: H100 0.45, A100 0.38, L40S 0.32)."""
+    mfu_decode: float | None = attrs.field(default=None, validator=optional(_efficiency))
+    """Fraction of peak FLOP/s that decode reaches; None takes the GPU's ``mfu_decode``
+    (BLIS: H100 0.30, A100 0.18, L40S 0.08)."""
+    mbu: float = attrs.field(default=1.0, validator=_efficiency)
+    """Fraction of peak memory bandwidth reached; 1.0 as in BLIS's roofline (no bandwidth haircut)."""
+    allreduce_latency_us: float = attrs.field(default=0.0, validator=at_least(0))
+    """Fixed time per all-reduce call (launch, synchronisation), µs."""
+    alpha0_us: float = attrs.field(default=0.0, validator=at_least(0))
+    """Fixed arrival-to-queue delay per request, µs."""
+    alpha1_us: float = attrs.field(default=0.0, validator=at_least(0))
+    """Arrival-to-queue delay per prompt token, µs."""
+    alpha2_us: float = attrs.field(default=0.0, validator=at_least(0))
+    """Post-processing per output token, µs."""
+    roofline: Roofline = attrs.field(init=False, repr=False, eq=False)
+    """The arithmetic (built from the fields above)."""
+
+    def __attrs_post_init__(self) -> None:
+        gpu = gpu_spec(self.gpu)
+        hardware = Hardware(model=model_spec(self.model), gpu=gpu, tp=self.tp)
+        roofline = Roofline(
+            hardware=hardware,
+            mfu=gpu.mfu_prefill if self.mfu is None else self.mfu,
+            mfu_decode=gpu.mfu_decode if self.mfu_decode is None else self.mfu_decode,
+            mbu=self.mbu,
+            allreduce_latency_us=self.allreduce_latency_us,
+        )
+        object.__setattr__(self, "roofline", roofline)
+        if self.mfu is None:
+            object.__setattr__(self, "mfu", roofline.mfu)
+        if self.mfu_decode is None:
+            object.__setattr__(self, "mfu_decode", roofline.mfu_decode)
+
+    @property
+    def hardware(self) -> Hardware:
+        """The model, GPU and TP degree this model describes."""
+        return self.roofline.hardware
+
+    @property
+    def output_token_overhead_s(self) -> float:
+        return self.alpha2_us * 1e-6
+
+    def queueing_time_s(self, prompt_tokens: int) -> float:
+        return (self.alpha0_us + self.alpha1_us * prompt_tokens) * 1e-6
+
+    def step_time_s(
+        self, prefill_tokens: int, decode_tokens: int, decode_context_tokens: int = 0, prefill_attention_pairs: int = 0
+    ) -> float:
+        return self.roofline.step_time_s(prefill_tokens, decode_tokens, decode_context_tokens, prefill_attention_pairs)

@@ -1,0 +1,155 @@
+"""Read-only views of the replicas, as routing and admission policies see them.
+
+A view combines two kinds of state, as a real gateway does:
+
+* **router-local** counts (``outstanding_requests``, ``outstanding_tokens``):
+  the router counts what it sent to each replica, the replica counts what left
+  it; the difference is always current, since responses pass the gateway;
+* **replica-reported** state (queue lengths, KV use): read live from the
+  replica (:class:`LiveView`), or from a snapshot refreshed every
+  ``serving.view_refresh_s`` seconds (:class:`SnapshotView`), like metrics a
+  gateway scrapes. ``prefix_hit_tokens`` always reads the replica's cache as it
+  is (a precise prefix-cache index fed by the replicas' cache events).
+
+Views never change anything; each component changes only its own state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Sequence
+from typing import TYPE_CHECKING
+
+import simpy
+
+if TYPE_CHECKING:
+    from simpy.events import Event
+
+    from simpy_llm.entities import Request
+    from simpy_llm.serving.engine import Replica
+
+__all__ = ["LiveView", "RouterCounts", "SnapshotView", "refresh_views"]
+
+
+class RouterCounts:
+    """What the router sent to each replica (the router's own state)."""
+
+    __slots__ = ("routed", "routed_tokens")
+
+    def __init__(self, n: int) -> None:
+        self.routed = [0] * n
+        """Requests routed to each replica."""
+        self.routed_tokens = [0] * n
+        """Prompt tokens routed to each replica."""
+
+
+class LiveView:
+    """A replica as a policy sees it, read at the moment of the decision.
+
+    Parameters
+    ----------
+    replica
+        The replica.
+    counts
+        The router's own counts.
+    capacity
+        The replica's relative service rate.
+    """
+
+    __slots__ = ("_counts", "_replica", "capacity", "group", "index", "kv_total_blocks", "prefill_s_per_token")
+
+    def __init__(self, replica: Replica, counts: RouterCounts, capacity: float) -> None:
+        self._replica = replica
+        self._counts = counts
+        self.index = replica.index
+        self.group = replica.group
+        self.capacity = capacity
+        self.kv_total_blocks = replica.kv.num_blocks
+        step = replica.latency.step_time_s
+        self.prefill_s_per_token = (step(1024, 0) - step(0, 0)) / 1024
+
+    @property
+    def outstanding_requests(self) -> int:
+        return self._counts.routed[self.index] - self._replica.departed
+
+    @property
+    def outstanding_tokens(self) -> int:
+        return self._counts.routed_tokens[self.index] - self._replica.departed_tokens
+
+    @property
+    def waiting_requests(self) -> int:
+        return len(self._replica.waiting)
+
+    @property
+    def running_requests(self) -> int:
+        return len(self._replica.running)
+
+    @property
+    def queued_prompt_tokens(self) -> int:
+        return self._replica.queued_prompt_tokens
+
+    @property
+    def kv_free_blocks(self) -> int:
+        return self._replica.kv.free_blocks
+
+    @property
+    def kv_utilization(self) -> float:
+        return self._replica.kv.used_blocks / self.kv_total_blocks
+
+    def prefix_hit_tokens(self, request: Request) -> int:
+        cache = self._replica.prefix_cache
+        return 0 if cache is None else cache.hit_tokens(request)
+
+
+class SnapshotView(LiveView):
+    """A :class:`LiveView` whose replica-reported fields are as of the last :meth:`refresh`."""
+
+    __slots__ = ("_kv_free", "_kv_used", "_queued", "_running", "_waiting")
+
+    def __init__(self, replica: Replica, counts: RouterCounts, capacity: float) -> None:
+        super().__init__(replica, counts, capacity)
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Copy the replica's current state."""
+        rep = self._replica
+        self._waiting = len(rep.waiting)
+        self._running = len(rep.running)
+        self._queued = rep.queued_prompt_tokens
+        self._kv_free = rep.kv.free_blocks
+        self._kv_used = rep.kv.used_blocks
+
+    @property
+    def waiting_requests(self) -> int:
+        return self._waiting
+
+    @property
+    def running_requests(self) -> int:
+        return self._running
+
+    @property
+    def queued_prompt_tokens(self) -> int:
+        return self._queued
+
+    @property
+    def kv_free_blocks(self) -> int:
+        return self._kv_free
+
+    @property
+    def kv_utilization(self) -> float:
+        return self._kv_used / self.kv_total_blocks
+
+
+def refresh_views(
+    env: simpy.Environment, views: Sequence[SnapshotView], every_s: float, active: Callable[[], bool]
+) -> Generator[Event, None, None]:
+    """Process: refresh every snapshot view each *every_s* seconds while *active()* holds.
+
+    Yields
+    ------
+    Timeout
+        Until the next refresh.
+    """
+    while active():
+        yield env.timeout(every_s)
+        for view in views:
+            view.refresh()

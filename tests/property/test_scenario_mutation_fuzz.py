@@ -1,0 +1,248 @@
+"""Fuzzing whole runs: every shipped scenario, mutated at random, loads and runs (shortened)
+to Results, or stops with one ScenarioError whose key paths name real keys.
+
+Each example takes a shipped scenario, shortens it (few requests, a short horizon, a
+small ``simulation.until_s``, few ServeGen clients, few trace rows), then replaces one
+to three of its leaves with extreme or odd values: huge integers, 1e300, NaN, infinities,
+negative numbers, zero, tiny floats, the old value scaled by powers of ten, strings,
+None, lists and mappings. The shortening is applied first, so a mutation may override
+it. If the loader accepts the result the scenario is built and run. Nothing but a
+:class:`~simpy_llm.config.ScenarioError` may come out.
+
+Every run is also capped at a number of SimPy events (a mutation may legitimately ask for
+a long run); reaching the cap ends the example as a success. Set
+``SIMPY_LLM_FUZZ_EXAMPLES`` to run more examples than the suite's default, e.g.
+``SIMPY_LLM_FUZZ_EXAMPLES=3000 pytest tests/property/test_scenario_mutation_fuzz.py``.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from simpy_llm import Simulation
+from simpy_llm.config import ScenarioError, scenario_from_dict
+from simpy_llm.config.paths import base_dir
+
+SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
+SCENARIOS: dict[str, Any] = {p.name: yaml.safe_load(p.read_text()) for p in sorted(SCENARIO_DIR.glob("*.yaml"))}
+
+EXAMPLES = int(os.environ.get("SIMPY_LLM_FUZZ_EXAMPLES", "150"))
+"""Examples per run of the test (the suite's default keeps it to well under a minute)."""
+
+SHORT_REQUESTS = 20
+SHORT_HORIZON_S = 20.0
+SHORT_UNTIL_S = 5.0
+SHORT_SERVEGEN_CLIENTS = 3
+EVENT_BUDGET = 20_000
+"""SimPy events one example may take before it counts as having run."""
+
+ODD_VALUES: list[Any] = [
+    2**70, -(2**70), 10**300, 2**63, 2**63 - 1, 2**31, 2**24 + 1, 100_001,
+    1e300, -1e300, 1e12, 1e9, 1e6, 1e3, 7, 2, 1, 0, -1, -0.0, 0.5,
+    1e-3, 1e-9, 1e-300, 5e-324,
+    math.nan, math.inf, -math.inf,
+    True, False, None, "", "7", "auto", "poisson", [], [1, 2], [0, 1e300], {}, {"x": 1},
+]  # fmt: skip
+
+
+def _shortened(data: dict[str, Any]) -> dict[str, Any]:
+    """*data* with its run cut short (the keys set here are mutable like any other)."""
+    wl = data["workload"]
+    if "num_requests" in wl:
+        wl["num_requests"] = min(wl["num_requests"], SHORT_REQUESTS)
+    if "horizon_s" in wl:
+        wl["horizon_s"] = min(wl["horizon_s"], SHORT_HORIZON_S)
+    if "servegen_data" in wl:
+        wl["servegen_data"]["max_clients"] = SHORT_SERVEGEN_CLIENTS
+    for trace in wl.get("traces", []):
+        trace["max_requests"] = SHORT_REQUESTS
+    data.setdefault("simulation", {})["until_s"] = SHORT_UNTIL_S
+    return data
+
+
+def _leaves(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Key paths (tuples of keys and indices) of every scalar in *node*."""
+    if isinstance(node, dict):
+        return [p for k, v in node.items() for p in _leaves(v, (*prefix, k))]
+    if isinstance(node, list):
+        return [p for i, v in enumerate(node) for p in _leaves(v, (*prefix, i))]
+    return [prefix]
+
+
+def _get(data: Any, path: tuple[Any, ...]) -> Any:
+    for step in path:
+        data = data[step]
+    return data
+
+
+SHORT: dict[str, Any] = {name: _shortened(copy.deepcopy(data)) for name, data in SCENARIOS.items()}
+LEAVES = {name: _leaves(data) for name, data in SHORT.items()}
+NUMERIC_LEAVES = {
+    name: [p for p in paths if isinstance(_get(SHORT[name], p), (int, float)) and not isinstance(_get(SHORT[name], p), bool)]
+    for name, paths in LEAVES.items()
+}
+
+
+@st.composite
+def mutated_scenarios(draw: st.DrawFn) -> tuple[str, dict[str, Any], list[str]]:
+    """(scenario file name, its shortened data with one to three leaves replaced, the edits)."""
+    name = draw(st.sampled_from(sorted(SHORT)))
+    data = copy.deepcopy(SHORT[name])
+    edits = []
+    for _ in range(draw(st.integers(1, 3))):
+        pool = NUMERIC_LEAVES[name] if draw(st.integers(0, 3)) else LEAVES[name]
+        path = draw(st.sampled_from(pool))
+        old = _get(data, path)
+        if isinstance(old, (int, float)) and not isinstance(old, bool) and draw(st.booleans()):
+            k = draw(st.integers(-12, 12).filter(bool))
+            new = old * 10**k if isinstance(old, int) and k > 0 else old * 10.0**k
+        else:
+            new = draw(
+                st.one_of(
+                    st.sampled_from(ODD_VALUES),
+                    st.integers(-(2**80), 2**80),
+                    st.floats(allow_nan=True, allow_infinity=True),
+                )
+            )
+        _get(data, path[:-1])[path[-1]] = new
+        edits.append(f"{'.'.join(map(str, path))} = {new!r}")
+    return name, data, edits
+
+
+class _Budget(Exception):
+    """The example used up its SimPy events."""
+
+
+def _capped(sim: Simulation, events: int) -> None:
+    """Stop *sim* with :class:`_Budget` after *events* SimPy events."""
+    step = sim.env.step
+    counter = itertools.count()
+
+    def limited() -> None:
+        if next(counter) >= events:
+            raise _Budget
+        step()
+
+    sim.env.step = limited  # type: ignore[method-assign]
+
+
+_INDEX = re.compile(r"\[(\d+)\]")
+
+
+def _segments(path: str) -> list[Any]:
+    """``"a.b[1].c"`` -> ``["a", "b", 1, "c"]``."""
+    out: list[Any] = []
+    for part in path.split("."):
+        head = part.split("[", 1)[0]
+        if head:
+            out.append(head)
+        out.extend(int(i) for i in _INDEX.findall(part))
+    return out
+
+
+def _names_real_key(data: Any, path: str) -> bool:
+    """Whether *path* leads through *data* to a key that is there, or to a missing key of a
+    mapping that is there (a required key left out), or to a parameter of a registered
+    class that a policy's ``params`` mapping leaves out."""
+    node = data
+    segments = _segments(path)
+    if not segments:
+        return False
+    for i, seg in enumerate(segments):
+        last = i == len(segments) - 1
+        if isinstance(node, dict) and seg in node:
+            node = node[seg]
+        elif isinstance(node, list) and isinstance(seg, int) and seg < len(node):
+            node = node[seg]
+        elif isinstance(node, dict) and last:
+            return True  # a missing key of a mapping that is there
+        elif isinstance(seg, str) and i > 0 and segments[i - 1] == "params" and node is not None:
+            return last
+        else:
+            return False
+    return True
+
+
+def _named_files(data: Any) -> list[Path]:
+    """The files and directories *data* names (string leaves, relative to the scenarios)."""
+    out = []
+    for path in _leaves(data):
+        value = _get(data, path)
+        if isinstance(value, str) and value:
+            out.append((SCENARIO_DIR / value).resolve())
+    return out
+
+
+def _check_error(exc: ScenarioError, data: dict[str, Any], source: str) -> None:
+    """*exc* reports problems with messages; about the scenario, each names a real key path;
+    about a data file the scenario names (a ServeGen directory, a trace), its paths are
+    inside that file."""
+    assert exc.problems, "a ScenarioError must report at least one problem"
+    about_scenario = exc.source in (source, f"scenario {data.get('name')!r}")
+    for path, message in exc.problems:
+        assert isinstance(message, str) and message
+        if about_scenario:
+            assert _names_real_key(data, path), (path, message)
+    if not about_scenario:
+        named = Path(exc.source).resolve()
+        assert any(named == f or f in named.parents for f in _named_files(data)), exc.source
+
+
+def _load_and_run(name: str, data: dict[str, Any]) -> str:
+    """Load and run *data* as scenario *name*; the outcome for ``event``."""
+    source = str(SCENARIO_DIR / name)
+    try:
+        with base_dir(SCENARIO_DIR):
+            scenario = scenario_from_dict(data, source=source)
+    except ScenarioError as exc:
+        _check_error(exc, data, source)
+        return "rejected by the loader"
+    try:
+        sim = Simulation(scenario)
+        _capped(sim, EVENT_BUDGET)
+        sim.run()
+    except ScenarioError as exc:
+        _check_error(exc, data, source)
+        return "rejected when built or run"
+    except _Budget:
+        return "ran (event cap reached)"
+    return "ran to the end"
+
+
+@settings(max_examples=EXAMPLES, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(mutated_scenarios())
+def test_mutated_scenarios_run_or_raise_scenario_error(case: tuple[str, dict[str, Any], list[str]]) -> None:
+    """A shipped scenario with extreme or odd values in one to three leaves either loads and runs
+    (shortened) or raises ScenarioError naming real keys; no other exception escapes."""
+    name, data, edits = case
+    outcome = _load_and_run(name, data)
+    event(outcome)
+
+
+def test_shortened_scenarios_run() -> None:
+    """Every shipped scenario, shortened as the fuzz test shortens it, loads and runs unchanged
+    (so a rejection in the fuzz test is the mutation's doing)."""
+    for name, data in SHORT.items():
+        assert _load_and_run(name, copy.deepcopy(data)) in ("ran to the end", "ran (event cap reached)"), name
+
+
+def test_names_real_key_follows_the_data() -> None:
+    """The key-path check accepts keys that are in the data (or missing from a mapping that is)
+    and refuses paths through keys that are not there."""
+    data = {"workload": {"clients": [{"id": "a", "input_distribution": {"type": "lognormal", "params": {"mu": 1}}}]}}
+    assert _names_real_key(data, "workload.clients[0].input_distribution.params.mu")
+    assert _names_real_key(data, "workload.clients[0].output_distribution")
+    assert _names_real_key(data, "workload.clients[0].input_distribution.params.sigma")
+    assert not _names_real_key(data, "workload.clients[3].id")
+    assert not _names_real_key(data, "workload.nothing.here")
+    assert not _names_real_key(data, "")
