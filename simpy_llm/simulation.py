@@ -283,6 +283,7 @@ class Simulation:
             events=self._events_processed(),
             steps=sum(r.step for r in self.replicas),
             kv_blocks=[r.kv.num_blocks for r in self.replicas],
+            replica_groups=[p.group for p in self.plans],
         )
 
     def _run_until(self, until: float | None) -> None:

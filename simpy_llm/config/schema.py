@@ -116,7 +116,12 @@ Probability = NewType("Probability", float)
 
 @attrs.frozen(kw_only=True)
 class NetworkConfig:
-    """A client's network path (recorded on each request; the network model uses it)."""
+    """A client's network path.
+
+    Not simulated yet: every latency the simulator reports is server-side, as if the
+    client sat next to the server. The keys are validated so that workload specs
+    written with them load; client-perspective TTFT and E2E (upload and download
+    delays from these figures) come with the network model."""
 
     rtt_ms: float = attrs.field(default=0.0, validator=all_of(at_least(0), at_most(MAX_TIME_S * 1e3)))
     """Round-trip time, milliseconds."""
@@ -234,7 +239,7 @@ class ClientConfig:
     streaming: Probability = attrs.field(default=1.0, validator=in_range(0.0, 1.0))
     """Probability a request streams (``true``/``false`` in YAML mean 1/0)."""
     network: NetworkConfig | None = None
-    """The client's network path."""
+    """The client's network path (validated, not simulated yet: see :class:`NetworkConfig`)."""
     lifecycle: LifecycleConfig | None = None
     """Active windows (default: always active)."""
     multimodal: MultimodalConfig | None = None

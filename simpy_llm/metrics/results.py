@@ -14,6 +14,15 @@ Percentiles of per-request metrics use numpy's default (linear) interpolation
 over completed requests; ITL percentiles use the inverted CDF of the weighted
 gaps. Throughput and goodput are counts divided by the run's duration
 (``duration_s``: the last completion, or ``until_s``).
+
+Warm-up requests (``warm_up == 1``, the first requests of a replayed trace) are
+simulated like any other but left out of every latency, throughput, goodput,
+fairness and prefix-cache figure; with warm-up, throughput and goodput divide by
+the measured window, from the first measured arrival to the end of the run
+(``measurement`` in :meth:`Results.summary`). Request counts, drops, preemptions
+and the engine's figures (busy time, KV use, batch sizes) cover the whole run,
+warm-up included: the engine's counters are not kept per request. ITL is one of
+them for the same reason: its gaps are tallied without their request.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import numpy as np
 
+from simpy_llm.metrics.fairness import tenant_fairness
 from simpy_llm.metrics.recorder import RECORD_FIELDS
 
 if TYPE_CHECKING:
@@ -41,6 +51,8 @@ if TYPE_CHECKING:
 __all__ = ["RequestRecord", "Results"]
 
 QUANTILES = (("p50", 50), ("p90", 90), ("p95", 95), ("p99", 99))
+TIMESERIES_COLUMNS = ("time_s", "replica", "waiting", "running", "kv_used_blocks", "kv_utilization", "busy")
+PREEMPTION_MODES = ("recompute", "swap")
 
 
 @attrs.frozen(kw_only=True)
@@ -108,6 +120,7 @@ class Results:
         steps: int,
         recorder: Recorder,
         kv_blocks: list[int],
+        replica_groups: list[str] | None = None,
     ) -> None:
         self.columns = columns
         """Record columns (strings decoded), sorted by request id."""
@@ -122,6 +135,12 @@ class Results:
         """Engine steps over all replicas."""
         self._recorder = recorder
         self._kv_blocks = kv_blocks
+        if replica_groups is not None and len(replica_groups) != len(kv_blocks):
+            raise ValueError(
+                f"replica_groups names {len(replica_groups)} replicas, kv_blocks {len(kv_blocks)}"
+            )
+        self.replica_groups = None if replica_groups is None else list(replica_groups)
+        """Replica group name per replica index (``None``: not given)."""
 
     @classmethod
     def from_recorder(
@@ -134,8 +153,13 @@ class Results:
         events: int,
         steps: int,
         kv_blocks: list[int],
+        replica_groups: list[str] | None = None,
     ) -> Results:
-        """Freeze a recorder's columns into Results (records sorted by request id)."""
+        """Freeze a recorder's columns into Results (records sorted by request id).
+
+        *kv_blocks* is each replica's KV block count; *replica_groups*, when given,
+        each replica's group name (both indexed by replica).
+        """
         order = np.argsort(np.frombuffer(recorder.columns["request_id"], dtype=np.int64), kind="stable")
         columns: dict[str, np.ndarray] = {}
         for name, kind in RECORD_FIELDS:
@@ -154,6 +178,7 @@ class Results:
             steps=steps,
             recorder=recorder,
             kv_blocks=kv_blocks,
+            replica_groups=replica_groups,
         )
 
     def __len__(self) -> int:
@@ -181,13 +206,62 @@ class Results:
         }
 
     def to_dataframe(self) -> pd.DataFrame:
-        """One row per request with the record fields and derived metrics."""
+        """One row per request with the record fields, ``replica_group`` and the derived metrics.
+
+        ``replica_group`` is the group of the request's replica; empty for requests
+        never routed (``replica == -1``) and when the Results were built without
+        ``replica_groups``.
+        """
         import pandas as pd
 
-        frame = pd.DataFrame({**self.columns, **self.derived()})
-        for name in ("client_id", "tenant_id", "slo_class", "status", "session_id", "prefix_group", "dropped_reason"):
+        frame = pd.DataFrame({**self.columns, "replica_group": self._replica_group_column(), **self.derived()})
+        for name in (
+            "client_id", "tenant_id", "slo_class", "status", "session_id", "prefix_group", "dropped_reason",
+            "replica_group",
+        ):
             frame[name] = frame[name].astype("string")
         return frame
+
+    def _replica_group_column(self) -> np.ndarray:
+        replica = self.columns["replica"]
+        out = np.full(replica.shape, "", dtype=object)
+        if self.replica_groups is not None and replica.size:
+            names = np.array([*self.replica_groups, ""], dtype=object)
+            # -1 (never routed) indexes the trailing "".
+            out = names[replica]
+        return out
+
+    def timeseries(self) -> pd.DataFrame:
+        """Sampled replica state, one row per (sample time, replica), sorted by both.
+
+        Columns: ``time_s``, ``replica``, ``waiting`` (requests in its waiting queue),
+        ``running`` (requests in its batch), ``kv_used_blocks``, ``kv_utilization``
+        (used / the replica's KV blocks) and ``busy`` (1 if it had a batch, else 0).
+        Samples exist only when the scenario sets ``simulation.timeseries_interval_s``
+        (every replica each interval, from t = 0 to the end of the run); otherwise the
+        frame is empty, with these columns.
+
+        Examples
+        --------
+        >>> from simpy_llm import Simulation, load_scenario
+        >>> overrides = ["workload.num_requests=20", "simulation.timeseries_interval_s=0.25"]
+        >>> ts = Simulation(load_scenario("scenarios/quickstart.yaml", overrides)).run().timeseries()
+        >>> list(ts.columns)
+        ['time_s', 'replica', 'waiting', 'running', 'kv_used_blocks', 'kv_utilization', 'busy']
+        >>> ts["time_s"].iloc[:3].tolist()
+        [0.0, 0.25, 0.5]
+        """
+        import pandas as pd
+
+        rows = sorted(self._recorder.samples, key=lambda r: (r[0], r[1]))
+        frame = pd.DataFrame(rows, columns=["time_s", "replica", "waiting", "running", "kv_used_blocks", "busy"])
+        frame = frame.astype(
+            {"time_s": "float64", "replica": "int64", "waiting": "int64", "running": "int64",
+             "kv_used_blocks": "int64", "busy": "int64"}
+        )
+        blocks = np.array(self._kv_blocks, dtype=np.float64)[frame["replica"].to_numpy()]
+        frame.insert(5, "kv_utilization", frame["kv_used_blocks"].to_numpy(np.float64) / blocks)
+        return frame[list(TIMESERIES_COLUMNS)]
 
     def preemptions(self) -> pd.DataFrame:
         """One row per preemption: request_id, replica, time_s, mode (``recompute`` or ``swap``)."""
@@ -209,13 +283,56 @@ class Results:
 
     # --- summary -----------------------------------------------------------
     def summary(self) -> dict[str, Any]:
-        """Headline metrics as plain data (JSON-ready); deterministic for a seed."""
+        """Headline metrics as plain data (JSON-ready); deterministic for a seed.
+
+        Latency, throughput, goodput, fairness and prefix-cache figures are over
+        measured requests (not warm-up); see the module docstring for what else
+        covers the whole run. Besides the headline keys:
+
+        * ``requests``: ``arrived``, ``completed``, ``dropped``, ``in_flight`` (every
+          request, warm-up included), ``warm_up`` (how many were warm-up),
+          ``dropped_by_reason`` ``{reason: n}`` and ``dropped_by_class``
+          ``{slo_class: {reason: n}}`` (every drop; ``unknown`` for a drop without a reason).
+        * ``measurement``: the window throughput and goodput divide by: ``start_s`` (0,
+          or the first measured arrival when there is warm-up) and ``duration_s``.
+        * ``latency_s_by_class`` / ``latency_s_by_tenant``: ``{name: {ttft, tpot, e2e,
+          queue_delay: {mean, p50, p90, p95, p99}}}`` over completed measured requests, for
+          every class / tenant with a measured request (``None`` where none completed).
+        * ``fairness``: Jain's index (J = (sum x)^2 / (n sum x^2)) across tenants of two
+          allocations x, with the per-tenant values: ``completed_share`` (completed / all
+          measured requests of the tenant) and ``inverse_normalized_e2e`` (1 / mean of
+          e2e_s / output_tokens over its completed requests); see
+          :mod:`simpy_llm.metrics.fairness`. One tenant gives 1.0.
+        * ``gpu_utilization``: ``per_replica`` busy seconds / ``duration_s`` (a ratio in
+          [0, 1]) and their ``mean`` (and ``by_group`` when replica groups are known).
+        * ``prefix_cache``: ``hit_rate`` = sum of ``cached_tokens`` / sum of
+          ``prompt_tokens`` over measured requests admitted at least once (``None`` when
+          none was), and those two sums.
+        * ``preemptions.by_mode``: preemptions per mode (``recompute``, ``swap``).
+        * ``engine.group``: each replica's group, when replica groups are known.
+
+        Examples
+        --------
+        >>> from simpy_llm import Simulation, load_scenario
+        >>> s = Simulation(load_scenario("scenarios/quickstart.yaml", ["workload.num_requests=50"])).run().summary()
+        >>> s["requests"]["completed"], s["requests"]["warm_up"], s["prefix_cache"]["cached_tokens"]
+        (50, 0, 0)
+        >>> 0 < s["gpu_utilization"]["mean"] <= 1, s["fairness"]["completed_share"]["jain"]
+        (True, 1.0)
+        """
         c = self.columns
         rec = self._recorder
         status = c["status"]
-        done = status == "completed"
+        measured = c["warm_up"] == 0
+        done = (status == "completed") & measured
         d = {k: v[done] for k, v in self.derived().items()}
-        duration = self.end_s if self.end_s > 0 else float("nan")
+        duration_all = self.end_s if self.end_s > 0 else float("nan")
+        start_s = 0.0
+        if not measured.all():
+            # Warm-up precedes measurement: rates count from the first measured arrival.
+            start_s = float(c["arrival_s"][measured].min()) if measured.any() else self.end_s
+        window_s = self.end_s - start_s
+        duration = window_s if window_s > 0 else float("nan")
         completed = int(done.sum())
         out_tokens = int(c["output_tokens"][done].sum())
         in_tokens = int(c["prompt_tokens"][done].sum())
@@ -240,18 +357,27 @@ class Results:
         batch["histogram"] = {str(k): v for k, v in batch_hist.items()}
 
         kv_per_replica = [
-            bs / (blocks * duration) if duration == duration else math.nan
+            bs / (blocks * duration_all) if duration_all == duration_all else math.nan
             for bs, blocks in zip(rec.kv_block_seconds, self._kv_blocks, strict=True)
         ]
         n_preempted = int((c["num_preemptions"] > 0).sum())
+        by_mode = dict.fromkeys(PREEMPTION_MODES, 0)
+        for *_rest, mode in rec.preemptions:
+            by_mode[mode] = by_mode.get(mode, 0) + 1
+        engine: dict[str, Any] = {"steps": self.steps, "busy_s": list(rec.busy_s)}
+        if self.replica_groups is not None:
+            engine["group"] = list(self.replica_groups)
         return {
             "requests": {
                 "arrived": rec.arrived,
-                "completed": completed,
+                "completed": int((status == "completed").sum()),
                 "dropped": int((status == "dropped").sum()),
                 "in_flight": int((status == "in_flight").sum()),
+                "warm_up": int((~measured).sum()),
+                **self._drop_counts(),
             },
             "duration_s": self.end_s,
+            "measurement": {"start_s": start_s, "duration_s": window_s},
             "latency_s": {
                 "ttft": _stats(d["ttft_s"]),
                 "tpot": _stats(d["tpot_s"]),
@@ -259,6 +385,8 @@ class Results:
                 "e2e": _stats(d["e2e_s"]),
                 "queue_delay": _stats(d["queue_delay_s"]),
             },
+            "latency_s_by_class": self._latency_by("slo_class", done),
+            "latency_s_by_tenant": self._latency_by("tenant_id", done),
             "throughput": {
                 "requests_per_s": completed / duration,
                 "output_tokens_per_s": out_tokens / duration,
@@ -269,16 +397,78 @@ class Results:
                 "fraction": float(met.mean()) if completed else math.nan,
                 "by_class": by_class,
             },
-            "preemptions": {"total": len(rec.preemptions), "requests_preempted": n_preempted},
+            "preemptions": {
+                "total": len(rec.preemptions),
+                "requests_preempted": n_preempted,
+                "by_mode": dict(sorted(by_mode.items())),
+            },
             "kv_utilization": {
                 "time_weighted_mean": float(np.mean(kv_per_replica)),
                 "per_replica": kv_per_replica,
             },
             "batch_size": batch,
             "in_system": {"time_average": rec.in_system.time_average(self.end_s), "peak": rec.in_system.peak},
-            "engine": {"steps": self.steps, "busy_s": list(rec.busy_s)},
+            "engine": engine,
+            "gpu_utilization": self._gpu_utilization(duration_all),
+            "prefix_cache": self._prefix_cache(measured),
+            "fairness": tenant_fairness(
+                c["tenant_id"][measured],
+                (status == "completed")[measured],
+                (c["completion_s"] - c["arrival_s"])[measured],
+                c["output_tokens"][measured],
+            ),
             "sessions": self._session_summary(),
         }
+
+    def _drop_counts(self) -> dict[str, Any]:
+        c = self.columns
+        dropped = c["status"] == "dropped"
+        reasons = np.array([r or "unknown" for r in c["dropped_reason"][dropped].tolist()], dtype=object)
+        classes = c["slo_class"][dropped]
+        by_reason = {r: int((reasons == r).sum()) for r in sorted(set(reasons.tolist()))}
+        by_class: dict[str, dict[str, int]] = {}
+        for cls_name in sorted(set(classes.tolist())):
+            in_class = reasons[classes == cls_name]
+            by_class[cls_name] = {r: int((in_class == r).sum()) for r in sorted(set(in_class.tolist()))}
+        return {"dropped_by_reason": by_reason, "dropped_by_class": by_class}
+
+    def _latency_by(self, column: str, done: np.ndarray) -> dict[str, dict[str, dict[str, float | None]]]:
+        """Latency statistics per value of *column*, over the requests in *done*, for every
+        value a measured request has."""
+        c = self.columns
+        keys = c[column][c["warm_up"] == 0]
+        derived = self.derived()
+        out = {}
+        for name in sorted(set(keys.tolist())):
+            mask = done & (c[column] == name)
+            out[name] = {
+                metric: _stats(derived[f"{metric}_s"][mask]) for metric in ("ttft", "tpot", "e2e", "queue_delay")
+            }
+        return out
+
+    def _gpu_utilization(self, duration_s: float) -> dict[str, Any]:
+        busy = self._recorder.busy_s
+        if not duration_s > 0:
+            per_replica: list[float | None] = [None] * len(busy)
+            mean = None
+        else:
+            per_replica = [b / duration_s for b in busy]
+            mean = float(np.mean(per_replica)) if per_replica else None
+        out: dict[str, Any] = {"mean": mean, "per_replica": per_replica}
+        if self.replica_groups is not None:
+            by_group = {}
+            for name in sorted(set(self.replica_groups)):
+                values = [u for u, g in zip(per_replica, self.replica_groups, strict=True) if g == name]
+                by_group[name] = None if mean is None else float(np.mean(values))
+            out["by_group"] = by_group
+        return out
+
+    def _prefix_cache(self, measured: np.ndarray) -> dict[str, Any]:
+        c = self.columns
+        admitted = measured & ~np.isnan(c["first_scheduled_s"])
+        cached = int(c["cached_tokens"][admitted].sum())
+        prompt = int(c["prompt_tokens"][admitted].sum())
+        return {"hit_rate": cached / prompt if prompt > 0 else None, "cached_tokens": cached, "prompt_tokens": prompt}
 
     def _session_summary(self) -> dict[str, Any]:
         sessions = self._recorder.sessions
@@ -308,7 +498,9 @@ class Results:
     # --- files ---------------------------------------------------------------
     def save(self, directory: str | Path) -> Path:
         """Write ``records.csv`` (and ``records.parquet`` when pyarrow is installed),
-        ``preemptions.csv``, ``summary.json`` and ``manifest.json`` into *directory*."""
+        ``preemptions.csv`` (with each preemption's mode), ``sessions.csv`` (when there
+        were sessions), ``timeseries.csv`` (when the run was sampled, see
+        :meth:`timeseries`), ``summary.json`` and ``manifest.json`` into *directory*."""
         from simpy_llm.config.loader import scenario_hash, scenario_to_dict
 
         out = Path(directory)
@@ -324,6 +516,8 @@ class Results:
         self.preemptions().to_csv(out / "preemptions.csv", index=False)
         if self._recorder.sessions:
             self.sessions().to_csv(out / "sessions.csv", index=False)
+        if self._recorder.samples:
+            self.timeseries().to_csv(out / "timeseries.csv", index=False)
         (out / "summary.json").write_text(json.dumps(self.summary(), indent=2, default=_json_default) + "\n")
         manifest = {
             "seed": self.scenario.seed,

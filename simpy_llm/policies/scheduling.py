@@ -46,6 +46,7 @@ import attrs
 
 from simpy_llm.config.errors import FieldValueError
 from simpy_llm.config.validators import at_least, one_of, optional
+from simpy_llm.policies.predictors import OutputPredictor
 from simpy_llm.registry import Registry
 
 if TYPE_CHECKING:
@@ -123,23 +124,17 @@ class ShortestJobFirst:
 
     by: str = attrs.field(default="prompt", validator=one_of(("prompt", "output")))
     """``prompt``: tokens of the next prefill; ``output``: predicted output tokens left."""
-    predictor: Any = attrs.field(factory=lambda: _oracle())
-    """Output-length predictor used with ``by: output``."""
+    predictor: OutputPredictor = attrs.field(factory=lambda: OutputPredictor(kind="oracle"))
+    """Output-length predictor used with ``by: output`` (default: the oracle)."""
 
     def __attrs_post_init__(self) -> None:
-        if self.by == "prompt" and self.predictor != _oracle():
+        if self.by == "prompt" and self.predictor != OutputPredictor(kind="oracle"):
             raise FieldValueError("predictor", "is used only with by: output")
 
     def key(self, request: Request, now_s: float) -> float:
         if self.by == "prompt":
             return request.prompt_tokens + request.generated_tokens
         return max(self.predictor.predict(request) - request.generated_tokens, 0.0)
-
-
-def _oracle() -> Any:
-    from simpy_llm.policies.predictors import OutputPredictor
-
-    return OutputPredictor(kind="oracle")
 
 
 @scheduler_policies.register("edf")

@@ -265,13 +265,22 @@ class _Pool:
                     self.evictable[blk.number] = blk
         table.clear()
 
-    def register(self, blk: _Block, identity: tuple) -> None:
-        """A private block became full: it becomes cached unless that identity is cached already."""
-        if identity in self.cache:
+    def register(self, table: list[_Block], b: int, identity: tuple) -> None:
+        """Block *b* of *table* became full. It becomes cached under *identity*; if a cached
+        block has that identity already, the table references that one instead and its
+        own copy becomes empty."""
+        blk = table[b]
+        other = self.cache.get(identity)
+        if other is None:
+            blk.identity = identity
+            blk.refs = 1
+            self.cache[identity] = blk
             return
-        blk.identity = identity
-        blk.refs = 1
-        self.cache[identity] = blk
+        if other.refs == 0:
+            del self.evictable[other.number]
+        other.refs += 1
+        table[b] = other
+        self.empty.append(blk)
 
 
 def _identity(segments: Sequence[Segment], length: int) -> tuple:
@@ -411,10 +420,9 @@ class _Replica:
         if not self.s.prefix_caching:
             return
         for b in range(old // self.bs, new // self.bs):
-            blk = r.table[b]
-            if blk.identity is not None:
+            if r.table[b].identity is not None:
                 raise AssertionError("a block filled in this step was already cached")
-            self.pool.register(blk, r.identity(b, self.bs))
+            self.pool.register(r.table, b, r.identity(b, self.bs))
 
     def _complete(self, r: _Live, end_s: float) -> None:
         self.running.remove(r)
@@ -525,7 +533,7 @@ class _Replica:
                     h.cached_tokens = cached
                 bisect.insort(running, h, key=lambda w: w.sort_key)
                 chunked.append(h)
-        chunked.sort(key=lambda w: w.sort_key)
+        # chunks stay in hand-out order: running requests in key order, then admissions
         return runs_decode, chunked, preempted
 
     def _end_step(self, end_s: float, decoders: list[_Live], chunked: list[_Live]) -> bool:
@@ -536,8 +544,8 @@ class _Replica:
         for r in decoders:
             old = r.computed
             r.computed += 1
-            # Reading: a block filled by a decode token is registered like a chunk's
-            # (the Registration rule is general), before the request's release.
+            # a block filled by a decode token is registered too ("a request's full blocks
+            # are always cached blocks it references"), before the request's release
             self._register(r, old, r.computed)
             r.emitted += 1
             r.entity.generated_tokens = r.emitted
@@ -545,25 +553,23 @@ class _Replica:
             if r.emitted == r.inp.output_tokens:
                 self._complete(r, end_s)
                 changed = True
-        # 2. chunks (and swapped-in tokens)
+        # 2. chunks in hand-out order, each request in turn
         for r in chunked:
             old = r.computed
             r.computed += r.incoming + r.chunk
             r.incoming = 0
             r.chunk = 0
             self._register(r, old, r.computed)
-        finished = [r for r in chunked if r.computed == r.target]
-        for r in finished:
-            r.emitted += 1
-            r.entity.generated_tokens = r.emitted
-            r.decoding = True
-            changed = True
-            if r.emitted == 1:
-                r.first_token_s = end_s + 1 * alpha2
-                r.entity.first_token_s = r.first_token_s
-        for r in finished:
-            if r.emitted == r.inp.output_tokens:
-                self._complete(r, end_s)
+            if r.computed == r.target:
+                r.emitted += 1
+                r.entity.generated_tokens = r.emitted
+                r.decoding = True
+                changed = True
+                if r.emitted == 1:
+                    r.first_token_s = end_s + 1 * alpha2
+                    r.entity.first_token_s = r.first_token_s
+                if r.emitted == r.inp.output_tokens:
+                    self._complete(r, end_s)
         return changed
 
     # --- the run ------------------------------------------------------------------------------
@@ -631,8 +637,7 @@ class _Replica:
                 raise ReferenceStuck(f"replica {self.replica}: nothing can run at {T!r} while requests wait")
             d = self.lat.step_s(sum(r.chunk for r in chunked), len(decoders))
             if self.step_swap_tokens:
-                # Reading: the step's swap time is the time to copy all its swapped tokens,
-                # added once to the latency model's time.
+                # the step lasts the copy time of all the tokens it copies longer
                 d = d + s.swap_s(self.step_swap_tokens)
             if idle or chunked or preempted or d != prev_d or changed_before:
                 seg_start = T

@@ -155,10 +155,29 @@ def test_prefix_cache_hit_then_eviction_shortens_a_later_hit():
     assert [rec[i].completion_s for i in range(4)] == [end2, end3, end4, end5]
 
 
+def test_two_requests_filling_the_same_block_in_one_step_keep_one_copy():
+    """A and B (8 shared + 4 own tokens, blocks of 4) are admitted in the same step and both
+    compute the shared 2 blocks; at registration B references A's copies and its own become
+    empty, so 4 blocks are held, not 6: with 8 blocks C (8 tokens, 2 blocks) fits next to
+    their two decode blocks in step 2 instead of waiting for them to complete."""
+    sys = ("sys", 0)
+    a = req(0, 12, 2, segments=((sys, 8), (("u", 0), 4), (("o", 0), 2)))
+    b = req(1, 12, 2, segments=((sys, 8), (("u", 1), 4), (("o", 1), 2)))
+    c = req(2, 8, 1)
+    settings = EngineSettings(max_num_seqs=3, max_num_batched_tokens=24, kv_block_size=4, kv_num_blocks=8)
+    out = simulate_replica([a, b, c], settings, LAT)
+    end1 = step(24, 0)  # A and B: 12 + 12 tokens use the whole budget
+    end2 = end1 + step(8, 2)
+    rec = out.requests
+    assert [rec[i].cached_tokens for i in range(3)] == [0, 0, 0]
+    assert (rec[2].first_scheduled_s, rec[2].completion_s) == (end1, end2)
+    assert rec[0].completion_s == end2 and rec[1].completion_s == end2
+
+
 def test_lookup_leaves_the_last_prompt_token_to_compute():
     """A prompt fully in the cache is looked up only over its first P - 1 tokens: with
-    blocks of 4 a 12-token repeat finds 8 tokens (its 3rd block, recomputed, stays
-    private), a 13-token prompt sharing those 12 tokens finds all 12."""
+    blocks of 4 a 12-token repeat finds 8 tokens (it recomputes its 3rd block, then
+    references the cached copy), a 13-token prompt sharing those 12 tokens finds all 12."""
     shared = ((("sys", 0), 8), (("u", 0), 4))
     first = req(0, 12, 1, segments=(*shared, (("o", 0), 1)))
     repeat = req(1, 12, 1, segments=(*shared, (("o", 1), 1)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import simpy
 
@@ -148,3 +149,55 @@ def test_tpot_is_nan_for_single_token_outputs():
     data["workload"]["clients"][0]["output_distribution"] = {"type": "constant", "params": {"value": 1}}
     res = run(data)
     assert all(math.isnan(v) for v in res.derived()["tpot_s"])
+
+
+def _tied_clients_scenario(mode: str) -> dict:
+    """Two clients on constant arrivals at the same rate: their requests arrive in pairs at
+    identical instants, at an idle replica (each pair is done before the next arrives)."""
+    data = tiny_scenario()
+    client = {
+        "rate_fraction": 1.0,
+        "arrival": {"process": "constant"},
+        "input_distribution": {"type": "constant", "params": {"value": 20}},
+        "output_distribution": {"type": "constant", "params": {"value": 3}},
+    }
+    data["workload"]["clients"] = [{"id": "a", **client}, {"id": "b", **client}]
+    data["workload"]["aggregate_rate"] = 20.0
+    data["workload"]["num_requests"] = 20
+    data["simulation"] = {"mode": mode}
+    return data
+
+
+@pytest.mark.parametrize("mode", ["event_per_change", "event_per_step"])
+def test_same_instant_arrivals_at_an_idle_replica_share_the_first_step(mode):
+    """Requests arriving at the same instant at an idle replica (no queueing overhead) are
+    all planned into the step that starts at that instant: the pair's first scheduling
+    times, first-token times and TTFTs are equal."""
+    res = run(_tied_clients_scenario(mode))
+    c = res.columns
+    assert np.array_equal(c["arrival_s"][0::2], c["arrival_s"][1::2])  # they really tie
+    assert np.array_equal(c["first_scheduled_s"][0::2], c["first_scheduled_s"][1::2])
+    assert np.array_equal(c["first_token_s"][0::2], c["first_token_s"][1::2])
+    assert np.array_equal(c["first_scheduled_s"], c["arrival_s"])
+
+
+@pytest.mark.parametrize("mode", ["event_per_change", "event_per_step"])
+def test_run_cut_by_until_records_tokens_emitted_so_far(mode):
+    """A request still decoding at until_s is recorded in flight with every token emitted by
+    the steps that ended before until_s (one per step), in both engine modes."""
+    data = tiny_scenario()
+    data["workload"]["num_requests"] = 1
+    data["workload"]["clients"][0]["input_distribution"] = {"type": "constant", "params": {"value": 10}}
+    data["workload"]["clients"][0]["output_distribution"] = {"type": "constant", "params": {"value": 5000}}
+    data["serving"]["engine"]["kv_num_blocks"] = 4096
+    data["serving"]["latency_model"]["params"] = {"beta0_us": 1000.0, "beta1_us": 0.0, "beta2_us": 0.0}
+    data["simulation"] = {"mode": mode, "until_s": 1.0}
+    res = run(data)
+    c = res.columns
+    assert c["status"].tolist() == ["in_flight"]
+    start = c["arrival_s"][0]
+    # Every step takes 1 ms; the step ending exactly at until_s has not happened.
+    ended = sum(1 for k in range(1, 2000) if start + k * 1e-3 < 1.0)
+    assert c["generated_tokens"][0] == ended
+    assert res.steps == ended
+    assert res.summary()["engine"]["busy_s"][0] == pytest.approx(ended * 1e-3)

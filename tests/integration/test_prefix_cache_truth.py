@@ -1,0 +1,127 @@
+"""Prefix caching against independent offline counts over the Mooncake trace's block hashes.
+
+The Mooncake conversation trace gives every request the hash ids of its prompt's
+512-token blocks (prefix-chained: equal ids mean equal prompts up to the end of that
+block). With 512-token KV blocks and one request running at a time (``max_num_seqs: 1``,
+FCFS, so every request before it has finished), the cache's behaviour is fixed by the
+documented rules alone, and a few lines of plain Python replay it: a request looks up
+the blocks wholly inside its first ``P - 1`` tokens, stops at the first miss, and after
+it completes every full block of its KV (prompt and output) is cached, released tail
+first. Nothing here shares code with the engine.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+
+from simpy_llm import Simulation, scenario_from_dict
+
+TRACE = Path(__file__).resolve().parents[2] / "data" / "mooncake" / "conversation_trace.jsonl"
+BS = 512
+
+
+def _rows(n: int) -> list[dict]:
+    with TRACE.open() as fh:
+        return [json.loads(next(fh)) for _ in range(n)]
+
+
+def _scenario(n: int, kv_blocks: int) -> dict:
+    return {
+        "seed": 3,
+        "workload": {"traces": [{"path": str(TRACE), "format": "mooncake", "max_requests": n}]},
+        "serving": {
+            "engine": {
+                "max_num_seqs": 1,
+                "max_num_batched_tokens": 8192,
+                "kv_block_size": BS,
+                "kv_num_blocks": kv_blocks,
+                "prefix_caching": True,
+            },
+            "latency_model": {"kind": "blis_linear", "params": {"beta0_us": 500.0, "beta1_us": 1.0, "beta2_us": 10.0}},
+        },
+    }
+
+
+def _run(n: int, kv_blocks: int):
+    results = Simulation(scenario_from_dict(_scenario(n, kv_blocks))).run()
+    return results, results.to_dataframe()
+
+
+def _identities(row: dict) -> list[tuple[int, ...]]:
+    """Identity of each prompt block: the chain of hash ids up to it."""
+    ids = row["hash_ids"]
+    return [tuple(ids[: b + 1]) for b in range(len(ids))]
+
+
+def test_hit_rate_with_a_cache_that_never_evicts_equals_the_offline_count():
+    """With a KV cache too large to evict, each request's cached prompt tokens are exactly
+    the blocks of its first P-1 tokens seen in an earlier request's full prompt blocks (an
+    offline count over hash_ids), and the hit rate is their sum over all prompt tokens."""
+    n = 1500
+    rows = _rows(n)
+    _results, frame = _run(n, kv_blocks=1 << 16)
+    seen: set[tuple[int, ...]] = set()
+    expected = []
+    for row in rows:
+        p = row["input_length"]
+        blocks = _identities(row)
+        hits = 0
+        for ident in blocks[: (p - 1) // BS]:
+            if ident not in seen:
+                break
+            hits += 1
+        expected.append(hits * BS)
+        seen.update(blocks[: p // BS])  # only full blocks are cached
+    assert frame["status"].eq("completed").all()
+    assert frame["cached_tokens"].tolist() == expected
+    hit_rate = sum(expected) / sum(r["input_length"] for r in rows)
+    assert 0.1 < hit_rate < 0.95  # the trace really shares prefixes
+    assert frame["cached_tokens"].sum() / frame["prompt_tokens"].sum() == hit_rate
+
+
+def test_hits_with_a_small_cache_equal_an_lru_replay_of_the_block_accesses():
+    """With a KV cache of 80 blocks, cached prompt tokens per request equal an independent
+    replay: an LRU list of unreferenced cached blocks, empty blocks used before any eviction,
+    and each finished request's blocks released from its last to its first."""
+    n, capacity = 300, 80
+    rows = _rows(n)
+    _results, frame = _run(n, kv_blocks=capacity)
+    lru: OrderedDict[object, None] = OrderedDict()
+    empty = capacity
+    expected = []
+    evictions = 0
+    for i, (row, status) in enumerate(zip(rows, frame["status"], strict=True)):
+        p, o = row["input_length"], row["output_length"]
+        if status == "dropped":  # longer than the cache holds: never touches it
+            assert p + o > capacity * BS
+            expected.append(0)
+            continue
+        prompt_blocks = _identities(row)
+        hits = []
+        for ident in prompt_blocks[: (p - 1) // BS]:
+            if ident not in lru:
+                break
+            hits.append(ident)
+        for ident in hits:
+            del lru[ident]  # pinned
+        expected.append(len(hits) * BS)
+        kv_tokens = p + o - 1
+        need = -(-kv_tokens // BS) - len(hits)
+        take = min(need, empty)
+        empty -= take
+        for _ in range(need - take):
+            lru.popitem(last=False)  # evict the least recently released
+            evictions += 1
+        full = kv_tokens // BS
+        own = prompt_blocks[: min(full, p // BS)] + [("out", i, b) for b in range(p // BS, full)]
+        if kv_tokens % BS:
+            empty += 1
+        for ident in reversed(own):
+            lru[ident] = None
+    assert evictions > 100  # the cache is small enough to matter
+    assert frame["cached_tokens"].tolist() == expected
+    assert np.array_equal(frame["num_preemptions"].to_numpy(), np.zeros(n))
