@@ -80,8 +80,11 @@ def content_segments(req: Request) -> list[Segment]:
     >>> from simpy_llm.entities import Request
     >>> r = Request(id=3, client_id="c", prompt_tokens=40, output_tokens=5, arrival_s=0.0,
     ...             prefix_tokens=20, prefix_blocks=(11, 12), prefix_block_tokens=16)
-    >>> content_segments(r)
+    >>> content_segments(r)                      # trace block hashes
     [(11, 16), (12, 4), (-8, 20), (-7, 5)]
+    >>> import attrs
+    >>> content_segments(attrs.evolve(r, prefix_group="sys"))   # a prefix group: one stream
+    [(11, 20), (-8, 20), (-7, 5)]
     >>> nxt = Request(id=9, client_id="c", prompt_tokens=60, output_tokens=2, arrival_s=1.0,
     ...               context=tuple(content_segments(r)))
     >>> content_segments(nxt)
@@ -101,12 +104,18 @@ def content_segments(req: Request) -> list[Segment]:
         per = req.prefix_block_tokens
         cover = req.prefix_tokens if req.prefix_tokens > 0 else len(req.prefix_blocks) * per
         cover = min(cover, prompt)
-        for h in req.prefix_blocks:
-            if covered >= cover:
-                break
-            take = min(per, cover - covered)
-            segs.append((h, take))
-            covered += take
+        if req.prefix_group:
+            # A prefix group's prefix is one token stream (a shorter prefix of the group
+            # is a prefix of a longer one), named by its first block's hash.
+            segs.append((req.prefix_blocks[0], cover))
+            covered = cover
+        else:
+            for h in req.prefix_blocks:  # trace block hashes: each names its block given its prefix
+                if covered >= cover:
+                    break
+                take = min(per, cover - covered)
+                segs.append((h, take))
+                covered += take
     if prompt > covered:
         segs.append((-(2 * req.id + 2), prompt - covered))
     segs.append((-(2 * req.id + 1), req.output_tokens))

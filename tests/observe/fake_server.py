@@ -24,7 +24,7 @@ MODES = {
     7: "truncated",  # 2 content chunks, then a clean end of body without [DONE]
     8: "429",
     9: "503",
-    10: "slow",  # first byte after a long wait (beyond the client timeout)
+    10: "slow",  # first byte after slow_s (60 s) unless the client hangs up first: only its timeout ends it
     11: "bad_json",  # a chunk with invalid JSON, then the rest and [DONE]
     12: "reset",  # connection aborted before any response
     13: "error_event",  # an {"error": ...} data event, then [DONE]
@@ -57,7 +57,7 @@ def _usage(n: int) -> dict[str, Any]:
 class FakeServer:
     """State of a running fake server: ``hits`` per mode, ``seen`` bodies, and knobs."""
 
-    def __init__(self, *, fail_first: int = 0, token_delay_s: float = 0.0, slow_s: float = 3.0) -> None:
+    def __init__(self, *, fail_first: int = 0, token_delay_s: float = 0.0, slow_s: float = 60.0) -> None:
         self.hits: dict[str, int] = {}
         self.bodies: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []

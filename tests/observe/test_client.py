@@ -7,6 +7,10 @@ import asyncio
 from simpy_llm.observe.client import OpenAIClient, RequestRecord, RequestSpec, RetryPolicy
 from tests.observe.fake_server import PROMPT_TOKENS, serve
 
+TIMEOUT_S = 2.0
+"""Client timeout where one is tested: the fake server's slow mode only ends when the client gives
+up, and a well-behaved fake request (milliseconds) stays far inside it on a busy machine."""
+
 
 def _ordered(rec: RequestRecord) -> None:
     times = [rec.sent_s, rec.headers_s, rec.first_byte_s, rec.first_chunk_s, rec.first_content_s, rec.last_chunk_s, rec.done_s]
@@ -63,7 +67,7 @@ def test_misbehaving_servers_are_recorded_not_raised() -> None:
     without usage a stream's completion count comes from its chunks."""
     modes = {6: "error", 7: "error", 8: "error", 9: "error", 10: "timeout", 11: "error", 12: "error", 13: "error"}
     specs = [RequestSpec("x", n, request_id=n) for n in modes]
-    records, _ = asyncio.run(_send(specs, timeout_s=0.5))
+    records, _ = asyncio.run(_send(specs, timeout_s=TIMEOUT_S))
     by_id = {r.request_id: r for r in records}
     for n, status in modes.items():
         rec = by_id[n]

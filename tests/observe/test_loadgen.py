@@ -16,11 +16,14 @@ from simpy_llm.workload.traces import TraceV2Writer, read_trace_v2
 from tests.observe.fake_server import PROMPT_TOKENS, serve
 
 QUIET = 1e9  # lag threshold that never warns (timing is not asserted in these tests)
+TIMEOUT_S = 2.0
+"""Client timeout: the fake server's slow mode only ends when the client gives up, and a
+well-behaved fake request (milliseconds) stays far inside it on a busy machine."""
 
 
 def _run(requests: list[dict], path: Path, **kw: object) -> tuple[RunSummary, LoadGenerator]:
     async def go() -> tuple[RunSummary, LoadGenerator]:
-        async with serve() as fake, OpenAIClient(fake.url, timeout_s=0.5) as client:
+        async with serve() as fake, OpenAIClient(fake.url, timeout_s=TIMEOUT_S) as client:
             with TraceV2Writer(path, extra_columns=OBSERVER_COLUMNS) as writer:
                 gen = LoadGenerator(client, requests, writer, lag_threshold_s=QUIET, **kw)  # type: ignore[arg-type]
                 return await gen.run(), gen

@@ -6,8 +6,9 @@ Each example draws a small scenario, runs it through :class:`Simulation` with
 requires identical records: per request ``status``, ``enqueue_s``,
 ``first_scheduled_s``, ``first_token_s``, ``completion_s`` (exact float
 equality, NaN equals NaN), ``generated_tokens``, ``num_preemptions`` and
-``cached_tokens``; the preemption table (request, replica, time, mode); and
-per replica the engine's step count and busy time.
+``cached_tokens``; the preemption table (request, replica, time, mode); the
+engine's step count (per replica where ``summary()["engine"]["steps"]`` is a
+list, else over all replicas); and each replica's busy time.
 
 The reference takes as *inputs* what the workload and the router decided
 (arrival times, lengths, replicas, sessions, prefix groups: read from the
@@ -33,7 +34,6 @@ from hypothesis import strategies as st
 
 from simpy_llm import Results, Simulation, scenario_from_dict
 from simpy_llm.config.loader import build_policy
-from simpy_llm.config.schema import PolicySpec
 from tests.reference.replica import (
     ReplicaOutcome,
     engine_settings,
@@ -212,6 +212,9 @@ def random_scenario(
     }
     if coin(None):
         data["workload"]["seed"] = rnd.randint(0, 99)
+    if coin(None, 0.3):
+        # TTFT targets per class: the edf scheduler's deadlines
+        data["slo"] = {"default": {"ttft_s": rnd.choice([0.005, 0.05])}, "batch": {"ttft_s": rnd.choice([0.02, 0.5])}}
     if coin(until, 0.2):
         # somewhere in the arrivals (or a little after them)
         data["simulation"] = {"until_s": rnd.uniform(0.05, 1.5) * num_requests / rate + 1e-3}
@@ -235,14 +238,13 @@ def _run(data: dict[str, Any], mode: str) -> Results:
 
 
 def _policy(data: dict[str, Any]) -> Any:
-    """The scenario's scheduler policy, built the way its config declares it."""
+    """The scenario's scheduler policy, built as the simulation builds it (with the SLO
+    classes' TTFT targets)."""
     from simpy_llm.policies.scheduling import scheduler_policies
 
-    spec = getattr(scenario_from_dict(data).serving.engine, "scheduler", None)
-    if spec is None:
-        raw = data["serving"]["engine"].get("scheduler", {"kind": "fcfs"})
-        spec = PolicySpec(kind=raw["kind"], params=dict(raw.get("params", {})))
-    return build_policy(spec, scheduler_policies)
+    scenario = scenario_from_dict(data)
+    ttft_targets = {name: t.ttft_s for name, t in scenario.slo.items() if t.ttft_s is not None}
+    return build_policy(scenario.serving.engine.scheduler, scheduler_policies, slo=ttft_targets)
 
 
 def _reference(data: dict[str, Any], results: Results) -> list[ReplicaOutcome]:

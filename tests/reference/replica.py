@@ -6,8 +6,9 @@ by step; every step is planned in the five parts of the specification
 (budget, chunks, KV need, fit or preempt, admission), then ended in the
 specified order. Blocks are explicit objects: each request holds a list of
 them (its block table); the prefix cache maps a block's *identity* to the
-block; evictable blocks sit in an ``OrderedDict`` in release order, the least
-recently released first.
+block (a request that fills a block whose identity is cached already takes
+the cached one and gives its own back); evictable blocks sit in an
+``OrderedDict`` in release order, the least recently released first.
 
 A block identity is the request's token sequence ``[0, (b + 1) * bs)``
 written as its segments cut to that length: a tuple of ``(segment id,
@@ -15,9 +16,8 @@ tokens)`` pairs. Two requests' identities are equal exactly when their
 segment lists agree on those positions (same ids at the same offsets), which
 is the specification's definition of holding the same tokens.
 
-Where the specification is silent the choices made here are written next to
-the code as "Reading:" comments; each is also one of the open questions the
-module's tests report.
+Where the specification leaves a choice open, the choice made here is marked
+"Reading:" in the code.
 
 Examples
 --------
@@ -475,7 +475,9 @@ class _Replica:
                     n = 1 if r.computed % self.bs == 0 else 0
                 else:
                     # Reading: "a prefilling request whose chunk is 0 is skipped", taken
-                    # literally: the walk goes on to the next request.
+                    # literally: the walk goes on to the next request. (Stopping instead
+                    # gives the same steps: a chunk is 0 only when the budget is spent, and
+                    # without chunking a running request never waits for its prefill.)
                     c = self._chunk(r.target - r.computed, walk_budget)
                     if c == 0:
                         i += 1

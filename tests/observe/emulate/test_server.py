@@ -14,7 +14,7 @@ import pytest
 
 from simpy_llm import Scenario, scenario_from_dict
 from simpy_llm.observe.emulate import EmulatedServer
-from simpy_llm.observe import OpenAIClient, RequestSpec
+from simpy_llm.observe import OpenAIClient, RequestRecord, RequestSpec
 from simpy_llm.observe.sse import interpret, parse_events
 from simpy_llm.workload.traces import read_trace_v2
 
@@ -268,14 +268,19 @@ def _samples(text: str) -> dict[str, float]:
 
 def test_metrics_report_queues_and_token_counters(slow_scenario: Scenario) -> None:
     """/metrics (Prometheus text, vLLM names) shows running requests while answers are in
-    progress and, once they are done, counters of prompt and generated tokens."""
+    progress (every admitted request running, waiting or finished in the same snapshot) and,
+    once they are done, counters of prompt and generated tokens."""
 
     async def fn(server: EmulatedServer, session: aiohttp.ClientSession) -> Any:
         async def ask() -> Any:
-            return await _post(session, server.url + COMPLETIONS, {"prompt": "a b c", "max_tokens": 6})
+            return await _post(session, server.url + COMPLETIONS, {"prompt": "a b c", "max_tokens": 40})
 
         tasks = [asyncio.create_task(ask()) for _ in range(3)]
-        await asyncio.sleep(0.05)
+        # Scraped once all three are admitted (not after a fixed sleep, which a busy machine can
+        # outlast either way); their 40 tokens then take over half a second of 15-ms steps.
+        assert server.simulation is not None
+        while len(server.simulation.recorder.live) < 3:
+            await asyncio.sleep(0.005)
         async with session.get(server.url + "/metrics") as resp:
             during = await resp.text()
         await asyncio.gather(*tasks)
@@ -286,11 +291,13 @@ def test_metrics_report_queues_and_token_counters(slow_scenario: Scenario) -> No
     assert ctype == "text/plain"
     m0, m1 = _samples(during), _samples(after)
     labels = [f'{{model_name="emulate-slow",engine="{i}"}}' for i in (0, 1)]
-    assert sum(m0[f"vllm:num_requests_running{lab}"] + m0[f"vllm:num_requests_waiting{lab}"] for lab in labels) == 3
+    success = 'vllm:request_success_total{model_name="emulate-slow",finished_reason="length"}'
+    in_engine = sum(m0[f"vllm:num_requests_running{lab}"] + m0[f"vllm:num_requests_waiting{lab}"] for lab in labels)
+    assert in_engine + m0[success] == 3 and in_engine >= 1
     assert sum(m1[f"vllm:num_requests_running{lab}"] for lab in labels) == 0
     assert sum(m1[f"vllm:prompt_tokens_total{lab}"] for lab in labels) == 9
-    assert sum(m1[f"vllm:generation_tokens_total{lab}"] for lab in labels) == 18
-    assert m1['vllm:request_success_total{model_name="emulate-slow",finished_reason="length"}'] == 3
+    assert sum(m1[f"vllm:generation_tokens_total{lab}"] for lab in labels) == 120
+    assert m1[success] == 3
 
 
 def test_served_trace_has_one_row_per_request(slow_scenario: Scenario, tmp_path: Path) -> None:
@@ -315,17 +322,17 @@ def test_served_trace_has_one_row_per_request(slow_scenario: Scenario, tmp_path:
 
 
 def test_stop_records_requests_in_flight(slow_scenario: Scenario, tmp_path: Path) -> None:
-    """Stopping the server with an answer in progress cuts its stream, and records the request
-    as in flight (trace status error, no token times)."""
+    """Stopping the server with an answer in progress (its first token received, 500 asked for)
+    cuts its stream, and records the request as in flight (trace status error, no token times)."""
 
     async def go() -> Any:
         server = EmulatedServer(slow_scenario, trace=tmp_path / "served")
         await server.start()
         async with OpenAIClient(server.url) as client:
-            task = asyncio.create_task(client.send(RequestSpec("a b", max_tokens=500, endpoint="completions")))
-            while not server.simulation.recorder.live:  # type: ignore[union-attr]
+            rec = RequestRecord()
+            task = asyncio.create_task(client.send(RequestSpec("a b", max_tokens=500, endpoint="completions"), rec))
+            while not rec.content_times_s:
                 await asyncio.sleep(0.01)
-            await asyncio.sleep(0.1)
             await server.stop()
             return await task, server.served
 
