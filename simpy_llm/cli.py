@@ -337,10 +337,14 @@ def _summary_table(s: dict[str, Any], title: str) -> Any:
         ("goodput", f"{gp['requests_per_s']:.3f} req/s ({_fmt(gp['fraction'], 100, 1)}% met their SLO)"),
         ("preemptions", f"{s['preemptions']['total']} ({s['preemptions']['requests_preempted']} requests)"),
         ("KV utilisation", f"{_fmt(s['kv_utilization']['time_weighted_mean'], 100, 1)}% (time-weighted mean)"),
+        ("GPU utilisation", f"{_fmt(s['gpu_utilization']['mean'], 100, 1)}% busy (mean over replicas)"),
+        ("prefix cache", f"{_fmt(s['prefix_cache']['hit_rate'], 100, 1)}% of prompt tokens cached"),
         ("in system", f"{s['in_system']['time_average']:.2f} mean, {s['in_system']['peak']} peak"),
         ("engine steps", f"{s['engine']['steps']}"),
     ):
         run.add_row(label, text)
+    if req["dropped_by_reason"]:
+        run.add_row("drops", ", ".join(f"{k} {v}" for k, v in sorted(req["dropped_by_reason"].items())))
     ses = s["sessions"]
     if ses["count"]:
         reasons = ", ".join(f"{k} {v}" for k, v in ses["end_reasons"].items())

@@ -400,7 +400,7 @@ class EngineConfig:
     """Scheduler policy: ``fcfs``, ``priority``, ``sjf``, ``edf`` or a registered one."""
     preemption_mode: str = attrs.field(default="recompute", validator=one_of(("recompute", "swap")))
     """What happens to a preempted request's KV: dropped and recomputed, or swapped to CPU memory."""
-    swap_space_blocks: int = attrs.field(default=0, validator=at_least(0))
+    swap_space_blocks: int = attrs.field(default=0, validator=all_of(at_least(0), at_most(MAX_KV_BLOCKS)))
     """CPU swap space in KV blocks (``swap`` only; must be > 0 then)."""
     swap_kv_bytes_per_token: float | None = attrs.field(default=None, validator=optional(greater_than(0)))
     """Bytes of KV per token copied when swapping (``swap`` only; default: from the latency
@@ -440,7 +440,7 @@ class ReplicaGroupConfig:
 
     name: str = attrs.field(validator=non_empty)
     """Group name, unique within the fleet (shown to routers and in records)."""
-    count: int = attrs.field(default=1, validator=at_least(1))
+    count: int = attrs.field(default=1, validator=all_of(at_least(1), at_most(MAX_REPLICAS)))
     """Replicas in the group."""
     latency_model: LatencySpec
     """Step-time model of the group's replicas."""

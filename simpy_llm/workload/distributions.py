@@ -103,9 +103,13 @@ class SamplingError(ValueError):
     """
 
     def __init__(self, message: str, distribution: object = None) -> None:
-        super().__init__(message)
+        # Both in args: SimPy re-raises a failed process's exception as type(e)(*e.args).
+        super().__init__(message, distribution)
         self.message = message
         self.distribution = distribution
+
+    def __str__(self) -> str:
+        return self.message
 
 
 def _checked(distribution: object, draws: np.ndarray) -> np.ndarray:
@@ -329,7 +333,7 @@ def _pareto_moment(alpha: float, xm: float, k: int) -> float:
 
 def _pareto_share(alpha: float, xm: float) -> float:
     """P(X > MAX_TOKENS) for the classical Pareto(alpha, xm)."""
-    return 1.0 if xm >= MAX_TOKENS else math.exp(alpha * math.log(xm / MAX_TOKENS))
+    return 1.0 if xm >= MAX_TOKENS else math.exp(alpha * (math.log(xm) - math.log(MAX_TOKENS)))
 
 
 def _pareto_tail(alpha: float, xm: float) -> tuple[float, str, str]:
@@ -341,7 +345,8 @@ def _pareto_tail(alpha: float, xm: float) -> tuple[float, str, str]:
 
 def _pareto_sample(rng: np.random.Generator, alpha: float, xm: float, n: int) -> np.ndarray:
     # numpy's pareto is the Lomax (Pareto II, minimum 0): shift and scale to the classical one.
-    return xm * (1.0 + rng.pareto(alpha, n))
+    with np.errstate(over="ignore"):  # an overflow becomes inf, which the caller's check reports
+        return xm * (1.0 + rng.pareto(alpha, n))
 
 
 @length_distributions.register("uniform")
@@ -528,7 +533,7 @@ class Weibull:
     """Scale lambda; ``exp(-(MAX_TOKENS / scale) ** k) <= 0.01`` (at most 1% of draws above ``MAX_TOKENS``)."""
 
     def __attrs_post_init__(self) -> None:
-        power = self.shape * math.log(MAX_TOKENS / self.scale)  # log of (MAX_TOKENS / scale) ** k
+        power = self.shape * (math.log(MAX_TOKENS) - math.log(self.scale))  # log of (MAX_TOKENS / scale) ** k
         share = 0.0 if power > 700 else math.exp(-math.exp(power))
         _check_tail(share, "scale", f"scale * (ln 100) ** (1 / shape) must be <= {MAX_TOKENS}")
 

@@ -79,6 +79,10 @@ class LagProbe:
         """Probe timers recorded."""
         return len(self._due)
 
+    def latenesses_s(self) -> np.ndarray:
+        """Every recorded lateness (fired - due), s."""
+        return np.asarray(self._fired) - np.asarray(self._due)
+
     def lateness_s(self, start: float | None = None, end: float | None = None) -> float:
         """The largest lateness of a probe timer whose ``[due, fired]`` overlaps ``[start, end]``
         (the whole run by default), s."""

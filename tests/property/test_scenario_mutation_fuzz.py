@@ -32,11 +32,12 @@ from hypothesis import strategies as st
 from simpy_llm import Simulation
 from simpy_llm.config import ScenarioError, scenario_from_dict
 from simpy_llm.config.paths import base_dir
+from simpy_llm.config.validators import MAX_KV_BLOCK_SIZE, MAX_REPLICAS, MAX_SEED, MAX_TIME_S, MAX_TOKENS
 
 SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
 SCENARIOS: dict[str, Any] = {p.name: yaml.safe_load(p.read_text()) for p in sorted(SCENARIO_DIR.glob("*.yaml"))}
 
-EXAMPLES = int(os.environ.get("SIMPY_LLM_FUZZ_EXAMPLES", "150"))
+EXAMPLES = int(os.environ.get("SIMPY_LLM_FUZZ_EXAMPLES", "800"))
 """Examples per run of the test (the suite's default keeps it to well under a minute)."""
 
 SHORT_REQUESTS = 20
@@ -47,7 +48,8 @@ EVENT_BUDGET = 20_000
 """SimPy events one example may take before it counts as having run."""
 
 ODD_VALUES: list[Any] = [
-    2**70, -(2**70), 10**300, 2**63, 2**63 - 1, 2**31, 2**24 + 1, 100_001,
+    2**70, -(2**70), 10**300, 2**63, 2**31, 2**24 + 1, 100_001,
+    MAX_TOKENS, MAX_REPLICAS, MAX_SEED, MAX_TIME_S, MAX_KV_BLOCK_SIZE,
     1e300, -1e300, 1e12, 1e9, 1e6, 1e3, 7, 2, 1, 0, -1, -0.0, 0.5,
     1e-3, 1e-9, 1e-300, 5e-324,
     math.nan, math.inf, -math.inf,
@@ -104,8 +106,11 @@ def mutated_scenarios(draw: st.DrawFn) -> tuple[str, dict[str, Any], list[str]]:
         path = draw(st.sampled_from(pool))
         old = _get(data, path)
         if isinstance(old, (int, float)) and not isinstance(old, bool) and draw(st.booleans()):
-            k = draw(st.integers(-12, 12).filter(bool))
-            new = old * 10**k if isinstance(old, int) and k > 0 else old * 10.0**k
+            k = draw(st.sampled_from([k for k in range(-12, 13) if k]))  # the old value scaled, type kept
+            if isinstance(old, int):
+                new = old * 10**k if k > 0 else old // 10**-k
+            else:
+                new = old * 10.0**k
         else:
             new = draw(
                 st.one_of(

@@ -1,13 +1,13 @@
 """Closed-loop multi-turn chat against the real llama.cpp server, through `observe()` (the
 `simpy-llm observe` command's engine), with Prometheus scraping.
 
-As in test_llamacpp.py, the timing checks are sanity bands around the server's measured speed
-(docs/real-server.md), not assertions about how fast our code is.
+As in test_llamacpp.py, no check depends on how fast or how busy the machine is: the observed
+latencies are compared with the processing time the server reports in its own counters, and the
+server's speed is a figure printed by ``benchmarks/bench_observe_timing.py``.
 """
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 from typing import Any
 
@@ -98,15 +98,27 @@ def test_rounds_follow_answers_and_contexts_grow(chat_run: Path) -> None:
         assert (requested <= prompt[1:]).all() and (prompt[1:] <= requested * 1.1 + 20).all()
 
 
-def test_latencies_are_in_the_measured_range(chat_run: Path) -> None:
-    """TTFT stays under 30 ms per prompt token and the median inter-token gap is 2-400 ms
-    (1 thread, up to 3 conversations at once; the prompt cache shortens later rounds' prefill)."""
+def test_latencies_enclose_the_server_processing_times(chat_run: Path) -> None:
+    """Every round's times are ordered (sent, first token, last chunk, end), and the rounds' TTFTs
+    add up to at least the prompt-processing seconds the server's counters grew by during the run,
+    their E2Es to at least the prompt plus generation seconds: the server starts on a prompt after
+    it arrived and produces the last token before the answer ends, so each client span encloses
+    the server's (its own clock, whatever the load on the machine)."""
     f = read_trace_v2(chat_run / "trace").frame
-    ok = f[f.status == "ok"]
-    ttft_s = (ok.first_token_time_us - ok.send_time_us) / 1e6
-    assert (ttft_s > 0).all() and (ttft_s < 0.030 * ok.input_tokens).all()
-    itl_ms = ((ok.last_chunk_time_us - ok.first_token_time_us) / 1e3 / (ok.output_tokens - 1)).astype(float)
-    assert 2.0 <= statistics.median(itl_ms) <= 400.0
+    assert (f.status == "ok").all()
+    sent, first = f.send_time_us.to_numpy(dtype=float), f.first_token_time_us.to_numpy(dtype=float)
+    last, done = f.last_chunk_time_us.to_numpy(dtype=float), f.done_time_us.to_numpy(dtype=float)
+    assert (sent < first).all() and (first <= last).all() and (last <= done).all()
+    m = read_metrics(chat_run / "metrics.csv")
+
+    def growth_s(name: str) -> float:
+        series = m[m.metric == name].sort_values("time_s").value
+        return float(series.iloc[-1] - series.iloc[0])
+
+    prompt_s, generate_s = growth_s("llamacpp:prompt_seconds_total"), growth_s("llamacpp:tokens_predicted_seconds_total")
+    assert prompt_s > 0 and generate_s > 0
+    assert prompt_s <= (first - sent).sum() / 1e6
+    assert prompt_s + generate_s <= (done - sent).sum() / 1e6
 
 
 def test_metrics_were_scraped_during_the_run(chat_run: Path) -> None:

@@ -201,3 +201,22 @@ def test_run_cut_by_until_records_tokens_emitted_so_far(mode):
     assert c["generated_tokens"][0] == ended
     assert res.steps == ended
     assert res.summary()["engine"]["busy_s"][0] == pytest.approx(ended * 1e-3)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_fully_cached_prompt_still_computes_its_last_block(fast):
+    """A prompt whose every block is cached reuses all but the block holding its last token
+    (lookups stop at the first P - 1 tokens), so the step that admits it computes that block
+    and emits its first token."""
+    engine = EngineConfig(max_num_seqs=4, max_num_batched_tokens=64, kv_block_size=4, kv_num_blocks=64)
+    latency = BlisLinearLatency(beta0_us=1000.0, beta1_us=10.0, beta2_us=100.0)
+    env, inbox, rec, rep = _replica(engine, latency, fast)
+    shared = {"prefix_tokens": 8, "prefix_blocks": (101, 102), "prefix_block_tokens": 4}
+    a = Request(id=0, client_id="c", prompt_tokens=8, output_tokens=2, arrival_s=0.0, **shared)
+    b = Request(id=1, client_id="c", prompt_tokens=8, output_tokens=2, arrival_s=0.0, **shared)
+    _send(env, inbox, rec, rep, a, 0.0)
+    _send(env, inbox, rec, rep, b, 1.0)
+    env.run()
+    assert a.cached_tokens == 0 and b.cached_tokens == 4
+    assert b.first_token_s == pytest.approx(1.0 + (1000 + 10 * 4) * 1e-6)
+    assert rec.prefill_tokens[0] == 8 + 4
