@@ -63,6 +63,10 @@ class Simulation:
         Use this latency model instead of the scenario's (e.g. one fitted in Python).
     routing_policy
         Use this routing policy object instead of the scenario's.
+    scheduler_policy
+        Use this scheduler policy object on every replica instead of the scenario's.
+    admission_policy
+        Use this admission policy object instead of the scenario's.
     external_arrivals
         Build the serving side only (router, replicas, recorder): no workload generator
         or sessions run, and :meth:`run` is unavailable. The caller drives :attr:`env`
@@ -79,6 +83,8 @@ class Simulation:
         *,
         latency_model: object = None,
         routing_policy: object = None,
+        scheduler_policy: object = None,
+        admission_policy: object = None,
         external_arrivals: bool = False,
         token_listener: TokenListener | None = None,
     ) -> None:
@@ -95,7 +101,7 @@ class Simulation:
         self.routing_policy = routing_policy or build_policy(
             serving.router, routing_policies, rng=self.streams.stream("router")
         )
-        self.admission_policy = build_policy(
+        self.admission_policy = admission_policy or build_policy(
             serving.admission, admission_policies, rng=self.streams.stream("admission"), slo=ttft_targets
         )
         env = self.env
@@ -112,7 +118,9 @@ class Simulation:
         completions = Wire(env) if needs_sessions else None
         schedulers: dict[str, object] = {}
         for group in serving.groups():
-            schedulers[group.name] = build_policy(group.engine.scheduler, scheduler_policies, slo=ttft_targets)
+            schedulers[group.name] = scheduler_policy or build_policy(
+                group.engine.scheduler, scheduler_policies, slo=ttft_targets
+            )
         self.replicas = [
             Replica(
                 env, i, inbox, plan.engine, plan.latency, self.recorder,

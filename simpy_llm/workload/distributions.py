@@ -125,6 +125,11 @@ def _checked(distribution: object, draws: np.ndarray) -> np.ndarray:
     return draws
 
 
+def _unsigned_zero(value: Any) -> Any:
+    """-0.0 as 0.0: numpy's samplers refuse a scale whose sign bit is set, though it is >= 0."""
+    return 0.0 if isinstance(value, float) and value == 0 else value
+
+
 def _upper_share(z: float) -> float:
     """P(Z > z) for a standard normal Z."""
     return 0.5 * math.erfc(z / math.sqrt(2.0))
@@ -243,7 +248,7 @@ class LogNormal:
 
     mu: float = attrs.field(validator=at_least(-1e9))
     """Mean of log(length); ``mu + 2.33 sigma <= ln MAX_TOKENS`` (at most 1% of draws above it)."""
-    sigma: float = attrs.field(validator=[at_least(0), at_most(MAX_LOG_SIGMA)])
+    sigma: float = attrs.field(converter=_unsigned_zero, validator=[at_least(0), at_most(MAX_LOG_SIGMA)])
     """Standard deviation of log(length), at most ``MAX_LOG_SIGMA``."""
 
     def __attrs_post_init__(self) -> None:
@@ -280,7 +285,7 @@ class ClampedGaussian:
 
     mean_param: float = attrs.field(alias="mean", validator=greater_than(0))
     """Mean of the unclamped normal, tokens (YAML key ``mean``)."""
-    std_dev: float = attrs.field(validator=at_least(0))
+    std_dev: float = attrs.field(converter=_unsigned_zero, validator=at_least(0))
     """Standard deviation of the unclamped normal, tokens."""
     min: float = attrs.field(default=1.0, validator=at_least(1))
     """Lower clamp, tokens."""
@@ -393,7 +398,7 @@ class Normal:
 
     mean: float = attrs.field(validator=in_range(-MAX_TOKENS, MAX_TOKENS))
     """Mean of the variable, in [-MAX_TOKENS, MAX_TOKENS]."""
-    std_dev: float = attrs.field(validator=at_least(0))
+    std_dev: float = attrs.field(converter=_unsigned_zero, validator=at_least(0))
     """Standard deviation of the variable (``mean + 2.33 std_dev <= MAX_TOKENS``)."""
 
     def __attrs_post_init__(self) -> None:
@@ -469,7 +474,7 @@ class ParetoLogNormal:
     """Minimum of the Pareto branch."""
     mu: float = attrs.field(validator=_finite)
     """Mean of log(variable) in the log-normal branch."""
-    sigma: float = attrs.field(validator=[at_least(0), at_most(MAX_LOG_SIGMA)])
+    sigma: float = attrs.field(converter=_unsigned_zero, validator=[at_least(0), at_most(MAX_LOG_SIGMA)])
     """Standard deviation of log(variable) in the log-normal branch, at most ``MAX_LOG_SIGMA``."""
     mix_weight: float = attrs.field(validator=in_range(0.0, 1.0))
     """Probability of the Pareto branch."""

@@ -83,7 +83,7 @@ def content_segments(req: Request) -> list[Segment]:
     >>> content_segments(r)                      # trace block hashes
     [(11, 16), (12, 4), (-8, 20), (-7, 5)]
     >>> import attrs
-    >>> content_segments(attrs.evolve(r, prefix_group="sys"))   # a prefix group: one stream
+    >>> content_segments(attrs.evolve(r, prefix_group="sys"))   # a client's prefix group: one stream
     [(11, 20), (-8, 20), (-7, 5)]
     >>> nxt = Request(id=9, client_id="c", prompt_tokens=60, output_tokens=2, arrival_s=1.0,
     ...               context=tuple(content_segments(r)))
@@ -104,8 +104,8 @@ def content_segments(req: Request) -> list[Segment]:
         per = req.prefix_block_tokens
         cover = req.prefix_tokens if req.prefix_tokens > 0 else len(req.prefix_blocks) * per
         cover = min(cover, prompt)
-        if req.prefix_group:
-            # A prefix group's prefix is one token stream (a shorter prefix of the group
+        if req.prefix_group and req.prefix_tokens > 0:
+            # A client's prefix group is one token stream (a shorter prefix of the group
             # is a prefix of a longer one), named by its first block's hash.
             segs.append((req.prefix_blocks[0], cover))
             covered = cover

@@ -1157,6 +1157,8 @@ def load_trace(source: TraceSource) -> Trace:
         raise ScenarioError(str(source.path), [("columns", f"only used with format csv, not {fmt}")])
     if source.arrival_column != "arrival_time_us" and fmt != "trace_v2":
         raise ScenarioError(str(source.path), [("arrival_column", f"only trace_v2 has send times, not {fmt}")])
+    if source.server_block != "check" and fmt != "trace_v2":
+        raise ScenarioError(str(source.path), [("server_block", f"only a trace_v2 header has a server block, not {fmt}")])
     readers: dict[str, Callable[[Any], Trace]] = {
         "trace_v2": read_trace_v2,
         "azure": read_azure,

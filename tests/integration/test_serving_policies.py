@@ -298,3 +298,16 @@ def test_kv_num_blocks_auto_is_derived_from_the_hardware():
     data["serving"]["latency_model"]["params"]["beta1_us"] = 1.0
     with pytest.raises(ScenarioError, match="serving.engine.kv_num_blocks"):
         scenario_from_dict(data)
+
+
+def test_policy_objects_passed_in_python_replace_the_scenarios():
+    """Scheduler and admission policy objects given to Simulation are the ones used."""
+    from simpy_llm.policies.admission import MaxQueue
+    from simpy_llm.policies.scheduling import PriorityScheduling
+
+    data = _congested()
+    sim = Simulation(scenario_from_dict(data), scheduler_policy=PriorityScheduling(), admission_policy=MaxQueue(max_waiting=5))
+    assert all(isinstance(r.scheduler, PriorityScheduling) for r in sim.replicas)
+    res = sim.run()
+    assert set(res.to_dataframe().query("status == 'dropped'")["dropped_reason"]) == {"max_queue"}
+    assert _mean_ttft(res, "gold") < _mean_ttft(run(_congested()), "gold")

@@ -378,3 +378,20 @@ def test_sampling_error_survives_simpys_copy() -> None:
     copy_ = type(exc)(*exc.args)
     assert copy_.distribution is dist
     assert str(copy_) == "drew NaN"
+
+
+@pytest.mark.parametrize(
+    "dist",
+    [
+        {"type": "lognormal", "params": {"mu": 3, "sigma": -0.0}},
+        {"type": "normal", "params": {"mean": 30, "std_dev": -0.0}},
+        {"type": "gaussian", "params": {"mean": 30, "std_dev": -0.0}},
+        {"type": "pareto_lognormal", "params": {"alpha": 2, "xm": 5, "mu": 3, "sigma": -0.0, "mix_weight": 0.5}},
+    ],
+    ids=lambda d: d["type"],
+)
+def test_negative_zero_spread_loads_and_runs(dist: dict[str, Any]) -> None:
+    """A spread of -0.0 (which numpy's samplers refuse) is taken as 0: the scenario loads and runs."""
+    data = _set(tiny_scenario(), f"{CLIENT}.input_distribution", dist)
+    results = Simulation(scenario_from_dict(data)).run()
+    assert results.summary()["requests"]["completed"] == data["workload"]["num_requests"]
