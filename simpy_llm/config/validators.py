@@ -5,7 +5,7 @@ The bounds say what a simulation can represent. Each is a named constant with
 its reason; the config classes use them through :func:`at_most` and
 :func:`in_range`, so an error states the allowed range::
 
-    workload.aggregate_rate: must be <= 1000000.0, got 1e+300
+    serving.replicas: must be <= 100000, got 1180591620717411303424
 """
 
 from __future__ import annotations

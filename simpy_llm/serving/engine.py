@@ -455,7 +455,8 @@ class Replica:
             need += blocks_for(req.kv_tokens + chunk, bs) - blocks_for(req.kv_tokens, bs)
 
         if need <= kv.free_blocks:
-            kv.allocate(need)
+            if need:
+                kv.allocate(need)
             self._preempted_now = False
             budget = self._admit(chunks, budget)
         else:

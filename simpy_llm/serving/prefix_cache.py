@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import OrderedDict
+from itertools import accumulate
 from typing import TYPE_CHECKING
 
 from simpy_llm.serving.kv_cache import KVCacheError
@@ -76,18 +77,18 @@ class Holder:
     ``blocks`` full blocks, its first ``blocks * block_size`` tokens.
     """
 
-    __slots__ = ("blocks", "deepest", "ids", "starts", "total")
+    __slots__ = ("blocks", "deepest", "ids", "run_end", "starts", "total")
 
     def __init__(self, segs: list[Segment]) -> None:
-        starts = [0]
-        for _seg_id, tokens in segs:
-            starts.append(starts[-1] + tokens)
         self.ids = [s for s, _ in segs]
-        self.starts = starts
+        self.starts = [0, *accumulate(t for _, t in segs)]
         """Absolute start of each segment, plus the end of the last."""
-        self.total = starts[-1]
+        self.total = self.starts[-1]
         self.deepest: _Node | None = None
         self.blocks = 0
+        self.run_end = 0
+        """Absolute end of the segment of ``deepest`` when this holder created or extended
+        it as a run (a hint that lets registration extend it without a lookup)."""
 
 
 class Match:
@@ -212,10 +213,11 @@ class PrefixCache:
         """A fresh :class:`Holder` for *req* (nothing referenced yet)."""
         return Holder(content_segments(req))
 
-    def _block_key(self, h: Holder, b: int, limit: int) -> tuple[object, int | None, int, int]:
-        """Content key of block *b* of *h* and the run it starts: ``(key, seg, off, run)``, where
-        ``run`` counts the consecutive full blocks from *b* (at most ``limit - b``) inside one
-        segment (``seg``, from offset ``off``), or 1 with ``seg = None`` for a spanning block."""
+    def _block_key(self, h: Holder, b: int, limit: int) -> tuple[object, int | None, int, int, int]:
+        """Content key of block *b* of *h* and the run it starts: ``(key, seg, off, run,
+        seg_end)``, where ``run`` counts the consecutive full blocks from *b* (at most
+        ``limit - b``) inside one segment (``seg``, from offset ``off``, ending at the absolute
+        position ``seg_end``), or 1 with ``seg = None`` for a spanning block."""
         bs = self.block_size
         starts = h.starts
         p = b * bs
@@ -228,7 +230,7 @@ class PrefixCache:
             if run > limit - b:
                 run = limit - b
             seg = h.ids[i]
-            return (seg, off), seg, off, run
+            return (seg, off), seg, off, run, seg_end
         pieces = []
         end = p + bs
         pos = p
@@ -237,7 +239,7 @@ class PrefixCache:
             pieces.append((h.ids[i], pos - starts[i], stop - pos))
             pos = stop
             i += 1
-        return tuple(pieces), None, 0, 1
+        return tuple(pieces), None, 0, 1, 0
 
     def match(self, h: Holder, max_blocks: int) -> Match:
         """The longest cached prefix of *h*'s content, at most *max_blocks* blocks (no side effects)."""
@@ -247,7 +249,7 @@ class PrefixCache:
         last = None
         last_blocks = 0
         while hits < max_blocks and node.children:
-            key, seg, _off, run = self._block_key(h, hits, max_blocks)
+            key, seg, _off, run, _end = self._block_key(h, hits, max_blocks)
             child = node.children.get(key)
             if child is None:
                 break
@@ -271,12 +273,14 @@ class PrefixCache:
         if m.last is None:
             h.deepest = self.root
             h.blocks = 0
+            h.run_end = 0
             return
         node = m.last
         if m.last_blocks < node.n:
             node = self._split(node, m.last_blocks)
         h.deepest = node
         h.blocks = m.blocks
+        h.run_end = 0
         lru = self._lru
         while node is not self.root:
             if node.refs == 0:
@@ -313,8 +317,17 @@ class PrefixCache:
         node = h.deepest
         root = self.root
         lru = self._lru
+        bs = self.block_size
         while b < limit:
-            key, seg, off, run = self._block_key(h, b, limit)
+            if node.refs == 1 and not node.children and (b + 1) * bs <= h.run_end and node is not root:
+                # Our own leaf run, and the next block is in its segment: extend it.
+                run = (h.run_end - b * bs) // bs
+                if run > limit - b:
+                    run = limit - b
+                node.n += run
+                b += run
+                continue
+            key, seg, off, run, seg_end = self._block_key(h, b, limit)
             child = node.children.get(key) if node.children else None
             if child is not None:
                 m = 1 if seg is None else (child.n if child.n <= run else run)
@@ -326,24 +339,16 @@ class PrefixCache:
                 child.refs += 1
                 adopted += m
                 node = child
+                h.run_end = 0
                 b += m
                 continue
-            if (
-                node is not root
-                and seg is not None
-                and node.seg == seg
-                and node.refs == 1
-                and not node.children
-                and node.off + node.n * self.block_size == off
-            ):
-                node.n += run  # our own leaf run: extend it in place
+            new = _Node(node, key, seg, off, run, 1)
+            if node.children is None:
+                node.children = {key: new}
             else:
-                new = _Node(node, key, seg, off, run, 1)
-                if node.children is None:
-                    node.children = {key: new}
-                else:
-                    node.children[key] = new
-                node = new
+                node.children[key] = new
+            node = new
+            h.run_end = seg_end
             b += run
         h.deepest = node
         h.blocks = b

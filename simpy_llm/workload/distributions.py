@@ -25,10 +25,11 @@ away. Within that share, draws above ``MAX_TOKENS`` are clamped by
 small ``alpha``) that rarely draws an enormous value does not stop a long run;
 its token counts are those of the tail truncated at ``MAX_TOKENS``. Shape
 parameters are bounded where float64 would overflow in the tail
-(``sigma <= 20``, Pareto ``alpha >= 0.05``). Every built-in ``sample`` checks
-its draws and raises :class:`SamplingError` on NaN or an infinity, as does
-:func:`to_tokens` for any registered distribution; the simulation reports it
-as a :class:`~simpy_llm.config.ScenarioError` naming the distribution's key
+(``sigma <= 20``, Pareto ``alpha >= 0.05``). The built-in samplers that could
+overflow check their draws and raise :class:`SamplingError` on NaN or an
+infinity (``constant`` and ``empirical`` draw only their own finite values), as
+does :func:`to_tokens` for any registered distribution; the simulation reports
+it as a :class:`~simpy_llm.config.ScenarioError` naming the distribution's key
 path.
 
 Where a parameterisation could be ambiguous the docstring says whether the
@@ -47,7 +48,7 @@ import json
 import math
 import numbers
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import attrs
 import numpy as np
@@ -117,6 +118,7 @@ def _checked(distribution: object, draws: np.ndarray) -> np.ndarray:
     if not np.isfinite(draws).all():
         bad = draws[~np.isfinite(draws)]
         who = "the distribution" if distribution is None else repr(distribution)
+        who = who if len(who) <= 200 else who[:197] + "..."
         raise SamplingError(
             f"{who} drew {bad.size} of {draws.size} values that are not finite numbers "
             f"(first: {float(bad[0])}); its parameters are beyond what float64 can sample",
@@ -140,8 +142,8 @@ def _check_tail(share: float, field: str, hint: str) -> None:
     if share > MAX_TAIL_SHARE:
         raise FieldValueError(
             field,
-            f"{share:.3g} of the draws would exceed {MAX_TOKENS} (MAX_TOKENS) and be clamped; "
-            f"at most {MAX_TAIL_SHARE:g} may ({hint})",
+            f"a share {share:.3g} of the draws would exceed {MAX_TOKENS} (MAX_TOKENS) and be clamped; "
+            f"at most {MAX_TAIL_SHARE:g} may: {hint}",
         )
 
 
@@ -221,7 +223,7 @@ class Exponential:
     """Exponential lengths with the given *mean* (ServeGen's output-length model)."""
 
     mean: float = attrs.field(validator=greater_than(0))
-    """Mean length, tokens (at most ``MAX_TOKENS / ln 100``, so 1% of draws exceed ``MAX_TOKENS``)."""
+    """Mean length, tokens (at most ``MAX_TOKENS / ln 100``, so at most 1% of draws exceed ``MAX_TOKENS``)."""
 
     def __attrs_post_init__(self) -> None:
         limit = MAX_TOKENS / math.log(1 / MAX_TAIL_SHARE)
@@ -452,6 +454,11 @@ class Pareto:
         return _checked(self, _pareto_sample(rng, self.alpha, self.xm, n))
 
 
+class _Moments(NamedTuple):
+    mean: float
+    variance: float
+
+
 @length_distributions.register("pareto_lognormal")
 @attrs.frozen(kw_only=True)
 class ParetoLogNormal:
@@ -480,6 +487,10 @@ class ParetoLogNormal:
     """Probability of the Pareto branch."""
 
     def __attrs_post_init__(self) -> None:
+        if self.mu > math.log(MAX_TOKENS):  # also keeps the branch's draws inside float64
+            raise FieldValueError(
+                "mu", f"the log-normal branch's median e**mu must be <= {MAX_TOKENS} (mu <= {math.log(MAX_TOKENS):.4f}), got {self.mu!r}"
+            )
         w = self.mix_weight
         pareto_share, pareto_key, pareto_hint = _pareto_tail(self.alpha, self.xm)
         lognormal_share = _lognormal_share(self.mu, self.sigma)
@@ -489,8 +500,13 @@ class ParetoLogNormal:
         else:
             _check_tail(share, "mu", f"in the log-normal branch, mu + 2.33 sigma must be <= {math.log(MAX_TOKENS):.4f}")
 
-    def _branches(self) -> tuple[LogNormal, Pareto]:
-        return LogNormal(mu=self.mu, sigma=self.sigma), Pareto(alpha=self.alpha, xm=self.xm)
+    def _branches(self) -> tuple[_Moments, _Moments]:
+        # Moments only: a branch alone may break the bounds the mixture meets (a rare branch
+        # may put most of its own draws above MAX_TOKENS), so no LogNormal/Pareto is built.
+        mu, s2, a, xm = self.mu, self.sigma**2, self.alpha, self.xm
+        lognormal = _Moments(math.exp(mu + s2 / 2), (math.exp(s2) - 1) * math.exp(2 * mu + s2))
+        pareto_variance = math.inf if a <= 2 else xm**2 * a / ((a - 1) ** 2 * (a - 2))
+        return lognormal, _Moments(_pareto_moment(a, xm, 1), pareto_variance)
 
     @property
     def mean(self) -> float:

@@ -217,6 +217,7 @@ TAILS = [
     ({"type": "pareto", "params": {"alpha": 3, "xm": 2**25}}, "xm"),
     ({"type": "pareto_lognormal", "params": {"alpha": 3, "xm": 10, "mu": 30, "sigma": 1, "mix_weight": 0.5}}, "mu"),
     ({"type": "pareto_lognormal", "params": {"alpha": 0.1, "xm": 10, "mu": 3, "sigma": 1, "mix_weight": 0.5}}, "alpha"),
+    ({"type": "pareto_lognormal", "params": {"alpha": 3, "xm": 10, "mu": 1e300, "sigma": 1, "mix_weight": 0.999}}, "mu"),
     ({"type": "weibull", "params": {"shape": 0.05, "scale": 1}}, "scale"),
     ({"type": "weibull", "params": {"shape": 5e-324, "scale": 5e-324}}, "scale"),
     ({"type": "gamma", "params": {"shape": 1, "scale": 1e7}}, "scale"),
@@ -253,6 +254,15 @@ def test_accepted_distributions_draw_at_most_the_tail_share_above_max_tokens(dis
     n = 200_000
     share = float(np.mean(dist.sample(np.random.default_rng(7), n) > MAX_TOKENS))
     assert share <= MAX_TAIL_SHARE + 5 * math.sqrt(MAX_TAIL_SHARE * (1 - MAX_TAIL_SHARE) / n)
+
+
+def test_mixture_may_hold_a_rare_branch_with_a_wide_tail() -> None:
+    """A log-normal branch that alone would be rejected (45% above MAX_TOKENS) is allowed at weight
+    0.5%: the mixture's share above MAX_TOKENS stays under 1%, and its moments are those of the mixture."""
+    d = ParetoLogNormal(alpha=3.0, xm=10.0, mu=16.0, sigma=5.0, mix_weight=0.995)
+    with pytest.raises(FieldValueError):
+        LogNormal(mu=16.0, sigma=5.0)
+    assert d.mean == pytest.approx(0.995 * 15.0 + 0.005 * math.exp(16.0 + 12.5))
 
 
 def test_heavy_tail_draws_are_clamped_to_max_tokens() -> None:
