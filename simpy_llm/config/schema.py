@@ -44,6 +44,7 @@ from simpy_llm.config.validators import (
     MAX_SEED,
     MAX_TIME_S,
     MAX_TOKENS,
+    MIN_PERIOD_S,
     MIN_RATE,
     MIN_SCALE,
     all_of,
@@ -402,10 +403,10 @@ class EngineConfig:
     """What happens to a preempted request's KV: dropped and recomputed, or swapped to CPU memory."""
     swap_space_blocks: int = attrs.field(default=0, validator=all_of(at_least(0), at_most(MAX_KV_BLOCKS)))
     """CPU swap space in KV blocks (``swap`` only; must be > 0 then)."""
-    swap_kv_bytes_per_token: float | None = attrs.field(default=None, validator=optional(greater_than(0)))
+    swap_kv_bytes_per_token: float | None = attrs.field(default=None, validator=optional(all_of(greater_than(0), at_most(2.0**40))))
     """Bytes of KV per token copied when swapping (``swap`` only; default: from the latency
     model's hardware)."""
-    swap_bandwidth_gb_per_s: float | None = attrs.field(default=None, validator=optional(greater_than(0)))
+    swap_bandwidth_gb_per_s: float | None = attrs.field(default=None, validator=optional(all_of(greater_than(1e-6), at_most(1e6))))
     """GPU <-> CPU copy bandwidth, GB/s (``swap`` only; default: the GPU's PCIe bandwidth)."""
 
     def __attrs_post_init__(self) -> None:
@@ -446,7 +447,7 @@ class ReplicaGroupConfig:
     """Step-time model of the group's replicas."""
     engine: EngineConfig = attrs.field(factory=EngineConfig)
     """Engine settings of the group's replicas."""
-    capacity: float | None = attrs.field(default=None, validator=optional(greater_than(0)))
+    capacity: float | None = attrs.field(default=None, validator=optional(all_of(greater_than(0), at_most(1e12))))
     """Relative service rate routers see (default: decode tokens per second of a full
     batch, ``max_num_seqs / step_time_s(0, max_num_seqs)``)."""
 
@@ -468,7 +469,9 @@ class ServingConfig:
     """A heterogeneous fleet: groups of replicas, each with its own engine and latency model."""
     admission: AdmissionSpec = attrs.field(factory=lambda: PolicySpec(kind="always"))
     """Admission policy at the router (rejections are recorded drops with a reason)."""
-    view_refresh_s: float | None = attrs.field(default=None, validator=optional(greater_than(0)))
+    view_refresh_s: float | None = attrs.field(
+        default=None, validator=optional(all_of(greater_than(0), in_range(MIN_PERIOD_S, MAX_TIME_S)))
+    )
     """Routers and admission see replica state refreshed every this many seconds (the
     router's own counts of outstanding requests stay fresh). Default: always fresh."""
 
@@ -521,7 +524,9 @@ class SimulationConfig:
     until_s: float | None = attrs.field(default=None, validator=optional(all_of(greater_than(0), at_most(MAX_TIME_S))))
     """Stop the simulation at this time (requests still in flight are reported as such).
     Default: run until every generated request has finished."""
-    timeseries_interval_s: float | None = attrs.field(default=None, validator=optional(greater_than(0)))
+    timeseries_interval_s: float | None = attrs.field(
+        default=None, validator=optional(all_of(greater_than(0), in_range(MIN_PERIOD_S, MAX_TIME_S)))
+    )
     """Sample each replica's queue length, batch size, KV use and busy state every this
     many simulated seconds (``Results.timeseries()``). Default: no sampling."""
 

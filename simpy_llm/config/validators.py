@@ -33,6 +33,7 @@ __all__ = [
     "MAX_SEED",
     "MAX_TIME_S",
     "MAX_TOKENS",
+    "MIN_PERIOD_S",
     "MIN_RATE",
     "MIN_SCALE",
     "all_of",
@@ -71,6 +72,10 @@ MAX_TIME_S = 1e9
 """Longest time in seconds (horizons, windows, SLO targets), about 31.7 years: at 1e9 s a
 float64 still resolves 0.12 microseconds, finer than any step or gap the model produces."""
 
+MIN_PERIOD_S = 1e-6
+"""Shortest period of a periodic process (time-series sampling, view refreshes), a
+microsecond: each period is an event, and shorter ones would crowd out the simulation."""
+
 MAX_RATE = 1e6
 """Highest request rate, requests/s: the mean gap (1 microsecond) stays several float64
 steps wide at MAX_TIME_S."""
@@ -96,6 +101,9 @@ wall-clock second a run of more would last days; every count stays far inside in
 MAX_BANDWIDTH_MBPS = 1e9
 """Highest bandwidth, megabits per second: a petabit per second, beyond any single link."""
 
+MAX_COEFFICIENT_US = 1e9
+"""Largest latency-model coefficient, microseconds (1,000 s per step, request or token):
+far beyond any hardware, small enough that step times stay finite and ordered."""
 MAX_SEED = 2**63 - 1
 """Largest seed: seeds are recorded as signed 64-bit integers."""
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import attrs
 
-from simpy_llm.config.validators import at_least, greater_than, one_of
+from simpy_llm.config.validators import MAX_RATE, MAX_REQUESTS, MAX_TOKENS, at_least, at_most, greater_than, one_of
 from simpy_llm.registry import Registry
 
 if TYPE_CHECKING:
@@ -113,9 +113,9 @@ class TokenBucket:
     [None, None, 'token_bucket', None]
     """
 
-    rate: float = attrs.field(validator=greater_than(0))
+    rate: float = attrs.field(validator=[greater_than(0), at_most(MAX_RATE * MAX_TOKENS)])
     """Refill rate, units per second."""
-    burst: float = attrs.field(validator=greater_than(0))
+    burst: float = attrs.field(validator=[greater_than(0), at_most(MAX_REQUESTS * float(MAX_TOKENS))])
     """Bucket size, units (the largest burst admitted at once)."""
     unit: str = attrs.field(default="requests", validator=one_of(("requests", "tokens")))
     """What a request costs: ``requests`` (1 each) or ``tokens`` (its prompt tokens)."""

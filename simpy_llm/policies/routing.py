@@ -32,7 +32,7 @@ import attrs
 import numpy as np
 
 from simpy_llm.config.errors import FieldValueError
-from simpy_llm.config.validators import at_least
+from simpy_llm.config.validators import at_least, at_most
 from simpy_llm.policies.predictors import OutputPredictor, mix64
 from simpy_llm.registry import Registry
 
@@ -430,9 +430,9 @@ class PrefixAffinity:
     True
     """
 
-    virtual_nodes: int = attrs.field(default=100, validator=at_least(1))
+    virtual_nodes: int = attrs.field(default=100, validator=[at_least(1), at_most(10_000)])
     """Ring points per replica (more: a more even split of keys)."""
-    load_bound: float = attrs.field(default=0.25, validator=at_least(0))
+    load_bound: float = attrs.field(default=0.25, validator=[at_least(0), at_most(1e6)])
     """Epsilon: a replica accepts a key while its load is at most (1 + epsilon) x the mean load, rounded up."""
     _ring_n: int = attrs.field(default=0, init=False, repr=False)
     _positions: list[int] = attrs.field(factory=list, init=False, repr=False)

@@ -43,7 +43,7 @@ from typing import Any, Protocol
 import attrs
 
 from simpy_llm.config.errors import FieldValueError
-from simpy_llm.config.validators import at_least
+from simpy_llm.config.validators import MAX_COEFFICIENT_US, at_least, at_most
 from simpy_llm.registry import Registry
 
 __all__ = [
@@ -134,17 +134,17 @@ class BlisLinearLatency:
     0.00104
     """
 
-    beta0_us: float = attrs.field(default=0.0, validator=at_least(0))
+    beta0_us: float = attrs.field(default=0.0, validator=[at_least(0), at_most(MAX_COEFFICIENT_US)])
     """Fixed time per step, µs."""
-    beta1_us: float = attrs.field(default=0.0, validator=at_least(0))
+    beta1_us: float = attrs.field(default=0.0, validator=[at_least(0), at_most(MAX_COEFFICIENT_US)])
     """Time per uncached prefill token in the step, µs."""
-    beta2_us: float = attrs.field(default=0.0, validator=at_least(0))
+    beta2_us: float = attrs.field(default=0.0, validator=[at_least(0), at_most(MAX_COEFFICIENT_US)])
     """Time per decode token in the step, µs."""
-    alpha0_us: float = attrs.field(default=0.0, validator=at_least(0))
+    alpha0_us: float = attrs.field(default=0.0, validator=[at_least(0), at_most(MAX_COEFFICIENT_US)])
     """Fixed arrival-to-queue delay per request, µs."""
-    alpha1_us: float = attrs.field(default=0.0, validator=at_least(0))
+    alpha1_us: float = attrs.field(default=0.0, validator=[at_least(0), at_most(MAX_COEFFICIENT_US)])
     """Arrival-to-queue delay per prompt token, µs."""
-    alpha2_us: float = attrs.field(default=0.0, validator=at_least(0))
+    alpha2_us: float = attrs.field(default=0.0, validator=[at_least(0), at_most(MAX_COEFFICIENT_US)])
     """Post-processing per output token, µs."""
     model: str | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.instance_of(str)))
     """Model of the profile the coefficients describe (``from_params`` fills it); used for :attr:`hardware`."""

@@ -23,7 +23,7 @@ import attrs
 import yaml
 
 from simpy_llm.config.errors import FieldValueError
-from simpy_llm.config.validators import at_least
+from simpy_llm.config.validators import MAX_COEFFICIENT_US, at_least, at_most
 from simpy_llm.serving.hardware import Hardware, ModelSpec, gpu_spec
 from simpy_llm.serving.latency import latency_models, profiles_dir
 
@@ -212,11 +212,11 @@ class ProfiledLatency:
     """Vidur GPU: ``a100`` (A100 80 GB SXM) or ``h100`` (H100 80 GB SXM)."""
     tp: int = 1
     """Tensor-parallel degree: one of the degrees profiled (1, 2, 4, 8)."""
-    alpha0_us: float = attrs.field(default=0.0, validator=at_least(0))
+    alpha0_us: float = attrs.field(default=0.0, validator=[at_least(0), at_most(MAX_COEFFICIENT_US)])
     """Fixed arrival-to-queue delay per request, µs."""
-    alpha1_us: float = attrs.field(default=0.0, validator=at_least(0))
+    alpha1_us: float = attrs.field(default=0.0, validator=[at_least(0), at_most(MAX_COEFFICIENT_US)])
     """Arrival-to-queue delay per prompt token, µs."""
-    alpha2_us: float = attrs.field(default=0.0, validator=at_least(0))
+    alpha2_us: float = attrs.field(default=0.0, validator=[at_least(0), at_most(MAX_COEFFICIENT_US)])
     """Post-processing per output token, µs."""
     table: OperatorTable = attrs.field(init=False, repr=False, eq=False)
     """The measured non-attention times."""

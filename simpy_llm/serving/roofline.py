@@ -14,7 +14,7 @@ from typing import ClassVar, NamedTuple
 import attrs
 
 from simpy_llm.config.errors import FieldValueError
-from simpy_llm.config.validators import at_least, in_range, optional
+from simpy_llm.config.validators import MAX_COEFFICIENT_US, at_least, at_most, in_range, optional
 from simpy_llm.serving.hardware import Hardware, gpu_spec, model_spec
 from simpy_llm.serving.latency import latency_models
 
@@ -263,11 +263,11 @@ class RooflineLatency:
     """Fraction of peak memory bandwidth reached; 1.0 as in BLIS's roofline (no bandwidth haircut)."""
     allreduce_latency_us: float = attrs.field(default=0.0, validator=at_least(0))
     """Fixed time per all-reduce call (launch, synchronisation), µs."""
-    alpha0_us: float = attrs.field(default=0.0, validator=at_least(0))
+    alpha0_us: float = attrs.field(default=0.0, validator=[at_least(0), at_most(MAX_COEFFICIENT_US)])
     """Fixed arrival-to-queue delay per request, µs."""
-    alpha1_us: float = attrs.field(default=0.0, validator=at_least(0))
+    alpha1_us: float = attrs.field(default=0.0, validator=[at_least(0), at_most(MAX_COEFFICIENT_US)])
     """Arrival-to-queue delay per prompt token, µs."""
-    alpha2_us: float = attrs.field(default=0.0, validator=at_least(0))
+    alpha2_us: float = attrs.field(default=0.0, validator=[at_least(0), at_most(MAX_COEFFICIENT_US)])
     """Post-processing per output token, µs."""
     roofline: Roofline = attrs.field(init=False, repr=False, eq=False)
     """The arithmetic (built from the fields above)."""

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import simpy
 
+from simpy_llm.config.validators import MAX_TIME_S
 from simpy_llm.entities import Request
 from simpy_llm.workload.distributions import to_tokens
 from simpy_llm.workload.prefix import content_segments
@@ -133,7 +134,8 @@ def plan_follow_up(
             return "user_stopped"
         think_dist = client.follow_up_think_time
         growth = "accumulate"
-    think = max(float(think_dist.sample(rng, 1)[0]), 0.0)
+    # Clamped like every time in a scenario (a heavy tail can draw an absurd think time).
+    think = min(max(float(think_dist.sample(rng, 1)[0]), 0.0), MAX_TIME_S)
     if horizon_s is not None and now_s + think > horizon_s:
         return "horizon"
     source = state.source

@@ -405,3 +405,11 @@ def test_negative_zero_spread_loads_and_runs(dist: dict[str, Any]) -> None:
     data = _set(tiny_scenario(), f"{CLIENT}.input_distribution", dist)
     results = Simulation(scenario_from_dict(data)).run()
     assert results.summary()["requests"]["completed"] == data["workload"]["num_requests"]
+
+
+@pytest.mark.parametrize("key", ["simulation.timeseries_interval_s", "serving.view_refresh_s"])
+def test_periods_below_a_microsecond_are_rejected(key: str) -> None:
+    """A periodic process with a period of 5e-324 s would never let the clock advance: rejected with its range."""
+    err = _error(_set(tiny_scenario(), key, 5e-324))
+    assert err.paths == [key]
+    assert "must be in [1e-06, 1000000000.0]" in err.problems[0][1]
