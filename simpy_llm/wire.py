@@ -8,6 +8,12 @@ at once), but no event is scheduled for it, and a waiting consumer is served
 in the same instant. Over a simulation this saves one scheduled event per hop
 per request.
 
+A consumer that never waits for anything but the next item (the router, a
+replica's ingress) may instead :meth:`~Wire.connect` a handler: each put then
+hands the item to it at once, in the producer's instant, with no get event and
+no process switch. The item is taken at the same simulated time and in the
+same order as a consumer process blocked on ``get()`` would take it.
+
 Examples
 --------
 >>> import simpy
@@ -33,6 +39,7 @@ WireStats(puts=3, gets=3, level=0)
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -89,6 +96,24 @@ class Wire(BaseResource):
         self.items: deque[Any] = deque()
         """Items put and not yet taken, oldest first."""
         self.puts = 0
+        self._handler: Callable[[Any], None] | None = None
+
+    def connect(self, handler: Callable[[Any], None]) -> None:
+        """Deliver every item put from now on to *handler* at once (instead of to ``get()``).
+
+        Examples
+        --------
+        >>> import simpy
+        >>> env = simpy.Environment()
+        >>> wire = Wire(env)
+        >>> seen = []
+        >>> wire.connect(lambda item: seen.append((env.now, item)))
+        >>> _ = wire.put("a"); seen, wire.statistics()
+        ([(0, 'a')], WireStats(puts=1, gets=1, level=0))
+        """
+        if self.items or self.get_queue or self._handler is not None:
+            raise RuntimeError("connect a handler to a fresh Wire, before anything is put or waited for")
+        self._handler = handler
 
     if TYPE_CHECKING:
 
@@ -101,8 +126,11 @@ class Wire(BaseResource):
 
     def put(self, item: Any) -> WirePut:  # type: ignore[override]
         """Put *item*; the returned event is already processed (a put never waits)."""
-        self.items.append(item)
         self.puts += 1
+        if self._handler is not None:
+            self._handler(item)
+            return WirePut(self._env, item)
+        self.items.append(item)
         if self.get_queue:
             self._trigger_get(None)
         return WirePut(self._env, item)
@@ -111,6 +139,8 @@ class Wire(BaseResource):
         raise NotImplementedError("Wire.put serves getters directly")
 
     def _do_get(self, event: WireGet) -> bool | None:
+        if self._handler is not None:
+            raise RuntimeError("this Wire delivers to a connected handler; nothing can get() from it")
         if self.items:
             event.succeed(self.items.popleft())
             return True

@@ -251,7 +251,11 @@ class Replica:
         """(done steps in segment at its start, steps, decoders, step_s) of the stretch in progress."""
         self._alpha2 = latency.output_token_overhead_s
 
-        env.process(self._ingress())
+        if hasattr(inbox, "connect"):
+            inbox.connect(self.arrive)
+        else:  # a plain simpy.Store: take requests with a process
+            env.process(self._ingress())
+        self._queueing_time_s = latency.queueing_time_s
         self.process = env.process(self._engine())
 
     # --- own state, read by views ---------------------------------------------
@@ -287,34 +291,36 @@ class Replica:
         return list(seen.values())
 
     # --- ingress -----------------------------------------------------------
+    def arrive(self, req: Request) -> None:
+        """A routed request reaches the replica: it enters the waiting queue after the latency
+        model's queueing time, or is dropped if longer than ``max_model_len``."""
+        if req.prompt_tokens + req.output_tokens > self.max_model_len:
+            now = self.env.now
+            req.dropped_reason = "max_model_len"
+            self.departed += 1
+            self.departed_tokens += req.prompt_tokens
+            self.recorder.on_drop(req)
+            self.recorder.on_departure(now)
+            if self.completions is not None:
+                self.completions.put(req)
+            return
+        delay = self._queueing_time_s(req.prompt_tokens)
+        if delay > 0.0:
+            self.env.timeout(delay, req).callbacks.append(self._enqueue_event)
+        else:
+            self._enqueue(req)
+
     def _ingress(self) -> Generator[Event, Request, None]:
-        """Take routed requests from the inbox; each enters the waiting queue after
-        the latency model's queueing time (requests over ``max_model_len`` are dropped).
+        """Process taking requests from an inbox Store that cannot call :meth:`arrive` itself.
 
         Yields
         ------
-        WireGet
+        StoreGet
             The next request from the inbox.
         """
-        env = self.env
-        queueing_time_s = self.latency.queueing_time_s
         get = self.inbox.get
         while True:
-            req = yield get()
-            if req.prompt_tokens + req.output_tokens > self.max_model_len:
-                req.dropped_reason = "max_model_len"
-                self.departed += 1
-                self.departed_tokens += req.prompt_tokens
-                self.recorder.on_drop(req)
-                self.recorder.on_departure(env.now)
-                if self.completions is not None:
-                    self.completions.put(req)
-                continue
-            delay = queueing_time_s(req.prompt_tokens)
-            if delay > 0.0:
-                env.timeout(delay, req).callbacks.append(self._enqueue_event)
-            else:
-                self._enqueue(req)
+            self.arrive((yield get()))
 
     def _enqueue_event(self, event: Event) -> None:
         self._enqueue(event.value)
@@ -693,7 +699,7 @@ class Replica:
             req.kv_tokens += chunk
             self.queued_prompt_tokens -= chunk
             if cache is not None:
-                cache.register(req.kv_holder, req.kv_tokens)
+                cache.register_shared(req.kv_holder, req.kv_tokens)
             if req.kv_tokens < req.prefill_target:
                 continue
             # Prefill complete: this step emitted a token.

@@ -77,13 +77,22 @@ class Holder:
     ``blocks`` full blocks, its first ``blocks * block_size`` tokens.
     """
 
-    __slots__ = ("blocks", "deepest", "ids", "run_end", "starts", "total")
+    __slots__ = ("blocks", "deepest", "ids", "run_end", "shared_tokens", "starts", "total")
 
     def __init__(self, segs: list[Segment]) -> None:
         self.ids = [s for s, _ in segs]
         self.starts = [0, *accumulate(t for _, t in segs)]
         """Absolute start of each segment, plus the end of the last."""
         self.total = self.starts[-1]
+        shared = 0
+        for seg_id, tokens in segs:
+            if seg_id < 0:
+                break
+            shared += tokens
+        self.shared_tokens = shared
+        """Leading tokens from shared segments (a prefix group's or a trace's blocks), which
+        other running requests may look up; the rest is this request's (and its session's)
+        alone, so its blocks can be registered when it releases them."""
         self.deepest: _Node | None = None
         self.blocks = 0
         self.run_end = 0
@@ -180,7 +189,21 @@ class PrefixCache:
         if n > self.empty:
             if n > self.empty + self.evictable:
                 raise KVCacheError(f"asked for {n} blocks with {self.empty + self.evictable} free")
-            self._evict(n - self.empty)
+            # Evict n - empty blocks from the LRU front (always a leaf), tail first.
+            lru = self._lru
+            need = n - self.empty
+            self.evictable -= need
+            self.empty += need
+            while need:
+                node = next(iter(lru))
+                if node.n > need:
+                    node.n -= need
+                    break
+                need -= node.n
+                node.n = 0
+                del lru[node]
+                del node.parent.children[node.key]
+                node.parent = None
         elif n < 0:
             raise KVCacheError(f"asked for {n} blocks")
         self.empty -= n
@@ -193,20 +216,6 @@ class PrefixCache:
         if n < 0 or n > self.num_blocks - self.empty - self.evictable:
             raise KVCacheError(f"released {n} blocks with {self.used_blocks} used")
         self.empty += n
-
-    def _evict(self, n: int) -> None:
-        lru = self._lru
-        while n:
-            node = next(iter(lru))
-            take = node.n if node.n <= n else n
-            node.n -= take
-            self.evictable -= take
-            self.empty += take
-            n -= take
-            if node.n == 0:
-                del lru[node]
-                del node.parent.children[node.key]
-                node.parent = None
 
     # --- requests ----------------------------------------------------------
     def holder(self, req: Request) -> Holder:
@@ -303,6 +312,19 @@ class PrefixCache:
         if head.refs == 0:  # evictable like the tail; the caller pins it at once
             self._lru[head] = None
         return head
+
+    def register_shared(self, h: Holder, computed_tokens: int) -> None:
+        """Register *h*'s full blocks among its first *computed_tokens* tokens that lie in its
+        shared segments (see :attr:`Holder.shared_tokens`), as a prefill step computes them.
+
+        Only those can be looked up or duplicated by another request while *h* runs; the
+        blocks of its own content are registered by :meth:`unref`, which gives the same
+        cache state at every lookup with one registration per request instead of one per
+        prefill chunk.
+        """
+        shared = h.shared_tokens
+        if shared >= self.block_size and h.blocks * self.block_size + self.block_size <= shared:
+            self.register(h, computed_tokens if computed_tokens < shared else shared)
 
     def register(self, h: Holder, computed_tokens: int) -> int:
         """Cache the full blocks among *h*'s first *computed_tokens* tokens that it does not

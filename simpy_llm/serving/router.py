@@ -1,9 +1,10 @@
-"""The Router process: admission, then routing.
+"""The Router: admission, then routing.
 
-It takes requests from its inbox, asks its
-:class:`~simpy_llm.policies.admission.AdmissionPolicy` whether to admit each
+It takes each request put into its inbox Wire the moment it arrives (a
+connected handler: no SimPy event per request), asks its
+:class:`~simpy_llm.policies.admission.AdmissionPolicy` whether to admit it
 (a rejection is recorded as a drop with the policy's reason and leaves
-through the completions Wire, so sessions see it), and puts each admitted
+through the rejected Wire, so sessions see it), and puts each admitted
 request into the inbox of the replica its
 :class:`~simpy_llm.policies.routing.RoutingPolicy` chooses. Policies read
 :mod:`~simpy_llm.serving.views` only; the router changes only its own counts.
@@ -11,15 +12,13 @@ request into the inbox of the replica its
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
-
-import simpy
 
 from simpy_llm.serving.views import RouterCounts
 
 if TYPE_CHECKING:
-    from simpy.events import Event
+    import simpy
 
     from simpy_llm.entities import Request
     from simpy_llm.metrics.recorder import Recorder
@@ -38,7 +37,7 @@ class Router:
     env
         The SimPy environment.
     inbox
-        Wire of arriving requests.
+        Wire of arriving requests (the router connects to it).
     outboxes
         One Wire per replica (the replicas' inboxes), index-aligned with *views*.
     views
@@ -59,7 +58,7 @@ class Router:
     def __init__(
         self,
         env: simpy.Environment,
-        inbox: Wire | simpy.Store,
+        inbox: Wire,
         outboxes: Sequence[Wire | simpy.Store],
         views: Sequence[ReplicaView],
         counts: RouterCounts,
@@ -79,45 +78,32 @@ class Router:
         self.recorder = recorder
         self.admission = admission
         self.rejected = rejected
-        self.process = env.process(self._run())
+        self._admit = admission.admit if admission is not None else None
+        self._choose = policy.choose
+        inbox.connect(self.route)
 
     @property
     def routed(self) -> list[int]:
         """Requests routed to each replica."""
         return self.counts.routed
 
-    def _run(self) -> Generator[Event, Request, None]:
-        """Admit and route requests as they arrive.
-
-        Yields
-        ------
-        WireGet
-            The next arriving request.
-        """
-        env = self.env
-        get = self.inbox.get
-        choose = self.policy.choose
-        admit = self.admission.admit if self.admission is not None else None
-        views = self.views
-        outboxes = self.outboxes
-        routed = self.counts.routed
-        routed_tokens = self.counts.routed_tokens
-        n = len(views)
-        while True:
-            req = yield get()
-            if admit is not None:
-                reason = admit(req, views, env.now)
-                if reason is not None:
-                    req.dropped_reason = str(reason)
-                    self.recorder.on_drop(req)
-                    self.recorder.on_departure(env.now)
-                    if self.rejected is not None:
-                        self.rejected.put(req)
-                    continue
-            i = choose(req, views)
-            if not 0 <= i < n:
-                raise ValueError(f"routing policy returned replica {i}; there are {n}")
-            req.replica = i
-            routed[i] += 1
-            routed_tokens[i] += req.prompt_tokens
-            outboxes[i].put(req)
+    def route(self, req: Request) -> None:
+        """Admit and route *req* (called for every request put into the inbox)."""
+        now = self.env.now
+        if self._admit is not None:
+            reason = self._admit(req, self.views, now)
+            if reason is not None:
+                req.dropped_reason = str(reason)
+                self.recorder.on_drop(req)
+                self.recorder.on_departure(now)
+                if self.rejected is not None:
+                    self.rejected.put(req)
+                return
+        i = self._choose(req, self.views)
+        if not 0 <= i < len(self.outboxes):
+            raise ValueError(f"routing policy returned replica {i}; there are {len(self.outboxes)}")
+        req.replica = i
+        counts = self.counts
+        counts.routed[i] += 1
+        counts.routed_tokens[i] += req.prompt_tokens
+        self.outboxes[i].put(req)
