@@ -338,7 +338,7 @@ class Replica:
         if self._interruptible:
             if self.waiting[0] is entry:  # a new head might be admissible: replan at the next boundary
                 self._interruptible = False
-                self.process.interrupt()
+                self._cut_stretch(now)
         elif self._idle_signal is not None and not self._idle_signal.triggered:
             signal = self._idle_signal
             signal._ok = True  # noqa: SLF001 - succeed() at LATE priority
@@ -403,20 +403,36 @@ class Replica:
                 continue
 
             # A stretch of identical pure-decode steps, one event. A request that becomes
-            # the waiting head interrupts it (see _enqueue).
+            # the waiting head cuts it short at the end of the step in progress (_enqueue).
             k = self._stretch_length()
             self._interruptible = len(running) < self.config.max_num_seqs
             self._stretch = (done, k, n_decode, step_s)
-            try:
-                yield _StepEnd(env, seg_start + (done + k) * step_s)
-            except simpy.Interrupt:
-                # Finish the step in progress; the newcomer is considered at its end.
-                k = min(self._steps_until(env.now), k)
-                self._stretch = (done, k, n_decode, step_s)
-                yield _StepEnd(env, seg_start + (done + k) * step_s)
+            yield _StepEnd(env, seg_start + (done + k) * step_s)
+            k = self._stretch[1]
             self._interruptible = False
             self._stretch = None
             self._settle_decode_stretch(k, n_decode, kv_used, step_s)
+
+    def _cut_stretch(self, now: float) -> None:
+        """End the decode stretch in progress at the end of the step in progress at *now*:
+        the engine process waits for a step end at that boundary instead of the stretch's.
+
+        This moves the process's wait from one event to another, as SimPy's own
+        ``Process.interrupt`` does before it throws (``_target``, ``_resume``); the
+        stretch's original event then fires with nobody waiting. It spares an interrupt
+        event and an exception per cut.
+        """
+        done, k, n_decode, step_s = self._stretch
+        m = self._steps_until(now)
+        if m >= k:
+            return  # the stretch ends with the step in progress anyway
+        self._stretch = (done, m, n_decode, step_s)
+        proc = self.process
+        resume = proc._resume  # noqa: SLF001 - see docstring
+        proc._target.callbacks.remove(resume)  # noqa: SLF001
+        boundary = _StepEnd(self.env, self._seg_start + (done + m) * step_s)
+        boundary.callbacks.append(resume)
+        proc._target = boundary  # noqa: SLF001
 
     def _steps_until(self, t: float) -> int:
         """The smallest ``m >= 1`` such that step ``done + m`` of the current segment (``done``
