@@ -622,13 +622,14 @@ class Replica:
         self.recorder.on_preemption(req, self.index, now, mode)
         self._changed = True
 
-    def _release_kv(self, req: Request, tokens: int) -> None:
-        """Give back the blocks of *req*, which holds *tokens* tokens of KV."""
+    def _release_kv(self, req: Request, tokens: int, done: bool = False) -> None:
+        """Give back the blocks of *req*, which holds *tokens* tokens of KV; *done* when it
+        completed (then only a later round of its session could look its content up)."""
         cache = self.prefix_cache
         if cache is None:
             self.kv.release(blocks_for(tokens, self.kv.block_size))
         else:
-            cache.unref(req.kv_holder, tokens)
+            cache.unref(req.kv_holder, tokens, findable=not done or bool(req.session_id))
 
     def _leave_decoding(self, req: Request) -> None:
         self._residue[(req.kv_tokens - req.decode_anchor_step) % self.kv.block_size] -= 1
@@ -766,7 +767,7 @@ class Replica:
         del self.running[req.id]
         order = self._order
         order.pop(bisect_left(order, (*req.sched_key, req)))
-        self._release_kv(req, tokens)
+        self._release_kv(req, tokens, done=True)
         req.kv_holder = None
         req.completion_s = end + req.output_tokens * self._alpha2
         self.departed += 1

@@ -70,6 +70,17 @@ class _Node:
         """Holders referencing the node (each references its whole chain from the root)."""
 
 
+class _Anonymous:
+    """Cached blocks no lookup can find (a finished request's own content): they only
+    wait in the LRU list for their turn to be evicted."""
+
+    __slots__ = ("n", "parent")
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.parent = None
+
+
 class Holder:
     """What a request holds in the cache: its content and the deepest node it references.
 
@@ -175,7 +186,7 @@ class PrefixCache:
     @property
     def cached_blocks(self) -> int:
         """Blocks with a content identity (referenced or evictable)."""
-        total = 0
+        total = sum(node.n for node in self._lru if isinstance(node, _Anonymous))
         stack = [self.root]
         while stack:
             node = stack.pop()
@@ -202,8 +213,9 @@ class PrefixCache:
                 need -= node.n
                 node.n = 0
                 del lru[node]
-                del node.parent.children[node.key]
-                node.parent = None
+                if node.parent is not None:  # a tree leaf (not an anonymous run)
+                    del node.parent.children[node.key]
+                    node.parent = None
         elif n < 0:
             raise KVCacheError(f"asked for {n} blocks")
         self.empty -= n
@@ -378,20 +390,33 @@ class PrefixCache:
             self.empty += adopted
         return adopted
 
-    def unref(self, h: Holder, computed_tokens: int) -> None:
+    def unref(self, h: Holder, computed_tokens: int, *, findable: bool = True) -> None:
         """Release *h*'s blocks (completion or preemption) holding *computed_tokens* tokens.
 
         Its remaining full blocks are registered first (decoded output is registered
         here, lazily: nobody else can look it up while the request runs), its partial
         last block becomes empty, and its references are dropped from the deepest node
         up, so a released chain joins the LRU list tail first.
+
+        With ``findable=False`` (a finished request that no later request can continue:
+        no session, no recompute) the blocks of its own content (past its shared
+        segments) are cached without an entry in the tree: one anonymous run in the LRU
+        list, evicted in the same order. Their content is unique to the request, so no
+        lookup could find them anyway.
         """
-        self.register(h, computed_tokens)
+        lru = self._lru
+        if findable:
+            self.register(h, computed_tokens)
+        else:
+            self.register_shared(h, computed_tokens)  # shared blocks may match others'
+            own = computed_tokens // self.block_size - h.blocks
+            if own > 0:
+                lru[_Anonymous(own)] = None
+                self.evictable += own
         if computed_tokens % self.block_size:
             self.empty += 1
         node = h.deepest
         root = self.root
-        lru = self._lru
         while node is not root:
             node.refs -= 1
             if node.refs == 0:
