@@ -245,7 +245,7 @@ class Replica:
         self._preempted_now = False
         self._idle_signal: Event | None = None
         """Succeeds (at LATE priority) when a request enters the waiting queue of an idle engine."""
-        self._interruptible = False
+        self._cuttable = False
         """True while the engine sits in a decode stretch that a new waiting head could join."""
         self._stretch: tuple[int, int, int, float] | None = None
         """(done steps in segment at its start, steps, decoders, step_s) of the stretch in progress."""
@@ -335,9 +335,9 @@ class Replica:
         entry = (self._key(req, now), seq, req)
         req.sched_key = entry[:2]
         heapq.heappush(self.waiting, entry)
-        if self._interruptible:
+        if self._cuttable:
             if self.waiting[0] is entry:  # a new head might be admissible: replan at the next boundary
-                self._interruptible = False
+                self._cuttable = False
                 self._cut_stretch(now)
         elif self._idle_signal is not None and not self._idle_signal.triggered:
             signal = self._idle_signal
@@ -354,8 +354,8 @@ class Replica:
         ------
         Event
             The idle signal (a request entered the waiting queue) and step-end events
-            (both LATE priority); a decode stretch may be interrupted by a request that
-            becomes the head of the waiting queue.
+            (both LATE priority); a decode stretch's end moves earlier when a request
+            becomes the head of the waiting queue (:meth:`_cut_stretch`).
         """
         env = self.env
         step_time_s = self.latency.step_time_s
@@ -405,11 +405,11 @@ class Replica:
             # A stretch of identical pure-decode steps, one event. A request that becomes
             # the waiting head cuts it short at the end of the step in progress (_enqueue).
             k = self._stretch_length()
-            self._interruptible = len(running) < self.config.max_num_seqs
+            self._cuttable = len(running) < self.config.max_num_seqs
             self._stretch = (done, k, n_decode, step_s)
             yield _StepEnd(env, seg_start + (done + k) * step_s)
             k = self._stretch[1]
-            self._interruptible = False
+            self._cuttable = False
             self._stretch = None
             self._settle_decode_stretch(k, n_decode, kv_used, step_s)
 

@@ -101,7 +101,7 @@ def test_preemption_recomputes_the_victim_with_its_generated_tokens():
     end1 = step(6, 0)  # both admitted: 2 + 2 blocks
     end2 = end1 + step(0, 2)  # both decode (token 4 of each sits in its 2nd block)
     d = step(0, 1)
-    end3 = end2 + d  # B preempted at end2 (a new segment); A decodes its 5th token
+    # end2 + d: B preempted at end2 (a new segment); A decodes its 5th token.
     end4 = end2 + 2 * d  # B does not fit (3 blocks > 1 free); same segment; A completes
     end5 = end4 + step(5, 0)  # B recomputes P + g = 5 tokens, emits token 3
     end6 = end5 + step(0, 1)

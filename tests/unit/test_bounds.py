@@ -26,7 +26,6 @@ from simpy_llm.config.validators import (
     unless,
 )
 from simpy_llm.rng import RandomStreams
-from simpy_llm.workload.arrivals import GammaArrivals
 from simpy_llm.workload.distributions import (
     MAX_TAIL_SHARE,
     ClampedGaussian,
@@ -38,7 +37,6 @@ from simpy_llm.workload.distributions import (
     Pareto,
     ParetoLogNormal,
     SamplingError,
-    Uniform,
     Weibull,
     draw_tokens,
     to_tokens,
