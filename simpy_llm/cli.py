@@ -8,7 +8,10 @@ running them. ``simpy-llm serve SCENARIO [--host H] [--port P]`` runs the
 emulated OpenAI-compatible server (docs/emulate.md) until SIGINT or SIGTERM.
 ``simpy-llm observe WORKLOAD --url URL [--model M] [--api chat|completions]
 [--out DIR]`` sends a scenario's workload to a real server and records it as
-a trace v2 (docs/observe.md); Ctrl-C stops it cleanly.
+a trace v2 (docs/observe.md); Ctrl-C stops it cleanly. Every command that reads
+a scenario takes ``--set KEY=VALUE`` overrides and ``--plugin MODULE_OR_FILE``
+(modules or Python files imported first, so the policies they register can be
+named in the scenario). ``simpy-llm --version`` prints the version.
 Exit status: 0 ok, 2 bad input.
 """
 
@@ -17,31 +20,24 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-from simpy_llm.config import Scenario, ScenarioError, load_scenario
+from simpy_llm import __version__
+from simpy_llm.config import Scenario, ScenarioError, load_plugins, load_scenario
 
 __all__ = ["main"]
-
-PROGRESS_MIN_REQUESTS = 50_000
-"""Runs expected to simulate at least this many requests show a progress bar (on a terminal)."""
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="simpy-llm", description="Simulate LLM inference serving.")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run a scenario and print its summary")
     run.add_argument("scenario", help="scenario YAML file")
     run.add_argument("--out", metavar="DIR", help="write records, summary and manifest here")
-    run.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a scenario value, e.g. --set workload.num_requests=1000 (repeatable)",
-    )
+    _add_scenario_options(run)
     run.add_argument("--seed", type=int, help="override the scenario's seed")
     run.add_argument(
         "--progress",
@@ -53,7 +49,7 @@ def _parser() -> argparse.ArgumentParser:
     wl = sub.add_parser("workload", help="generate a scenario's requests without simulating them")
     wl.add_argument("scenario", help="scenario YAML file (its workload section is used)")
     wl.add_argument("--out", metavar="DIR", required=True, help="write trace v2, summary.json (and plots) here")
-    wl.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    _add_scenario_options(wl)
     wl.add_argument("--seed", type=int, help="override the scenario's seed")
     wl.add_argument("--plots", action="store_true", help="also write PNG histograms (needs matplotlib)")
 
@@ -64,7 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     obs.add_argument("--api", choices=("chat", "completions"), default="chat", help="endpoint (default chat)")
     obs.add_argument("--out", metavar="DIR", default="runs/observe", help="output directory (default runs/observe)")
     obs.add_argument("--api-key", help="bearer token (default: the OPENAI_API_KEY environment variable)")
-    obs.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    _add_scenario_options(obs)
     obs.add_argument("--seed", type=int, help="override the scenario's seed")
     obs.add_argument("--stream", choices=("auto", "on", "off"), default="auto", help="auto: per request, as the workload says")
     obs.add_argument("--concurrency", type=int, help="at most this many requests in flight (default: open loop)")
@@ -80,6 +76,22 @@ def _parser() -> argparse.ArgumentParser:
     )
     obs.add_argument("--scrape-interval", type=float, default=1.0, metavar="S", help="seconds between scrapes")
     obs.add_argument("--loop", choices=("auto", "uvloop", "asyncio"), default="auto", help="event loop (auto: uvloop)")
+    obs.add_argument(
+        "--prompts",
+        metavar="FILE",
+        help="prompt dataset (ShareGPT JSON, or JSON/JSONL records with a text field); default: synthetic words",
+    )
+    obs.add_argument(
+        "--prompt-field",
+        metavar="NAME",
+        help="the dataset's prompt field (default: prompt, text, question or ShareGPT conversations, found by itself)",
+    )
+    obs.add_argument(
+        "--progress",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="live progress line on stderr: auto shows it on a terminal",
+    )
 
     srv = sub.add_parser("serve", help="serve an OpenAI-compatible API with the simulator's timing")
     srv.add_argument("scenario", help="scenario YAML file (its serving section is simulated)")
@@ -87,18 +99,46 @@ def _parser() -> argparse.ArgumentParser:
     srv.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
     srv.add_argument("--model", help="model name served (default: the latency model's model, else the scenario name)")
     srv.add_argument("--trace", metavar="PATH", help="write every request as a trace v2 row (PATH.yaml + PATH.csv)")
-    srv.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    _add_scenario_options(srv)
     srv.add_argument("--seed", type=int, help="override the scenario's seed")
 
     val = sub.add_parser("validate", help="check scenario files without running them")
     val.add_argument("files", nargs="+", help="scenario YAML files")
-    val.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    _add_scenario_options(val)
     return p
+
+
+def _add_scenario_options(parser: argparse.ArgumentParser) -> None:
+    """``--set`` and ``--plugin``, the same on every command that reads a scenario."""
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a scenario value, e.g. --set workload.num_requests=1000 (repeatable; the value is "
+        "parsed as YAML, null unsets an optional key; list items by index: workload.clients.0.rate_fraction=2)",
+    )
+    parser.add_argument(
+        "--plugin",
+        dest="plugins",
+        action="append",
+        default=[],
+        metavar="MODULE_OR_FILE",
+        help="import a module (my_package.policies) or Python file (my_policies.py) before reading the "
+        "scenario, so the policies it registers can be named in it (repeatable)",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``simpy-llm`` command."""
     args = _parser().parse_args(argv)
+    if args.plugins:
+        try:
+            load_plugins(args.plugins, source="command line", key="--plugin")
+        except ScenarioError as exc:
+            print(exc, file=sys.stderr)
+            return 2
     if args.command == "validate":
         return _validate(args)
     if args.command == "workload":
@@ -162,7 +202,11 @@ def _observe(args: argparse.Namespace) -> int:
     import os
 
     import aiohttp
+    from rich.console import Console
 
+    from simpy_llm.observe.progress import show_progress
+    from simpy_llm.observe.prompts import PromptDatasetError
+    from simpy_llm.observe.report import latency_table
     from simpy_llm.observe.run import observe
 
     overrides = _overrides(args)
@@ -189,8 +233,11 @@ def _observe(args: argparse.Namespace) -> int:
             scrape_metrics=scrape,
             scrape_interval_s=args.scrape_interval,
             loop=args.loop,
+            prompts=args.prompts,
+            prompt_field=args.prompt_field,
+            progress=show_progress(args.progress, is_terminal=Console(stderr=True).is_terminal, environ=os.environ),
         )
-    except ScenarioError as exc:
+    except (ScenarioError, PromptDatasetError) as exc:
         print(exc, file=sys.stderr)
         return 2
     except (aiohttp.ClientError, OSError) as exc:
@@ -210,6 +257,7 @@ def _observe(args: argparse.Namespace) -> int:
         f"schedule delay: p50 {ms(summary.schedule_delay_p50_s)}, p99 {ms(summary.schedule_delay_p99_s)}, "
         f"max {ms(summary.schedule_delay_max_s)}{' - LAGGING: the client could not keep the rate' if summary.lagging else ''}"
     )
+    Console(soft_wrap=True).print(latency_table(summary.latency_s, summary.latency_s_by_client, "observed latency"))
     print(f"trace written to {args.out}")
     return 0
 
@@ -259,41 +307,20 @@ def _run(args: argparse.Namespace) -> int:
         return 2
 
     console = Console(soft_wrap=True)
-    err = Console(stderr=True)
     sim = Simulation(scenario)
-    wl = scenario.workload
-    rate = sum(src.rate for src in sim.sources)
-    expected = wl.num_requests if wl.num_requests is not None else rate * (wl.horizon_s or 0)
-    show = args.progress == "on" or (
-        args.progress == "auto" and err.is_terminal and expected >= PROGRESS_MIN_REQUESTS
-    )
-    if show:
-        results = _run_with_progress(sim, err, wl.num_requests)
-    else:
-        results = sim.run()
+    # auto: the same rule as in Python (simpy_llm.progress): a terminal and a long run.
+    results = sim.run(progress={"auto": None, "on": True, "off": False}[args.progress])
 
     summary = results.summary()
     console.print(_summary_table(summary, scenario.name or args.scenario))
     if args.out:
-        path = results.save(args.out)
-        console.print(f"wrote {path}/records.csv, summary.json, manifest.json")
+        written: list[Path] = []
+        out = results.save(args.out, written=written)
+        console.print(f"wrote {', '.join(f.name for f in written)} in {out}")
     n = len(results)
     rate = n / results.wall_s if results.wall_s > 0 else float("inf")
     console.print(f"simulated {n} requests in {results.wall_s:.2f} wall seconds ({rate:,.0f} requests per wall-second)")
     return 0
-
-
-def _run_with_progress(sim: Any, err: Any, total: int | None) -> Any:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    columns = [TextColumn("simulating"), BarColumn(), MofNCompleteColumn(), TextColumn("t={task.fields[t]:.0f}s"), TimeElapsedColumn()]
-    with Progress(*columns, console=err, transient=True) as bar:
-        task = bar.add_task("run", total=total, t=0.0)
-
-        def update(finished: int, _total: int | None, now: float) -> None:
-            bar.update(task, completed=finished, t=now)
-
-        return sim.run(progress=update)
 
 
 def _fmt(value: Any, scale: float = 1.0, digits: int = 3) -> str:

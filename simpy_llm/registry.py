@@ -6,8 +6,10 @@ to a class. Built-ins and user code register the same way, with a decorator::
     @routing_policies.register("my_router")
     class MyRouter: ...
 
-Registering a name twice raises, so a typo in a user module cannot silently
-replace a built-in.
+Registering a taken name raises, so a typo in a user module cannot silently
+replace a built-in. Registering the same definition again (the same module and
+qualified name, as when a notebook cell or a plugin is run a second time)
+replaces the entry with the new object.
 """
 
 from __future__ import annotations
@@ -56,11 +58,39 @@ class Registry(Generic[T]):
         self._items: dict[str, T] = {}
 
     def register(self, name: str) -> Callable[[T], T]:
-        """Return a decorator that registers its argument under *name*."""
+        """Return a decorator that registers its argument under *name*.
+
+        A taken name raises :class:`RegistryError`, unless the new object has the
+        same qualified name (``__module__`` and ``__qualname__``) as the registered
+        one: that is the same definition run again, and the new object replaces it.
+
+        Examples
+        --------
+        >>> shapes = Registry("shape")
+        >>> def define():
+        ...     @shapes.register("square")
+        ...     class Square:
+        ...         pass
+        ...     return Square
+        >>> first, second = define(), define()
+        >>> shapes.get("square") is second
+        True
+        >>> @shapes.register("square")
+        ... class Impostor:
+        ...     pass
+        Traceback (most recent call last):
+        ...
+        simpy_llm.registry.RegistryError: shape 'square' is already registered (to ...Square); ...
+        """
 
         def decorate(obj: T) -> T:
-            if name in self._items:
-                raise RegistryError(f"{self.what} {name!r} is already registered")
+            old = self._items.get(name, obj)
+            qualified = _qualified_name(obj)
+            if old is not obj and (qualified is None or qualified != _qualified_name(old)):
+                raise RegistryError(
+                    f"{self.what} {name!r} is already registered (to {_qualified_name(old) or repr(old)}); "
+                    f"choose another name (only the same definition, run again, replaces it)"
+                )
             self._items[name] = obj
             return obj
 
@@ -84,3 +114,12 @@ class Registry(Generic[T]):
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
+
+
+def _qualified_name(obj: object) -> str | None:
+    """``module.qualname`` of a class or function (None for objects without one)."""
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str):
+        return None
+    return f"{module}.{qualname}"

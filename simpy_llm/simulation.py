@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -31,6 +31,7 @@ from simpy_llm.metrics.results import Results
 from simpy_llm.policies.admission import AlwaysAdmit, admission_policies
 from simpy_llm.policies.routing import routing_policies
 from simpy_llm.policies.scheduling import scheduler_policies
+from simpy_llm.progress import ProgressCallback, progress_wanted, rich_progress, watched
 from simpy_llm.rng import RandomStreams
 from simpy_llm.serving.engine import Replica
 from simpy_llm.serving.fleet import plan_fleet
@@ -47,9 +48,6 @@ if TYPE_CHECKING:
     from simpy_llm.serving.engine import TokenListener
 
 __all__ = ["Simulation"]
-
-ProgressCallback = Callable[[int, int | None, float], None]
-"""Called as ``progress(finished_requests, total_requests_or_None, sim_time_s)``."""
 
 
 class Simulation:
@@ -200,9 +198,20 @@ class Simulation:
         sources = []
         for clients, aggregate in groups:
             total = sum(c.rate_fraction for c in clients)
-            for c in clients:
+            for i, c in enumerate(clients):
                 if c.rate_fraction > 0:
                     sources.append(ClientSource(c, aggregate * c.rate_fraction / total, self.workload_streams, seed))
+                else:
+                    import warnings
+
+                    from simpy_llm.config.errors import ScenarioWarning
+
+                    where = f"workload.clients[{i}].rate_fraction" if clients is wl.clients else "workload.servegen_data"
+                    warnings.warn(
+                        f"client {c.id!r} has rate_fraction 0 ({where}): it is left out of the workload and sends no requests",
+                        ScenarioWarning,
+                        stacklevel=3,
+                    )
         return sources
 
     def _trace_sources(self) -> list[tuple[dict, Iterator]]:
@@ -235,21 +244,67 @@ class Simulation:
         pending = self.sessions.pending if self.sessions is not None else 0
         return self.generator.done and not self.recorder.live and not pending
 
-    def run(self, progress: ProgressCallback | None = None, progress_every_s: float | None = None) -> Results:
+    def __repr__(self) -> str:
+        """One line: the scenario's name, the fleet, the router, the engine mode and whether it ran."""
+        n = len(self.plans)
+        fleet = f"{n} replica{'' if n == 1 else 's'}"
+        if self.scenario.serving.replica_groups:
+            sizes: dict[str, int] = {}
+            for plan in self.plans:
+                sizes[plan.group] = sizes.get(plan.group, 0) + 1
+            fleet += " in groups " + ", ".join(f"{g} x{k}" for g, k in sizes.items())
+        router = self.scenario.serving.router.kind
+        if type(self.routing_policy) is not routing_policies.get(router):  # a policy object given to __init__
+            router = type(self.routing_policy).__name__
+        if self._ran:
+            state = f"ran ({self.recorder.arrived:,} requests)"
+        else:
+            state = "driven by its caller" if self.generator is None else "not run"
+        name = f" {self.scenario.name!r}" if self.scenario.name else ""
+        return f"<Simulation{name}: {fleet}, router {router}, mode {self.scenario.simulation.mode}, {state}>"
+
+    def run(
+        self, progress: bool | ProgressCallback | None = None, progress_every_s: float | None = None
+    ) -> Results:
         """Run to the end (every request finished, or ``simulation.until_s``) and return the Results.
 
         Parameters
         ----------
         progress
-            Called periodically with ``(finished, total, sim_time_s)``.
+            ``None`` (default): a progress bar on standard error when someone is watching
+            (a terminal, or a Jupyter kernel with ``ipywidgets``) and the run is expected
+            to simulate at least :data:`~simpy_llm.progress.AUTO_MIN_REQUESTS` requests
+            (see :mod:`simpy_llm.progress`); ``True`` / ``False``: a bar always / never; a
+            callable: called periodically with ``(finished, total, sim_time_s)``, no bar.
         progress_every_s
             Simulated seconds between progress calls (default: 1/200 of the expected duration).
+
+        Progress changes only how the run is sliced, never its records.
         """
         if self.generator is None:
             raise RuntimeError("a Simulation with external_arrivals is driven by its caller, not run()")
         if self._ran:
             raise RuntimeError("a Simulation runs once; build a new one to run again")
         self._ran = True
+        if callable(progress):
+            return self._run(progress, progress_every_s)
+        if progress is not False:
+            terminal, jupyter = watched()
+            if progress_wanted(progress, terminal=terminal, jupyter=jupyter, expected_requests=self._expected_requests()):
+                with rich_progress(self.scenario.workload.num_requests) as bar:
+                    return self._run(bar, progress_every_s)
+        return self._run(None, progress_every_s)
+
+    def _expected_requests(self) -> float:
+        """Requests the workload is expected to send: ``num_requests``, else rate x horizon
+        (0 when unknown, e.g. a trace replay)."""
+        wl = self.scenario.workload
+        if wl.num_requests is not None:
+            return wl.num_requests
+        return sum(src.rate for src in self.sources) * (wl.horizon_s or 0.0)
+
+    def _run(self, progress: ProgressCallback | None, progress_every_s: float | None) -> Results:
+        """The run itself, in one piece or in slices with a *progress* call after each."""
         env = self.env
         wl = self.scenario.workload
         until = self.scenario.simulation.until_s

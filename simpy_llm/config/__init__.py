@@ -4,6 +4,8 @@ from simpy_llm.config.errors import FieldValueError, ScenarioError
 from simpy_llm.config.loader import (
     apply_overrides,
     build_policy,
+    load_entry_point_plugins,
+    load_plugins,
     load_scenario,
     scenario_from_dict,
     scenario_hash,
@@ -33,6 +35,8 @@ __all__ = [
     "WorkloadConfig",
     "apply_overrides",
     "build_policy",
+    "load_entry_point_plugins",
+    "load_plugins",
     "load_scenario",
     "scenario_from_dict",
     "scenario_hash",

@@ -1,8 +1,8 @@
-"""The one exception a bad scenario raises."""
+"""The one exception a bad scenario raises, and the warning for a part of a scenario left out of the run."""
 
 from __future__ import annotations
 
-__all__ = ["FieldValueError", "ScenarioError"]
+__all__ = ["FieldValueError", "ScenarioError", "ScenarioWarning"]
 
 
 class ScenarioError(ValueError):
@@ -41,3 +41,12 @@ class FieldValueError(ValueError):
         self.field = field
         self.message = message
         super().__init__(f"{field}: {message}")
+
+
+class ScenarioWarning(UserWarning):
+    """A scenario that runs, but not entirely as written: part of it has no effect.
+
+    Issued with :func:`warnings.warn` when the simulation is built (loading and
+    validating a file stay quiet), e.g. for a client with ``rate_fraction: 0``, which
+    sends no requests. The message names the client and its key path.
+    """

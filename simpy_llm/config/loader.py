@@ -4,18 +4,28 @@ Structuring goes through one cattrs converter that forbids unknown keys,
 refuses silent type coercion (``"3"`` is not an int, ``1.5`` is not an int,
 ``true`` is not a number) and rejects NaN/Inf. Every problem found becomes an
 entry of one :class:`ScenarioError` naming the file, the key path and what is
-allowed. Loading reads the file and nothing else: no side effects.
+allowed. Loading reads the file and nothing else, with one deliberate
+exception: the plugins a scenario names (``plugins:``), and those installed
+under the ``simpy_llm.plugins`` entry-point group, are imported first, so that
+the names they register are known (:func:`load_plugins`).
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
+import importlib
+import importlib.metadata
+import importlib.util
+import inspect
 import json
 import math
 import re
 import reprlib
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any, get_args, get_origin
 
 import attrs
@@ -29,7 +39,7 @@ from cattrs.errors import (
 )
 
 from simpy_llm.config.errors import FieldValueError, ScenarioError
-from simpy_llm.config.paths import base_dir
+from simpy_llm.config.paths import base_dir, resolve_path
 from simpy_llm.config.schema import (
     AdmissionSpec,
     ArrivalField,
@@ -38,16 +48,21 @@ from simpy_llm.config.schema import (
     SchedulerSpec,
     LengthField,
     PolicySpec,
+    PriorityField,
     Probability,
     RouterSpec,
     Scenario,
+    is_plugin_path,
 )
 from simpy_llm.registry import Registry
 
 __all__ = [
+    "PLUGIN_ENTRY_POINT_GROUP",
     "apply_overrides",
     "build_policy",
     "converter",
+    "load_entry_point_plugins",
+    "load_plugins",
     "load_scenario",
     "scenario_from_dict",
     "scenario_hash",
@@ -317,10 +332,26 @@ def _unaliased(cls: type, prefix: str, path: str, message: str) -> tuple[str, st
 def build_policy(spec: PolicySpec, registry: Registry[type], **inject: Any) -> Any:
     """Instantiate the implementation *spec* names.
 
-    Uses the class's ``from_params(params)`` when it has one, otherwise
-    structures ``params`` into the (attrs) class. Keyword arguments in
-    *inject* are passed to classes that declare a field of that name (e.g.
-    ``rng``); YAML may not set them.
+    Uses the class's ``from_params(params)`` when it has one; otherwise
+    structures ``params`` into an attrs class (strictly), or calls any other
+    class (or function) with them as keyword arguments, checked against its
+    signature first. Keyword arguments in *inject* are passed to classes that
+    declare a field or constructor parameter of that name (e.g. ``rng``); YAML
+    may not set them.
+
+    Examples
+    --------
+    >>> class Threshold:  # a plain class: no attrs needed
+    ...     def __init__(self, limit=10, rng=None):
+    ...         self.limit, self.rng = limit, rng
+    >>> thresholds = Registry("threshold")
+    >>> _ = thresholds.register("threshold")(Threshold)
+    >>> build_policy(PolicySpec(kind="threshold", params={"limit": 3}), thresholds, rng="stream").limit
+    3
+    >>> build_policy(PolicySpec(kind="threshold", params={"limt": 3}), thresholds, rng="stream")
+    Traceback (most recent call last):
+    ...
+    simpy_llm.config.errors.FieldValueError: limt: unknown parameter of Threshold; accepted: limit
     """
     cls = registry.get(spec.kind)
     if hasattr(cls, "from_params"):
@@ -330,6 +361,8 @@ def build_policy(spec: PolicySpec, registry: Registry[type], **inject: Any) -> A
         bad = sorted(injected & set(spec.params))
         if bad:
             raise FieldValueError(bad[0], "is set by the simulation, not the scenario")
+        if not attrs.has(cls):
+            return _call_with_params(cls, dict(spec.params), inject)
         obj = converter.structure(dict(spec.params), cls)
     if attrs.has(type(obj)):
         names = attrs.fields_dict(type(obj))
@@ -337,6 +370,48 @@ def build_policy(spec: PolicySpec, registry: Registry[type], **inject: Any) -> A
         if wanted:
             obj = attrs.evolve(obj, **wanted)
     return obj
+
+
+def _call_with_params(cls: Any, params: dict[str, Any], inject: Mapping[str, Any]) -> Any:
+    """``cls(**params)`` for a class that is not an attrs class, its keywords checked first.
+
+    Unknown keywords and missing required ones raise :class:`FieldValueError` naming
+    the key; injected values go only to parameters that ask for them by name.
+    """
+    try:
+        signature = inspect.signature(cls)
+    except (TypeError, ValueError):  # no signature to check against (a builtin): let the call decide
+        signature = None
+    kwargs = dict(params)
+    if signature is not None:
+        named = {
+            name: p
+            for name, p in signature.parameters.items()
+            if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        }
+        any_keyword = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values())
+        settable = [name for name in named if name not in inject]
+        for key in params:
+            if key not in named and not any_keyword:
+                what = getattr(cls, "__name__", repr(cls))
+                raise FieldValueError(key, f"unknown parameter of {what}; accepted: {', '.join(settable) or 'none'}")
+        for name, p in named.items():
+            if p.default is inspect.Parameter.empty and name not in params and name not in inject:
+                raise FieldValueError(name, "required parameter is missing")
+        kwargs.update({k: v for k, v in inject.items() if k in named})
+    try:
+        return cls(**kwargs)
+    except FieldValueError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the constructor's own complaint, reported under params
+        what = getattr(cls, "__name__", repr(cls))
+        raise ValueError(f"{what}({', '.join(sorted(params))}) raised {type(exc).__name__}: {exc}") from exc
+
+
+def _placeholders(names: tuple[str, ...]) -> dict[str, Any]:
+    """Stand-ins for the values the simulation injects, so a policy can be built to check its params."""
+    known: dict[str, Any] = {"rng": np.random.default_rng(0), "slo": {}}
+    return {name: known[name] for name in names if name in known}
 
 
 def _policy_hook(registry_getter: Any, injected: tuple[str, ...] = ()) -> Any:
@@ -365,7 +440,7 @@ def _policy_hook(registry_getter: Any, injected: tuple[str, ...] = ()) -> Any:
             raise _Problems([(f"params.{bad[0]}", "is set by the simulation, not the scenario")])
         spec = PolicySpec(kind=kind, params=params)
         try:
-            build_policy(spec, registry)
+            build_policy(spec, registry, **_placeholders(injected))
         except Exception as exc:  # noqa: BLE001 - reported with its path
             raise _Problems(list(_problems_of(exc, "params"))) from None
         return spec
@@ -410,6 +485,27 @@ def _admissions() -> Registry[type]:
     return admission_policies
 
 
+def _arrival(value: Any, _t: Any) -> Any:
+    """An arrival process; naming a length distribution as the process points to ``distribution``."""
+    try:
+        return _tagged(value, _arrivals(), "process", flat=True)
+    except _Problems as exc:
+        name = value.get("process") if isinstance(value, Mapping) else None
+        if not (isinstance(name, str) and name not in _arrivals() and name in _lengths()):
+            raise
+        hint = f"; for gaps drawn from the {name} distribution write {{process: distribution, gaps: {{type: {name}, params: {{...}}}}}}"
+        raise _Problems([(p, m + hint if p == "process" else m) for p, m in exc.problems]) from None
+
+
+def _priority(value: Any, _t: Any) -> Any:
+    """An integer priority, or a length distribution ``{type: NAME, params: {...}}`` drawn per request."""
+    if isinstance(value, Mapping):
+        return _tagged(value, _lengths(), "type", flat=False)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _Problems([("", f"must be an integer or a length distribution {{type: NAME, params: {{...}}}}, got {reprlib.repr(value)}")])
+    return value
+
+
 def _kv_blocks(value: Any, _t: Any) -> int | str:
     if value == "auto":
         return "auto"
@@ -420,13 +516,14 @@ def _kv_blocks(value: Any, _t: Any) -> int | str:
     return value
 
 
-converter.register_structure_hook(ArrivalField, lambda v, _t: _tagged(v, _arrivals(), "process", flat=True))
+converter.register_structure_hook(ArrivalField, _arrival)
 converter.register_structure_hook(LengthField, lambda v, _t: _tagged(v, _lengths(), "type", flat=False))
 converter.register_structure_hook(RouterSpec, _policy_hook(_routers, injected=("rng",)))
 converter.register_structure_hook(LatencySpec, _policy_hook(_latencies))
 converter.register_structure_hook(SchedulerSpec, _policy_hook(_schedulers, injected=("slo",)))
 converter.register_structure_hook(AdmissionSpec, _policy_hook(_admissions, injected=("slo", "rng")))
 converter.register_structure_hook(KvBlocks, _kv_blocks)
+converter.register_structure_hook(PriorityField, _priority)
 
 
 def scenario_from_dict(data: Any, source: str = "<dict>") -> Scenario:
@@ -448,19 +545,31 @@ def scenario_from_dict(data: Any, source: str = "<dict>") -> Scenario:
     """
     if not isinstance(data, Mapping):
         raise ScenarioError(source, [("", f"a scenario must be a mapping, got {type(data).__name__}")])
+    _import_plugins_of(data, source)
     try:
         return converter.structure(data, Scenario)
     except Exception as exc:  # noqa: BLE001 - every failure becomes a ScenarioError
         raise ScenarioError(source, list(_problems_of(exc, ""))) from None
 
 
-def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
-    """Read a scenario YAML file, apply ``key.path=value`` *overrides*, validate.
+Overrides = str | Sequence[str] | Mapping[str, Any]
+"""``"dotted.key=value"``, a list of them, or a mapping ``{"dotted.key": value}``."""
+
+
+def load_scenario(path: str | Path, overrides: Overrides | None = None) -> Scenario:
+    """Read a scenario YAML file, apply *overrides*, validate.
+
+    *overrides* is one ``"dotted.key=value"`` string, a list of them (values
+    parsed as YAML), or a mapping ``{"dotted.key": value}`` (values taken as
+    given); see :func:`apply_overrides`. Relative paths in the file and in the
+    overrides are relative to the file's directory. The plugins the scenario
+    names are imported before the rest is checked (:func:`load_plugins`).
 
     Raises
     ------
     ScenarioError
-        If the file is missing, is not valid YAML, or does not describe a valid scenario.
+        If the file is missing, empty, is not valid YAML, names a plugin that
+        cannot be imported, or does not describe a valid scenario.
     """
     source = str(path)
     try:
@@ -473,31 +582,34 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scena
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         raise ScenarioError(source, [("", f"not valid YAML: {where}{getattr(exc, 'problem', exc)}")]) from None
+    if data is None:  # nothing but whitespace and comments
+        raise ScenarioError(source, [("", "empty file: a scenario must be a mapping with at least workload and serving")])
     if overrides:
         data = apply_overrides(data, overrides, source)
-    with base_dir(Path(path).resolve().parent):
-        return scenario_from_dict(data, source)
+    resolved = Path(path).resolve()
+    with base_dir(resolved.parent):
+        scenario = scenario_from_dict(data, source)
+    object.__setattr__(scenario, "_loaded_from", str(resolved))  # where relative paths of a replace() resolve
+    return scenario
 
 
-def apply_overrides(data: Any, overrides: list[str], source: str = "<overrides>") -> Any:
-    """Return a copy of *data* with each ``dotted.key=value`` set (value parsed as YAML).
+def apply_overrides(data: Any, overrides: Overrides, source: str = "<overrides>") -> Any:
+    """Return a copy of *data* with each override set.
 
-    List items are addressed by index: ``workload.clients.0.rate_fraction=2``.
+    *overrides* is one ``"dotted.key=value"`` string or a list of them (each value
+    parsed as YAML), or a mapping ``{"dotted.key": value}`` whose values are set
+    as given (not parsed). List items are addressed by index:
+    ``workload.clients.0.rate_fraction=2``.
 
     >>> apply_overrides({"a": {"b": 1}}, ["a.b=2.5", "seed=7"])
     {'a': {'b': 2.5}, 'seed': 7}
+    >>> apply_overrides({"a": {"b": 1}}, "a.b=yes")
+    {'a': {'b': True}}
+    >>> apply_overrides({"a": {"b": 1}}, {"a.b": "yes", "a.c": [1, 2]})
+    {'a': {'b': 'yes', 'c': [1, 2]}}
     """
-    import copy
-
     data = copy.deepcopy(data) if data is not None else {}
-    for item in overrides:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise ScenarioError(source, [("", f"override {item!r} must look like dotted.key=value")])
-        try:
-            value = yaml.safe_load(raw)
-        except yaml.YAMLError as exc:
-            raise ScenarioError(source, [(key, f"override value {raw!r} is not valid YAML: {getattr(exc, 'problem', exc)}")]) from None
+    for key, value in _override_items(overrides, source):
         node = data
         parts = key.split(".")
         for i, part in enumerate(parts):
@@ -520,6 +632,152 @@ def apply_overrides(data: Any, overrides: list[str], source: str = "<overrides>"
     return data
 
 
+def _override_items(overrides: Overrides, source: str) -> Iterator[tuple[str, Any]]:
+    """``(dotted key, value)`` pairs of any accepted form of *overrides*."""
+    if isinstance(overrides, Mapping):
+        for key, value in overrides.items():
+            if not isinstance(key, str) or not key:
+                raise ScenarioError(source, [("", f"override key {key!r} must be a dotted.key string")])
+            yield key, copy.deepcopy(value)  # later changes to the caller's value must not reach the data
+        return
+    if isinstance(overrides, str):
+        overrides = [overrides]
+    elif not isinstance(overrides, Sequence):
+        raise ScenarioError(
+            source, [("", f"overrides must be a 'dotted.key=value' string, a list of them or a mapping, got {type(overrides).__name__}")]
+        )
+    for item in overrides:
+        if not isinstance(item, str):
+            raise ScenarioError(source, [("", f"override {item!r} must be a 'dotted.key=value' string")])
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ScenarioError(source, [("", f"override {item!r} must look like dotted.key=value")])
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError as exc:
+            raise ScenarioError(source, [(key, f"override value {raw!r} is not valid YAML: {getattr(exc, 'problem', exc)}")]) from None
+        yield key, value
+
+
+# --------------------------------------------------------------------------- plugins
+
+PLUGIN_ENTRY_POINT_GROUP = "simpy_llm.plugins"
+"""Entry-point group whose members are imported once, before the first scenario is loaded."""
+
+_entry_points_loaded = False
+
+
+def load_plugins(plugins: Sequence[str], source: str = "<plugins>", key: str = "plugins") -> list[ModuleType]:
+    """Import each plugin so that the names it registers are known.
+
+    A plugin is a module name (``my_package.policies``, found on ``sys.path``) or
+    a Python file (``my_policies.py`` or any path with a ``/``): relative to the
+    scenario file's directory while a scenario is loaded, else to the current
+    directory. Each module or file is imported once per process; importing it
+    again returns the module already imported.
+
+    Raises
+    ------
+    ScenarioError
+        Naming ``<key>[i]``, the plugin and the import error, for every plugin
+        that cannot be imported.
+
+    Examples
+    --------
+    >>> [m.__name__ for m in load_plugins(["json", "collections.abc"])]
+    ['json', 'collections.abc']
+    >>> load_plugins(["no_such_module_here"], source="demo.yaml")
+    Traceback (most recent call last):
+    ...
+    simpy_llm.config.errors.ScenarioError: demo.yaml: 1 problem(s) in scenario
+      plugins[0]: cannot import plugin 'no_such_module_here': ModuleNotFoundError: ...
+    """
+    modules, problems = [], []
+    for i, plugin in enumerate(plugins):
+        where = f"{key}[{i}]"
+        if not isinstance(plugin, str) or not plugin.strip():
+            problems.append((where, f"must be a module name or a Python file, got {plugin!r}"))
+            continue
+        try:
+            modules.append(_import_file(plugin) if is_plugin_path(plugin) else importlib.import_module(plugin))
+        except _PluginFileMissing as exc:
+            problems.append((where, f"cannot import plugin {plugin!r}: no such file: {exc}"))
+        except Exception as exc:  # noqa: BLE001 - any failure of the plugin's own code is reported
+            hint = ""
+            if isinstance(exc, ModuleNotFoundError) and exc.name == plugin.split(".")[0]:
+                hint = " (not on sys.path; for a file, give its path, e.g. my_policies.py)"
+            problems.append((where, f"cannot import plugin {plugin!r}: {type(exc).__name__}: {exc}{hint}"))
+    if problems:
+        raise ScenarioError(source, problems)
+    return modules
+
+
+class _PluginFileMissing(Exception):
+    """A plugin path that names no file."""
+
+
+def _import_file(path_text: str) -> ModuleType:
+    """Import a Python file as a module named after its absolute path (once per process)."""
+    path = Path(resolve_path(path_text)).resolve()
+    if not path.is_file():
+        raise _PluginFileMissing(str(path))
+    stem = re.sub(r"\W", "_", path.stem)
+    name = f"_simpy_llm_plugin_{stem}_{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path} is not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # before running it, as import does (attrs and dataclasses look it up)
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+def load_entry_point_plugins(source: str = "<plugins>") -> None:
+    """Import the plugins installed under the ``simpy_llm.plugins`` entry-point group.
+
+    Runs once per process: later calls return at once. A package declares its
+    plugin module in its ``pyproject.toml``::
+
+        [project.entry-points."simpy_llm.plugins"]
+        my_policies = "my_package.policies"
+
+    Raises
+    ------
+    ScenarioError
+        Naming each entry point that cannot be loaded and why (the next call tries again).
+    """
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    problems = []
+    for entry_point in importlib.metadata.entry_points(group=PLUGIN_ENTRY_POINT_GROUP):
+        try:
+            entry_point.load()
+        except Exception as exc:  # noqa: BLE001 - an installed plugin's failure is reported
+            problems.append(
+                ("", f"cannot load plugin {entry_point.name!r} = {entry_point.value!r} "
+                     f"(entry point group {PLUGIN_ENTRY_POINT_GROUP}): {type(exc).__name__}: {exc}")
+            )
+    if problems:
+        raise ScenarioError(source, problems)
+    _entry_points_loaded = True
+
+
+def _import_plugins_of(data: Mapping[str, Any], source: str) -> None:
+    """Import the installed plugins and those *data* names, before its policies are looked up."""
+    load_entry_point_plugins(source)
+    plugins = data.get("plugins")
+    # a malformed list is left to the structuring, which reports it at its key path
+    if isinstance(plugins, (list, tuple)) and all(isinstance(p, str) for p in plugins):
+        load_plugins(plugins, source)
+
+
 def scenario_to_dict(scenario: Scenario) -> dict[str, Any]:
     """Plain-data form of a scenario (as written in a manifest)."""
 
@@ -527,8 +785,10 @@ def scenario_to_dict(scenario: Scenario) -> dict[str, Any]:
         if attrs.has(type(obj)):
             out = {}
             for a in attrs.fields(type(obj)):
+                if not a.init:  # not something a scenario can give (e.g. where it was loaded from)
+                    continue
                 v = getattr(obj, a.name)
-                out[a.alias if a.alias and a.name.startswith("mean_") else a.name] = unstructure(v)
+                out[a.alias if a.alias and a.alias != a.name and not a.name.startswith("_") else a.name] = unstructure(v)
             tag = _tag_of(obj)
             if "type" in tag:  # length distributions nest their fields under params
                 return {**tag, "params": out}

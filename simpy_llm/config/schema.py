@@ -76,6 +76,7 @@ __all__ = [
     "ReplicaGroupConfig",
     "SchedulerSpec",
     "LengthField",
+    "PriorityField",
     "RouterSpec",
     "EngineConfig",
     "PolicySpec",
@@ -101,6 +102,8 @@ ArrivalField = NewType("ArrivalField", object)
 """A registered arrival process, written ``{process: NAME, ...its fields}``."""
 LengthField = NewType("LengthField", object)
 """A registered length distribution, written ``{type: NAME, params: {...}}``."""
+PriorityField = NewType("PriorityField", object)
+"""A request priority: an integer, or a registered length distribution drawn per request."""
 RouterSpec = NewType("RouterSpec", PolicySpec)
 """A :class:`PolicySpec` naming a routing policy."""
 LatencySpec = NewType("LatencySpec", PolicySpec)
@@ -212,16 +215,27 @@ class MultiTurnConfig:
     """Rounds per session (clamped to max_rounds); default: always max_rounds."""
 
 
+def _priority_value(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+    """An integer priority in range, or a length distribution (drawn per request)."""
+    if isinstance(value, (int, float)):  # bool included: in_range rejects it
+        in_range(-MAX_PRIORITY, MAX_PRIORITY)(inst, attr, value)
+    elif not (callable(getattr(value, "sample", None)) and hasattr(value, "mean")):
+        raise FieldValueError(attr.name, f"must be an integer or a length distribution, got {value!r}")
+
+
 @attrs.frozen(kw_only=True)
 class ClientConfig:
     """One client (ServeGen's unit of workload decomposition)."""
 
     id: str = attrs.field(validator=non_empty)
     """Client name, unique within the workload."""
-    rate_fraction: float = attrs.field(validator=at_least(0))
-    """Relative share of the aggregate rate (fractions are normalised to sum to 1)."""
+    rate_fraction: float = attrs.field(default=1.0, validator=at_least(0))
+    """Relative share of the aggregate rate (fractions are normalised to sum to 1); the
+    default 1 gives a single client the whole rate and clients that all leave it out
+    equal shares."""
     arrival: ArrivalField
-    """Arrival process (``{process: poisson}`` or ``{process: gamma, cv: 2.0}``)."""
+    """Arrival process (``{process: poisson}``, ``{process: gamma, cv: 2.0}``, or gaps from a
+    length distribution: ``{process: distribution, gaps: {type: uniform, params: {...}}}``)."""
     input_distribution: LengthField
     """Prompt length distribution, tokens (``{type: ..., params: {...}}``); with
     ``multimodal`` it is ignored in favour of the modality mix."""
@@ -231,8 +245,13 @@ class ClientConfig:
     """Tenant the client belongs to (defaults to the client id)."""
     slo_class: str = "default"
     """SLO class used for goodput (a key of ``Scenario.slo``)."""
-    priority: int = attrs.field(default=0, validator=in_range(-MAX_PRIORITY, MAX_PRIORITY))
-    """User priority carried on each request (higher is more important)."""
+    priority: PriorityField = attrs.field(default=0, validator=_priority_value)
+    """User priority carried on each request (higher is more important): an integer in
+    [-MAX_PRIORITY, MAX_PRIORITY], or a length distribution (``{type: empirical, params:
+    {pmf: {0: 0.7, 1: 0.2, 2: 0.1}}}``) drawn per request from the client's
+    ``workload/<id>/priority`` stream, each draw rounded half to even and clamped to
+    [-MAX_PRIORITY, MAX_PRIORITY] (so 0 and negative priorities come out where the
+    distribution draws them). A session's follow-up rounds keep its first round's priority."""
     prefix_group: str = ""
     """Clients with the same group share a prompt prefix (empty: no sharing)."""
     prefix_length: int = attrs.field(default=0, validator=all_of(at_least(0), at_most(MAX_TOKENS)))
@@ -347,10 +366,15 @@ class WorkloadConfig:
         synthetic = bool(self.clients) or self.servegen_data is not None
         if not synthetic and not self.traces:
             raise FieldValueError("clients", "give clients, servegen_data or traces")
-        if synthetic and (self.num_requests is None) == (self.horizon_s is None):
-            raise FieldValueError("num_requests", "give exactly one of num_requests or horizon_s")
+        if synthetic and self.num_requests is None and self.horizon_s is None:
+            raise FieldValueError("num_requests", "give exactly one of num_requests or horizon_s (neither is set)")
         if self.num_requests is not None and self.horizon_s is not None:
-            raise FieldValueError("num_requests", "give exactly one of num_requests or horizon_s")
+            raise FieldValueError(
+                "num_requests",
+                f"give exactly one of num_requests or horizon_s; both are set ({self.num_requests} requests, "
+                f"{self.horizon_s} s), and setting one does not clear the other: clear the one you do not "
+                f"want with null, --set workload.num_requests=null or --set workload.horizon_s=null",
+            )
         if self.clients:
             if self.aggregate_rate is None:
                 raise FieldValueError("aggregate_rate", "required with clients")
@@ -531,9 +555,35 @@ class SimulationConfig:
     many simulated seconds (``Results.timeseries()``). Default: no sampling."""
 
 
+def is_plugin_path(plugin: str) -> bool:
+    """Whether a ``plugins`` entry names a Python file (``.py``, or a path with a slash), not a module.
+
+    >>> is_plugin_path("my_policies.py"), is_plugin_path("lib/policies"), is_plugin_path("my_pkg.policies")
+    (True, True, False)
+    """
+    return plugin.endswith(".py") or "/" in plugin or "\\" in plugin
+
+
+def _plugin_paths(plugins: Any) -> Any:
+    """File plugins made absolute against the scenario file's directory; module names as given."""
+    if not isinstance(plugins, (list, tuple)):
+        return plugins
+    return tuple(resolve_path(p) if isinstance(p, str) and is_plugin_path(p) else p for p in plugins)
+
+
 @attrs.frozen(kw_only=True)
 class Scenario:
-    """A whole scenario: workload, serving system, SLOs and run settings."""
+    """A whole scenario: workload, serving system, SLOs and run settings.
+
+    Examples
+    --------
+    >>> from simpy_llm import load_scenario
+    >>> s = load_scenario("scenarios/quickstart.yaml")
+    >>> s
+    <Scenario name='quickstart' clients=2 replicas=1 router=round_robin scheduler=fcfs>
+    >>> s.replace(**{"serving.replicas": 4, "serving.router.kind": "least_loaded"})
+    <Scenario name='quickstart' clients=2 replicas=4 router=least_loaded scheduler=fcfs>
+    """
 
     workload: WorkloadConfig
     serving: ServingConfig
@@ -544,3 +594,54 @@ class Scenario:
     slo: dict[str, SLOTarget] = attrs.field(factory=dict)
     """SLO targets per class name."""
     simulation: SimulationConfig = attrs.field(factory=SimulationConfig)
+    plugins: tuple[str, ...] = attrs.field(default=(), converter=_plugin_paths)
+    """Modules (``my_package.policies``) or Python files (``my_policies.py``, relative to
+    the scenario file) imported before the rest of the scenario is read, so that the
+    policies they register can be named in it."""
+    _loaded_from: str | None = attrs.field(default=None, init=False, eq=False, repr=False)
+    """The file the scenario was loaded from (relative paths of :meth:`replace` resolve
+    against its directory); None when built from data."""
+
+    def replace(self, **changes: Any) -> Scenario:
+        """A new scenario with *changes* applied, validated as a loaded one is.
+
+        Keys are dotted paths as for ``--set`` (``"workload.num_requests"``; list items
+        by index, ``"workload.clients.0.rate_fraction"``), plain names for top-level
+        keys (``seed=7``); values are taken as given, not parsed. Relative paths
+        resolve against the directory of the file the scenario was loaded from.
+
+        Raises
+        ------
+        ScenarioError
+            If the changed scenario is not valid.
+        """
+        from pathlib import Path
+
+        from simpy_llm.config.loader import apply_overrides, scenario_from_dict, scenario_to_dict
+        from simpy_llm.config.paths import base_dir
+
+        source = self._loaded_from or "<replace>"
+        data = apply_overrides(scenario_to_dict(self), changes, source)
+        if self._loaded_from is None:
+            return scenario_from_dict(data, source)
+        with base_dir(Path(self._loaded_from).parent):
+            new = scenario_from_dict(data, source)
+        object.__setattr__(new, "_loaded_from", self._loaded_from)
+        return new
+
+    def __repr__(self) -> str:
+        wl, serving = self.workload, self.serving
+        parts = [f"name={self.name!r}"]
+        if wl.clients:
+            parts.append(f"clients={len(wl.clients)}")
+        if wl.servegen_data is not None:
+            parts.append(f"servegen={wl.servegen_data.path.rstrip('/').rsplit('/', 1)[-1]!r}")
+        if wl.traces:
+            parts.append(f"traces={len(wl.traces)}")
+        parts.append(f"replicas={serving.num_replicas}")
+        if serving.replica_groups:
+            parts.append(f"groups={len(serving.replica_groups)}")
+        parts.append(f"router={serving.router.kind}")
+        schedulers = dict.fromkeys(g.engine.scheduler.kind for g in serving.groups())
+        parts.append(f"scheduler={'/'.join(schedulers)}")
+        return f"<Scenario {' '.join(parts)}>"

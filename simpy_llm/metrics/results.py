@@ -7,8 +7,14 @@ Metric definitions (seconds unless named otherwise):
 * ``tpot_s`` = (completion_s - first_token_s) / (output_tokens - 1), for requests with
   more than one output token
 * ``queue_delay_s`` = first_scheduled_s - enqueue_s (time in a replica's waiting queue)
-* ITL: every gap between consecutive output tokens of a request, weighted one per
-  token (kept as weighted values by the engine, not per token)
+* ITL: every gap between consecutive output tokens of a measured streaming request,
+  weighted one per token (kept as weighted values by the engine, not per token)
+
+A request that does not stream (``streaming == 0``) reaches its client in one
+response, so the summary's client-side TTFT, TPOT and ITL leave it out; E2E and
+queueing delay cover every request. The per-request ``ttft_s`` and ``tpot_s`` of
+:meth:`Results.derived` and :meth:`Results.to_dataframe` are the server's, for every
+request. :mod:`simpy_llm.metrics.summary` documents every key of the summary.
 
 Percentiles of per-request metrics use numpy's default (linear) interpolation
 over completed requests; ITL percentiles use the inverted CDF of the weighted
@@ -21,8 +27,8 @@ fairness and prefix-cache figure; with warm-up, throughput and goodput divide by
 the measured window, from the first measured arrival to the end of the run
 (``measurement`` in :meth:`Results.summary`). Request counts, drops, preemptions
 and the engine's figures (busy time, KV use, batch sizes) cover the whole run,
-warm-up included: the engine's counters are not kept per request. ITL is one of
-them for the same reason: its gaps are tallied without their request.
+warm-up included: the engine's counters are not kept per request. ITL is not one
+of them: the engine tallies the gaps of measured streaming requests only.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ import numpy as np
 
 from simpy_llm.metrics.fairness import tenant_fairness
 from simpy_llm.metrics.recorder import RECORD_FIELDS
+from simpy_llm.metrics.summary import FRAME_COLUMNS, Summary, flatten_summary
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -99,10 +106,14 @@ def _stats(values: np.ndarray) -> dict[str, float | None]:
     return {"mean": float(values.mean()), **{k: float(v) for (k, _), v in zip(QUANTILES, qs, strict=True)}}
 
 
-def _weighted_stats(tally: WeightedTally) -> dict[str, float | None]:
+def _counted_stats(values: np.ndarray) -> dict[str, float | int | None]:
+    return {**_stats(values), "count": int((~np.isnan(values)).sum())}
+
+
+def _weighted_stats(tally: WeightedTally) -> dict[str, float | int | None]:
     if tally.count == 0:
-        return {"mean": None, **{k: None for k, _ in QUANTILES}}
-    return {"mean": tally.mean(), **{k: tally.quantile(q / 100) for k, q in QUANTILES}}
+        return {"mean": None, **{k: None for k, _ in QUANTILES}, "count": 0}
+    return {"mean": tally.mean(), **{k: tally.quantile(q / 100) for k, q in QUANTILES}, "count": tally.count}
 
 
 class Results:
@@ -205,6 +216,14 @@ class Results:
             "queue_delay_s": c["first_scheduled_s"] - c["enqueue_s"],
         }
 
+    def _client_derived(self) -> dict[str, np.ndarray]:
+        """:meth:`derived` as clients see it: no TTFT or TPOT for a request that does not stream."""
+        out = self.derived()
+        silent = self.columns["streaming"] == 0
+        for name in ("ttft_s", "tpot_s"):
+            out[name] = np.where(silent, np.nan, out[name])
+        return out
+
     def to_dataframe(self) -> pd.DataFrame:
         """One row per request with the record fields, ``replica_group`` and the derived metrics.
 
@@ -282,12 +301,16 @@ class Results:
         )
 
     # --- summary -----------------------------------------------------------
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> Summary:
         """Headline metrics as plain data (JSON-ready); deterministic for a seed.
 
-        Latency, throughput, goodput, fairness and prefix-cache figures are over
+        :class:`~simpy_llm.metrics.summary.Summary` documents every key, its unit and
+        meaning. Latency, throughput, goodput, fairness and prefix-cache figures are over
         measured requests (not warm-up); see the module docstring for what else
-        covers the whole run. Besides the headline keys:
+        covers the whole run. ``latency_s`` is what clients see: TTFT, TPOT and ITL
+        over streaming requests only, E2E and queueing delay over all, each with the
+        ``count`` of values it covers (ITL: token gaps, from ``requests`` requests).
+        Besides the headline keys:
 
         * ``requests``: ``arrived``, ``completed``, ``dropped``, ``in_flight`` (every
           request, warm-up included), ``warm_up`` (how many were warm-up),
@@ -296,8 +319,9 @@ class Results:
         * ``measurement``: the window throughput and goodput divide by: ``start_s`` (0,
           or the first measured arrival when there is warm-up) and ``duration_s``.
         * ``latency_s_by_class`` / ``latency_s_by_tenant``: ``{name: {ttft, tpot, e2e,
-          queue_delay: {mean, p50, p90, p95, p99}}}`` over completed measured requests, for
-          every class / tenant with a measured request (``None`` where none completed).
+          queue_delay: {mean, p50, p90, p95, p99}}}`` over completed measured requests (TTFT
+          and TPOT over the streaming ones), for every class / tenant with a measured
+          request (``None`` where none completed).
         * ``fairness``: Jain's index (J = (sum x)^2 / (n sum x^2)) across tenants of two
           allocations x, with the per-tenant values: ``completed_share`` (completed / all
           measured requests of the tenant) and ``inverse_normalized_e2e`` (1 / mean of
@@ -319,6 +343,8 @@ class Results:
         (50, 0, 0)
         >>> 0 < s["gpu_utilization"]["mean"] <= 1, s["fairness"]["completed_share"]["jain"]
         (True, 1.0)
+        >>> s["latency_s"]["ttft"]["count"], s["latency_s"]["e2e"]["count"]
+        (50, 50)
         """
         c = self.columns
         rec = self._recorder
@@ -326,12 +352,10 @@ class Results:
         measured = c["warm_up"] == 0
         done = (status == "completed") & measured
         d = {k: v[done] for k, v in self.derived().items()}
+        seen = {k: v[done] for k, v in self._client_derived().items()}
+        gapped = measured & (c["streaming"] != 0) & (c["generated_tokens"] >= 2)
         duration_all = self.end_s if self.end_s > 0 else float("nan")
-        start_s = 0.0
-        if not measured.all():
-            # Warm-up precedes measurement: rates count from the first measured arrival.
-            start_s = float(c["arrival_s"][measured].min()) if measured.any() else self.end_s
-        window_s = self.end_s - start_s
+        start_s, window_s = self._measurement(measured)
         duration = window_s if window_s > 0 else float("nan")
         completed = int(done.sum())
         out_tokens = int(c["output_tokens"][done].sum())
@@ -379,11 +403,11 @@ class Results:
             "duration_s": self.end_s,
             "measurement": {"start_s": start_s, "duration_s": window_s},
             "latency_s": {
-                "ttft": _stats(d["ttft_s"]),
-                "tpot": _stats(d["tpot_s"]),
-                "itl": _weighted_stats(rec.itl),
-                "e2e": _stats(d["e2e_s"]),
-                "queue_delay": _stats(d["queue_delay_s"]),
+                "ttft": _counted_stats(seen["ttft_s"]),
+                "tpot": _counted_stats(seen["tpot_s"]),
+                "itl": {**_weighted_stats(rec.itl), "requests": int(gapped.sum())},
+                "e2e": _counted_stats(seen["e2e_s"]),
+                "queue_delay": _counted_stats(seen["queue_delay_s"]),
             },
             "latency_s_by_class": self._latency_by("slo_class", done),
             "latency_s_by_tenant": self._latency_by("tenant_id", done),
@@ -420,6 +444,39 @@ class Results:
             "sessions": self._session_summary(),
         }
 
+    def _measurement(self, measured: np.ndarray) -> tuple[float, float]:
+        """``(start_s, duration_s)`` of the window rates divide by (``summary()["measurement"]``)."""
+        start_s = 0.0
+        if not measured.all():
+            # Warm-up precedes measurement: rates count from the first measured arrival.
+            start_s = float(self.columns["arrival_s"][measured].min()) if measured.any() else self.end_s
+        return start_s, self.end_s - start_s
+
+    def summary_frame(self) -> pd.DataFrame:
+        """The :meth:`summary` in long format: one row per number.
+
+        Columns ``section`` (the summary's top-level key), ``metric``, ``statistic``,
+        ``group`` (an SLO class, tenant, drop reason, replica... or empty for the whole
+        run) and ``value`` (float; ``None`` is NaN); see "Long format" in
+        :mod:`simpy_llm.metrics.summary` for how keys map to columns.
+
+        Examples
+        --------
+        >>> from simpy_llm import Simulation, load_scenario
+        >>> frame = Simulation(load_scenario("scenarios/quickstart.yaml", ["workload.num_requests=50"])).run().summary_frame()
+        >>> list(frame.columns)
+        ['section', 'metric', 'statistic', 'group', 'value']
+        >>> rows = frame.query("metric == 'ttft' and statistic == 'p99'")
+        >>> rows[["section", "group"]].values.tolist()  # the run's, then per class and per tenant
+        [['latency_s', ''], ['latency_s_by_class', 'batch'], ['latency_s_by_class', 'interactive'], ['latency_s_by_tenant', 'batch'], ['latency_s_by_tenant', 'chat']]
+        >>> frame.query("section == 'requests' and statistic == 'completed'")["value"].item()
+        50.0
+        """
+        import pandas as pd
+
+        frame = pd.DataFrame(flatten_summary(self.summary()), columns=list(FRAME_COLUMNS))
+        return frame.astype({name: "string" for name in FRAME_COLUMNS[:-1]} | {"value": "float64"})
+
     def _drop_counts(self) -> dict[str, Any]:
         c = self.columns
         dropped = c["status"] == "dropped"
@@ -437,7 +494,7 @@ class Results:
         value a measured request has."""
         c = self.columns
         keys = c[column][c["warm_up"] == 0]
-        derived = self.derived()
+        derived = self._client_derived()
         out = {}
         for name in sorted(set(keys.tolist())):
             mask = done & (c[column] == name)
@@ -495,30 +552,67 @@ class Results:
                     met &= ~mask | ok
         return met
 
+    # --- display -------------------------------------------------------------
+    def __repr__(self) -> str:
+        """Two lines: request outcomes and simulated duration; TTFT, throughput and wall time.
+
+        TTFT and throughput are the summary's (client-side TTFT of completed measured
+        streaming requests; completed measured requests per second of the measurement
+        window), computed without the rest of :meth:`summary`.
+        """
+        c = self.columns
+        status = c["status"]
+        measured = c["warm_up"] == 0
+        done = (status == "completed") & measured
+        ttft = _stats(self._client_derived()["ttft_s"][done])
+        window_s = self._measurement(measured)[1]
+        rate = f"{int(done.sum()) / window_s:,.2f} req/s" if window_s > 0 else "- req/s"
+        tokens = f"{int(c['output_tokens'][done].sum()) / window_s:,.1f}" if window_s > 0 else "-"
+        name = f" {self.scenario.name!r}" if self.scenario.name else ""
+        counts = ", ".join(
+            f"{int((status == s).sum()):,} {s.replace('_', ' ')}" for s in ("completed", "dropped", "in_flight")
+        )
+        return (
+            f"<Results{name}: {self._recorder.arrived:,} arrived, {counts}; {self.end_s:,.3f} s simulated\n"
+            f" TTFT p50 {_duration(ttft['p50'])}, p99 {_duration(ttft['p99'])}; {rate}, "
+            f"{tokens} output tokens/s; {_duration(self.wall_s)} wall>"
+        )
+
+    def _repr_html_(self) -> str:
+        """The summary as HTML tables (latency statistics, then the run's figures), for Jupyter."""
+        return _summary_html(self.summary(), self.scenario.name, self.wall_s)
+
     # --- files ---------------------------------------------------------------
-    def save(self, directory: str | Path) -> Path:
+    def save(self, directory: str | Path, *, written: list[Path] | None = None) -> Path:
         """Write ``records.csv`` (and ``records.parquet`` when pyarrow is installed),
         ``preemptions.csv`` (with each preemption's mode), ``sessions.csv`` (when there
         were sessions), ``timeseries.csv`` (when the run was sampled, see
-        :meth:`timeseries`), ``summary.json`` and ``manifest.json`` into *directory*."""
+        :meth:`timeseries`), ``summary.json`` and ``manifest.json`` into *directory*;
+        return *directory*. A *written* list gets the path of each file written, in order."""
         from simpy_llm.config.loader import scenario_hash, scenario_to_dict
 
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
+        wrote = written if written is not None else []
+
+        def put(name: str) -> Path:
+            wrote.append(out / name)
+            return out / name
+
         frame = self.to_dataframe()
-        frame.to_csv(out / "records.csv", index=False)
+        frame.to_csv(put("records.csv"), index=False)
         try:
             import pyarrow  # noqa: F401
         except ImportError:
             pass
         else:
-            frame.to_parquet(out / "records.parquet", index=False)
-        self.preemptions().to_csv(out / "preemptions.csv", index=False)
+            frame.to_parquet(put("records.parquet"), index=False)
+        self.preemptions().to_csv(put("preemptions.csv"), index=False)
         if self._recorder.sessions:
-            self.sessions().to_csv(out / "sessions.csv", index=False)
+            self.sessions().to_csv(put("sessions.csv"), index=False)
         if self._recorder.samples:
-            self.timeseries().to_csv(out / "timeseries.csv", index=False)
-        (out / "summary.json").write_text(json.dumps(self.summary(), indent=2, default=_json_default) + "\n")
+            self.timeseries().to_csv(put("timeseries.csv"), index=False)
+        put("summary.json").write_text(json.dumps(self.summary(), indent=2, default=_json_default) + "\n")
         manifest = {
             "seed": self.scenario.seed,
             "scenario_sha256": scenario_hash(self.scenario),
@@ -533,8 +627,74 @@ class Results:
                 "engine_steps": self.steps,
             },
         }
-        (out / "manifest.json").write_text(json.dumps(manifest, indent=2, default=_json_default) + "\n")
+        put("manifest.json").write_text(json.dumps(manifest, indent=2, default=_json_default) + "\n")
         return out
+
+
+def _duration(value_s: float | None) -> str:
+    """A duration for people: ms below a second, s above (``-`` for ``None``)."""
+    if value_s is None:
+        return "-"
+    return f"{value_s * 1e3:.1f} ms" if abs(value_s) < 1.0 else f"{value_s:,.3f} s"
+
+
+def _percent(ratio: float | None) -> str:
+    return "-" if ratio is None or ratio != ratio else f"{ratio * 100:.1f}%"
+
+
+_HTML_LATENCY_ROWS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E"), ("queue_delay", "queue delay"))
+
+
+def _summary_html(s: Summary, name: str, wall_s: float) -> str:
+    """Two plain HTML tables of a summary: latency statistics and the run's figures."""
+    from html import escape
+
+    def cell(text: object, tag: str = "td", align: str = "right") -> str:
+        return f'<{tag} style="text-align: {align}">{escape(str(text))}</{tag}>'
+
+    stats = ("mean", "p50", "p90", "p95", "p99")
+    title = f"{name}: " if name else ""
+    lat = [
+        "<tr>" + cell("metric", "th", "left") + "".join(cell(k, "th") for k in stats) + cell("count", "th") + "</tr>"
+    ]
+    for key, label in _HTML_LATENCY_ROWS:
+        st = s["latency_s"][key]
+        count = f"{st['count']:,}" + (" gaps" if key == "itl" else "")
+        lat.append(
+            "<tr>" + cell(label, align="left") + "".join(cell(_duration(st[k])) for k in stats) + cell(count) + "</tr>"
+        )
+    b = s["batch_size"]
+    lat.append(
+        "<tr>" + cell("batch size (requests per step)", align="left")
+        + "".join(cell("-" if b[k] is None else f"{b[k]:.1f}") for k in stats) + cell(f"{s['engine']['steps']:,} steps")
+        + "</tr>"
+    )
+    req, tp, gp = s["requests"], s["throughput"], s["goodput"]
+    figures = [
+        ("requests", f"{req['arrived']:,} arrived, {req['completed']:,} completed, {req['dropped']:,} dropped, "
+         f"{req['in_flight']:,} in flight" + (f" ({req['warm_up']:,} warm-up)" if req["warm_up"] else "")),
+        ("simulated time", f"{s['duration_s']:,.3f} s"),
+        ("throughput", f"{tp['requests_per_s']:,.3f} req/s, {tp['output_tokens_per_s']:,.1f} output tokens/s, "
+         f"{tp['input_tokens_per_s']:,.1f} input tokens/s"),
+        ("goodput", f"{gp['requests_per_s']:,.3f} req/s ({_percent(gp['fraction'])} met their SLO)"),
+        ("preemptions", f"{s['preemptions']['total']:,} ({s['preemptions']['requests_preempted']:,} requests)"),
+        ("KV utilisation", f"{_percent(s['kv_utilization']['time_weighted_mean'])} (time-weighted mean)"),
+        ("GPU utilisation", f"{_percent(s['gpu_utilization']['mean'])} busy (mean over replicas)"),
+        ("prefix cache", f"{_percent(s['prefix_cache']['hit_rate'])} of prompt tokens cached"),
+        ("in system", f"{s['in_system']['time_average']:.2f} mean, {s['in_system']['peak']:,} peak"),
+    ]
+    if req["dropped_by_reason"]:
+        figures.append(("drops", ", ".join(f"{k} {v:,}" for k, v in req["dropped_by_reason"].items())))
+    ses = s["sessions"]
+    if ses["count"]:
+        ended = ", ".join(f"{k} {v:,}" for k, v in ses["end_reasons"].items())
+        figures.append(("sessions", f"{ses['count']:,} ({ses['mean_rounds']:.2f} rounds on average; ended: {ended})"))
+    figures.append(("wall time", _duration(wall_s)))
+    run = ["<tr>" + cell(label, align="left") + cell(text, align="left") + "</tr>" for label, text in figures]
+    return (
+        f"<div><table><caption>{escape(title)}latency (TTFT, TPOT, ITL over streaming requests)</caption>"
+        + "".join(lat) + f"</table><table><caption>{escape(title)}run</caption>" + "".join(run) + "</table></div>"
+    )
 
 
 def _json_default(obj: Any) -> Any:

@@ -7,6 +7,10 @@ See docs/observe.md for the metric definitions.
 - :mod:`simpy_llm.observe.client`: :class:`OpenAIClient`, :class:`RequestRecord`.
 - :mod:`simpy_llm.observe.loadgen`: :class:`LoadGenerator` (open loop or concurrency limit).
 - :mod:`simpy_llm.observe.sessions`: :class:`Conversations` (closed-loop multi-turn sessions).
+- :mod:`simpy_llm.observe.prompts`: prompt text (synthetic words, or a user's dataset: :func:`load_prompts`,
+  :class:`DatasetPrompts`).
+- :mod:`simpy_llm.observe.report`: :func:`latency_report` (TTFT, TPOT, ITL, E2E of a run, per client).
+- :mod:`simpy_llm.observe.progress`: the live progress line of ``simpy-llm observe``.
 - :mod:`simpy_llm.observe.scrape`: :class:`MetricsScraper` (Prometheus ``/metrics`` over time).
 - :mod:`simpy_llm.observe.run`: :func:`observe`, the ``simpy-llm observe`` command's engine.
 - :mod:`simpy_llm.observe.emulate`: the emulated OpenAI-compatible server (``simpy-llm serve``).
@@ -28,6 +32,8 @@ from simpy_llm.observe.loadgen import (
     record_row,
     synthetic_prompt,
 )
+from simpy_llm.observe.prompts import DatasetPrompts, PromptDatasetError, SyntheticPrompts, load_prompts
+from simpy_llm.observe.report import latency_report
 # Exported as run_loop: simpy_llm.observe.run is the module of the observe command.
 from simpy_llm.observe.runner import loop_factory, resolve_loop
 from simpy_llm.observe.runner import run as run_loop
@@ -39,10 +45,12 @@ from simpy_llm.observe.sse import SSEEvent, SSEParser, StreamChunk, interpret, p
 __all__ = [
     "OBSERVER_COLUMNS",
     "Conversations",
+    "DatasetPrompts",
     "MetricsScraper",
     "LoadGenerator",
     "LoadRequest",
     "OpenAIClient",
+    "PromptDatasetError",
     "RequestRecord",
     "RequestSpec",
     "RetryPolicy",
@@ -51,7 +59,10 @@ __all__ = [
     "SSEParser",
     "ScheduleLagWarning",
     "StreamChunk",
+    "SyntheticPrompts",
     "interpret",
+    "latency_report",
+    "load_prompts",
     "load_requests",
     "loop_factory",
     "observe",

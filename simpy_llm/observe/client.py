@@ -136,6 +136,9 @@ class RequestRecord:
     cached_tokens: int | None = None
     prompt_tokens_source: str = "none"
     completion_tokens_source: str = "none"
+    approx_prompt_tokens: int | None = None
+    """The prompt's length by the sender's token rule (set by the load generator; see
+    :mod:`simpy_llm.observe.prompts`), to set beside the server's ``prompt_tokens``."""
     output_chars: int = 0
     reasoning_chars: int = 0
     output_text: str | None = None

@@ -30,17 +30,19 @@ from __future__ import annotations
 import asyncio
 import gc
 import math
-import random
 import statistics
 import time
 import warnings
-import zlib
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from simpy_llm.observe.client import OpenAIClient, RequestRecord, RequestSpec
+from simpy_llm.observe.progress import LiveStats
+# prefix_text and synthetic_prompt live in prompts; they are still importable from here.
+from simpy_llm.observe.prompts import PromptSource, SyntheticPrompts, approx_prompt_tokens, prefix_text, synthetic_prompt
+from simpy_llm.observe.report import latency_report
 from simpy_llm.workload.traces import OBSERVED_COLUMNS
 
 if TYPE_CHECKING:
@@ -58,54 +60,12 @@ __all__ = [
     "synthetic_prompt",
 ]
 
-OBSERVER_COLUMNS: tuple[str, ...] = tuple(OBSERVED_COLUMNS)
+OBSERVER_COLUMNS: tuple[str, ...] = (*OBSERVED_COLUMNS, "approx_input_tokens")
 """Extra trace columns the observer fills (declare them with ``TraceV2Writer(..., extra_columns=OBSERVER_COLUMNS)``;
-a writer without them gets the trace v2 columns only)."""
+a writer without them gets the trace v2 columns only). ``approx_input_tokens`` is the prompt
+sent, measured by the prompt source's token rule (:mod:`simpy_llm.observe.prompts`)."""
 
 _PASSTHROUGH = ("client_id", "tenant_id", "slo_class", "session_id", "round_index", "prefix_group", "reason_ratio")
-
-# Short, common English words: each is one token in the BPE vocabularies of the usual
-# open models (Llama, Qwen, Gemma, GPT-style), also with the leading space.
-_WORDS = (
-    "the of and to in is was for on are with as at be by this have from or one had not but what all were "
-    "when we there can an your which their said if do will each about how up out them then she many some so "
-    "these would other into has more her two like him see time could no make than first been its who now "
-    "people my made over did down only way find use may water long little very after words called just where "
-    "most know get through back much before go good new write our used me man too any day same right look "
-    "think also around another came come work three word must because does part even place well such here take "
-    "why things help put years different away again off went old number great tell men say small every found "
-    "still between name should home big give air line set own under read last never us left end along while "
-    "might next sound below saw something thought both few those always looked show large often together asked "
-    "house world going want school important until form food keep children feet land side without boy once "
-    "animals life enough took sometimes four head above kind began almost live page got earth need far hand "
-    "high year mother light parts country father let night following picture being study second eyes soon times"
-).split()
-
-
-def synthetic_prompt(n_tokens: int, seed: int = 0) -> str:
-    """About *n_tokens* tokens of synthetic text: *n_tokens* words drawn (seeded) from common words.
-
-    Each word is about one token for BPE tokenizers, so the text is about
-    *n_tokens* tokens; the server's count also includes its chat template
-    (a few tokens) and may differ by a few percent. The words differ with
-    *seed* (use the request id), so prompts share no prefix that a server's
-    prefix cache could reuse.
-
-    >>> len(synthetic_prompt(5, seed=1).split()), synthetic_prompt(3, 7) == synthetic_prompt(3, 7)
-    (5, True)
-    """
-    rng = random.Random(seed)
-    return " ".join(rng.choices(_WORDS, k=max(int(n_tokens), 1)))
-
-
-def prefix_text(group: str, n_tokens: int) -> str:
-    """The shared prefix of *group*: the same *n_tokens* words for every request of the group,
-    so a server's prefix cache can reuse it as it would a real system prompt.
-
-    >>> prefix_text("sys", 4) == prefix_text("sys", 4) != prefix_text("other", 4)
-    True
-    """
-    return synthetic_prompt(n_tokens, seed=zlib.crc32(group.encode()))
 
 
 @attrs.frozen
@@ -194,6 +154,7 @@ def record_row(req: LoadRequest, rec: RequestRecord, columns: Iterable[str] | No
         "first_byte_time_us": _us(rec.first_byte_s),
         "first_token_time_us": _us(rec.first_content_s),
         "done_time_us": _us(rec.done_s),
+        "approx_input_tokens": rec.approx_prompt_tokens,
     }
     if columns is not None:
         keep = set(columns)
@@ -211,7 +172,9 @@ class RunSummary:
     (requested: between the first and last target); ``None`` with fewer than two.
     ``schedule_delay_*`` are over ``sent - target``; ``lag_p50_s`` over
     ``dispatch - target`` (client lag, without concurrency-limit waits), the
-    quantity compared with ``lag_threshold_s`` to set ``lagging``."""
+    quantity compared with ``lag_threshold_s`` to set ``lagging``. ``latency_s`` and
+    ``latency_s_by_client`` are the client-side latencies of the answered requests
+    (see docs/observe.md)."""
 
     n_requests: int
     n_sent: int
@@ -226,6 +189,10 @@ class RunSummary:
     lagging: bool
     stopped: bool
     duration_s: float
+    latency_s: dict[str, Any] = attrs.field(factory=dict)
+    """TTFT, TPOT, ITL and E2E statistics over the whole run (:func:`~simpy_llm.observe.report.latency_report`)."""
+    latency_s_by_client: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    """The same per ``client_id``."""
 
 
 def _rate(times: list[float]) -> float | None:
@@ -266,13 +233,20 @@ class LoadGenerator:
         Median client lag above which the run is flagged ``lagging`` and warned about.
     prefixes
         Shared-prefix length (tokens) per ``prefix_group``: a request of a listed group is sent
-        as a ``system`` message of :func:`prefix_text` (the same for the whole group) and a
+        as a ``system`` message with the group's prefix from *prompts* (:func:`prefix_text`
+        for synthetic prompts: the same for the whole group) and a
         ``user`` message with the rest of its prompt (one prompt, in that order, for the
         completions API). ``observe`` fills it from the workload's clients.
     conversations
         Closed-loop sessions (:class:`~simpy_llm.observe.sessions.Conversations`): session
         rounds send the conversation so far, and each finished round may schedule the next
         one (think time after its end), which joins :attr:`requests`.
+    prompts
+        Where prompt text comes from (:mod:`simpy_llm.observe.prompts`; default
+        :class:`~simpy_llm.observe.prompts.SyntheticPrompts`). Each record's
+        ``approx_prompt_tokens`` is what was sent, measured by its token rule.
+
+    :attr:`live` counts requests as they start and end (for a progress display).
     """
 
     def __init__(
@@ -290,6 +264,7 @@ class LoadGenerator:
         lag_threshold_s: float = 0.010,
         prefixes: Mapping[str, int] | None = None,
         conversations: Conversations | None = None,
+        prompts: PromptSource | None = None,
     ) -> None:
         if concurrency is not None and concurrency < 1:
             raise ValueError(f"concurrency must be >= 1 or None, got {concurrency}")
@@ -304,6 +279,8 @@ class LoadGenerator:
         self.lag_threshold_s = lag_threshold_s
         self.conversations = conversations
         self.prefixes = dict(prefixes or {})
+        self.prompts: PromptSource = prompts if prompts is not None else SyntheticPrompts()
+        self.live = LiveStats()
         self.records: dict[int, RequestRecord] = {}
         self.summary: RunSummary | None = None
         self._written: set[int] = set()
@@ -320,9 +297,9 @@ class LoadGenerator:
             self._waker.set_result(None)  # wake the dispatcher from its sleep
 
     def spec(self, req: LoadRequest) -> RequestSpec:
-        """The request body spec of *req*: a synthetic prompt seeded by its id (after its
-        group's shared prefix, see *prefixes*), or, for a session round, the conversation so
-        far (:attr:`conversations`)."""
+        """The request body spec of *req*: its own text from :attr:`prompts` (after its group's
+        shared prefix, see *prefixes*), or, for a session round, the conversation so far
+        (:attr:`conversations`)."""
         messages = self.conversations.messages(req) if self.conversations is not None else None
         prompt: str | list[dict[str, str]]
         if messages is not None:
@@ -330,9 +307,9 @@ class LoadGenerator:
         else:
             group = str(req.fields.get("prefix_group", ""))
             shared = min(self.prefixes.get(group, 0), req.input_tokens - 1) if group else 0
-            own = synthetic_prompt(req.input_tokens - max(shared, 0), seed=req.request_id)
+            own = self.prompts.text(req.input_tokens - max(shared, 0), req.request_id)
             if shared > 0:
-                prompt = [{"role": "system", "content": prefix_text(group, shared)}, {"role": "user", "content": own}]
+                prompt = [{"role": "system", "content": self.prompts.prefix(group, shared)}, {"role": "user", "content": own}]
             else:
                 prompt = own
         return RequestSpec(
@@ -346,18 +323,25 @@ class LoadGenerator:
             keep_text=messages is not None,
         )
 
+    def _spec(self, req: LoadRequest, rec: RequestRecord) -> RequestSpec:
+        spec = self.spec(req)
+        rec.approx_prompt_tokens = approx_prompt_tokens(self.prompts, spec.prompt)
+        return spec
+
     def _finish(self, req: LoadRequest, rec: RequestRecord) -> None:
         if req.request_id in self._written:
             return
         self._written.add(req.request_id)
         if rec.status not in ("ok", "error", "timeout", "cancelled"):
             rec.status, rec.error_message = "cancelled", rec.error_message or "not completed"
+        self.live.end(rec)
         if self.writer is not None:
             self.writer.write_row(record_row(req, rec, self._columns))
 
     async def _one(
         self, req: LoadRequest, rec: RequestRecord, slots: asyncio.Semaphore | None, spec: RequestSpec
     ) -> None:
+        self.live.sent += 1
         try:
             await self.client.send(spec, rec)
         finally:
@@ -378,7 +362,7 @@ class LoadGenerator:
         task.add_done_callback(self._tasks.discard)
 
     async def _follow_up(self, req: LoadRequest, rec: RequestRecord) -> None:
-        spec = self.spec(req)
+        spec = self._spec(req, rec)
         try:
             # Plain sleeps: many rounds may wait at once; stop() cancels them via the task set.
             await asyncio.sleep(max(req.arrival_s - self.client.now(), 0.0))
@@ -453,7 +437,7 @@ class LoadGenerator:
                     await asyncio.sleep(0)
                 # Built before the sleep, not in the request's task: the prompt text
                 # (~50 us for 1,000 words) then costs nothing between target and send.
-                spec = self.spec(req)
+                spec = self._spec(req, rec)
                 while (delay := req.arrival_s - client.now()) > 0 and not self._stop.is_set():
                     await self._sleep(delay)
                 if self._stop.is_set():
@@ -508,6 +492,8 @@ class LoadGenerator:
             counts[r.status] = counts.get(r.status, 0) + 1
         lag50 = statistics.median(lags) if lags else None
         done = [r.done_s for r in recs if r.done_s is not None]
+        clients = {r.request_id: str(r.fields["client_id"]) for r in self.requests if "client_id" in r.fields}
+        latency = latency_report(recs, clients)
         return RunSummary(
             n_requests=len(self.requests),
             n_sent=len(sent),
@@ -522,4 +508,6 @@ class LoadGenerator:
             lagging=lag50 is not None and lag50 > self.lag_threshold_s,
             stopped=self._stop.is_set(),
             duration_s=max(done) if done else 0.0,
+            latency_s=latency["latency_s"],
+            latency_s_by_client=latency["latency_s_by_client"],
         )

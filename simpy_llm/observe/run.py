@@ -16,7 +16,12 @@ would (same seed, same streams), sends them with the :class:`LoadGenerator`
 ``sessions.csv``
     With sessions: every session's rounds and end reason.
 ``summary.json``
-    The :class:`~simpy_llm.observe.loadgen.RunSummary` (written at the end).
+    The :class:`~simpy_llm.observe.loadgen.RunSummary` (written at the end), with
+    the latency report of :mod:`simpy_llm.observe.report`.
+
+Prompts are synthetic words unless a prompt dataset is given (*prompts*:
+:mod:`simpy_llm.observe.prompts`); the header's ``prompts`` entry names the
+source and the token rule that ``approx_input_tokens`` is measured by.
 
 SIGINT (Ctrl-C) stops the run cleanly: requests in flight are cancelled and
 written as ``cancelled``, and every file above is complete.
@@ -28,6 +33,7 @@ import asyncio
 import csv
 import json
 import signal
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -37,6 +43,8 @@ import attrs
 from simpy_llm.config import load_scenario
 from simpy_llm.observe.client import OpenAIClient, RetryPolicy
 from simpy_llm.observe.loadgen import OBSERVER_COLUMNS, LoadGenerator, RunSummary, load_requests
+from simpy_llm.observe.progress import live_progress
+from simpy_llm.observe.prompts import DatasetPrompts, PromptSource, SyntheticPrompts, load_prompts
 from simpy_llm.observe.runner import run as run_loop
 from simpy_llm.observe.scrape import MetricsScraper
 from simpy_llm.observe.sessions import Conversations, has_sessions
@@ -63,6 +71,9 @@ def observe(
     scrape_metrics: str | None = None,
     scrape_interval_s: float = 1.0,
     loop: str = "auto",
+    prompts: Path | str | None = None,
+    prompt_field: str | None = None,
+    progress: bool = False,
 ) -> RunSummary:
     """Send the workload of the scenario file *workload* to the server at *url*; write to *out*.
 
@@ -93,10 +104,40 @@ def observe(
         A Prometheus endpoint to scrape every *scrape_interval_s* (``None``: no scraping).
     loop
         ``auto`` (uvloop when installed), ``uvloop`` or ``asyncio``.
+    prompts, prompt_field
+        A prompt dataset (JSON or JSONL, ShareGPT or records with a text field; see
+        :func:`~simpy_llm.observe.prompts.load_prompts`) and the field to read (default: found
+        by itself). Each request's text is a dataset prompt fitted to its drawn length, chosen
+        with the workload's seed. ``None``: synthetic words.
+    progress
+        Show a live progress line on standard error (``rich``) while the run goes.
+
+    Raises
+    ------
+    ScenarioError
+        The workload file is bad.
+    PromptDatasetError
+        The prompt dataset cannot be used (raised before anything is sent).
     """
     scenario = load_scenario(workload, list(overrides))
+    seed = scenario.workload.seed if scenario.workload.seed is not None else scenario.seed
+    source: PromptSource
+    if prompts is not None:
+        dataset = load_prompts(prompts, prompt_field)
+        source = DatasetPrompts(dataset, seed=seed)
+        prompts_header: dict[str, Any] = {
+            "source": "dataset",
+            "file": dataset.path,
+            "field": dataset.field,
+            "prompts": len(dataset.prompts),
+            "skipped": dataset.skipped,
+        }
+    else:
+        source = SyntheticPrompts()
+        prompts_header = {"source": "synthetic"}
+    prompts_header["token_rule"] = source.token_rule
     requests = load_requests(generate_requests(scenario))
-    conversations = Conversations(scenario, requests) if has_sessions(scenario) else None
+    conversations = Conversations(scenario, requests, prompts=source) if has_sessions(scenario) else None
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     header: dict[str, Any] = {
@@ -105,7 +146,7 @@ def observe(
         "api": api,
         "workload_spec": str(workload),
         "overrides": list(overrides),
-        "seed": scenario.workload.seed if scenario.workload.seed is not None else scenario.seed,
+        "seed": seed,
         "load": {
             "stream": stream,
             "concurrency": concurrency,
@@ -114,6 +155,7 @@ def observe(
             "ignore_eos": ignore_eos,
             "closed_loop_sessions": conversations is not None,
         },
+        "prompts": prompts_header,
     }
     if scrape_metrics:
         header["metrics_file"] = "metrics.csv"
@@ -135,6 +177,7 @@ def observe(
                     ignore_eos=ignore_eos,
                     prefixes={c.prefix_group: c.prefix_length for c in scenario.workload.clients if c.prefix_group},
                     conversations=conversations,
+                    prompts=source,
                 )
                 scraper = None
                 if scrape_metrics:
@@ -144,15 +187,25 @@ def observe(
                     )
                 loop_ = asyncio.get_running_loop()
                 loop_.add_signal_handler(signal.SIGINT, gen.stop)
+                progress_task: asyncio.Task[None] | None = None
                 try:
                     # The generator resets the client's clock when it starts; the scraper reads
                     # the same clock, so it starts after the first await of the run.
                     run_task = asyncio.create_task(gen.run())
                     await asyncio.sleep(0)
                     scrape_task = asyncio.create_task(scraper.run()) if scraper is not None else None
+                    if progress:
+                        from rich.console import Console
+
+                        progress_task = asyncio.create_task(
+                            live_progress(gen.live, lambda: len(gen.requests), Console(file=sys.stderr))
+                        )
                     summary = await run_task
                 finally:
                     loop_.remove_signal_handler(signal.SIGINT)
+                    if progress_task is not None:
+                        progress_task.cancel()
+                        await asyncio.gather(progress_task, return_exceptions=True)
                     if scraper is not None and scrape_task is not None:
                         scraper.stop()
                         await scrape_task

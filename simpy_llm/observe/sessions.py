@@ -14,7 +14,9 @@ to what the server actually did:
 * chat messages alternate roles: an optional ``system`` message (the client's
   shared prefix, identical for every request of its prefix group), then
   ``user`` / ``assistant`` turns, the assistant turns being the server's own
-  replies (for the completions API the turns are joined into one prompt);
+  replies (for the completions API the turns are joined into one prompt); the
+  prefix and each question come from the prompt source (synthetic words, or a
+  dataset's prompts fitted to the drawn length: :mod:`simpy_llm.observe.prompts`);
 * a round that fails ends its session (reason ``dropped``), as does a next
   round that would start after the workload's ``horizon_s``.
 
@@ -28,7 +30,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from simpy_llm.observe.loadgen import LoadRequest, prefix_text, synthetic_prompt
+from simpy_llm.observe.loadgen import LoadRequest
+from simpy_llm.observe.prompts import PromptSource, SyntheticPrompts
 from simpy_llm.workload.sessions import SessionState, open_session, plan_follow_up
 
 if TYPE_CHECKING:
@@ -54,14 +57,18 @@ class Conversations:
     requests
         The first rounds (open-loop requests); rows with a ``session_id`` whose
         client has sessions open one when first prompted.
+    prompts
+        Where the shared prefixes and the questions come from (default: synthetic words);
+        give the load generator the same source.
     """
 
-    def __init__(self, scenario: Scenario, requests: list[LoadRequest]) -> None:
+    def __init__(self, scenario: Scenario, requests: list[LoadRequest], prompts: PromptSource | None = None) -> None:
         from simpy_llm.simulation import Simulation
 
         # The simulator builds the client sources (rules and random streams) exactly as a run would.
         self.sources: dict[str, ClientSource] = {src.client.id: src for src in Simulation(scenario).sources}
         self.horizon_s = scenario.workload.horizon_s
+        self.prompts: PromptSource = prompts if prompts is not None else SyntheticPrompts()
         self.next_id = max((r.request_id for r in requests), default=-1) + 1
         self.states: dict[str, SessionState] = {}
         self.turns: dict[str, list[dict[str, str]]] = {}
@@ -94,10 +101,10 @@ class Conversations:
             turns: list[dict[str, str]] = []
             question_tokens = req.input_tokens
             if src.prefix_tokens:
-                turns.append({"role": "system", "content": prefix_text(src.client.prefix_group, src.prefix_tokens)})
+                turns.append({"role": "system", "content": self.prompts.prefix(src.client.prefix_group, src.prefix_tokens)})
                 question_tokens = max(req.input_tokens - src.prefix_tokens, 1)
             self.turns[sid] = turns
-            self._pending_question[req.request_id] = synthetic_prompt(question_tokens, seed=req.request_id)
+            self._pending_question[req.request_id] = self.prompts.text(question_tokens, req.request_id)
         question = self._pending_question.get(req.request_id)
         if question is None:
             return None
@@ -145,7 +152,7 @@ class Conversations:
             fields={**req.fields, "round_index": plan.fields["round_index"]},
         )
         self.next_id += 1
-        self._pending_question[nxt.request_id] = synthetic_prompt(max(plan.question_tokens, 1), seed=nxt.request_id)
+        self._pending_question[nxt.request_id] = self.prompts.text(max(plan.question_tokens, 1), nxt.request_id)
         return nxt
 
     def _end(self, state: SessionState, reason: str) -> None:

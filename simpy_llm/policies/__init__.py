@@ -2,14 +2,25 @@
 
 A policy is a small object that makes one decision and never touches the
 SimPy environment, so it can be unit-tested without running a simulation.
-Built-ins and user policies register the same way::
+Built-ins and user policies register the same way, and a scenario then names
+them (from the command line, import the module that registers them with
+``--plugin``, or list it under the scenario's ``plugins:``):
 
-    from simpy_llm.policies import routing_policies
+>>> from simpy_llm import Simulation, load_scenario
+>>> from simpy_llm.policies import routing_policies
+>>> @routing_policies.register("fewest_waiting")
+... class FewestWaiting:
+...     def choose(self, request, view):
+...         return min(range(len(view)), key=lambda i: view[i].waiting_requests)
+>>> scenario = load_scenario("scenarios/quickstart.yaml", {
+...     "workload.num_requests": 200, "serving.replicas": 2, "serving.router.kind": "fewest_waiting"})
+>>> Simulation(scenario).run().summary()["requests"]["completed"]
+200
 
-    @routing_policies.register("fewest_waiting")
-    class FewestWaiting:
-        def choose(self, request, view):
-            return min(range(len(view)), key=lambda i: view[i].waiting_requests)
+A plain class like this one is called with its ``params:`` as keyword
+arguments (checked against its signature); an attrs class has them structured
+strictly into its fields. A routing or admission policy that declares an
+``rng`` parameter (or field) is given the simulation's random stream in it.
 
 Routing policies choose a replica (:data:`routing_policies`, with the scorers
 of ``weighted_score`` in :data:`routing_scorers`); admission policies admit or

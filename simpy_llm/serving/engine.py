@@ -224,6 +224,9 @@ class Replica:
         self._ctx_base = 0
         """Sum over decoders of ``kv_tokens - decode_anchor_step``: their KV tokens at step
         ``s`` sum to ``_ctx_base + decoders * s``."""
+        self._measured_streamers = 0
+        """Decoders that stream and are not warm-up: the only ones whose token gaps are
+        tallied as ITL (a non-streaming client sees no gaps; warm-up is not measured)."""
         self._uses_context = bool(getattr(latency, "uses_context", False))
         self._decode_context = 0
         """Decode context as of the last composition change (context-dependent latency models)."""
@@ -634,6 +637,8 @@ class Replica:
     def _leave_decoding(self, req: Request) -> None:
         self._residue[(req.kv_tokens - req.decode_anchor_step) % self.kv.block_size] -= 1
         self._ctx_base -= req.kv_tokens - req.decode_anchor_step
+        if req.streaming and not req.warm_up:
+            self._measured_streamers -= 1
 
     def _stretch_length(self) -> int:
         """Steps from ``self.step`` on that need no scheduling decision: up to and
@@ -684,7 +689,7 @@ class Replica:
         if grown:
             self.kv.allocate(grown)
         self.recorder.on_steps(self.index, step_s, k, n_decode, 0, n_decode, step_s * (kv_used * k + weighted))
-        self.recorder.on_token_gaps(step_s + self._alpha2, n_decode * k)
+        self.recorder.on_token_gaps(step_s + self._alpha2, self._measured_streamers * k)
         last = s0 + k - 1
         end = self._advance(k, step_s)
         self._finish_decoders(last, end)
@@ -701,8 +706,8 @@ class Replica:
         s = self.step
         batch = n_decode + len(chunks)
         self.recorder.on_steps(self.index, step_s, 1, batch, prefill_tokens, n_decode, step_s * kv_used)
-        if n_decode:
-            self.recorder.on_token_gaps(step_s + self._alpha2, n_decode)
+        if self._measured_streamers:
+            self.recorder.on_token_gaps(step_s + self._alpha2, self._measured_streamers)
         end = self._advance(1, step_s)
         listener = self.token_listener
         if n_decode:
@@ -725,9 +730,10 @@ class Replica:
             self._prefilling.pop(bisect_left(self._prefilling, entry))
             req.generated_tokens += 1
             g = req.generated_tokens
+            streamer = req.streaming and not req.warm_up
             if g == 1:
                 req.first_token_s = end + alpha2
-            else:
+            elif streamer:
                 self.recorder.on_token_gaps(end - req.last_token_engine_s + alpha2, 1)
             if listener is not None:
                 listener(req, g, end + g * alpha2)
@@ -737,6 +743,8 @@ class Replica:
             req.decode_anchor_step = s + 1
             self._residue[(req.kv_tokens - s - 1) % bs] += 1
             self._ctx_base += req.kv_tokens - s - 1
+            if streamer:
+                self._measured_streamers += 1
             heapq.heappush(self._finish_heap, (s + req.output_tokens - g, *req.sched_key, s + 1, req))
 
     def _report_decode_tokens(self, listener: TokenListener, end: float) -> None:

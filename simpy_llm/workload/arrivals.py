@@ -9,8 +9,10 @@ implement ``gaps(rng, rate, n)`` and inherit ``times`` from
 :class:`Renewal`; time-varying processes implement ``times`` themselves.
 Register more with ``@arrival_processes.register("name")``.
 
-Renewal processes (``poisson``, ``gamma``, ``weibull``, ``constant``) state
-the coefficient of variation of their gaps as ``cv``. The modulated ones
+Renewal processes (``poisson``, ``gamma``, ``weibull``, ``constant``,
+``distribution``) state the coefficient of variation of their gaps as ``cv``;
+``distribution`` takes its gaps from any registered length distribution,
+rescaled to the rate. The modulated ones
 (``on_off``, ``windows``) switch between *periods*, each with its own process
 and rate; inside a period the period's process is **restarted** at the
 period start (its first arrival comes one ordinary gap after the start) and
@@ -39,8 +41,10 @@ from simpy_llm.registry import Registry
 __all__ = [
     "ArrivalProcess",
     "ConstantArrivals",
+    "DistributionArrivals",
     "GAMMA_CV_RANGE",
     "GammaArrivals",
+    "MAX_NEGATIVE_GAP_SHARE",
     "OnOffArrivals",
     "PoissonArrivals",
     "RateWindow",
@@ -190,6 +194,90 @@ class WeibullArrivals(Renewal):
     def gaps(self, rng: np.random.Generator, rate: float, n: int) -> np.ndarray:
         k = self.shape
         return rng.weibull(k, n) / (rate * math.gamma(1 + 1 / k))
+
+
+MAX_NEGATIVE_GAP_SHARE = 1e-3
+"""Largest share of a ``distribution`` process's gap draws that may be negative (they count
+as 0, which shifts the mean gap a little); a distribution known to draw more is rejected."""
+
+
+def _negative_share(dist: Any) -> float:
+    """P(draw < 0) for the built-in families that can draw negative values (0 for the others)."""
+    from simpy_llm.workload.distributions import Empirical, Normal, Uniform
+
+    if isinstance(dist, Uniform):
+        return min(max(-float(dist.low) / (float(dist.high) - float(dist.low)), 0.0), 1.0)
+    if isinstance(dist, Normal):
+        if dist.std_dev == 0:
+            return 1.0 if dist.mean < 0 else 0.0
+        return 0.5 * math.erfc(float(dist.mean) / (float(dist.std_dev) * math.sqrt(2.0)))
+    if isinstance(dist, Empirical):
+        return math.fsum(p for v, p in zip(dist.values, dist.probabilities, strict=True) if v < 0)
+    return 0.0
+
+
+@arrival_processes.register("distribution")
+@attrs.frozen(kw_only=True)
+class DistributionArrivals(Renewal):
+    """Gaps drawn from a registered length distribution, rescaled to the rate.
+
+    Written ``{process: distribution, gaps: {type: uniform, params: {low: 0.5, high: 1.5}}}``.
+    Each gap is a draw of *gaps* (read as seconds) multiplied by ``(1 / rate) / mean``,
+    where ``mean`` is the distribution's own mean: the mean gap is 1 / rate whatever the
+    distribution's scale, and the distribution gives the shape (so the gap CV is its
+    ``sqrt(variance) / mean``). The mean must be finite and > 0 (a ``pareto`` with
+    ``alpha <= 1`` is rejected). A negative draw counts as 0 (an arrival at the same
+    instant as the previous one); a distribution known to draw negative values more often
+    than :data:`MAX_NEGATIVE_GAP_SHARE` (a ``uniform`` with ``low < 0``, a ``normal`` whose
+    mean is within about 3 standard deviations of 0, an ``empirical`` with negative
+    values) is rejected, since the mean gap would no longer be 1 / rate.
+
+    >>> from simpy_llm.workload.distributions import Uniform
+    >>> p = DistributionArrivals(gaps=Uniform(low=0.5, high=1.5))
+    >>> round(p.cv, 4)  # (1 / sqrt(12)) / 1
+    0.2887
+    >>> g = p.gaps(np.random.default_rng(0), rate=4.0, n=3)  # uniform on [0.125, 0.375)
+    >>> bool(((g >= 0.125) & (g < 0.375)).all())
+    True
+    """
+
+    gap_distribution: LengthField = attrs.field(alias="gaps")
+    """The gap distribution (YAML key ``gaps``): its shape is kept, its mean rescaled to 1 / rate."""
+
+    def __attrs_post_init__(self) -> None:
+        dist = self.gap_distribution
+        mean = getattr(dist, "mean", None)
+        if not callable(getattr(dist, "sample", None)) or isinstance(mean, bool) or not isinstance(mean, (int, float)):
+            raise FieldValueError("gaps", f"must be a length distribution ({{type: NAME, params: {{...}}}}), got {dist!r}")
+        if not (math.isfinite(mean) and mean > 0):
+            raise FieldValueError(
+                "gaps",
+                f"the gap distribution's mean must be finite and > 0 (gaps are multiplied by "
+                f"(1 / rate) / mean), got mean {mean!r}",
+            )
+        share = _negative_share(dist)
+        if share > MAX_NEGATIVE_GAP_SHARE:
+            raise FieldValueError(
+                "gaps",
+                f"draws a negative gap with probability {share:.3g}; at most {MAX_NEGATIVE_GAP_SHARE:g} "
+                "may be negative (they count as 0 and would shift the mean gap)",
+            )
+
+    @property
+    def cv(self) -> float:
+        """Coefficient of variation of the gaps: the distribution's ``sqrt(variance) / mean``
+        (``inf`` when its variance is infinite)."""
+        dist = self.gap_distribution
+        return math.sqrt(float(dist.variance)) / float(dist.mean)
+
+    def gaps(self, rng: np.random.Generator, rate: float, n: int) -> np.ndarray:
+        from simpy_llm.workload.distributions import SamplingError
+
+        dist = self.gap_distribution
+        draws = np.asarray(dist.sample(rng, n), dtype=float)
+        if not np.isfinite(draws).all():
+            raise SamplingError(f"{dist!r} drew gaps that are not finite numbers", dist)
+        return np.maximum(draws, 0.0) * ((1.0 / rate) / float(dist.mean))
 
 
 # --------------------------------------------------------------------------- modulated processes

@@ -5,8 +5,8 @@ output_tokens, extra)`` in time order, plus the request fields shared by all its
 rows (``base``); ``extra`` is ``None`` or a dict of per-request fields. Synthetic
 clients (:class:`ClientSource`) draw arrival times and lengths in vectors
 (chunks of :data:`CHUNK`) from their own named random streams
-(``workload/<client>/arrival|input|output|mix``), so a client's requests do not
-depend on the other clients. Trace replays are sources too. The generator
+(``workload/<client>/arrival|input|output|mix``, and ``priority`` for a priority
+drawn per request), so a client's requests do not depend on the other clients. Trace replays are sources too. The generator
 merges the sources by time, numbers requests in arrival order from the
 simulation's id counter, and puts each into its output Wire at its arrival time.
 
@@ -28,7 +28,7 @@ import numpy as np
 import simpy
 
 from simpy_llm.config.errors import ScenarioError
-from simpy_llm.config.validators import MAX_ITEMS_PER_REQUEST
+from simpy_llm.config.validators import MAX_ITEMS_PER_REQUEST, MAX_PRIORITY
 from simpy_llm.entities import Request
 from simpy_llm.workload.distributions import SamplingError, draw_tokens, to_tokens
 from simpy_llm.workload.prefix import PREFIX_BLOCK_TOKENS, prefix_blocks
@@ -50,6 +50,7 @@ __all__ = [
     "merge_sources",
     "sampling_scenario_error",
     "to_counts",
+    "to_priorities",
 ]
 
 CHUNK = 4096
@@ -74,6 +75,22 @@ def to_counts(values: np.ndarray, distribution: object = None) -> np.ndarray:
     if not np.isfinite(values).all():
         to_tokens(values, distribution)  # raises the SamplingError naming the draw
     return np.clip(np.rint(values), 0, MAX_ITEMS_PER_REQUEST).astype(np.int64)
+
+
+def to_priorities(values: np.ndarray, distribution: object = None) -> np.ndarray:
+    """Round sampled priorities half to even to whole numbers in [-MAX_PRIORITY, MAX_PRIORITY].
+
+    Zero and negative values are kept (a priority may be any integer in range); values
+    beyond the range are clamped to it. NaN or an infinity raises
+    :class:`~simpy_llm.workload.distributions.SamplingError`.
+
+    >>> to_priorities(np.array([-1.6, -0.5, 0.5, 1.5, 2.4, 1e12])).tolist()
+    [-2, 0, 0, 2, 2, 2147483647]
+    """
+    values = np.asarray(values, dtype=float)
+    if not np.isfinite(values).all():
+        to_tokens(values, distribution)  # raises the SamplingError naming the draw
+    return np.clip(np.rint(values), -MAX_PRIORITY, MAX_PRIORITY).astype(np.int64)
 
 
 def warp_to_windows(active_times: np.ndarray, lifecycle: LifecycleConfig) -> np.ndarray:
@@ -122,9 +139,12 @@ class ClientSource:
             "client_id": client.id,
             "tenant_id": client.tenant_id or client.id,
             "slo_class": client.slo_class,
-            "priority": client.priority,
             "streaming": client.streaming >= 0.5,
         }
+        self.priority_distribution = None if isinstance(client.priority, (int, float)) else client.priority
+        """The distribution each request's priority is drawn from (None: the constant in ``base``)."""
+        if self.priority_distribution is None:
+            self.base["priority"] = client.priority
         if prefix:
             self.base.update(
                 prefix_group=client.prefix_group,
@@ -134,7 +154,7 @@ class ClientSource:
             )
 
     def stream(self, what: str) -> np.random.Generator:
-        """The client's random stream for *what* (arrival, input, output, mix, session)."""
+        """The client's random stream for *what* (arrival, input, output, mix, session, priority)."""
         return self._streams.stream(f"workload/{self.client.id}/{what}")
 
     def prompts(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, list[dict[str, Any]] | None]:
@@ -174,6 +194,10 @@ class ClientSource:
             if client.reasoning is not None:
                 ratios = np.clip(client.reasoning.reason_ratio_distribution.sample(mix_rng, n), 0.0, 1.0).tolist()
                 per_request = [{**(e or {}), "reason_ratio": r} for e, r in zip(per_request or [None] * n, ratios, strict=True)]
+            if self.priority_distribution is not None:
+                # From a stream of its own: drawing priorities leaves every other draw as it was.
+                drawn = to_priorities(self.priority_distribution.sample(self.stream("priority"), n), self.priority_distribution)
+                per_request = [{**(e or {}), "priority": q} for e, q in zip(per_request or [None] * n, drawn.tolist(), strict=True)]
             extra_iter = per_request if per_request is not None else itertools.repeat(None, n)
             for row in zip(times.tolist(), prompts.tolist(), outputs.tolist(), extra_iter):
                 if row[0] == float("inf"):

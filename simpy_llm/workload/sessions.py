@@ -18,6 +18,9 @@ Rules (per client):
   also for conversational follow-ups) is the previous round's prompt plus its
   output plus a newly drawn question; under ``fixed`` it is a fresh draw
   (plus the client's shared prefix).
+* Every round of a session carries its first round's priority (a client whose
+  ``priority`` is a distribution draws it once per session, for the first round;
+  follow-ups draw nothing from the ``priority`` stream).
 
 A round therefore never arrives before its predecessor completes. A session
 ends with one of the reasons in :data:`END_REASONS`; ``Results.sessions()``
@@ -110,6 +113,7 @@ def plan_follow_up(
     dropped: bool,
     now_s: float,
     horizon_s: float | None,
+    priority: int | None = None,
 ) -> FollowUp | str:
     """The session's next round after a round with these lengths finished at *now_s*,
     or the reason the session ends (one of :data:`END_REASONS`).
@@ -117,7 +121,9 @@ def plan_follow_up(
     The rules of the module docstring, shared by the simulator's
     :class:`SessionRegistry` and the observer's closed loop (which passes the
     server-reported token counts). Draws from the client's ``session`` stream
-    and counts the new round in ``state.started``.
+    and counts the new round in ``state.started``. *priority* is the finished
+    round's, carried on to the next one (None: the client's constant priority,
+    as it stands in ``source.base``).
     """
     client = state.source.client
     rng = state.source.stream("session")
@@ -151,6 +157,8 @@ def plan_follow_up(
         "session_id": state.session_id,
         "round_index": round_index + 1,
     }
+    if priority is not None:
+        fields["priority"] = priority
     state.started += 1
     return FollowUp(think, prompt, question, output, fields, accumulates=growth == "accumulate")
 
@@ -226,6 +234,7 @@ class SessionRegistry:
             dropped=bool(req.dropped_reason),
             now_s=self.env.now,
             horizon_s=self.horizon_s,
+            priority=req.priority,
         )
         if isinstance(plan, str):
             return self._end(state, plan)

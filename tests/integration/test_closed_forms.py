@@ -122,6 +122,7 @@ def single_server(kind: str, rho: float, num_requests: int, seed: int) -> dict:
                 "chunked_prefill": False,
                 "kv_block_size": 1024,
                 "kv_num_blocks": BIG // 1024,
+                "prefix_caching": False,  # every prompt is unique: nothing to find, only cost
             },
             "latency_model": {
                 "kind": "blis_linear",

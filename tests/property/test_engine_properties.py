@@ -6,16 +6,21 @@ enough to reach preemption, chunked prefill, several replicas and routers.
 
 from __future__ import annotations
 
+import contextlib
 import math
+from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simpy_llm import Simulation, scenario_from_dict
+from simpy_llm import Results, Simulation, scenario_from_dict
+from simpy_llm.config.errors import ScenarioWarning
 from simpy_llm.serving import engine as engine_module
 
-from tests.helpers import columns_equal, run
+from tests.helpers import columns_equal
+from tests.helpers import run as run_quietly
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 
@@ -112,6 +117,20 @@ def scenarios(draw, allow_until: bool = False):
     return data
 
 
+def idle_client_warning(data: dict[str, Any]) -> Any:
+    """Expect the ScenarioWarning for client b when it draws rate_fraction 0 (it is then left
+    out); otherwise expect none (the suite turns any warning into an error)."""
+    if data["workload"]["clients"][1]["rate_fraction"] == 0:
+        return pytest.warns(ScenarioWarning, match="client 'b' has rate_fraction 0")
+    return contextlib.nullcontext()
+
+
+def run(data: dict[str, Any], mode: str | None = None) -> Results:
+    """Run *data* (see :func:`tests.helpers.run`), checking the idle client's warning."""
+    with idle_client_warning(data):
+        return run_quietly(data, mode)
+
+
 @SETTINGS
 @given(scenarios(allow_until=True))
 def test_event_per_change_equals_event_per_step(data):
@@ -201,7 +220,8 @@ def test_kv_blocks_match_requests_and_stay_within_capacity(data):
     original = sim_module.Replica
     sim_module.Replica = _CheckedReplica
     try:
-        sim = Simulation(scenario_from_dict(data))
+        with idle_client_warning(data):
+            sim = Simulation(scenario_from_dict(data))
         sim.run()
     finally:
         sim_module.Replica = original

@@ -22,6 +22,7 @@ import itertools
 import math
 import os
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from hypothesis import strategies as st
 
 from simpy_llm import Simulation
 from simpy_llm.config import ScenarioError, scenario_from_dict
+from simpy_llm.config.errors import ScenarioWarning
 from simpy_llm.config.paths import base_dir
 from simpy_llm.config.validators import MAX_KV_BLOCK_SIZE, MAX_REPLICAS, MAX_SEED, MAX_TIME_S, MAX_TOKENS
 
@@ -203,6 +205,15 @@ def _check_error(exc: ScenarioError, data: dict[str, Any], source: str) -> None:
         assert any(named == f or f in named.parents for f in _named_files(data)), exc.source
 
 
+def _check_warnings(caught: list[warnings.WarningMessage], scenario: Any) -> None:
+    """Building warns exactly for the clients a mutation gave rate_fraction 0, naming each."""
+    idle = sorted(repr(c.id) for c in scenario.workload.clients if c.rate_fraction == 0)
+    for w in caught:
+        assert issubclass(w.category, ScenarioWarning), w  # (any other warning is re-raised as an error)
+    named = sorted(str(w.message).split(" has rate_fraction 0")[0].removeprefix("client ") for w in caught)
+    assert named == idle, (named, idle)
+
+
 def _load_and_run(name: str, data: dict[str, Any]) -> str:
     """Load and run *data* as scenario *name*; the outcome for ``event``."""
     source = str(SCENARIO_DIR / name)
@@ -213,7 +224,10 @@ def _load_and_run(name: str, data: dict[str, Any]) -> str:
         _check_error(exc, data, source)
         return "rejected by the loader"
     try:
-        sim = Simulation(scenario)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ScenarioWarning)
+            sim = Simulation(scenario)
+        _check_warnings(caught, scenario)
         _capped(sim, EVENT_BUDGET)
         sim.run()
     except ScenarioError as exc:

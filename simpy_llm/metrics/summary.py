@@ -1,0 +1,446 @@
+"""The schema of :meth:`Results.summary() <simpy_llm.metrics.results.Results.summary>`.
+
+The summary is plain data (dicts, lists, numbers, strings and ``None``: JSON-ready),
+typed here as a tree of :class:`typing.TypedDict` classes rooted at :class:`Summary`,
+with every key's unit and meaning documented where it is declared. A test checks
+that a real run's summary has exactly these keys, so this page and the code cannot
+drift apart.
+
+Conventions:
+
+* Times are simulated seconds (``_s``), rates per simulated second (``_per_s``),
+  utilisations ratios in [0, 1].
+* A statistic with nothing to be taken over is ``None`` (not NaN), except the rates
+  of a run of zero duration, which are NaN.
+* Mappings keyed by an open-ended name (an SLO class, a tenant, a drop reason, a
+  replica group...) are typed ``dict[str, ...]``; their keys are sorted.
+* *Measured* requests are those that are not warm-up (``warm_up == 0``, see
+  :mod:`simpy_llm.metrics.results`).
+
+Client-side latency
+-------------------
+A request that does not stream (``streaming == 0``) reaches its client in one
+response at the end, so the client sees no time to first token, no time per output
+token and no inter-token gaps. ``latency_s`` therefore takes TTFT and TPOT over
+*streaming* requests only and E2E and queueing delay over all of them; each
+statistic says how many values it covers in ``count``. ITL is tallied by the engine
+over the token gaps of measured streaming requests only (``count`` token gaps from
+``requests`` requests). The per-request columns of
+:meth:`~simpy_llm.metrics.results.Results.to_dataframe` keep the server-side
+``ttft_s`` and ``tpot_s`` of every request (filter on ``streaming`` for the
+client's view), and SLO targets (goodput) judge every completed request by them.
+
+Long format
+-----------
+:meth:`~simpy_llm.metrics.results.Results.summary_frame` flattens a summary into
+one row per number, with the columns :data:`FRAME_COLUMNS`, walking this schema:
+
+* ``section``: the summary's top-level key (``latency_s``, ``latency_s_by_class``,
+  ``requests``, ``throughput``...).
+* ``metric``: the fixed keys between the section and the statistic, joined with
+  ``.`` (``ttft``, ``completed_share``); the section itself when there are none.
+* ``statistic``: the last fixed key (``p99``, ``count``, ``completed``,
+  ``requests_per_s``); ``value`` for a section that is a number (``duration_s``).
+* ``group``: the open-ended keys on the way (an SLO class, a tenant, a drop reason,
+  a replica index...), joined with ``/`` when there are several
+  (``dropped_by_class``: ``gold/max_queue``); empty for figures of the whole run.
+* ``value``: the number as a float (``None`` becomes NaN). Strings (``engine.group``)
+  are left out.
+
+So ``frame.query("metric == 'ttft' and statistic == 'p99'")`` holds the run's TTFT
+p99 (section ``latency_s``, empty group) and each class's and tenant's (sections
+``latency_s_by_class`` and ``latency_s_by_tenant``, grouped by name).
+"""
+
+# Annotations stay evaluated (no ``from __future__ import annotations``): Python 3.11's
+# TypedDict recognises NotRequired keys only in evaluated annotations.
+import types
+import typing
+from typing import NotRequired, TypedDict
+
+__all__ = [
+    "FRAME_COLUMNS",
+    "BatchSizeStats",
+    "ClassGoodput",
+    "ClassLatency",
+    "EngineCounts",
+    "Fairness",
+    "FairnessIndex",
+    "Goodput",
+    "GpuUtilization",
+    "InSystem",
+    "KvUtilization",
+    "Latency",
+    "LatencyStats",
+    "CountedLatencyStats",
+    "Measurement",
+    "Preemptions",
+    "PrefixCacheStats",
+    "RequestCounts",
+    "SessionStats",
+    "Summary",
+    "Throughput",
+    "TokenGapStats",
+    "flatten_summary",
+]
+
+FRAME_COLUMNS = ("section", "metric", "statistic", "group", "value")
+"""Columns of :meth:`~simpy_llm.metrics.results.Results.summary_frame`."""
+
+
+class LatencyStats(TypedDict):
+    """Statistics of one latency metric, s (``None`` when there is no value to take them over).
+
+    Percentiles use numpy's default (linear) interpolation, except ITL's (see
+    :class:`TokenGapStats`).
+    """
+
+    mean: float | None
+    """Arithmetic mean, s."""
+    p50: float | None
+    """Median, s."""
+    p90: float | None
+    """90th percentile, s."""
+    p95: float | None
+    """95th percentile, s."""
+    p99: float | None
+    """99th percentile, s."""
+
+
+class CountedLatencyStats(LatencyStats):
+    """:class:`LatencyStats` with the number of values they cover."""
+
+    count: int
+    """Requests the statistics are taken over (completed measured requests; for TTFT and
+    TPOT only the streaming ones, and for TPOT only those with more than one output token)."""
+
+
+class TokenGapStats(CountedLatencyStats):
+    """Inter-token latency: the gaps between consecutive output tokens of a request, s.
+
+    Kept by the engine as weighted values (a stretch of identical steps is one value
+    weighted by its tokens), for measured streaming requests of any outcome (the gaps of
+    a request still in flight at ``until_s`` count too), including the long gap across
+    a preemption. Percentiles are the inverted CDF of the weighted gaps (the smallest
+    gap whose cumulative weight reaches the quantile), not interpolated.
+    """
+
+    requests: int
+    """Requests with at least one gap: measured streaming requests that produced two or
+    more output tokens (``count`` is their gaps: the sum of output tokens produced - 1)."""
+
+
+class Latency(TypedDict):
+    """Client-side latency over the measured requests (see "Client-side latency" above)."""
+
+    ttft: CountedLatencyStats
+    """Time to first token, ``first_token_s - arrival_s``, over completed streaming requests."""
+    tpot: CountedLatencyStats
+    """Time per output token after the first, ``(completion_s - first_token_s) /
+    (output_tokens - 1)``, over completed streaming requests with more than one output token."""
+    itl: TokenGapStats
+    """Inter-token latency over the token gaps of streaming requests."""
+    e2e: CountedLatencyStats
+    """End to end, ``completion_s - arrival_s``, over every completed request."""
+    queue_delay: CountedLatencyStats
+    """Time in a replica's waiting queue before the first schedule, ``first_scheduled_s -
+    enqueue_s``, over every completed request."""
+
+
+class ClassLatency(TypedDict):
+    """Latency of one SLO class or tenant, over its completed measured requests (TTFT and
+    TPOT over the streaming ones, as in :class:`Latency`)."""
+
+    ttft: LatencyStats
+    """Time to first token, s (streaming requests)."""
+    tpot: LatencyStats
+    """Time per output token after the first, s (streaming requests with more than one output token)."""
+    e2e: LatencyStats
+    """End to end, s."""
+    queue_delay: LatencyStats
+    """Queueing delay in a replica's waiting queue, s."""
+
+
+class RequestCounts(TypedDict):
+    """How many requests ended how (every request, warm-up included):
+    ``arrived == completed + dropped + in_flight``."""
+
+    arrived: int
+    """Requests that entered the serving system."""
+    completed: int
+    """Requests whose last token the client received."""
+    dropped: int
+    """Requests rejected (admission policy, or longer than the model allows)."""
+    in_flight: int
+    """Requests still in the system when the run stopped (``until_s``)."""
+    warm_up: int
+    """Of all of them, how many were warm-up requests."""
+    dropped_by_reason: dict[str, int]
+    """Drops per reason (``max_model_len``, or the admission policy's reason such as
+    ``max_queue``; ``unknown`` for a drop without a reason)."""
+    dropped_by_class: dict[str, dict[str, int]]
+    """Drops per SLO class, then per reason."""
+
+
+class Measurement(TypedDict):
+    """The window throughput and goodput divide by."""
+
+    start_s: float
+    """Start, s: 0, or the first measured arrival when there is warm-up."""
+    duration_s: float
+    """Length, s: from ``start_s`` to the end of the run."""
+
+
+class Throughput(TypedDict):
+    """Completed measured work per second of the measurement window."""
+
+    requests_per_s: float
+    """Completed requests per second."""
+    output_tokens_per_s: float
+    """Output tokens of the completed requests per second."""
+    input_tokens_per_s: float
+    """Prompt tokens of the completed requests per second."""
+
+
+class ClassGoodput(TypedDict):
+    """Goodput of one SLO class."""
+
+    completed: int
+    """Completed measured requests of the class."""
+    met: int
+    """Of those, how many met every target of the class."""
+    fraction: float
+    """``met / completed`` (NaN when none completed)."""
+
+
+class Goodput(TypedDict):
+    """Completed measured requests meeting every target of their SLO class (a class without
+    targets always meets). TTFT and TPOT targets judge the server-side figures, streaming or not."""
+
+    requests_per_s: float
+    """Requests meeting their targets per second of the measurement window."""
+    fraction: float
+    """Share of the completed measured requests meeting their targets (NaN when none completed)."""
+    by_class: dict[str, ClassGoodput]
+    """Per SLO class with a completed measured request."""
+
+
+class Preemptions(TypedDict):
+    """Preemptions over the whole run (warm-up included)."""
+
+    total: int
+    """Preemptions."""
+    requests_preempted: int
+    """Requests preempted at least once."""
+    by_mode: dict[str, int]
+    """Preemptions per mode (``recompute``, ``swap``; both always present)."""
+
+
+class KvUtilization(TypedDict):
+    """KV cache use: the time integral of used blocks over blocks x ``duration_s``, a ratio."""
+
+    time_weighted_mean: float
+    """Mean over replicas."""
+    per_replica: list[float]
+    """Per replica, by index."""
+
+
+class BatchSizeStats(TypedDict):
+    """Requests per engine step, weighted one per step, over every replica's steps (``None``
+    statistics when no step ran). Percentiles are the inverted CDF, not interpolated."""
+
+    mean: float | None
+    """Mean batch size, requests."""
+    p50: float | None
+    """Median, requests."""
+    p90: float | None
+    """90th percentile, requests."""
+    p95: float | None
+    """95th percentile, requests."""
+    p99: float | None
+    """99th percentile, requests."""
+    max: int
+    """Largest batch, requests (0 when no step ran)."""
+    histogram: dict[str, int]
+    """Steps per batch size (the size as a string key, ascending)."""
+
+
+class InSystem(TypedDict):
+    """Requests between arrival and their last token being computed."""
+
+    time_average: float
+    """Time-weighted mean over ``duration_s``, requests."""
+    peak: int
+    """Most at once, requests."""
+
+
+class EngineCounts(TypedDict):
+    """The engines' own counters, whole run."""
+
+    steps: int
+    """Engine steps over all replicas."""
+    busy_s: list[float]
+    """Per replica, the summed duration of its steps, s."""
+    group: NotRequired[list[str]]
+    """Per replica, its replica group's name (when the Results know the groups, as every
+    :class:`~simpy_llm.simulation.Simulation` run does)."""
+
+
+class GpuUtilization(TypedDict):
+    """Busy time (summed step durations) over ``duration_s``, a ratio in [0, 1]
+    (``None`` for a run of zero duration)."""
+
+    mean: float | None
+    """Mean over replicas."""
+    per_replica: list[float | None]
+    """Per replica, by index."""
+    by_group: NotRequired[dict[str, float | None]]
+    """Mean over each replica group's replicas (when the groups are known)."""
+
+
+class PrefixCacheStats(TypedDict):
+    """Prefix-cache hits over measured requests admitted at least once, counted at each
+    request's first admission."""
+
+    hit_rate: float | None
+    """``cached_tokens / prompt_tokens`` (``None`` when no request was admitted)."""
+    cached_tokens: int
+    """Prompt tokens found in the cache, tokens."""
+    prompt_tokens: int
+    """Prompt tokens of those requests, tokens."""
+
+
+class FairnessIndex(TypedDict):
+    """Jain's index J = (sum x)^2 / (n sum x^2) of one per-tenant allocation x."""
+
+    jain: float | None
+    """The index, in [1/n, 1] (1 for one tenant; ``None`` with no tenant or every x 0)."""
+    by_tenant: dict[str, float]
+    """x per tenant (tenants without a value are left out)."""
+
+
+class Fairness(TypedDict):
+    """Fairness across the tenants of the measured requests (see :mod:`simpy_llm.metrics.fairness`)."""
+
+    tenants: int
+    """Tenants with a measured request."""
+    completed_share: FairnessIndex
+    """x = completed / all measured requests of the tenant, a ratio."""
+    inverse_normalized_e2e: FairnessIndex
+    """x = 1 / mean of ``e2e_s / output_tokens`` over the tenant's completed requests, 1/s
+    per token (tenants with no completion left out)."""
+
+
+class SessionStats(TypedDict):
+    """Multi-turn and conversational sessions that ended (every session, warm-up included)."""
+
+    count: int
+    """Sessions."""
+    mean_rounds: float | None
+    """Mean rounds created per session (``None`` without sessions)."""
+    end_reasons: dict[str, int]
+    """Sessions per end reason (``max_rounds``, ``user_stopped``, ``horizon``, ``dropped``,
+    ``in_progress``...)."""
+
+
+class Summary(TypedDict):
+    """What :meth:`Results.summary() <simpy_llm.metrics.results.Results.summary>` returns."""
+
+    requests: RequestCounts
+    """Request counts by outcome."""
+    duration_s: float
+    """Simulated duration of the run, s: the last completion (or arrival), or ``until_s``."""
+    measurement: Measurement
+    """The window throughput and goodput divide by."""
+    latency_s: Latency
+    """Client-side latency over completed measured requests, s."""
+    latency_s_by_class: dict[str, ClassLatency]
+    """Latency per SLO class with a measured request (``None`` statistics where none completed)."""
+    latency_s_by_tenant: dict[str, ClassLatency]
+    """Latency per tenant with a measured request (``None`` statistics where none completed)."""
+    throughput: Throughput
+    """Completed measured work per second."""
+    goodput: Goodput
+    """Completed measured requests meeting their SLO."""
+    preemptions: Preemptions
+    """Preemption counts."""
+    kv_utilization: KvUtilization
+    """KV cache utilisation."""
+    batch_size: BatchSizeStats
+    """Requests per engine step."""
+    in_system: InSystem
+    """Requests in the system over time."""
+    engine: EngineCounts
+    """Engine counters."""
+    gpu_utilization: GpuUtilization
+    """Busy share of each replica."""
+    prefix_cache: PrefixCacheStats
+    """Prefix-cache hits."""
+    fairness: Fairness
+    """Fairness across tenants."""
+    sessions: SessionStats
+    """Ended sessions."""
+
+
+def flatten_summary(summary: Summary) -> list[tuple[str, str, str, str, float]]:
+    """Rows ``(section, metric, statistic, group, value)`` of *summary*, one per number, in
+    the summary's order (see "Long format" in the module docstring).
+
+    Examples
+    --------
+    >>> stats = {"mean": 1.0, "p50": 1.0, "p90": 2.0, "p95": 2.0, "p99": None}
+    >>> rows = flatten_summary({"duration_s": 4.0, "latency_s_by_class": {"gold": {"e2e": stats}}})
+    >>> for row in rows[:2] + rows[-1:]:
+    ...     print(row)
+    ('duration_s', 'duration_s', 'value', '', 4.0)
+    ('latency_s_by_class', 'e2e', 'mean', 'gold', 1.0)
+    ('latency_s_by_class', 'e2e', 'p99', 'gold', nan)
+    """
+    hints = _hints(Summary)
+    rows: list[tuple[str, str, str, str, float]] = []
+    for section, value in summary.items():
+        _walk(value, hints[section], section, [], [], rows)
+    return rows
+
+
+def _hints(typed_dict: type) -> dict[str, object]:
+    return typing.get_type_hints(typed_dict)
+
+
+def _walk(
+    value: object,
+    tp: object,
+    section: str,
+    fixed: list[str],
+    groups: list[str],
+    rows: list[tuple[str, str, str, str, float]],
+) -> None:
+    """Append the numbers under *value* (of schema type *tp*) to *rows*; *fixed* are the
+    schema's keys below *section* so far, *groups* the open-ended keys."""
+    tp = _without_none(tp)
+    if isinstance(value, dict):
+        if typing.is_typeddict(tp):
+            hints = _hints(tp)
+            for key, item in value.items():
+                _walk(item, hints[key], section, [*fixed, key], groups, rows)
+        else:
+            item_tp = typing.get_args(tp)[1]
+            for key, item in value.items():
+                _walk(item, item_tp, section, fixed, [*groups, str(key)], rows)
+    elif isinstance(value, list):
+        item_tp = typing.get_args(tp)[0]
+        for i, item in enumerate(value):
+            _walk(item, item_tp, section, fixed, [*groups, str(i)], rows)
+    elif value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+        metric = ".".join(fixed[:-1]) or section
+        statistic = fixed[-1] if fixed else "value"
+        rows.append((section, metric, statistic, "/".join(groups), float("nan") if value is None else float(value)))
+
+
+def _without_none(tp: object) -> object:
+    """``X`` for ``X | None``; *tp* otherwise."""
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    if typing.get_origin(tp) in (typing.Union, types.UnionType) and len(args) == 1:
+        return args[0]
+    return tp
+

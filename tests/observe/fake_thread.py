@@ -1,0 +1,43 @@
+"""The fake server (:mod:`tests.observe.fake_server`) on its own event loop in a thread, for code
+that runs its own loop (``observe()``, the ``simpy-llm observe`` command)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from tests.observe.fake_server import FakeServer, serve
+
+START_S = 30.0
+
+
+@contextmanager
+def fake_server_thread(**kwargs: Any) -> Iterator[FakeServer]:
+    """Run a :class:`FakeServer` (*kwargs* as :func:`serve`) in a thread until the block ends;
+    read its ``bodies`` after the client is done with it."""
+    ready = threading.Event()
+    state: dict[str, Any] = {}
+
+    async def main() -> None:
+        async with serve(**kwargs) as fake:
+            state["fake"], state["loop"], state["stop"] = fake, asyncio.get_running_loop(), asyncio.Event()
+            ready.set()
+            await state["stop"].wait()
+
+    def run() -> None:
+        try:
+            asyncio.run(main())
+        finally:
+            ready.set()
+
+    thread = threading.Thread(target=run, name="fake-server", daemon=True)
+    thread.start()
+    assert ready.wait(START_S) and "fake" in state, "the fake server did not start"
+    try:
+        yield state["fake"]
+    finally:
+        state["loop"].call_soon_threadsafe(state["stop"].set)
+        thread.join(START_S)
