@@ -376,7 +376,14 @@ def _summary_table(s: dict[str, Any], title: str) -> Any:
     if ses["count"]:
         reasons = ", ".join(f"{k} {v}" for k, v in ses["end_reasons"].items())
         run.add_row("sessions", f"{ses['count']} ({ses['mean_rounds']:.2f} rounds on average; ended: {reasons})")
-    return Group(lat, run)
+    parts: list[Any] = [lat, run]
+    for d in s.get("diagnostics", []):
+        from rich.text import Text
+
+        style = "bold yellow" if d["severity"] == "warning" else "cyan"
+        where = f" [{d['group']}]" if d.get("group") else ""
+        parts.append(Text(f"{d['severity']}{where}: {d['message']}", style=style))
+    return Group(*parts)
 
 
 if __name__ == "__main__":  # pragma: no cover

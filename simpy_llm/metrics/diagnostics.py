@@ -84,8 +84,11 @@ class Diagnostic:
     """``warning`` (the figures do not mean what they seem) or ``info``."""
     message: str
     """What was found, in plain words, with the figures."""
-    figures: dict[str, Any] = attrs.field(factory=dict)
-    """The figures behind the message (plain floats, ints, strings and lists; JSON-ready)."""
+    figures: dict[str, float] = attrs.field(factory=dict)
+    """The figures behind the message, by name (units in the names): numbers only, so
+    they fit a JSON summary and its long format as they are."""
+    group: str | None = None
+    """The replica group the finding is about (``None``: the run as a whole)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The diagnostic as plain data (what ``Results.summary()`` lists).
@@ -93,7 +96,7 @@ class Diagnostic:
         Examples
         --------
         >>> Diagnostic(code="idle_engine", severity="info", message="m", figures={"x": 1.0}).to_dict()
-        {'code': 'idle_engine', 'severity': 'info', 'message': 'm', 'figures': {'x': 1.0}}
+        {'code': 'idle_engine', 'severity': 'info', 'message': 'm', 'figures': {'x': 1.0}, 'group': None}
         """
         return attrs.asdict(self)
 
@@ -167,16 +170,17 @@ def overload(results: Results) -> Diagnostic | None:
     offered requests the fleet cannot start; 0.05 means the offered load is at
     least ~5 % above capacity. In a stable run the queue empties again: its median
     over a third moves only if the queue stays up for more than half of that third,
-    so a burst shorter than a sixth of the window cannot raise the medians, and two
-    rises in a row are needed besides. Random wandering of a stable queue by *k*
+    so a burst whose backlog (the burst and the time it takes to drain) lasts less
+    than a sixth of the window cannot raise the medians, and two rises in a row are
+    needed besides. Random wandering of a stable queue by *k*
     requests gives a ratio of about k / (2n/3) for *n* arrivals: with n ≥ 300 it
     takes a monotone wander of 10 requests to reach 0.05. A run that sheds load
     (admission drops) or serves closed-loop sessions keeps its queue bounded and is
     not flagged; its drops and latencies say what happened.
 
-    A run that is overloaded only in its busiest spells (a daily peak followed by a
-    quiet night) is not flagged either: its queue drains, and the latency figures
-    show the spells.
+    A run overloaded only in its busiest spell (a daily peak followed by a quiet
+    night) is not flagged unless its queue keeps growing through all three thirds:
+    the queue drains, and the latency figures show the spell.
     """
     c = results.columns
     arrival = np.asarray(c["arrival_s"], dtype=np.float64)
@@ -212,10 +216,13 @@ def overload(results: Results) -> Diagnostic | None:
             f"shed load with an admission policy."
         ),
         figures={
-            "arrival_window_s": [a0, a1],
+            "arrival_window_start_s": a0,
+            "arrival_window_end_s": a1,
             "arrival_rate_per_s": rate,
             "started_per_s": started / window,
-            "waiting_median_by_third": [w1, w2, w3],
+            "waiting_median_first_third": w1,
+            "waiting_median_middle_third": w2,
+            "waiting_median_last_third": w3,
             "excess_share": excess,
             "threshold_excess_share": OVERLOAD_EXCESS_SHARE,
         },
@@ -309,8 +316,8 @@ def latency_model_oddities(results: Results, plans: Sequence[ReplicaPlan]) -> li
                             f"batches finish too soon and queues, batch sizes and KV use come out too "
                             f"small; use another profile or the roofline model."
                         ),
+                        group=plan.group,
                         figures={
-                            "group": plan.group,
                             "one_request_step_s": one_step_s,
                             "weight_read_s": weight_s,
                             "threshold_share": STEP_FLOOR_SHARE,
@@ -335,8 +342,8 @@ def latency_model_oddities(results: Results, plans: Sequence[ReplicaPlan]) -> li
                             f"batching, KV use and load barely move TPOT. Check the profile "
                             f"({_describe(latency)})."
                         ),
+                        group=plan.group,
                         figures={
-                            "group": plan.group,
                             "output_token_overhead_s": overhead_s,
                             "decode_step_s": step_s,
                             "mean_batch": batch,
@@ -373,5 +380,10 @@ def idle_engine(results: Results) -> Diagnostic | None:
             f"and the latency figures are those of an unloaded system. Raise the rate or use fewer "
             f"replicas to study load."
         ),
-        figures={"gpu_utilization_mean": mean, "per_replica": per_replica, "threshold": IDLE_UTILIZATION},
+        figures={
+            "gpu_utilization_mean": mean,
+            "gpu_utilization_min": float(min(per_replica)),
+            "gpu_utilization_max": float(max(per_replica)),
+            "threshold": IDLE_UTILIZATION,
+        },
     )

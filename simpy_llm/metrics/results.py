@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import numpy as np
 
+from simpy_llm.metrics.diagnostics import diagnose
 from simpy_llm.metrics.fairness import tenant_fairness
 from simpy_llm.metrics.recorder import RECORD_FIELDS
 from simpy_llm.metrics.summary import FRAME_COLUMNS, Summary, flatten_summary
@@ -442,6 +443,7 @@ class Results:
                 c["output_tokens"][measured],
             ),
             "sessions": self._session_summary(),
+            "diagnostics": [d.to_dict() for d in diagnose(self)],
         }
 
     def _measurement(self, measured: np.ndarray) -> tuple[float, float]:

@@ -343,6 +343,22 @@ class SessionStats(TypedDict):
     ``in_progress``...)."""
 
 
+class DiagnosticEntry(TypedDict):
+    """A finding about the run (:func:`simpy_llm.metrics.diagnostics.diagnose`)."""
+
+    code: str
+    """What was found: ``overload``, ``step_below_weight_read``, ``post_processing_dominates``,
+    ``idle_engine``."""
+    severity: str
+    """``warning`` (the results may mislead) or ``info``."""
+    message: str
+    """The finding in plain words, with its figures."""
+    figures: dict[str, float]
+    """The numbers behind it (units in the names)."""
+    group: str | None
+    """The replica group it is about (``None``: the whole run)."""
+
+
 class Summary(TypedDict):
     """What :meth:`Results.summary() <simpy_llm.metrics.results.Results.summary>` returns."""
 
@@ -380,6 +396,9 @@ class Summary(TypedDict):
     """Fairness across tenants."""
     sessions: SessionStats
     """Ended sessions."""
+    diagnostics: list[DiagnosticEntry]
+    """Findings that should change how the results are read (overload, an implausible
+    latency profile, an idle fleet); empty when there is nothing to say."""
 
 
 def flatten_summary(summary: Summary) -> list[tuple[str, str, str, str, float]]:

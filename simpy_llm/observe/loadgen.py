@@ -60,7 +60,7 @@ __all__ = [
     "synthetic_prompt",
 ]
 
-OBSERVER_COLUMNS: tuple[str, ...] = (*OBSERVED_COLUMNS, "approx_input_tokens")
+OBSERVER_COLUMNS: tuple[str, ...] = tuple(OBSERVED_COLUMNS)
 """Extra trace columns the observer fills (declare them with ``TraceV2Writer(..., extra_columns=OBSERVER_COLUMNS)``;
 a writer without them gets the trace v2 columns only). ``approx_input_tokens`` is the prompt
 sent, measured by the prompt source's token rule (:mod:`simpy_llm.observe.prompts`)."""

@@ -134,11 +134,13 @@ OBSERVED_COLUMNS: dict[str, str] = {
     "first_byte_time_us": "nint",
     "first_token_time_us": "nint",
     "done_time_us": "nint",
+    "approx_input_tokens": "nint",
 }
 """Columns a trace recorded from a real server adds (see docs/observe.md), with their kinds:
 the lengths asked for, where the counts in ``input_tokens``/``output_tokens`` came from
-(``usage``, ``chunks`` or ``none``), the last HTTP status, the number of attempts, and
-the first-byte, first-token and end times."""
+(``usage``, ``chunks`` or ``none``), the last HTTP status, the number of attempts, the
+first-byte, first-token and end times, and the prompt length by the prompt source's own
+token rule (empty in traces written before it existed)."""
 
 _KINDS: dict[str, str] = {
     "request_id": "int",

@@ -184,3 +184,14 @@ def test_run_without_out_writes_no_files(
     assert main(["run", str(quickstart_path), "--set", "workload.num_requests=50"]) == 0
     assert "simulated 50 requests in" in capsys.readouterr().out
     assert list(tmp_path.iterdir()) == []
+
+
+def test_run_prints_an_overload_warning(quickstart_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run offered twice what its replica serves ends with the overload warning on the
+    terminal; a run within capacity does not."""
+    assert main(["run", str(quickstart_path), "--set", "workload.num_requests=3000", "--set", "workload.aggregate_rate=40"]) == 0
+    out, _ = capsys.readouterr()
+    assert "warning: Overload" in " ".join(out.split())
+    assert main(["run", str(quickstart_path), "--set", "workload.num_requests=3000"]) == 0
+    out, _ = capsys.readouterr()
+    assert "Overload" not in out

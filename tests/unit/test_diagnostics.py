@@ -66,7 +66,8 @@ def test_overload_fires_on_a_run_offered_more_than_capacity():
     res = _run(_scenario(90.0, 30.0))
     found = overload(res)
     assert found is not None and found.severity == "warning"
-    w1, w2, w3 = found.figures["waiting_median_by_third"]
+    fig = found.figures
+    w1, w2, w3 = (fig[f"waiting_median_{third}_third"] for third in ("first", "middle", "last"))
     assert w1 < w2 < w3
     c = res.columns
     a0, a1 = c["arrival_s"].min(), c["arrival_s"].max()
@@ -189,7 +190,7 @@ def test_model_warnings_name_only_the_odd_group_of_a_fleet():
         ],
     }
     found = [d for d in diagnose(_run(data)) if d.code != "idle_engine"]
-    assert [(d.code, d.figures["group"]) for d in found] == [
+    assert [(d.code, d.group) for d in found] == [
         ("step_below_weight_read", "tp4"),
         ("post_processing_dominates", "tp4"),
     ]
@@ -212,11 +213,13 @@ def test_idle_engine_on_a_mostly_idle_replica():
 
 # --- the record ---------------------------------------------------------------------------
 def test_diagnostics_are_frozen_json_ready_records():
-    """A run with every diagnostic: each is a frozen record whose dict form survives JSON."""
+    """A run with every diagnostic: each is a frozen record whose figures are plain floats
+    and whose dict form survives JSON."""
     data = _scenario(90.0, 30.0, alpha2_us=8000.0)
     found = diagnose(_run(data))
     assert [d.code for d in found] == ["overload", "post_processing_dominates"]
     for d in found:
+        assert all(type(v) is float for v in d.figures.values())
         assert json.loads(json.dumps(d.to_dict())) == d.to_dict()
         with pytest.raises(attrs.exceptions.FrozenInstanceError):
             d.code = "x"  # type: ignore[misc]
