@@ -13,12 +13,15 @@ is redirected, on a ``TERM=dumb`` terminal, or under pytest).
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
 import numpy as np
+
+from simpy_llm.progress import progress_wanted
 
 if TYPE_CHECKING:
     from simpy_llm.observe.client import RequestRecord
@@ -42,9 +45,9 @@ def show_progress(mode: str, *, is_terminal: bool, environ: Mapping[str, str]) -
     """
     if mode not in MODES:
         raise ValueError(f"progress must be one of {', '.join(MODES)}, got {mode!r}")
-    if mode != "auto":
-        return mode == "on"
-    return is_terminal and environ.get("TERM") != "dumb" and "PYTEST_CURRENT_TEST" not in environ
+    terminal = is_terminal and environ.get("TERM") != "dumb" and "PYTEST_CURRENT_TEST" not in environ
+    setting = None if mode == "auto" else mode == "on"
+    return progress_wanted(setting, terminal=terminal, jupyter=False, expected_requests=math.inf)
 
 
 @attrs.define(eq=False)
@@ -108,7 +111,13 @@ async def live_progress(stats: LiveStats, total: Callable[[], int], console: Any
     *interval_s* seconds until the task is cancelled; both lines are then removed."""
     from rich.console import Group
     from rich.live import Live
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
     from rich.text import Text
 
     bar = Progress(TextColumn("observing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console)
