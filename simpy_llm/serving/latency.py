@@ -49,6 +49,7 @@ from simpy_llm.registry import Registry
 __all__ = [
     "BlisLinearLatency",
     "LatencyModel",
+    "RequestOverheads",
     "blis_profiles",
     "latency_models",
     "profiles_dir",
@@ -71,6 +72,25 @@ class LatencyModel(Protocol):
 
 
 latency_models: Registry[type] = Registry("latency model")
+
+
+class RequestOverheads:
+    """The per-request overheads every built-in latency model shares, from its
+    ``alpha0_us``, ``alpha1_us`` and ``alpha2_us`` fields (BLIS's alpha terms)."""
+
+    __slots__ = ()
+    alpha0_us: float
+    alpha1_us: float
+    alpha2_us: float
+
+    @property
+    def output_token_overhead_s(self) -> float:
+        """Post-processing per output token, s."""
+        return self.alpha2_us * 1e-6
+
+    def queueing_time_s(self, prompt_tokens: int) -> float:
+        """Arrival-to-queue delay of a request with *prompt_tokens* tokens, s."""
+        return (self.alpha0_us + self.alpha1_us * prompt_tokens) * 1e-6
 
 
 def profiles_dir() -> Path:
@@ -115,7 +135,7 @@ def _find_profile(model: str, gpu: str, tp: int) -> dict[str, float]:
 
 @latency_models.register("blis_linear")
 @attrs.frozen(kw_only=True)
-class BlisLinearLatency:
+class BlisLinearLatency(RequestOverheads):
     """BLIS's blackbox linear model, coefficients in microseconds.
 
     ``step = beta0 + beta1 * prefill_tokens + beta2 * decode_tokens``;
@@ -202,15 +222,8 @@ class BlisLinearLatency:
         """
         return resolve_hardware(self.model, self.gpu, self.tp)
 
-    @property
-    def output_token_overhead_s(self) -> float:
-        return self.alpha2_us * 1e-6
-
     def step_time_s(self, prefill_tokens: int, decode_tokens: int) -> float:
         return (self.beta0_us + self.beta1_us * prefill_tokens + self.beta2_us * decode_tokens) * 1e-6
-
-    def queueing_time_s(self, prompt_tokens: int) -> float:
-        return (self.alpha0_us + self.alpha1_us * prompt_tokens) * 1e-6
 
 
 # Imported last: these modules register their models in ``latency_models`` and use ``profiles_dir``.

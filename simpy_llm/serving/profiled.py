@@ -25,7 +25,7 @@ import yaml
 from simpy_llm.config.errors import FieldValueError
 from simpy_llm.config.validators import MAX_COEFFICIENT_US, at_least, at_most
 from simpy_llm.serving.hardware import Hardware, ModelSpec, gpu_spec
-from simpy_llm.serving.latency import latency_models, profiles_dir
+from simpy_llm.serving.latency import RequestOverheads, latency_models, profiles_dir
 
 # A module reference, read at call time: latency.py imports this module while roofline.py may
 # still be importing (roofline -> latency -> profiled), before ``Roofline`` exists.
@@ -171,7 +171,7 @@ def operator_table(gpu: str, model: str, tp: int) -> OperatorTable:
 
 @latency_models.register("profile")
 @attrs.frozen(kw_only=True)
-class ProfiledLatency:
+class ProfiledLatency(RequestOverheads):
     """Vidur-style table model: measured non-attention operators plus analytic attention.
 
     With ``T = P + D`` new tokens in the step and ``L`` layers,
@@ -238,13 +238,6 @@ class ProfiledLatency:
     def hardware(self) -> Hardware:
         """The model (shape from the profile), GPU and TP degree."""
         return self.roofline.hardware
-
-    @property
-    def output_token_overhead_s(self) -> float:
-        return self.alpha2_us * 1e-6
-
-    def queueing_time_s(self, prompt_tokens: int) -> float:
-        return (self.alpha0_us + self.alpha1_us * prompt_tokens) * 1e-6
 
     def non_attention_time_s(self, tokens: int) -> float:
         """All layers' measured (non-attention) time for *tokens* tokens: ``L x table(T)``."""

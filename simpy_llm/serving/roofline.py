@@ -16,7 +16,7 @@ import attrs
 from simpy_llm.config.errors import FieldValueError
 from simpy_llm.config.validators import MAX_COEFFICIENT_US, at_least, at_most, in_range, optional
 from simpy_llm.serving.hardware import Hardware, gpu_spec, model_spec
-from simpy_llm.serving.latency import latency_models
+from simpy_llm.serving.latency import RequestOverheads, latency_models
 
 __all__ = ["Roofline", "RooflineLatency"]
 
@@ -220,7 +220,7 @@ class Roofline:
 
 @latency_models.register("roofline")
 @attrs.frozen(kw_only=True)
-class RooflineLatency:
+class RooflineLatency(RequestOverheads):
     """The roofline latency model: :class:`Roofline` of a shipped model on a shipped GPU.
 
     ``step_time_s`` is :meth:`Roofline.step_time_s` (every term in its
@@ -292,13 +292,6 @@ class RooflineLatency:
     def hardware(self) -> Hardware:
         """The model, GPU and TP degree this model describes."""
         return self.roofline.hardware
-
-    @property
-    def output_token_overhead_s(self) -> float:
-        return self.alpha2_us * 1e-6
-
-    def queueing_time_s(self, prompt_tokens: int) -> float:
-        return (self.alpha0_us + self.alpha1_us * prompt_tokens) * 1e-6
 
     def step_time_s(
         self, prefill_tokens: int, decode_tokens: int, decode_context_tokens: int = 0, prefill_attention_pairs: int = 0
