@@ -1,4 +1,4 @@
-"""Command line: ``simpy-llm run | workload | observe | serve | validate``.
+"""Command line: ``simpy-llm run | workload | observe | serve | calibrate | validate``.
 
 ``simpy-llm run SCENARIO [--out DIR] [--set dotted.key=value ...] [--seed N]``
 runs a scenario, prints the summary as a table and, last, how many requests
@@ -6,13 +6,21 @@ were simulated in how many wall seconds. Files are written only with
 ``--out``. ``simpy-llm validate FILE ...`` checks scenario files without
 running them. ``simpy-llm serve SCENARIO [--host H] [--port P]`` runs the
 emulated OpenAI-compatible server (docs/emulate.md) until SIGINT or SIGTERM.
-``simpy-llm observe WORKLOAD --url URL [--model M] [--api chat|completions]
-[--out DIR]`` sends a scenario's workload to a real server and records it as
-a trace v2 (docs/observe.md); Ctrl-C stops it cleanly. Every command that reads
-a scenario takes ``--set KEY=VALUE`` overrides and ``--plugin MODULE_OR_FILE``
-(modules or Python files imported first, so the policies they register can be
-named in the scenario). ``simpy-llm --version`` prints the version.
-Exit status: 0 ok, 2 bad input.
+``simpy-llm workload SPEC --out DIR`` writes the requests of a workload without
+simulating them. ``simpy-llm observe SPEC --url URL [--model M] [--api
+chat|completions] [--out DIR] [--server-type T] [--server-config FILE]`` sends a
+workload to a real server and records it as a trace v2 (docs/observe.md);
+Ctrl-C stops it cleanly. ``workload`` and ``observe`` take a bare workload spec
+(a workload at the top of the file) or a scenario (a mapping with ``serving`` or
+``workload`` at the top), told apart by content; ``run``, ``serve`` and
+``validate`` take scenarios, whose workload may be a reference, ``workload:
+{file: PATH}``. Every command that reads a scenario takes ``--set KEY=VALUE``
+overrides (for a bare workload spec relative to the workload) and ``--plugin
+MODULE_OR_FILE`` (modules or Python files imported first, so the policies they
+register can be named in the scenario). ``simpy-llm calibrate compare | fit OBSERVED``
+compares an observed trace with the simulator or fits a latency profile to it
+(:mod:`simpy_llm.calibrate.cli`, docs/calibration.md). ``simpy-llm --version`` prints the
+version. Exit status: 0 ok, 2 bad input.
 """
 
 from __future__ import annotations
@@ -46,22 +54,22 @@ def _parser() -> argparse.ArgumentParser:
         help="progress bar: auto shows it on a terminal for long runs",
     )
 
-    wl = sub.add_parser("workload", help="generate a scenario's requests without simulating them")
-    wl.add_argument("scenario", help="scenario YAML file (its workload section is used)")
+    wl = sub.add_parser("workload", help="generate a workload's requests without simulating them")
+    wl.add_argument("spec", metavar="SPEC", help=_SPEC_HELP)
     wl.add_argument("--out", metavar="DIR", required=True, help="write trace v2, summary.json (and plots) here")
-    _add_scenario_options(wl)
-    wl.add_argument("--seed", type=int, help="override the scenario's seed")
+    _add_scenario_options(wl, workload_keys=True)
+    wl.add_argument("--seed", type=int, help=_SEED_HELP)
     wl.add_argument("--plots", action="store_true", help="also write PNG histograms (needs matplotlib)")
 
-    obs = sub.add_parser("observe", help="send a scenario's workload to a real server and record a trace")
-    obs.add_argument("workload", help="scenario YAML file (its workload section is sent)")
+    obs = sub.add_parser("observe", help="send a workload to a real server and record a trace")
+    obs.add_argument("workload", metavar="SPEC", help=_SPEC_HELP)
     obs.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:8000 (without /v1)")
     obs.add_argument("--model", help="model name to request (default: the first of the server's /v1/models)")
     obs.add_argument("--api", choices=("chat", "completions"), default="chat", help="endpoint (default chat)")
     obs.add_argument("--out", metavar="DIR", default="runs/observe", help="output directory (default runs/observe)")
     obs.add_argument("--api-key", help="bearer token (default: the OPENAI_API_KEY environment variable)")
-    _add_scenario_options(obs)
-    obs.add_argument("--seed", type=int, help="override the scenario's seed")
+    _add_scenario_options(obs, workload_keys=True)
+    obs.add_argument("--seed", type=int, help=_SEED_HELP)
     obs.add_argument("--stream", choices=("auto", "on", "off"), default="auto", help="auto: per request, as the workload says")
     obs.add_argument("--concurrency", type=int, help="at most this many requests in flight (default: open loop)")
     obs.add_argument("--timeout", type=float, default=600.0, metavar="S", help="per-attempt limit, seconds (default 600)")
@@ -92,6 +100,26 @@ def _parser() -> argparse.ArgumentParser:
         default="auto",
         help="live progress line on stderr: auto shows it on a terminal",
     )
+    obs.add_argument(
+        "--server-type",
+        choices=_SERVER_TYPES,
+        help="the server's kind, for the trace header's server block: llamacpp and emulated are described "
+        "from the server itself, vllm and sglang from --server-config (default: its server.type, else other)",
+    )
+    obs.add_argument(
+        "--server-config",
+        metavar="FILE",
+        help="YAML with optional server, hardware and network mappings for the trace header (its values "
+        "override what the server reports)",
+    )
+    obs.add_argument(
+        "--warm-up-requests",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the first N requests (by request id) are warm-up, left out of calibration; written to the "
+        "trace header (default 0)",
+    )
 
     srv = sub.add_parser("serve", help="serve an OpenAI-compatible API with the simulator's timing")
     srv.add_argument("scenario", help="scenario YAML file (its serving section is simulated)")
@@ -105,11 +133,31 @@ def _parser() -> argparse.ArgumentParser:
     val = sub.add_parser("validate", help="check scenario files without running them")
     val.add_argument("files", nargs="+", help="scenario YAML files")
     _add_scenario_options(val)
+
+    from simpy_llm.calibrate.cli import add_parser as add_calibrate
+
+    add_calibrate(sub, _add_scenario_options)
     return p
 
 
-def _add_scenario_options(parser: argparse.ArgumentParser) -> None:
-    """``--set`` and ``--plugin``, the same on every command that reads a scenario."""
+_SPEC_HELP = (
+    "a bare workload spec (a workload at the top level: version, seed, aggregate_rate, clients, ...) or a "
+    "scenario (a mapping with serving or workload at the top: its workload section is used), told apart by content"
+)
+_SERVER_TYPES = ("vllm", "sglang", "llamacpp", "emulated", "other")
+"""simpy_llm.observe.server_info.SERVER_TYPES, written out so that starting the command does not import aiohttp."""
+_SEED_HELP = "override the seed (a scenario's root seed; a bare workload spec's own seed)"
+
+
+def _add_scenario_options(parser: argparse.ArgumentParser, workload_keys: bool = False) -> None:
+    """``--set`` and ``--plugin``, the same on every command that reads a scenario (with
+    *workload_keys*, the command also reads bare workload specs)."""
+    bare = (
+        "; for a bare workload spec keys are relative to the workload, a leading workload. accepted: "
+        "--set aggregate_rate=5 or --set workload.aggregate_rate=5"
+        if workload_keys
+        else ""
+    )
     parser.add_argument(
         "--set",
         dest="overrides",
@@ -117,7 +165,8 @@ def _add_scenario_options(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="override a scenario value, e.g. --set workload.num_requests=1000 (repeatable; the value is "
-        "parsed as YAML, null unsets an optional key; list items by index: workload.clients.0.rate_fraction=2)",
+        "parsed as YAML, null unsets an optional key; list items by index: workload.clients.0.rate_fraction=2"
+        f"{bare})",
     )
     parser.add_argument(
         "--plugin",
@@ -145,6 +194,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _workload(args)
     if args.command == "serve":
         return _serve(args)
+    if args.command == "calibrate":
+        from simpy_llm.calibrate.cli import main as calibrate
+
+        return calibrate(args)
     if args.command == "observe":
         return _observe(args)
     return _run(args)
@@ -169,18 +222,22 @@ def _workload(args: argparse.Namespace) -> int:
     import time
     from pathlib import Path
 
+    from simpy_llm.config import load_workload_or_scenario
     from simpy_llm.workload.export import generate_requests, plot_histograms, workload_summary
+    from simpy_llm.workload.sources import spec_workload
     from simpy_llm.workload.traces import write_generated_trace
 
-    scenario = _load(args)
-    if scenario is None:
+    try:
+        spec = load_workload_or_scenario(args.spec, _overrides(args))
+        wall0 = time.perf_counter()
+        frame = generate_requests(spec)
+    except ScenarioError as exc:
+        print(exc, file=sys.stderr)
         return 2
-    wall0 = time.perf_counter()
-    frame = generate_requests(scenario)
     wall = time.perf_counter() - wall0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    paths = write_generated_trace(frame, out / "trace", source=args.scenario, seed=scenario.seed)
+    paths = write_generated_trace(frame, out / "trace", source=args.spec, seed=spec_workload(spec)[1])
     summary = workload_summary(frame)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(f"wrote {', '.join(str(p) for p in paths)} and {out / 'summary.json'}")
@@ -216,6 +273,9 @@ def _observe(args: argparse.Namespace) -> int:
     if args.concurrency is not None and args.concurrency < 1:
         print(f"--concurrency must be at least 1, got {args.concurrency}", file=sys.stderr)
         return 2
+    if args.warm_up_requests < 0:
+        print(f"--warm-up-requests must be at least 0, got {args.warm_up_requests}", file=sys.stderr)
+        return 2
     try:
         summary = observe(
             args.workload,
@@ -236,6 +296,9 @@ def _observe(args: argparse.Namespace) -> int:
             prompts=args.prompts,
             prompt_field=args.prompt_field,
             progress=show_progress(args.progress, is_terminal=Console(stderr=True).is_terminal, environ=os.environ),
+            server_type=args.server_type,
+            server_config=args.server_config,
+            warm_up_requests=args.warm_up_requests,
         )
     except (ScenarioError, PromptDatasetError) as exc:
         print(exc, file=sys.stderr)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -40,10 +39,11 @@ from simpy_llm.serving.views import LiveView, RouterCounts, SnapshotView, refres
 from simpy_llm.wire import Wire
 from simpy_llm.workload.distributions import SamplingError
 from simpy_llm.workload.generator import ClientSource, WorkloadGenerator, sampling_scenario_error
-from simpy_llm.workload.sessions import SessionRegistry
+from simpy_llm.workload.sessions import ReplayedContexts, SessionRegistry
+from simpy_llm.workload.sources import WorkloadSources, build_sources, workload_seed
 
 if TYPE_CHECKING:
-    from simpy_llm.config.schema import ClientConfig, Scenario
+    from simpy_llm.config.schema import Scenario
     from simpy_llm.entities import Request
     from simpy_llm.serving.engine import TokenListener
 
@@ -105,11 +105,20 @@ class Simulation:
         env = self.env
         fast = scenario.simulation.mode == "event_per_change"
         wl = scenario.workload
-        self.workload_streams = RandomStreams(wl.seed if wl.seed is not None else scenario.seed)
+        self.workload_sources: WorkloadSources | None = None
+        """The workload's sources (None with ``external_arrivals``), built as the workload
+        export and the observer build them (:func:`~simpy_llm.workload.sources.build_sources`)."""
+        if external_arrivals:
+            self.workload_streams = RandomStreams(workload_seed(wl, scenario.seed))
+            self.sources: list[ClientSource] = []
+        else:
+            workload_sources = self.workload_sources = build_sources(wl, default_seed=scenario.seed, stacklevel=2)
+            self.workload_streams = workload_sources.streams
+            self.sources = workload_sources.clients
+            self._check_server_blocks(workload_sources)
         self.ids = itertools.count()
         arrivals = self.arrivals = Wire(env)
         replica_inboxes = [Wire(env) for _ in range(n_replicas)]
-        self.sources = [] if external_arrivals else self._client_sources()
         needs_sessions = any(
             s.client.multi_turn is not None or s.client.conversational_probability > 0 for s in self.sources
         )
@@ -146,19 +155,20 @@ class Simulation:
             env.process(refresh_views(env, self.views, refresh_s, self._active))
         if scenario.simulation.timeseries_interval_s is not None:
             env.process(self._sample(scenario.simulation.timeseries_interval_s))
-        if external_arrivals:
+        if self.workload_sources is None:
             self.generator: WorkloadGenerator | None = None
             return
-        all_sources = [(src.base, src.rows()) for src in self.sources] + self._trace_sources()
+        # Replayed sessions carry their earlier rounds' content, so a prefix cache can find it.
+        self._replayed = ReplayedContexts() if self.workload_sources.traces else None
         self.generator = WorkloadGenerator(
             env,
-            all_sources,
+            self.workload_sources.generator_sources(),
             arrivals,
             self.recorder,
             self.ids,
             num_requests=wl.num_requests,
             horizon_s=wl.horizon_s,
-            on_request=self._open_session if self.sessions is not None else None,
+            on_request=self._on_request if self.sessions is not None or self._replayed is not None else None,
         )
 
     def _active(self) -> bool:
@@ -182,63 +192,39 @@ class Simulation:
                 return
             yield env.timeout(every_s)
 
-    def _client_sources(self) -> list[ClientSource]:
-        """One source per synthetic client: the scenario's clients share ``aggregate_rate``,
-        ServeGen clients share the data's own (scaled) rate."""
-        wl = self.scenario.workload
-        seed = self.workload_streams.seed
-        groups: list[tuple[tuple[ClientConfig, ...], float]] = []
-        if wl.clients:
-            groups.append((wl.clients, wl.aggregate_rate or 0.0))
-        if wl.servegen_data is not None:
-            from simpy_llm.workload.servegen import load_servegen
+    def _check_server_blocks(self, workload_sources: WorkloadSources) -> None:
+        """Each replayed trace v2 whose header describes the observed server (its ``server``
+        block) must agree with every replica group's engine, unless its source says
+        ``server_block: ignore``.
 
-            clients, rate = load_servegen(wl.servegen_data)
-            groups.append((tuple(clients), rate))
-        sources = []
-        for clients, aggregate in groups:
-            total = sum(c.rate_fraction for c in clients)
-            for i, c in enumerate(clients):
-                if c.rate_fraction > 0:
-                    sources.append(ClientSource(c, aggregate * c.rate_fraction / total, self.workload_streams, seed))
-                else:
-                    import warnings
-
-                    from simpy_llm.config.errors import ScenarioWarning
-
-                    where = f"workload.clients[{i}].rate_fraction" if clients is wl.clients else "workload.servegen_data"
-                    warnings.warn(
-                        f"client {c.id!r} has rate_fraction 0 ({where}): it is left out of the workload and sends no requests",
-                        ScenarioWarning,
-                        stacklevel=3,
-                    )
-        return sources
-
-    def _trace_sources(self) -> list[tuple[dict, Iterator]]:
-        """One source per replayed trace."""
-        if not self.scenario.workload.traces:
-            return []
+        Raises
+        ------
+        ScenarioError
+            Naming the trace file and, per differing setting, the engine key and both values.
+        """
         from simpy_llm.config.errors import ScenarioError
-        from simpy_llm.workload.traces import load_trace, server_block_mismatches, trace_rows
+        from simpy_llm.workload.traces import server_block_mismatches
 
-        sources = []
-        for i, src in enumerate(self.scenario.workload.traces):
-            trace = load_trace(src)
-            if src.server_block == "check":
-                problems = [
-                    (f"serving.{'replica_groups[' + str(gi) + '].' if self.scenario.serving.replica_groups else ''}engine.{key}",
-                     f"{msg}; match it, or set workload.traces[{i}].server_block: ignore")
-                    for gi, group in enumerate(self.scenario.serving.groups())
-                    for key, msg in server_block_mismatches(trace.header, group.engine)
-                ]
-                if problems:
-                    raise ScenarioError(str(src.path), problems)
-            sources.append(({}, trace_rows(trace, src)))
-        return sources
+        serving = self.scenario.serving
+        for i, (src, trace) in enumerate(workload_sources.traces):
+            if src.server_block != "check":
+                continue
+            problems = [
+                (f"serving.{'replica_groups[' + str(gi) + '].' if serving.replica_groups else ''}engine.{key}",
+                 f"{msg}; match it, or set workload.traces[{i}].server_block: ignore")
+                for gi, group in enumerate(serving.groups())
+                for key, msg in server_block_mismatches(trace.header, group.engine)
+            ]
+            if problems:
+                raise ScenarioError(str(src.path), problems)
 
-    def _open_session(self, req: Request, source_index: int) -> None:
+    def _on_request(self, req: Request, source_index: int) -> None:
+        """A new request: a client's opens its session; a replayed one gets its session's context."""
         if source_index < len(self.sources):
-            self.sessions.open(req, self.sources[source_index])
+            if self.sessions is not None:
+                self.sessions.open(req, self.sources[source_index])
+        else:
+            self._replayed(req)
 
     def _finished(self) -> bool:
         pending = self.sessions.pending if self.sessions is not None else 0

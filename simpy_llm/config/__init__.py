@@ -1,4 +1,4 @@
-"""Scenario configuration: the frozen config tree and its strict YAML loader."""
+"""Scenario configuration: the frozen config tree and its strict YAML loader (scenarios and bare workload specs)."""
 
 from simpy_llm.config.errors import FieldValueError, ScenarioError
 from simpy_llm.config.loader import (
@@ -7,9 +7,13 @@ from simpy_llm.config.loader import (
     load_entry_point_plugins,
     load_plugins,
     load_scenario,
+    load_workload,
+    load_workload_or_scenario,
     scenario_from_dict,
     scenario_hash,
     scenario_to_dict,
+    workload_from_dict,
+    workload_to_dict,
 )
 from simpy_llm.config.schema import (
     ClientConfig,
@@ -38,7 +42,11 @@ __all__ = [
     "load_entry_point_plugins",
     "load_plugins",
     "load_scenario",
+    "load_workload",
+    "load_workload_or_scenario",
     "scenario_from_dict",
     "scenario_hash",
     "scenario_to_dict",
+    "workload_from_dict",
+    "workload_to_dict",
 ]

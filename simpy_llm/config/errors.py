@@ -15,12 +15,16 @@ class ScenarioError(ValueError):
     problems
         ``(key_path, message)`` pairs, one per problem found, e.g.
         ``("workload.clients[1].arrival.cv", "must be > 0, got -1.0")``.
+    what
+        What the file holds, for the message (``"scenario"``; ``"workload spec"`` for a
+        bare workload spec, whose key paths are relative to the workload).
     """
 
-    def __init__(self, source: str, problems: list[tuple[str, str]]) -> None:
+    def __init__(self, source: str, problems: list[tuple[str, str]], what: str = "scenario") -> None:
         self.source = source
         self.problems = problems
-        lines = [f"{source}: {len(problems)} problem(s) in scenario"]
+        self.what = what
+        lines = [f"{source}: {len(problems)} problem(s) in {what}"]
         lines += [f"  {path or '<top level>'}: {msg}" for path, msg in problems]
         super().__init__("\n".join(lines))
 

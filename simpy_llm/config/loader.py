@@ -7,12 +7,19 @@ entry of one :class:`ScenarioError` naming the file, the key path and what is
 allowed. Loading reads the file and nothing else, with one deliberate
 exception: the plugins a scenario names (``plugins:``), and those installed
 under the ``simpy_llm.plugins`` entry-point group, are imported first, so that
-the names they register are known (:func:`load_plugins`).
+the names they register are known (:func:`load_plugins`); and a scenario whose
+``workload`` is ``{file: PATH}`` reads that workload file.
+
+A *bare workload spec* is a file whose top level is a workload
+(:class:`~simpy_llm.config.schema.WorkloadConfig`'s keys, no ``serving``):
+:func:`load_workload` reads one, :func:`load_workload_or_scenario` reads either kind,
+deciding by content (a mapping with ``serving`` or ``workload`` at the top is a scenario).
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import importlib
 import importlib.metadata
@@ -23,10 +30,10 @@ import math
 import re
 import reprlib
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any, get_args, get_origin
+from typing import Any, get_args, get_origin, get_type_hints
 
 import attrs
 import cattrs
@@ -40,9 +47,12 @@ from cattrs.errors import (
 
 from simpy_llm.config.errors import FieldValueError, ScenarioError
 from simpy_llm.config.paths import base_dir, resolve_path
+from simpy_llm.config.profile import load_profile
 from simpy_llm.config.schema import (
+    ENGINE_PRESETS,
     AdmissionSpec,
     ArrivalField,
+    EngineConfig,
     KvBlocks,
     LatencySpec,
     SchedulerSpec,
@@ -52,6 +62,7 @@ from simpy_llm.config.schema import (
     Probability,
     RouterSpec,
     Scenario,
+    WorkloadConfig,
     is_plugin_path,
 )
 from simpy_llm.registry import Registry
@@ -64,9 +75,14 @@ __all__ = [
     "load_entry_point_plugins",
     "load_plugins",
     "load_scenario",
+    "load_workload",
+    "load_workload_or_scenario",
+    "override_spec",
     "scenario_from_dict",
     "scenario_hash",
     "scenario_to_dict",
+    "workload_from_dict",
+    "workload_to_dict",
 ]
 
 
@@ -519,11 +535,164 @@ def _kv_blocks(value: Any, _t: Any) -> int | str:
 converter.register_structure_hook(ArrivalField, _arrival)
 converter.register_structure_hook(LengthField, lambda v, _t: _tagged(v, _lengths(), "type", flat=False))
 converter.register_structure_hook(RouterSpec, _policy_hook(_routers, injected=("rng",)))
-converter.register_structure_hook(LatencySpec, _policy_hook(_latencies))
+_latency_spec = _policy_hook(_latencies)
+
+
+def _latency(value: Any, t: Any) -> PolicySpec:
+    """A latency model: ``{kind, params}``, or ``{profile: FILE}`` naming a latency profile
+    (:mod:`simpy_llm.config.profile`; relative to the scenario file) whose model is used."""
+    if isinstance(value, Mapping) and "profile" in value:
+        extra = sorted(set(value) - {"profile"}, key=str)
+        if extra:
+            raise _Problems([(str(extra[0]), "unknown key beside profile; give either profile or kind and params")])
+        path = value["profile"]
+        if not isinstance(path, str) or not path:
+            raise _Problems([("profile", f"must be the path of a profile file, got {reprlib.repr(path)}")])
+        try:
+            profile = load_profile(resolve_path(path))
+        except ScenarioError as exc:
+            raise _Problems([("profile", f"{exc.source}: {msg if not where else where + ': ' + msg}") for where, msg in exc.problems]) from None
+        try:
+            return _latency_spec(profile["latency_model"], t)
+        except _Problems as exc:
+            raise _Problems([("profile", f"{path}: latency_model.{where}: {msg}") for where, msg in exc.problems]) from None
+    return _latency_spec(value, t)
+
+
+converter.register_structure_hook(LatencySpec, _latency)
 converter.register_structure_hook(SchedulerSpec, _policy_hook(_schedulers, injected=("slo",)))
 converter.register_structure_hook(AdmissionSpec, _policy_hook(_admissions, injected=("slo", "rng")))
 converter.register_structure_hook(KvBlocks, _kv_blocks)
+_engine_fields = _attrs_hook_factory(EngineConfig)
+
+
+def _engine(value: Any, t: Any) -> EngineConfig:
+    """An engine: its own keys, or ``preset: NAME`` and that preset's keys (``ENGINE_PRESETS``)."""
+    if not isinstance(value, Mapping) or "preset" not in value:
+        return _engine_fields(value, t)
+    name = value["preset"]
+    if not isinstance(name, str) or name not in ENGINE_PRESETS:
+        raise _Problems([("preset", f"unknown engine preset {reprlib.repr(name)}; one of: {', '.join(ENGINE_PRESETS)}")])
+    fields = {k: v for k, v in value.items() if k != "preset"}
+    preset = _structure_or_problems(fields, ENGINE_PRESETS[name])
+    return preset if isinstance(preset, EngineConfig) else preset.engine()
+
+
+converter.register_structure_hook(EngineConfig, _engine)
 converter.register_structure_hook(PriorityField, _priority)
+
+# --------------------------------------------------------------------------- workload specs
+
+WORKLOAD_SPEC = "workload spec"
+"""What a :class:`ScenarioError` about a bare workload spec says the file holds."""
+
+
+def _is_scenario_data(data: Any) -> bool:
+    """Whether *data* is a scenario rather than a bare workload spec: a mapping with
+    ``serving`` or ``workload`` at the top."""
+    return isinstance(data, Mapping) and ("serving" in data or "workload" in data)
+
+
+@functools.cache
+def _workload_fields_hook() -> Any:
+    """The strict attrs hook of :class:`WorkloadConfig` itself (no ``file`` key), made on
+    first use, once every hook its fields need is registered."""
+    return _attrs_hook_factory(WorkloadConfig)
+
+
+@functools.cache
+def _workload_types() -> dict[str, Any]:
+    """The type of each key a workload may give."""
+    hints = get_type_hints(WorkloadConfig)
+    return {name: hints[name] for name in _init_names(WorkloadConfig)}
+
+
+class _Unreadable(Exception):
+    """A YAML file that cannot be read or parsed (the message says why)."""
+
+
+def _read_yaml(path: Path) -> Any:
+    """The data in the YAML file *path* (None when it holds only whitespace and comments)."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise _Unreadable(f"cannot read file: {exc.strerror}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise _Unreadable(f"not valid YAML: {where}{getattr(exc, 'problem', exc)}") from None
+
+
+def _workload_file(value: Mapping[str, Any], tolerate: Collection[str] = ()) -> tuple[Path, dict[str, Any], dict[str, Any]]:
+    """The workload file a ``{file: PATH, ...}`` mapping names (relative to the scenario's
+    directory), its top-level keys each structured where the file lies (so its relative
+    paths resolve against the file's directory) and given back as plain data, and its
+    keys as written.
+
+    Raises :class:`_Problems` at ``file`` when the file cannot be used, and at the key
+    path inside the workload (its message naming the file) for a bad key of the file,
+    unless the key is in *tolerate* (replaced by the scenario: it is then left out of the
+    structured keys).
+    """
+    text = value["file"]
+    if not isinstance(text, str) or not text.strip():
+        raise _Problems([("file", f"must be the path of a workload spec file, got {reprlib.repr(text)}")])
+    path = Path(resolve_path(text))
+    try:
+        data = _read_yaml(path)
+    except _Unreadable as exc:
+        raise _Problems([("file", f"workload file {path}: {exc}")]) from None
+    if data is None:
+        raise _Problems([("file", f"workload file {path} is empty: a workload spec is a mapping with clients, servegen_data or traces")])
+    if not isinstance(data, Mapping):
+        raise _Problems([("file", f"workload file {path} must hold a mapping (a bare workload spec), got {type(data).__name__}")])
+    if _is_scenario_data(data):
+        raise _Problems([("file", f"workload file {path} is a scenario (it has serving or workload at the top level), not a bare workload spec")])
+    types = _workload_types()
+    out: dict[str, Any] = {}
+    problems: list[tuple[str, str]] = []
+    with base_dir(path.parent):
+        for key, raw in data.items():
+            if key in tolerate:
+                try:
+                    out[key] = _unstructure(converter.structure(raw, types[key]))
+                except Exception:  # noqa: BLE001, S112 - replaced by the scenario's own value
+                    continue
+            elif key not in types:
+                problems.append((str(key), f"unknown key; allowed: {', '.join(types)} (workload file {path})"))
+            else:
+                try:
+                    out[key] = _unstructure(converter.structure(raw, types[key]))
+                except Exception as exc:  # noqa: BLE001 - reported with its path
+                    problems += [(p, f"{m} (workload file {path}, at {p})") for p, m in _problems_of(exc, key)]
+    if problems:
+        raise _Problems(problems)
+    return path, out, dict(data)
+
+
+def _workload(value: Any, t: Any) -> WorkloadConfig:
+    """A workload: its own keys, or ``file: PATH`` (a bare workload spec) and keys that
+    replace that file's top-level keys."""
+    if not isinstance(value, Mapping) or "file" not in value:
+        return _workload_fields_hook()(value, t)
+    given = {k: v for k, v in value.items() if k != "file"}
+    path, from_file, written = _workload_file(value, tolerate=set(given) & set(_workload_types()))
+    try:
+        return _workload_fields_hook()({**from_file, **given}, t)
+    except Exception as exc:  # noqa: BLE001 - reported with its path, naming the file where the key came from it
+        problems = []
+        for p, m in _problems_of(exc, ""):
+            top = re.split(r"[.\[]", p, maxsplit=1)[0]
+            same = top in given and any(top in d and given[top] == d[top] for d in (from_file, written))
+            if top not in given or same:
+                m = f"{m} (workload file {path}{', at ' + p if p else ''})"
+            problems.append((p, m))
+        raise _Problems(problems) from None
+
+
+converter.register_structure_hook(WorkloadConfig, _workload)
 
 
 def scenario_from_dict(data: Any, source: str = "<dict>") -> Scenario:
@@ -565,29 +734,39 @@ def load_scenario(path: str | Path, overrides: Overrides | None = None) -> Scena
     overrides are relative to the file's directory. The plugins the scenario
     names are imported before the rest is checked (:func:`load_plugins`).
 
+    The workload may be a reference to a bare workload spec, ``workload: {file:
+    PATH}`` (relative to the scenario file); keys beside ``file`` replace the
+    file's top-level keys, and overrides of ``workload.*`` apply after the file
+    is read (``workload.clients.0.rate_fraction=2`` reaches into the file's
+    clients). Relative paths written in the workload file resolve against its
+    own directory; those given beside ``file`` or in overrides against the
+    scenario file's. A problem in a key read from the workload file names that
+    file and the key path.
+
     Raises
     ------
     ScenarioError
         If the file is missing, empty, is not valid YAML, names a plugin that
-        cannot be imported, or does not describe a valid scenario.
+        cannot be imported, or does not describe a valid scenario (a bare
+        workload spec is not one: the error says so).
     """
     source = str(path)
     try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ScenarioError(source, [("", f"cannot read file: {exc.strerror}")]) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        raise ScenarioError(source, [("", f"not valid YAML: {where}{getattr(exc, 'problem', exc)}")]) from None
+        data = _read_yaml(Path(path))
+    except _Unreadable as exc:
+        raise ScenarioError(source, [("", str(exc))]) from None
     if data is None:  # nothing but whitespace and comments
         raise ScenarioError(source, [("", "empty file: a scenario must be a mapping with at least workload and serving")])
-    if overrides:
-        data = apply_overrides(data, overrides, source)
+    if isinstance(data, Mapping) and not _is_scenario_data(data) and set(data) & (set(_workload_types()) - set(_init_names(Scenario))):
+        raise ScenarioError(
+            source,
+            [("", "this is a bare workload spec (no serving section): simpy-llm workload and simpy-llm observe take it "
+                  "as it is (load_workload in Python); to simulate it, reference it from a scenario: workload: {file: PATH}")],
+        )
     resolved = Path(path).resolve()
     with base_dir(resolved.parent):
+        if overrides:
+            data = _scenario_overrides(data, overrides, source)
         scenario = scenario_from_dict(data, source)
     object.__setattr__(scenario, "_loaded_from", str(resolved))  # where relative paths of a replace() resolve
     return scenario
@@ -657,6 +836,155 @@ def _override_items(overrides: Overrides, source: str) -> Iterator[tuple[str, An
         except yaml.YAMLError as exc:
             raise ScenarioError(source, [(key, f"override value {raw!r} is not valid YAML: {getattr(exc, 'problem', exc)}")]) from None
         yield key, value
+
+
+def _scenario_overrides(data: Any, overrides: Overrides, source: str) -> Any:
+    """*data* with *overrides* applied in order; before the first one that reaches into a
+    workload given as ``{file: PATH}``, the file's keys are read into it (keeping ``file``),
+    so ``workload.clients.0...`` finds the file's clients."""
+    expanded = False
+    for key, value in list(_override_items(overrides, source)):
+        if not expanded and key.startswith("workload.") and key != "workload.file":
+            data, expanded = _with_workload_file_read(data), True
+        data = apply_overrides(data, {key: value}, source)
+    return data
+
+
+def _with_workload_file_read(data: Any) -> Any:
+    """*data* whose ``workload: {file: PATH, ...}`` also holds the file's keys (those given
+    beside ``file`` kept); as it was when there is no such reference or the file cannot be
+    used (structuring then reports why, at ``workload.file``)."""
+    workload = data.get("workload") if isinstance(data, Mapping) else None
+    if not isinstance(workload, Mapping) or "file" not in workload:
+        return data
+    try:
+        _path, from_file, written = _workload_file(workload, tolerate=set(_workload_types()))
+    except _Problems:
+        return data
+    # A key whose value is bad in the file is read as written: the overrides may mend it.
+    return {**data, "workload": {**{k: from_file.get(k, v) for k, v in written.items()}, **workload}}
+
+
+def _ordered_overrides(overrides: Overrides, source: str, *, workload_keys: bool = False) -> dict[str, Any]:
+    """*overrides* as one mapping applied in the order given (a key given again moves to its
+    last place, with its last value). With *workload_keys* (a bare workload spec) the keys
+    are relative to the workload: a leading ``workload.`` is dropped, so one command line
+    serves a scenario and a bare spec."""
+    out: dict[str, Any] = {}
+    for key, value in _override_items(overrides, source):
+        if workload_keys:
+            key = key.removeprefix("workload.") or key
+        out.pop(key, None)
+        out[key] = value
+    return out
+
+
+def workload_from_dict(data: Any, source: str = "<dict>") -> WorkloadConfig:
+    """Build a :class:`WorkloadConfig` from the plain data of a bare workload spec.
+
+    Raises
+    ------
+    ScenarioError
+        Listing every problem with its key path, relative to the workload (``what`` is
+        ``"workload spec"``); for a scenario's data, saying so.
+
+    Examples
+    --------
+    >>> workload_from_dict({"aggregate_rate": 5.0, "clients": []}, source="wl.yaml")
+    Traceback (most recent call last):
+    ...
+    simpy_llm.config.errors.ScenarioError: wl.yaml: 1 problem(s) in workload spec
+      clients: give clients, servegen_data or traces
+    """
+    if not isinstance(data, Mapping):
+        raise ScenarioError(source, [("", f"a workload spec must be a mapping, got {type(data).__name__}")], WORKLOAD_SPEC)
+    if _is_scenario_data(data):
+        raise ScenarioError(
+            source,
+            [("", "this is a scenario (it has serving or workload at the top level), not a bare workload spec: load it with load_scenario")],
+            WORKLOAD_SPEC,
+        )
+    load_entry_point_plugins(source)
+    try:
+        return _workload_fields_hook()(data, WorkloadConfig)
+    except Exception as exc:  # noqa: BLE001 - every failure becomes a ScenarioError
+        raise ScenarioError(source, list(_problems_of(exc, "")), WORKLOAD_SPEC) from None
+
+
+def load_workload(path: str | Path, overrides: Overrides | None = None) -> WorkloadConfig:
+    """Read a bare workload spec file (a workload at the top level: ``version``, ``seed``,
+    ``category``, ``aggregate_rate``, ``num_requests`` or ``horizon_s``, ``clients``,
+    ``servegen_data``, ``traces``), apply *overrides*, validate.
+
+    *overrides* take the forms of :func:`load_scenario`'s, with keys relative to the
+    workload (``aggregate_rate=5``, ``clients.0.rate_fraction=2``); a leading
+    ``workload.`` is dropped, so the keys a scenario takes work too. Relative paths
+    in the file and in the overrides resolve against the file's directory. Without
+    a ``seed`` the workload's random streams use seed 0 (in a scenario: the
+    scenario's seed).
+
+    Raises
+    ------
+    ScenarioError
+        Naming the file and each problem's key path inside the workload; a scenario
+        file is refused with a message saying so.
+
+    Examples
+    --------
+    >>> wl = load_workload("scenarios/workloads/two_clients.yaml", ["aggregate_rate=50"])
+    >>> wl.seed, wl.aggregate_rate, [c.id for c in wl.clients]
+    (42, 50.0, ['high-volume-batch', 'realtime-chat'])
+    """
+    source = str(path)
+    try:
+        data = _read_yaml(Path(path))
+    except _Unreadable as exc:
+        raise ScenarioError(source, [("", str(exc))], WORKLOAD_SPEC) from None
+    if data is None:
+        raise ScenarioError(source, [("", "empty file: a workload spec must be a mapping with clients, servegen_data or traces")], WORKLOAD_SPEC)
+    if overrides and not _is_scenario_data(data):
+        try:
+            data = apply_overrides(data, _ordered_overrides(overrides, source, workload_keys=True), source)
+        except ScenarioError as exc:
+            raise ScenarioError(exc.source, exc.problems, WORKLOAD_SPEC) from None
+    with base_dir(Path(path).resolve().parent):
+        return workload_from_dict(data, source)
+
+
+def load_workload_or_scenario(path: str | Path, overrides: Overrides | None = None) -> Scenario | WorkloadConfig:
+    """Read *path* as a scenario (:func:`load_scenario`) if its top level is a mapping with
+    ``serving`` or ``workload``, else as a bare workload spec (:func:`load_workload`);
+    *overrides* as each of them takes them.
+
+    >>> load_workload_or_scenario("scenarios/quickstart.yaml").name
+    'quickstart'
+    >>> load_workload_or_scenario("scenarios/workloads/two_clients.yaml").aggregate_rate
+    100.0
+    """
+    try:
+        data = _read_yaml(Path(path))
+    except _Unreadable as exc:
+        raise ScenarioError(str(path), [("", str(exc))], "scenario or workload spec") from None
+    if _is_scenario_data(data):
+        return load_scenario(path, overrides)
+    return load_workload(path, overrides)
+
+
+def override_spec(spec: Scenario | WorkloadConfig, overrides: Overrides) -> Scenario | WorkloadConfig:
+    """*spec* with *overrides* applied (in any form :func:`load_scenario` takes), validated:
+    a scenario through :meth:`Scenario.replace`, a bare workload spec with keys relative
+    to it (a leading ``workload.`` dropped).
+
+    >>> wl = load_workload("scenarios/workloads/two_clients.yaml")
+    >>> override_spec(wl, ["workload.num_requests=10", "seed=3"]).num_requests, override_spec(wl, "seed=3").seed
+    (10, 3)
+    """
+    if isinstance(spec, Scenario):
+        return spec.replace(**_ordered_overrides(overrides, "<overrides>"))
+    if isinstance(spec, WorkloadConfig):
+        changes = _ordered_overrides(overrides, "<overrides>", workload_keys=True)
+        return workload_from_dict(apply_overrides(workload_to_dict(spec), changes, "<overrides>"), "<overrides>")
+    raise TypeError(f"expected a Scenario or a WorkloadConfig, got {type(spec).__name__}")
 
 
 # --------------------------------------------------------------------------- plugins
@@ -778,28 +1106,41 @@ def _import_plugins_of(data: Mapping[str, Any], source: str) -> None:
         load_plugins(plugins, source)
 
 
+def _unstructure(obj: Any) -> Any:
+    """Plain data that structures back into *obj*."""
+    if attrs.has(type(obj)):
+        out = {}
+        for a in attrs.fields(type(obj)):
+            if not a.init:  # not something a scenario can give (e.g. where it was loaded from)
+                continue
+            v = getattr(obj, a.name)
+            out[a.alias if a.alias and a.alias != a.name and not a.name.startswith("_") else a.name] = _unstructure(v)
+        tag = _tag_of(obj)
+        if "type" in tag:  # length distributions nest their fields under params
+            return {**tag, "params": out}
+        return {**tag, **out} if tag else out
+    if isinstance(obj, (list, tuple)):
+        return [_unstructure(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: _unstructure(v) for k, v in obj.items()}
+    return obj
+
+
 def scenario_to_dict(scenario: Scenario) -> dict[str, Any]:
-    """Plain-data form of a scenario (as written in a manifest)."""
+    """Plain-data form of a scenario (as written in a manifest). A workload read from a
+    file (``workload: {file: PATH}``) is given inline, its paths absolute."""
+    return _unstructure(scenario)
 
-    def unstructure(obj: Any) -> Any:
-        if attrs.has(type(obj)):
-            out = {}
-            for a in attrs.fields(type(obj)):
-                if not a.init:  # not something a scenario can give (e.g. where it was loaded from)
-                    continue
-                v = getattr(obj, a.name)
-                out[a.alias if a.alias and a.alias != a.name and not a.name.startswith("_") else a.name] = unstructure(v)
-            tag = _tag_of(obj)
-            if "type" in tag:  # length distributions nest their fields under params
-                return {**tag, "params": out}
-            return {**tag, **out} if tag else out
-        if isinstance(obj, (list, tuple)):
-            return [unstructure(v) for v in obj]
-        if isinstance(obj, dict):
-            return {k: unstructure(v) for k, v in obj.items()}
-        return obj
 
-    return unstructure(scenario)
+def workload_to_dict(workload: WorkloadConfig) -> dict[str, Any]:
+    """Plain-data form of a workload: a bare workload spec (:func:`workload_from_dict`
+    gives back an equal workload).
+
+    >>> wl = load_workload("scenarios/workloads/two_clients.yaml")
+    >>> workload_from_dict(workload_to_dict(wl)) == wl
+    True
+    """
+    return _unstructure(workload)
 
 
 def _tag_of(obj: Any) -> dict[str, str]:

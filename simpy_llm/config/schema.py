@@ -50,6 +50,7 @@ from simpy_llm.config.validators import (
     all_of,
     at_least,
     at_most,
+    each_item,
     greater_than,
     in_range,
     interval_within,
@@ -71,8 +72,10 @@ __all__ = [
     "ArrivalField",
     "ClientConfig",
     "AdmissionSpec",
+    "ENGINE_PRESETS",
     "KvBlocks",
     "LatencySpec",
+    "LlamaCppPreset",
     "ReplicaGroupConfig",
     "SchedulerSpec",
     "LengthField",
@@ -326,8 +329,9 @@ class TraceSource:
     """For ``trace_v2`` with a header ``server`` block (the observed server's settings):
     ``check`` rejects the run when its engine-relevant keys (``max_num_seqs``,
     ``block_size``, ``max_model_len``, ``max_num_batched_tokens``,
-    ``enable_prefix_caching``) differ from the scenario's engine; ``ignore`` replays
-    the trace on the scenario's engine as it is."""
+    ``enable_prefix_caching``; for a ``type: llamacpp`` block ``n_parallel``,
+    ``n_batch``, ``ctx_per_slot``, ``cache_prompt``) differ from the scenario's engine;
+    ``ignore`` replays the trace on the scenario's engine as it is."""
 
 
 @attrs.frozen(kw_only=True)
@@ -338,6 +342,12 @@ class WorkloadConfig:
     Give exactly one of ``num_requests`` (generate that many, then stop) or
     ``horizon_s`` (generate arrivals until that time); a workload made only of
     traces may give neither (the traces' own length).
+
+    A workload is a scenario's ``workload`` section, or a file of its own, a *bare
+    workload spec* whose top level holds these keys
+    (:func:`~simpy_llm.config.load_workload`; ``simpy-llm workload`` and ``simpy-llm
+    observe`` take one as it is). A scenario references such a file with ``workload:
+    {file: PATH}``; keys given beside ``file`` replace the file's top-level keys.
     """
 
     clients: tuple[ClientConfig, ...] = ()
@@ -356,7 +366,7 @@ class WorkloadConfig:
     category: str = attrs.field(default="language", validator=one_of(("language", "multimodal", "reasoning")))
     """Workload category (descriptive; clients carry their own multimodal/reasoning settings)."""
     seed: int | None = attrs.field(default=None, validator=optional(all_of(at_least(0), at_most(MAX_SEED))))
-    """Seed of the workload streams (default: the scenario's seed)."""
+    """Seed of the workload streams (default: the scenario's seed; 0 for a bare workload spec)."""
     servegen_data: ServeGenConfig | None = None
     """Clients loaded from ServeGen data."""
     traces: tuple[TraceSource, ...] = ()
@@ -432,8 +442,28 @@ class EngineConfig:
     model's hardware)."""
     swap_bandwidth_gb_per_s: float | None = attrs.field(default=None, validator=optional(all_of(greater_than(1e-6), at_most(1e6))))
     """GPU <-> CPU copy bandwidth, GB/s (``swap`` only; default: the GPU's PCIe bandwidth)."""
+    ubatch_tokens: int | None = attrs.field(default=None, validator=optional(all_of(at_least(1), at_most(MAX_TOKENS))))
+    """Compute a step as forward passes of at most this many tokens (llama.cpp's
+    ``n_ubatch``): decode tokens first, then the prefill chunks in order, cut every
+    ``ubatch_tokens``; the step takes the sum of the passes' times, so each pass pays
+    the latency model's fixed cost. Default: one pass per step (vLLM)."""
+    prefill_breaks: tuple[int, ...] = attrs.field(default=(), validator=each_item(all_of(at_least(1), at_most(MAX_TOKENS))))
+    """Prompt positions, counted back from the end of the prompt, that a prefill chunk
+    never crosses: with ``(516, 4)`` the last 4 prompt tokens are computed in a step of
+    their own, and so are the 512 before them (llama.cpp does this for models whose
+    context it checkpoints, e.g. with sliding-window attention, so the first token comes
+    one step after the bulk of the prompt). Needs ``chunked_prefill``. Default: none."""
+    reusable_prompt_tail: int | None = attrs.field(default=None, validator=optional(all_of(at_least(0), at_most(MAX_TOKENS))))
+    """With prefix caching: a finished request leaves findable in the cache only its first
+    ``prompt_tokens - reusable_prompt_tail`` tokens (or its shared prefix, if longer), not
+    its output. llama.cpp restores a checkpointed model's context only from a checkpoint,
+    the last one 4 tokens before the end of the prompt; measured on its server, a later
+    prompt starting with the same text finds 5 tokens fewer than the earlier prompt. Default
+    (None): the whole content, prompt and output, stays findable (vLLM)."""
 
     def __attrs_post_init__(self) -> None:
+        if self.prefill_breaks and not self.chunked_prefill:
+            raise FieldValueError("prefill_breaks", "needs chunked_prefill: true (a prompt is then computed in pieces)")
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise FieldValueError(
                 "max_num_batched_tokens",
@@ -457,6 +487,97 @@ class EngineConfig:
             for name in ("swap_space_blocks", "swap_kv_bytes_per_token", "swap_bandwidth_gb_per_s"):
                 if getattr(self, name):
                     raise FieldValueError(name, "is used only with preemption_mode: swap")
+
+
+@attrs.frozen(kw_only=True)
+class LlamaCppPreset:
+    """llama.cpp's HTTP server (``llama-server``) as engine settings: ``engine: {preset:
+    llamacpp, ...}``. The keys are the server's own options; :meth:`engine` maps them onto
+    the continuous-batching engine (``docs/model.md``, "The llama.cpp server"):
+
+    * ``n_parallel`` slots are the running batch (``max_num_seqs``); further requests wait
+      in arrival order (``fcfs``), as llama.cpp defers tasks while no slot is idle;
+    * each slot owns ``ctx_per_slot`` tokens of context (``max_model_len``): a request whose
+      prompt plus output does not fit is refused, and a slot never runs out of KV, so
+      nothing is ever preempted;
+    * a step takes every decoding slot's token first, then prompt tokens up to ``n_batch``
+      (``max_num_batched_tokens``; longer prompts continue in the next steps), computed in
+      forward passes of ``n_ubatch`` tokens (``ubatch_tokens``); llama.cpp clamps both to the
+      context (``n_batch <= n_ctx``, ``n_ubatch <= n_batch``) and so does this mapping;
+    * ``cache_prompt`` is the prompt cache (``prefix_caching``), matched token by token
+      (one-token KV blocks) over the slots and a host-memory cache of ``cache_ram_tokens``
+      tokens (llama.cpp's ``--cache-ram``, given in MiB there: divide by the model's KV bytes
+      per token), evicted least recently used;
+    * with ``prompt_checkpoints`` the last ``4`` prompt tokens, and the ``n_ubatch`` before
+      them, are computed in steps of their own (``prefill_breaks``), and a finished
+      request's cache is reusable only up to its prompt's last checkpoint
+      (``reusable_prompt_tail``).
+
+    Examples
+    --------
+    >>> e = LlamaCppPreset(n_parallel=4, ctx_per_slot=2048).engine()
+    >>> e.max_num_seqs, e.max_model_len, e.max_num_batched_tokens, e.ubatch_tokens, e.kv_block_size
+    (4, 2048, 2048, 512, 1)
+    >>> e.kv_num_blocks == 4 * 2048 + LlamaCppPreset().cache_ram_tokens, e.prefill_breaks
+    (True, (516, 4))
+    >>> LlamaCppPreset(n_parallel=1, ctx_per_slot=1024, cache_prompt=False).engine().max_num_batched_tokens
+    1024
+    """
+
+    n_parallel: int = attrs.field(default=4, validator=all_of(at_least(1), at_most(MAX_TOKENS)))
+    """Slots (``--parallel``): requests decoded together."""
+    ctx_per_slot: int = attrs.field(default=4096, validator=all_of(at_least(2), at_most(MAX_TOKENS)))
+    """Context tokens of one slot (``--ctx-size`` divided by the slots): the longest prompt
+    plus output a request may have."""
+    n_batch: int = attrs.field(default=2048, validator=all_of(at_least(1), at_most(MAX_TOKENS)))
+    """Logical batch (``--batch-size``): tokens one step may compute."""
+    n_ubatch: int = attrs.field(default=512, validator=all_of(at_least(1), at_most(MAX_TOKENS)))
+    """Physical batch (``--ubatch-size``): tokens of one forward pass."""
+    cache_prompt: bool = True
+    """Reuse cached prompt prefixes (the server's ``cache_prompt`` default)."""
+    cache_ram_tokens: int = attrs.field(default=262_144, validator=all_of(at_least(0), at_most(MAX_KV_BLOCKS)))
+    """Tokens the host-memory prompt cache keeps beyond the slots' own context (0: the
+    slots only). The default is about what llama.cpp's default 8 GiB holds for a small
+    model (Gemma 3 270M: 18 KiB of KV per token)."""
+
+    prompt_checkpoints: bool = True
+    """The model's context is checkpointed near the end of each prompt (llama.cpp does so
+    for sliding-window attention, e.g. Gemma 3, and for recurrent and hybrid models): the
+    prompt stops ``4 + n_ubatch`` and ``4`` tokens before its end, each time finishing the
+    step, so the first token comes a step after the bulk of the prompt
+    (``prefill_breaks``). False for models without it (most plain transformers)."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.n_parallel > self.n_batch:
+            raise FieldValueError("n_batch", f"must be >= n_parallel ({self.n_parallel}) so every slot can decode each step; got {self.n_batch}")
+
+    def engine(self) -> EngineConfig:
+        """The :class:`EngineConfig` these settings amount to."""
+        n_ctx = self.n_parallel * self.ctx_per_slot
+        n_batch = min(self.n_batch, n_ctx)
+        breaks = tuple(min(n_batch, offset) for offset in (4 + min(self.n_ubatch, n_batch), 4)) if self.prompt_checkpoints else ()
+        return EngineConfig(
+            prefill_breaks=tuple(sorted(set(breaks), reverse=True)),
+            reusable_prompt_tail=REUSABLE_PROMPT_TAIL if self.prompt_checkpoints and self.cache_prompt else None,
+            max_num_seqs=self.n_parallel,
+            max_num_batched_tokens=n_batch,
+            ubatch_tokens=min(self.n_ubatch, n_batch),
+            chunked_prefill=True,
+            kv_block_size=1,
+            kv_num_blocks=n_ctx + (self.cache_ram_tokens if self.cache_prompt else 0),
+            max_model_len=self.ctx_per_slot,
+            prefix_caching=self.cache_prompt,
+        )
+
+
+REUSABLE_PROMPT_TAIL = 5
+"""Tokens at the end of a prompt that llama.cpp's server cannot reuse from a checkpointed
+model's cache (its last checkpoint is 4 tokens before the end, and one more is recomputed;
+measured: an identical or extended prompt finds ``prompt_tokens - 5`` cached)."""
+
+ENGINE_PRESETS: dict[str, type] = {"vllm": EngineConfig, "llamacpp": LlamaCppPreset}
+"""``engine: {preset: NAME, ...}``: the class that reads the other keys. ``vllm`` is
+:class:`EngineConfig` itself (also what an engine without ``preset`` is)."""
 
 
 @attrs.frozen(kw_only=True)

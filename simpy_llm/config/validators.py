@@ -189,6 +189,29 @@ def all_of(*validators: Validator) -> Validator:
     return check
 
 
+def each_item(validator: Validator) -> Validator:
+    """Apply *validator* to every item of a sequence; a failure names the item (``key[i]``).
+
+    >>> import attrs
+    >>> @attrs.frozen
+    ... class C:
+    ...     sizes: tuple[int, ...] = attrs.field(validator=each_item(at_least(1)))
+    >>> C((3, 0))
+    Traceback (most recent call last):
+    ...
+    simpy_llm.config.errors.FieldValueError: sizes[1]: must be >= 1, got 0
+    """
+
+    def check(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+        for i, item in enumerate(value):
+            try:
+                validator(inst, attr, item)
+            except FieldValueError as exc:
+                raise FieldValueError(f"{attr.name}[{i}]", exc.message) from None
+
+    return check
+
+
 def interval_within(low: float, high: float) -> Validator:
     """Value must be a pair ``(start, end)`` with ``low <= start < end <= high``.
 

@@ -273,6 +273,38 @@ class LlamaCppConfig:
             cache_prompt=ns.cache_prompt,
         )
 
+    def server_block(self) -> dict[str, Any]:
+        """The ``server`` block of a trace observed on this server (``simpy-llm observe
+        --server-type llamacpp``): what this configuration sets, under llama.cpp's names.
+
+        ``type: llamacpp``, ``model`` (the alias served), ``n_parallel`` (slots),
+        ``ctx_per_slot`` and ``n_ctx`` (tokens per slot and in all), ``threads``,
+        ``cache_prompt``, and the settings left at ``xllamacpp.CommonParams()``'s defaults:
+        ``n_batch``, ``n_ubatch`` and ``cache_ram_mib`` (needs the ``real-server`` extra).
+        Pass it as the observer's server config, ``server_config={"server": config.server_block()}``.
+
+        Examples
+        --------
+        >>> block = LlamaCppConfig(parallel=2, ctx=2048, threads=1).server_block()
+        >>> block["type"], block["n_parallel"], block["ctx_per_slot"], block["n_ctx"], block["threads"]
+        ('llamacpp', 2, 1024, 2048, 1)
+        """
+        import xllamacpp
+
+        defaults = xllamacpp.CommonParams()  # the server's own defaults for what this launcher leaves alone
+        return {
+            "type": "llamacpp",
+            "model": self.alias,
+            "n_parallel": self.parallel,
+            "ctx_per_slot": self.ctx_per_slot,
+            "n_ctx": self.ctx_total,
+            "threads": self.threads,
+            "cache_prompt": self.cache_prompt,
+            "n_batch": int(defaults.n_batch),
+            "n_ubatch": int(defaults.n_ubatch),
+            "cache_ram_mib": int(defaults.cache_ram_mib),
+        }
+
     def params(self, model_path: Path | str) -> Any:
         """The ``xllamacpp.CommonParams`` serving *model_path* with this configuration."""
         import xllamacpp

@@ -155,6 +155,8 @@ def record_row(req: LoadRequest, rec: RequestRecord, columns: Iterable[str] | No
         "first_token_time_us": _us(rec.first_content_s),
         "done_time_us": _us(rec.done_s),
         "approx_input_tokens": rec.approx_prompt_tokens,
+        "cached_tokens": rec.cached_tokens,
+        "itl_us": " ".join(str(_us(gap)) for gap in rec.itl_s),
     }
     if columns is not None:
         keep = set(columns)

@@ -7,9 +7,11 @@ would (same seed, same streams), sends them with the :class:`LoadGenerator`
 
 ``trace.yaml`` / ``trace.csv``
     The trace v2 (``mode: real``), one row per request whatever its fate,
-    written as requests end. The header names the server, model, API, the
-    workload spec and seed, the load settings and, when scraping, the
-    metrics file.
+    written as requests end. The header names the server URL, model, API, the
+    workload spec and seed, ``warm_up_requests``, the load settings, the
+    prefix groups' shared lengths (``prefix_groups``), the server's
+    description (``server``, ``hardware``, ``network``:
+    :mod:`simpy_llm.observe.server_info`) and, when scraping, the metrics file.
 ``metrics.csv``
     With ``scrape_metrics``: the server's Prometheus samples over time
     (:mod:`simpy_llm.observe.scrape`), on the trace's clock.
@@ -34,28 +36,31 @@ import csv
 import json
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from simpy_llm.config import load_scenario
+from simpy_llm.config.loader import load_workload_or_scenario, override_spec
+from simpy_llm.config.schema import Scenario, WorkloadConfig
 from simpy_llm.observe.client import OpenAIClient, RetryPolicy
 from simpy_llm.observe.loadgen import OBSERVER_COLUMNS, LoadGenerator, RunSummary, load_requests
 from simpy_llm.observe.progress import live_progress
 from simpy_llm.observe.prompts import DatasetPrompts, PromptSource, SyntheticPrompts, load_prompts
 from simpy_llm.observe.runner import run as run_loop
 from simpy_llm.observe.scrape import MetricsScraper
+from simpy_llm.observe.server_info import ServerConfig, describe_server, load_server_config, resolve_server_type
 from simpy_llm.observe.sessions import Conversations, has_sessions
 from simpy_llm.workload.export import generate_requests
+from simpy_llm.workload.sources import spec_workload
 from simpy_llm.workload.traces import TraceV2Writer
 
 __all__ = ["observe"]
 
 
 def observe(
-    workload: Path | str,
+    workload: Path | str | Scenario | WorkloadConfig,
     url: str,
     out: Path | str,
     *,
@@ -74,13 +79,20 @@ def observe(
     prompts: Path | str | None = None,
     prompt_field: str | None = None,
     progress: bool = False,
+    server_type: str | None = None,
+    server_config: Path | str | Mapping[str, Any] | ServerConfig | None = None,
+    warm_up_requests: int = 0,
 ) -> RunSummary:
-    """Send the workload of the scenario file *workload* to the server at *url*; write to *out*.
+    """Send the workload *workload* to the server at *url*; write to *out*.
 
     Parameters
     ----------
     workload
-        A scenario YAML file (its ``workload`` section is used).
+        A YAML file holding a bare workload spec or a scenario (whose ``workload``
+        section is used), told apart by content
+        (:func:`~simpy_llm.config.load_workload_or_scenario`); or a loaded
+        :class:`~simpy_llm.config.schema.Scenario` or
+        :class:`~simpy_llm.config.schema.WorkloadConfig`.
     url
         The server's base URL (``http://host:port``, without ``/v1``).
     out
@@ -91,7 +103,8 @@ def observe(
     api
         ``chat`` (``/v1/chat/completions``) or ``completions`` (``/v1/completions``).
     overrides
-        ``dotted.key=value`` changes to the scenario (as ``simpy-llm run --set``).
+        ``dotted.key=value`` changes (as ``simpy-llm run --set``); for a bare workload spec
+        the keys are relative to the workload (a leading ``workload.`` is dropped).
     stream
         Force streaming on or off (default: each request's ``streaming``).
     concurrency
@@ -111,16 +124,37 @@ def observe(
         with the workload's seed. ``None``: synthetic words.
     progress
         Show a live progress line on standard error (``rich``) while the run goes.
+    server_type
+        ``vllm``, ``sglang``, ``llamacpp``, ``emulated`` or ``other`` (default: the server
+        config's ``server.type``, else ``other``): which settings the header's ``server``
+        block holds and how they are discovered (:mod:`simpy_llm.observe.server_info`).
+    server_config
+        A YAML file (or a mapping) with optional ``server``, ``hardware`` and ``network``
+        mappings; its values override discovered ones.
+    warm_up_requests
+        Written to the header: the first this many requests (in request-id order) are
+        left out of calibration. They are sent and recorded like the others.
 
     Raises
     ------
     ScenarioError
-        The workload file is bad.
+        The workload file or the server config is bad.
+    ValueError
+        An unknown *server_type*, or a *warm_up_requests* that is not a whole number >= 0.
     PromptDatasetError
         The prompt dataset cannot be used (raised before anything is sent).
     """
-    scenario = load_scenario(workload, list(overrides))
-    seed = scenario.workload.seed if scenario.workload.seed is not None else scenario.seed
+    if isinstance(warm_up_requests, bool) or not isinstance(warm_up_requests, int) or warm_up_requests < 0:
+        raise ValueError(f"warm_up_requests must be a whole number >= 0, got {warm_up_requests!r}")
+    server_cfg = load_server_config(server_config)
+    kind = resolve_server_type(server_type, server_cfg)
+    if isinstance(workload, (Scenario, WorkloadConfig)):
+        spec = override_spec(workload, list(overrides)) if overrides else workload
+        spec_file = getattr(workload, "_loaded_from", None)
+    else:
+        spec = load_workload_or_scenario(workload, list(overrides))
+        spec_file = str(workload)
+    wl, seed = spec_workload(spec)
     source: PromptSource
     if prompts is not None:
         dataset = load_prompts(prompts, prompt_field)
@@ -136,17 +170,19 @@ def observe(
         source = SyntheticPrompts()
         prompts_header = {"source": "synthetic"}
     prompts_header["token_rule"] = source.token_rule
-    requests = load_requests(generate_requests(scenario))
-    conversations = Conversations(scenario, requests, prompts=source) if has_sessions(scenario) else None
+    requests = load_requests(generate_requests(spec))
+    conversations = Conversations(spec, requests, prompts=source) if has_sessions(spec) else None
+    prefixes = {c.prefix_group: c.prefix_length for c in wl.clients if c.prefix_group}
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     header: dict[str, Any] = {
         "mode": "real",
         "server_url": url,
         "api": api,
-        "workload_spec": str(workload),
+        "workload_spec": spec_file,
         "overrides": list(overrides),
         "seed": seed,
+        "warm_up_requests": warm_up_requests,
         "load": {
             "stream": stream,
             "concurrency": concurrency,
@@ -156,6 +192,7 @@ def observe(
             "closed_loop_sessions": conversations is not None,
         },
         "prompts": prompts_header,
+        "prefix_groups": prefixes,
     }
     if scrape_metrics:
         header["metrics_file"] = "metrics.csv"
@@ -166,6 +203,12 @@ def observe(
         retry = RetryPolicy(max_retries=retries)
         async with OpenAIClient(url, api_key=api_key, model=model, timeout_s=timeout_s, retry=retry) as client:
             header["model"] = await client.default_model()
+            # The server's description, discovered and measured before the first request is sent.
+            header.update(
+                await describe_server(
+                    client, server_type=kind, config=server_cfg, model=header["model"], model_discovered=model is None
+                )
+            )
             with TraceV2Writer(out / "trace", header=header, extra_columns=OBSERVER_COLUMNS) as writer:
                 gen = LoadGenerator(
                     client,
@@ -175,7 +218,7 @@ def observe(
                     stream=stream,
                     concurrency=concurrency,
                     ignore_eos=ignore_eos,
-                    prefixes={c.prefix_group: c.prefix_length for c in scenario.workload.clients if c.prefix_group},
+                    prefixes=prefixes,
                     conversations=conversations,
                     prompts=source,
                 )

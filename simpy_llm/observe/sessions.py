@@ -35,16 +35,20 @@ from simpy_llm.observe.prompts import PromptSource, SyntheticPrompts
 from simpy_llm.workload.sessions import SessionState, open_session, plan_follow_up
 
 if TYPE_CHECKING:
-    from simpy_llm.config.schema import Scenario
+    from simpy_llm.config.schema import Scenario, WorkloadConfig
     from simpy_llm.observe.client import RequestRecord
     from simpy_llm.workload.generator import ClientSource
+    from simpy_llm.workload.sources import WorkloadSources
 
 __all__ = ["Conversations", "has_sessions"]
 
 
-def has_sessions(scenario: Scenario) -> bool:
-    """True when some client of *scenario* opens sessions."""
-    return any(c.multi_turn is not None or c.conversational_probability > 0 for c in scenario.workload.clients)
+def has_sessions(spec: Scenario | WorkloadConfig) -> bool:
+    """True when some client of *spec* (a scenario's workload, or a bare workload spec) opens sessions."""
+    from simpy_llm.workload.sources import spec_workload
+
+    workload, _seed = spec_workload(spec)
+    return any(c.multi_turn is not None or c.conversational_probability > 0 for c in workload.clients)
 
 
 class Conversations:
@@ -52,8 +56,11 @@ class Conversations:
 
     Parameters
     ----------
-    scenario
-        The workload spec (its clients' session rules and random streams).
+    spec
+        A scenario or a bare workload spec (its clients' session rules), or the
+        :class:`~simpy_llm.workload.sources.WorkloadSources` already built from one;
+        the clients' sources (and their random streams) are built as the simulation
+        builds them, by :func:`~simpy_llm.workload.sources.build_sources`.
     requests
         The first rounds (open-loop requests); rows with a ``session_id`` whose
         client has sessions open one when first prompted.
@@ -62,12 +69,18 @@ class Conversations:
         give the load generator the same source.
     """
 
-    def __init__(self, scenario: Scenario, requests: list[LoadRequest], prompts: PromptSource | None = None) -> None:
-        from simpy_llm.simulation import Simulation
+    def __init__(
+        self, spec: Scenario | WorkloadConfig | WorkloadSources, requests: list[LoadRequest], prompts: PromptSource | None = None
+    ) -> None:
+        from simpy_llm.workload.sources import WorkloadSources, build_sources, spec_workload
 
-        # The simulator builds the client sources (rules and random streams) exactly as a run would.
-        self.sources: dict[str, ClientSource] = {src.client.id: src for src in Simulation(scenario).sources}
-        self.horizon_s = scenario.workload.horizon_s
+        if isinstance(spec, WorkloadSources):
+            sources = spec
+        else:
+            workload, seed = spec_workload(spec)
+            sources = build_sources(workload, default_seed=seed, key_prefix="" if workload is spec else "workload.", stacklevel=2)
+        self.sources: dict[str, ClientSource] = sources.by_client_id
+        self.horizon_s = sources.workload.horizon_s
         self.prompts: PromptSource = prompts if prompts is not None else SyntheticPrompts()
         self.next_id = max((r.request_id for r in requests), default=-1) + 1
         self.states: dict[str, SessionState] = {}

@@ -197,6 +197,8 @@ class Replica:
         self.max_model_len = min(limit, capacity)
         """Longest prompt + output accepted; longer requests are dropped."""
 
+        self._breaks = tuple(sorted(config.prefill_breaks, reverse=True))
+        self._reusable_tail = config.reusable_prompt_tail
         self.swap = config.preemption_mode == "swap"
         self.swap_free_blocks = config.swap_space_blocks if self.swap else 0
         """CPU swap-space blocks not holding a swapped-out request."""
@@ -204,6 +206,9 @@ class Replica:
         self._swap_bandwidth_gb_per_s = config.swap_bandwidth_gb_per_s or 0.0
         self._swap_tokens = 0
         """Tokens copied to or from CPU memory in the step being planned."""
+        self._restores = 0
+        """Requests admitted in the step being planned with a cached prefix found."""
+        self._restore_s = getattr(latency, "cache_restore_s", 0.0)
 
         self.waiting: list[tuple[Any, int, Request]] = []
         """Heap of ``(policy key, entry order, request)``: the waiting queue."""
@@ -364,6 +369,7 @@ class Replica:
         step_time_s = self.latency.step_time_s
         running = self.running
         waiting = self.waiting
+        ubatch = self.config.ubatch_tokens
         while True:
             if not running and not waiting:
                 self._idle_signal = Event(env)
@@ -375,9 +381,11 @@ class Replica:
             chunks, n_decode, prefill_tokens, kv_used = self._plan()
             if not chunks and not n_decode:
                 raise RuntimeError(f"replica {self.index}: waiting requests but nothing schedulable")
-            if self._uses_context:
-                if chunks or self._changed:
-                    self._decode_context = self._ctx_base + n_decode * self.step
+            if self._uses_context and (chunks or self._changed):
+                self._decode_context = self._ctx_base + n_decode * self.step
+            if ubatch is not None and prefill_tokens + n_decode > ubatch:
+                step_s = self._passes_time_s(chunks, n_decode, ubatch)
+            elif self._uses_context:
                 step_s = step_time_s(
                     prefill_tokens,
                     n_decode,
@@ -388,6 +396,8 @@ class Replica:
                 step_s = step_time_s(prefill_tokens, n_decode)
             if self._swap_tokens:
                 step_s += self._swap_tokens * self._swap_bytes_per_token / (self._swap_bandwidth_gb_per_s * 1e9)
+            if self._restores:
+                step_s += self._restores * self._restore_s
             if chunks or self._changed or step_s != self._seg_step_s:
                 self._seg_start = self._clock
                 self._seg_step_s = step_s
@@ -415,6 +425,47 @@ class Replica:
             self._cuttable = False
             self._stretch = None
             self._settle_decode_stretch(k, n_decode, kv_used, step_s)
+
+    def _passes_time_s(self, chunks: list[tuple[Request, int]], n_decode: int, ubatch: int) -> float:
+        """Time of a step computed as forward passes of at most *ubatch* tokens
+        (``EngineConfig.ubatch_tokens``): the decode tokens first, then each prefill chunk in
+        order, cut every *ubatch* tokens; each pass is timed by the latency model alone.
+
+        A context-dependent model sees each pass's share: the decoders' context in
+        proportion to the decoders in the pass, and the causal-attention pairs of the
+        prefill tokens in it (token ``i`` of a chunk after ``p`` cached tokens attends to
+        ``p + i + 1`` keys).
+        """
+        step_time_s = self.latency.step_time_s
+        uses_context = self._uses_context
+        context_per_decoder = self._decode_context / n_decode if n_decode else 0.0
+        total = 0.0
+        passes: list[tuple[int, int, int]] = []  # (prefill tokens, decode tokens, attention pairs)
+        decoders = n_decode
+        while decoders > ubatch:
+            passes.append((0, ubatch, 0))
+            decoders -= ubatch
+        prefill, pairs, room = 0, 0, ubatch - decoders
+        for req, chunk in chunks:
+            cached = req.kv_tokens
+            a = 0
+            while a < chunk:
+                if not room:
+                    passes.append((prefill, decoders, pairs))
+                    decoders = prefill = pairs = 0
+                    room = ubatch
+                b = min(chunk, a + room)
+                prefill += b - a
+                pairs += (b - a) * cached + (b * (b + 1) - a * (a + 1)) // 2
+                room -= b - a
+                a = b
+        passes.append((prefill, decoders, pairs))
+        for p, d, q in passes:
+            if uses_context:
+                total += step_time_s(p, d, decode_context_tokens=context_per_decoder * d, prefill_attention_pairs=q)
+            else:
+                total += step_time_s(p, d)
+        return total
 
     def _cut_stretch(self, now: float) -> None:
         """End the decode stretch in progress at the end of the step in progress at *now*:
@@ -468,6 +519,7 @@ class Replica:
         n_decode = len(self.running) - len(prefilling)
         budget = cfg.max_num_batched_tokens - n_decode
         self._swap_tokens = 0
+        self._restores = 0
 
         chunks: list[tuple[Request, int]] = []
         need = self._residue[-s % bs] if n_decode else 0
@@ -525,6 +577,8 @@ class Replica:
             heapq.heappop(waiting)
             if cache is not None:
                 cache.pin(holder, match)
+                if hits:
+                    self._restores += 1
             kv.allocate(new_blocks)
             if swapped:
                 if swapped > cached:
@@ -547,10 +601,13 @@ class Replica:
     def _chunk_size(self, remaining: int, budget: int) -> int:
         """Prefill tokens to schedule for a request with *remaining* uncomputed tokens:
         all of them if they fit *budget*, else a budget-sized chunk (chunked prefill)
-        or none (the prompt must go whole)."""
-        if remaining <= budget:
-            return remaining
-        return budget if self.config.chunked_prefill else 0
+        or none (the prompt must go whole); a chunk stops where *remaining* reaches a
+        prefill break (``EngineConfig.prefill_breaks``)."""
+        chunk = remaining if remaining <= budget else (budget if self.config.chunked_prefill else 0)
+        for brk in self._breaks:  # descending: the first below remaining is the next one reached
+            if brk < remaining:
+                return min(chunk, remaining - brk)
+        return chunk
 
     def _allocate_in_order(self) -> tuple[list[tuple[Request, int]], int]:
         """Slow path when the step's blocks do not all fit: walk the running batch in key
@@ -631,6 +688,9 @@ class Replica:
         cache = self.prefix_cache
         if cache is None:
             self.kv.release(blocks_for(tokens, self.kv.block_size))
+        elif done and self._reusable_tail is not None:
+            keep = max(req.prompt_tokens - self._reusable_tail, 0)
+            cache.unref(req.kv_holder, tokens, findable=bool(req.session_id), findable_tokens=keep)
         else:
             cache.unref(req.kv_holder, tokens, findable=not done or bool(req.session_id))
 

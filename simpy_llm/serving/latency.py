@@ -11,7 +11,9 @@ duration, and adds BLIS's two per-request overheads:
   does not occupy the engine;
 * ``output_token_overhead_s``: post-processing per output token, added to
   the client-visible time of every token (so TTFT grows by it once, and
-  every inter-token gap by it once).
+  every inter-token gap by it once);
+* ``cache_restore_s`` (optional, default 0): time a step adds for each request
+  it admits with a cached prefix found (a server copying saved state back first).
 
 A model whose class sets ``uses_context = True`` (absent means False) is
 also told what attention costs: the engine calls
@@ -30,7 +32,10 @@ Built-in models (``docs/latency.md``):
 * ``roofline`` (:mod:`simpy_llm.serving.roofline`): compute and memory
   bounds per layer from the model's shape and the GPU's peaks;
 * ``profile`` (:mod:`simpy_llm.serving.profiled`): Vidur's measured
-  per-operator times, with an analytic attention term.
+  per-operator times, with an analytic attention term;
+* ``batch_table`` (:mod:`simpy_llm.serving.batch_table`): a table of decode-step
+  times by batch size plus linear prompt and attention terms (what the calibrator
+  fits, e.g. for llama.cpp on a CPU).
 """
 
 from __future__ import annotations
@@ -91,6 +96,14 @@ class RequestOverheads:
     def queueing_time_s(self, prompt_tokens: int) -> float:
         """Arrival-to-queue delay of a request with *prompt_tokens* tokens, s."""
         return (self.alpha0_us + self.alpha1_us * prompt_tokens) * 1e-6
+
+    @property
+    def cache_restore_s(self) -> float:
+        """Time a step adds for each request it admits with a cached prefix found, s: a server
+        that must copy saved state back before computing on a cached prefix (llama.cpp restoring
+        a context checkpoint) pays it once per such request. 0 unless the model has a
+        ``cache_restore_us`` field."""
+        return getattr(self, "cache_restore_us", 0.0) * 1e-6
 
 
 def profiles_dir() -> Path:
@@ -166,6 +179,9 @@ class BlisLinearLatency(RequestOverheads):
     """Arrival-to-queue delay per prompt token, µs."""
     alpha2_us: float = attrs.field(default=0.0, validator=[at_least(0), at_most(MAX_COEFFICIENT_US)])
     """Post-processing per output token, µs."""
+    cache_restore_us: float = attrs.field(default=0.0, validator=[at_least(0), at_most(MAX_COEFFICIENT_US)])
+    """Time a step adds for each request it starts from a cached prefix, µs (see
+    :attr:`RequestOverheads.cache_restore_s`)."""
     model: str | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.instance_of(str)))
     """Model of the profile the coefficients describe (``from_params`` fills it); used for :attr:`hardware`."""
     gpu: str | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.instance_of(str)))
@@ -228,4 +244,4 @@ class BlisLinearLatency(RequestOverheads):
 
 # Imported last: these modules register their models in ``latency_models`` and use ``profiles_dir``.
 from simpy_llm.serving.hardware import Hardware, resolve_hardware  # noqa: E402
-from simpy_llm.serving import roofline as _roofline, profiled as _profiled  # noqa: E402, F401
+from simpy_llm.serving import roofline as _roofline, profiled as _profiled, batch_table as _batch_table  # noqa: E402, F401

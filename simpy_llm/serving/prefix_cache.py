@@ -390,7 +390,7 @@ class PrefixCache:
             self.empty += adopted
         return adopted
 
-    def unref(self, h: Holder, computed_tokens: int, *, findable: bool = True) -> None:
+    def unref(self, h: Holder, computed_tokens: int, *, findable: bool = True, findable_tokens: int | None = None) -> None:
         """Release *h*'s blocks (completion or preemption) holding *computed_tokens* tokens.
 
         Its remaining full blocks are registered first (decoded output is registered
@@ -402,17 +402,19 @@ class PrefixCache:
         no session, no recompute) the blocks of its own content (past its shared
         segments) are cached without an entry in the tree: one anonymous run in the LRU
         list, evicted in the same order. Their content is unique to the request, so no
-        lookup could find them anyway.
+        lookup could find them anyway. *findable_tokens* limits what stays findable to
+        the full blocks among the first that many tokens (``EngineConfig.reusable_prompt_tail``);
+        the blocks past them that *h* does not reference in the tree yet become such a run.
         """
         lru = self._lru
         if findable:
-            self.register(h, computed_tokens)
+            self.register(h, computed_tokens if findable_tokens is None else min(computed_tokens, findable_tokens))
         else:
             self.register_shared(h, computed_tokens)  # shared blocks may match others'
-            own = computed_tokens // self.block_size - h.blocks
-            if own > 0:
-                lru[_Anonymous(own)] = None
-                self.evictable += own
+        own = computed_tokens // self.block_size - h.blocks
+        if own > 0:
+            lru[_Anonymous(own)] = None
+            self.evictable += own
         if computed_tokens % self.block_size:
             self.empty += 1
         node = h.deepest

@@ -1,23 +1,27 @@
 """Generate a workload without simulating it: a table of requests and its summary.
 
-``simpy-llm workload SPEC --out DIR`` uses these. Only open-loop arrivals are
-generated: follow-up rounds of sessions depend on completions, which only a
-simulation produces (the table marks each session's first round).
+``simpy-llm workload SPEC --out DIR`` uses these (SPEC: a scenario or a bare
+workload spec). Only open-loop arrivals are generated: follow-up rounds of
+sessions depend on completions, which only a simulation produces (the table
+marks each session's first round).
 """
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from simpy_llm.workload.generator import merge_sources
+from simpy_llm.workload.distributions import SamplingError
+from simpy_llm.workload.generator import merge_sources, sampling_scenario_error
 from simpy_llm.workload.traces import V2_COLUMNS
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from simpy_llm.config.schema import Scenario
+    from simpy_llm.config.loader import Overrides
+    from simpy_llm.config.schema import Scenario, WorkloadConfig
 
 __all__ = ["TRACE_COLUMNS", "generate_requests", "workload_summary"]
 
@@ -39,11 +43,30 @@ _DEFAULTS = {
 }
 
 
-def generate_requests(scenario: Scenario) -> pd.DataFrame:
-    """The scenario's open-loop requests, in arrival order, as a DataFrame.
+def generate_requests(
+    spec: Scenario | WorkloadConfig | str | os.PathLike[str], overrides: Overrides | None = None
+) -> pd.DataFrame:
+    """The open-loop requests of a workload, in arrival order, as a DataFrame.
 
     Request ids and arrival times equal those the simulation gives the same
-    requests (same streams, same merge).
+    requests (the same sources from :func:`~simpy_llm.workload.sources.build_sources`,
+    the same merge).
+
+    Parameters
+    ----------
+    spec
+        A :class:`~simpy_llm.config.schema.Scenario` (its workload, with the scenario's
+        seed unless the workload has its own), a bare workload spec
+        (:class:`~simpy_llm.config.schema.WorkloadConfig`; seed 0 unless it has its own),
+        or a YAML file holding either (:func:`~simpy_llm.config.load_workload_or_scenario`).
+    overrides
+        ``dotted.key=value`` changes (as for :func:`~simpy_llm.config.load_scenario`; for a
+        bare workload spec the keys are relative to the workload).
+
+    Raises
+    ------
+    ScenarioError
+        A bad spec, or a distribution that draws NaN or an infinity (naming its key path).
 
     Examples
     --------
@@ -51,34 +74,43 @@ def generate_requests(scenario: Scenario) -> pd.DataFrame:
     >>> frame = generate_requests(load_scenario("scenarios/quickstart.yaml", ["workload.num_requests=100"]))
     >>> len(frame), bool(frame.arrival_time_s.is_monotonic_increasing)
     (100, True)
+    >>> len(generate_requests("scenarios/workloads/two_clients.yaml", ["num_requests=50"]))
+    50
     """
     import pandas as pd
 
-    from simpy_llm.simulation import Simulation
+    from simpy_llm.config.loader import load_workload_or_scenario, override_spec
+    from simpy_llm.workload.sources import build_sources, spec_workload
 
-    sim = Simulation(scenario)  # builds the sources exactly as a run would; nothing runs
-    wl = scenario.workload
-    bases = [base for base, _ in sim.generator.sources]
-    rows = [rows for _, rows in sim.generator.sources]
-    session_clients = {
-        i for i, src in enumerate(sim.sources) if src.client.multi_turn is not None or src.client.conversational_probability > 0
-    }
+    if isinstance(spec, (str, os.PathLike)):
+        spec = load_workload_or_scenario(spec, overrides)
+    elif overrides:
+        spec = override_spec(spec, overrides)
+    wl, seed = spec_workload(spec)
+    sources = build_sources(wl, default_seed=seed, key_prefix="" if wl is spec else "workload.", stacklevel=2)
+    generator_sources = sources.generator_sources()
+    bases = [base for base, _ in generator_sources]
+    rows = [rows for _, rows in generator_sources]
+    session_clients = sources.session_source_indices()
     cols: dict[str, list[Any]] = {name: [] for name in TRACE_COLUMNS}
-    for n, (t, si, prompt, output, extra) in enumerate(merge_sources(rows, wl.num_requests, wl.horizon_s)):
-        fields = {**_DEFAULTS, **bases[si], **(extra or {})}
-        cols["request_id"].append(n)
-        cols["client_id"].append(fields["client_id"])
-        cols["tenant_id"].append(fields.get("tenant_id") or fields["client_id"])
-        cols["slo_class"].append(fields.get("slo_class", "default"))
-        cols["session_id"].append(f"{fields['client_id']}/{n}" if si in session_clients else fields["session_id"])
-        cols["round_index"].append(fields["round_index"])
-        cols["prefix_group"].append(fields["prefix_group"])
-        cols["streaming"].append(bool(fields["streaming"]))
-        cols["input_tokens"].append(prompt)
-        cols["output_tokens"].append(output)
-        for name in ("text_tokens", "image_tokens", "audio_tokens", "video_tokens", "reason_ratio", "priority"):
-            cols[name].append(fields[name])
-        cols["arrival_time_s"].append(t)
+    try:
+        for n, (t, si, prompt, output, extra) in enumerate(merge_sources(rows, wl.num_requests, wl.horizon_s)):
+            fields = {**_DEFAULTS, **bases[si], **(extra or {})}
+            cols["request_id"].append(n)
+            cols["client_id"].append(fields["client_id"])
+            cols["tenant_id"].append(fields.get("tenant_id") or fields["client_id"])
+            cols["slo_class"].append(fields.get("slo_class", "default"))
+            cols["session_id"].append(f"{fields['client_id']}/{n}" if si in session_clients else fields["session_id"])
+            cols["round_index"].append(fields["round_index"])
+            cols["prefix_group"].append(fields["prefix_group"])
+            cols["streaming"].append(bool(fields["streaming"]))
+            cols["input_tokens"].append(prompt)
+            cols["output_tokens"].append(output)
+            for name in ("text_tokens", "image_tokens", "audio_tokens", "video_tokens", "reason_ratio", "priority"):
+                cols[name].append(fields[name])
+            cols["arrival_time_s"].append(t)
+    except SamplingError as exc:
+        raise sampling_scenario_error(exc, spec, sources.clients) from None
     return pd.DataFrame(cols)
 
 

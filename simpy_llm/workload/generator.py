@@ -36,7 +36,7 @@ from simpy_llm.workload.prefix import PREFIX_BLOCK_TOKENS, prefix_blocks
 if TYPE_CHECKING:
     from simpy.events import Event
 
-    from simpy_llm.config.schema import ClientConfig, LifecycleConfig, MultimodalConfig, Scenario
+    from simpy_llm.config.schema import ClientConfig, LifecycleConfig, MultimodalConfig, Scenario, WorkloadConfig
     from simpy_llm.metrics.recorder import Recorder
     from simpy_llm.rng import RandomStreams
     from simpy_llm.wire import Wire
@@ -354,26 +354,35 @@ def merge_sources(
         yield item
 
 
-def sampling_scenario_error(exc: SamplingError, scenario: Scenario, sources: Sequence[ClientSource] = ()) -> ScenarioError:
-    """The :class:`~simpy_llm.config.ScenarioError` for *exc*, raised while running *scenario*.
+def sampling_scenario_error(
+    exc: SamplingError, scenario: Scenario | WorkloadConfig, sources: Sequence[ClientSource] = ()
+) -> ScenarioError:
+    """The :class:`~simpy_llm.config.ScenarioError` for *exc*, raised while running *scenario*
+    (or generating the requests of a bare workload spec, a :class:`WorkloadConfig`).
 
     Its key path is where the distribution that drew the values sits in the
-    scenario (e.g. ``workload.clients[0].input_distribution``); for a client loaded
-    from ServeGen data it is ``workload.servegen_data`` with the client named.
-    The error's source is the scenario's name.
+    scenario (e.g. ``workload.clients[0].input_distribution``; in a bare workload spec
+    ``clients[0].input_distribution``); for a client loaded from ServeGen data it is
+    ``workload.servegen_data`` with the client named. The error's source is the
+    scenario's name (``<workload spec>`` for a bare workload spec).
     """
-    source = f"scenario {scenario.name!r}" if scenario.name else "<scenario>"
+    from simpy_llm.config.schema import WorkloadConfig
+
+    if isinstance(scenario, WorkloadConfig):
+        workload, prefix, source = scenario, "", "<workload spec>"
+    else:
+        workload, prefix, source = scenario.workload, "workload.", f"scenario {scenario.name!r}" if scenario.name else "<scenario>"
     target = exc.distribution
     if target is not None:
-        path = _key_path_of(scenario, target, "")
+        path = _key_path_of(workload, target, "")
         if path is not None:
-            return ScenarioError(source, [(path, exc.message)])
+            return ScenarioError(source, [(prefix + path, exc.message)])
         for src in sources:
             inner = _key_path_of(src.client, target, "")
-            if inner is not None and scenario.workload.servegen_data is not None:
+            if inner is not None and workload.servegen_data is not None:
                 where = f"ServeGen client {src.client.id!r} ({inner})"
-                return ScenarioError(source, [("workload.servegen_data", f"{where}: {exc.message}")])
-    return ScenarioError(source, [("workload", exc.message)])
+                return ScenarioError(source, [(f"{prefix}servegen_data", f"{where}: {exc.message}")])
+    return ScenarioError(source, [(prefix.rstrip(".") or "", exc.message)])
 
 
 def _key_path_of(node: Any, target: object, path: str) -> str | None:

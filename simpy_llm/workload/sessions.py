@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from simpy_llm.wire import Wire
     from simpy_llm.workload.generator import ClientSource
 
-__all__ = ["END_REASONS", "FollowUp", "SessionRegistry", "SessionState", "open_session", "plan_follow_up"]
+__all__ = ["END_REASONS", "FollowUp", "ReplayedContexts", "SessionRegistry", "SessionState", "open_session", "plan_follow_up"]
 
 END_REASONS = ("max_rounds", "user_stopped", "horizon", "dropped", "in_progress")
 """Why a session ended: all its rounds ran; the user did not follow up; the next
@@ -265,3 +265,43 @@ class SessionRegistry:
         for state in sorted(self.live.values(), key=lambda s: s.session_id):
             self.recorder.on_session_end(state.session_id, state.source.client.id, state.started, "in_progress")
         self.live.clear()
+
+
+class ReplayedContexts:
+    """Session content for requests replayed from a trace.
+
+    A replayed trace has no closed loop (each round arrives at its recorded time), but
+    a round's prompt still holds the conversation so far, which a prefix cache can
+    find. Called on each replayed request in arrival order, it gives a round the
+    content of the same session's previous round (prompt, then output) as its
+    ``context`` when the new prompt is at least that long (the trace was recorded with
+    ``context_growth: accumulate``; a shorter prompt is a fresh question, as under
+    ``fixed``). Rounds are matched by ``session_id`` and increasing ``round_index``.
+
+    Examples
+    --------
+    >>> contexts = ReplayedContexts()
+    >>> first = Request(id=0, client_id="c", prompt_tokens=50, output_tokens=10, arrival_s=0.0, session_id="s")
+    >>> second = Request(id=1, client_id="c", prompt_tokens=80, output_tokens=5, arrival_s=2.0, session_id="s", round_index=1)
+    >>> contexts(first); contexts(second)
+    >>> second.context
+    ((-2, 50), (-1, 10))
+    """
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        self._last: dict[str, Request] = {}
+
+    def __call__(self, req: Request) -> None:
+        sid = req.session_id
+        if not sid:
+            return
+        previous = self._last.get(sid)
+        if (
+            previous is not None
+            and req.round_index > previous.round_index
+            and req.prompt_tokens >= previous.prompt_tokens + previous.output_tokens
+        ):
+            req.context = tuple(content_segments(previous))
+        self._last[sid] = req

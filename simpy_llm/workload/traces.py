@@ -135,12 +135,18 @@ OBSERVED_COLUMNS: dict[str, str] = {
     "first_token_time_us": "nint",
     "done_time_us": "nint",
     "approx_input_tokens": "nint",
+    "cached_tokens": "nint",
+    "itl_us": "str",
 }
 """Columns a trace recorded from a real server adds (see docs/observe.md), with their kinds:
 the lengths asked for, where the counts in ``input_tokens``/``output_tokens`` came from
 (``usage``, ``chunks`` or ``none``), the last HTTP status, the number of attempts, the
-first-byte, first-token and end times, and the prompt length by the prompt source's own
-token rule (empty in traces written before it existed)."""
+first-byte, first-token and end times, the prompt length by the prompt source's own
+token rule, the prompt tokens the server reported as served from its prefix cache
+(``usage.prompt_tokens_details.cached_tokens``; empty when it did not say), and the gaps
+between consecutive content chunks as the client received them (space-separated whole
+microseconds, one fewer than the content chunks; empty without two). Columns added later
+than a trace was written are empty in it."""
 
 _KINDS: dict[str, str] = {
     "request_id": "int",
@@ -173,7 +179,9 @@ _REQUIRED = ("arrival_time_us", "input_tokens", "output_tokens")
 _NON_NEGATIVE = frozenset(
     ("round_index", "input_tokens", "output_tokens", "text_tokens", "image_tokens", "audio_tokens", "video_tokens", "num_chunks")
 )
-_MODES = ("real", "generated")
+_MODES = ("real", "generated", "simulated")
+"""``real``: measured on a server; ``generated``: a workload, no measurements; ``simulated``:
+measurements made by the simulator in the observer's layout (:mod:`simpy_llm.calibrate.synthetic`)."""
 _STR_DTYPE = pd.Series([""]).astype(str).dtype
 _MAX_PROBLEMS = 20
 _INT_RE = r"\s*[+-]?\d{1,18}(?:\.0*)?\s*"
@@ -1208,26 +1216,57 @@ SERVER_BLOCK_KEYS: dict[str, str] = {
     "enable_prefix_caching": "prefix_caching",
 }
 """Keys of a trace header's ``server`` block (seed 000 §7) and the engine settings they
-describe. The block's other keys (server type, model, tensor parallelism, GPU memory
-utilisation, ...) describe the observed server and are not compared."""
+describe, for a vLLM-style block (``type`` vllm, sglang, emulated, other, or none). The
+block's other keys (server type, model, tensor parallelism, GPU memory utilisation, ...)
+describe the observed server and are not compared."""
+
+LLAMACPP_BLOCK_KEYS: dict[str, str] = {
+    "n_parallel": "max_num_seqs",
+    "n_batch": "max_num_batched_tokens",
+    "ctx_per_slot": "max_model_len",
+    "cache_prompt": "prefix_caching",
+}
+"""The same for a ``type: llamacpp`` block (llama.cpp's own names): slots are the running
+batch, the logical batch the tokens of a step, a slot's context the longest request, the
+prompt cache prefix caching. llama.cpp clamps ``n_batch`` to the whole context
+(``n_ctx``, else ``n_parallel x ctx_per_slot``), and the comparison does too."""
 
 
 def server_block_mismatches(header: Mapping[str, Any], engine: Any) -> list[tuple[str, str]]:
     """``(engine key, message)`` for each setting of the header's ``server`` block that
-    differs from *engine* (an :class:`~simpy_llm.config.schema.EngineConfig`).
+    differs from *engine* (an :class:`~simpy_llm.config.schema.EngineConfig`): the keys of
+    :data:`LLAMACPP_BLOCK_KEYS` for a ``type: llamacpp`` block, of :data:`SERVER_BLOCK_KEYS`
+    for any other. Keys absent or null in the block are not compared.
 
     >>> from simpy_llm.config.schema import EngineConfig
     >>> server_block_mismatches({"server": {"max_num_seqs": 4, "block_size": 16}}, EngineConfig())
     [('max_num_seqs', 'the trace was recorded with server.max_num_seqs = 4, the scenario has 256')]
+    >>> server_block_mismatches({"server": {"type": "llamacpp", "n_parallel": 4, "cache_prompt": True}}, EngineConfig())
+    [('max_num_seqs', 'the trace was recorded with server.n_parallel = 4, the scenario has 256')]
     """
     server = header.get("server") or {}
     if not isinstance(server, Mapping):
         return [("", f"the header's server block must be a mapping, got {server!r}")]
+    keys = LLAMACPP_BLOCK_KEYS if server.get("type") == "llamacpp" else SERVER_BLOCK_KEYS
     out = []
-    for key, field in SERVER_BLOCK_KEYS.items():
-        if key in server and server[key] is not None and server[key] != getattr(engine, field):
-            out.append((field, f"the trace was recorded with server.{key} = {server[key]!r}, the scenario has {getattr(engine, field)!r}"))
+    for key, field in keys.items():
+        value = server.get(key)
+        if value is None:
+            continue
+        if key == "n_batch":
+            value = _effective_n_batch(server, value)
+        if value != getattr(engine, field):
+            shown = f"{server[key]!r}" if value == server[key] else f"{server[key]!r} (clamped to the context: {value!r})"
+            out.append((field, f"the trace was recorded with server.{key} = {shown}, the scenario has {getattr(engine, field)!r}"))
     return out
+
+
+def _effective_n_batch(server: Mapping[str, Any], n_batch: Any) -> Any:
+    """llama.cpp's logical batch as it runs: at most the whole context."""
+    n_ctx = server.get("n_ctx")
+    if n_ctx is None and _is_int(server.get("n_parallel")) and _is_int(server.get("ctx_per_slot")):
+        n_ctx = server["n_parallel"] * server["ctx_per_slot"]
+    return min(n_batch, n_ctx) if _is_int(n_batch) and _is_int(n_ctx) else n_batch
 
 
 def _stem(path: Path | str) -> str:
@@ -1310,6 +1349,32 @@ def trace_requests(trace: Trace, chunk: int = 65536) -> Iterator[TraceRequest]:
         yield from map(TraceRequest._make, zip(*cols, strict=True))
 
 
+def _prefix_groups(header: Mapping[str, Any], source: TraceSource | None) -> dict[str, dict[str, Any]]:
+    """The request fields that give each prefix group of the header's ``prefix_groups``
+    (``{group: prefix tokens}``, written by the observer) its shared prefix: the same
+    synthetic stream a client of that group has in a simulation with the header's ``seed``."""
+    from simpy_llm.workload.prefix import prefix_blocks
+
+    groups = header.get("prefix_groups") or {}
+    where = str(source.path) if source is not None else "<trace>"
+    if not isinstance(groups, Mapping):
+        raise ScenarioError(where, [("prefix_groups", f"must be a mapping of group names to prefix tokens, got {groups!r}")])
+    seed = header.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ScenarioError(where, [("seed", f"must be a whole number >= 0, got {seed!r}")])
+    out = {}
+    for group, tokens in groups.items():
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+            raise ScenarioError(where, [(f"prefix_groups.{group}", f"must be a whole number of tokens >= 0, got {tokens!r}")])
+        if tokens:
+            out[str(group)] = {
+                "prefix_tokens": tokens,
+                "prefix_blocks": prefix_blocks(seed, str(group), tokens),
+                "prefix_block_tokens": PREFIX_BLOCK_TOKENS,
+            }
+    return out
+
+
 def trace_rows(trace: Trace, source: TraceSource | None = None) -> Iterator[tuple[float, int, int, dict[str, Any]]]:
     """The trace as a workload-generator source: rows ``(arrival_s, prompt_tokens,
     output_tokens, fields)`` in arrival order (see :mod:`simpy_llm.workload.generator`).
@@ -1320,12 +1385,14 @@ def trace_rows(trace: Trace, source: TraceSource | None = None) -> Iterator[tupl
     1-token response. *fields* carries the request's identity, session,
     prefix group, modality and reasoning fields, and, when the trace has
     prefix blocks, ``prefix_blocks`` with ``prefix_block_tokens`` from the
-    header (default 16). The header's ``warm_up_requests`` first rows (in replay order)
-    are marked ``warm_up``: simulated, left out of the summary. Blank client ids take ``source.client_id`` (or the
+    header (default 16). The header's ``warm_up_requests`` requests with the smallest ids (the
+    first the observer generated) are marked ``warm_up``: simulated, left out of the summary. Blank client ids take ``source.client_id`` (or the
     file's stem), blank tenants the client id, blank SLO classes
-    ``source.slo_class`` (``"default"`` without a source).
+    ``source.slo_class`` (``"default"`` without a source). A row of a prefix group that the
+    header's ``prefix_groups`` names gets that group's shared prefix (as its client had).
     """
     block_tokens = int(trace.header.get("prefix_block_tokens", PREFIX_BLOCK_TOKENS))
+    groups = _prefix_groups(trace.header, source)
     warm_up = trace.header.get("warm_up_requests", 0) or 0
     if isinstance(warm_up, bool) or not isinstance(warm_up, int) or warm_up < 0:
         where = str(source.path) if source is not None else "<trace>"
@@ -1336,7 +1403,10 @@ def trace_rows(trace: Trace, source: TraceSource | None = None) -> Iterator[tupl
     else:
         default_client = Path(str(trace.header.get("source_file", "trace"))).stem or "trace"
         default_slo = "default"
-    for i, r in enumerate(trace_requests(trace)):
+    # The header's warm-up is the first requests by id (as the observer numbered them), which
+    # a replay at send times or with sessions need not reach first.
+    warm_ids = set(np.sort(trace.frame["request_id"].to_numpy())[:warm_up].tolist()) if warm_up else set()
+    for r in trace_requests(trace):
         client = r.client_id or default_client
         fields: dict[str, Any] = {
             "client_id": client,
@@ -1356,6 +1426,8 @@ def trace_rows(trace: Trace, source: TraceSource | None = None) -> Iterator[tupl
         if r.prefix_blocks:
             fields["prefix_blocks"] = r.prefix_blocks
             fields["prefix_block_tokens"] = block_tokens
-        if i < warm_up:
+        elif r.prefix_group in groups:
+            fields.update(groups[r.prefix_group])
+        if r.request_id in warm_ids:
             fields["warm_up"] = True
         yield r.arrival_s, max(r.input_tokens, 1), max(r.output_tokens, 1), fields

@@ -1,4 +1,4 @@
-"""Each ServeGen and Azure scenario shows what its header says to look at, on the shortened
+"""Each ServeGen, Azure and llama.cpp scenario shows what its header says to look at, on the shortened
 run of ``test_scenarios.py`` (the same run, made once)."""
 
 from __future__ import annotations
@@ -89,3 +89,18 @@ def test_azure_conversation_replay_queues_above_the_unloaded_ttft():
     unloaded = _unloaded_ttft_s(res, c["prompt_tokens"])
     assert np.percentile(ttft, 90) > 1.5 * np.percentile(unloaded, 90)
     assert 0.9 < res.summary()["goodput"]["fraction"] < 1.0
+
+
+def test_llamacpp_cpu_later_rounds_compute_only_what_is_new():
+    """On the llama.cpp preset a session's round k finds round k-1's prompt cached less the 5
+    tokens past its last checkpoint, not round k-1's answer: every later round's cached
+    tokens equal its predecessor's prompt less 5, and its TTFT stays near the first round's
+    although its prompt is several times longer."""
+    res = run_short("llamacpp_cpu.yaml")
+    f = res.to_dataframe().sort_values(["session_id", "round_index"])
+    later = f[f.round_index > 0]
+    previous = f.groupby("session_id").shift(1).loc[later.index]
+    assert len(later) > 30
+    assert (later.cached_tokens == previous.prompt_tokens - 5).all()
+    assert later.prompt_tokens.mean() > 3 * f[f.round_index == 0].prompt_tokens.mean()
+    assert later.ttft_s.mean() < 2 * f[f.round_index == 0].ttft_s.mean()

@@ -11,6 +11,9 @@ from simpy_llm import Results, Simulation, load_scenario
 from simpy_llm.metrics.diagnostics import diagnose
 
 SCENARIOS = sorted(Path("scenarios").glob("*.yaml"))
+"""The shipped scenarios: the YAML files at the top of ``scenarios/`` (the bare workload specs
+they reference, in ``scenarios/workloads/``, are not scenarios; tests/unit/test_workload_spec.py
+loads each of them)."""
 
 #: Overrides that keep each run to a few thousand requests at most (the ServeGen day: a
 #: busy window and the calm one after it, 20 minutes from 19:20; see its header).
@@ -19,11 +22,13 @@ SHORT = {
     "multi_turn_chat.yaml": ["workload.num_requests=300"],
     "reasoning.yaml": ["workload.num_requests=300"],
     "two_clients.yaml": ["workload.num_requests=2000"],
+    "two_clients_by_reference.yaml": ["workload.num_requests=1000"],
     "servegen_m_large_day.yaml": ["workload.servegen_data.span_s=[69600, 70800]", "workload.horizon_s=1200"],
     "servegen_multimodal.yaml": ["workload.horizon_s=300"],
     "servegen_reasoning.yaml": ["workload.horizon_s=600"],
     "azure_conversation_replay.yaml": ["workload.traces.0.max_requests=4000"],
     "heterogeneous_fleet.yaml": ["workload.num_requests=2000"],
+    "llamacpp_cpu.yaml": [],
 }
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 from aiohttp import web
@@ -152,10 +152,15 @@ class FakeServer:
         return resp
 
 
-@asynccontextmanager
-async def serve(**kwargs: Any) -> AsyncIterator[FakeServer]:
+def serve(**kwargs: Any) -> AbstractAsyncContextManager[FakeServer]:
     """Run a :class:`FakeServer` on 127.0.0.1 (a free port) for the duration of the block."""
-    fake = FakeServer(**kwargs)
+    return serve_instance(FakeServer(**kwargs))
+
+
+@asynccontextmanager
+async def serve_instance(fake: FakeServer) -> AsyncIterator[FakeServer]:
+    """Run *fake* (a :class:`FakeServer`, or one that extends its app) on 127.0.0.1 (a free
+    port) for the duration of the block."""
     server = TestServer(fake.app(), host="127.0.0.1")
     await server.start_server()
     fake.url = str(server.make_url("")).rstrip("/")

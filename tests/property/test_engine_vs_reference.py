@@ -153,6 +153,12 @@ def random_scenario(
         engine["swap_bandwidth_gb_per_s"] = EXACT_BANDWIDTH_GB_PER_S
     elif coin(None):
         engine["preemption_mode"] = "recompute"
+    if coin(None, 0.25):
+        engine["ubatch_tokens"] = rnd.randint(1, budget)
+    if chunked and coin(None, 0.25):
+        engine["prefill_breaks"] = sorted(rnd.sample(range(1, 40), rnd.randint(1, 3)), reverse=True)
+    if coin(None, 0.3):
+        engine["reusable_prompt_tail"] = rnd.randint(0, 12)
 
     with_sessions = coin(sessions, 0.3)
     with_prefix = coin(prefixes)
@@ -208,6 +214,7 @@ def random_scenario(
                     "alpha0_us": rnd.choice([0.0, 2000.0]),
                     "alpha1_us": rnd.choice([0.0, 7.0]),
                     "alpha2_us": rnd.choice([0.0, 100.0]),
+                    "cache_restore_us": rnd.choice([0.0, 0.0, 3000.0]),
                 },
             },
         },

@@ -33,11 +33,22 @@ from hypothesis import strategies as st
 from simpy_llm import Simulation
 from simpy_llm.config import ScenarioError, scenario_from_dict
 from simpy_llm.config.errors import ScenarioWarning
+from simpy_llm.config.loader import _with_workload_file_read
 from simpy_llm.config.paths import base_dir
 from simpy_llm.config.validators import MAX_KV_BLOCK_SIZE, MAX_REPLICAS, MAX_SEED, MAX_TIME_S, MAX_TOKENS
 
 SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
-SCENARIOS: dict[str, Any] = {p.name: yaml.safe_load(p.read_text()) for p in sorted(SCENARIO_DIR.glob("*.yaml"))}
+
+
+def _read(path: Path) -> dict[str, Any]:
+    """The scenario file's data; a workload given as ``{file: PATH}`` also holds the file's
+    keys (``file`` kept), as ``load_scenario`` reads it before applying overrides, so that
+    the workload's leaves are mutated and shortened like any other."""
+    with base_dir(SCENARIO_DIR):
+        return _with_workload_file_read(yaml.safe_load(path.read_text()))
+
+
+SCENARIOS: dict[str, Any] = {p.name: _read(p) for p in sorted(SCENARIO_DIR.glob("*.yaml"))}
 
 EXAMPLES = int(os.environ.get("SIMPY_LLM_FUZZ_EXAMPLES", "800"))
 """Examples per run of the test (the suite's default keeps it to well under a minute)."""

@@ -36,6 +36,8 @@ True
 
 from __future__ import annotations
 
+import itertools
+
 import bisect
 import math
 from collections import OrderedDict
@@ -104,6 +106,12 @@ class EngineSettings:
     """CPU swap space, blocks of ``kv_block_size`` tokens."""
     swap_kv_bytes_per_token: float = 0.0
     swap_bandwidth_gb_per_s: float = 1.0
+    ubatch_tokens: int | None = None
+    """Forward passes of at most this many tokens per step (None: one pass)."""
+    prefill_breaks: tuple[int, ...] = ()
+    """Tokens-left counts at which a prefill chunk stops."""
+    reusable_prompt_tail: int | None = None
+    """A finished request's own blocks past ``prompt - tail`` tokens cannot be found."""
 
     @property
     def model_len_limit(self) -> int:
@@ -128,6 +136,12 @@ class LinearLatency:
     alpha0_us: float = 0.0
     alpha1_us: float = 0.0
     alpha2_us: float = 0.0
+    cache_restore_us: float = 0.0
+
+    @property
+    def cache_restore_s(self) -> float:
+        """Added to a step per request it admits with cached blocks found."""
+        return self.cache_restore_us * 1e-6
 
     def step_s(self, prefill_tokens: int, decode_tokens: int) -> float:
         """One step computing *prefill_tokens* chunk tokens and *decode_tokens* decode tokens."""
@@ -322,6 +336,8 @@ class _Live:
         self.emitted = 0
         self.decoding = False
         self.table: list[_Block] = []
+        self.found_blocks = 0
+        """Blocks found cached at its last admission."""
         self.swapped: int | None = None
         """Tokens held in CPU swap space while waiting (None: not swapped out)."""
         self.admitted = False
@@ -376,7 +392,12 @@ class _Replica:
 
     def _chunk(self, remaining: int, budget: int) -> int:
         if self.s.chunked_prefill:
-            return min(remaining, budget)
+            c = min(remaining, budget)
+            # a chunk ends where the tokens left reach a break (counted back from the prompt's end)
+            for left in range(remaining - 1, remaining - c, -1):
+                if left in self.s.prefill_breaks:
+                    return remaining - left
+            return c
         return remaining if remaining <= budget else 0
 
     def _blocks(self, tokens: int) -> int:
@@ -426,6 +447,19 @@ class _Replica:
 
     def _complete(self, r: _Live, end_s: float) -> None:
         self.running.remove(r)
+        tail = self.s.reusable_prompt_tail
+        if tail is not None and self.s.prefix_caching:
+            # Past the first max(prompt - tail, shared prefix) tokens, the blocks this request
+            # computed (not found cached, referenced by it alone) stay cached but can no longer
+            # be found: each gets an identity nobody else can have.
+            shared = sum(n for seg, n in itertools.takewhile(lambda sn: sn[0][0] == "prefix", r.segments))
+            keep = max(r.inp.prompt_tokens - tail, shared)
+            for b in range(max(keep // self.bs, r.found_blocks), len(r.table)):
+                blk = r.table[b]
+                if blk.identity is not None and blk.refs == 1:
+                    del self.pool.cache[blk.identity]
+                    blk.identity = ("unfindable", r.inp.request_id, b)
+                    self.pool.cache[blk.identity] = blk
         self.pool.release(r.table)
         r.completed = True
         r.completion_s = end_s + r.inp.output_tokens * self.lat.alpha2_s
@@ -518,6 +552,9 @@ class _Replica:
                 if new_blocks + pin_unreferenced > pool.free():
                     break
                 self.waiting.remove(h)
+                h.found_blocks = len(found)
+                if found:
+                    self.step_restores += 1
                 pool.pin(h.table, found)
                 pool.allocate(h.table, new_blocks)
                 if h.swapped is not None:
@@ -575,6 +612,19 @@ class _Replica:
         return changed
 
     # --- the run ------------------------------------------------------------------------------
+    def _step_duration(self, prefill_tokens: int, decode_tokens: int) -> float:
+        """The step's time: one latency-model call, or with ``ubatch_tokens`` one per forward
+        pass, the step's tokens laid out decode tokens first and cut every ``ubatch_tokens``."""
+        u = self.s.ubatch_tokens
+        if u is None or prefill_tokens + decode_tokens <= u:
+            return self.lat.step_s(prefill_tokens, decode_tokens)
+        layout = ["decode"] * decode_tokens + ["prefill"] * prefill_tokens
+        total = 0.0
+        for start in range(0, len(layout), u):
+            piece = layout[start : start + u]
+            total += self.lat.step_s(piece.count("prefill"), piece.count("decode"))
+        return total
+
     def run(self, requests: Sequence[RequestInput]) -> ReplicaOutcome:
         s, out, until = self.s, self.out, self.until_s
         lives: list[_Live] = []
@@ -634,13 +684,17 @@ class _Replica:
                 break
             enter_until(T)
             self.step_swap_tokens = 0
+            self.step_restores = 0
             decoders, chunked, preempted = self._plan(T)
             if not decoders and not chunked and not preempted:
                 raise ReferenceStuck(f"replica {self.replica}: nothing can run at {T!r} while requests wait")
-            d = self.lat.step_s(sum(r.chunk for r in chunked), len(decoders))
+            d = self._step_duration(sum(r.chunk for r in chunked), len(decoders))
             if self.step_swap_tokens:
                 # the step lasts the copy time of all the tokens it copies longer
                 d = d + s.swap_s(self.step_swap_tokens)
+            if self.step_restores:
+                # each request admitted onto a cached prefix costs the model's restore time
+                d = d + self.step_restores * self.lat.cache_restore_s
             if idle or chunked or preempted or d != prev_d or changed_before:
                 seg_start = T
                 seg_k = 1
@@ -749,7 +803,7 @@ def engine_settings(engine: Mapping[str, Any]) -> EngineSettings:
 
 def linear_latency(params: Mapping[str, Any]) -> LinearLatency:
     """:class:`LinearLatency` from explicit ``blis_linear`` coefficients."""
-    names = ("beta0_us", "beta1_us", "beta2_us", "alpha0_us", "alpha1_us", "alpha2_us")
+    names = ("beta0_us", "beta1_us", "beta2_us", "alpha0_us", "alpha1_us", "alpha2_us", "cache_restore_us")
     extra = sorted(set(params) - set(names))
     if extra:
         raise ValueError(f"the reference needs explicit coefficients only; got {extra}")

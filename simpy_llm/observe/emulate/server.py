@@ -12,8 +12,10 @@ non-streamed answer is sent whole at the simulated completion time.
 
 Endpoints: ``POST /v1/chat/completions``, ``POST /v1/completions``,
 ``GET /v1/models``, ``GET /health``, ``GET /metrics`` (Prometheus text with
-vLLM's metric names). See docs/emulate.md for the token-counting rules and
-the timing accuracy.
+vLLM's metric names) and ``GET /simpy_llm/server`` (the server's description,
+:meth:`EmulatedServer.description`: what the observer writes as a trace's
+``server`` block). See docs/emulate.md for the token-counting rules and the
+timing accuracy.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 from aiohttp import web
 
+from simpy_llm.config.loader import scenario_to_dict
 from simpy_llm.config.schema import TraceSource, WorkloadConfig
 from simpy_llm.observe.emulate.clock import RealtimeDriver
 from simpy_llm.observe.emulate.protocol import (
@@ -45,12 +48,13 @@ from simpy_llm.observe.emulate.protocol import (
 from simpy_llm.entities import Request
 from simpy_llm.simulation import Simulation
 from simpy_llm.workload.distributions import to_tokens
-from simpy_llm.workload.traces import TraceV2Writer, us_from_s
+from simpy_llm.workload.traces import SERVER_BLOCK_KEYS, TraceV2Writer, us_from_s
 
 if TYPE_CHECKING:
     from simpy_llm.config.schema import Scenario
 
 __all__ = [
+    "DESCRIPTION_PATH",
     "TRACE_COLUMNS",
     "EmulatedServer",
     "ServedRequest",
@@ -65,6 +69,9 @@ TRACE_COLUMNS = ("endpoint", "replica")
 """Columns the served trace has after the trace v2 ones."""
 
 SHUTDOWN_TIMEOUT_S = 0.5
+
+DESCRIPTION_PATH = "/simpy_llm/server"
+"""Where the server answers with its description (:meth:`EmulatedServer.description`)."""
 """How long stopping waits for responses in progress before closing their connections."""
 
 
@@ -211,7 +218,7 @@ class EmulatedServer:
         self._output_rng = sim.workload_streams.stream("emulate/output")
         self.max_model_len = sim.replicas[0].max_model_len
         if self.trace_path is not None:
-            header = {"mode": "real", "server": {"kind": "simpy-llm emulated server", "model": self.model, "scenario": self.scenario.name}}
+            header = {"mode": "real", "server": self.description()}
             self._writer = TraceV2Writer(self.trace_path, header, extra_columns=TRACE_COLUMNS).open()
         self.driver = RealtimeDriver(sim.env, on_error=self._wake_all)
         self.driver.start()
@@ -247,7 +254,42 @@ class EmulatedServer:
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/health", self._health)
         app.router.add_get("/metrics", self._metrics)
+        app.router.add_get(DESCRIPTION_PATH, self._description)
         return app
+
+    def description(self) -> dict[str, Any]:
+        """What this server is, as plain data (``GET /simpy_llm/server``; the ``server`` block of
+        an observed trace and of the served trace):
+
+        * ``type: emulated``, ``model`` (the name served), ``scenario`` (its name);
+        * the engine settings a vLLM server would report, under vLLM's names
+          (``max_num_seqs``, ``block_size``, ``max_model_len``, ``max_num_batched_tokens``,
+          ``enable_prefix_caching``), each given when every replica group has the same
+          value (``max_model_len`` as configured: null means the KV capacity);
+        * ``replicas``, the whole ``serving`` section (as ``scenario_to_dict`` writes it),
+          ``seed`` (the scenario's root seed) and ``simulation_mode`` (the mode the
+          server runs, ``event_per_step``, whose records equal the fast mode's): with
+          them a scenario rebuilds the serving system exactly.
+
+        Examples
+        --------
+        >>> from simpy_llm import load_scenario
+        >>> d = EmulatedServer(load_scenario("scenarios/quickstart.yaml")).description()
+        >>> d["type"], d["model"], d["max_num_seqs"], d["block_size"], d["replicas"], d["simulation_mode"]
+        ('emulated', 'llama-3.1-8b-instruct', 256, 16, 1, 'event_per_step')
+        """
+        scenario = self.scenario
+        groups = scenario.serving.groups()
+        out: dict[str, Any] = {"type": "emulated", "model": self.model, "scenario": scenario.name}
+        for key, field in SERVER_BLOCK_KEYS.items():
+            values = {getattr(g.engine, field) for g in groups}
+            if len(values) == 1:
+                out[key] = values.pop()
+        out["replicas"] = scenario.serving.num_replicas
+        out["serving"] = scenario_to_dict(scenario)["serving"]
+        out["seed"] = scenario.seed
+        out["simulation_mode"] = scenario.simulation.mode
+        return out
 
     # --- the simulation side ------------------------------------------------
     def _wake_all(self, _exc: BaseException) -> None:
@@ -475,6 +517,9 @@ class EmulatedServer:
             "max_model_len": self.max_model_len,
         }
         return web.json_response({"object": "list", "data": [card]})
+
+    async def _description(self, request: web.Request) -> web.Response:
+        return web.json_response(self.description())
 
     async def _health(self, request: web.Request) -> web.Response:
         driver = self.driver

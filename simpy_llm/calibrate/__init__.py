@@ -1,0 +1,38 @@
+"""Calibration: observed latencies against the simulator's predictions.
+
+Beside the simulation core (pandas and scipy; nothing in the core imports it):
+
+* :func:`compare` replays an observed trace (``simpy-llm observe``) through a scenario
+  and compares TTFT, ITL, TPOT and E2E request by request (:mod:`~simpy_llm.calibrate.stats`),
+  with a quality rating and the known limitations (:mod:`~simpy_llm.calibrate.report`);
+* :func:`fit` estimates a ``batch_table`` latency model from a trace
+  (:mod:`~simpy_llm.calibrate.fit`) and :func:`write_profile` saves it for any scenario;
+* :func:`scenario_from_trace` builds the serving system a trace header describes;
+* :func:`simulated_observation` writes a simulated run as an observed trace (ground truth).
+
+``docs/calibration.md`` walks through observing a real server, fitting and predicting.
+"""
+
+from simpy_llm.calibrate.compare import Calibration, compare
+from simpy_llm.calibrate.fit import FitResult, fit, write_profile
+from simpy_llm.calibrate.report import CalibrationReport, report_table, write_report
+from simpy_llm.calibrate.scenario import apply_profile, scenario_from_trace
+from simpy_llm.calibrate.stats import MetricComparison, compare_metric, rate
+from simpy_llm.calibrate.synthetic import simulated_observation
+
+__all__ = [
+    "Calibration",
+    "CalibrationReport",
+    "FitResult",
+    "MetricComparison",
+    "apply_profile",
+    "compare",
+    "compare_metric",
+    "fit",
+    "rate",
+    "report_table",
+    "scenario_from_trace",
+    "simulated_observation",
+    "write_profile",
+    "write_report",
+]

@@ -1,0 +1,117 @@
+"""``simpy-llm calibrate compare | fit``: the calibrator on the command line.
+
+``simpy-llm calibrate compare OBSERVED [--scenario S] [--profile P] [--out DIR]``
+replays an observed trace (``simpy-llm observe``'s output directory, or a trace
+file) through a scenario and prints the per-metric comparison with its rating;
+``--out`` writes ``report.json``, ``report.md`` and, with matplotlib, QQ, CDF and
+scatter plots. ``simpy-llm calibrate fit OBSERVED --out PROFILE`` fits a
+``batch_table`` latency model to the trace and writes it as a profile, then
+compares the fitted model with the same trace. Without ``--scenario`` the
+serving system comes from the trace header (:func:`~simpy_llm.calibrate.scenario.scenario_from_trace`);
+``--profile`` applies a fitted latency profile to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+__all__ = ["add_parser", "main"]
+
+
+def add_parser(sub: Any, add_scenario_options: Any) -> None:
+    """Add ``calibrate`` with its ``compare`` and ``fit`` subcommands to the subparsers *sub*;
+    *add_scenario_options* adds ``--set`` and ``--plugin`` (as every command has them)."""
+    cal = sub.add_parser("calibrate", help="compare an observed trace with the simulator, or fit a latency profile to it")
+    verbs = cal.add_subparsers(dest="calibrate_command", required=True)
+
+    cmp = verbs.add_parser("compare", help="replay an observed trace through a scenario and rate the prediction")
+    _common(cmp, add_scenario_options)
+    cmp.add_argument("--profile", metavar="PROFILE", help="apply this fitted latency profile to the scenario")
+    cmp.add_argument("--out", metavar="DIR", help="write report.json, report.md and plots here")
+
+    fit = verbs.add_parser("fit", help="fit a batch_table latency model to an observed trace and write it as a profile")
+    _common(fit, add_scenario_options)
+    fit.add_argument("--out", metavar="PROFILE", required=True, help="the profile file to write (YAML)")
+    fit.add_argument("--report", metavar="DIR", help="also write the fitted model's comparison report here")
+    fit.add_argument("--no-refine", action="store_true", help="stop after the direct estimate (no simulation-based refinement)")
+    fit.add_argument("--max-evaluations", type=int, default=400, metavar="N", help="replays the refinement may run (default 400)")
+
+
+def _common(parser: argparse.ArgumentParser, add_scenario_options: Any) -> None:
+    parser.add_argument("observed", help="an observed trace v2: simpy-llm observe's output directory, its trace.csv or trace.yaml")
+    parser.add_argument(
+        "--scenario",
+        metavar="FILE",
+        help="the serving system to test (its workload is replaced by the trace); default: from the trace header",
+    )
+    parser.add_argument("--warm-up-requests", type=int, metavar="N", help="leave out the first N requests (default: the header's warm_up_requests)")
+    parser.add_argument("--warm-up-s", type=float, default=0.0, metavar="T", help="also leave out requests sent in the first T seconds")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap confidence intervals (default 0)")
+    parser.add_argument("--resamples", type=int, default=1000, metavar="N", help="bootstrap resamples (default 1000)")
+    add_scenario_options(parser)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the ``calibrate`` command *args* asks for; exit status 0, 2 on bad input."""
+    from rich.console import Console
+
+    from simpy_llm.calibrate.compare import compare
+    from simpy_llm.calibrate.fit import fit, write_profile
+    from simpy_llm.calibrate.report import report_table, write_report
+    from simpy_llm.config import ScenarioError, load_scenario
+
+    console = Console(soft_wrap=True)
+    if not console.is_terminal:  # a log or a pipe: wide enough for the comparison table
+        console = Console(soft_wrap=True, width=160)
+    if args.warm_up_requests is not None and args.warm_up_requests < 0:
+        print(f"--warm-up-requests must be >= 0, got {args.warm_up_requests}", file=sys.stderr)
+        return 2
+    try:
+        scenario = load_scenario(args.scenario, list(args.overrides)) if args.scenario else None
+        if scenario is None and args.overrides:
+            print("--set needs --scenario (the scenario from the trace header takes no overrides)", file=sys.stderr)
+            return 2
+        if args.calibrate_command == "fit":
+            if args.max_evaluations < 1:
+                print(f"--max-evaluations must be >= 1, got {args.max_evaluations}", file=sys.stderr)
+                return 2
+            result = fit(args.observed, scenario, refine=not args.no_refine, max_evaluations=args.max_evaluations)
+            path = write_profile(result, args.out)
+            console.print(f"wrote {path}")
+            stats = result.statistics
+            console.print(
+                f"fit: {stats['method']}, {stats['evaluations']} replays, loss {stats['loss_direct']:.4f} (direct)"
+                + (f" -> {stats['loss_refined']:.4f} (refined)" if "loss_refined" in stats else "")
+            )
+            profile: Any = path
+        else:
+            profile = args.profile
+        cal = compare(
+            args.observed,
+            scenario,
+            profile=profile,
+            warm_up_requests=args.warm_up_requests,
+            warm_up_s=args.warm_up_s,
+            seed=args.seed,
+            n_resamples=args.resamples,
+        )
+    except ScenarioError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    except ValueError as exc:  # e.g. a trace without token times to fit
+        print(f"cannot calibrate {args.observed}: {exc}", file=sys.stderr)
+        return 2
+    report = cal.report
+    if args.calibrate_command == "fit":  # the report says where its latency model came from
+        report = attrs.evolve(report, fit=result.profile()["fit"])
+    console.print(report_table(report))
+    out = args.report if args.calibrate_command == "fit" else args.out
+    if out:
+        written = write_report(report, cal.samples, Path(out))
+        console.print(f"wrote {', '.join(p.name for p in written)} in {out}")
+    return 0

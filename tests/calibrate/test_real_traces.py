@@ -1,0 +1,82 @@
+"""Real data, deterministic: the committed llama.cpp traces (``tests/data/calibration``,
+recorded by its ``record.py``) — fit on the open-loop trace, predict the multi-turn trace.
+
+The two workloads differ in rate, length mix, API and session structure, and the prompt
+cache is off in one and on in the other. Everything here reads committed files and is
+deterministic, so the figures asserted are the figures reached (``docs/calibration.md``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from simpy_llm.calibrate import compare, fit
+from simpy_llm.config.profile import load_profile
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "calibration"
+OPEN_LOOP = DATA / "llamacpp_open_loop"
+MULTI_TURN = DATA / "llamacpp_multi_turn"
+PROFILE = DATA / "llamacpp_open_loop_profile.yaml"
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    """The profile fitted on the open-loop trace (the fit is deterministic)."""
+    return fit(OPEN_LOOP)
+
+
+def test_the_fit_reproduces_the_committed_profile(fitted):
+    """Fitting the committed trace again gives the committed profile, coefficient for
+    coefficient and statistic for statistic (only the trace's path is spelled differently)."""
+    committed = load_profile(PROFILE)
+    ours = fitted.profile()
+    assert ours["latency_model"] == committed["latency_model"]
+    repository = DATA.parents[2]  # the committed profile names its trace from the repository root
+    assert Path(ours["fit"].pop("trace")).resolve() == (repository / committed["fit"].pop("trace")).resolve()
+    assert yaml.safe_dump(ours) == yaml.safe_dump({k: committed[k] for k in ours})
+
+
+def test_the_profile_predicts_the_other_workload(fitted):
+    """Fitted on the open-loop trace, the simulator predicts the multi-turn trace request by
+    request: E2E MAPE <= 10 %, TTFT MAPE <= 15 %, per-request E2E Pearson r >= 0.9 (the
+    targets), at the figures docs/calibration.md reports (6.8 %, 10.6 %, 0.978)."""
+    cal = compare(MULTI_TURN, profile=fitted.profile(), n_resamples=200)
+    e2e, ttft = cal.metrics["e2e"], cal.metrics["ttft"]
+    assert cal.report.request_summary["calibrated"] == 83
+    assert e2e.mape <= 0.10 and ttft.mape <= 0.15 and e2e.pearson_r >= 0.9
+    assert (e2e.mape, ttft.mape, e2e.pearson_r) == pytest.approx((0.068, 0.106, 0.978), abs=0.005)
+    assert (e2e.median_ape, ttft.median_ape) == pytest.approx((0.054, 0.075), abs=0.005)
+
+
+def test_the_replay_finds_the_prompts_the_server_had_cached():
+    """The multi-turn replay's prefix cache finds what llama.cpp reported cached (each round
+    reuses the previous round's prompt up to its last checkpoint), give or take the BOS token
+    every prompt shares."""
+    cal = compare(MULTI_TURN, profile=PROFILE, n_resamples=50)
+    r = cal.requests
+    assert (r["cached_tokens_observed"] > 1).sum() >= 40
+    diff = (r["cached_tokens_observed"] - r["cached_tokens_simulated"]).abs()
+    assert (diff <= 1).mean() >= 0.95, r.loc[diff > 1, ["request_id", "cached_tokens_observed", "cached_tokens_simulated"]]
+
+
+def test_the_open_loop_fit_is_close_in_sample(fitted):
+    """On its own trace the fitted model gives E2E 8.7 % and TTFT 9.3 % MAPE (what the fit minimised)."""
+    cal = compare(OPEN_LOOP, profile=fitted.profile(), n_resamples=50)
+    assert (cal.metrics["e2e"].mape, cal.metrics["ttft"].mape) == pytest.approx((0.087, 0.093), abs=0.005)
+
+
+def test_the_shared_prefix_trace_shows_what_the_model_leaves_out():
+    """The first multi-turn recording (a shared 120-token system prompt, more conversations than
+    slots) is kept for the limitation docs/model.md states: llama.cpp restores a checkpointed
+    model's cache only at an earlier prompt's checkpoint, so a conversation's first round found
+    at most 91 tokens of the system prompt, where the simulated cache finds all 120 — and the
+    prediction falls short there (E2E MAPE above 10 %)."""
+    cal = compare(DATA / "llamacpp_multi_turn_shared_prefix", profile=PROFILE, n_resamples=50)
+    r = cal.requests
+    first_rounds = r[r["request_id"] < 40]  # the observer numbers first rounds before follow-ups
+    assert (first_rounds["cached_tokens_observed"] <= 91).all()
+    assert (first_rounds["cached_tokens_simulated"] >= 120).mean() >= 0.9
+    assert cal.metrics["e2e"].mape > 0.10
