@@ -202,6 +202,8 @@ class Simulation:
         ScenarioError
             Naming the trace file and, per differing setting, the engine key and both values.
         """
+        if not workload_sources.traces:
+            return  # nothing to check (and no need to import the trace module, which loads pandas)
         from simpy_llm.config.errors import ScenarioError
         from simpy_llm.workload.traces import server_block_mismatches
 

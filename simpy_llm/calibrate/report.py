@@ -413,7 +413,7 @@ def _markdown(report: CalibrationReport, plots: list[str] | None) -> str:
     for key in ("server", "hardware", "network"):
         if t.get(key):
             lines.append(f"- {key.capitalize()}: " + ", ".join(f"{k}={_plain_value(v)}" for k, v in t[key].items()))
-    lines.append(f"- Requests: {_requests_line(report)}.")
+    lines.append(f"- {_requests_line(report)[:1].upper()}{_requests_line(report)[1:]}.")
     lines.append(f"- Warm-up left out: {_warm_up_line(report)}.")
     if report.scenario.get("name"):
         lines.append(f"- Scenario: {report.scenario['name']}.")
@@ -664,7 +664,7 @@ def report_table(report: CalibrationReport) -> Any:
             _bias(c),
             Text(c.rating or "-", style=_RATING_STYLE.get(c.rating or "", "")),
         )
-    parts: list[Any] = [table, Text(f"requests: {_requests_line(report)}; warm-up left out: {_warm_up_line(report)}")]
+    parts: list[Any] = [table, Text(f"{_requests_line(report)}; warm-up left out: {_warm_up_line(report)}")]
     notes = list(report.warnings) + [f"{m}: {w}" for m, c in report.metrics.items() for w in c.warnings]
     parts += [Text(f"warning: {w}", style="bold yellow") for w in notes]
     parts += [Text(f"limitation: {x}", style="cyan") for x in report.known_limitations]

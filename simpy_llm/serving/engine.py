@@ -688,11 +688,10 @@ class Replica:
         cache = self.prefix_cache
         if cache is None:
             self.kv.release(blocks_for(tokens, self.kv.block_size))
-        elif done and self._reusable_tail is not None:
-            keep = max(req.prompt_tokens - self._reusable_tail, 0)
-            cache.unref(req.kv_holder, tokens, findable=bool(req.session_id), findable_tokens=keep)
         else:
-            cache.unref(req.kv_holder, tokens, findable=not done or bool(req.session_id))
+            # A finished request leaves findable its prompt less the reusable tail (llama.cpp's checkpoints).
+            keep = max(req.prompt_tokens - self._reusable_tail, 0) if done and self._reusable_tail is not None else None
+            cache.unref(req.kv_holder, tokens, findable=not done or bool(req.session_id), findable_tokens=keep)
 
     def _leave_decoding(self, req: Request) -> None:
         self._residue[(req.kv_tokens - req.decode_anchor_step) % self.kv.block_size] -= 1

@@ -134,10 +134,11 @@ class WorkloadSources:
         (in :attr:`clients` order, so a source index below ``len(clients)`` is a client),
         then the traces. The rows are new iterators over the sources' shared streams:
         take them once per run."""
-        from simpy_llm.workload.traces import trace_rows
-
         out: list[tuple[dict[str, Any], Iterator[Any]]] = [(src.base, src.rows()) for src in self.clients]
-        out += [({}, trace_rows(trace, src)) for src, trace in self.traces]
+        if self.traces:  # the trace module loads pandas: only when there is a trace
+            from simpy_llm.workload.traces import trace_rows
+
+            out += [({}, trace_rows(trace, src)) for src, trace in self.traces]
         return out
 
     def __repr__(self) -> str:
