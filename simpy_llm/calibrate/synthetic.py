@@ -17,30 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from simpy_llm.config import Scenario, scenario_to_dict
-from simpy_llm.workload.traces import OBSERVED_COLUMNS, V2_COLUMNS, write_trace_v2
+from simpy_llm.config import Scenario
+from simpy_llm.workload.traces import OBSERVED_COLUMNS, V2_COLUMNS, emulated_server_block, write_trace_v2
 
-__all__ = ["server_block", "simulated_observation"]
-
-
-def server_block(scenario: Scenario) -> dict[str, Any]:
-    """The ``server`` header block describing *scenario*'s serving system as an emulated
-    server (what ``simpy-llm serve`` reports about itself)."""
-    engine = scenario.serving.groups()[0].engine
-    serving = scenario_to_dict(scenario)["serving"]
-    return {
-        "type": "emulated",
-        "model": scenario.name or "simulated",
-        "max_num_seqs": engine.max_num_seqs,
-        "block_size": engine.kv_block_size,
-        "max_model_len": engine.max_model_len,
-        "max_num_batched_tokens": engine.max_num_batched_tokens,
-        "enable_prefix_caching": engine.prefix_caching,
-        "replicas": scenario.serving.num_replicas,
-        "serving": serving,
-        "seed": scenario.seed,
-        "simulation_mode": scenario.simulation.mode,
-    }
+__all__ = ["simulated_observation"]
 
 
 def simulated_observation(scenario: Scenario, path: Path | str, *, warm_up_requests: int = 0) -> tuple[Path, Path]:
@@ -98,7 +78,7 @@ def simulated_observation(scenario: Scenario, path: Path | str, *, warm_up_reque
         "mode": "simulated",
         "created_at": "1970-01-01T00:00:00Z",  # no wall clock: the same scenario gives the same file
         "warm_up_requests": warm_up_requests,
-        "server": server_block(scenario),
+        "server": emulated_server_block(scenario, scenario.name or "simulated"),
         "network": {"measured_rtt_ms": 0.0},
     }
     return write_trace_v2(frame, path, header=header)

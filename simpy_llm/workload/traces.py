@@ -1232,6 +1232,29 @@ prompt cache prefix caching. llama.cpp clamps ``n_batch`` to the whole context
 (``n_ctx``, else ``n_parallel x ctx_per_slot``), and the comparison does too."""
 
 
+def emulated_server_block(scenario: Any, model: str) -> dict[str, Any]:
+    """The ``server`` block describing *scenario*'s serving system as a server serving *model*
+    (what ``simpy-llm serve`` reports about itself, and what a simulated observation's header
+    holds): ``type: emulated``, ``model``, ``scenario`` (its name), the engine settings under
+    vLLM's names (:data:`SERVER_BLOCK_KEYS`, each given when every replica group has the same
+    value), ``replicas``, the whole ``serving`` section (as ``scenario_to_dict`` writes it),
+    ``seed`` and ``simulation_mode``: with them a scenario rebuilds the serving system exactly.
+    """
+    from simpy_llm.config.loader import scenario_to_dict
+
+    groups = scenario.serving.groups()
+    out: dict[str, Any] = {"type": "emulated", "model": model, "scenario": scenario.name}
+    for key, field in SERVER_BLOCK_KEYS.items():
+        values = {getattr(g.engine, field) for g in groups}
+        if len(values) == 1:
+            out[key] = values.pop()
+    out["replicas"] = scenario.serving.num_replicas
+    out["serving"] = scenario_to_dict(scenario)["serving"]
+    out["seed"] = scenario.seed
+    out["simulation_mode"] = scenario.simulation.mode
+    return out
+
+
 def server_block_mismatches(header: Mapping[str, Any], engine: Any) -> list[tuple[str, str]]:
     """``(engine key, message)`` for each setting of the header's ``server`` block that
     differs from *engine* (an :class:`~simpy_llm.config.schema.EngineConfig`): the keys of

@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any
 import attrs
 from aiohttp import web
 
-from simpy_llm.config.loader import scenario_to_dict
 from simpy_llm.config.schema import TraceSource, WorkloadConfig
 from simpy_llm.observe.emulate.clock import RealtimeDriver
 from simpy_llm.observe.emulate.protocol import (
@@ -48,7 +47,7 @@ from simpy_llm.observe.emulate.protocol import (
 from simpy_llm.entities import Request
 from simpy_llm.simulation import Simulation
 from simpy_llm.workload.distributions import to_tokens
-from simpy_llm.workload.traces import SERVER_BLOCK_KEYS, TraceV2Writer, us_from_s
+from simpy_llm.workload.traces import TraceV2Writer, emulated_server_block, us_from_s
 
 if TYPE_CHECKING:
     from simpy_llm.config.schema import Scenario
@@ -278,18 +277,7 @@ class EmulatedServer:
         >>> d["type"], d["model"], d["max_num_seqs"], d["block_size"], d["replicas"], d["simulation_mode"]
         ('emulated', 'llama-3.1-8b-instruct', 256, 16, 1, 'event_per_step')
         """
-        scenario = self.scenario
-        groups = scenario.serving.groups()
-        out: dict[str, Any] = {"type": "emulated", "model": self.model, "scenario": scenario.name}
-        for key, field in SERVER_BLOCK_KEYS.items():
-            values = {getattr(g.engine, field) for g in groups}
-            if len(values) == 1:
-                out[key] = values.pop()
-        out["replicas"] = scenario.serving.num_replicas
-        out["serving"] = scenario_to_dict(scenario)["serving"]
-        out["seed"] = scenario.seed
-        out["simulation_mode"] = scenario.simulation.mode
-        return out
+        return emulated_server_block(self.scenario, self.model)
 
     # --- the simulation side ------------------------------------------------
     def _wake_all(self, _exc: BaseException) -> None:
