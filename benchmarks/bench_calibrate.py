@@ -26,13 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-TRUTH = {
-    "decode_step_us": [20000.0, 42000.0, 50000.0, 57000.0],
-    "prefill_step_us": 8000.0,
-    "prefill_only_step_us": 12000.0,
-    "prefill_token_us": 3500.0,
-    "alpha0_us": 3000.0,
-}
+from tests.calibrate.test_fit import TRUTH  # the coefficients the identifiability tests use
 
 
 def _scenario(requests: int):  # noqa: ANN202 - a Scenario

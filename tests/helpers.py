@@ -6,6 +6,7 @@ import copy
 import math
 from typing import Any
 
+import attrs
 import numpy as np
 
 from simpy_llm import Results, Simulation, scenario_from_dict
@@ -75,3 +76,14 @@ def assert_moments(x: np.ndarray, mean: float, variance: float, excess_kurtosis:
     assert abs(x.mean() - mean) < 5 * math.sqrt(variance / n), (x.mean(), mean)
     rel = 5 * math.sqrt((excess_kurtosis + 2) / n)
     assert abs(x.var(ddof=1) / variance - 1) < rel, (x.var(ddof=1), variance)
+
+
+@attrs.frozen
+class NanDistribution:
+    """A registered-style length distribution whose draws are all NaN (no check of its own)."""
+
+    mean: float = 1.0
+    variance: float = 0.0
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return np.full(n, math.nan)

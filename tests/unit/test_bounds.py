@@ -42,7 +42,7 @@ from simpy_llm.workload.distributions import (
     to_tokens,
 )
 from simpy_llm.workload.generator import ClientSource, sampling_scenario_error, to_counts
-from tests.helpers import tiny_scenario
+from tests.helpers import NanDistribution, tiny_scenario
 
 CLIENT = "workload.clients[0]"
 
@@ -322,16 +322,6 @@ def test_builtin_samplers_reject_non_finite_draws(dist: Any) -> None:
     assert info.value.distribution is dist
 
 
-@attrs.frozen
-class _Broken:
-    """A registered-style distribution whose draws are all NaN (no check of its own)."""
-
-    mean: float = 1.0
-    variance: float = 0.0
-
-    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        return np.full(n, math.nan)
-
 
 def _with_client(data: dict[str, Any], **fields: Any) -> Any:
     """The scenario of *data* with the first client's *fields* replaced by objects."""
@@ -343,7 +333,7 @@ def _with_client(data: dict[str, Any], **fields: Any) -> Any:
 @pytest.mark.parametrize("field", ["input_distribution", "output_distribution"])
 def test_run_reports_a_sampling_error_as_scenario_error_naming_the_client_distribution(field: str) -> None:
     """A distribution drawing NaN during the run ends it with a ScenarioError at the client's distribution."""
-    scenario = _with_client(tiny_scenario(name="nan"), **{field: _Broken()})
+    scenario = _with_client(tiny_scenario(name="nan"), **{field: NanDistribution()})
     with pytest.raises(ScenarioError) as info:
         Simulation(scenario).run()
     assert info.value.paths == [f"{CLIENT}.{field}"]
@@ -369,7 +359,7 @@ def test_sampling_error_of_a_servegen_client_names_servegen_data() -> None:
     data = tiny_scenario()
     data["workload"] = {"horizon_s": 10.0, "servegen_data": {"path": "somewhere"}}
     scenario = scenario_from_dict(data)
-    broken = _Broken()
+    broken = NanDistribution()
     client = attrs.evolve(
         scenario_from_dict(tiny_scenario()).workload.clients[0], id="m-large/7", input_distribution=broken
     )

@@ -4,7 +4,6 @@ requests; a bare workload spec is an input as good as a scenario."""
 
 from __future__ import annotations
 
-import math
 import warnings
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from simpy_llm.workload.export import generate_requests
 from simpy_llm.workload.generator import merge_sources
 from simpy_llm.workload.sources import WorkloadSources, build_sources, spec_workload, workload_seed
 from simpy_llm.workload.traces import Trace, write_trace_v2
-from tests.helpers import tiny_scenario
+from tests.helpers import NanDistribution, tiny_scenario
 
 REPO = Path(__file__).resolve().parents[2]
 TWO_CLIENTS = REPO / "scenarios" / "workloads" / "two_clients.yaml"
@@ -91,23 +90,13 @@ def test_a_zero_rate_client_of_a_bare_spec_is_named_by_its_own_key_path() -> Non
     assert set(table.client_id) == {"c0"}
 
 
-@attrs.frozen
-class _Broken:
-    """A distribution whose draws are all NaN (no check of its own)."""
-
-    mean: float = 1.0
-    variance: float = 0.0
-
-    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        return np.full(n, math.nan)
-
 
 def test_a_distribution_drawing_nan_in_a_bare_spec_names_its_key_path() -> None:
     """A sampling failure while generating a bare spec's requests is a ScenarioError at the
     distribution's key path inside the workload (in a scenario: under ``workload.``)."""
     data = tiny_scenario(name="nan")
     wl = workload_from_dict(data["workload"])
-    wl = attrs.evolve(wl, clients=(attrs.evolve(wl.clients[0], output_distribution=_Broken()),))
+    wl = attrs.evolve(wl, clients=(attrs.evolve(wl.clients[0], output_distribution=NanDistribution()),))
     with pytest.raises(ScenarioError) as err:
         generate_requests(wl)
     assert err.value.paths == ["clients[0].output_distribution"] and err.value.source == "<workload spec>"
