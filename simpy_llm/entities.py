@@ -21,7 +21,7 @@ import math
 
 import attrs
 
-__all__ = ["Request", "RequestStatus"]
+__all__ = ["Batch", "Request", "RequestStatus"]
 
 NAN = math.nan
 
@@ -108,6 +108,8 @@ class Request:
     """Prompt tokens found in the prefix cache at its first admission."""
     warm_up: bool = False
     """A warm-up request of a replayed trace (simulated, left out of the summary)."""
+    bin: int = -1
+    """The bin of the request-level batch server that queued it (-1: none)."""
 
     # --- engine bookkeeping (read by the engine and recorder only) ---
     generated_tokens: int = 0
@@ -131,3 +133,43 @@ class Request:
     def num_preemptions(self) -> int:
         """How often it was preempted."""
         return 0 if self.preemption_times_s is None else len(self.preemption_times_s)
+
+
+@attrs.define(eq=False, slots=True)
+class Batch:
+    """A batch of a request-level batch server (:mod:`simpy_llm.serving.batching`).
+
+    Examples
+    --------
+    >>> b = Batch(id=0, bin=2, requests=[], formed_s=1.0)
+    >>> b.size, b.start_s
+    (0, nan)
+    """
+
+    id: int
+    """Batch number within its server, in formation order."""
+    bin: int
+    """The bin its requests came from."""
+    requests: list[Request]
+    """Its requests, in the order they left the bin."""
+    formed_s: float
+    """When it was formed, s."""
+    sizes: list[float] = attrs.Factory(list)
+    """Its requests' true sizes (service time, s, or tokens: see the service model)."""
+    b_target: int = -1
+    """The dynamic batcher's target size ``min(b_mem, b_SLA)`` (-1 with a fixed batch size)."""
+    b_mem: int = -1
+    """The memory-limited size (-1 with a fixed batch size)."""
+    b_sla: int = -1
+    """The SLA controller's size (-1 with a fixed batch size)."""
+    start_s: float = NAN
+    """Service began, s."""
+    end_s: float = NAN
+    """Its slowest request ended, s."""
+    memory_tokens: int = 0
+    """KV tokens it holds while served: its requests' prompt plus output tokens."""
+
+    @property
+    def size(self) -> int:
+        """Requests in the batch."""
+        return len(self.requests)

@@ -32,6 +32,7 @@ from simpy_llm.policies.routing import routing_policies
 from simpy_llm.policies.scheduling import scheduler_policies
 from simpy_llm.progress import ProgressCallback, progress_wanted, rich_progress, watched
 from simpy_llm.rng import RandomStreams
+from simpy_llm.serving.batching import BatchServer, build_service_model
 from simpy_llm.serving.engine import Replica
 from simpy_llm.serving.fleet import plan_fleet
 from simpy_llm.serving.router import Router
@@ -125,14 +126,21 @@ class Simulation:
         completions = Wire(env) if needs_sessions else None
         schedulers: dict[str, object] = {}
         for group in serving.groups():
-            schedulers[group.name] = scheduler_policy or build_policy(
-                group.engine.scheduler, scheduler_policies, slo=ttft_targets
-            )
-        self.replicas = [
+            if group.batch_server is None:
+                schedulers[group.name] = scheduler_policy or build_policy(
+                    group.engine.scheduler, scheduler_policies, slo=ttft_targets
+                )
+        self.replicas: list[Replica | BatchServer] = [
             Replica(
                 env, i, inbox, plan.engine, plan.latency, self.recorder,
                 fast=fast, completions=completions, token_listener=token_listener,
                 scheduler=schedulers[plan.group], group=plan.group,
+            )
+            if plan.batch_server is None
+            else BatchServer(
+                env, i, inbox, plan.batch_server,
+                build_service_model(plan.batch_server, plan.latency, self.streams.stream(f"service/{i}")),
+                self.recorder, completions=completions, group=plan.group,
             )
             for i, (inbox, plan) in enumerate(zip(replica_inboxes, self.plans, strict=True))
         ]

@@ -32,6 +32,7 @@ import attrs
 
 from simpy_llm.config.errors import FieldValueError
 from simpy_llm.config.paths import resolve_path
+from simpy_llm.policies.predictors import OutputPredictor
 from simpy_llm.config.validators import (
     MAX_BANDWIDTH_MBPS,
     MAX_KV_BLOCK_SIZE,
@@ -72,6 +73,10 @@ __all__ = [
     "ArrivalField",
     "ClientConfig",
     "AdmissionSpec",
+    "BatchServerConfig",
+    "BinsConfig",
+    "DynamicBatchingConfig",
+    "MemoryLimitConfig",
     "ENGINE_PRESETS",
     "KvBlocks",
     "LatencySpec",
@@ -580,6 +585,156 @@ ENGINE_PRESETS: dict[str, type] = {"vllm": EngineConfig, "llamacpp": LlamaCppPre
 :class:`EngineConfig` itself (also what an engine without ``preset`` is)."""
 
 
+MAX_BINS = 1024
+"""Most bins a batch server may have."""
+
+
+def _increasing(inst: Any, attribute: attrs.Attribute, value: tuple[float, ...] | None) -> None:
+    if value is not None and any(b <= a for a, b in zip(value, value[1:])):
+        raise FieldValueError(attribute.name, f"must be strictly increasing; got {list(value)}")
+
+
+@attrs.frozen(kw_only=True)
+class BinsConfig:
+    """The multi-bin layer of a batch server: k bins by predicted request size (seed 001 §1.3, §7).
+
+    A request's *size* is what its service time grows with: its sampled service time
+    (service ``sampled``) or its prompt plus output tokens (the token-based service
+    models). The bins split the predicted size at ``count - 1`` boundaries: given
+    explicitly, or the empirical ``i/count`` quantiles of the first
+    ``warmup_requests`` predicted sizes (equal-mass bins), computed when the last of
+    them arrives; until then arrivals wait unbinned.
+    """
+
+    count: int = attrs.field(default=1, validator=all_of(at_least(1), at_most(MAX_BINS)))
+    """Number of bins k (1: a single FIFO queue)."""
+    boundaries: tuple[float, ...] | None = attrs.field(default=None, validator=optional(_increasing))
+    """The ``count - 1`` inner boundaries, strictly increasing (bin i holds sizes in
+    ``[boundaries[i-1], boundaries[i])``); None: equal-mass from a warm-up sample."""
+    warmup_requests: int | None = attrs.field(default=None, validator=optional(all_of(at_least(1), at_most(MAX_REQUESTS))))
+    """Predicted sizes sampled for equal-mass boundaries (only without ``boundaries``;
+    default 1000 with more than one bin, none with one). Given with one bin, the first
+    requests wait for it all the same, so that runs over k start alike."""
+    predictor: OutputPredictor = attrs.field(factory=lambda: OutputPredictor(kind="oracle"))
+    """How well the server knows a request's size: ``{kind: oracle}`` or ``{kind: noisy,
+    sigma, seed}`` (the true size times a mean-preserving log-normal error)."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.boundaries is not None:
+            if len(self.boundaries) != self.count - 1:
+                raise FieldValueError("boundaries", f"needs count - 1 = {self.count - 1} inner boundaries; got {len(self.boundaries)}")
+            if self.warmup_requests is not None:
+                raise FieldValueError("warmup_requests", "applies only without explicit boundaries")
+        elif self.warmup_requests is not None and self.warmup_requests < self.count:
+            raise FieldValueError("warmup_requests", f"must be at least count ({self.count}) to give {self.count} quantiles")
+
+    @property
+    def warmup_size(self) -> int:
+        """Requests sampled before the boundaries are set (0 with explicit boundaries or one bin)."""
+        if self.boundaries is not None:
+            return 0
+        if self.warmup_requests is not None:
+            return self.warmup_requests
+        return 1000 if self.count > 1 else 0
+
+
+@attrs.frozen(kw_only=True)
+class MemoryLimitConfig:
+    """The KV memory a batch may use, ``eta`` tokens (seed 001 §2.2): given as
+    ``capacity_tokens``, or as ``(gpu_memory_gb - model_memory_gb) / kv_bytes_per_token``."""
+
+    capacity_tokens: int | None = attrs.field(default=None, validator=optional(all_of(at_least(1), at_most(MAX_KV_BLOCKS * 1024))))
+    """KV capacity, tokens."""
+    gpu_memory_gb: float | None = attrs.field(default=None, validator=optional(all_of(greater_than(0), at_most(1e6))))
+    """Device memory M_max, GB (1e9 bytes)."""
+    model_memory_gb: float | None = attrs.field(default=None, validator=optional(all_of(at_least(0), at_most(1e6))))
+    """Memory the weights and activations take, M_model, GB."""
+    kv_bytes_per_token: float | None = attrs.field(default=None, validator=optional(all_of(greater_than(0), at_most(2.0**40))))
+    """KV cache bytes per token."""
+    safety_fraction: float = attrs.field(default=0.1, validator=in_range(0.0, 0.99))
+    """Safety buffer L0 as a share of eta, kept free by the batch-size choice."""
+
+    def __attrs_post_init__(self) -> None:
+        derived = (self.gpu_memory_gb, self.model_memory_gb, self.kv_bytes_per_token)
+        if self.capacity_tokens is not None:
+            for name, value in zip(("gpu_memory_gb", "model_memory_gb", "kv_bytes_per_token"), derived):
+                if value is not None:
+                    raise FieldValueError(name, "give capacity_tokens or the three memory figures, not both")
+        elif any(v is None for v in derived):
+            raise FieldValueError("capacity_tokens", "required (or give gpu_memory_gb, model_memory_gb and kv_bytes_per_token)")
+        elif self.eta_tokens < 1:
+            raise FieldValueError("model_memory_gb", "leaves no memory for the KV cache (must be below gpu_memory_gb by at least one token's KV)")
+
+    @property
+    def eta_tokens(self) -> int:
+        """The capacity eta, whole tokens."""
+        if self.capacity_tokens is not None:
+            return self.capacity_tokens
+        return int((self.gpu_memory_gb - self.model_memory_gb) * 1e9 // self.kv_bytes_per_token)
+
+
+@attrs.frozen(kw_only=True)
+class DynamicBatchingConfig:
+    """Dynamic batch sizes ``b_target = min(b_mem, b_SLA)`` (seed 001 §2), formed when the server is free."""
+
+    d_sla_s: float = attrs.field(validator=all_of(greater_than(0), at_most(MAX_TIME_S)))
+    """Target batch latency D_SLA, s (a request whose batch takes longer violates the SLA)."""
+    eps_d_s: float | None = attrs.field(default=None, validator=optional(all_of(at_least(0), at_most(MAX_TIME_S))))
+    """Tolerance band around D_SLA, s (default 10% of it)."""
+    b_min: int = attrs.field(default=1, validator=all_of(at_least(1), at_most(MAX_TOKENS)))
+    """Smallest batch size the controller chooses."""
+    b_max: int = attrs.field(default=128, validator=all_of(at_least(1), at_most(MAX_TOKENS)))
+    """Largest batch size."""
+    max_candidates: int = attrs.field(default=256, validator=all_of(at_least(1), at_most(MAX_TOKENS)))
+    """Requests pulled from the selected bin as candidates; a batch is at most this many."""
+    ema_alpha: float = attrs.field(default=0.2, validator=in_range(0.001, 1.0))
+    """Weight of the newest batch in the controller's moving averages."""
+    memory: MemoryLimitConfig | None = None
+    """KV memory limit (None: none, ``b_mem = b_max``)."""
+    bin_selection: PolicySpec = attrs.field(factory=lambda: PolicySpec(kind="round_robin"))
+    """Bin to batch from when several hold requests: ``round_robin`` or ``longest_queue``."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.b_min > self.b_max:
+            raise FieldValueError("b_min", f"must not exceed b_max ({self.b_max}); got {self.b_min}")
+
+    @property
+    def tolerance_s(self) -> float:
+        """``eps_d_s``, or its default of 10% of ``d_sla_s``."""
+        return self.eps_d_s if self.eps_d_s is not None else 0.1 * self.d_sla_s
+
+
+@attrs.frozen(kw_only=True)
+class BatchServerConfig:
+    """A request-level batch server (``docs/batching.md``): the unit of service is a whole
+    batch, which holds the server until its slowest request ends.
+
+    Exactly one of ``batch_size`` (fixed B: a bin that holds B requests forms a batch,
+    pushed to a central FIFO batch queue) and ``dynamic`` (a batch formed when the server
+    is free, of the size the dynamic batcher sets).
+    """
+
+    service: PolicySpec
+    """Batch service-time model: ``sampled`` (a per-request service time from a
+    distribution; the batch takes the longest), ``linear`` (seed 001 §5.1) or
+    ``latency_model`` (the replica's latency model run as a static batch)."""
+    bins: BinsConfig = attrs.field(factory=BinsConfig)
+    """The multi-bin layer."""
+    batch_size: int | None = attrs.field(default=None, validator=optional(all_of(at_least(1), at_most(MAX_TOKENS))))
+    """Fixed batch size B."""
+    dynamic: DynamicBatchingConfig | None = None
+    """Dynamic batching instead of a fixed B."""
+    max_wait_s: float | None = attrs.field(default=None, validator=optional(all_of(greater_than(0), at_most(MAX_TIME_S))))
+    """With a fixed B: a bin whose oldest request has waited this long forms a smaller
+    batch of all it holds (None, the theory's setting: only full batches)."""
+
+    def __attrs_post_init__(self) -> None:
+        if (self.batch_size is None) == (self.dynamic is None):
+            raise FieldValueError("batch_size", "give exactly one of batch_size (a fixed B) and dynamic")
+        if self.max_wait_s is not None and self.dynamic is not None:
+            raise FieldValueError("max_wait_s", "applies only with a fixed batch_size (dynamic batches form when the server is free)")
+
+
 @attrs.frozen(kw_only=True)
 class ReplicaGroupConfig:
     """Identical replicas sharing engine settings and a latency model (model, GPU, TP)."""
@@ -588,13 +743,44 @@ class ReplicaGroupConfig:
     """Group name, unique within the fleet (shown to routers and in records)."""
     count: int = attrs.field(default=1, validator=all_of(at_least(1), at_most(MAX_REPLICAS)))
     """Replicas in the group."""
-    latency_model: LatencySpec
-    """Step-time model of the group's replicas."""
+    latency_model: LatencySpec | None = None
+    """Step-time model of the group's replicas (required, except for a batch server whose
+    service model does not use one)."""
     engine: EngineConfig = attrs.field(factory=EngineConfig)
-    """Engine settings of the group's replicas."""
+    """Engine settings of the group's replicas (continuous batching only)."""
+    batch_server: BatchServerConfig | None = None
+    """Make the group's replicas request-level batch servers instead of continuous-batching
+    engines (``docs/batching.md``)."""
     capacity: float | None = attrs.field(default=None, validator=optional(all_of(greater_than(0), at_most(1e12))))
     """Relative service rate routers see (default: decode tokens per second of a full
-    batch, ``max_num_seqs / step_time_s(0, max_num_seqs)``)."""
+    batch, ``max_num_seqs / step_time_s(0, max_num_seqs)``; 1 for a batch server)."""
+
+    def __attrs_post_init__(self) -> None:
+        check_replica_kind(self.batch_server, self.engine, self.latency_model)
+
+
+def check_replica_kind(batch_server: BatchServerConfig | None, engine: EngineConfig, latency_model: PolicySpec | None) -> None:
+    """A batch server has no engine settings and uses a latency model only when its service
+    model does; a continuous-batching engine needs one.
+
+    Raises
+    ------
+    FieldValueError
+        Naming the key given where it does not apply, or missing where it is needed.
+    """
+    if batch_server is None:
+        if latency_model is None:
+            raise FieldValueError("latency_model", "required key is missing")
+        return
+    if engine != EngineConfig():
+        raise FieldValueError("engine", "engine settings apply to continuous batching; a batch_server has none (its batching is in batch_server)")
+    from simpy_llm.serving.batching import batch_service_models
+
+    needs = getattr(batch_service_models.get(batch_server.service.kind), "needs_latency_model", False)
+    if needs and latency_model is None:
+        raise FieldValueError("latency_model", f"required by batch_server.service kind {batch_server.service.kind!r}")
+    if not needs and latency_model is not None:
+        raise FieldValueError("latency_model", f"not used by batch_server.service kind {batch_server.service.kind!r} (remove it)")
 
 
 @attrs.frozen(kw_only=True)
@@ -603,13 +789,17 @@ class ServingConfig:
     ``latency_model``) or a heterogeneous fleet (``replica_groups``)."""
 
     latency_model: LatencySpec | None = None
-    """Step-time model (``{kind: blis_linear, params: {...}}``); required without replica_groups."""
+    """Step-time model (``{kind: blis_linear, params: {...}}``); required without
+    replica_groups (unless a batch_server's service model needs none)."""
     replicas: int = attrs.field(default=1, validator=all_of(at_least(1), at_most(MAX_REPLICAS)))
     """Number of identical replicas (without replica_groups)."""
     router: RouterSpec = attrs.field(factory=lambda: PolicySpec(kind="round_robin"))
     """Routing policy."""
     engine: EngineConfig = attrs.field(factory=EngineConfig)
     """Engine settings shared by all replicas (without replica_groups)."""
+    batch_server: BatchServerConfig | None = None
+    """Request-level batch servers instead of continuous-batching engines (without
+    replica_groups; ``docs/batching.md``)."""
     replica_groups: tuple[ReplicaGroupConfig, ...] = ()
     """A heterogeneous fleet: groups of replicas, each with its own engine and latency model."""
     admission: AdmissionSpec = attrs.field(factory=lambda: PolicySpec(kind="always"))
@@ -624,12 +814,14 @@ class ServingConfig:
         if self.replica_groups:
             if self.latency_model is not None:
                 raise FieldValueError("latency_model", "give it per group under replica_groups, not both")
+            if self.batch_server is not None:
+                raise FieldValueError("batch_server", "give it per group under replica_groups, not both")
             names = [g.name for g in self.replica_groups]
             dup = sorted({n for n in names if names.count(n) > 1})
             if dup:
                 raise FieldValueError("replica_groups", f"group names must be unique; repeated: {', '.join(dup)}")
-        elif self.latency_model is None:
-            raise FieldValueError("latency_model", "required key is missing (or give replica_groups)")
+        else:
+            check_replica_kind(self.batch_server, self.engine, self.latency_model)
 
         from simpy_llm.serving.fleet import plan_fleet
 
@@ -639,7 +831,12 @@ class ServingConfig:
         """The fleet as groups (a single group named ``default`` without replica_groups)."""
         if self.replica_groups:
             return self.replica_groups
-        return (ReplicaGroupConfig(name="default", count=self.replicas, latency_model=self.latency_model, engine=self.engine),)
+        return (
+            ReplicaGroupConfig(
+                name="default", count=self.replicas, latency_model=self.latency_model,
+                engine=self.engine, batch_server=self.batch_server,
+            ),
+        )
 
     @property
     def num_replicas(self) -> int:

@@ -294,8 +294,8 @@ def latency_model_oddities(results: Results, plans: Sequence[ReplicaPlan]) -> li
     batch = _mean_batch(results)
     context = _mean_context_tokens(results)
     for plan in plans:
-        if plan.group in seen:
-            continue
+        if plan.group in seen or plan.batch_server is not None:
+            continue  # a batch server's latency model (if any) runs static batches, not engine steps
         seen.add(plan.group)
         latency = plan.latency
         one_step_s = _decode_step_s(latency, 1, context)

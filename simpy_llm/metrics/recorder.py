@@ -17,7 +17,7 @@ from simpy_llm.entities import RequestStatus
 from simpy_llm.metrics.monitors import LevelMonitor, WeightedTally
 
 if TYPE_CHECKING:
-    from simpy_llm.entities import Request
+    from simpy_llm.entities import Batch, Request
 
 __all__ = ["Recorder", "RECORD_FIELDS"]
 
@@ -52,6 +52,7 @@ RECORD_FIELDS: tuple[tuple[str, str], ...] = (
     ("completion_s", "f"),
     ("dropped_reason", "s"),
     ("warm_up", "i"),
+    ("bin", "i"),
 )
 
 
@@ -95,6 +96,9 @@ class Recorder:
         """(request_id, replica, time_s, mode) per preemption (mode: recompute or swap)."""
         self.samples: list[tuple[float, int, int, int, int, int]] = []
         """(time_s, replica, waiting, running, kv_used_blocks, busy) per time-series sample."""
+        self.batches: list[tuple[int, int, int, int, float, float, float, int, int, int, int]] = []
+        """(replica, batch id, bin, size, formed_s, start_s, end_s, b_target, b_mem, b_sla,
+        memory_tokens) per batch a request-level batch server finished."""
         self.itl = WeightedTally()
         """Inter-token latencies, s (weighted: one weight per token)."""
         self.batch_steps: Counter[int] = Counter()
@@ -121,6 +125,10 @@ class Recorder:
     def on_departure(self, now_s: float) -> None:
         """A request left the serving system (its last token computed, or dropped)."""
         self.in_system.change(now_s, -1)
+
+    def on_departures(self, now_s: float, count: int) -> None:
+        """*count* requests left the serving system at once (a batch ended)."""
+        self.in_system.change(now_s, -count)
 
     def on_complete(self, req: Request) -> None:
         """A request produced its last token."""
@@ -171,6 +179,17 @@ class Recorder:
         self.prefill_tokens[replica] += prefill_tokens * steps
         self.decode_tokens[replica] += decode_tokens * steps
         self.batch_steps[batch_size] += steps
+
+    def on_busy(self, replica: int, seconds: float) -> None:
+        """*replica* was busy *seconds* more than its reported steps say (a batch cut by the end of the run)."""
+        self.busy_s[replica] += seconds
+
+    def on_batch(self, replica: int, batch: Batch) -> None:
+        """A request-level batch server finished *batch*."""
+        self.batches.append(
+            (replica, batch.id, batch.bin, batch.size, batch.formed_s, batch.start_s, batch.end_s,
+             batch.b_target, batch.b_mem, batch.b_sla, batch.memory_tokens)
+        )
 
     def on_token_gaps(self, gap_s: float, count: int) -> None:
         """*count* output tokens each followed their predecessor by *gap_s*."""

@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 import math
 import platform
+from collections import Counter
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
@@ -52,7 +53,7 @@ from simpy_llm.metrics.summary import FRAME_COLUMNS, Summary, flatten_summary
 if TYPE_CHECKING:
     import pandas as pd
 
-    from simpy_llm.config.schema import Scenario
+    from simpy_llm.config.schema import BatchServerConfig, Scenario
     from simpy_llm.metrics.monitors import WeightedTally
     from simpy_llm.metrics.recorder import Recorder
 
@@ -97,6 +98,23 @@ class RequestRecord:
     completion_s: float
     dropped_reason: str
     warm_up: int
+    bin: int
+    """Bin of the request-level batch server that queued it (-1: none)."""
+
+
+def _controller_stats(targets: np.ndarray, starts: np.ndarray) -> dict[str, Any]:
+    """``final_b_target`` and ``convergence_s`` of a dynamic batcher's targets (see
+    :class:`~simpy_llm.metrics.summary.BatchController`)."""
+    if targets.size == 0:
+        return {"final_b_target": None, "convergence_s": None}
+    final = int(targets[-1])
+    if targets.size < 10:
+        return {"final_b_target": final, "convergence_s": None}
+    settled = float(np.median(targets[targets.size // 2 :]))
+    band = max(0.1 * settled, 1.0)
+    outside = np.flatnonzero(np.abs(targets - settled) > band)
+    first = int(outside[-1]) + 1 if outside.size else 0
+    return {"final_b_target": final, "convergence_s": float(starts[first]) if first < targets.size else None}
 
 
 def _stats(values: np.ndarray) -> dict[str, float | None]:
@@ -280,7 +298,10 @@ class Results:
              "kv_used_blocks": "int64", "busy": "int64"}
         )
         blocks = np.array(self._kv_blocks, dtype=np.float64)[frame["replica"].to_numpy()]
-        frame.insert(5, "kv_utilization", frame["kv_used_blocks"].to_numpy(np.float64) / blocks)
+        used = frame["kv_used_blocks"].to_numpy(np.float64)
+        # A batch server without a memory limit has no capacity (0 blocks): utilisation NaN.
+        share = np.divide(used, blocks, out=np.full_like(used, np.nan), where=blocks > 0)
+        frame.insert(5, "kv_utilization", share)
         return frame[list(TIMESERIES_COLUMNS)]
 
     def preemptions(self) -> pd.DataFrame:
@@ -291,6 +312,116 @@ class Results:
         return pd.DataFrame(rows, columns=["request_id", "replica", "time_s", "mode"]).astype(
             {"request_id": "int64", "replica": "int64", "time_s": "float64", "mode": "string"}
         )
+
+    def batches(self) -> pd.DataFrame:
+        """One row per batch a request-level batch server finished, in (replica, batch) order.
+
+        Columns: ``replica``, ``replica_group``, ``batch`` (number within its server, in
+        formation order), ``bin``, ``size``, ``formed_s``, ``start_s``, ``end_s``,
+        ``service_s`` (end - start), ``b_target``, ``b_mem``, ``b_sla`` (the dynamic
+        batcher's sizes; NaN with a fixed batch size), ``memory_tokens`` (prompt plus
+        output tokens held) and ``memory_limit_tokens`` (NaN without a limit).
+
+        Examples
+        --------
+        >>> from simpy_llm import Simulation, load_scenario
+        >>> r = Simulation(load_scenario("scenarios/multi_bin_only.yaml", {"workload.num_requests": 64})).run()
+        >>> frame = r.batches()
+        >>> int(frame["size"].sum()) <= 64, bool((frame["end_s"] >= frame["start_s"]).all())
+        (True, True)
+        """
+        import pandas as pd
+
+        columns = ["replica", "batch", "bin", "size", "formed_s", "start_s", "end_s", "b_target", "b_mem", "b_sla", "memory_tokens"]
+        frame = pd.DataFrame(sorted(self._recorder.batches, key=lambda r: (r[0], r[1])), columns=columns)
+        frame = frame.astype({name: "int64" for name in ("replica", "batch", "bin", "size", "memory_tokens")})
+        for name in ("formed_s", "start_s", "end_s"):
+            frame[name] = frame[name].astype("float64")
+        for name in ("b_target", "b_mem", "b_sla"):
+            frame[name] = frame[name].where(frame[name] >= 0).astype("float64")
+        frame.insert(6, "service_s", frame["end_s"] - frame["start_s"])
+        groups = self.replica_groups
+        frame.insert(1, "replica_group", pd.array([groups[i] if groups is not None else "" for i in frame["replica"]], dtype="string"))
+        limits = {i: cfg.dynamic.memory.eta_tokens for i, _g, cfg in self._batch_servers() if cfg.dynamic is not None and cfg.dynamic.memory is not None}
+        frame["memory_limit_tokens"] = [float(limits.get(i, math.nan)) for i in frame["replica"]]
+        return frame
+
+    def _batch_servers(self) -> list[tuple[int, str, BatchServerConfig]]:
+        """(replica index, group name, settings) of each request-level batch server in the fleet."""
+        if self.scenario is None:
+            return []
+        out = []
+        index = 0
+        for group in self.scenario.serving.groups():
+            for _ in range(group.count):
+                if group.batch_server is not None:
+                    out.append((index, group.name, group.batch_server))
+                index += 1
+        return out
+
+    def _batch_servers_summary(self, duration_s: float) -> dict[str, Any]:
+        """``summary()["batch_servers"]``: see :class:`~simpy_llm.metrics.summary.BatchServerStats`."""
+        c = self.columns
+        rows = np.array(sorted(self._recorder.batches, key=lambda r: (r[0], r[1])), dtype=np.float64).reshape(-1, 11)
+        e2e = c["completion_s"] - c["arrival_s"]
+        out: dict[str, Any] = {}
+        for index, _group, cfg in self._batch_servers():
+            mine = rows[rows[:, 0] == index]
+            size = mine[:, 3].astype(np.int64)
+            service = mine[:, 6] - mine[:, 5]
+            memory = mine[:, 10]
+            here = c["replica"] == index
+            done = here & (c["status"] == "completed")
+            waiting = here & (c["status"] == "in_flight")
+            bins = cfg.bins.count
+            by_bin = {}
+            for b in range(bins):
+                in_bin = done & (c["bin"] == b)
+                n = int(in_bin.sum())
+                by_bin[str(b)] = {
+                    "completed": n,
+                    "requests_per_s": n / duration_s if duration_s > 0 else math.nan,
+                    "queued_at_end": int((waiting & (c["bin"] == b)).sum()),
+                    "e2e_s": _stats(e2e[in_bin]),
+                }
+            dyn = cfg.dynamic
+            limit = dyn.memory.eta_tokens if dyn is not None and dyn.memory is not None else None
+            hist = dict(sorted(Counter(size.tolist()).items()))
+            c_max = None
+            if cfg.batch_size is not None and cfg.service.kind == "sampled":
+                from simpy_llm.serving.batching import build_service_model
+
+                mean_s = build_service_model(cfg, None, np.random.default_rng(0)).mean_s
+                c_max = cfg.batch_size / mean_s if mean_s > 0 else None
+            out[str(index)] = {
+                "batches": int(size.size),
+                "requests_per_s": int(done.sum()) / duration_s if duration_s > 0 else math.nan,
+                "gpu_utilization": self._recorder.busy_s[index] / duration_s if duration_s > 0 else None,
+                "batch_size": {
+                    "mean": float(size.mean()) if size.size else None,
+                    "std": float(size.std()) if size.size else None,
+                    "min": int(size.min()) if size.size else None,
+                    "max": int(size.max()) if size.size else None,
+                    "histogram": {str(k): v for k, v in hist.items()},
+                },
+                "service_s": _stats(service),
+                "by_bin": by_bin,
+                "sla": {
+                    "d_sla_s": dyn.d_sla_s if dyn is not None else None,
+                    "violation_rate": (
+                        float(size[service > dyn.d_sla_s].sum() / size.sum()) if dyn is not None and size.sum() else None
+                    ),
+                },
+                "memory": {
+                    "limit_tokens": limit,
+                    "peak_tokens": int(memory.max()) if memory.size else 0,
+                    "time_weighted_mean_tokens": float(np.dot(memory, service) / duration_s) if duration_s > 0 else None,
+                    "overflows": int((memory > limit).sum()) if limit is not None else 0,
+                },
+                "controller": _controller_stats(mine[:, 7], mine[:, 5]) if dyn is not None else {"final_b_target": None, "convergence_s": None},
+                "c_max_requests_per_s": c_max,
+            }
+        return out
 
     def sessions(self) -> pd.DataFrame:
         """One row per session: session_id, client_id, rounds (created), end_reason."""
@@ -382,7 +513,7 @@ class Results:
         batch["histogram"] = {str(k): v for k, v in batch_hist.items()}
 
         kv_per_replica = [
-            bs / (blocks * duration_all) if duration_all == duration_all else math.nan
+            bs / (blocks * duration_all) if duration_all == duration_all and blocks else math.nan
             for bs, blocks in zip(rec.kv_block_seconds, self._kv_blocks, strict=True)
         ]
         n_preempted = int((c["num_preemptions"] > 0).sum())
@@ -443,6 +574,7 @@ class Results:
                 c["output_tokens"][measured],
             ),
             "sessions": self._session_summary(),
+            **({"batch_servers": self._batch_servers_summary(duration_all)} if self._batch_servers() else {}),
             "diagnostics": [d.to_dict() for d in diagnose(self)],
         }
 

@@ -60,7 +60,13 @@ from typing import NotRequired, TypedDict
 
 __all__ = [
     "FRAME_COLUMNS",
+    "BatchController",
+    "BatchMemory",
+    "BatchServerStats",
+    "BatchSizeDistribution",
     "BatchSizeStats",
+    "BatchSla",
+    "BinStats",
     "ClassGoodput",
     "ClassLatency",
     "EngineCounts",
@@ -359,6 +365,93 @@ class DiagnosticEntry(TypedDict):
     """The replica group it is about (``None``: the whole run)."""
 
 
+class BatchSizeDistribution(TypedDict):
+    """Sizes of a batch server's batches, requests (``None`` statistics when none ran)."""
+
+    mean: float | None
+    """Mean batch size."""
+    std: float | None
+    """Standard deviation (population)."""
+    min: int | None
+    """Smallest batch."""
+    max: int | None
+    """Largest batch."""
+    histogram: dict[str, int]
+    """Batches per size (the size as a string key, ascending)."""
+
+
+class BinStats(TypedDict):
+    """One bin of a batch server, over the whole run."""
+
+    completed: int
+    """Requests of the bin completed."""
+    requests_per_s: float
+    """Completed / ``duration_s``, requests per s."""
+    queued_at_end: int
+    """Requests of the bin still waiting when the run ended."""
+    e2e_s: LatencyStats
+    """E2E latency of its completed requests, s."""
+
+
+class BatchSla(TypedDict):
+    """The dynamic batcher's latency target and how often batches missed it."""
+
+    d_sla_s: float | None
+    """Target batch latency D_SLA, s (``None`` with a fixed batch size)."""
+    violation_rate: float | None
+    """Share of served requests whose batch took longer than ``d_sla_s``."""
+
+
+class BatchMemory(TypedDict):
+    """KV memory held by the batch in service, tokens (prompt plus output of its requests)."""
+
+    limit_tokens: int | None
+    """The capacity eta (``None``: no limit)."""
+    peak_tokens: int
+    """Most held at once."""
+    time_weighted_mean_tokens: float | None
+    """Mean over ``duration_s`` (idle time counts as 0)."""
+    overflows: int
+    """Batches that held more than the limit (possible only with noisy predictions)."""
+
+
+class BatchController(TypedDict):
+    """The dynamic batcher's target size over time (``None`` with a fixed batch size)."""
+
+    final_b_target: int | None
+    """``b_target`` of the last batch."""
+    convergence_s: float | None
+    """Start of the first batch from which every later ``b_target`` stays within 10%
+    (at least 1) of the median target of the run's second half; ``None`` with fewer
+    than 10 batches."""
+
+
+class BatchServerStats(TypedDict):
+    """One request-level batch server (``docs/batching.md``)."""
+
+    batches: int
+    """Batches served."""
+    requests_per_s: float
+    """Requests it completed per second of ``duration_s``."""
+    gpu_utilization: float | None
+    """Busy time (batch start to its slowest request's end) / ``duration_s``."""
+    batch_size: BatchSizeDistribution
+    """Sizes of its batches."""
+    service_s: LatencyStats
+    """Batch service times, s."""
+    by_bin: dict[str, BinStats]
+    """Per bin (the bin index as a string key)."""
+    sla: BatchSla
+    """SLA adherence."""
+    memory: BatchMemory
+    """Memory use against the limit."""
+    controller: BatchController
+    """Batch-size adaptation."""
+    c_max_requests_per_s: float | None
+    """The theoretical maximum ``B / E[S]`` (fixed B, ``sampled`` service: E[S] the
+    distribution's mean); ``None`` otherwise."""
+
+
 class Summary(TypedDict):
     """What :meth:`Results.summary() <simpy_llm.metrics.results.Results.summary>` returns."""
 
@@ -396,6 +489,9 @@ class Summary(TypedDict):
     """Fairness across tenants."""
     sessions: SessionStats
     """Ended sessions."""
+    batch_servers: NotRequired[dict[str, BatchServerStats]]
+    """Per request-level batch server (its replica index as a string key); only when the
+    fleet has one."""
     diagnostics: list[DiagnosticEntry]
     """Findings that should change how the results are read (overload, an implausible
     latency profile, an idle fleet); empty when there is nothing to say."""

@@ -117,9 +117,22 @@ class OutputPredictor:
 
     def predict(self, request: Request) -> float:
         """Predicted output tokens of *request* (the same answer every time it is asked)."""
-        true_tokens = request.output_tokens
         if self.kind == "oracle" or self.sigma == 0.0:
-            return float(true_tokens)
+            return float(request.output_tokens)
+        return request.output_tokens * self.factor(request)
+
+    def factor(self, request: Request) -> float:
+        """The multiplicative error of *request*'s predictions (1 for an oracle): a predictor
+        of another true quantity (a service time) applies it the same way.
+
+        >>> from simpy_llm.entities import Request
+        >>> r = Request(id=4, client_id="c", prompt_tokens=10, output_tokens=200, arrival_s=0.0)
+        >>> p = OutputPredictor(kind="noisy", sigma=0.5, seed=1)
+        >>> p.predict(r) == 200 * p.factor(r)
+        True
+        """
+        if self.kind == "oracle" or self.sigma == 0.0:
+            return 1.0
         z = _STANDARD_NORMAL.inv_cdf(unit_uniform(self.seed, request.id))
         sigma = self.sigma
-        return true_tokens * math.exp(sigma * z - 0.5 * sigma * sigma)
+        return math.exp(sigma * z - 0.5 * sigma * sigma)

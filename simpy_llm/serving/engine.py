@@ -268,6 +268,12 @@ class Replica:
 
     # --- own state, read by views ---------------------------------------------
     @property
+    def prefill_s_per_token(self) -> float:
+        """Marginal step time of one prompt token, s (from the latency model, over 1024 tokens)."""
+        step = self.latency.step_time_s
+        return (step(1024, 0) - step(0, 0)) / 1024
+
+    @property
     def waiting_requests(self) -> int:
         return len(self.waiting)
 

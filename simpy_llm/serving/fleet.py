@@ -16,7 +16,7 @@ import attrs
 from simpy_llm.config.errors import FieldValueError
 
 if TYPE_CHECKING:
-    from simpy_llm.config.schema import EngineConfig, ReplicaGroupConfig, ServingConfig
+    from simpy_llm.config.schema import BatchServerConfig, EngineConfig, ReplicaGroupConfig, ServingConfig
 
 __all__ = ["ReplicaPlan", "plan_fleet", "resolve_engine"]
 
@@ -30,9 +30,12 @@ class ReplicaPlan:
     engine: EngineConfig
     """Engine settings, with ``kv_num_blocks`` and the swap settings resolved."""
     latency: Any
-    """Its latency model object (shared by the replicas of a group)."""
+    """Its latency model object (shared by the replicas of a group; None for a batch server
+    whose service model needs none)."""
     capacity: float
     """Relative service rate shown to routers."""
+    batch_server: BatchServerConfig | None = None
+    """The group's request-level batch server settings (None: a continuous-batching engine)."""
 
 
 def resolve_engine(engine: EngineConfig, latency: Any) -> EngineConfig:
@@ -100,6 +103,9 @@ def plan_fleet(serving: ServingConfig, latency_override: Any = None) -> list[Rep
     plans = []
     for gi, group in enumerate(serving.groups()):
         prefix = f"replica_groups[{gi}]." if serving.replica_groups else ""
+        if group.batch_server is not None:
+            plans.extend([_batch_server_plan(group, prefix, latency_override)] * group.count)
+            continue
         latency = latency_override or build_policy(group.latency_model, latency_models)
         try:
             engine = resolve_engine(group.engine, latency)
@@ -108,3 +114,24 @@ def plan_fleet(serving: ServingConfig, latency_override: Any = None) -> list[Rep
         plan = ReplicaPlan(group=group.name, engine=engine, latency=latency, capacity=_capacity(group, latency))
         plans.extend([plan] * group.count)
     return plans
+
+
+def _batch_server_plan(group: ReplicaGroupConfig, prefix: str, latency_override: Any) -> ReplicaPlan:
+    """The plan of a batch-server group, its service model built once to check its parameters."""
+    import numpy as np
+
+    from simpy_llm.config.loader import build_policy
+    from simpy_llm.serving.batching import build_service_model
+    from simpy_llm.serving.latency import latency_models
+
+    latency = None
+    if group.latency_model is not None:
+        latency = latency_override or build_policy(group.latency_model, latency_models)
+    try:
+        build_service_model(group.batch_server, latency, np.random.default_rng(0))
+    except FieldValueError as exc:
+        raise FieldValueError(f"{prefix}batch_server.service.params.{exc.field}", exc.message) from None
+    return ReplicaPlan(
+        group=group.name, engine=group.engine, latency=latency,
+        capacity=group.capacity if group.capacity is not None else 1.0, batch_server=group.batch_server,
+    )

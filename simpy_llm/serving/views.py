@@ -64,8 +64,7 @@ class LiveView:
         self.group = replica.group
         self.capacity = capacity
         self.kv_total_blocks = replica.kv.num_blocks
-        step = replica.latency.step_time_s
-        self.prefill_s_per_token = (step(1024, 0) - step(0, 0)) / 1024
+        self.prefill_s_per_token = replica.prefill_s_per_token
 
     @property
     def outstanding_requests(self) -> int:
