@@ -603,7 +603,8 @@ class BinsConfig:
     models). The bins split the predicted size at ``count - 1`` boundaries: given
     explicitly, or the empirical ``i/count`` quantiles of the first
     ``warmup_requests`` predicted sizes (equal-mass bins), computed when the last of
-    them arrives; until then arrivals wait unbinned.
+    them arrives; until then the server batches from one queue (bin 0), and the requests
+    still waiting then are re-binned in their order.
     """
 
     count: int = attrs.field(default=1, validator=all_of(at_least(1), at_most(MAX_BINS)))
@@ -613,8 +614,9 @@ class BinsConfig:
     ``[boundaries[i-1], boundaries[i])``); None: equal-mass from a warm-up sample."""
     warmup_requests: int | None = attrs.field(default=None, validator=optional(all_of(at_least(1), at_most(MAX_REQUESTS))))
     """Predicted sizes sampled for equal-mass boundaries (only without ``boundaries``;
-    default 1000 with more than one bin, none with one). Given with one bin, the first
-    requests wait for it all the same, so that runs over k start alike."""
+    default 1000 with more than one bin, none with one). Given with one bin it changes
+    nothing (one bin needs no boundaries); it is accepted so that sweeps over ``count``
+    can keep it."""
     predictor: OutputPredictor = attrs.field(factory=lambda: OutputPredictor(kind="oracle"))
     """How well the server knows a request's size: ``{kind: oracle}`` or ``{kind: noisy,
     sigma, seed}`` (the true size times a mean-preserving log-normal error)."""
@@ -725,8 +727,9 @@ class BatchServerConfig:
     dynamic: DynamicBatchingConfig | None = None
     """Dynamic batching instead of a fixed B."""
     max_wait_s: float | None = attrs.field(default=None, validator=optional(all_of(greater_than(0), at_most(MAX_TIME_S))))
-    """With a fixed B: a bin whose oldest request has waited this long forms a smaller
-    batch of all it holds (None, the theory's setting: only full batches)."""
+    """With a fixed B: when the server is free and no full batch is formed, a bin whose
+    oldest request has waited this long gives it a smaller batch of all it holds (None,
+    the theory's setting: only full batches)."""
 
     def __attrs_post_init__(self) -> None:
         if (self.batch_size is None) == (self.dynamic is None):

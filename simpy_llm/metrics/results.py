@@ -393,10 +393,14 @@ class Results:
 
                 mean_s = build_service_model(cfg, None, np.random.default_rng(0)).mean_s
                 c_max = cfg.batch_size / mean_s if mean_s > 0 else None
+            n_done = int(done.sum())
+            span_s = float(mine[:, 6].max()) if size.size else 0.0
+            busy_s = self._recorder.busy_s[index]
             out[str(index)] = {
                 "batches": int(size.size),
-                "requests_per_s": int(done.sum()) / duration_s if duration_s > 0 else math.nan,
-                "gpu_utilization": self._recorder.busy_s[index] / duration_s if duration_s > 0 else None,
+                "requests_per_s": n_done / span_s if span_s > 0 else None,
+                "requests_per_busy_s": n_done / busy_s if busy_s > 0 else None,
+                "gpu_utilization": busy_s / duration_s if duration_s > 0 else None,
                 "batch_size": {
                     "mean": float(size.mean()) if size.size else None,
                     "std": float(size.std()) if size.size else None,

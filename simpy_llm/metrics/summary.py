@@ -431,8 +431,13 @@ class BatchServerStats(TypedDict):
 
     batches: int
     """Batches served."""
-    requests_per_s: float
-    """Requests it completed per second of ``duration_s``."""
+    requests_per_s: float | None
+    """Requests it completed per second of its own span, from the start of the run to the
+    end of its last batch (servers sharing a run's traffic finish at different times;
+    ``None`` before any batch ended)."""
+    requests_per_busy_s: float | None
+    """Requests it completed per second it was busy: a saturated server's throughput
+    (B / E[S_batch] with a fixed B)."""
     gpu_utilization: float | None
     """Busy time (batch start to its slowest request's end) / ``duration_s``."""
     batch_size: BatchSizeDistribution

@@ -263,8 +263,8 @@ class BatchGet(Get):
     """Request for the next batch of a :class:`BinQueue`; its value is a :class:`Batch`."""
 
 
-Entry = tuple["Request", float, float]
-"""(request, true size, predicted KV tokens) as a bin holds it."""
+Entry = tuple["Request", float, float, float]
+"""(request, true size, predicted KV tokens, predicted size) as a bin holds it."""
 
 
 class BinQueue(BaseResource):
@@ -280,11 +280,15 @@ class BinQueue(BaseResource):
         The ``k - 1`` inner boundaries of predicted size (None: equal-mass from the first
         *warmup* predicted sizes).
     warmup
-        Predicted sizes sampled for equal-mass boundaries (without *boundaries*).
+        Predicted sizes sampled for equal-mass boundaries (without *boundaries*); until
+        the sample is complete every request queues in bin 0.
     batch_size
         Fixed batch size B (None: dynamic, with *selector* and *sizer*).
     max_wait_s
-        Fixed B only: a bin whose oldest request waited this long forms a batch of all it holds.
+        Fixed B only: when no full batch is formed and the server asks for one, a bin whose
+        oldest request has waited this long gives it a partial batch of all it holds (the
+        oldest such head first). Partial batches form only for an idle server, never ahead
+        of full ones.
     selector, sizer
         Dynamic batching policies.
     max_candidates
@@ -300,7 +304,8 @@ class BinQueue(BaseResource):
     >>> env = simpy.Environment()
     >>> q = BinQueue(env, bins=2, boundaries=(10.0,), batch_size=2)
     >>> for i, size in enumerate([5.0, 20.0, 7.0]):
-    ...     _ = q.put((Request(id=i, client_id="c", prompt_tokens=1, output_tokens=1, arrival_s=0.0), size, 2.0), size)
+    ...     req = Request(id=i, client_id="c", prompt_tokens=1, output_tokens=1, arrival_s=0.0)
+    ...     _ = q.put((req, size, 2.0, size))  # (request, size, predicted KV tokens, predicted size)
     >>> batch = q.get().value  # bin 0 filled first
     >>> batch.bin, [r.id for r in batch.requests], q.queue_lengths
     (0, [0, 2], [0, 1])
@@ -344,7 +349,8 @@ class BinQueue(BaseResource):
         self.max_candidates = max_candidates
         self.memory_limit_tokens = memory_limit_tokens
         self._warmup = warmup
-        self._held: list[tuple[float, Entry]] = []
+        self._sample: list[float] = []
+        """Predicted sizes seen while the boundaries are not yet known."""
         self._in_bins = 0
         self._in_formed = 0
         self.puts = 0
@@ -363,7 +369,7 @@ class BinQueue(BaseResource):
 
     def __len__(self) -> int:
         """Requests waiting (unbinned, in bins, or in formed batches not yet taken)."""
-        return len(self._held) + self._in_bins + self._in_formed
+        return self._in_bins + self._in_formed
 
     @property
     def queue_lengths(self) -> list[int]:
@@ -374,24 +380,34 @@ class BinQueue(BaseResource):
         """Current counters."""
         return BinQueueStats(puts=self.puts, batched=self.batched, batches=self.batches_taken, queued=len(self))
 
-    def put(self, entry: Entry, predicted_size: float) -> WirePut:  # type: ignore[override]
-        """Queue *entry* by its *predicted_size*; the event is already processed (a put never waits)."""
+    def put(self, entry: Entry) -> WirePut:  # type: ignore[override]
+        """Queue *entry* in the bin of its predicted size; the event is already processed (a
+        put never waits).
+
+        While the equal-mass boundaries are not yet known, requests queue in bin 0 (one
+        FIFO queue, served as such); when the warm-up sample is complete the boundaries
+        are set and the requests still waiting are re-binned in their order.
+        """
         self.puts += 1
         if self.boundaries is None:
-            self._held.append((predicted_size, entry))
-            if len(self._held) >= self._warmup:
-                held, self._held = self._held, []
-                self.boundaries = equal_mass_boundaries([p for p, _ in held], len(self.bins))
-                for p, e in held:
-                    self._place(e, p)
+            self._sample.append(entry[3])
+            if len(self._sample) < self._warmup:
+                self._place(entry, 0)
+            else:
+                self.boundaries = equal_mass_boundaries(self._sample, len(self.bins))
+                self._sample = []
+                waiting = list(self.bins[0])
+                self.bins[0].clear()
+                self._in_bins -= len(waiting)
+                for e in [*waiting, entry]:
+                    self._place(e, bisect_right(self.boundaries, e[3]))
         else:
-            self._place(entry, predicted_size)
+            self._place(entry, bisect_right(self.boundaries, entry[3]))
         if self.get_queue:
             self._trigger_get(None)
         return WirePut(self._env, entry)
 
-    def _place(self, entry: Entry, predicted_size: float) -> None:
-        i = bisect_right(self.boundaries, predicted_size)
+    def _place(self, entry: Entry, i: int) -> None:
         entry[0].bin = i
         q = self.bins[i]
         q.append(entry)
@@ -413,17 +429,27 @@ class BinQueue(BaseResource):
 
     def _expire(self, i: int, head: Entry) -> None:
         q = self.bins[i]
-        if q and q[0] is head:  # the head it was armed for still waits: ship what the bin holds
-            self._push(i, len(q))
-            if self.get_queue:
-                self._trigger_get(None)
+        if q and q[0] is head and self.get_queue:  # the server waits: let it take the partial batch
+            self._trigger_get(None)
+
+    def _overdue_bin(self) -> int | None:
+        """The bin whose head has waited longest, if at least ``max_wait_s``; else None."""
+        now = self._env.now
+        best = None
+        oldest = math.inf
+        for i, q in enumerate(self.bins):
+            if q and q[0][0].enqueue_s < oldest:
+                best, oldest = i, q[0][0].enqueue_s
+        if best is None or now - oldest < self.max_wait_s:
+            return None
+        return best
 
     def _push(self, i: int, n: int) -> None:
         """Form a batch of bin *i*'s *n* oldest requests into the central batch queue."""
         self.formed.append(self._take(i, n))
         self._in_formed += n
         if self.bins[i] and self.max_wait_s is not None:
-            self._arm(i)
+            self._arm(i)  # a new head
 
     def _take(self, i: int, n: int) -> Batch:
         q = self.bins[i]
@@ -433,7 +459,7 @@ class BinQueue(BaseResource):
         batch = Batch(
             id=self._next_id, bin=i, requests=[e[0] for e in entries], formed_s=self._env.now,
             sizes=[e[1] for e in entries],
-            memory_tokens=sum(r.prompt_tokens + r.output_tokens for r, _, _ in entries),
+            memory_tokens=sum(e[0].prompt_tokens + e[0].output_tokens for e in entries),
         )
         self._next_id += 1
         return batch
@@ -443,10 +469,16 @@ class BinQueue(BaseResource):
 
     def _do_get(self, event: BatchGet) -> bool | None:
         if self.batch_size is not None:
-            if not self.formed:
-                return False
-            batch = self.formed.popleft()
-            self._in_formed -= batch.size
+            if self.formed:
+                batch = self.formed.popleft()
+                self._in_formed -= batch.size
+            else:
+                overdue = self._overdue_bin() if self.max_wait_s is not None else None
+                if overdue is None:
+                    return False
+                batch = self._take(overdue, len(self.bins[overdue]))
+                if self.bins[overdue]:
+                    self._arm(overdue)
         else:
             if not self._in_bins:
                 return False
@@ -468,7 +500,7 @@ class BinQueue(BaseResource):
         limit = self.memory_limit_tokens
         if limit is not None:
             used = 0.0
-            for k, (_req, _size, tokens) in enumerate(islice(self.bins[i], n)):
+            for k, (_req, _size, tokens, _pred) in enumerate(islice(self.bins[i], n)):
                 used += tokens
                 if used > limit:
                     n = max(k, 1)  # a request alone within the limit was admitted at arrival
@@ -608,7 +640,6 @@ class BatchServer:
         """Requests routed here that have not finished."""
         out = list(self.running)
         q = self.queue
-        out.extend(e[0] for _, e in q._held)  # noqa: SLF001 - the server owns its queue
         for b in q.bins:
             out.extend(e[0] for e in b)
         for batch in q.formed:
@@ -633,8 +664,7 @@ class BatchServer:
                 self.completions.put(req)
             return
         self.queued_prompt_tokens += req.prompt_tokens
-        predicted = self.service.predicted_size(req, size, predictor)
-        self.queue.put((req, size, tokens), predicted)
+        self.queue.put((req, size, tokens, self.service.predicted_size(req, size, predictor)))
 
     def _leave(self, req: Request) -> None:
         self.departed += 1
