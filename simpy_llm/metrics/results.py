@@ -725,7 +725,8 @@ class Results:
         """Write ``records.csv`` (and ``records.parquet`` when pyarrow is installed),
         ``preemptions.csv`` (with each preemption's mode), ``sessions.csv`` (when there
         were sessions), ``timeseries.csv`` (when the run was sampled, see
-        :meth:`timeseries`), ``summary.json`` and ``manifest.json`` into *directory*;
+        :meth:`timeseries`), ``batches.csv`` (when batch servers ran, see :meth:`batches`),
+        ``summary.json`` and ``manifest.json`` into *directory*;
         return *directory*. A *written* list gets the path of each file written, in order."""
         from simpy_llm.config.loader import scenario_hash, scenario_to_dict
 
@@ -750,6 +751,8 @@ class Results:
             self.sessions().to_csv(put("sessions.csv"), index=False)
         if self._recorder.samples:
             self.timeseries().to_csv(put("timeseries.csv"), index=False)
+        if self._recorder.batches:
+            self.batches().to_csv(put("batches.csv"), index=False)
         put("summary.json").write_text(json.dumps(self.summary(), indent=2, default=_json_default) + "\n")
         manifest = {
             "seed": self.scenario.seed,

@@ -172,7 +172,7 @@ class SLAController:
 
 
 class DynamicBatchSizer:
-    """``b_target = min(b_mem, b_SLA)`` (seed 001 §2.4), learning from each finished batch.
+    """``b_target = min(b_mem, b_SLA)`` (seed 001 §2.4, at least ``b_min``), learning from each finished batch.
 
     The memory model uses running means of the prompt and output lengths of the
     requests of finished batches; before the first batch finishes there is nothing to
@@ -225,10 +225,17 @@ class DynamicBatchSizer:
         )
 
     def target(self) -> tuple[int, int, int]:
-        """``(b_target, b_mem, b_SLA)`` for the batch being formed (moves the controller's interval)."""
+        """``(b_target, b_mem, b_SLA)`` for the batch being formed (moves the controller's interval).
+
+        ``b_target = max(b_min, min(b_mem, b_SLA))``: the specified controller can return a
+        midpoint below ``b_min`` (when the latency is too high while its average batch
+        size, an average that starts at 0, is below ``b_min``: the interval's upper end
+        drops below ``b_min`` and the lower end is set to it); the batcher does not go
+        below ``b_min``, and never to 0.
+        """
         memory = self.b_mem()
         sla = self.controller.b_sla()
-        return min(memory, sla), memory, sla
+        return max(self.controller.b_min, min(memory, sla)), memory, sla
 
     def observe(self, *, latency_s: float, size: int, prompt_tokens: int, output_tokens: int) -> None:
         """A batch of *size* requests (with these token totals) finished after *latency_s*."""

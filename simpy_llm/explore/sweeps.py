@@ -12,7 +12,8 @@ In order:
 
 1. the grid's keys, named exactly as given (``workload.aggregate_rate``), holding
    each run's value;
-2. ``seed``: the scenario's root seed the run used (read from the loaded scenario);
+2. ``seed``: the scenario's root seed the run used (read from the loaded scenario;
+   a grid that varies ``seed`` has its column among the grid's instead);
 3. the run's summary figures, one column per row of
    :meth:`Results.summary_frame() <simpy_llm.metrics.results.Results.summary_frame>`
    (float; NaN for a statistic with nothing to be taken over), named by
@@ -175,7 +176,7 @@ def sweep(
     -------
     pandas.DataFrame
         One row per (point, seed), points in grid order and seeds in the order
-        given; the columns are described in :mod:`simpy_llm.explore.sweep`.
+        given; the columns are described in :mod:`simpy_llm.explore.sweeps`.
 
     Raises
     ------
@@ -336,7 +337,7 @@ def _check_metrics(wanted: list[str], seen: Mapping[str, None], *, final: bool) 
         lines.append(f"{name!r} ({hint})")
     raise ValueError(
         "metrics: no run has the column(s) " + "; ".join(lines)
-        + ". Columns are named section.metric.statistic[group] (see simpy_llm.explore.sweep)"
+        + ". Columns are named section.metric.statistic[group] (see simpy_llm.explore.sweeps)"
     )
 
 

@@ -1,0 +1,224 @@
+"""simpy_llm.plot: the data each figure draws, and the windowed SLA attainment, on hand-built frames."""
+
+from __future__ import annotations
+
+import io
+import math
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("matplotlib")
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from simpy_llm.plot import (  # noqa: E402
+    SLA_ATTAINMENT_COLUMNS,
+    batch_size_over_time,
+    line,
+    sla_attainment,
+    sla_attainment_over_time,
+)
+
+NAN = math.nan
+
+
+def _xy(drawn):
+    return drawn.get_xdata().tolist(), drawn.get_ydata().tolist()
+
+
+@pytest.fixture
+def sweep_frame() -> pd.DataFrame:
+    """A sweep-like frame: bins k in {1, 2, 4} x two policies, rows out of order."""
+    return pd.DataFrame({
+        "k": [4, 1, 2, 2, 4, 1],
+        "policy": ["fifo", "fifo", "fifo", "edf", "edf", "edf"],
+        "throughput": [3.0, 1.0, 1.8, 1.5, 2.0, 1.0],
+    })
+
+
+@pytest.fixture
+def batches() -> pd.DataFrame:
+    """Two replicas' batches, rows not in time order; replica 1 has no dynamic target."""
+    return pd.DataFrame({
+        "replica": [0, 1, 0, 0, 1],
+        "start_s": [1.0, 0.0, 0.0, 2.0, 1.5],
+        "size": [4, 2, 1, 3, 5],
+        "b_target": [4.0, NAN, NAN, 5.0, NAN],
+    })
+
+
+# --- line --------------------------------------------------------------------------
+def test_line_draws_one_sorted_line_per_hue(sweep_frame):
+    """One line per hue value (sorted), through y at the sorted x values, labelled hue=value."""
+    ax = line(sweep_frame, "k", "throughput", hue="policy").axes[0]
+    assert [d.get_label() for d in ax.lines] == ["policy=edf", "policy=fifo"]
+    assert _xy(ax.lines[0]) == ([1, 2, 4], [1.0, 1.5, 2.0])
+    assert _xy(ax.lines[1]) == ([1, 2, 4], [1.0, 1.8, 3.0])
+    assert ax.lines[0].get_marker() == "o"
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("k", "throughput")
+
+
+def test_line_without_hue_is_one_line(sweep_frame):
+    """Without hue there is one line, labelled by y, through the mean at each x."""
+    ax = line(sweep_frame, "k", "throughput").axes[0]
+    (drawn,) = ax.lines
+    assert drawn.get_label() == "throughput"
+    assert _xy(drawn) == ([1, 2, 4], [1.0, pytest.approx(1.65), 2.5])
+
+
+def test_line_averages_replicates_and_scatters_them():
+    """Rows sharing x (seeds) are averaged on the line; each value is also drawn as a dot."""
+    frame = pd.DataFrame({"rate": [10, 10, 20, 20], "seed": [1, 2, 1, 2], "tp": [9.0, 11.0, 18.0, 20.0]})
+    ax = line(frame, "rate", "tp").axes[0]
+    assert _xy(ax.lines[0]) == ([10, 20], [10.0, 19.0])
+    (dots,) = ax.collections
+    assert dots.get_offsets().tolist() == [[10, 9.0], [10, 11.0], [20, 18.0], [20, 20.0]]
+
+
+def test_line_no_scatter_without_replicates(sweep_frame):
+    """With one row per (hue, x) nothing but the lines is drawn."""
+    assert len(line(sweep_frame, "k", "throughput", hue="policy").axes[0].collections) == 0
+
+
+def test_line_reference_curves(sweep_frame):
+    """A reference sequence is drawn dashed over the sorted distinct x; a number is a horizontal line."""
+    ax = line(sweep_frame, "k", "throughput", hue="policy", reference={"closed form": [1.0, 2.0, 4.0], "cap": 3.5}).axes[0]
+    curve, cap = ax.lines[2:]
+    assert curve.get_label() == "closed form"
+    assert _xy(curve) == ([1, 2, 4], [1.0, 2.0, 4.0])
+    assert curve.get_linestyle() == "--"
+    assert cap.get_label() == "cap"
+    assert list(cap.get_ydata()) == [3.5, 3.5]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["policy=edf", "policy=fifo", "closed form", "cap"]
+
+
+def test_line_reference_of_wrong_length_is_an_error(sweep_frame):
+    """A reference sequence that does not give one y per distinct x is a ValueError."""
+    with pytest.raises(ValueError, match="one per distinct k"):
+        line(sweep_frame, "k", "throughput", reference={"bad": [1.0, 2.0]})
+
+
+def test_line_missing_column_is_an_error(sweep_frame):
+    """A column the frame lacks is a ValueError listing the frame's columns."""
+    with pytest.raises(ValueError, match="no column.*'tput'.*throughput"):
+        line(sweep_frame, "k", "tput")
+
+
+def test_line_draws_into_the_given_axes(sweep_frame):
+    """Given an ax, the figure returned is that ax's and the lines are drawn there."""
+    fig = Figure()
+    ax = fig.add_subplot()
+    assert line(sweep_frame, "k", "throughput", ax=ax) is fig
+    assert len(ax.lines) == 1
+
+
+def test_new_figure_has_an_agg_canvas_and_saves(sweep_frame):
+    """A new figure is made without pyplot, on an Agg canvas, and writes a PNG."""
+    fig = line(sweep_frame, "k", "throughput")
+    assert isinstance(fig.canvas, FigureCanvasAgg)
+    out = io.BytesIO()
+    fig.savefig(out, format="png")
+    assert out.getvalue().startswith(b"\x89PNG")
+
+
+# --- batch_size_over_time ----------------------------------------------------------
+def test_batch_size_steps_per_replica_with_target(batches):
+    """Per replica (ascending) a post-step line of sizes in start order, then its non-NaN target dashed."""
+    ax = batch_size_over_time(batches).axes[0]
+    assert [d.get_label() for d in ax.lines] == ["replica 0", "replica 0 b_target", "replica 1"]
+    sizes, target, other = ax.lines
+    assert _xy(sizes) == ([0.0, 1.0, 2.0], [1.0, 4.0, 3.0])
+    np.testing.assert_array_equal(target.get_xdata(), [0.0, 1.0, 2.0])
+    np.testing.assert_array_equal(target.get_ydata(), [NAN, 4.0, 5.0])
+    assert _xy(other) == ([0.0, 1.5], [2.0, 5.0])
+    assert sizes.get_drawstyle() == target.get_drawstyle() == "steps-post"
+    assert target.get_linestyle() == "--"
+    assert target.get_color() == sizes.get_color()
+
+
+def test_batch_size_without_target_column(batches):
+    """A frame without b_target draws the sizes only."""
+    ax = batch_size_over_time(batches.drop(columns="b_target")).axes[0]
+    assert [d.get_label() for d in ax.lines] == ["replica 0", "replica 1"]
+
+
+def test_batch_size_missing_column_is_an_error(batches):
+    """A frame without start_s, size or replica is a ValueError."""
+    with pytest.raises(ValueError, match="'start_s'"):
+        batch_size_over_time(batches.drop(columns="start_s"))
+
+
+# --- sla_attainment ----------------------------------------------------------------
+@pytest.fixture
+def served() -> pd.DataFrame:
+    """Batches of two replicas with known end and service times (target 0.5 s, windows of 2 s).
+
+    Replica 0: window 0 [0, 2) has sizes 4 (met) and 2 (missed) -> 4/6; window 1 [2, 4)
+    nothing; window 2 [4, 6) size 3 (met exactly at the target) -> 1. Replica 1: window
+    1 size 5 (missed) -> 0; window 2 sizes 1 (met) and 1 (missed), one ending at 4.0
+    exactly (a window starts at its lower edge) -> 1/2.
+    """
+    return pd.DataFrame({
+        "replica": [0, 0, 0, 1, 1, 1],
+        "size": [4, 2, 3, 5, 1, 1],
+        "end_s": [0.25, 1.5, 5.0, 3.0, 4.0, 5.75],
+        "service_s": [0.25, 0.75, 0.5, 1.0, 0.125, 0.625],
+    })
+
+
+def test_sla_attainment_exact_values(served):
+    """Shares are size-weighted per replica and window of end_s, every window from 0 to the last."""
+    table = sla_attainment(served, 0.5, 2.0)
+    assert tuple(table.columns) == SLA_ATTAINMENT_COLUMNS
+    assert table["replica"].tolist() == [0, 0, 0, 1, 1, 1]
+    assert table["window"].tolist() == [0, 1, 2, 0, 1, 2]
+    assert table["window_start_s"].tolist() == [0.0, 2.0, 4.0] * 2
+    assert table["window_end_s"].tolist() == [2.0, 4.0, 6.0] * 2
+    assert table["batches"].tolist() == [2, 0, 1, 0, 1, 2]
+    assert table["requests"].tolist() == [6, 0, 3, 0, 5, 2]
+    assert table["within_sla"].tolist() == [4, 0, 3, 0, 0, 1]
+    np.testing.assert_array_equal(table["share"].to_numpy(), [4 / 6, NAN, 1.0, NAN, 0.0, 0.5])
+    assert table["requests"].dtype == np.int64
+
+
+def test_sla_attainment_empty_frame(served):
+    """No batches give an empty table with the same columns."""
+    table = sla_attainment(served.iloc[:0], 0.5, 2.0)
+    assert tuple(table.columns) == SLA_ATTAINMENT_COLUMNS
+    assert len(table) == 0
+
+
+@pytest.mark.parametrize("window_s", [0.0, -1.0, NAN, math.inf, True])
+def test_sla_attainment_bad_window_is_an_error(served, window_s):
+    """A window that is not a positive finite number is a ValueError."""
+    with pytest.raises(ValueError, match="window_s"):
+        sla_attainment(served, 0.5, window_s)
+
+
+def test_sla_attainment_missing_column_is_an_error(served):
+    """A frame without service_s is a ValueError."""
+    with pytest.raises(ValueError, match="'service_s'"):
+        sla_attainment(served.drop(columns="service_s"), 0.5, 2.0)
+
+
+def test_sla_attainment_over_time_plots_the_table(served):
+    """One line per replica through each window's share at the window's middle."""
+    ax = sla_attainment_over_time(served, 0.5, window_s=2.0).axes[0]
+    assert [d.get_label() for d in ax.lines] == ["replica 0", "replica 1"]
+    np.testing.assert_array_equal(ax.lines[0].get_xdata(), [1.0, 3.0, 5.0])
+    np.testing.assert_array_equal(ax.lines[0].get_ydata(), [4 / 6, NAN, 1.0])
+    np.testing.assert_array_equal(ax.lines[1].get_ydata(), [NAN, 0.0, 0.5])
+
+
+# --- without matplotlib ------------------------------------------------------------
+def test_missing_matplotlib_names_the_plots_extra(monkeypatch, sweep_frame):
+    """Without matplotlib a plot raises ImportError naming the plots extra; the numbers still work."""
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    monkeypatch.setitem(sys.modules, "matplotlib.backends.backend_agg", None)
+    with pytest.raises(ImportError, match=r"simpy-llm\[plots\]"):
+        line(sweep_frame, "k", "throughput")
+    assert len(sla_attainment(pd.DataFrame({"replica": [0], "size": [1], "end_s": [0.5], "service_s": [0.1]}), 0.5, 1.0)) == 1
