@@ -440,6 +440,8 @@ def _summary_table(s: dict[str, Any], title: str) -> Any:
         reasons = ", ".join(f"{k} {v}" for k, v in ses["end_reasons"].items())
         run.add_row("sessions", f"{ses['count']} ({ses['mean_rounds']:.2f} rounds on average; ended: {reasons})")
     parts: list[Any] = [lat, run]
+    if "batch_servers" in s:
+        parts.append(_batch_server_table(s["batch_servers"], s["engine"].get("group"), title))
     for d in s.get("diagnostics", []):
         from rich.text import Text
 
@@ -447,6 +449,30 @@ def _summary_table(s: dict[str, Any], title: str) -> Any:
         where = f" [{d['group']}]" if d.get("group") else ""
         parts.append(Text(f"{d['severity']}{where}: {d['message']}", style=style))
     return Group(*parts)
+
+
+def _batch_server_table(servers: dict[str, Any], groups: list[str] | None, title: str) -> Any:
+    """One row per request-level batch server (``summary()["batch_servers"]``)."""
+    from rich.table import Table
+
+    table = Table(title=f"{title}: batch servers", header_style="bold")
+    for col in ("server", "batches", "req/s", "c_max", "size", "p95 s", "SLA miss", "KV peak"):
+        table.add_column(col, justify="left" if col == "server" else "right")
+    for index, b in servers.items():
+        size = b["batch_size"]
+        memory = b["memory"]
+        limit = memory["limit_tokens"]
+        table.add_row(
+            f"{groups[int(index)]}/{index}" if groups else index,
+            str(b["batches"]),
+            _fmt(b["requests_per_s"], 1.0, 2),
+            _fmt(b["c_max_requests_per_s"], 1.0, 2),
+            f"{_fmt(size['mean'], 1.0, 1)}±{_fmt(size['std'], 1.0, 1)}",
+            _fmt(b["service_s"]["p95"], 1.0, 2),
+            "-" if b["sla"]["violation_rate"] is None else f"{b['sla']['violation_rate']:.1%}",
+            f"{memory['peak_tokens']}/{limit if limit is not None else '-'}",
+        )
+    return table
 
 
 if __name__ == "__main__":  # pragma: no cover

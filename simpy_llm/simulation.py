@@ -92,6 +92,8 @@ class Simulation:
         self.streams = RandomStreams(scenario.seed)
         serving = scenario.serving
         self.plans = plan_fleet(serving, latency_model)
+        if token_listener is not None and any(p.batch_server is not None for p in self.plans):
+            raise ValueError("a token_listener needs continuous-batching replicas; a batch server returns whole responses")
         n_replicas = len(self.plans)
         self.recorder = Recorder(num_replicas=n_replicas)
         self.latency_model = self.plans[0].latency

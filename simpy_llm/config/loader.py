@@ -52,6 +52,8 @@ from simpy_llm.config.schema import (
     ENGINE_PRESETS,
     AdmissionSpec,
     ArrivalField,
+    BatchServiceSpec,
+    BinSelectorSpec,
     EngineConfig,
     KvBlocks,
     LatencySpec,
@@ -489,6 +491,18 @@ def _latencies() -> Registry[type]:
     return latency_models
 
 
+def _batch_services() -> Registry[type]:
+    from simpy_llm.serving.batching import batch_service_models
+
+    return batch_service_models
+
+
+def _bin_selectors() -> Registry[type]:
+    from simpy_llm.policies.batching import bin_selectors
+
+    return bin_selectors
+
+
 def _schedulers() -> Registry[type]:
     from simpy_llm.policies.scheduling import scheduler_policies
 
@@ -562,6 +576,8 @@ def _latency(value: Any, t: Any) -> PolicySpec:
 converter.register_structure_hook(LatencySpec, _latency)
 converter.register_structure_hook(SchedulerSpec, _policy_hook(_schedulers, injected=("slo",)))
 converter.register_structure_hook(AdmissionSpec, _policy_hook(_admissions, injected=("slo", "rng")))
+converter.register_structure_hook(BatchServiceSpec, _policy_hook(_batch_services, injected=("rng", "latency")))
+converter.register_structure_hook(BinSelectorSpec, _policy_hook(_bin_selectors))
 converter.register_structure_hook(KvBlocks, _kv_blocks)
 _engine_fields = _attrs_hook_factory(EngineConfig)
 
@@ -787,7 +803,10 @@ def apply_overrides(data: Any, overrides: Overrides, source: str = "<overrides>"
     >>> apply_overrides({"a": {"b": 1}}, {"a.b": "yes", "a.c": [1, 2]})
     {'a': {'b': 'yes', 'c': [1, 2]}}
     """
-    data = copy.deepcopy(data) if data is not None else {}
+    # A plain copy, not deepcopy: a YAML alias (``*name``) loads as one object shared by
+    # every place that names it, and deepcopy would keep it shared, so an override of one
+    # place would change the others.
+    data = _unshared(data) if data is not None else {}
     for key, value in _override_items(overrides, source):
         node = data
         parts = key.split(".")
@@ -809,6 +828,15 @@ def apply_overrides(data: Any, overrides: Overrides, source: str = "<overrides>"
             else:
                 raise ScenarioError(source, [(where, "cannot set a key inside a non-mapping value")])
     return data
+
+
+def _unshared(value: Any) -> Any:
+    """A copy of nested dicts and lists in which no container appears twice."""
+    if isinstance(value, dict):
+        return {k: _unshared(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unshared(v) for v in value]
+    return copy.deepcopy(value)
 
 
 def _override_items(overrides: Overrides, source: str) -> Iterator[tuple[str, Any]]:

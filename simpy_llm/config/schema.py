@@ -74,6 +74,8 @@ __all__ = [
     "ClientConfig",
     "AdmissionSpec",
     "BatchServerConfig",
+    "BatchServiceSpec",
+    "BinSelectorSpec",
     "BinsConfig",
     "DynamicBatchingConfig",
     "MemoryLimitConfig",
@@ -120,6 +122,10 @@ SchedulerSpec = NewType("SchedulerSpec", PolicySpec)
 """A :class:`PolicySpec` naming a scheduler policy."""
 AdmissionSpec = NewType("AdmissionSpec", PolicySpec)
 """A :class:`PolicySpec` naming an admission policy."""
+BatchServiceSpec = NewType("BatchServiceSpec", PolicySpec)
+"""A :class:`PolicySpec` naming a batch service model (:mod:`simpy_llm.serving.batching`)."""
+BinSelectorSpec = NewType("BinSelectorSpec", PolicySpec)
+"""A :class:`PolicySpec` naming a bin selector (:mod:`simpy_llm.policies.batching`)."""
 KvBlocks = NewType("KvBlocks", object)
 """A block count (int >= 1) or ``"auto"``."""
 Probability = NewType("Probability", float)
@@ -693,7 +699,7 @@ class DynamicBatchingConfig:
     """Weight of the newest batch in the controller's moving averages."""
     memory: MemoryLimitConfig | None = None
     """KV memory limit (None: none, ``b_mem = b_max``)."""
-    bin_selection: PolicySpec = attrs.field(factory=lambda: PolicySpec(kind="round_robin"))
+    bin_selection: BinSelectorSpec = attrs.field(factory=lambda: PolicySpec(kind="round_robin"))
     """Bin to batch from when several hold requests: ``round_robin`` or ``longest_queue``."""
 
     def __attrs_post_init__(self) -> None:
@@ -716,7 +722,7 @@ class BatchServerConfig:
     is free, of the size the dynamic batcher sets).
     """
 
-    service: PolicySpec
+    service: BatchServiceSpec
     """Batch service-time model: ``sampled`` (a per-request service time from a
     distribution; the batch takes the longest), ``linear`` (seed 001 §5.1) or
     ``latency_model`` (the replica's latency model run as a static batch)."""

@@ -102,6 +102,13 @@ class RequestRecord:
     """Bin of the request-level batch server that queued it (-1: none)."""
 
 
+def _mean_of_known(values: list[float]) -> float:
+    """Mean of the values that are not NaN (a batch server without a memory limit has no KV
+    utilisation); NaN when none is known."""
+    known = [v for v in values if v == v]
+    return float(np.mean(known)) if known else math.nan
+
+
 def _controller_stats(targets: np.ndarray, starts: np.ndarray) -> dict[str, Any]:
     """``final_b_target`` and ``convergence_s`` of a dynamic batcher's targets (see
     :class:`~simpy_llm.metrics.summary.BatchController`)."""
@@ -563,7 +570,7 @@ class Results:
                 "by_mode": dict(sorted(by_mode.items())),
             },
             "kv_utilization": {
-                "time_weighted_mean": float(np.mean(kv_per_replica)),
+                "time_weighted_mean": _mean_of_known(kv_per_replica),
                 "per_replica": kv_per_replica,
             },
             "batch_size": batch,

@@ -112,7 +112,8 @@ class SampledServiceTimes:
     """Each request's service time (s) drawn from *distribution*; a batch takes the longest.
 
     Draws come in vectors from the replica's own stream (``service/<replica>``), in
-    arrival order. A noisy predictor scales the time by its error factor.
+    arrival order; a draw below 0 counts as 0, a NaN or infinite one is an error. A noisy
+    predictor scales the time by its error factor.
 
     Parameters
     ----------
@@ -153,12 +154,11 @@ class SampledServiceTimes:
 
     def size(self, request: Request) -> float:
         if not self._draws:
-            draws = np.asarray(self.distribution.sample(self.rng, self._CHUNK), dtype=np.float64)
-            if not np.all(np.isfinite(draws)) or np.any(draws < 0):
-                from simpy_llm.workload.distributions import SamplingError
+            from simpy_llm.workload.distributions import _checked
 
-                raise SamplingError(self.distribution, "a service time that is negative, NaN or infinite")
-            self._draws = draws[::-1].tolist()  # pop() from the end takes them in drawn order
+            draws = _checked(self.distribution, np.asarray(self.distribution.sample(self.rng, self._CHUNK), dtype=np.float64))
+            # A time cannot be negative: a draw below 0 (a normal's left tail) is 0.
+            self._draws = np.maximum(draws, 0.0)[::-1].tolist()  # pop() from the end takes them in drawn order
         return self._draws.pop()
 
     def predicted_size(self, request: Request, size: float, predictor: OutputPredictor) -> float:
@@ -218,9 +218,8 @@ class LatencyModelBatches:
     needs_latency_model = True
 
     def __init__(self, latency: Any = None) -> None:
-        if latency is None:
-            raise FieldValueError("latency", "the latency_model service model needs the replica's latency model")
         self.latency = latency
+        """The latency model (the scenario's check makes sure a group using this model has one)."""
 
     def size(self, request: Request) -> float:
         return float(request.output_tokens)

@@ -104,7 +104,7 @@ def plan_fleet(serving: ServingConfig, latency_override: Any = None) -> list[Rep
     for gi, group in enumerate(serving.groups()):
         prefix = f"replica_groups[{gi}]." if serving.replica_groups else ""
         if group.batch_server is not None:
-            plans.extend([_batch_server_plan(group, prefix, latency_override)] * group.count)
+            plans.extend([_batch_server_plan(group, latency_override)] * group.count)
             continue
         latency = latency_override or build_policy(group.latency_model, latency_models)
         try:
@@ -116,21 +116,14 @@ def plan_fleet(serving: ServingConfig, latency_override: Any = None) -> list[Rep
     return plans
 
 
-def _batch_server_plan(group: ReplicaGroupConfig, prefix: str, latency_override: Any) -> ReplicaPlan:
-    """The plan of a batch-server group, its service model built once to check its parameters."""
-    import numpy as np
-
+def _batch_server_plan(group: ReplicaGroupConfig, latency_override: Any) -> ReplicaPlan:
+    """The plan of a batch-server group (its service model is built per replica by the simulation)."""
     from simpy_llm.config.loader import build_policy
-    from simpy_llm.serving.batching import build_service_model
     from simpy_llm.serving.latency import latency_models
 
     latency = None
     if group.latency_model is not None:
         latency = latency_override or build_policy(group.latency_model, latency_models)
-    try:
-        build_service_model(group.batch_server, latency, np.random.default_rng(0))
-    except FieldValueError as exc:
-        raise FieldValueError(f"{prefix}batch_server.service.params.{exc.field}", exc.message) from None
     return ReplicaPlan(
         group=group.name, engine=group.engine, latency=latency,
         capacity=group.capacity if group.capacity is not None else 1.0, batch_server=group.batch_server,

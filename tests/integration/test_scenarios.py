@@ -29,6 +29,10 @@ SHORT = {
     "azure_conversation_replay.yaml": ["workload.traces.0.max_requests=4000"],
     "heterogeneous_fleet.yaml": ["workload.num_requests=2000"],
     "llamacpp_cpu.yaml": [],
+    "multi_bin_only.yaml": ["workload.num_requests=4000"],
+    "dynamic_only.yaml": ["workload.num_requests=3000"],
+    "multi_bin_dynamic.yaml": ["workload.num_requests=3000"],
+    "continuous_vs_static.yaml": ["workload.num_requests=2000"],
 }
 
 

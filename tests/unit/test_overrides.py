@@ -176,3 +176,15 @@ def test_neither_count_nor_horizon_says_neither_is_set(quickstart_path: Path) ->
     """A synthetic workload with neither key is told so."""
     with pytest.raises(ScenarioError, match=r"give exactly one of num_requests or horizon_s \(neither is set\)"):
         load_scenario(quickstart_path, {"workload.num_requests": None})
+
+
+def test_an_override_through_a_yaml_alias_changes_only_the_place_it_names() -> None:
+    """Replica groups that share settings through a YAML anchor stay independent: overriding
+    one group's copy leaves the others (which name the same anchor) as written."""
+    from simpy_llm import load_scenario
+
+    scenario = load_scenario(
+        "scenarios/multi_bin_dynamic.yaml", {"serving.replica_groups.0.batch_server.bins.predictor.sigma": 1.0}
+    )
+    sigmas = [g.batch_server.bins.predictor.sigma for g in scenario.serving.replica_groups]
+    assert sigmas == [1.0, 0.3, 0.3]

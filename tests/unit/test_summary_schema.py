@@ -155,6 +155,17 @@ def test_summary_keys_match_the_typed_dict_exactly(rich_results):
     assert _mismatches(rich_results.summary(), Summary) == []
 
 
+@pytest.mark.parametrize("name", ["multi_bin_dynamic.yaml", "multi_bin_only.yaml"])
+def test_batch_server_summaries_match_the_typed_dict_exactly(name):
+    """A fleet of request-level batch servers (dynamic and fixed, with and without a memory
+    limit) has a batch_servers section, one entry per server, that matches the schema."""
+    from simpy_llm import load_scenario
+
+    s = Simulation(load_scenario(f"scenarios/{name}", {"workload.num_requests": 1500})).run().summary()
+    assert sorted(s["batch_servers"]) == [str(i) for i in range(len(s["engine"]["busy_s"]))]
+    assert _mismatches(s, Summary) == []
+
+
 def test_summary_without_replica_groups_leaves_out_only_the_optional_keys():
     """Results built without replica groups omit engine.group and gpu_utilization.by_group,
     which the schema declares NotRequired, and otherwise match it."""
