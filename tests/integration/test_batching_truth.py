@@ -244,3 +244,20 @@ def test_dynamic_batching_beats_the_best_memory_safe_static_batch_size():
     assert best == 8 and set(safe) == {2, 4, 8}
     assert dynamic["overflows"] == 0 and dynamic["peak"] <= ETA
     assert dynamic["throughput"] > 1.25 * safe[best]["throughput"]
+
+
+@pytest.mark.slow
+def test_multi_bin_dynamic_serves_more_than_either_approach_alone():
+    """Seed 001 §4.3 at a load none of them can serve (2.5 requests/s): four bins with
+    dynamic sizes serve more than one queue with dynamic sizes and more than four bins with
+    the largest memory-safe fixed B (8), with fewer SLA misses than dynamic alone, all within
+    the memory limit."""
+    bins = {"count": 4, "warmup_requests": 500}
+    dynamic = {"d_sla_s": D_SLA, "eps_d_s": 1.0, "b_max": 64, "max_candidates": 64, "memory": {"capacity_tokens": ETA}}
+    both = _measure({"service": SERVICE, "bins": bins, "dynamic": dynamic}, 2.5)
+    dynamic_only = _measure({"service": SERVICE, "dynamic": dynamic}, 2.5)
+    multi_bin_only = _measure({"service": SERVICE, "bins": bins, "batch_size": 8, "max_wait_s": 2.0}, 2.5)
+    assert both["overflows"] == dynamic_only["overflows"] == multi_bin_only["overflows"] == 0
+    assert both["throughput"] > 1.2 * dynamic_only["throughput"]
+    assert both["throughput"] > 1.2 * multi_bin_only["throughput"]
+    assert both["violation"] < dynamic_only["violation"]
