@@ -333,7 +333,11 @@ def _serve(args: argparse.Namespace) -> int:
     scenario = _load(args)
     if scenario is None:
         return 2
-    server = EmulatedServer(scenario, model=args.model, host=args.host, port=args.port, trace=args.trace)
+    try:
+        server = EmulatedServer(scenario, model=args.model, host=args.host, port=args.port, trace=args.trace)
+    except ScenarioError as exc:
+        print(exc, file=sys.stderr)
+        return 2
 
     def ready(url: str) -> None:
         print(f"serving {server.model} at {url} (OpenAI-compatible: /v1/chat/completions, /v1/completions)", flush=True)

@@ -3,7 +3,8 @@
 Wiring happens here and only here::
 
     WorkloadGenerator --Wire--> Router (admission, routing) --Wire per replica--> Replica (ingress + engine)
-          ^                        | rejected                                       | completed, dropped
+          ^                        | rejected                                       |  or BatchServer (bins + server)
+          |                        |                                                | completed, dropped
           +--- SessionRegistry <---+------------------ completions Wire <-----------+
 
 Examples

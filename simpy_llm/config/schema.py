@@ -762,7 +762,8 @@ class ReplicaGroupConfig:
     engines (``docs/batching.md``)."""
     capacity: float | None = attrs.field(default=None, validator=optional(all_of(greater_than(0), at_most(1e12))))
     """Relative service rate routers see (default: decode tokens per second of a full
-    batch, ``max_num_seqs / step_time_s(0, max_num_seqs)``; 1 for a batch server)."""
+    batch, ``max_num_seqs / step_time_s(0, max_num_seqs)``; for a batch server the same with
+    its batch size or ``b_max``, or 1 when it has no latency model)."""
 
     def __attrs_post_init__(self) -> None:
         check_replica_kind(self.batch_server, self.engine, self.latency_model)

@@ -382,12 +382,16 @@ class Results:
             waiting = here & (c["status"] == "in_flight")
             bins = cfg.bins.count
             by_bin = {}
+            # Time each request spent in its bin's queue (to the end of the run if never served).
+            queued_s = np.where(np.isnan(c["first_scheduled_s"]), self.end_s, c["first_scheduled_s"]) - c["enqueue_s"]
             for b in range(bins):
                 in_bin = done & (c["bin"] == b)
                 n = int(in_bin.sum())
+                mine_b = here & (c["bin"] == b)
                 by_bin[str(b)] = {
                     "completed": n,
                     "requests_per_s": n / duration_s if duration_s > 0 else math.nan,
+                    "mean_queue_length": float(queued_s[mine_b].sum() / duration_s) if duration_s > 0 else None,
                     "queued_at_end": int((waiting & (c["bin"] == b)).sum()),
                     "e2e_s": _stats(e2e[in_bin]),
                 }

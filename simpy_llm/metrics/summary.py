@@ -387,6 +387,10 @@ class BinStats(TypedDict):
     """Requests of the bin completed."""
     requests_per_s: float
     """Completed / ``duration_s``, requests per s."""
+    mean_queue_length: float | None
+    """Time-weighted mean of the requests waiting in the bin over ``duration_s`` (their
+    summed waits over ``duration_s``, Little's law; a request counts in the bin it was
+    served from)."""
     queued_at_end: int
     """Requests of the bin still waiting when the run ended."""
     e2e_s: LatencyStats

@@ -103,6 +103,10 @@ class BatchServiceModel(Protocol):
         """Service time of a batch of *requests* with these *sizes*: its slowest request's."""
         ...
 
+    # Optional, as a latency model's (absent: 0): ``queueing_time_s(prompt_tokens)``, the
+    # delay before a request enters its bin, and ``output_token_overhead_s``, the
+    # post-processing per output token after the batch ends.
+
 
 batch_service_models: Registry[type] = Registry("batch service model")
 
@@ -209,6 +213,11 @@ class LatencyModelBatches:
     """The replica's latency model run as a static batch: ``step(sum of prompts, 0) +
     (max_output - 1) * step(0, n)`` (a request's size: its output tokens).
 
+    The model's per-request overheads apply as on a continuous-batching replica: a
+    request enters its bin ``queueing_time_s(prompt)`` after it reaches the server, and its
+    response reaches the client ``output_tokens * output_token_overhead_s`` after its
+    batch ends (post-processing, which does not hold the server).
+
     Parameters
     ----------
     latency
@@ -220,6 +229,15 @@ class LatencyModelBatches:
     def __init__(self, latency: Any = None) -> None:
         self.latency = latency
         """The latency model (the scenario's check makes sure a group using this model has one)."""
+
+    def queueing_time_s(self, prompt_tokens: int) -> float:
+        """Time from reaching the server to entering a bin, s."""
+        return self.latency.queueing_time_s(prompt_tokens)
+
+    @property
+    def output_token_overhead_s(self) -> float:
+        """Post-processing per output token, s, after the batch ends."""
+        return self.latency.output_token_overhead_s
 
     def size(self, request: Request) -> float:
         return float(request.output_tokens)
@@ -255,7 +273,7 @@ class BinQueueStats:
     batches: int
     """Batches taken by the server."""
     queued: int
-    """Requests waiting: unbinned (warm-up), in bins, or in formed batches not yet taken."""
+    """Requests waiting: in bins, or in formed batches not yet taken."""
 
 
 class BatchGet(Get):
@@ -352,6 +370,8 @@ class BinQueue(BaseResource):
         """Predicted sizes seen while the boundaries are not yet known."""
         self._in_bins = 0
         self._in_formed = 0
+        self._overdue: set[int] = set()
+        """Ids of bin heads whose wait limit has run out (max_wait_s)."""
         self.puts = 0
         self.batched = 0
         self.batches_taken = 0
@@ -367,7 +387,7 @@ class BinQueue(BaseResource):
         get = BoundClass(BatchGet)
 
     def __len__(self) -> int:
-        """Requests waiting (unbinned, in bins, or in formed batches not yet taken)."""
+        """Requests waiting (in bins, or in formed batches not yet taken)."""
         return self._in_bins + self._in_formed
 
     @property
@@ -428,8 +448,12 @@ class BinQueue(BaseResource):
 
     def _expire(self, i: int, head: Entry) -> None:
         q = self.bins[i]
-        if q and q[0] is head and self.get_queue:  # the server waits: let it take the partial batch
-            self._trigger_get(None)
+        if q and q[0] is head:
+            # Marked rather than recomputed from the clock: now - enqueue_s may round to a
+            # hair below max_wait_s at the very timeout that measures it.
+            self._overdue.add(id(head))
+            if self.get_queue:  # the server waits: let it take the partial batch
+                self._trigger_get(None)
 
     def _overdue_bin(self) -> int | None:
         """The bin whose head has waited longest, if at least ``max_wait_s``; else None."""
@@ -439,7 +463,7 @@ class BinQueue(BaseResource):
         for i, q in enumerate(self.bins):
             if q and q[0][0].enqueue_s < oldest:
                 best, oldest = i, q[0][0].enqueue_s
-        if best is None or now - oldest < self.max_wait_s:
+        if best is None or (now - oldest < self.max_wait_s and id(self.bins[best][0]) not in self._overdue):
             return None
         return best
 
@@ -455,6 +479,9 @@ class BinQueue(BaseResource):
         popleft = q.popleft
         entries = [popleft() for _ in range(n)]
         self._in_bins -= n
+        if self._overdue:
+            for e in entries:
+                self._overdue.discard(id(e))
         batch = Batch(
             id=self._next_id, bin=i, requests=[e[0] for e in entries], formed_s=self._env.now,
             sizes=[e[1] for e in entries],
@@ -624,9 +651,10 @@ class BatchServer:
         self.departed_tokens = 0
         self.queued_prompt_tokens = 0
         """Prompt tokens of requests waiting (in bins or formed batches not yet served)."""
-        self.latency = getattr(service, "latency", None)
         self.prefill_s_per_token = 0.0
         """What routers assume a prompt token costs: unknown for a batch server, 0."""
+        self._queueing_time_s = getattr(service, "queueing_time_s", None)
+        self._output_overhead_s = float(getattr(service, "output_token_overhead_s", 0.0))
         inbox.connect(self.arrive)
         self.process = env.process(self._serve())
 
@@ -649,7 +677,6 @@ class BatchServer:
         """A routed request: sized, predicted and queued in its bin; dropped when alone it
         would exceed the memory limit (reason ``memory``)."""
         now = self.env.now
-        req.enqueue_s = now
         size = self.service.size(req)
         predictor = self.predictor
         tokens = req.prompt_tokens + predictor.predict(req)
@@ -663,7 +690,19 @@ class BatchServer:
                 self.completions.put(req)
             return
         self.queued_prompt_tokens += req.prompt_tokens
-        self.queue.put((req, size, tokens, self.service.predicted_size(req, size, predictor)))
+        entry = (req, size, tokens, self.service.predicted_size(req, size, predictor))
+        delay = self._queueing_time_s(req.prompt_tokens) if self._queueing_time_s is not None else 0.0
+        if delay > 0.0:
+            self.env.timeout(delay, entry).callbacks.append(self._enqueue_event)
+        else:
+            req.enqueue_s = now
+            self.queue.put(entry)
+
+    def _enqueue_event(self, event: Event) -> None:
+        """The queueing time of a request (``event.value``, its bin entry) is over."""
+        entry = event.value
+        entry[0].enqueue_s = self.env.now
+        self.queue.put(entry)
 
     def _leave(self, req: Request) -> None:
         self.departed += 1
@@ -715,9 +754,10 @@ class BatchServer:
             recorder.on_batch(self.index, batch)
             self.departed += len(reqs)
             self.departed_tokens += prompt
+            overhead = self._output_overhead_s
             for r in reqs:
                 r.generated_tokens = r.output_tokens
-                r.first_token_s = r.completion_s = end
+                r.first_token_s = r.completion_s = end + r.output_tokens * overhead if overhead else end
                 on_complete(r)
             recorder.on_departures(end, len(reqs))
             if completions is not None:

@@ -117,14 +117,24 @@ def plan_fleet(serving: ServingConfig, latency_override: Any = None) -> list[Rep
 
 
 def _batch_server_plan(group: ReplicaGroupConfig, latency_override: Any) -> ReplicaPlan:
-    """The plan of a batch-server group (its service model is built per replica by the simulation)."""
+    """The plan of a batch-server group (its service model is built per replica by the simulation).
+
+    Its capacity, unless given: with a latency model, decode tokens per second of a full
+    batch (``n / step_time_s(0, n)``, n the batch size or ``b_max``), the continuous
+    engines' unit; without one, 1 (give ``capacity`` in a fleet that mixes kinds).
+    """
     from simpy_llm.config.loader import build_policy
     from simpy_llm.serving.latency import latency_models
 
     latency = None
+    capacity = group.capacity
+    config = group.batch_server
     if group.latency_model is not None:
         latency = latency_override or build_policy(group.latency_model, latency_models)
+        if capacity is None:  # in the continuous engines' unit: decode tokens per second of a full batch
+            n = config.batch_size if config.batch_size is not None else config.dynamic.b_max
+            capacity = n / latency.step_time_s(0, n)
     return ReplicaPlan(
         group=group.name, engine=group.engine, latency=latency,
-        capacity=group.capacity if group.capacity is not None else 1.0, batch_server=group.batch_server,
+        capacity=capacity if capacity is not None else 1.0, batch_server=config,
     )

@@ -128,3 +128,15 @@ def test_dynamic_batches_never_exceed_the_memory_limit_with_an_oracle(workload, 
     limit = config.dynamic.memory.eta_tokens
     assert all(b[10] <= limit for b in recorder.batches)
     assert server.kv.peak_used_blocks <= limit
+
+
+@settings(max_examples=300, deadline=None)
+@given(workload=workloads(), config=configs().filter(lambda c: c.dynamic is not None or c.max_wait_s is not None))
+def test_no_request_is_left_waiting_when_partial_batches_may_form(workload, config):
+    """With dynamic batching, or a fixed B with max_wait_s, every request that was not dropped
+    is served by the time nothing is left to happen (a wait limit that runs out at a timer
+    always lets the idle server take the bin)."""
+    arrivals, sizes, prompts, outputs = workload
+    requests, _, server = serve(config, arrivals, sizes, prompt_tokens=prompts, output_tokens=outputs)
+    assert server.in_flight() == []
+    assert all(r.dropped_reason or not math.isnan(r.completion_s) for r in requests)

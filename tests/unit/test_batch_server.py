@@ -237,6 +237,15 @@ def test_a_token_listener_needs_continuous_batching():
         Simulation(load_scenario("scenarios/multi_bin_only.yaml"), token_listener=lambda *a: None)
 
 
+def test_the_emulated_server_refuses_batch_servers():
+    """The emulated server streams per-token timing, which a batch server has not: a scenario
+    with one is a scenario error naming the group."""
+    from simpy_llm.observe.emulate.server import EmulatedServer
+
+    with pytest.raises(ScenarioError, match=r"batch servers \(static\)"):
+        EmulatedServer(load_scenario("scenarios/continuous_vs_static.yaml"))
+
+
 def test_same_seed_gives_identical_batch_records(tmp_path):
     """Two runs of one scenario and seed write byte-identical records and batches."""
     paths = []
@@ -260,3 +269,47 @@ def test_a_batch_server_scenario_builds_from_a_dict():
     scenario = scenario_from_dict(data)
     assert scenario.serving.batch_server.bins.predictor == OutputPredictor(kind="noisy", sigma=0.2)
     assert Simulation(scenario).run().summary()["requests"]["completed"] == 10
+
+
+def test_per_bin_queue_lengths_add_up_to_the_sampled_queue():
+    """The bins' time-weighted mean queue lengths (from the records) add up to the mean of the
+    server's queue length sampled every 0.5 s, within 2 %."""
+    scenario = load_scenario(
+        "scenarios/dynamic_only.yaml",
+        {"workload.num_requests": 3000, "simulation.timeseries_interval_s": 0.5,
+         "serving.replica_groups.0.batch_server.bins": {"count": 3, "boundaries": [300.0, 600.0]}},
+    )
+    results = Simulation(scenario).run()
+    by_bin = results.summary()["batch_servers"]["0"]["by_bin"]
+    samples = results.timeseries()
+    sampled = samples.loc[samples.replica == 0, "waiting"].mean()
+    assert len(by_bin) == 3 and min(b["mean_queue_length"] for b in by_bin.values()) > 0
+    assert sum(b["mean_queue_length"] for b in by_bin.values()) == pytest.approx(sampled, rel=0.02)
+
+
+def test_latency_model_batches_carry_the_models_request_overheads():
+    """On the latency_model service a request enters its bin after the model's queueing time
+    and reaches the client output_tokens * output_token_overhead_s after its batch ends."""
+    results = Simulation(load_scenario("scenarios/continuous_vs_static.yaml", {"workload.num_requests": 400})).run()
+    frame = results.to_dataframe()
+    static = frame[frame.replica_group == "static"]
+    latency = BlisLinearLatency.from_params({"model": "llama-3.1-8b-instruct", "gpu": "H100", "tp": 2})
+    assert latency.output_token_overhead_s > 0
+    queueing = static.prompt_tokens.map(latency.queueing_time_s)
+    assert np.allclose(static.enqueue_s - static.arrival_s, queueing, rtol=1e-9, atol=1e-12)
+    batches = results.batches().set_index("start_s")["end_s"]
+    ends = static.first_scheduled_s.map(batches)
+    assert np.allclose(static.completion_s, ends + static.output_tokens * latency.output_token_overhead_s, rtol=1e-12)
+    assert (static.first_token_s == static.completion_s).all()
+
+
+def test_a_batch_server_with_a_latency_model_shows_routers_a_comparable_capacity():
+    """With a latency model a batch server's default capacity is decode tokens per second of a
+    full batch, as a continuous engine's; without one it is 1."""
+    from simpy_llm.serving.fleet import plan_fleet
+
+    plans = plan_fleet(load_scenario("scenarios/continuous_vs_static.yaml").serving)
+    latency = plans[1].latency
+    assert plans[1].capacity == pytest.approx(16 / latency.step_time_s(0, 16))
+    assert plans[0].capacity == pytest.approx(64 / latency.step_time_s(0, 64))
+    assert plan_fleet(load_scenario("scenarios/multi_bin_only.yaml").serving)[0].capacity == 1.0

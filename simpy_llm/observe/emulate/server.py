@@ -178,6 +178,15 @@ class EmulatedServer:
         port: int = 0,
         trace: str | Path | None = None,
     ) -> None:
+        batch_groups = [g.name for g in scenario.serving.groups() if g.batch_server is not None]
+        if batch_groups:
+            from simpy_llm.config.errors import ScenarioError
+
+            raise ScenarioError(
+                scenario.name or "<scenario>",
+                [("serving", f"the emulated server streams tokens from continuous-batching replicas; "
+                             f"request-level batch servers ({', '.join(batch_groups)}) return whole responses")],
+            )
         self.scenario = attrs.evolve(scenario, simulation=attrs.evolve(scenario.simulation, mode="event_per_step"))
         self.model = model or default_model_name(scenario)
         self.host = host
