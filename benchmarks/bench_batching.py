@@ -18,18 +18,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bench_quickstart import _maxrss_mb, machine_info
+from benchmarks.bench_quickstart import RESULT_TAG, _maxrss_mb, machine_info, run_fresh
 
 REPO = Path(__file__).resolve().parent.parent
-RESULT_TAG = "BENCH_RESULT "
 
 # name -> (scenario file, overrides, description)
 CASES: dict[str, tuple[str, dict[str, Any], str]] = {
@@ -67,15 +64,7 @@ def run_worker(case: str) -> dict[str, Any]:
 
 
 def spawn(case: str) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH", "")]))}
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench_batching", "--case", case], capture_output=True, text=True, env=env, cwd=REPO
-    )
-    for line in proc.stdout.splitlines():
-        if line.startswith(RESULT_TAG):
-            return json.loads(line[len(RESULT_TAG):])
-    sys.stderr.write(proc.stdout + proc.stderr)
-    raise RuntimeError(f"case {case} failed with exit code {proc.returncode}")
+    return run_fresh(["-m", "benchmarks.bench_batching", "--case", case], f"case {case}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,21 +18,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bench_quickstart import _maxrss_mb, machine_info
+from benchmarks.bench_quickstart import RESULT_TAG, _maxrss_mb, machine_info, run_fresh
 
 REPO = Path(__file__).resolve().parent.parent
 QUICKSTART = REPO / "scenarios" / "quickstart.yaml"
 FLEET = REPO / "scenarios" / "heterogeneous_fleet.yaml"
-RESULT_TAG = "BENCH_RESULT "
 
 N = 100_000
 NO_PC = "serving.engine.prefix_caching=false"
@@ -117,16 +114,7 @@ def run_worker(case: str, workdir: Path) -> dict[str, Any]:
 
 
 def spawn(case: str, workdir: Path) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH", "")]))}
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench_policies", "--case", case, "--workdir", str(workdir)],
-        capture_output=True, text=True, env=env, cwd=REPO,
-    )
-    for line in proc.stdout.splitlines():
-        if line.startswith(RESULT_TAG):
-            return json.loads(line[len(RESULT_TAG):])
-    sys.stderr.write(proc.stdout + proc.stderr)
-    raise RuntimeError(f"case {case} failed with exit code {proc.returncode}")
+    return run_fresh(["-m", "benchmarks.bench_policies", "--case", case, "--workdir", str(workdir)], f"case {case}")
 
 
 def main(argv: list[str] | None = None) -> int:

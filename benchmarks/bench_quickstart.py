@@ -222,18 +222,24 @@ def machine_info() -> dict[str, Any]:
     }
 
 
-def spawn(case: str, mode: str, args: argparse.Namespace) -> dict[str, Any]:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--case", case, "--mode", mode, "--scenario", str(args.scenario)]
-    for item in args.set:
-        cmd += ["--set", item]
+def run_fresh(argv: list[str], what: str, timeout: float | None = None) -> dict[str, Any]:
+    """Run ``python *argv`` from the repository in a fresh process and return the figures
+    it prints on its :data:`RESULT_TAG` line (its output goes to standard error if none)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
+    proc = subprocess.run([sys.executable, *argv], capture_output=True, text=True, env=env, cwd=REPO, timeout=timeout)
     for line in proc.stdout.splitlines():
         if line.startswith(RESULT_TAG):
             return json.loads(line[len(RESULT_TAG) :])
     sys.stderr.write(proc.stdout + proc.stderr)
-    raise RuntimeError(f"case {case} ({mode}) failed with exit code {proc.returncode}")
+    raise RuntimeError(f"{what} failed with exit code {proc.returncode}")
+
+
+def spawn(case: str, mode: str, args: argparse.Namespace) -> dict[str, Any]:
+    argv = [str(Path(__file__).resolve()), "--case", case, "--mode", mode, "--scenario", str(args.scenario)]
+    for item in args.set:
+        argv += ["--set", item]
+    return run_fresh(argv, f"case {case} ({mode})", timeout=args.timeout)
 
 
 def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
