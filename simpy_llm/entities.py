@@ -66,7 +66,11 @@ class Request:
     session_id: str = ""
     """Session this request belongs to (empty for single requests)."""
     round_index: int = 0
-    """Round within its session, from 0."""
+    """Round within its session, from 0 (the loop iteration of a workflow's step)."""
+    step_id: str = ""
+    """The workflow step it runs (agentic sessions; empty otherwise)."""
+    loop_iteration: int = 0
+    """The iteration of its workflow's loop it belongs to (0 outside a loop)."""
     prefix_group: str = ""
     """Prefix-sharing group (empty: none)."""
     prefix_tokens: int = 0

@@ -123,9 +123,7 @@ class Simulation:
         self.ids = itertools.count()
         arrivals = self.arrivals = Wire(env)
         replica_inboxes = [Wire(env) for _ in range(n_replicas)]
-        needs_sessions = any(
-            s.client.multi_turn is not None or s.client.conversational_probability > 0 for s in self.sources
-        )
+        needs_sessions = any(s.workflow is not None for s in self.sources)
         completions = Wire(env) if needs_sessions else None
         schedulers: dict[str, object] = {}
         for group in serving.groups():

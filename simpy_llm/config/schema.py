@@ -70,6 +70,10 @@ __all__ = [
     "MultiTurnConfig",
     "LifecycleConfig",
     "ActiveWindow",
+    "AgenticConfig",
+    "LoopConfig",
+    "StepConfig",
+    "ToolConfig",
     "ArrivalField",
     "ClientConfig",
     "AdmissionSpec",
@@ -229,6 +233,92 @@ class MultiTurnConfig:
     """Rounds per session (clamped to max_rounds); default: always max_rounds."""
 
 
+MAX_FAN_OUT = 1024
+"""Most parallel instances of one workflow step."""
+MAX_ITERATIONS = 100_000
+"""Most iterations of a workflow loop."""
+
+
+@attrs.frozen(kw_only=True)
+class ToolConfig:
+    """A tool an agentic workflow calls (``docs/agentic.md``)."""
+
+    latency_s: LengthField
+    """Time a call takes, s (a draw below 0 counts as 0)."""
+    output_tokens: LengthField
+    """Tokens the call returns (they join the context of later ``accumulate`` steps)."""
+    capacity: int | None = attrs.field(default=None, validator=optional(all_of(at_least(1), at_most(MAX_REPLICAS * 1024))))
+    """Calls served at once; more wait in a FIFO queue (None: unlimited, a pure delay)."""
+
+
+@attrs.frozen(kw_only=True)
+class StepConfig:
+    """One step of an agentic workflow: an LLM call or a tool call."""
+
+    id: str = attrs.field(validator=non_empty)
+    """Step name, unique within the workflow."""
+    type: str = attrs.field(validator=one_of(("llm_call", "tool_call")))
+    """``llm_call`` (a request to the serving system) or ``tool_call`` (a call of a tool)."""
+    depends_on: tuple[str, ...] = ()
+    """Steps that must all complete first (none: the root)."""
+    fan_out: int | None = attrs.field(default=None, validator=optional(all_of(at_least(2), at_most(MAX_FAN_OUT))))
+    """Parallel instances of the step (at least 2; default one); its children wait for all."""
+    tool: str | None = None
+    """The tool a ``tool_call`` calls (a key of ``tools``)."""
+    context_growth: str = attrs.field(default="fixed", validator=one_of(("fixed", "accumulate")))
+    """``accumulate``: the step's prompt also holds everything the session's earlier loop
+    iterations sent and received (prompts, outputs and tool outputs); only for loop steps."""
+    input_distribution: LengthField | None = None
+    """Prompt length of an ``llm_call``, tokens (the new content, without accumulated context)."""
+    output_distribution: LengthField | None = None
+    """Output length of an ``llm_call``, tokens."""
+
+
+@attrs.frozen(kw_only=True)
+class LoopConfig:
+    """Steps of a workflow that repeat: an iteration starts when the previous one's steps
+    have all completed; the steps after the loop run once it exits."""
+
+    over: tuple[str, ...] = attrs.field(validator=non_empty)
+    """The loop's steps (a connected part of the workflow)."""
+    max_iterations: int = attrs.field(validator=all_of(at_least(1), at_most(MAX_ITERATIONS)))
+    """Most iterations."""
+    iterations_distribution: LengthField | None = None
+    """Iterations per session, drawn when it starts and clamped to [1, max_iterations]
+    (default: always max_iterations)."""
+    continue_probability: float = attrs.field(default=1.0, validator=in_range(0.0, 1.0))
+    """After each iteration, the probability that another one follows (while below the
+    session's iteration count): 1 runs every iteration."""
+    think_time_s: LengthField | None = None
+    """Delay between an iteration's end and the next one's start, s (default: none)."""
+
+
+@attrs.frozen(kw_only=True)
+class AgenticConfig:
+    """A client's sessions are runs of a workflow: a DAG of LLM and tool calls with
+    fan-out, fan-in and a loop (seed 004; ``docs/agentic.md``). The nine validation
+    rules are checked here, each naming its key."""
+
+    workflow: str = attrs.field(validator=non_empty)
+    """Workflow name (for per-workflow metrics)."""
+    steps: tuple[StepConfig, ...] = attrs.field(validator=non_empty)
+    """The steps."""
+    tools: dict[str, ToolConfig] = attrs.field(factory=dict)
+    """Tools by name."""
+    loop: LoopConfig | None = None
+    """The loop, if any."""
+
+    def __attrs_post_init__(self) -> None:
+        from simpy_llm.workload.workflows import check_workflow
+
+        check_workflow(self)
+
+    @property
+    def root(self) -> StepConfig:
+        """The step without ``depends_on`` (the session's first request)."""
+        return next(s for s in self.steps if not s.depends_on)
+
+
 def _priority_value(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
     """An integer priority in range, or a length distribution (drawn per request)."""
     if isinstance(value, (int, float)):  # bool included: in_range rejects it
@@ -250,11 +340,12 @@ class ClientConfig:
     arrival: ArrivalField
     """Arrival process (``{process: poisson}``, ``{process: gamma, cv: 2.0}``, or gaps from a
     length distribution: ``{process: distribution, gaps: {type: uniform, params: {...}}}``)."""
-    input_distribution: LengthField
+    input_distribution: LengthField | None = None
     """Prompt length distribution, tokens (``{type: ..., params: {...}}``); with
-    ``multimodal`` it is ignored in favour of the modality mix."""
-    output_distribution: LengthField
-    """Output length distribution, tokens."""
+    ``multimodal`` it is ignored in favour of the modality mix. Required, except for an
+    ``agentic`` client (whose steps have their own)."""
+    output_distribution: LengthField | None = None
+    """Output length distribution, tokens (required, except for an ``agentic`` client)."""
     tenant_id: str = ""
     """Tenant the client belongs to (defaults to the client id)."""
     slo_class: str = "default"
@@ -288,10 +379,33 @@ class ClientConfig:
     follow_up_think_time: LengthField | None = None
     """Seconds between a completion and its follow-up (needed when
     conversational_probability > 0)."""
+    agentic: AgenticConfig | None = None
+    """Each arrival starts a session that runs this workflow of LLM and tool calls."""
 
     def __attrs_post_init__(self) -> None:
         if self.conversational_probability > 0 and self.follow_up_think_time is None:
             raise FieldValueError("follow_up_think_time", "required when conversational_probability > 0")
+        if self.agentic is None:
+            for name in ("input_distribution", "output_distribution"):
+                if getattr(self, name) is None:
+                    raise FieldValueError(name, "required key is missing")
+            return
+        # Rule 9 (and the same for the other session kinds and the client's own lengths).
+        for name, given in (
+            ("reasoning", self.reasoning is not None),
+            ("multimodal", self.multimodal is not None),
+            ("multi_turn", self.multi_turn is not None),
+            ("conversational_probability", self.conversational_probability > 0),
+            ("input_distribution", self.input_distribution is not None),
+            ("output_distribution", self.output_distribution is not None),
+        ):
+            if given:
+                raise FieldValueError(name, "not allowed with agentic (an agentic client's requests are its workflow's steps)")
+
+    @property
+    def opens_sessions(self) -> bool:
+        """Whether each arrival opens a session (multi-turn, conversational or agentic)."""
+        return self.multi_turn is not None or self.conversational_probability > 0 or self.agentic is not None
 
 
 @attrs.frozen(kw_only=True)
@@ -374,7 +488,7 @@ class WorkloadConfig:
     """Stop generating arrivals at this simulated time, seconds."""
     version: str = attrs.field(default="1", validator=one_of(("1",)))
     """Spec format version."""
-    category: str = attrs.field(default="language", validator=one_of(("language", "multimodal", "reasoning")))
+    category: str = attrs.field(default="language", validator=one_of(("language", "multimodal", "reasoning", "agentic")))
     """Workload category (descriptive; clients carry their own multimodal/reasoning settings)."""
     seed: int | None = attrs.field(default=None, validator=optional(all_of(at_least(0), at_most(MAX_SEED))))
     """Seed of the workload streams (default: the scenario's seed; 0 for a bare workload spec)."""

@@ -33,6 +33,8 @@ RECORD_FIELDS: tuple[tuple[str, str], ...] = (
     ("streaming", "i"),
     ("session_id", "s"),
     ("round_index", "i"),
+    ("step_id", "s"),
+    ("loop_iteration", "i"),
     ("prefix_group", "s"),
     ("prefix_tokens", "i"),
     ("text_tokens", "i"),
@@ -92,6 +94,8 @@ class Recorder:
         self.codes: dict[str, _Codes] = {name: _Codes() for name, kind in RECORD_FIELDS if kind == "s"}
         self.sessions: list[tuple[str, str, int, str]] = []
         """(session_id, client_id, rounds, end_reason) per ended session."""
+        self.workflow_sessions: list[tuple] = []
+        """Per agentic session: see :func:`~simpy_llm.workload.sessions.session_record`."""
         self.preemptions: list[tuple[int, int, float, str]] = []
         """(request_id, replica, time_s, mode) per preemption (mode: recompute or swap)."""
         self.samples: list[tuple[float, int, int, int, int, int]] = []
@@ -156,6 +160,10 @@ class Recorder:
     def on_session_end(self, session_id: str, client_id: str, rounds: int, reason: str) -> None:
         """A session ended after *rounds* rounds, for *reason* (see ``workload.sessions``)."""
         self.sessions.append((session_id, client_id, rounds, reason))
+
+    def on_workflow_session(self, record: tuple) -> None:
+        """An agentic session's figures (see :func:`~simpy_llm.workload.sessions.session_record`)."""
+        self.workflow_sessions.append(record)
 
     # --- engine steps ----------------------------------------------------
     def on_steps(

@@ -79,6 +79,8 @@ class RequestRecord:
     streaming: int
     session_id: str
     round_index: int
+    step_id: str
+    loop_iteration: int
     prefix_group: str
     prefix_tokens: int
     text_tokens: int
@@ -261,7 +263,7 @@ class Results:
 
         frame = pd.DataFrame({**self.columns, "replica_group": self._replica_group_column(), **self.derived()})
         for name in (
-            "client_id", "tenant_id", "slo_class", "status", "session_id", "prefix_group", "dropped_reason",
+            "client_id", "tenant_id", "slo_class", "status", "session_id", "step_id", "prefix_group", "dropped_reason",
             "replica_group",
         ):
             frame[name] = frame[name].astype("string")
@@ -438,6 +440,59 @@ class Results:
             }
         return out
 
+    def workflow_sessions(self) -> pd.DataFrame:
+        """One row per agentic session (``docs/agentic.md``), in session-id order.
+
+        Columns: ``session_id``, ``client_id``, ``workflow``, ``start_s`` (its root request's
+        arrival), ``end_s`` (its last call's end), ``e2e_s``, ``llm_calls``, ``tool_calls``,
+        ``tool_wait_s`` (summed time of its tool calls, waiting for the tool included),
+        ``iterations`` (loop iterations started; 0 without a loop), ``fan_out_planned`` and
+        ``fan_out_done`` (instances of fan-out steps started and finished),
+        ``critical_queue_s`` (time the LLM calls on its critical path, the chain of calls
+        each released by the one before, waited at the replica before their first step),
+        ``critical_queue_share`` (that over ``e2e_s``) and ``end_reason``.
+        """
+        import pandas as pd
+
+        columns = ["session_id", "client_id", "workflow", "start_s", "end_s", "llm_calls", "tool_calls", "tool_wait_s",
+                   "iterations", "fan_out_planned", "fan_out_done", "critical_queue_s", "end_reason"]
+        frame = pd.DataFrame(sorted(self._recorder.workflow_sessions), columns=columns)
+        frame = frame.astype({"session_id": "string", "client_id": "string", "workflow": "string", "end_reason": "string",
+                              "start_s": "float64", "end_s": "float64", "tool_wait_s": "float64", "critical_queue_s": "float64",
+                              "llm_calls": "int64", "tool_calls": "int64", "iterations": "int64",
+                              "fan_out_planned": "int64", "fan_out_done": "int64"})
+        frame.insert(5, "e2e_s", frame["end_s"] - frame["start_s"])
+        with np.errstate(invalid="ignore", divide="ignore"):
+            frame["critical_queue_share"] = frame["critical_queue_s"] / frame["e2e_s"]
+        return frame[[*columns[:5], "e2e_s", *columns[5:12], "critical_queue_share", "end_reason"]]
+
+    def _workflow_summary(self) -> dict[str, Any]:
+        """``summary()["workflows"]``: see :class:`~simpy_llm.metrics.summary.WorkflowStats`."""
+        frame = self.workflow_sessions()
+        out: dict[str, Any] = {}
+        for name in sorted(set(frame["workflow"].tolist())):
+            f = frame[frame["workflow"] == name]
+            done = f[f["end_reason"].isin(["completed", "max_rounds", "user_stopped"])]
+            iters = f["iterations"].to_numpy()
+            planned = int(f["fan_out_planned"].sum())
+            share = done["critical_queue_share"].to_numpy(np.float64)
+            out[name] = {
+                "sessions": len(f),
+                "completed": len(done),
+                "end_reasons": dict(sorted(Counter(f["end_reason"].tolist()).items())),
+                "e2e_s": _stats(done["e2e_s"].to_numpy(np.float64)),
+                "llm_calls_mean": float(f["llm_calls"].mean()) if len(f) else None,
+                "tool_calls_mean": float(f["tool_calls"].mean()) if len(f) else None,
+                "tool_wait_s_mean": float(f["tool_wait_s"].mean()) if len(f) else None,
+                "iterations": {
+                    "mean": float(iters.mean()) if iters.size else None,
+                    "histogram": {str(k): v for k, v in sorted(Counter(iters.tolist()).items())},
+                },
+                "fan_out_utilization": int(f["fan_out_done"].sum()) / planned if planned else None,
+                "critical_queue_share_mean": float(share[~np.isnan(share)].mean()) if (~np.isnan(share)).any() else None,
+            }
+        return out
+
     def sessions(self) -> pd.DataFrame:
         """One row per session: session_id, client_id, rounds (created), end_reason."""
         import pandas as pd
@@ -590,6 +645,7 @@ class Results:
             ),
             "sessions": self._session_summary(),
             **({"batch_servers": self._batch_servers_summary(duration_all)} if self._batch_servers() else {}),
+            **({"workflows": self._workflow_summary()} if rec.workflow_sessions else {}),
             "diagnostics": [d.to_dict() for d in diagnose(self)],
         }
 
@@ -737,6 +793,7 @@ class Results:
         ``preemptions.csv`` (with each preemption's mode), ``sessions.csv`` (when there
         were sessions), ``timeseries.csv`` (when the run was sampled, see
         :meth:`timeseries`), ``batches.csv`` (when batch servers ran, see :meth:`batches`),
+        ``workflow_sessions.csv`` (agentic sessions, see :meth:`workflow_sessions`),
         ``summary.json`` and ``manifest.json`` into *directory*;
         return *directory*. A *written* list gets the path of each file written, in order."""
         from simpy_llm.config.loader import scenario_hash, scenario_to_dict
@@ -764,6 +821,8 @@ class Results:
             self.timeseries().to_csv(put("timeseries.csv"), index=False)
         if self._recorder.batches:
             self.batches().to_csv(put("batches.csv"), index=False)
+        if self._recorder.workflow_sessions:
+            self.workflow_sessions().to_csv(put("workflow_sessions.csv"), index=False)
         put("summary.json").write_text(json.dumps(self.summary(), indent=2, default=_json_default) + "\n")
         manifest = {
             "seed": self.scenario.seed,

@@ -86,6 +86,8 @@ __all__ = [
     "SessionStats",
     "Summary",
     "Throughput",
+    "IterationStats",
+    "WorkflowStats",
     "TokenGapStats",
     "flatten_summary",
 ]
@@ -461,6 +463,41 @@ class BatchServerStats(TypedDict):
     distribution's mean); ``None`` otherwise."""
 
 
+class IterationStats(TypedDict):
+    """Loop iterations per session."""
+
+    mean: float | None
+    """Mean iterations."""
+    histogram: dict[str, int]
+    """Sessions per iteration count (as a string key, ascending)."""
+
+
+class WorkflowStats(TypedDict):
+    """The agentic sessions of one workflow (``docs/agentic.md``)."""
+
+    sessions: int
+    """Sessions that started."""
+    completed: int
+    """Sessions that ran to their end (completed, or their loop's end)."""
+    end_reasons: dict[str, int]
+    """Sessions per end reason."""
+    e2e_s: LatencyStats
+    """Session E2E over the completed sessions: root arrival to last call's end, s."""
+    llm_calls_mean: float | None
+    """LLM calls per session (steps run)."""
+    tool_calls_mean: float | None
+    """Tool calls per session."""
+    tool_wait_s_mean: float | None
+    """Time in tool calls per session (waiting for the tool and running), s."""
+    iterations: IterationStats
+    """Loop iterations per session."""
+    fan_out_utilization: float | None
+    """Fan-out instances finished / started (below 1 when the run ended first)."""
+    critical_queue_share_mean: float | None
+    """Mean over completed sessions of the share of their E2E that the LLM calls on the
+    critical path spent waiting at the replica before their first step."""
+
+
 class Summary(TypedDict):
     """What :meth:`Results.summary() <simpy_llm.metrics.results.Results.summary>` returns."""
 
@@ -498,6 +535,8 @@ class Summary(TypedDict):
     """Fairness across tenants."""
     sessions: SessionStats
     """Ended sessions."""
+    workflows: NotRequired[dict[str, WorkflowStats]]
+    """Per workflow, its agentic sessions; only when there were some."""
     batch_servers: NotRequired[dict[str, BatchServerStats]]
     """Per request-level batch server (its replica index as a string key); only when the
     fleet has one."""

@@ -48,7 +48,7 @@ def has_sessions(spec: Scenario | WorkloadConfig) -> bool:
     from simpy_llm.workload.sources import spec_workload
 
     workload, _seed = spec_workload(spec)
-    return any(c.multi_turn is not None or c.conversational_probability > 0 for c in workload.clients)
+    return any(c.opens_sessions for c in workload.clients)
 
 
 class Conversations:

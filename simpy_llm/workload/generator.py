@@ -30,7 +30,7 @@ import simpy
 from simpy_llm.config.errors import ScenarioError
 from simpy_llm.config.validators import MAX_ITEMS_PER_REQUEST, MAX_PRIORITY
 from simpy_llm.entities import Request
-from simpy_llm.workload.distributions import SamplingError, draw_tokens, to_tokens
+from simpy_llm.workload.distributions import SamplingError, _checked as _finite, draw_tokens, to_tokens
 from simpy_llm.workload.prefix import PREFIX_BLOCK_TOKENS, prefix_blocks
 
 if TYPE_CHECKING:
@@ -55,6 +55,8 @@ __all__ = [
 
 CHUNK = 4096
 """Requests drawn per vector draw and client."""
+DRAW_CHUNK = 256
+"""Values drawn per vector draw of :meth:`ClientSource.draw` (a workflow step's lengths, a tool's latency)."""
 
 Row = tuple[float, int, int, "dict[str, Any] | None"]
 """(arrival_s, prompt_tokens, output_tokens, extra request fields or None)."""
@@ -141,6 +143,16 @@ class ClientSource:
             "slo_class": client.slo_class,
             "streaming": client.streaming >= 0.5,
         }
+        from simpy_llm.workload.workflows import Workflow
+
+        self.workflow = Workflow.of_client(client)
+        """The workflow its sessions run (None: its requests are single)."""
+        root = client.agentic.root if client.agentic is not None else None
+        self.input_distribution = root.input_distribution if root is not None else client.input_distribution
+        """Prompt lengths of its arrivals (an agentic client's: its root step's)."""
+        self.output_distribution = root.output_distribution if root is not None else client.output_distribution
+        """Output lengths of its arrivals."""
+        self._buffers: dict[str, list] = {}
         self.priority_distribution = None if isinstance(client.priority, (int, float)) else client.priority
         """The distribution each request's priority is drawn from (None: the constant in ``base``)."""
         if self.priority_distribution is None:
@@ -157,11 +169,21 @@ class ClientSource:
         """The client's random stream for *what* (arrival, input, output, mix, session, priority)."""
         return self._streams.stream(f"workload/{self.client.id}/{what}")
 
+    def draw(self, what: str, distribution: Any, *, tokens: bool) -> float:
+        """The next value of *distribution* from the client's stream *what*, drawn in vectors
+        of :data:`DRAW_CHUNK` (whole tokens when *tokens*, else the float as drawn)."""
+        buffer = self._buffers.get(what)
+        if not buffer:
+            values = distribution.sample(self.stream(what), DRAW_CHUNK)
+            values = to_tokens(values, distribution) if tokens else _finite(distribution, np.asarray(values, dtype=np.float64))
+            buffer = self._buffers[what] = values[::-1].tolist()  # pop() from the end: drawn order
+        return buffer.pop()
+
     def prompts(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, list[dict[str, Any]] | None]:
         """*n* prompt lengths (with the shared prefix) and, for multimodal clients, their mix."""
         mm = self.client.multimodal
         if mm is None:
-            return draw_tokens(self.client.input_distribution, rng, n) + self.prefix_tokens, None
+            return draw_tokens(self.input_distribution, rng, n) + self.prefix_tokens, None
         text, parts = _multimodal(mm, rng, n)
         total = np.maximum(text + parts["image_tokens"] + parts["audio_tokens"] + parts["video_tokens"], 1)
         extras = [
@@ -186,7 +208,7 @@ class ClientSource:
                 times = warp_to_windows(times, client.lifecycle)
             n = len(times)
             prompts, extras = self.prompts(input_rng, n)
-            outputs = draw_tokens(client.output_distribution, output_rng, n)
+            outputs = draw_tokens(self.output_distribution, output_rng, n)
             per_request: list[dict[str, Any]] | None = extras
             if 0.0 < p_stream < 1.0:
                 flags = (mix_rng.random(n) < p_stream).tolist()

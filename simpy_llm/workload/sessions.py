@@ -1,30 +1,30 @@
-"""Closed-loop sessions: multi-turn conversations and conversational follow-ups.
+"""Closed-loop sessions: multi-turn conversations, conversational follow-ups and agentic workflows.
 
-The :class:`SessionRegistry` is a SimPy process that takes every request
-leaving a replica from a completions Wire. For a request that belongs to a
-session it decides whether the user sends another round and, if so, creates
-it after a think time and puts it into the same Wire the workload generator
-feeds, so the router cannot tell follow-ups from fresh arrivals.
+The :class:`SessionRegistry` is a SimPy process that takes every request leaving
+a replica from a completions Wire. A request that belongs to a session is a step
+of that session's :class:`~simpy_llm.workload.workflows.Workflow`; the registry
+tells the session's :class:`~simpy_llm.workload.workflows.WorkflowSession` that it
+finished and makes the calls the session returns: LLM calls become requests put
+into the Wire the workload generator feeds (after their delay), so the router
+cannot tell them from fresh arrivals; tool calls wait for their tool and run for
+their latency. One mechanism for every kind of session:
 
-Rules (per client):
+* ``multi_turn``: a loop of one LLM step, ``rounds`` iterations (drawn from
+  ``rounds_distribution``, clamped to [1, max_rounds], else max_rounds), round k+1
+  ``think_time`` after round k completes;
+* ``conversational_probability`` p: the same loop, continued after each round with
+  probability p (a geometric chain), ``follow_up_think_time`` apart;
+* ``agentic``: the client's workflow, with its tools; a tool with a ``capacity`` is a
+  :class:`simpy.Resource` whose queue delays the calls that find it busy.
 
-* ``multi_turn``: every arrival opens a session of ``rounds`` rounds (drawn
-  from ``rounds_distribution``, clamped to [1, max_rounds], else max_rounds).
-  Round k+1 arrives ``think_time`` seconds after round k completes.
-* ``conversational_probability`` p (without multi_turn): after each completed
-  round the user follows up with probability p (a geometric chain), after
-  ``follow_up_think_time`` seconds.
-* The next round's prompt under ``context_growth: accumulate`` (the default,
-  also for conversational follow-ups) is the previous round's prompt plus its
-  output plus a newly drawn question; under ``fixed`` it is a fresh draw
-  (plus the client's shared prefix).
-* Every round of a session carries its first round's priority (a client whose
-  ``priority`` is a distribution draws it once per session, for the first round;
-  follow-ups draw nothing from the ``priority`` stream).
+Under ``context_growth: accumulate`` (the default of multi-turn, and always for
+conversational follow-ups) a round's prompt is the previous round's prompt plus its
+output plus a newly drawn question; under ``fixed`` it is a fresh draw (plus the
+client's shared prefix). Every request of a session carries its first request's
+priority and streaming flag.
 
-A round therefore never arrives before its predecessor completes. A session
-ends with one of the reasons in :data:`END_REASONS`; ``Results.sessions()``
-lists every session with its rounds and end reason.
+A call never starts before its parents completed. A session ends with one of the
+reasons in :data:`END_REASONS`; ``Results.sessions()`` lists every session.
 """
 
 from __future__ import annotations
@@ -32,13 +32,11 @@ from __future__ import annotations
 from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING, Any
 
-import attrs
 import simpy
 
-from simpy_llm.config.validators import MAX_TIME_S
 from simpy_llm.entities import Request
-from simpy_llm.workload.distributions import to_tokens
 from simpy_llm.workload.prefix import content_segments
+from simpy_llm.workload.workflows import END_REASONS, Call, WorkflowSession
 
 if TYPE_CHECKING:
     from simpy.events import Event
@@ -47,124 +45,19 @@ if TYPE_CHECKING:
     from simpy_llm.wire import Wire
     from simpy_llm.workload.generator import ClientSource
 
-__all__ = ["END_REASONS", "FollowUp", "ReplayedContexts", "SessionRegistry", "SessionState", "open_session", "plan_follow_up"]
-
-END_REASONS = ("max_rounds", "user_stopped", "horizon", "dropped", "in_progress")
-"""Why a session ended: all its rounds ran; the user did not follow up; the next
-round would have arrived after the workload horizon; a round was dropped; or the
-simulation stopped first."""
+__all__ = ["END_REASONS", "ReplayedContexts", "SessionRegistry", "open_session"]
 
 
-@attrs.define(eq=False)
-class SessionState:
-    """A live session."""
-
-    session_id: str
-    source: ClientSource
-    rounds: int
-    """Rounds planned (multi-turn); 0 for open-ended conversational chains."""
-    started: int = 1
-    """Rounds created so far."""
-    end_reason: str = ""
-
-
-@attrs.frozen
-class FollowUp:
-    """The next round of a session, as :func:`plan_follow_up` decides it."""
-
-    think_s: float
-    """Seconds after the previous round completes."""
-    prompt_tokens: int
-    """The round's whole prompt (with the conversation so far under ``accumulate``)."""
-    question_tokens: int
-    """The newly drawn user turn (the prompt without the client's shared prefix)."""
-    output_tokens: int
-    """Requested output length."""
-    fields: dict[str, Any]
-    """Request fields: the client's identity plus ``session_id``, ``round_index``, ``streaming``."""
-    accumulates: bool = False
-    """Whether the prompt is the previous round's prompt and answer plus the question
-    (``context_growth: accumulate``): the new round's content starts with the old one's."""
-
-
-def open_session(session_id: str, source: ClientSource) -> SessionState | None:
-    """A new session for *source*'s client (drawing its planned rounds), or None if the
-    client has no sessions."""
-    client = source.client
-    if client.multi_turn is None and client.conversational_probability <= 0:
+def open_session(session_id: str, source: ClientSource, horizon_s: float | None) -> WorkflowSession | None:
+    """A new session of *source*'s client (drawing what it draws when a session starts), or
+    None if the client has no sessions."""
+    if source.workflow is None:
         return None
-    rounds = 0
-    mt = client.multi_turn
-    if mt is not None:
-        rounds = mt.max_rounds
-        if mt.rounds_distribution is not None:
-            drawn = int(to_tokens(mt.rounds_distribution.sample(source.stream("session"), 1))[0])
-            rounds = min(max(drawn, 1), mt.max_rounds)
-    return SessionState(session_id, source, rounds)
-
-
-def plan_follow_up(
-    state: SessionState,
-    *,
-    prompt_tokens: int,
-    output_tokens: int,
-    round_index: int,
-    streaming: bool,
-    dropped: bool,
-    now_s: float,
-    horizon_s: float | None,
-    priority: int | None = None,
-) -> FollowUp | str:
-    """The session's next round after a round with these lengths finished at *now_s*,
-    or the reason the session ends (one of :data:`END_REASONS`).
-
-    The rules of the module docstring, shared by the simulator's
-    :class:`SessionRegistry` and the observer's closed loop (which passes the
-    server-reported token counts). Draws from the client's ``session`` stream
-    and counts the new round in ``state.started``. *priority* is the finished
-    round's, carried on to the next one (None: the client's constant priority,
-    as it stands in ``source.base``).
-    """
-    client = state.source.client
-    rng = state.source.stream("session")
-    if dropped:
-        return "dropped"
-    mt = client.multi_turn
-    if mt is not None:
-        if state.started >= state.rounds:
-            return "max_rounds"
-        think_dist = mt.think_time
-        growth = mt.context_growth
-    else:
-        if rng.random() >= client.conversational_probability:
-            return "user_stopped"
-        think_dist = client.follow_up_think_time
-        growth = "accumulate"
-    # Clamped like every time in a scenario (a heavy tail can draw an absurd think time).
-    think = min(max(float(think_dist.sample(rng, 1)[0]), 0.0), MAX_TIME_S)
-    if horizon_s is not None and now_s + think > horizon_s:
-        return "horizon"
-    source = state.source
-    new_prompt, extras = source.prompts(rng, 1)
-    drawn = int(new_prompt[0])
-    question = drawn - source.prefix_tokens
-    prompt = prompt_tokens + output_tokens + question if growth == "accumulate" else drawn
-    output = int(to_tokens(client.output_distribution.sample(rng, 1))[0])
-    fields = {
-        **source.base,
-        **(extras[0] if extras else {}),
-        "streaming": streaming,
-        "session_id": state.session_id,
-        "round_index": round_index + 1,
-    }
-    if priority is not None:
-        fields["priority"] = priority
-    state.started += 1
-    return FollowUp(think, prompt, question, output, fields, accumulates=growth == "accumulate")
+    return WorkflowSession(source.workflow, session_id, source, horizon_s)
 
 
 class SessionRegistry:
-    """Issues the follow-up rounds of sessions.
+    """Runs the sessions: makes each session's next calls as its calls finish.
 
     Parameters
     ----------
@@ -173,13 +66,13 @@ class SessionRegistry:
     completions
         Wire of requests leaving the replicas (completed or dropped).
     arrivals
-        Wire the router reads; follow-ups are put here.
+        Wire the router reads; a session's LLM calls are put here.
     recorder
-        Told of each follow-up arrival and each session's end.
+        Told of each LLM call's arrival and each session's end.
     ids
         The simulation's request-id counter.
     horizon_s
-        No round arrives after this time (None: no limit).
+        No LLM call arrives after this time (None: no limit).
     """
 
     def __init__(
@@ -197,20 +90,39 @@ class SessionRegistry:
         self.recorder = recorder
         self.ids = ids
         self.horizon_s = horizon_s
-        self.live: dict[str, SessionState] = {}
+        self.live: dict[str, WorkflowSession] = {}
         self.pending = 0
-        """Follow-ups created and waiting for their think time to pass."""
+        """Calls decided and not yet arrived (LLM) or not yet returned (tools)."""
+        self._calls: dict[int, tuple[WorkflowSession, tuple[int, int, int], float]] = {}
+        """Per LLM request in flight: its session, call key and arrival time."""
+        self._previous: dict[tuple[str, int], Request] = {}
+        """The latest request of each accumulate step of each session (its content goes on)."""
+        self._queue_s: dict[str, dict[tuple[int, int, int], float]] = {}
+        """Per session, each finished LLM call's wait before its first step (arrival to first scheduled)."""
+        self._tools: dict[tuple[str, str], simpy.Resource] = {}
+        """Tools with a capacity, per (client, tool)."""
         self.process = env.process(self._run())
 
     def open(self, req: Request, source: ClientSource) -> None:
-        """Start a session whose first round is *req* (called by the generator)."""
-        state = open_session(f"{source.client.id}/{req.id}", source)
-        if state is not None:
-            req.session_id = state.session_id
-            self.live[state.session_id] = state
+        """Start a session whose root request is *req* (called by the generator, before it arrives)."""
+        session = open_session(f"{source.client.id}/{req.id}", source, self.horizon_s)
+        if session is None:
+            return
+        req.session_id = session.session_id
+        if not session.workflow.multi_turn:
+            req.step_id = session.workflow.steps[session.workflow.root].id
+        self.live[session.session_id] = session
+        now = self.env.now
+        root = session.root_call()
+        self._calls[req.id] = (session, root.key, now)
+        if root.step.accumulate:
+            self._previous[(session.session_id, root.step.index)] = req
+        extra = session.start(now, prompt_tokens=req.prompt_tokens, output_tokens=req.output_tokens,
+                              fields={"streaming": req.streaming, "priority": req.priority})
+        self._make(session, extra)
 
     def _run(self) -> Generator[Event, Request, None]:
-        """Decide each finished round's follow-up.
+        """Tell each finished request's session.
 
         Yields
         ------
@@ -220,51 +132,119 @@ class SessionRegistry:
         get = self.completions.get
         while True:
             req = yield get()
-            state = self.live.get(req.session_id)
-            if state is not None:
-                self._after(req, state)
+            entry = self._calls.pop(req.id, None)
+            if entry is not None:
+                session, key, arrival_s = entry
+                if not session.workflow.multi_turn and req.first_scheduled_s == req.first_scheduled_s:
+                    self._queue_s.setdefault(session.session_id, {})[key] = req.first_scheduled_s - arrival_s
+                calls = session.finished(key, arrival_s, self.env.now, output_tokens=req.output_tokens,
+                                         dropped=bool(req.dropped_reason))
+                self._make(session, calls)
+                self._check_end(session)
 
-    def _after(self, req: Request, state: SessionState) -> None:
-        plan = plan_follow_up(
-            state,
-            prompt_tokens=req.prompt_tokens,
-            output_tokens=req.output_tokens,
-            round_index=req.round_index,
-            streaming=req.streaming,
-            dropped=bool(req.dropped_reason),
-            now_s=self.env.now,
-            horizon_s=self.horizon_s,
-            priority=req.priority,
-        )
-        if isinstance(plan, str):
-            return self._end(state, plan)
-        self.pending += 1
-        fields = plan.fields
-        if plan.accumulates:
-            # The next prompt repeats this round's prompt and answer: prefix caches can find them.
-            fields = {**fields, "context": tuple(content_segments(req))}
-        self.env.timeout(plan.think_s).callbacks.append(
-            lambda _ev: self._arrive(plan.prompt_tokens, plan.output_tokens, fields)
-        )
-        return None
+    def _make(self, session: WorkflowSession, calls: list[Call]) -> None:
+        for call in calls:
+            self.pending += 1
+            if call.step.llm:
+                if call.delay_s > 0.0:
+                    self.env.timeout(call.delay_s).callbacks.append(lambda _ev, s=session, c=call: self._arrive(s, c))
+                else:
+                    self._arrive(session, call)
+            elif call.delay_s == 0.0 and session.workflow.tools[call.step.tool].capacity is None:
+                # A pure delay: one timeout, no process.
+                start = self.env.now
+                self.env.timeout(call.latency_s).callbacks.append(
+                    lambda _ev, s=session, c=call, t=start: self._tool_done(s, c, t)
+                )
+            else:
+                self.env.process(self._tool(session, call))
 
-    def _arrive(self, prompt: int, output: int, fields: dict) -> None:
+    def _arrive(self, session: WorkflowSession, call: Call) -> None:
         self.pending -= 1
         now = self.env.now
-        req = Request(id=next(self.ids), prompt_tokens=prompt, output_tokens=output, arrival_s=now, **fields)
+        fields = call.fields
+        sid = session.session_id
+        if call.accumulates_from is not None:
+            previous = self._previous.get((sid, call.step.index))
+            if previous is not None:
+                # The prompt repeats the previous iteration's prompt and answer: prefix caches can find them.
+                fields = {**fields, "context": tuple(content_segments(previous))}
+        req = Request(id=next(self.ids), prompt_tokens=call.prompt_tokens, output_tokens=call.output_tokens, arrival_s=now, **fields)
+        if call.step.accumulate:
+            self._previous[(sid, call.step.index)] = req
+        self._calls[req.id] = (session, call.key, now)
         self.recorder.on_arrival(req, now)
         self.arrivals.put(req)
 
-    def _end(self, state: SessionState, reason: str) -> None:
-        state.end_reason = reason
-        del self.live[state.session_id]
-        self.recorder.on_session_end(state.session_id, state.source.client.id, state.started, reason)
+    def _tool(self, session: WorkflowSession, call: Call) -> Generator[Event, Any, None]:
+        """Process: one tool call (after its delay): wait for the tool if it has a capacity, run.
+
+        Yields
+        ------
+        Timeout, Request
+            The delay, the tool's slot, the call's latency.
+        """
+        env = self.env
+        if call.delay_s > 0.0:
+            yield env.timeout(call.delay_s)
+        start = env.now
+        tool = session.workflow.tools[call.step.tool]
+        if tool.capacity is None:
+            yield env.timeout(call.latency_s)
+        else:
+            key = (session.source.client.id, call.step.tool)
+            resource = self._tools.get(key)
+            if resource is None:
+                resource = self._tools[key] = simpy.Resource(env, capacity=tool.capacity)
+            with resource.request() as slot:
+                yield slot
+                yield env.timeout(call.latency_s)
+        self._tool_done(session, call, start)
+
+    def _tool_done(self, session: WorkflowSession, call: Call, start_s: float) -> None:
+        """Tool call *call* (started at *start_s*) returned now."""
+        now = self.env.now
+        self.pending -= 1
+        session.tool_finished_wait(now - start_s)
+        self._make(session, session.finished(call.key, start_s, now, output_tokens=call.output_tokens))
+        self._check_end(session)
+
+    def _check_end(self, session: WorkflowSession) -> None:
+        if session.end_reason and session.session_id in self.live:
+            self._end(session)
+
+    def _end(self, session: WorkflowSession) -> None:
+        sid = session.session_id
+        del self.live[sid]
+        for step in session.workflow.steps:
+            self._previous.pop((sid, step.index), None)
+        queue = self._queue_s.pop(sid, {})
+        self.recorder.on_session_end(sid, session.source.client.id, session.started, session.end_reason)
+        if not session.workflow.multi_turn:
+            self.recorder.on_workflow_session(session_record(session, queue))
 
     def close(self) -> None:
         """Report the sessions still open when the simulation stops."""
-        for state in sorted(self.live.values(), key=lambda s: s.session_id):
-            self.recorder.on_session_end(state.session_id, state.source.client.id, state.started, "in_progress")
+        for session in sorted(self.live.values(), key=lambda s: s.session_id):
+            session.close()
+            self.recorder.on_session_end(session.session_id, session.source.client.id, session.started, "in_progress")
+            if not session.workflow.multi_turn:
+                self.recorder.on_workflow_session(session_record(session, self._queue_s.get(session.session_id, {})))
         self.live.clear()
+
+
+def session_record(session: WorkflowSession, queue_s: dict[tuple[int, int, int], float]) -> tuple:
+    """One agentic session's figures, as :attr:`Recorder.workflow_sessions` keeps them:
+    (session_id, client_id, workflow, start_s, end_s, llm_calls, tool_calls, tool_wait_s,
+    iterations, fan_out_planned, fan_out_done, critical_queue_s, end_reason)."""
+    chain = session.critical_path()
+    on_chain = sum(queue_s.get(key, 0.0) for key in chain)
+    iterations = session.iteration + 1 if session.workflow.loop_body else 0
+    return (
+        session.session_id, session.source.client.id, session.workflow.name, session.start_s, session.end_s,
+        session.started, session.tool_calls, session.tool_wait_s, iterations,
+        session.fan_out_planned, session.fan_out_done, on_chain, session.end_reason or "in_progress",
+    )
 
 
 class ReplayedContexts:

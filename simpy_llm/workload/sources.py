@@ -125,7 +125,7 @@ class WorkloadSources:
     def session_source_indices(self) -> set[int]:
         """Indices (in :meth:`generator_sources` order) of the clients that open sessions."""
         return {
-            i for i, src in enumerate(self.clients) if src.client.multi_turn is not None or src.client.conversational_probability > 0
+            i for i, src in enumerate(self.clients) if src.workflow is not None
         }
 
     def generator_sources(self) -> list[tuple[dict[str, Any], Iterator[Any]]]:

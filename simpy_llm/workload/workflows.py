@@ -1,0 +1,583 @@
+"""Workflows: sessions as DAGs of LLM and tool calls, with fan-out, fan-in and a loop.
+
+A client's sessions run a :class:`Workflow` (``docs/agentic.md``). An agentic client
+gives one as data (``agentic``: seed 004); a multi-turn or conversational client is
+the special case of one LLM step in a loop (:meth:`Workflow.of_client`): round k+1
+is iteration k+1, the think time is the delay between iterations, the number of
+rounds the loop's iteration count, and a conversational follow-up the loop's
+continuation probability. One state machine, :class:`WorkflowSession`, runs both,
+for the simulator (:class:`~simpy_llm.workload.sessions.SessionRegistry`) and for
+the observer's closed loop alike. It never touches SimPy or asyncio: its caller
+tells it what finished, when, with how many tokens, and gets back the calls to make.
+
+Execution rules (seed 004's edge timing table):
+
+* the root step's first instance is the session's arrival (the generator creates
+  it); its other instances (``fan_out``) start at once;
+* a step starts when every instance of every parent has completed, at the last
+  parent's completion (fan-in); an LLM child of an LLM step starts at once; a tool
+  call starts at its parent's completion and its child when the call returns;
+* the loop's steps repeat: an iteration ends when all of its steps have completed;
+  the next one starts ``think_time_s`` later while the session's iteration count
+  (drawn once per session from ``iterations_distribution``, else ``max_iterations``)
+  is not reached and the continuation draw (``continue_probability``) says so; the
+  steps after the loop start when it exits;
+* ``context_growth: accumulate``: a loop step's prompt at iteration k is its prompt
+  at iteration k - 1 plus every output of iteration k - 1 (its LLM steps' outputs and
+  its tool calls' outputs) plus a newly drawn part; at iteration 0 it is the drawn
+  part (plus the client's shared prefix, as every LLM step's prompt);
+* an LLM call that would arrive after the workload's ``horizon_s`` is not made, and a
+  dropped LLM call stops the session from making more: it ends when the calls
+  already under way have finished.
+
+Random draws come from the client's streams: the loop's decisions and a multi-turn
+round's lengths from ``workload/<client>/session`` (in the order the multi-turn
+rules always drew them), an agentic step's lengths from ``.../step/<step id>/input``
+and ``.../output``, a tool's from ``.../tool/<tool>/latency`` and ``.../output``, each
+drawn in vectors and used in the order the calls are made.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from simpy_llm.config.errors import FieldValueError
+from simpy_llm.config.validators import MAX_TIME_S
+from simpy_llm.workload.distributions import to_tokens
+
+if TYPE_CHECKING:
+    from simpy_llm.config.schema import AgenticConfig, ClientConfig, ToolConfig
+    from simpy_llm.workload.generator import ClientSource
+
+__all__ = [
+    "END_REASONS",
+    "Call",
+    "Step",
+    "Workflow",
+    "WorkflowSession",
+    "check_workflow",
+]
+
+END_REASONS = ("completed", "max_rounds", "user_stopped", "horizon", "dropped", "in_progress")
+"""Why a session ended: its last steps completed; its loop ran its iteration count (the
+loop being its end: every multi-turn session that ran all its rounds); the loop's
+continuation draw stopped it (the user did not follow up); its next LLM call would have
+arrived after the workload horizon; an LLM call was dropped; or the simulation stopped
+first."""
+
+
+# --- validation (seed 004's nine rules; rule 9 is on the client) ----------------------
+def check_workflow(cfg: AgenticConfig) -> None:
+    """Check an ``agentic`` block against seed 004's rules 1-8 (and the schema's own).
+
+    Raises
+    ------
+    FieldValueError
+        At the first broken rule, naming its key (``steps[2].depends_on``...) and the rule.
+    """
+    ids = [s.id for s in cfg.steps]
+    index = {}
+    for i, sid in enumerate(ids):
+        if sid in index:
+            raise FieldValueError(f"steps[{i}].id", f"step ids must be unique; {sid!r} is also steps[{index[sid]}]")
+        index[sid] = i
+    for i, step in enumerate(cfg.steps):
+        for dep in step.depends_on:
+            if dep not in index:
+                raise FieldValueError(f"steps[{i}].depends_on", f"unknown step {dep!r}; steps: {', '.join(ids)}")
+            if dep == step.id:
+                raise FieldValueError(f"steps[{i}].depends_on", "a step cannot depend on itself")
+        if len(set(step.depends_on)) != len(step.depends_on):
+            raise FieldValueError(f"steps[{i}].depends_on", "names a step twice")
+        llm = step.type == "llm_call"
+        if llm:  # rule 6
+            for name in ("input_distribution", "output_distribution"):
+                if getattr(step, name) is None:
+                    raise FieldValueError(f"steps[{i}].{name}", "an llm_call step needs input_distribution and output_distribution (rule 6)")
+            if step.tool is not None:
+                raise FieldValueError(f"steps[{i}].tool", "only a tool_call step names a tool")
+        else:
+            for name in ("input_distribution", "output_distribution"):  # rule 7
+                if getattr(step, name) is not None:
+                    raise FieldValueError(f"steps[{i}].{name}", "a tool_call step has no input_distribution or output_distribution; its tool sets its output (rule 7)")
+            if step.tool is None:
+                raise FieldValueError(f"steps[{i}].tool", "required for a tool_call step")
+            if step.tool not in cfg.tools:  # rule 3
+                known = ", ".join(sorted(cfg.tools)) or "none"
+                raise FieldValueError(f"steps[{i}].tool", f"unknown tool {step.tool!r}; every tool a step names must be in tools (rule 3); tools: {known}")
+    used = {s.tool for s in cfg.steps if s.tool is not None}
+    for name in cfg.tools:
+        if name not in used:
+            raise FieldValueError(f"tools.{name}", "no step calls this tool")
+    # Rule 1: acyclic (depends_on edges; the loop's back edge is implicit, never written).
+    cycle = _find_cycle(cfg)
+    if cycle is not None:
+        raise FieldValueError(f"steps[{index[cycle[0]]}].depends_on", f"makes a cycle ({' -> '.join(cycle)}); a workflow must be acyclic (rule 1)")
+    # Rule 2: exactly one root, an LLM call (the session's arrival).
+    roots = [s for s in cfg.steps if not s.depends_on]
+    if len(roots) != 1:
+        raise FieldValueError("steps", f"exactly one step has no depends_on (the root; rule 2); found {len(roots)}: {', '.join(s.id for s in roots)}")
+    if roots[0].type != "llm_call":
+        raise FieldValueError(f"steps[{index[roots[0].id]}].type", "the root step is the session's first request: an llm_call")
+    loop = cfg.loop
+    body: set[str] = set()
+    if loop is not None:
+        for j, sid in enumerate(loop.over):
+            if sid not in index:
+                raise FieldValueError(f"loop.over[{j}]", f"unknown step {sid!r}; steps: {', '.join(ids)}")
+        body = set(loop.over)
+        if len(body) != len(loop.over):
+            raise FieldValueError("loop.over", "names a step twice")
+        _check_loop_body(cfg, body)  # rule 5
+    for i, step in enumerate(cfg.steps):  # rule 8
+        if step.context_growth == "accumulate" and step.id not in body:
+            raise FieldValueError(f"steps[{i}].context_growth", "accumulate applies only to steps inside loop.over (rule 8)")
+
+
+def _find_cycle(cfg: AgenticConfig) -> list[str] | None:
+    parents = {s.id: s.depends_on for s in cfg.steps}
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def visit(sid: str) -> list[str] | None:
+        state[sid] = 1
+        path.append(sid)
+        for dep in parents[sid]:
+            if state.get(dep) == 1:
+                return [*path[path.index(dep):], dep]
+            if dep not in state:
+                found = visit(dep)
+                if found is not None:
+                    return found
+        path.pop()
+        state[sid] = 2
+        return None
+
+    for sid in parents:
+        if sid not in state:
+            found = visit(sid)
+            if found is not None:
+                return found
+    return None
+
+
+def _check_loop_body(cfg: AgenticConfig, body: set[str]) -> None:
+    """Rule 5: the loop's steps are connected, and every step on a path between two of
+    them is one of them (else it would have to run inside the loop too)."""
+    parents = {s.id: set(s.depends_on) for s in cfg.steps}
+    children: dict[str, set[str]] = {s.id: set() for s in cfg.steps}
+    for sid, deps in parents.items():
+        for d in deps:
+            children[d].add(sid)
+    start = next(iter(sorted(body)))
+    seen = {start}
+    todo = [start]
+    while todo:
+        sid = todo.pop()
+        for n in (parents[sid] | children[sid]) & body:
+            if n not in seen:
+                seen.add(n)
+                todo.append(n)
+    if seen != body:
+        raise FieldValueError("loop.over", f"the loop's steps must form a connected subgraph (rule 5); {', '.join(sorted(body - seen))} not connected to {start}")
+
+    def reach(start_ids: set[str], edges: dict[str, set[str]]) -> set[str]:
+        out: set[str] = set()
+        todo = list(start_ids)
+        while todo:
+            sid = todo.pop()
+            for n in edges[sid]:
+                if n not in out:
+                    out.add(n)
+                    todo.append(n)
+        return out
+
+    between = (reach(body, children) & reach(body, parents)) - body
+    if between:
+        raise FieldValueError("loop.over", f"steps on a path between loop steps must be in the loop (rule 5): {', '.join(sorted(between))}")
+
+
+# --- the compiled workflow ----------------------------------------------------------------
+@attrs.frozen(eq=False)
+class Step:
+    """A step of a compiled :class:`Workflow`."""
+
+    index: int
+    id: str
+    llm: bool
+    """An LLM call (else a tool call)."""
+    instances: int
+    """Parallel instances (``fan_out``, else 1)."""
+    parents: tuple[int, ...]
+    children: tuple[int, ...]
+    in_loop: bool
+    accumulate: bool
+    tool: str | None = None
+    input_distribution: Any = None
+    """None: the client's own prompt rule (a multi-turn round)."""
+    output_distribution: Any = None
+
+
+@attrs.frozen(eq=False)
+class Workflow:
+    """A workflow ready to run: its steps in order, with the loop's structure resolved."""
+
+    name: str
+    steps: tuple[Step, ...]
+    root: int
+    tools: dict[str, ToolConfig]
+    loop_body: frozenset[int]
+    """Indexes of the loop's steps (empty: no loop)."""
+    loop_entries: tuple[int, ...]
+    """Loop steps with no parent inside the loop: where an iteration starts."""
+    after_loop: tuple[int, ...]
+    """Steps outside the loop with a parent in it: they start when the loop exits."""
+    max_iterations: int = 1
+    iterations_distribution: Any = None
+    continue_probability: float = 1.0
+    think_time: Any = None
+    multi_turn: bool = False
+    """A multi-turn or conversational client's rounds (draws from the ``session`` stream only)."""
+
+    @classmethod
+    def of_agentic(cls, cfg: AgenticConfig) -> Workflow:
+        """Compile an ``agentic`` block (already checked by :func:`check_workflow`)."""
+        index = {s.id: i for i, s in enumerate(cfg.steps)}
+        body = frozenset(index[sid] for sid in cfg.loop.over) if cfg.loop is not None else frozenset()
+        kids: list[list[int]] = [[] for _ in cfg.steps]
+        for i, s in enumerate(cfg.steps):
+            for d in s.depends_on:
+                kids[index[d]].append(i)
+        steps = tuple(
+            Step(
+                index=i, id=s.id, llm=s.type == "llm_call", instances=s.fan_out or 1,
+                parents=tuple(index[d] for d in s.depends_on), children=tuple(kids[i]), in_loop=i in body,
+                accumulate=s.context_growth == "accumulate", tool=s.tool,
+                input_distribution=s.input_distribution, output_distribution=s.output_distribution,
+            )
+            for i, s in enumerate(cfg.steps)
+        )
+        loop = cfg.loop
+        return cls(
+            name=cfg.workflow,
+            steps=steps,
+            root=index[cfg.root.id],
+            tools=dict(cfg.tools),
+            loop_body=body,
+            loop_entries=tuple(i for i in sorted(body) if not set(steps[i].parents) & body),
+            after_loop=tuple(i for i, s in enumerate(steps) if i not in body and set(s.parents) & body),
+            max_iterations=loop.max_iterations if loop is not None else 1,
+            iterations_distribution=loop.iterations_distribution if loop is not None else None,
+            continue_probability=loop.continue_probability if loop is not None else 1.0,
+            think_time=loop.think_time_s if loop is not None else None,
+        )
+
+    @classmethod
+    def of_client(cls, client: ClientConfig) -> Workflow | None:
+        """The workflow of *client*'s sessions: its ``agentic`` block, the one-step loop of
+        a multi-turn or conversational client, or None (no sessions)."""
+        if client.agentic is not None:
+            return cls.of_agentic(client.agentic)
+        mt = client.multi_turn
+        if mt is None and client.conversational_probability <= 0:
+            return None
+        round_step = Step(
+            index=0, id="round", llm=True, instances=1, parents=(), children=(), in_loop=True,
+            accumulate=mt is None or mt.context_growth == "accumulate",
+        )
+        return cls(
+            name="multi_turn" if mt is not None else "conversational",
+            steps=(round_step,),
+            root=0,
+            tools={},
+            loop_body=frozenset({0}),
+            loop_entries=(0,),
+            after_loop=(),
+            max_iterations=mt.max_rounds if mt is not None else 1 << 62,
+            iterations_distribution=mt.rounds_distribution if mt is not None else None,
+            continue_probability=1.0 if mt is not None else client.conversational_probability,
+            think_time=mt.think_time if mt is not None else client.follow_up_think_time,
+            multi_turn=True,
+        )
+
+
+# --- a running session ------------------------------------------------------------------
+@attrs.define(eq=False)
+class Call:
+    """One step instance to start: an LLM request or a tool call."""
+
+    step: Step
+    iteration: int
+    instance: int
+    delay_s: float
+    """Seconds after the moment it was decided (think time; 0 otherwise)."""
+    prompt_tokens: int = 0
+    """LLM: the whole prompt (shared prefix and accumulated context included)."""
+    new_tokens: int = 0
+    """LLM: the newly drawn part of the prompt (without prefix and context)."""
+    output_tokens: int = 0
+    """LLM: requested output; tool: tokens it returns."""
+    latency_s: float = 0.0
+    """Tool: how long the call takes (without waiting for the tool)."""
+    fields: dict[str, Any] = attrs.Factory(dict)
+    """LLM: request fields (identity, session, step, iteration, priority, streaming)."""
+    accumulates_from: tuple[int, int] | None = None
+    """LLM with ``accumulate`` at iteration k > 0: (step, k - 1), whose prompt it extends."""
+
+    @property
+    def key(self) -> tuple[int, int, int]:
+        """``(step index, iteration, instance)``."""
+        return (self.step.index, self.iteration, self.instance)
+
+
+class WorkflowSession:
+    """The state of one session running a :class:`Workflow` (no SimPy, no asyncio).
+
+    Parameters
+    ----------
+    workflow
+        What it runs.
+    session_id
+        Its id (carried by its requests).
+    source
+        Its client (streams, request fields, prompt rule).
+    horizon_s
+        No LLM call arrives after this time (None: no limit).
+
+    The caller registers the root request (:meth:`start`), then reports each finished
+    call (:meth:`finished`) and makes the calls it returns; :attr:`end_reason` is set
+    once nothing is left to run.
+    """
+
+    def __init__(self, workflow: Workflow, session_id: str, source: ClientSource, horizon_s: float | None) -> None:
+        self.workflow = workflow
+        self.session_id = session_id
+        self.source = source
+        self.horizon_s = horizon_s
+        self.rng = source.stream("session")
+        self.iterations = workflow.max_iterations
+        if workflow.iterations_distribution is not None:
+            drawn = int(to_tokens(workflow.iterations_distribution.sample(self.rng, 1))[0])
+            self.iterations = min(max(drawn, 1), workflow.max_iterations)
+        self.started = 0
+        """LLM calls made (the root included)."""
+        self.tool_calls = 0
+        self.tool_wait_s = 0.0
+        """Summed time of its tool calls (waiting for the tool and running), s."""
+        self.iteration = 0
+        """The loop iteration running (the last one, once the loop exited)."""
+        self.end_reason = ""
+        self.start_s = math.nan
+        self.end_s = math.nan
+        self.pending = 0
+        """Calls started and not finished (or scheduled and not started)."""
+        self.fan_out_planned = 0
+        self.fan_out_done = 0
+        self._stop: str = ""
+        """Why no more calls are made ("" while they are)."""
+        self._loop_reason = ""
+        self._done: dict[tuple[int, int], int] = {}
+        """Finished instances per (step, iteration)."""
+        self._waiting: dict[tuple[int, int], int] = {}
+        """Parent steps still to finish per (step, iteration) that has been counted."""
+        self._loop_done: dict[int, int] = {}
+        """Loop steps fully finished per iteration."""
+        self._iteration_output: dict[int, int] = {}
+        """Output tokens (LLM and tool) of each iteration's loop steps."""
+        self._prompt: dict[tuple[int, int], int] = {}
+        """Prompt of instance 0 per (step, iteration) of accumulate steps."""
+        self._last_parent: dict[tuple[int, int], tuple[int, int, int]] = {}
+        """For each started (step, iteration), the parent instance whose end released it."""
+        self._base = {**source.base, "session_id": session_id}
+        self.records: dict[tuple[int, int, int], tuple[float, float]] = {}
+        """(start, end) of each finished call, by ``(step, iteration, instance)``."""
+
+    # --- the caller's side --------------------------------------------------------
+    def start(self, now_s: float, *, prompt_tokens: int, output_tokens: int, fields: dict[str, Any]) -> list[Call]:
+        """The session's root request (made by the generator) arrived at *now_s*: returns
+        the other instances of the root to make now. *fields* are the root's own request
+        fields (streaming, priority...), carried to every later call."""
+        wf = self.workflow
+        self.start_s = now_s
+        root = wf.steps[wf.root]
+        self._base = {**self._base, **{k: fields[k] for k in ("streaming", "priority") if k in fields}}
+        self.started = 1
+        if root.accumulate:
+            self._prompt[(root.index, 0)] = prompt_tokens
+        if root.instances > 1:
+            self.fan_out_planned += root.instances
+        calls = [c for i in range(1, root.instances) if (c := self._llm_call(root, 0, i, 0.0, now_s)) is not None]
+        self.pending = 1 + len(calls)
+        return calls
+
+    def root_call(self) -> Call:
+        """The :class:`Call` the root request is (instance 0 of the root step at iteration 0)."""
+        return Call(self.workflow.steps[self.workflow.root], 0, 0, 0.0)
+
+    def finished(
+        self, call_key: tuple[int, int, int], start_s: float, now_s: float, *, output_tokens: int, dropped: bool = False
+    ) -> list[Call]:
+        """The call *call_key* (started at *start_s*) finished at *now_s* with *output_tokens*
+        (for an LLM call, what it generated; for a tool, what it returned); returns the
+        calls to make next (each after its ``delay_s``)."""
+        s_idx, it, _inst = call_key
+        wf = self.workflow
+        step = wf.steps[s_idx]
+        self.pending -= 1
+        self.end_s = now_s if not math.isfinite(self.end_s) else max(self.end_s, now_s)
+        self.records[call_key] = (start_s, now_s)
+        if dropped:
+            self._stop = self._stop or "dropped"
+        if step.instances > 1:
+            self.fan_out_done += 1
+        if step.in_loop:
+            self._iteration_output[it] = self._iteration_output.get(it, 0) + output_tokens
+        key = (s_idx, it)
+        self._done[key] = self._done.get(key, 0) + 1
+        calls: list[Call] = []
+        if self._done[key] == step.instances and not self._stop:  # the step is done for this iteration
+            calls += self._release_children(step, it, call_key, now_s)
+            if step.in_loop:
+                n = self._loop_done[it] = self._loop_done.get(it, 0) + 1
+                if n == len(wf.loop_body):
+                    calls += self._end_iteration(it, call_key, now_s)
+        self.pending += len(calls)
+        if self.pending == 0 and not self.end_reason:
+            self.end_reason = self._stop or self._loop_reason or "completed"
+        return calls
+
+    def tool_finished_wait(self, seconds: float) -> None:
+        """Count *seconds* of tool time (waiting and running) toward the session's tool wait."""
+        self.tool_wait_s += seconds
+
+    def close(self) -> str:
+        """The session is cut off by the end of the run: its end reason (``in_progress`` if it had not ended)."""
+        if not self.end_reason:
+            self.end_reason = "in_progress"
+        return self.end_reason
+
+    def critical_path(self) -> list[tuple[int, int, int]]:
+        """The chain of call keys that ended last, root first: each call's releasing parent."""
+        if not self.records:
+            return []
+        key = max(self.records, key=lambda k: (self.records[k][1], k))
+        chain = [key]
+        while True:
+            parent = self._last_parent.get(key[:2])
+            if parent is None:
+                break
+            chain.append(parent)
+            key = parent
+        return chain[::-1]
+
+    # --- the rules ---------------------------------------------------------------
+    def _release_children(self, step: Step, it: int, by: tuple[int, int, int], now: float) -> list[Call]:
+        wf = self.workflow
+        calls: list[Call] = []
+        for c in step.children:
+            child = wf.steps[c]
+            if step.in_loop and not child.in_loop:
+                continue  # after the loop: released when the loop exits
+            calls += self._count_parent(child, it, by, now)  # a step outside the loop runs at iteration 0
+        return calls
+
+    def _count_parent(self, child: Step, it: int, by: tuple[int, int, int], now: float, count: int = 1) -> list[Call]:
+        key = (child.index, it)
+        if key not in self._waiting:
+            self._waiting[key] = self._parents_needed(child, it)
+        self._waiting[key] -= count
+        if self._waiting[key] > 0:
+            return []
+        self._last_parent[key] = by
+        return self._start_step(child, it, 0.0, now)
+
+    def _parents_needed(self, child: Step, it: int) -> int:
+        wf = self.workflow
+        if child.in_loop and it > 0:
+            return sum(1 for p in child.parents if p in wf.loop_body)
+        return len(child.parents)
+
+    def _end_iteration(self, it: int, by: tuple[int, int, int], now: float) -> list[Call]:
+        wf = self.workflow
+        if it + 1 < self.iterations:
+            if wf.continue_probability < 1.0 and self.rng.random() >= wf.continue_probability:
+                self._loop_reason = "user_stopped"
+                return self._exit_loop(by, now)
+            delay = 0.0
+            if wf.think_time is not None:
+                # Clamped like every time in a scenario (a heavy tail can draw an absurd think time).
+                delay = min(max(float(wf.think_time.sample(self.rng, 1)[0]), 0.0), MAX_TIME_S)
+            calls: list[Call] = []
+            for e in wf.loop_entries:
+                self._last_parent[(e, it + 1)] = by
+                calls += self._start_step(wf.steps[e], it + 1, delay, now)
+            self.iteration = it + 1
+            return calls
+        self._loop_reason = "max_rounds"
+        return self._exit_loop(by, now)
+
+    def _exit_loop(self, by: tuple[int, int, int], now: float) -> list[Call]:
+        wf = self.workflow
+        calls: list[Call] = []
+        for a in wf.after_loop:
+            child = wf.steps[a]
+            inside = sum(1 for p in child.parents if p in wf.loop_body)
+            calls += self._count_parent(child, 0, by, now, count=inside)
+        if calls or any(self._waiting.get((a, 0), 1) > 0 for a in wf.after_loop):
+            self._loop_reason = ""  # the session goes on (or waits) after its loop
+        return calls
+
+    def _start_step(self, step: Step, it: int, delay: float, now: float) -> list[Call]:
+        if step.instances > 1:
+            self.fan_out_planned += step.instances
+        if step.llm:
+            return [c for i in range(step.instances) if (c := self._llm_call(step, it, i, delay, now)) is not None]
+        return [self._tool_call(step, it, i, delay) for i in range(step.instances)]
+
+    def _llm_call(self, step: Step, it: int, instance: int, delay: float, now: float) -> Call | None:
+        if self._stop:
+            return None
+        if self.horizon_s is not None and now + delay > self.horizon_s:
+            self._stop = "horizon"
+            return None
+        source = self.source
+        extras: dict[str, Any] = {}
+        if step.input_distribution is None:  # a multi-turn round: the client's own prompt rule
+            drawn_arr, extra_list = source.prompts(self.rng, 1)
+            drawn = int(drawn_arr[0]) - source.prefix_tokens
+            extras = extra_list[0] if extra_list else {}
+            output = int(to_tokens(source.output_distribution.sample(self.rng, 1))[0])
+        else:
+            drawn = int(source.draw(f"step/{step.id}/input", step.input_distribution, tokens=True))
+            output = int(source.draw(f"step/{step.id}/output", step.output_distribution, tokens=True))
+        prompt = drawn + source.prefix_tokens
+        accumulates_from = None
+        if step.accumulate and it > 0:
+            previous = self._prompt.get((step.index, it - 1))
+            if previous is not None:
+                prompt = previous + self._iteration_output.get(it - 1, 0) + drawn
+                accumulates_from = (step.index, it - 1)
+        if step.accumulate and instance == 0:
+            self._prompt[(step.index, it)] = prompt
+        self.started += 1
+        fields = {
+            **self._base,
+            **extras,
+            "round_index": it,
+            "step_id": "" if self.workflow.multi_turn else step.id,
+            "loop_iteration": it,
+        }
+        return Call(step, it, instance, delay, prompt_tokens=prompt, new_tokens=drawn, output_tokens=output,
+                    fields=fields, accumulates_from=accumulates_from)
+
+    def _tool_call(self, step: Step, it: int, instance: int, delay: float) -> Call:
+        tool = self.workflow.tools[step.tool]
+        source = self.source
+        latency = min(max(source.draw(f"tool/{step.tool}/latency", tool.latency_s, tokens=False), 0.0), MAX_TIME_S)
+        output = int(source.draw(f"tool/{step.tool}/output", tool.output_tokens, tokens=True))
+        self.tool_calls += 1
+        return Call(step, it, instance, delay, output_tokens=output, latency_s=latency)
+
