@@ -94,6 +94,8 @@ class Recorder:
         self.codes: dict[str, _Codes] = {name: _Codes() for name, kind in RECORD_FIELDS if kind == "s"}
         self.sessions: list[tuple[str, str, int, str]] = []
         """(session_id, client_id, rounds, end_reason) per ended session."""
+        self.tool_calls: list[tuple] = []
+        """Per returned tool call: see :meth:`on_tool_call`."""
         self.workflow_sessions: list[tuple] = []
         """Per agentic session: see :func:`~simpy_llm.workload.sessions.session_record`."""
         self.preemptions: list[tuple[int, int, float, str]] = []
@@ -160,6 +162,11 @@ class Recorder:
     def on_session_end(self, session_id: str, client_id: str, rounds: int, reason: str) -> None:
         """A session ended after *rounds* rounds, for *reason* (see ``workload.sessions``)."""
         self.sessions.append((session_id, client_id, rounds, reason))
+
+    def on_tool_call(self, record: tuple) -> None:
+        """A tool call of an agentic session returned: (session_id, client_id, step_id, tool,
+        loop_iteration, instance, start_s, wait_s, end_s, latency_s, output_tokens)."""
+        self.tool_calls.append(record)
 
     def on_workflow_session(self, record: tuple) -> None:
         """An agentic session's figures (see :func:`~simpy_llm.workload.sessions.session_record`)."""

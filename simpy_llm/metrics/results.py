@@ -466,6 +466,25 @@ class Results:
             frame["critical_queue_share"] = frame["critical_queue_s"] / frame["e2e_s"]
         return frame[[*columns[:5], "e2e_s", *columns[5:12], "critical_queue_share", "end_reason"]]
 
+    def tool_calls(self) -> pd.DataFrame:
+        """One row per tool call of an agentic session that returned, in (session, start) order.
+
+        Columns: ``session_id``, ``client_id``, ``step_id``, ``tool``, ``loop_iteration``,
+        ``instance`` (of a fan-out step), ``start_s`` (called), ``wait_s`` (waiting for a
+        tool with a capacity), ``end_s`` (returned), ``latency_s`` (its drawn latency: end -
+        start - wait) and ``output_tokens``.
+        """
+        import pandas as pd
+
+        columns = ["session_id", "client_id", "step_id", "tool", "loop_iteration", "instance", "start_s", "wait_s", "end_s",
+                   "latency_s", "output_tokens"]
+        rows = sorted(self._recorder.tool_calls, key=lambda r: (r[0], r[6], r[2], r[4], r[5]))
+        return pd.DataFrame(rows, columns=columns).astype(
+            {"session_id": "string", "client_id": "string", "step_id": "string", "tool": "string",
+             "loop_iteration": "int64", "instance": "int64", "start_s": "float64", "wait_s": "float64",
+             "end_s": "float64", "latency_s": "float64", "output_tokens": "int64"}
+        )
+
     def _workflow_summary(self) -> dict[str, Any]:
         """``summary()["workflows"]``: see :class:`~simpy_llm.metrics.summary.WorkflowStats`."""
         frame = self.workflow_sessions()
@@ -793,7 +812,8 @@ class Results:
         ``preemptions.csv`` (with each preemption's mode), ``sessions.csv`` (when there
         were sessions), ``timeseries.csv`` (when the run was sampled, see
         :meth:`timeseries`), ``batches.csv`` (when batch servers ran, see :meth:`batches`),
-        ``workflow_sessions.csv`` (agentic sessions, see :meth:`workflow_sessions`),
+        ``workflow_sessions.csv`` and ``tool_calls.csv`` (agentic sessions, see
+        :meth:`workflow_sessions` and :meth:`tool_calls`),
         ``summary.json`` and ``manifest.json`` into *directory*;
         return *directory*. A *written* list gets the path of each file written, in order."""
         from simpy_llm.config.loader import scenario_hash, scenario_to_dict
@@ -823,6 +843,8 @@ class Results:
             self.batches().to_csv(put("batches.csv"), index=False)
         if self._recorder.workflow_sessions:
             self.workflow_sessions().to_csv(put("workflow_sessions.csv"), index=False)
+        if self._recorder.tool_calls:
+            self.tool_calls().to_csv(put("tool_calls.csv"), index=False)
         put("summary.json").write_text(json.dumps(self.summary(), indent=2, default=_json_default) + "\n")
         manifest = {
             "seed": self.scenario.seed,

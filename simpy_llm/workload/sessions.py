@@ -154,7 +154,7 @@ class SessionRegistry:
                 # A pure delay: one timeout, no process.
                 start = self.env.now
                 self.env.timeout(call.latency_s).callbacks.append(
-                    lambda _ev, s=session, c=call, t=start: self._tool_done(s, c, t)
+                    lambda _ev, s=session, c=call, t=start: self._tool_done(s, c, t, t)
                 )
             else:
                 self.env.process(self._tool(session, call))
@@ -190,6 +190,7 @@ class SessionRegistry:
         start = env.now
         tool = session.workflow.tools[call.step.tool]
         if tool.capacity is None:
+            running = start
             yield env.timeout(call.latency_s)
         else:
             key = (session.source.client.id, call.step.tool)
@@ -198,14 +199,20 @@ class SessionRegistry:
                 resource = self._tools[key] = simpy.Resource(env, capacity=tool.capacity)
             with resource.request() as slot:
                 yield slot
+                running = env.now
                 yield env.timeout(call.latency_s)
-        self._tool_done(session, call, start)
+        self._tool_done(session, call, start, running)
 
-    def _tool_done(self, session: WorkflowSession, call: Call, start_s: float) -> None:
-        """Tool call *call* (started at *start_s*) returned now."""
+    def _tool_done(self, session: WorkflowSession, call: Call, start_s: float, running_s: float) -> None:
+        """Tool call *call* (called at *start_s*, running from *running_s*) returned now."""
         now = self.env.now
         self.pending -= 1
         session.tool_finished_wait(now - start_s)
+        step, iteration, instance = call.key
+        self.recorder.on_tool_call(
+            (session.session_id, session.source.client.id, call.step.id, call.step.tool, iteration, instance,
+             start_s, running_s - start_s, now, call.latency_s, call.output_tokens)
+        )
         self._make(session, session.finished(call.key, start_s, now, output_tokens=call.output_tokens))
         self._check_end(session)
 
