@@ -446,6 +446,8 @@ def _summary_table(s: dict[str, Any], title: str) -> Any:
     parts: list[Any] = [lat, run]
     if "batch_servers" in s:
         parts.append(_batch_server_table(s["batch_servers"], s["engine"].get("group"), title))
+    if "workflows" in s:
+        parts.append(_workflow_table(s["workflows"], title))
     for d in s.get("diagnostics", []):
         from rich.text import Text
 
@@ -453,6 +455,22 @@ def _summary_table(s: dict[str, Any], title: str) -> Any:
         where = f" [{d['group']}]" if d.get("group") else ""
         parts.append(Text(f"{d['severity']}{where}: {d['message']}", style=style))
     return Group(*parts)
+
+
+def _workflow_table(workflows: dict[str, Any], title: str) -> Any:
+    """One row per agentic workflow (``summary()["workflows"]``)."""
+    from rich.table import Table
+
+    table = Table(title=f"{title}: agentic sessions", header_style="bold")
+    for col in ("workflow", "sessions", "done", "e2e p50", "e2e p99", "calls", "tool s", "iter", "queue"):
+        table.add_column(col, justify="left" if col == "workflow" else "right")
+    for name, w in workflows.items():
+        table.add_row(
+            name, str(w["sessions"]), str(w["completed"]), _fmt(w["e2e_s"]["p50"], 1.0, 2), _fmt(w["e2e_s"]["p99"], 1.0, 2),
+            _fmt(w["llm_calls_mean"], 1.0, 1), _fmt(w["tool_wait_s_mean"], 1.0, 2), _fmt(w["iterations"]["mean"], 1.0, 1),
+            "-" if w["critical_queue_share_mean"] is None else f"{w['critical_queue_share_mean']:.1%}",
+        )
+    return table
 
 
 def _batch_server_table(servers: dict[str, Any], groups: list[str] | None, title: str) -> Any:

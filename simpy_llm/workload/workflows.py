@@ -215,6 +215,8 @@ class Step:
     children: tuple[int, ...]
     in_loop: bool
     accumulate: bool
+    loop_parents: int = 0
+    """Parents inside the loop (what a loop step waits for after the first iteration)."""
     tool: str | None = None
     input_distribution: Any = None
     """None: the client's own prompt rule (a multi-turn round)."""
@@ -256,6 +258,7 @@ class Workflow:
                 index=i, id=s.id, llm=s.type == "llm_call", instances=s.fan_out or 1,
                 parents=tuple(index[d] for d in s.depends_on), children=tuple(kids[i]), in_loop=i in body,
                 accumulate=s.context_growth == "accumulate", tool=s.tool,
+                loop_parents=sum(1 for d in s.depends_on if index[d] in body) if i in body else 0,
                 input_distribution=s.input_distribution, output_distribution=s.output_distribution,
             )
             for i, s in enumerate(cfg.steps)
@@ -392,6 +395,7 @@ class WorkflowSession:
         self._last_parent: dict[tuple[int, int], tuple[int, int, int]] = {}
         """For each started (step, iteration), the parent instance whose end released it."""
         self._base = {**source.base, "session_id": session_id}
+        self._step_ids = [("" if workflow.multi_turn else step.id) for step in workflow.steps]
         self.records: dict[tuple[int, int, int], tuple[float, float]] = {}
         """(start, end) of each finished call, by ``(step, iteration, instance)``."""
 
@@ -427,7 +431,8 @@ class WorkflowSession:
         wf = self.workflow
         step = wf.steps[s_idx]
         self.pending -= 1
-        self.end_s = now_s if not math.isfinite(self.end_s) else max(self.end_s, now_s)
+        if not now_s <= self.end_s:  # also when end_s is still NaN
+            self.end_s = now_s
         self.records[call_key] = (start_s, now_s)
         if dropped:
             self._stop = self._stop or "dropped"
@@ -495,9 +500,8 @@ class WorkflowSession:
         return self._start_step(child, it, 0.0, now)
 
     def _parents_needed(self, child: Step, it: int) -> int:
-        wf = self.workflow
         if child.in_loop and it > 0:
-            return sum(1 for p in child.parents if p in wf.loop_body)
+            return child.loop_parents
         return len(child.parents)
 
     def _end_iteration(self, it: int, by: tuple[int, int, int], now: float) -> list[Call]:
@@ -563,13 +567,7 @@ class WorkflowSession:
         if step.accumulate and instance == 0:
             self._prompt[(step.index, it)] = prompt
         self.started += 1
-        fields = {
-            **self._base,
-            **extras,
-            "round_index": it,
-            "step_id": "" if self.workflow.multi_turn else step.id,
-            "loop_iteration": it,
-        }
+        fields = {**self._base, **extras, "round_index": it, "step_id": self._step_ids[step.index], "loop_iteration": it}
         return Call(step, it, instance, delay, prompt_tokens=prompt, new_tokens=drawn, output_tokens=output,
                     fields=fields, accumulates_from=accumulates_from)
 

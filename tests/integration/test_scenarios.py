@@ -33,6 +33,10 @@ SHORT = {
     "dynamic_only.yaml": ["workload.num_requests=3000"],
     "multi_bin_dynamic.yaml": ["workload.num_requests=3000"],
     "continuous_vs_static.yaml": ["workload.num_requests=2000"],
+    "agentic_react.yaml": ["workload.num_requests=300"],
+    "agentic_mcts.yaml": ["workload.num_requests=200"],
+    "agentic_fork_join.yaml": ["workload.num_requests=500"],
+    "agentic_chain.yaml": ["workload.num_requests=500"],
 }
 
 

@@ -166,6 +166,17 @@ def test_batch_server_summaries_match_the_typed_dict_exactly(name):
     assert _mismatches(s, Summary) == []
 
 
+@pytest.mark.parametrize("name", ["agentic_react.yaml", "agentic_mcts.yaml"])
+def test_agentic_summaries_match_the_typed_dict_exactly(name):
+    """A run of agentic sessions (a loop; fan-out and a tool with a capacity) has a
+    workflows section, one entry per workflow, that matches the schema."""
+    from simpy_llm import load_scenario
+
+    s = Simulation(load_scenario(f"scenarios/{name}", {"workload.num_requests": 60})).run().summary()
+    assert len(s["workflows"]) == 1 and next(iter(s["workflows"].values()))["sessions"] == 60
+    assert _mismatches(s, Summary) == []
+
+
 def test_summary_without_replica_groups_leaves_out_only_the_optional_keys():
     """Results built without replica groups omit engine.group and gpu_utilization.by_group,
     which the schema declares NotRequired, and otherwise match it."""

@@ -1,15 +1,18 @@
-"""Speed of the request-level batch server (``docs/batching.md``): the three batching
-scenarios at 100k requests and ``multi_bin_only`` at 1M.
+"""Speed of shipped scenarios beyond the quickstart: the request-level batch server
+(``docs/batching.md``) and the agentic presets (``docs/agentic.md``).
 
 Run from the repository root::
 
-    python -m benchmarks.bench_batching                          # every case once
-    python -m benchmarks.bench_batching --cases mb_100k,mb_1m --repeat 3
+    python -m benchmarks.bench_scenarios                         # every case once
+    python -m benchmarks.bench_scenarios --cases mb_100k,mb_1m --repeat 3
+    python -m benchmarks.bench_scenarios --cases react,mcts,fork_join,chain --repeat 3
 
 Every run happens in its own fresh Python process (peak RSS belongs to it). Wall =
-``perf_counter`` around ``Simulation.run()``; the SimPy event count is exact.
-Targets (``multi_bin_only``): at least 50,000 simulated requests per wall-second, and
-1M requests in under 30 s.
+``perf_counter`` around ``Simulation.run()``; the SimPy event count is exact. Requests
+are LLM calls (an agentic session makes several).
+
+Targets: ``multi_bin_only`` at least 50,000 simulated requests per wall-second and 1M
+requests in under 30 s; the agentic presets at least 15,000 LLM calls per wall-second.
 
 This is a benchmark, not a test: it asserts nothing.
 """
@@ -37,6 +40,10 @@ CASES: dict[str, tuple[str, dict[str, Any], str]] = {
                       "multi_bin_only with k = 8, B = 8 (four times the batches per request)"),
     "dyn_100k": ("dynamic_only.yaml", {"workload.num_requests": 100_000}, "dynamic_only: dynamic and static servers"),
     "mbd_100k": ("multi_bin_dynamic.yaml", {"workload.num_requests": 100_000}, "multi_bin_dynamic: three servers"),
+    "react": ("agentic_react.yaml", {}, "ReAct agent, 2,000 sessions"),
+    "mcts": ("agentic_mcts.yaml", {}, "tree of thought (fan-out 4), 1,000 sessions"),
+    "fork_join": ("agentic_fork_join.yaml", {}, "fork-join research (3 parallel tools), 3,000 sessions"),
+    "chain": ("agentic_chain.yaml", {}, "multi-step chain (2 tools), 3,000 sessions"),
 }
 DEFAULT_CASES = list(CASES)
 
@@ -50,25 +57,26 @@ def run_worker(case: str) -> dict[str, Any]:
     results = sim.run(progress=False)
     wall = time.perf_counter() - start
     n = len(results)
-    batches = sum(b["batches"] for b in results.summary()["batch_servers"].values())
+    summary = results.summary()
+    batches = sum(b["batches"] for b in summary.get("batch_servers", {}).values())
     return {
         "case": case,
         "requests": n,
         "batches": batches,
+        "sessions": sum(w["sessions"] for w in summary.get("workflows", {}).values()),
         "wall_s": wall,
         "requests_per_wall_s": n / wall,
         "events_per_request": results.events / n,
-        "events_per_batch": results.events / batches,
         "peak_rss_mb": _maxrss_mb(),
     }
 
 
 def spawn(case: str) -> dict[str, Any]:
-    return run_fresh(["-m", "benchmarks.bench_batching", "--case", case], f"case {case}")
+    return run_fresh(["-m", "benchmarks.bench_scenarios", "--case", case], f"case {case}")
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.bench_batching", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.bench_scenarios", description=__doc__.splitlines()[0])
     p.add_argument("--cases", default=",".join(DEFAULT_CASES), help=f"comma-separated; known: {', '.join(CASES)}")
     p.add_argument("--repeat", type=int, default=1, help="runs per case (median reported)")
     p.add_argument("--case", help=argparse.SUPPRESS)
@@ -81,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         p.error(f"unknown case(s): {', '.join(unknown)}")
     info = machine_info()
-    print(f"simpy_llm batching benchmark, {info['date']}\n  {info['cpu']}; {info['cores']} cores; {info['python']}; git {info['git']}")
+    print(f"simpy_llm scenario benchmark, {info['date']}\n  {info['cpu']}; {info['cores']} cores; {info['python']}; git {info['git']}")
     runs: dict[str, list[dict[str, Any]]] = {c: [] for c in cases}
     for k in range(args.repeat):
         for case in cases:
@@ -89,13 +97,13 @@ def main(argv: list[str] | None = None) -> int:
             runs[case].append(r)
             print(f"  round {k + 1} {case:<14} {r['wall_s']:7.2f} s  {r['peak_rss_mb']:6.0f} MB", flush=True)
     print()
-    print(f"{'case':<14} | {'requests':>9} | {'batches':>8} | {'wall s (med)':>12} | {'req/wall-s':>10} | "
-          f"{'events/req':>10} | {'events/batch':>12} | {'peak MB':>7} | description")
+    print(f"{'case':<14} | {'requests':>9} | {'batches':>8} | {'sessions':>8} | {'wall s (med)':>12} | {'req/wall-s':>10} | "
+          f"{'events/req':>10} | {'peak MB':>7} | description")
     for c in cases:
         r = runs[c][0]
         wall = statistics.median(x["wall_s"] for x in runs[c])
-        print(f"{c:<14} | {r['requests']:>9,} | {r['batches']:>8,} | {wall:>12.2f} | {r['requests'] / wall:>10,.0f} | "
-              f"{r['events_per_request']:>10.2f} | {r['events_per_batch']:>12.2f} | "
+        print(f"{c:<14} | {r['requests']:>9,} | {r['batches']:>8,} | {r['sessions']:>8,} | {wall:>12.2f} | "
+              f"{r['requests'] / wall:>10,.0f} | {r['events_per_request']:>10.2f} | "
               f"{max(x['peak_rss_mb'] for x in runs[c]):>7.0f} | {CASES[c][2]}")
     return 0
 
