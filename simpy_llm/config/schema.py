@@ -250,6 +250,16 @@ class ToolConfig:
     capacity: int | None = attrs.field(default=None, validator=optional(all_of(at_least(1), at_most(MAX_REPLICAS * 1024))))
     """Calls served at once; more wait in a FIFO queue (None: unlimited, a pure delay)."""
 
+    def __attrs_post_init__(self) -> None:
+        from simpy_llm.workload.distributions import ClampedGaussian
+
+        if isinstance(self.latency_s, ClampedGaussian):
+            # Its bounds are whole tokens (min >= 1): as a time it would never draw below 1 s.
+            raise FieldValueError(
+                "latency_s", "gaussian is clamped to token bounds (min >= 1), never below 1 s; "
+                "for a time use normal, gamma, lognormal, exponential or uniform"
+            )
+
 
 @attrs.frozen(kw_only=True)
 class StepConfig:

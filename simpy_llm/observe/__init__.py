@@ -6,7 +6,7 @@ See docs/observe.md for the metric definitions.
 - :mod:`simpy_llm.observe.sse`: incremental SSE parser (pure).
 - :mod:`simpy_llm.observe.client`: :class:`OpenAIClient`, :class:`RequestRecord`.
 - :mod:`simpy_llm.observe.loadgen`: :class:`LoadGenerator` (open loop or concurrency limit).
-- :mod:`simpy_llm.observe.sessions`: :class:`Conversations` (closed-loop multi-turn sessions).
+- :mod:`simpy_llm.observe.sessions`: :class:`Conversations` (closed-loop sessions: multi-turn, conversational and agentic workflows).
 - :mod:`simpy_llm.observe.prompts`: prompt text (synthetic words, or a user's dataset: :func:`load_prompts`,
   :class:`DatasetPrompts`).
 - :mod:`simpy_llm.observe.report`: :func:`latency_report` (TTFT, TPOT, ITL, E2E of a run, per client).

@@ -33,7 +33,7 @@ import math
 import statistics
 import time
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Coroutine, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -46,7 +46,7 @@ from simpy_llm.observe.report import latency_report
 from simpy_llm.workload.traces import OBSERVED_COLUMNS
 
 if TYPE_CHECKING:
-    from simpy_llm.observe.sessions import Conversations
+    from simpy_llm.observe.sessions import Conversations, ToolCall
 
 __all__ = [
     "OBSERVER_COLUMNS",
@@ -240,9 +240,10 @@ class LoadGenerator:
         ``user`` message with the rest of its prompt (one prompt, in that order, for the
         completions API). ``observe`` fills it from the workload's clients.
     conversations
-        Closed-loop sessions (:class:`~simpy_llm.observe.sessions.Conversations`): session
-        rounds send the conversation so far, and each finished round may schedule the next
-        one (think time after its end), which joins :attr:`requests`.
+        Closed-loop sessions (:class:`~simpy_llm.observe.sessions.Conversations`): a session's
+        requests send the conversation so far, and each finished request may release any
+        number of later calls: requests (sent at the end of what released them plus their
+        delay), which join :attr:`requests`, and tool calls, slept through as tasks of the run.
     prompts
         Where prompt text comes from (:mod:`simpy_llm.observe.prompts`; default
         :class:`~simpy_llm.observe.prompts.SyntheticPrompts`). Each record's
@@ -351,17 +352,36 @@ class LoadGenerator:
                 slots.release()
             self._finish(req, rec)
         if self.conversations is not None and not self._stop.is_set():
-            nxt = self.conversations.after(req, rec, rec.output_text or "")
-            if nxt is not None:
-                self._start_follow_up(nxt)
+            self._follow_ups(self.conversations.after(req, rec, rec.output_text or ""))
 
-    def _start_follow_up(self, req: LoadRequest) -> None:
-        """Send session round *req* at its target (the previous round's end plus think time)."""
-        self.requests.append(req)
-        rec = self.records[req.request_id] = RequestRecord(request_id=req.request_id, scheduled_s=req.arrival_s)
-        task = asyncio.create_task(self._follow_up(req, rec))
+    def _follow_ups(self, made: list[LoadRequest | ToolCall]) -> None:
+        """Start what a session made: requests (each sent at its target: the end of what released
+        it plus its delay) and tool calls (slept through, then what they release is started)."""
+        for item in made:
+            if isinstance(item, LoadRequest):
+                self._start_follow_up(item)
+            else:
+                self._track(self._tool(item))
+
+    def _track(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run *coro* as a task of the run (stop() cancels it; the run waits for it)."""
+        task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def _start_follow_up(self, req: LoadRequest) -> None:
+        """Send session call *req* at its target (the end of what released it plus its delay)."""
+        self.requests.append(req)
+        rec = self.records[req.request_id] = RequestRecord(request_id=req.request_id, scheduled_s=req.arrival_s)
+        self._track(self._follow_up(req, rec))
+
+    async def _tool(self, tool: ToolCall) -> None:
+        """A session's tool call: no request, a sleep of its latency; then what it releases."""
+        conversations = self.conversations
+        assert conversations is not None
+        start_s, running_s = await conversations.wait_tool(tool, self.client.now)
+        if not self._stop.is_set():
+            self._follow_ups(conversations.tool_returned(tool, start_s, running_s, self.client.now()))
 
     async def _follow_up(self, req: LoadRequest, rec: RequestRecord) -> None:
         spec = self._spec(req, rec)
@@ -440,6 +460,8 @@ class LoadGenerator:
                 # Built before the sleep, not in the request's task: the prompt text
                 # (~50 us for 1,000 words) then costs nothing between target and send.
                 spec = self._spec(req, rec)
+                if self.conversations is not None:  # a session's root with fan_out: its other instances
+                    self._follow_ups(self.conversations.siblings(req))
                 while (delay := req.arrival_s - client.now()) > 0 and not self._stop.is_set():
                     await self._sleep(delay)
                 if self._stop.is_set():

@@ -16,7 +16,10 @@ would (same seed, same streams), sends them with the :class:`LoadGenerator`
     With ``scrape_metrics``: the server's Prometheus samples over time
     (:mod:`simpy_llm.observe.scrape`), on the trace's clock.
 ``sessions.csv``
-    With sessions: every session's rounds and end reason.
+    With sessions: every session's LLM calls (``rounds``), end reason, times and tool time.
+``calls.csv``
+    With agentic sessions: every call of every session, with its step, loop iteration,
+    instance, request id (LLM calls) or tool, and times.
 ``summary.json``
     The :class:`~simpy_llm.observe.loadgen.RunSummary` (written at the end), with
     the latency report of :mod:`simpy_llm.observe.report`.
@@ -56,7 +59,15 @@ from simpy_llm.workload.export import generate_requests
 from simpy_llm.workload.sources import spec_workload
 from simpy_llm.workload.traces import TraceV2Writer
 
-__all__ = ["observe"]
+__all__ = ["CALL_COLUMNS", "SESSION_COLUMNS", "observe"]
+
+SESSION_COLUMNS = ("session_id", "client_id", "rounds", "end_reason", "workflow", "start_s", "end_s", "tool_calls", "tool_wait_s")
+"""The columns of ``sessions.csv`` (:meth:`~simpy_llm.observe.sessions.Conversations.ended`)."""
+CALL_COLUMNS = (
+    "session_id", "client_id", "step_id", "tool", "loop_iteration", "instance", "request_id",
+    "start_s", "wait_s", "end_s", "latency_s", "output_tokens", "status",
+)
+"""The columns of ``calls.csv`` (:meth:`~simpy_llm.observe.sessions.Conversations.calls`)."""
 
 
 def observe(
@@ -256,9 +267,15 @@ def observe(
 
     summary = run_loop(main(), loop=loop)
     if conversations is not None:
-        with (out / "sessions.csv").open("w", encoding="utf-8", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=("session_id", "client_id", "rounds", "end_reason"), lineterminator="\n")
-            w.writeheader()
-            w.writerows(conversations.ended())
+        _write_csv(out / "sessions.csv", conversations.ended(), SESSION_COLUMNS)
+        if conversations.agentic:
+            _write_csv(out / "calls.csv", conversations.calls(), CALL_COLUMNS)
     (out / "summary.json").write_text(json.dumps(attrs.asdict(summary), indent=2, default=str) + "\n", encoding="utf-8")
     return summary
+
+
+def _write_csv(path: Path, rows: list[dict[str, Any]], columns: Sequence[str]) -> None:
+    with path.open("w", encoding="utf-8", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=columns, lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)

@@ -137,13 +137,20 @@ class SessionRegistry:
                 session, key, arrival_s = entry
                 if not session.workflow.multi_turn and req.first_scheduled_s == req.first_scheduled_s:
                     self._queue_s.setdefault(session.session_id, {})[key] = req.first_scheduled_s - arrival_s
-                calls = session.finished(key, arrival_s, self.env.now, output_tokens=req.output_tokens,
+                # The client acts on a response when it has it: at its completion, which a
+                # latency model's per-token post-processing puts after the engine let it go.
+                now = self.env.now
+                done = req.completion_s if req.completion_s > now else now
+                calls = session.finished(key, arrival_s, done, output_tokens=req.output_tokens,
                                          dropped=bool(req.dropped_reason))
-                self._make(session, calls)
+                self._make(session, calls, done - now)
                 self._check_end(session)
 
-    def _make(self, session: WorkflowSession, calls: list[Call]) -> None:
+    def _make(self, session: WorkflowSession, calls: list[Call], offset_s: float = 0.0) -> None:
+        """Make *calls*, each ``offset_s + call.delay_s`` from now."""
         for call in calls:
+            if offset_s:
+                call.delay_s += offset_s
             self.pending += 1
             if call.step.llm:
                 if call.delay_s > 0.0:
