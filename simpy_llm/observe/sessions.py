@@ -212,6 +212,8 @@ class Conversations:
         question = {"role": "user", "content": self.prompts.text(question_tokens, req.request_id)}
         self._register(live, root, req, [*system, question], req.input_tokens)
         if others:
+            for c in others:
+                session.arrived(c)
             self._siblings[req.request_id] = [self._request(live, c, req.arrival_s) for c in others]
 
     def _register(self, live: _Live, call: Call, req: LoadRequest, messages: list[dict[str, str]], counted: int) -> None:
@@ -327,6 +329,9 @@ class Conversations:
         sid = live.session.session_id
         made: list[LoadRequest | ToolCall] = []
         for call in calls:
+            # Counted when decided: the trace keeps a row for every request it decided (one the
+            # run cuts off before it is sent is written as cancelled).
+            live.session.arrived(call)
             if call.step.llm:
                 made.append(self._request(live, call, now_s))
             else:

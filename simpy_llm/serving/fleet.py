@@ -84,7 +84,8 @@ def _capacity(group: ReplicaGroupConfig, latency: Any) -> float:
     if group.capacity is not None:
         return group.capacity
     seqs = group.engine.max_num_seqs
-    return seqs / latency.step_time_s(0, seqs)
+    step = latency.step_time_s(0, seqs)
+    return seqs / step if step > 0 else float("inf")  # a server whose steps take no time (a test's idealisation)
 
 
 def plan_fleet(serving: ServingConfig, latency_override: Any = None) -> list[ReplicaPlan]:

@@ -159,6 +159,7 @@ class SessionRegistry:
                     self._arrive(session, call)
             elif call.delay_s == 0.0 and session.workflow.tools[call.step.tool].capacity is None:
                 # A pure delay: one timeout, no process.
+                session.arrived(call)
                 start = self.env.now
                 self.env.timeout(call.latency_s).callbacks.append(
                     lambda _ev, s=session, c=call, t=start: self._tool_done(s, c, t, t)
@@ -176,6 +177,7 @@ class SessionRegistry:
             if previous is not None:
                 # The prompt repeats the previous iteration's prompt and answer: prefix caches can find them.
                 fields = {**fields, "context": tuple(content_segments(previous))}
+        session.arrived(call)
         req = Request(id=next(self.ids), prompt_tokens=call.prompt_tokens, output_tokens=call.output_tokens, arrival_s=now, **fields)
         if call.step.accumulate:
             self._previous[(sid, call.step.index)] = req
@@ -194,6 +196,7 @@ class SessionRegistry:
         env = self.env
         if call.delay_s > 0.0:
             yield env.timeout(call.delay_s)
+        session.arrived(call)
         start = env.now
         tool = session.workflow.tools[call.step.tool]
         if tool.capacity is None:

@@ -366,7 +366,7 @@ class WorkflowSession:
             drawn = int(to_tokens(workflow.iterations_distribution.sample(self.rng, 1))[0])
             self.iterations = min(max(drawn, 1), workflow.max_iterations)
         self.started = 0
-        """LLM calls made (the root included)."""
+        """LLM calls made (the root included; a call counts when it is made: :meth:`arrived`)."""
         self.tool_calls = 0
         self.tool_wait_s = 0.0
         """Summed time of its tool calls (waiting for the tool and running), s."""
@@ -392,6 +392,12 @@ class WorkflowSession:
         """Output tokens (LLM and tool) of each iteration's loop steps."""
         self._prompt: dict[tuple[int, int], int] = {}
         """Prompt of instance 0 per (step, iteration) of accumulate steps."""
+        self._step_end: dict[tuple[int, int], tuple[float, tuple[int, int, int]]] = {}
+        """Latest end and its instance, per (step, iteration) whose instances are finishing."""
+        self._iteration_end: dict[int, tuple[float, tuple[int, int, int]]] = {}
+        """Latest end of a loop step and its call, per iteration."""
+        self._ready: dict[tuple[int, int], tuple[float, tuple[int, int, int]]] = {}
+        """Latest parent end and its call, per (step, iteration) waiting for parents."""
         self._last_parent: dict[tuple[int, int], tuple[int, int, int]] = {}
         """For each started (step, iteration), the parent instance whose end released it."""
         self._base = {**source.base, "session_id": session_id}
@@ -442,17 +448,31 @@ class WorkflowSession:
             self._iteration_output[it] = self._iteration_output.get(it, 0) + output_tokens
         key = (s_idx, it)
         self._done[key] = self._done.get(key, 0) + 1
+        _latest(self._step_end, key, now_s, call_key)
         calls: list[Call] = []
         if self._done[key] == step.instances and not self._stop:  # the step is done for this iteration
-            calls += self._release_children(step, it, call_key, now_s)
+            end, by = self._step_end.pop(key)
+            calls += self._release_children(step, it, by, end, now_s)
             if step.in_loop:
+                _latest(self._iteration_end, it, end, by)
                 n = self._loop_done[it] = self._loop_done.get(it, 0) + 1
                 if n == len(wf.loop_body):
-                    calls += self._end_iteration(it, call_key, now_s)
+                    calls += self._end_iteration(it, now_s)
         self.pending += len(calls)
         if self.pending == 0 and not self.end_reason:
             self.end_reason = self._stop or self._loop_reason or "completed"
         return calls
+
+    def arrived(self, call: Call) -> None:
+        """*call* is being made now (an LLM request sent, a tool called): counted in
+        :attr:`started` or :attr:`tool_calls` and :attr:`iteration` only then, so a call
+        decided but cut off by the end of the run is not."""
+        if call.step.llm:
+            self.started += 1
+        else:
+            self.tool_calls += 1
+        if call.step.in_loop and call.iteration > self.iteration:
+            self.iteration = call.iteration
 
     def tool_finished_wait(self, seconds: float) -> None:
         """Count *seconds* of tool time (waiting and running) toward the session's tool wait."""
@@ -479,57 +499,67 @@ class WorkflowSession:
         return chain[::-1]
 
     # --- the rules ---------------------------------------------------------------
-    def _release_children(self, step: Step, it: int, by: tuple[int, int, int], now: float) -> list[Call]:
+    def _release_children(self, step: Step, it: int, by: tuple[int, int, int], end: float, now: float) -> list[Call]:
+        """Step *step* of iteration *it* ended at *end* (its last instance, *by*)."""
         wf = self.workflow
         calls: list[Call] = []
         for c in step.children:
             child = wf.steps[c]
             if step.in_loop and not child.in_loop:
                 continue  # after the loop: released when the loop exits
-            calls += self._count_parent(child, it, by, now)  # a step outside the loop runs at iteration 0
+            calls += self._count_parent(child, it, by, end, now)  # a step outside the loop runs at iteration 0
         return calls
 
-    def _count_parent(self, child: Step, it: int, by: tuple[int, int, int], now: float, count: int = 1) -> list[Call]:
+    def _count_parent(
+        self, child: Step, it: int, by: tuple[int, int, int], end: float, now: float, count: int = 1
+    ) -> list[Call]:
+        """*count* parents of *child* (iteration *it*) ended, the last at *end*; start it
+        when none is left, at its latest parent's end (fan-in)."""
         key = (child.index, it)
         if key not in self._waiting:
             self._waiting[key] = self._parents_needed(child, it)
+        _latest(self._ready, key, end, by)
         self._waiting[key] -= count
         if self._waiting[key] > 0:
             return []
-        self._last_parent[key] = by
-        return self._start_step(child, it, 0.0, now)
+        ready, releaser = self._ready.pop(key)
+        self._last_parent[key] = releaser
+        return self._start_step(child, it, ready - now, now)
 
     def _parents_needed(self, child: Step, it: int) -> int:
         if child.in_loop and it > 0:
             return child.loop_parents
         return len(child.parents)
 
-    def _end_iteration(self, it: int, by: tuple[int, int, int], now: float) -> list[Call]:
+    def _end_iteration(self, it: int, now: float) -> list[Call]:
+        """Every loop step of iteration *it* ended: start the next iteration, or exit the loop."""
         wf = self.workflow
         if it + 1 < self.iterations:
             if wf.continue_probability < 1.0 and self.rng.random() >= wf.continue_probability:
                 self._loop_reason = "user_stopped"
-                return self._exit_loop(by, now)
-            delay = 0.0
+                return self._exit_loop(it, now)
+            end, by = self._iteration_end.pop(it)
+            delay = end - now
             if wf.think_time is not None:
                 # Clamped like every time in a scenario (a heavy tail can draw an absurd think time).
-                delay = min(max(float(wf.think_time.sample(self.rng, 1)[0]), 0.0), MAX_TIME_S)
+                delay += min(max(float(wf.think_time.sample(self.rng, 1)[0]), 0.0), MAX_TIME_S)
             calls: list[Call] = []
             for e in wf.loop_entries:
                 self._last_parent[(e, it + 1)] = by
                 calls += self._start_step(wf.steps[e], it + 1, delay, now)
-            self.iteration = it + 1
             return calls
         self._loop_reason = "max_rounds"
-        return self._exit_loop(by, now)
+        return self._exit_loop(it, now)
 
-    def _exit_loop(self, by: tuple[int, int, int], now: float) -> list[Call]:
+    def _exit_loop(self, it: int, now: float) -> list[Call]:
+        """The loop exits after iteration *it*: count it toward the steps after the loop."""
         wf = self.workflow
+        end, by = self._iteration_end.pop(it)
         calls: list[Call] = []
         for a in wf.after_loop:
             child = wf.steps[a]
             inside = sum(1 for p in child.parents if p in wf.loop_body)
-            calls += self._count_parent(child, 0, by, now, count=inside)
+            calls += self._count_parent(child, 0, by, end, now, count=inside)
         if calls or any(self._waiting.get((a, 0), 1) > 0 for a in wf.after_loop):
             self._loop_reason = ""  # the session goes on (or waits) after its loop
         return calls
@@ -566,7 +596,6 @@ class WorkflowSession:
                 accumulates_from = (step.index, it - 1)
         if step.accumulate and instance == 0:
             self._prompt[(step.index, it)] = prompt
-        self.started += 1
         fields = {**self._base, **extras, "round_index": it, "step_id": self._step_ids[step.index], "loop_iteration": it}
         return Call(step, it, instance, delay, prompt_tokens=prompt, new_tokens=drawn, output_tokens=output,
                     fields=fields, accumulates_from=accumulates_from)
@@ -576,6 +605,12 @@ class WorkflowSession:
         source = self.source
         latency = min(max(source.draw(f"tool/{step.tool}/latency", tool.latency_s, tokens=False), 0.0), MAX_TIME_S)
         output = int(source.draw(f"tool/{step.tool}/output", tool.output_tokens, tokens=True))
-        self.tool_calls += 1
         return Call(step, it, instance, delay, output_tokens=output, latency_s=latency)
 
+
+
+def _latest(table: dict, key: Any, end: float, by: tuple[int, int, int]) -> None:
+    """Keep in *table[key]* the latest ``(end, call)`` (the first of equal ends)."""
+    held = table.get(key)
+    if held is None or end > held[0]:
+        table[key] = (end, by)

@@ -136,7 +136,7 @@ def test_conversations_take_a_bare_spec_and_match_the_scenario_form() -> None:
     assert np.array_equal(draws_a, draws_b)
     for req in requests[:5]:
         assert a.messages(req) is not None and b.messages(req) is not None
-        assert a.states[req.fields["session_id"]].rounds == b.states[req.fields["session_id"]].rounds
+        assert a.live[req.fields["session_id"]].session.iterations == b.live[req.fields["session_id"]].session.iterations
 
 
 def test_conversations_accept_sources_already_built() -> None:
