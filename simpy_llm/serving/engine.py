@@ -94,6 +94,13 @@ class _StepEnd(Event):
         _schedule_at(env, self, at_s if at_s > env.now else env.now)
 
 
+def timer_at(env: simpy.Environment, at_s: float) -> Event:
+    """An event that fires at the absolute time *at_s* (now, if that has passed), after the
+    NORMAL events of that instant: exactly at *at_s*, where ``env.timeout(at_s - now)``
+    could land one ulp off."""
+    return _StepEnd(env, at_s)
+
+
 @attrs.frozen(kw_only=True)
 class ReplicaStats:
     """A snapshot of a replica's counters."""

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import simpy
 
 from simpy_llm.entities import Request
+from simpy_llm.serving.engine import timer_at
 from simpy_llm.workload.prefix import content_segments
 from simpy_llm.workload.workflows import END_REASONS, Call, WorkflowSession
 
@@ -132,40 +133,50 @@ class SessionRegistry:
         get = self.completions.get
         while True:
             req = yield get()
-            entry = self._calls.pop(req.id, None)
-            if entry is not None:
-                session, key, arrival_s = entry
-                if not session.workflow.multi_turn and req.first_scheduled_s == req.first_scheduled_s:
-                    self._queue_s.setdefault(session.session_id, {})[key] = req.first_scheduled_s - arrival_s
+            if req.id not in self._calls:
+                continue
+            if req.completion_s > self.env.now:
                 # The client acts on a response when it has it: at its completion, which a
                 # latency model's per-token post-processing puts after the engine let it go.
-                now = self.env.now
-                done = req.completion_s if req.completion_s > now else now
-                calls = session.finished(key, arrival_s, done, output_tokens=req.output_tokens,
-                                         dropped=bool(req.dropped_reason))
-                self._make(session, calls, done - now)
-                self._check_end(session)
+                self.pending += 1
+                timer_at(self.env, req.completion_s).callbacks.append(lambda _ev, r=req: self._finished(r, waited=True))
+            else:
+                self._finished(req)
 
-    def _make(self, session: WorkflowSession, calls: list[Call], offset_s: float = 0.0) -> None:
-        """Make *calls*, each ``offset_s + call.delay_s`` from now."""
+    def _finished(self, req: Request, waited: bool = False) -> None:
+        """LLM call *req* reached its client: tell its session, make what it returns."""
+        if waited:
+            self.pending -= 1
+        session, key, arrival_s = self._calls.pop(req.id)
+        if not session.workflow.multi_turn and req.first_scheduled_s == req.first_scheduled_s:
+            self._queue_s.setdefault(session.session_id, {})[key] = req.first_scheduled_s - arrival_s
+        calls = session.finished(key, arrival_s, self.env.now, output_tokens=req.output_tokens, dropped=bool(req.dropped_reason))
+        self._make(session, calls)
+        self._check_end(session)
+
+    def _make(self, session: WorkflowSession, calls: list[Call]) -> None:
+        """Make *calls*, each ``call.delay_s`` from now."""
         for call in calls:
-            if offset_s:
-                call.delay_s += offset_s
             self.pending += 1
             if call.step.llm:
                 if call.delay_s > 0.0:
                     self.env.timeout(call.delay_s).callbacks.append(lambda _ev, s=session, c=call: self._arrive(s, c))
                 else:
                     self._arrive(session, call)
-            elif call.delay_s == 0.0 and session.workflow.tools[call.step.tool].capacity is None:
-                # A pure delay: one timeout, no process.
-                session.arrived(call)
-                start = self.env.now
-                self.env.timeout(call.latency_s).callbacks.append(
-                    lambda _ev, s=session, c=call, t=start: self._tool_done(s, c, t, t)
-                )
+            elif session.workflow.tools[call.step.tool].capacity is None:
+                # A pure delay: timeouts and callbacks, no process.
+                if call.delay_s > 0.0:
+                    self.env.timeout(call.delay_s).callbacks.append(lambda _ev, s=session, c=call: self._call_tool(s, c))
+                else:
+                    self._call_tool(session, call)
             else:
                 self.env.process(self._tool(session, call))
+
+    def _call_tool(self, session: WorkflowSession, call: Call) -> None:
+        """Call a tool without a capacity: it returns after its latency."""
+        session.arrived(call)
+        start = self.env.now
+        self.env.timeout(call.latency_s).callbacks.append(lambda _ev, s=session, c=call, t=start: self._tool_done(s, c, t, t))
 
     def _arrive(self, session: WorkflowSession, call: Call) -> None:
         self.pending -= 1
