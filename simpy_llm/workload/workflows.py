@@ -242,6 +242,8 @@ class Workflow:
     continue_probability: float = 1.0
     think_time: Any = None
     multi_turn: bool = False
+    accumulates: bool = False
+    """Some step has ``context_growth: accumulate`` (the loop's outputs are counted)."""
     """A multi-turn or conversational client's rounds (draws from the ``session`` stream only)."""
 
     @classmethod
@@ -276,6 +278,7 @@ class Workflow:
             iterations_distribution=loop.iterations_distribution if loop is not None else None,
             continue_probability=loop.continue_probability if loop is not None else 1.0,
             think_time=loop.think_time_s if loop is not None else None,
+            accumulates=any(s.accumulate for s in steps),
         )
 
     @classmethod
@@ -304,6 +307,7 @@ class Workflow:
             continue_probability=1.0 if mt is not None else client.conversational_probability,
             think_time=mt.think_time if mt is not None else client.follow_up_think_time,
             multi_turn=True,
+            accumulates=round_step.accumulate,
         )
 
 
@@ -444,14 +448,17 @@ class WorkflowSession:
             self._stop = self._stop or "dropped"
         if step.instances > 1:
             self.fan_out_done += 1
-        if step.in_loop:
+        if step.in_loop and wf.accumulates:
             self._iteration_output[it] = self._iteration_output.get(it, 0) + output_tokens
         key = (s_idx, it)
-        self._done[key] = self._done.get(key, 0) + 1
-        _latest(self._step_end, key, now_s, call_key)
+        if step.instances > 1:
+            self._done[key] = done = self._done.get(key, 0) + 1
+            _latest(self._step_end, key, now_s, call_key)
+        else:
+            done = 1
         calls: list[Call] = []
-        if self._done[key] == step.instances and not self._stop:  # the step is done for this iteration
-            end, by = self._step_end.pop(key)
+        if done == step.instances and not self._stop:  # the step is done for this iteration
+            end, by = self._step_end.pop(key) if step.instances > 1 else (now_s, call_key)
             calls += self._release_children(step, it, by, end, now_s)
             if step.in_loop:
                 _latest(self._iteration_end, it, end, by)
@@ -517,7 +524,11 @@ class WorkflowSession:
         when none is left, at its latest parent's end (fan-in)."""
         key = (child.index, it)
         if key not in self._waiting:
-            self._waiting[key] = self._parents_needed(child, it)
+            needed = self._parents_needed(child, it)
+            if needed == count:  # its only parent(s): no fan-in to wait for
+                self._last_parent[key] = by
+                return self._start_step(child, it, end - now, now)
+            self._waiting[key] = needed
         _latest(self._ready, key, end, by)
         self._waiting[key] -= count
         if self._waiting[key] > 0:
