@@ -56,6 +56,7 @@ from simpy_llm.config.validators import MAX_TIME_S, at_least, at_most
 from simpy_llm.entities import Batch
 from simpy_llm.registry import Registry
 from simpy_llm.wire import WirePut
+from simpy_llm.workload.distributions import Draws
 
 if TYPE_CHECKING:
     import simpy
@@ -149,7 +150,7 @@ class SampledServiceTimes:
                 raise FieldValueError(f"distribution.{where}".rstrip("."), msg) from None
         self.distribution = distribution
         self.rng = rng if rng is not None else np.random.default_rng(0)
-        self._draws: list[float] = []
+        self._draws = Draws(self.distribution, self.rng, tokens=False, chunk=self._CHUNK)
 
     @property
     def mean_s(self) -> float:
@@ -157,13 +158,8 @@ class SampledServiceTimes:
         return float(self.distribution.mean)
 
     def size(self, request: Request) -> float:
-        if not self._draws:
-            from simpy_llm.workload.distributions import _checked
-
-            draws = _checked(self.distribution, np.asarray(self.distribution.sample(self.rng, self._CHUNK), dtype=np.float64))
-            # A time cannot be negative: a draw below 0 (a normal's left tail) is 0.
-            self._draws = np.maximum(draws, 0.0)[::-1].tolist()  # pop() from the end takes them in drawn order
-        return self._draws.pop()
+        # A time cannot be negative: a draw below 0 (a normal's left tail) is 0.
+        return max(self._draws.next(), 0.0)
 
     def predicted_size(self, request: Request, size: float, predictor: OutputPredictor) -> float:
         return size * predictor.factor(request)

@@ -61,6 +61,7 @@ from simpy_llm.registry import Registry
 __all__ = [
     "ClampedGaussian",
     "Constant",
+    "Draws",
     "Empirical",
     "Exponential",
     "Gamma",
@@ -191,6 +192,38 @@ def draw_tokens(distribution: LengthDistribution, rng: np.random.Generator, n: i
     [7, 7]
     """
     return to_tokens(distribution.sample(rng, n), distribution)
+
+
+class Draws:
+    """One value at a time of *distribution*, drawn from *rng* in vectors of *chunk*.
+
+    Whole tokens (:func:`to_tokens`) when *tokens*, else the floats as drawn (NaN or an
+    infinity raises :class:`SamplingError`). The values come in the order drawn.
+
+    >>> d = Draws(Constant(value=7.4), np.random.default_rng(0), tokens=True, chunk=4)
+    >>> [d.next() for _ in range(5)]
+    [7, 7, 7, 7, 7]
+    """
+
+    __slots__ = ("_buffer", "chunk", "distribution", "rng", "tokens")
+
+    def __init__(self, distribution: LengthDistribution, rng: np.random.Generator, *, tokens: bool, chunk: int = 256) -> None:
+        self.distribution = distribution
+        self.rng = rng
+        self.tokens = tokens
+        self.chunk = chunk
+        self._buffer: list = []
+
+    def next(self) -> float:
+        """The next value."""
+        if not self._buffer:
+            values = self.distribution.sample(self.rng, self.chunk)
+            if self.tokens:
+                values = to_tokens(values, self.distribution)
+            else:
+                values = _checked(self.distribution, np.asarray(values, dtype=np.float64))
+            self._buffer = values[::-1].tolist()  # pop() from the end: drawn order
+        return self._buffer.pop()
 
 
 @length_distributions.register("constant")

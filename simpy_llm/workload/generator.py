@@ -30,7 +30,7 @@ import simpy
 from simpy_llm.config.errors import ScenarioError
 from simpy_llm.config.validators import MAX_ITEMS_PER_REQUEST, MAX_PRIORITY
 from simpy_llm.entities import Request
-from simpy_llm.workload.distributions import SamplingError, _checked as _finite, draw_tokens, to_tokens
+from simpy_llm.workload.distributions import Draws, SamplingError, draw_tokens, to_tokens
 from simpy_llm.workload.prefix import PREFIX_BLOCK_TOKENS, prefix_blocks
 
 if TYPE_CHECKING:
@@ -152,7 +152,7 @@ class ClientSource:
         """Prompt lengths of its arrivals (an agentic client's: its root step's)."""
         self.output_distribution = root.output_distribution if root is not None else client.output_distribution
         """Output lengths of its arrivals."""
-        self._buffers: dict[str, list] = {}
+        self._draws: dict[str, Draws] = {}
         self.priority_distribution = None if isinstance(client.priority, (int, float)) else client.priority
         """The distribution each request's priority is drawn from (None: the constant in ``base``)."""
         if self.priority_distribution is None:
@@ -172,12 +172,10 @@ class ClientSource:
     def draw(self, what: str, distribution: Any, *, tokens: bool) -> float:
         """The next value of *distribution* from the client's stream *what*, drawn in vectors
         of :data:`DRAW_CHUNK` (whole tokens when *tokens*, else the float as drawn)."""
-        buffer = self._buffers.get(what)
-        if not buffer:
-            values = distribution.sample(self.stream(what), DRAW_CHUNK)
-            values = to_tokens(values, distribution) if tokens else _finite(distribution, np.asarray(values, dtype=np.float64))
-            buffer = self._buffers[what] = values[::-1].tolist()  # pop() from the end: drawn order
-        return buffer.pop()
+        draws = self._draws.get(what)
+        if draws is None:
+            draws = self._draws[what] = Draws(distribution, self.stream(what), tokens=tokens, chunk=DRAW_CHUNK)
+        return draws.next()
 
     def prompts(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, list[dict[str, Any]] | None]:
         """*n* prompt lengths (with the shared prefix) and, for multimodal clients, their mix."""
