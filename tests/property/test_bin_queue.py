@@ -60,7 +60,7 @@ def configs(draw):
     return BatchServerConfig(service=SPEC, bins=bins, dynamic=dynamic)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(workload=workloads(), config=configs())
 def test_every_request_is_served_once_or_still_queued(workload, config):
     """Each request leaves in exactly one batch or is dropped (alone over the memory limit)
@@ -88,7 +88,7 @@ def test_every_request_is_served_once_or_still_queued(workload, config):
             assert r.arrival_s <= r.enqueue_s <= r.first_scheduled_s <= r.first_token_s == r.completion_s
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(workload=workloads(), config=configs())
 def test_each_bin_serves_its_requests_in_arrival_order(workload, config):
     """Within a bin (once the boundaries are set), requests start in the order they arrived."""
@@ -102,7 +102,7 @@ def test_each_bin_serves_its_requests_in_arrival_order(workload, config):
         assert starts == sorted(starts)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(workload=workloads(), config=configs())
 def test_batch_sizes_are_as_configured(workload, config):
     """A fixed B forms batches of exactly B (smaller only through max_wait_s); dynamic
@@ -116,7 +116,7 @@ def test_batch_sizes_are_as_configured(workload, config):
             assert size <= min(config.dynamic.b_max, config.dynamic.max_candidates)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(workload=workloads(), config=configs().filter(lambda c: c.dynamic is not None and c.dynamic.memory is not None))
 def test_dynamic_batches_never_exceed_the_memory_limit_with_an_oracle(workload, config):
     """With exact length predictions, no dynamic batch holds more KV tokens than the limit."""
@@ -130,7 +130,7 @@ def test_dynamic_batches_never_exceed_the_memory_limit_with_an_oracle(workload, 
     assert server.kv.peak_used_blocks <= limit
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(workload=workloads(), config=configs().filter(lambda c: c.dynamic is not None or c.max_wait_s is not None))
 def test_no_request_is_left_waiting_when_partial_batches_may_form(workload, config):
     """With dynamic batching, or a fixed B with max_wait_s, every request that was not dropped

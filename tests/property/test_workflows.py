@@ -35,7 +35,7 @@ from simpy_llm import Results, Simulation, scenario_from_dict
 from tests.agentic_helpers import REACT_SERVING, const, expo
 
 SETTINGS = settings(
-    max_examples=200,
+    max_examples=120,
     deadline=None,
     database=None,
     phases=[Phase.explicit, Phase.generate],  # no shrinking: a failure costs one run, not hundreds
