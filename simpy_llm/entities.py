@@ -114,6 +114,11 @@ class Request:
     """A warm-up request of a replayed trace (simulated, left out of the summary)."""
     bin: int = -1
     """The bin of the request-level batch server that queued it (-1: none)."""
+    continuable: bool = False
+    """A later request of its session may start with its content (prompt and output): the
+    next round of an accumulating step, a replayed session's round. A prefix cache keeps
+    only such a request's own blocks findable after it completes; no lookup could find
+    anyone else's."""
 
     # --- engine bookkeeping (read by the engine and recorder only) ---
     generated_tokens: int = 0

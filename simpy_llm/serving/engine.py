@@ -569,14 +569,16 @@ class Replica:
         while waiting and budget > 0 and len(running) < max_seqs:
             entry = waiting[0]
             req = entry[2]
-            if cache is not None:
-                holder = req.kv_holder
-                if holder is None:
-                    holder = req.kv_holder = cache.holder(req)
+            holder = req.kv_holder
+            if holder is None and cache is not None and (req.context or req.prefix_blocks):
+                holder = req.kv_holder = cache.holder(req)
+            if holder is not None:
                 match = cache.match(holder, (req.prefill_target - 1) // bs)
                 hits = match.blocks
                 pinned_free = match.evictable
             else:
+                # Without a holder (no cache, or content all its own and never released by
+                # a preemption) no lookup can find anything: see _release_kv.
                 hits = pinned_free = 0
             cached = hits * bs
             swapped = req.swapped_tokens
@@ -588,7 +590,7 @@ class Replica:
             if new_blocks + pinned_free > kv.free_blocks:
                 break
             heapq.heappop(waiting)
-            if cache is not None:
+            if holder is not None:
                 cache.pin(holder, match)
                 if hits:
                     self._restores += 1
@@ -701,10 +703,18 @@ class Replica:
         cache = self.prefix_cache
         if cache is None:
             self.kv.release(blocks_for(tokens, self.kv.block_size))
-        else:
-            # A finished request leaves findable its prompt less the reusable tail (llama.cpp's checkpoints).
-            keep = max(req.prompt_tokens - self._reusable_tail, 0) if done and self._reusable_tail is not None else None
-            cache.unref(req.kv_holder, tokens, findable=not done or bool(req.session_id), findable_tokens=keep)
+            return
+        findable = not done or req.continuable
+        holder = req.kv_holder
+        if holder is None:
+            # Admitted without a holder: its content is all its own and it referenced nothing.
+            if not findable:
+                cache.release_own(tokens)
+                return
+            holder = req.kv_holder = cache.holder(req)
+        # A finished request leaves findable its prompt less the reusable tail (llama.cpp's checkpoints).
+        keep = max(req.prompt_tokens - self._reusable_tail, 0) if done and self._reusable_tail is not None else None
+        cache.unref(holder, tokens, findable=findable, findable_tokens=keep)
 
     def _leave_decoding(self, req: Request) -> None:
         self._residue[(req.kv_tokens - req.decode_anchor_step) % self.kv.block_size] -= 1
@@ -792,7 +802,7 @@ class Replica:
         for req, chunk in chunks:
             req.kv_tokens += chunk
             self.queued_prompt_tokens -= chunk
-            if cache is not None:
+            if cache is not None and req.kv_holder is not None:  # without one, nothing is shared
                 cache.register_shared(req.kv_holder, req.kv_tokens)
             if req.kv_tokens < req.prefill_target:
                 continue

@@ -231,8 +231,23 @@ class PrefixCache:
 
     # --- requests ----------------------------------------------------------
     def holder(self, req: Request) -> Holder:
-        """A fresh :class:`Holder` for *req* (nothing referenced yet)."""
-        return Holder(content_segments(req))
+        """A fresh :class:`Holder` for *req* (referencing nothing: the root)."""
+        h = Holder(content_segments(req))
+        h.deepest = self.root
+        return h
+
+    def release_own(self, tokens: int) -> None:
+        """Release the blocks of a request that holds *tokens* tokens of its own content
+        only (no context, no shared prefix), referenced nothing in the tree and need not
+        stay findable: :meth:`unref` with ``findable=False`` for such a request, without a
+        :class:`Holder`. Its full blocks stay cached (one anonymous run, evicted in LRU
+        order); its partial last block becomes empty."""
+        own = tokens // self.block_size
+        if own > 0:
+            self._lru[_Anonymous(own)] = None
+            self.evictable += own
+        if tokens % self.block_size:
+            self.empty += 1
 
     def _block_key(self, h: Holder, b: int, limit: int) -> tuple[object, int | None, int, int, int]:
         """Content key of block *b* of *h* and the run it starts: ``(key, seg, off, run,

@@ -1,7 +1,7 @@
 """Closed-loop sessions: multi-turn conversations, conversational follow-ups and agentic workflows.
 
-The :class:`SessionRegistry` is a SimPy process that takes every request leaving
-a replica from a completions Wire. A request that belongs to a session is a step
+The :class:`SessionRegistry` takes every request leaving a replica from a
+completions Wire (as its connected handler) and acts on it when the client has it. A request that belongs to a session is a step
 of that session's :class:`~simpy_llm.workload.workflows.Workflow`; the registry
 tells the session's :class:`~simpy_llm.workload.workflows.WorkflowSession` that it
 finished and makes the calls the session returns: LLM calls become requests put
@@ -33,6 +33,7 @@ from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING, Any
 
 import simpy
+from simpy.events import Event
 
 from simpy_llm.entities import Request
 from simpy_llm.serving.engine import timer_at
@@ -40,8 +41,6 @@ from simpy_llm.workload.prefix import content_segments
 from simpy_llm.workload.workflows import END_REASONS, Call, WorkflowSession
 
 if TYPE_CHECKING:
-    from simpy.events import Event
-
     from simpy_llm.metrics.recorder import Recorder
     from simpy_llm.wire import Wire
     from simpy_llm.workload.generator import ClientSource
@@ -93,7 +92,8 @@ class SessionRegistry:
         self.horizon_s = horizon_s
         self.live: dict[str, WorkflowSession] = {}
         self.pending = 0
-        """Calls decided and not yet arrived (LLM) or not yet returned (tools)."""
+        """Calls decided and not yet arrived (LLM) or not yet returned (tools), and finished
+        LLM calls their client does not have yet."""
         self._calls: dict[int, tuple[WorkflowSession, tuple[int, int, int], float]] = {}
         """Per LLM request in flight: its session, call key and arrival time."""
         self._previous: dict[tuple[str, int], Request] = {}
@@ -102,7 +102,7 @@ class SessionRegistry:
         """Per session, each finished LLM call's wait before its first step (arrival to first scheduled)."""
         self._tools: dict[tuple[str, str], simpy.Resource] = {}
         """Tools with a capacity, per (client, tool)."""
-        self.process = env.process(self._run())
+        completions.connect(self._left)
 
     def open(self, req: Request, source: ClientSource) -> None:
         """Start a session whose root request is *req* (called by the generator, before it arrives)."""
@@ -117,36 +117,35 @@ class SessionRegistry:
         root = session.root_call()
         self._calls[req.id] = (session, root.key, now)
         if root.step.accumulate:
+            req.continuable = True
             self._previous[(session.session_id, root.step.index)] = req
         extra = session.start(now, prompt_tokens=req.prompt_tokens, output_tokens=req.output_tokens,
                               fields={"streaming": req.streaming, "priority": req.priority})
         self._make(session, extra)
 
-    def _run(self) -> Generator[Event, Request, None]:
-        """Tell each finished request's session.
+    def _left(self, req: Request) -> None:
+        """A request left a replica (the completions Wire's handler): its session acts on it
+        when its client has it, never inside the replica's step that let it go.
 
-        Yields
-        ------
-        WireGet
-            The next request that left a replica.
+        The client has a response at its completion, which a latency model's per-token
+        post-processing puts after the engine let it go: then one exact timer. Otherwise
+        (no post-processing, or a drop) one event at this instant, at the priority and in
+        the order a consumer process's ``get()`` would have taken it.
         """
-        get = self.completions.get
-        while True:
-            req = yield get()
-            if req.id not in self._calls:
-                continue
-            if req.completion_s > self.env.now:
-                # The client acts on a response when it has it: at its completion, which a
-                # latency model's per-token post-processing puts after the engine let it go.
-                self.pending += 1
-                timer_at(self.env, req.completion_s).callbacks.append(lambda _ev, r=req: self._finished(r, waited=True))
-            else:
-                self._finished(req)
+        if req.id not in self._calls:
+            return
+        self.pending += 1
+        env = self.env
+        if req.completion_s > env.now:
+            event = timer_at(env, req.completion_s)
+        else:
+            event = Event(env)
+            event.succeed()
+        event.callbacks.append(lambda _ev, r=req: self._finished(r))
 
-    def _finished(self, req: Request, waited: bool = False) -> None:
+    def _finished(self, req: Request) -> None:
         """LLM call *req* reached its client: tell its session, make what it returns."""
-        if waited:
-            self.pending -= 1
+        self.pending -= 1
         session, key, arrival_s = self._calls.pop(req.id)
         if not session.workflow.multi_turn and req.first_scheduled_s == req.first_scheduled_s:
             self._queue_s.setdefault(session.session_id, {})[key] = req.first_scheduled_s - arrival_s
@@ -191,6 +190,7 @@ class SessionRegistry:
         session.arrived(call)
         req = Request(id=next(self.ids), prompt_tokens=call.prompt_tokens, output_tokens=call.output_tokens, arrival_s=now, **fields)
         if call.step.accumulate:
+            req.continuable = True
             self._previous[(sid, call.step.index)] = req
         self._calls[req.id] = (session, call.key, now)
         self.recorder.on_arrival(req, now)
@@ -305,6 +305,7 @@ class ReplayedContexts:
         sid = req.session_id
         if not sid:
             return
+        req.continuable = True  # a later round of its session may carry its content
         previous = self._last.get(sid)
         if (
             previous is not None

@@ -30,11 +30,13 @@ Execution rules (seed 004's edge timing table):
   dropped LLM call stops the session from making more: it ends when the calls
   already under way have finished.
 
-Random draws come from the client's streams: the loop's decisions and a multi-turn
-round's lengths from ``workload/<client>/session`` (in the order the multi-turn
-rules always drew them), an agentic step's lengths from ``.../step/<step id>/input``
-and ``.../output``, a tool's from ``.../tool/<tool>/latency`` and ``.../output``, each
-drawn in vectors and used in the order the calls are made.
+Random draws come from the client's streams: a multi-turn or conversational
+client's loop decisions and round lengths from ``workload/<client>/session`` (in the
+order the multi-turn rules always drew them); an agentic loop's continuation draws
+from ``.../session``, its iteration counts and think times from ``.../loop/iterations``
+and ``.../loop/think_time``, an agentic step's lengths from ``.../step/<step id>/input``
+and ``.../output``, a tool's from ``.../tool/<tool>/latency`` and ``.../output``, the
+last four drawn in vectors and used in the order the sessions and calls need them.
 """
 
 from __future__ import annotations
@@ -366,8 +368,12 @@ class WorkflowSession:
         self.horizon_s = horizon_s
         self.rng = source.stream("session")
         self.iterations = workflow.max_iterations
-        if workflow.iterations_distribution is not None:
-            drawn = int(to_tokens(workflow.iterations_distribution.sample(self.rng, 1))[0])
+        dist = workflow.iterations_distribution
+        if dist is not None:
+            if workflow.multi_turn:
+                drawn = int(to_tokens(dist.sample(self.rng, 1))[0])
+            else:
+                drawn = int(source.draw("loop/iterations", dist, tokens=True))
             self.iterations = min(max(drawn, 1), workflow.max_iterations)
         self.started = 0
         """LLM calls made (the root included; a call counts when it is made: :meth:`arrived`)."""
@@ -552,8 +558,12 @@ class WorkflowSession:
             end, by = self._iteration_end.pop(it)
             delay = end - now
             if wf.think_time is not None:
+                if wf.multi_turn:
+                    think = float(wf.think_time.sample(self.rng, 1)[0])
+                else:
+                    think = self.source.draw("loop/think_time", wf.think_time, tokens=False)
                 # Clamped like every time in a scenario (a heavy tail can draw an absurd think time).
-                delay += min(max(float(wf.think_time.sample(self.rng, 1)[0]), 0.0), MAX_TIME_S)
+                delay += min(max(think, 0.0), MAX_TIME_S)
             calls: list[Call] = []
             for e in wf.loop_entries:
                 self._last_parent[(e, it + 1)] = by

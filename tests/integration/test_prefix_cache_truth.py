@@ -1,4 +1,4 @@
-"""Prefix caching against independent offline counts over the Mooncake trace's block hashes.
+"""Prefix caching against independent offline counts: the Mooncake trace's block hashes, a replayed session.
 
 The Mooncake conversation trace gives every request the hash ids of its prompt's
 512-token blocks (prefix-chained: equal ids mean equal prompts up to the end of that
@@ -125,3 +125,36 @@ def test_hits_with_a_small_cache_equal_an_lru_replay_of_the_block_accesses():
     assert evictions > 100  # the cache is small enough to matter
     assert frame["cached_tokens"].tolist() == expected
     assert np.array_equal(frame["num_preemptions"].to_numpy(), np.zeros(n))
+
+
+def test_a_replayed_sessions_later_rounds_find_the_previous_round_cached(tmp_path):
+    """A replayed trace's session round k (its prompt repeats round k-1's prompt and answer)
+    finds round k-1's KV cached after it completed: the full 16-token blocks of its
+    ``prompt + output - 1`` computed tokens (the last token's KV is never computed), at most
+    the blocks inside round k's first ``prompt - 1`` tokens. A single request that is not
+    part of a session, run in between, finds nothing."""
+    from simpy_llm.workload.traces import Trace, write_trace_v2
+
+    prompts, outputs = [100, 200, 300, 60], [20, 10, 5, 4]
+    frame = {
+        "arrival_time_us": [0, 2_000_000, 4_000_000, 3_000_000],  # rounds 2 s apart: each finds the last one done
+        "input_tokens": prompts,
+        "output_tokens": outputs,
+        "session_id": ["s", "s", "s", ""],
+        "round_index": [0, 1, 2, 0],
+    }
+    _yaml, csv = write_trace_v2(Trace({"created_at": "2026-01-01T00:00:00Z"}, frame), tmp_path / "run")
+    scenario = {
+        "workload": {"traces": [{"path": str(csv)}]},
+        "serving": {
+            "engine": {"max_num_seqs": 1, "max_num_batched_tokens": 512, "kv_block_size": 16, "kv_num_blocks": 256},
+            "latency_model": {"kind": "blis_linear", "params": {"beta0_us": 2000.0, "beta1_us": 20.0, "beta2_us": 100.0}},
+        },
+    }
+    f = Simulation(scenario_from_dict(scenario)).run().to_dataframe().sort_values("arrival_s")
+    session = f[f.session_id == "s"].sort_values("round_index")
+    expected = [0] + [
+        min((p + o - 1) // 16, (nxt - 1) // 16) * 16 for p, o, nxt in zip(prompts[:2], outputs[:2], prompts[1:3], strict=True)
+    ]
+    assert session.cached_tokens.tolist() == expected == [0, 112, 208]
+    assert f[f.session_id == ""].cached_tokens.tolist() == [0]

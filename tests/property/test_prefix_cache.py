@@ -113,7 +113,8 @@ ops = st.lists(
 def test_radix_cache_equals_the_per_block_model(script):
     """Lookups, reference counts and empty/evictable/used block counts of the radix cache
     equal a per-block model after every admission, growth and release (releases with and
-    without keeping the request's own content findable)."""
+    without keeping the request's own content findable, and of requests whose content is
+    all their own, held without a holder)."""
     cache = PrefixCache(BLOCKS, BS)
     model = BlockModel()
     running: dict[int, tuple[Holder, list, int, int]] = {}  # rid -> (holder, segs, computed, target)
@@ -124,6 +125,18 @@ def test_radix_cache_equals_the_per_block_model(script):
             next_id += 1
             segs = [*TEMPLATES[pick % len(TEMPLATES)], (-(rid + 1), 1 + pick % 13)]
             target = sum(n for _, n in segs)
+            if len(segs) == 1 and pick % 3 == 0:
+                # Content all its own: the engine admits it without a holder (nothing to
+                # look up), and it releases without one (release_own) unless preempted.
+                computed = min(target, amount)
+                new = blocks_for(computed, BS)
+                if new > cache.free_blocks:
+                    continue
+                cache.allocate(new)
+                model.held[rid] = []
+                model.allocate(new)
+                running[rid] = (None, segs, computed, target)
+                continue
             h = Holder(segs)
             m = cache.match(h, (target - 1) // BS)
             hits = model.match(segs, (target - 1) // BS)
@@ -153,14 +166,17 @@ def test_radix_cache_equals_the_per_block_model(script):
                     continue
                 cache.allocate(need)
                 model.allocate(need)
-                if amount % 2:  # registered as it grows (prefill), or only at release (decode)
+                if amount % 2 and h is not None:  # registered as it grows (prefill), or only at release (decode)
                     cache.register(h, grown)
                     model.register(rid, segs, grown)
                 running[rid] = (h, segs, grown, target)
             else:
                 # A finished request may leave its own content unfindable (an anonymous
                 # LRU run): nothing can tell, since no other content is the same.
-                cache.unref(h, computed, findable=bool(pick % 2))
+                if h is None:
+                    cache.release_own(computed)
+                else:
+                    cache.unref(h, computed, findable=bool(pick % 2))
                 model.release(rid, segs, computed)
                 del running[rid]
         assert cache.empty == model.empty
@@ -169,7 +185,10 @@ def test_radix_cache_equals_the_per_block_model(script):
         assert cache.cached_blocks == len(model.refs)
         assert all(r >= 0 for r in model.refs.values())
     for rid, (h, segs, computed, _target) in list(running.items()):
-        cache.unref(h, computed)
+        if h is None:
+            cache.release_own(computed)
+        else:
+            cache.unref(h, computed)
         model.release(rid, segs, computed)
     assert cache.used_blocks == 0 == model.used
     assert cache.free_blocks == BLOCKS
