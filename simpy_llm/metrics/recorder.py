@@ -227,7 +227,11 @@ class Recorder:
             values = by_field[_ATTR_OF.get(name, name)]
             target = self._columns[name]
             if kind == "s":
-                target.extend(map(self.codes[name], values))
+                codes = self.codes[name]
+                for value in dict.fromkeys(values):  # new names in first-seen order, then one C-level pass
+                    if value not in codes.codes:
+                        codes(value)
+                target.extend(map(codes.codes.__getitem__, values))
             elif name in ("streaming", "warm_up"):
                 target.extend(map(int, values))
             elif name == "num_preemptions":

@@ -279,7 +279,7 @@ class Conversations:
             if step.in_loop and live.keeps_outputs:
                 live.outputs.setdefault(key[1], {})[key] = said
         self._update(sid, key, end_s=now, output_tokens=output, status=rec.status)
-        calls = session.finished(key, req.arrival_s, now, output_tokens=output, dropped=not ok)
+        calls = session.finished(key, now, output_tokens=output, dropped=not ok)
         return self._make(live, calls, now)
 
     async def wait_tool(self, tool: ToolCall, clock: Callable[[], float]) -> tuple[float, float]:
@@ -322,7 +322,7 @@ class Conversations:
             tool.session_id, call.key, start_s=start_s, wait_s=running_s - start_s, end_s=now_s,
             output_tokens=call.output_tokens, status="ok",
         )
-        calls = session.finished(call.key, start_s, now_s, output_tokens=call.output_tokens)
+        calls = session.finished(call.key, now_s, output_tokens=call.output_tokens)
         return self._make(live, calls, now_s)
 
     def _make(self, live: _Live, calls: list[Call], now_s: float) -> list[LoadRequest | ToolCall]:

@@ -149,7 +149,7 @@ class SessionRegistry:
         session, key, arrival_s = self._calls.pop(req.id)
         if not session.workflow.multi_turn and req.first_scheduled_s == req.first_scheduled_s:
             self._queue_s.setdefault(session.session_id, {})[key] = req.first_scheduled_s - arrival_s
-        calls = session.finished(key, arrival_s, self.env.now, output_tokens=req.output_tokens, dropped=bool(req.dropped_reason))
+        calls = session.finished(key, self.env.now, output_tokens=req.output_tokens, dropped=bool(req.dropped_reason))
         self._make(session, calls)
         self._check_end(session)
 
@@ -234,7 +234,7 @@ class SessionRegistry:
             (session.session_id, session.source.client.id, call.step.id, call.step.tool, iteration, instance,
              start_s, running_s - start_s, now, call.latency_s, call.output_tokens)
         )
-        self._make(session, session.finished(call.key, start_s, now, output_tokens=call.output_tokens))
+        self._make(session, session.finished(call.key, now, output_tokens=call.output_tokens))
         self._check_end(session)
 
     def _check_end(self, session: WorkflowSession) -> None:

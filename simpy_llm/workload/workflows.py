@@ -412,8 +412,8 @@ class WorkflowSession:
         """For each started (step, iteration), the parent instance whose end released it."""
         self._base = {**source.base, "session_id": session_id}
         self._step_ids = [("" if workflow.multi_turn else step.id) for step in workflow.steps]
-        self.records: dict[tuple[int, int, int], tuple[float, float]] = {}
-        """(start, end) of each finished call, by ``(step, iteration, instance)``."""
+        self._last_key: tuple[int, int, int] | None = None
+        """The call that ended last (the largest key among equal ends): the critical path's end."""
 
     # --- the caller's side --------------------------------------------------------
     def start(self, now_s: float, *, prompt_tokens: int, output_tokens: int, fields: dict[str, Any]) -> list[Call]:
@@ -438,18 +438,20 @@ class WorkflowSession:
         return Call(self.workflow.steps[self.workflow.root], 0, 0, 0.0)
 
     def finished(
-        self, call_key: tuple[int, int, int], start_s: float, now_s: float, *, output_tokens: int, dropped: bool = False
+        self, call_key: tuple[int, int, int], now_s: float, *, output_tokens: int, dropped: bool = False
     ) -> list[Call]:
-        """The call *call_key* (started at *start_s*) finished at *now_s* with *output_tokens*
-        (for an LLM call, what it generated; for a tool, what it returned); returns the
-        calls to make next (each after its ``delay_s``)."""
+        """The call *call_key* finished at *now_s* with *output_tokens* (for an LLM call,
+        what it generated; for a tool, what it returned); returns the calls to make next
+        (each after its ``delay_s``)."""
         s_idx, it, _inst = call_key
         wf = self.workflow
         step = wf.steps[s_idx]
         self.pending -= 1
         if not now_s <= self.end_s:  # also when end_s is still NaN
             self.end_s = now_s
-        self.records[call_key] = (start_s, now_s)
+            self._last_key = call_key
+        elif now_s == self.end_s and call_key > self._last_key:
+            self._last_key = call_key
         if dropped:
             self._stop = self._stop or "dropped"
         if step.instances > 1:
@@ -499,9 +501,9 @@ class WorkflowSession:
 
     def critical_path(self) -> list[tuple[int, int, int]]:
         """The chain of call keys that ended last, root first: each call's releasing parent."""
-        if not self.records:
+        key = self._last_key
+        if key is None:
             return []
-        key = max(self.records, key=lambda k: (self.records[k][1], k))
         chain = [key]
         while True:
             parent = self._last_parent.get(key[:2])
