@@ -1,18 +1,21 @@
 """Speed of shipped scenarios beyond the quickstart: the request-level batch server
-(``docs/batching.md``) and the agentic presets (``docs/agentic.md``).
+(``docs/batching.md``), the agentic presets (``docs/agentic.md``) and the disaggregated
+fleet (``docs/network.md``).
 
 Run from the repository root::
 
     python -m benchmarks.bench_scenarios                         # every case once
     python -m benchmarks.bench_scenarios --cases mb_100k,mb_1m --repeat 3
     python -m benchmarks.bench_scenarios --cases react,mcts,fork_join,chain --repeat 3
+    python -m benchmarks.bench_scenarios --cases disagg_100k --repeat 3
 
 Every run happens in its own fresh Python process (peak RSS belongs to it). Wall =
 ``perf_counter`` around ``Simulation.run()``; the SimPy event count is exact. Requests
 are LLM calls (an agentic session makes several).
 
 Targets: ``multi_bin_only`` at least 50,000 simulated requests per wall-second and 1M
-requests in under 30 s; the agentic presets at least 15,000 LLM calls per wall-second.
+requests in under 30 s; the agentic presets at least 15,000 LLM calls per wall-second;
+``disaggregated`` (2 prefill + 6 decode, clos) at least 10,000 requests per wall-second at 100k.
 
 This is a benchmark, not a test: it asserts nothing.
 """
@@ -44,6 +47,8 @@ CASES: dict[str, tuple[str, dict[str, Any], str]] = {
     "mcts": ("agentic_mcts.yaml", {}, "tree of thought (fan-out 4), 1,000 sessions"),
     "fork_join": ("agentic_fork_join.yaml", {}, "fork-join research (3 parallel tools), 3,000 sessions"),
     "chain": ("agentic_chain.yaml", {}, "multi-step chain (2 tools), 3,000 sessions"),
+    "disagg_100k": ("disaggregated.yaml", {"workload.num_requests": 100_000},
+                    "disaggregated: 2 prefill + 6 decode, KV over a clos fabric"),
 }
 DEFAULT_CASES = list(CASES)
 

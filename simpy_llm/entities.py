@@ -3,11 +3,12 @@
 A request's lifecycle timestamps are simulated seconds, ``nan`` until the
 event happens:
 
-``arrival_s`` (the client sends it) <= ``enqueue_s`` (it enters a replica's
-waiting queue, after the latency model's queueing overhead) <=
-``first_scheduled_s`` (start of the first engine step that works on it) <=
-``first_token_s`` (the client sees its first output token) <=
-``completion_s`` (the client sees its last token). Each preemption's time is
+``arrival_s`` (it reaches the serving system; the client sent it ``upload_s``
+before) <= ``enqueue_s`` (it enters a replica's waiting queue, after the latency
+model's queueing overhead) <= ``first_scheduled_s`` (start of the first engine step
+that works on it) <= ``first_token_s`` (the server sends its first output token) <=
+``completion_s`` (the server sends its last token). A client with a network has each
+token ``download_s`` later. Each preemption's time is
 kept in ``preemption_times_s``.
 
 The engine keeps its bookkeeping on the request too (the ``kv_*``,
@@ -54,7 +55,8 @@ class Request:
     output_tokens: int
     """Output length the request will generate, tokens."""
     arrival_s: float
-    """When the client sent it, s."""
+    """When it reached the serving system (the router), s: when the client sent it, unless
+    the client has a network (then ``upload_s`` later)."""
     tenant_id: str = attrs.field(default=attrs.Factory(lambda self: self.client_id, takes_self=True))
     """Tenant, for per-tenant metrics (defaults to the client id)."""
     slo_class: str = "default"
@@ -114,6 +116,17 @@ class Request:
     """A warm-up request of a replayed trace (simulated, left out of the summary)."""
     bin: int = -1
     """The bin of the request-level batch server that queued it (-1: none)."""
+    upload_s: float = 0.0
+    """Time its prompt spent crossing its client's network, s (0 without one; the client
+    sent it at ``arrival_s - upload_s``)."""
+    download_s: float = 0.0
+    """Time each output token takes from the server to its client, s (0 without a network)."""
+    prefill_replica: int = -1
+    """The prefill replica that computed its prompt when prefill and decode are
+    disaggregated (then ``replica`` is its decode replica); -1 otherwise."""
+    kv_transfer_s: float = 0.0
+    """Time its KV took from the prefill replica to the decode replica, s (0 unless
+    disaggregated)."""
     continuable: bool = False
     """A later request of its session may start with its content (prompt and output): the
     next round of an accumulating step, a replayed session's round. A prefix cache keeps
@@ -135,6 +148,8 @@ class Request:
     """``(policy key, entry order)``: the scheduler's sort key since it last entered the waiting queue."""
     kv_holder: object = None
     """Its :class:`~simpy_llm.serving.prefix_cache.Holder` while it runs with prefix caching."""
+    kv_received_tokens: int = 0
+    """Tokens of KV it brought from a prefill replica, until a decode replica admits it."""
     swapped_tokens: int = 0
     """Tokens of KV swapped out to CPU memory (swap preemption; 0 otherwise)."""
 

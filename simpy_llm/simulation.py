@@ -2,10 +2,12 @@
 
 Wiring happens here and only here::
 
-    WorkloadGenerator --Wire--> Router (admission, routing) --Wire per replica--> Replica (ingress + engine)
-          ^                        | rejected                                       |  or BatchServer (bins + server)
-          |                        |                                                | completed, dropped
-          +--- SessionRegistry <---+------------------ completions Wire <-----------+
+    WorkloadGenerator --Wire--> [ClientNetwork] --Wire--> Router (admission, routing) --Wire per replica--> Replica
+          ^                 (uplinks)              | rejected                        |  (ingress + engine)
+          |                                        |                                 |  or BatchServer
+          +--- SessionRegistry <-------------------+----- completions Wire <---------+  completed, dropped
+
+The ClientNetwork stands between only when some client has a ``network``.
 
 Examples
 --------
@@ -19,6 +21,7 @@ Examples
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from typing import TYPE_CHECKING
 
@@ -28,6 +31,7 @@ import simpy
 from simpy_llm.config.loader import build_policy
 from simpy_llm.metrics.recorder import Recorder
 from simpy_llm.metrics.results import Results
+from simpy_llm.network.client import ClientNetwork
 from simpy_llm.policies.admission import AlwaysAdmit, admission_policies
 from simpy_llm.policies.routing import routing_policies
 from simpy_llm.policies.scheduling import scheduler_policies
@@ -36,6 +40,7 @@ from simpy_llm.rng import RandomStreams
 from simpy_llm.serving.batching import BatchServer, build_service_model
 from simpy_llm.serving.engine import Replica
 from simpy_llm.serving.fleet import plan_fleet
+from simpy_llm.serving.disaggregation import KvHandoff
 from simpy_llm.serving.router import Router
 from simpy_llm.serving.views import LiveView, RouterCounts, SnapshotView, refresh_views
 from simpy_llm.wire import Wire
@@ -92,7 +97,7 @@ class Simulation:
         self.env = simpy.Environment()
         self.streams = RandomStreams(scenario.seed)
         serving = scenario.serving
-        self.plans = plan_fleet(serving, latency_model)
+        self.plans = plan_fleet(serving, latency_model, self.streams)
         if token_listener is not None and any(p.batch_server is not None for p in self.plans):
             raise ValueError("a token_listener needs continuous-batching replicas; a batch server returns whole responses")
         n_replicas = len(self.plans)
@@ -122,6 +127,13 @@ class Simulation:
             self._check_server_blocks(workload_sources)
         self.ids = itertools.count()
         arrivals = self.arrivals = Wire(env)
+        networks = {src.client.id: src.client.network for src in self.sources if src.client.network is not None}
+        self.client_network: ClientNetwork | None = None
+        """The networked clients' uplinks (None when no client has a network)."""
+        sent = arrivals
+        if networks:
+            sent = Wire(env)
+            self.client_network = ClientNetwork(env, sent, arrivals, self.recorder, networks)
         replica_inboxes = [Wire(env) for _ in range(n_replicas)]
         needs_sessions = any(s.workflow is not None for s in self.sources)
         completions = Wire(env) if needs_sessions else None
@@ -131,11 +143,16 @@ class Simulation:
                 schedulers[group.name] = scheduler_policy or build_policy(
                     group.engine.scheduler, scheduler_policies, slo=ttft_targets
                 )
+        disaggregated = serving.disaggregation is not None
+        if disaggregated and token_listener is not None:
+            raise ValueError("a token_listener needs co-located replicas; a disaggregated fleet streams from two pools")
+        handoffs = Wire(env) if disaggregated else None
         self.replicas: list[Replica | BatchServer] = [
             Replica(
                 env, i, inbox, plan.engine, plan.latency, self.recorder,
                 fast=fast, completions=completions, token_listener=token_listener,
                 scheduler=schedulers[plan.group], group=plan.group,
+                role=plan.role, handoffs=handoffs if plan.role == "prefill" else None,
             )
             if plan.batch_server is None
             else BatchServer(
@@ -150,12 +167,20 @@ class Simulation:
         view_cls = SnapshotView if refresh_s is not None else LiveView
         self.views = [view_cls(rep, counts, plan.capacity) for rep, plan in zip(self.replicas, self.plans, strict=True)]
         admission = None if isinstance(self.admission_policy, AlwaysAdmit) else self.admission_policy
+        entry = [i for i, plan in enumerate(self.plans) if plan.role != "decode"]
         self.router = Router(
-            env, arrivals, replica_inboxes, self.views, counts, self.routing_policy, self.recorder,
-            admission=admission, rejected=completions,
+            env, arrivals, [replica_inboxes[i] for i in entry], [self.views[i] for i in entry], counts,
+            self.routing_policy, self.recorder, admission=admission, rejected=completions, indices=entry,
         )
+        """The router arrivals reach (over the prefill pool when disaggregated)."""
+        self.kv_handoff: KvHandoff | None = None
+        """The prefill-to-decode hand-off of a disaggregated fleet (None: co-located)."""
+        self.kv_links: dict = {}
+        """A disaggregated fleet's KV links, by (prefill fleet index, decode position)."""
+        if disaggregated:
+            self.kv_handoff = self._build_handoff(handoffs, replica_inboxes, counts)
         self.sessions = (
-            SessionRegistry(env, completions, arrivals, self.recorder, self.ids, wl.horizon_s)
+            SessionRegistry(env, completions, sent, self.recorder, self.ids, wl.horizon_s, announce=not networks)
             if completions is not None
             else None
         )
@@ -172,13 +197,83 @@ class Simulation:
         self.generator = WorkloadGenerator(
             env,
             self.workload_sources.generator_sources(),
-            arrivals,
+            sent,
             self.recorder,
             self.ids,
             num_requests=wl.num_requests,
             horizon_s=wl.horizon_s,
             on_request=self._on_request if self.sessions is not None or self._replayed is not None else None,
+            announce=not networks,
         )
+
+    def _build_handoff(self, handoffs: Wire, replica_inboxes: list[Wire], counts: RouterCounts) -> KvHandoff:
+        """The decode router, the KV links and the :class:`KvHandoff` of a disaggregated fleet."""
+        from simpy_llm.network.link import Link
+        from simpy_llm.serving.disaggregation import KvHandoff
+
+        env = self.env
+        dis = self.scenario.serving.disaggregation
+        prefill = [i for i, plan in enumerate(self.plans) if plan.role == "prefill"]
+        decode = [i for i, plan in enumerate(self.plans) if plan.role == "decode"]
+        transfers = [Wire(env) for _ in decode]
+        decode_router = Router(
+            env, Wire(env), transfers, [self.views[i] for i in decode], counts,
+            build_policy(dis.decode_router, routing_policies, rng=self.streams.stream("decode_router")),
+            self.recorder, indices=decode,
+        )
+        delivered = Wire(env)
+        names = self._replica_names()
+        xfer = dis.kv_transfer
+        topology = None
+        if dis.topology is not None:
+            from simpy_llm.network.topology import Topology
+
+            topology = Topology.from_spec(dis.topology)
+        links = {}
+        for i in prefill:
+            for pos, j in enumerate(decode):
+                if topology is None:
+                    rtt_s = xfer.rtt_ms / 1e3
+                    bandwidth = math.inf if xfer.bandwidth_gbps is None else xfer.bandwidth_gbps * 1e9 / 8
+                else:
+                    path = topology.path(names[i], names[j])
+                    rtt_s, bandwidth = path.rtt_s, path.bandwidth_bytes_per_s
+                links[(i, pos)] = Link(
+                    env, delivered, name=f"kv/{names[i]}->{names[j]}", rtt_s=rtt_s,
+                    bandwidth_bytes_per_s=bandwidth, overhead_s=xfer.overhead_us * 1e-6,
+                )
+        self.kv_links = links
+        return KvHandoff(
+            env, handoffs, decode_router, transfers, [replica_inboxes[j] for j in decode], links, delivered,
+            self._kv_bytes_per_token(prefill[0]),
+            [self.plans[j].latency.output_token_overhead_s for j in decode], self.recorder,
+        )
+
+    def _replica_names(self) -> list[str]:
+        """Each replica's name, ``<group>/<k>`` (k from 0 within its group), the topology's endpoints."""
+        seen: dict[str, int] = {}
+        names = []
+        for plan in self.plans:
+            k = seen.get(plan.group, 0)
+            seen[plan.group] = k + 1
+            names.append(f"{plan.group}/{k}")
+        return names
+
+    def _kv_bytes_per_token(self, prefill_index: int) -> float:
+        """KV bytes per token on the wire: given, or the prefill pool's model over all its GPUs."""
+        from simpy_llm.config.errors import ScenarioError
+
+        given = self.scenario.serving.disaggregation.kv_transfer.bytes_per_token
+        if given is not None:
+            return given
+        hardware = getattr(self.plans[prefill_index].latency, "hardware", None)
+        if hardware is None:
+            raise ScenarioError(
+                f"scenario {self.scenario.name!r}" if self.scenario.name else "<scenario>",
+                [("serving.disaggregation.kv_transfer.bytes_per_token",
+                  "required: the prefill pool's latency model does not name its model, gpu and tp")],
+            )
+        return float(hardware.kv_bytes_per_token * hardware.tp)
 
     def _active(self) -> bool:
         """Whether anything may still happen (periodic processes stop when not)."""
@@ -239,6 +334,10 @@ class Simulation:
 
     def _finished(self) -> bool:
         pending = self.sessions.pending if self.sessions is not None else 0
+        if self.client_network is not None:
+            pending += len(self.client_network.uploading)
+        if self.kv_handoff is not None:
+            pending += len(self.kv_handoff.in_transfer)
         return self.generator.done and not self.recorder.live and not pending
 
     def __repr__(self) -> str:
@@ -331,6 +430,10 @@ class Simulation:
         if until is not None:
             for rep in self.replicas:
                 rep.settle(until)
+        if self.client_network is not None:
+            for req in sorted(self.client_network.uploading.values(), key=lambda r: r.id):
+                req.upload_s = math.nan  # still crossing its client's network: arrival_s is when it was sent
+                self.recorder.on_arrival(req, env.now)
         for req in sorted(self.recorder.live.values(), key=lambda r: r.id):
             self.recorder.on_in_flight(req)
         if self.sessions is not None:

@@ -458,12 +458,27 @@ def _policy_hook(registry_getter: Any, injected: tuple[str, ...] = ()) -> Any:
             raise _Problems([(f"params.{bad[0]}", "is set by the simulation, not the scenario")])
         spec = PolicySpec(kind=kind, params=params)
         try:
-            build_policy(spec, registry, **_placeholders(injected))
+            built = build_policy(spec, registry, **_placeholders(injected))
         except Exception as exc:  # noqa: BLE001 - reported with its path
             raise _Problems(list(_problems_of(exc, "params"))) from None
-        return spec
+        resolved = _resolved_paths(built, params)
+        return PolicySpec(kind=kind, params={**params, **resolved}) if resolved else spec
 
     return hook
+
+
+def _resolved_paths(built: Any, params: dict[str, Any]) -> dict[str, Any]:
+    """The path parameters of *built* (attrs fields converted by :func:`resolve_path`) as it
+    resolved them against the scenario's directory: the spec keeps them absolute, so the
+    simulation building the policy again later, from any directory, reads the same file."""
+    if not attrs.has(type(built)):
+        return {}
+    out = {}
+    for a in attrs.fields(type(built)):
+        key = a.alias if a.alias and not a.alias.startswith("_") else a.name
+        if a.converter is resolve_path and key in params:
+            out[key] = getattr(built, a.name)
+    return out
 
 
 def _arrivals() -> Registry[type]:
@@ -549,7 +564,7 @@ def _kv_blocks(value: Any, _t: Any) -> int | str:
 converter.register_structure_hook(ArrivalField, _arrival)
 converter.register_structure_hook(LengthField, lambda v, _t: _tagged(v, _lengths(), "type", flat=False))
 converter.register_structure_hook(RouterSpec, _policy_hook(_routers, injected=("rng",)))
-_latency_spec = _policy_hook(_latencies)
+_latency_spec = _policy_hook(_latencies, injected=("rng",))
 
 
 def _latency(value: Any, t: Any) -> PolicySpec:

@@ -26,6 +26,7 @@ their registries when the simulation is built.
 
 from __future__ import annotations
 
+import math
 from typing import Any, NewType
 
 import attrs
@@ -82,6 +83,8 @@ __all__ = [
     "BinSelectorSpec",
     "BinsConfig",
     "DynamicBatchingConfig",
+    "DisaggregationConfig",
+    "KvTransferConfig",
     "MemoryLimitConfig",
     "ENGINE_PRESETS",
     "KvBlocks",
@@ -138,19 +141,39 @@ Probability = NewType("Probability", float)
 
 @attrs.frozen(kw_only=True)
 class NetworkConfig:
-    """A client's network path.
+    """A client's network path to the serving system (``docs/network.md``).
 
-    Not simulated yet: every latency the simulator reports is server-side, as if the
-    client sat next to the server. The keys are validated so that workload specs
-    written with them load; client-perspective TTFT and E2E (upload and download
-    delays from these figures) come with the network model."""
+    Its prompt crosses the client's uplink before the request reaches the router (half
+    the round trip, plus its bytes over the bandwidth, shared fairly among the client's
+    uploads in flight), and each output token reaches the client half a round trip plus
+    its bytes' transmission after the server emits it. Records keep the server-side
+    times and add ``upload_s`` and ``download_s``; ``client_ttft_s`` and ``client_e2e_s``
+    are what the client sees."""
 
     rtt_ms: float = attrs.field(default=0.0, validator=all_of(at_least(0), at_most(MAX_TIME_S * 1e3)))
     """Round-trip time, milliseconds."""
     bandwidth_mbps: float | None = attrs.field(
         default=None, validator=optional(all_of(greater_than(0), at_most(MAX_BANDWIDTH_MBPS)))
     )
-    """Client bandwidth, megabits per second (None: unlimited)."""
+    """Client bandwidth each way, megabits per second (None: unlimited)."""
+    bytes_per_token: float = attrs.field(default=4.0, validator=all_of(greater_than(0), at_most(1e6)))
+    """Bytes on the wire per token, up and down (4: a 32-bit token id, BLIS's estimate;
+    text and streamed JSON chunks are larger)."""
+
+    @property
+    def one_way_s(self) -> float:
+        """Half the round trip, s."""
+        return self.rtt_ms * 5e-4
+
+    @property
+    def bandwidth_bytes_per_s(self) -> float:
+        """Bandwidth each way, bytes per second (inf: unlimited)."""
+        return math.inf if self.bandwidth_mbps is None else self.bandwidth_mbps * 1e6 / 8
+
+    @property
+    def download_s(self) -> float:
+        """Delay from the server emitting a token to the client having it, s."""
+        return self.one_way_s + self.bytes_per_token / self.bandwidth_bytes_per_s
 
 
 @attrs.frozen(kw_only=True)
@@ -374,7 +397,7 @@ class ClientConfig:
     streaming: Probability = attrs.field(default=1.0, validator=in_range(0.0, 1.0))
     """Probability a request streams (``true``/``false`` in YAML mean 1/0)."""
     network: NetworkConfig | None = None
-    """The client's network path (validated, not simulated yet: see :class:`NetworkConfig`)."""
+    """The client's network path (None: the client sits next to the server)."""
     lifecycle: LifecycleConfig | None = None
     """Active windows (default: always active)."""
     multimodal: MultimodalConfig | None = None
@@ -868,6 +891,10 @@ class BatchServerConfig:
             raise FieldValueError("max_wait_s", "applies only with a fixed batch_size (dynamic batches form when the server is free)")
 
 
+ROLES = ("both", "prefill", "decode")
+"""What a replica group does: prefill and decode, or one of them (disaggregated)."""
+
+
 @attrs.frozen(kw_only=True)
 class ReplicaGroupConfig:
     """Identical replicas sharing engine settings and a latency model (model, GPU, TP)."""
@@ -888,9 +915,14 @@ class ReplicaGroupConfig:
     """Relative service rate routers see (default: decode tokens per second of a full
     batch, ``max_num_seqs / step_time_s(0, max_num_seqs)``; for a batch server the same with
     its batch size or ``b_max``, or 1 when it has no latency model)."""
+    role: str = attrs.field(default="both", validator=one_of(ROLES))
+    """``both``: the replicas prefill and decode (co-located); ``prefill`` / ``decode``: a pool
+    of a disaggregated fleet (needs ``serving.disaggregation``; ``docs/network.md``)."""
 
     def __attrs_post_init__(self) -> None:
         check_replica_kind(self.batch_server, self.engine, self.latency_model)
+        if self.role != "both" and self.batch_server is not None:
+            raise FieldValueError("role", "a batch_server serves whole requests; only continuous-batching replicas can be a prefill or decode pool")
 
 
 def check_replica_kind(batch_server: BatchServerConfig | None, engine: EngineConfig, latency_model: PolicySpec | None) -> None:
@@ -915,6 +947,51 @@ def check_replica_kind(batch_server: BatchServerConfig | None, engine: EngineCon
         raise FieldValueError("latency_model", f"required by batch_server.service kind {batch_server.service.kind!r}")
     if not needs and latency_model is not None:
         raise FieldValueError("latency_model", f"not used by batch_server.service kind {batch_server.service.kind!r} (remove it)")
+
+
+@attrs.frozen(kw_only=True)
+class KvTransferConfig:
+    """How a request's KV travels from its prefill replica to its decode replica: over one
+    :class:`~simpy_llm.network.link.Link` per (prefill, decode) pair, whose figures are
+    these (or the topology's path between the two, when ``topology`` is given)."""
+
+    bandwidth_gbps: float | None = attrs.field(default=100.0, validator=optional(all_of(greater_than(0), at_most(1e6))))
+    """Link bandwidth, gigabits per second (None: unlimited); transfers in flight on one
+    link share it equally."""
+    rtt_ms: float = attrs.field(default=0.01, validator=all_of(at_least(0), at_most(MAX_TIME_S * 1e3)))
+    """Round trip between the replicas, milliseconds (a transfer takes half of it)."""
+    overhead_us: float = attrs.field(default=0.0, validator=all_of(at_least(0), at_most(MAX_TIME_S * 1e6)))
+    """Fixed cost per transfer before its bytes move (setup, registration), microseconds."""
+    bytes_per_token: float | None = attrs.field(default=None, validator=optional(all_of(greater_than(0), at_most(1e9))))
+    """KV bytes per token (None: from the prefill pool's model as its latency model names it,
+    2 x layers x KV heads x head dim x 2 bytes, split over its TP degree's GPUs and summed)."""
+
+
+@attrs.frozen(kw_only=True)
+class DisaggregationConfig:
+    """Prefill and decode on separate replica pools (DistServe, Splitwise; ``docs/network.md``).
+
+    Arrivals are routed among the prefill pool by ``serving.router``; a prefill replica
+    computes the prompt and the first token, the request's KV crosses a link to the
+    decode replica ``decode_router`` chooses (a session's later rounds keep their first
+    decode replica), which produces the rest. Without ``replica_groups``, the fleet's
+    ``replicas`` are split: ``prefill_replicas`` prefill, the rest decode, all with the
+    same engine and latency model, so removing this block gives the co-located fleet
+    of the same size. With ``replica_groups``, each group's ``role`` says its pool.
+    """
+
+    prefill_replicas: int | None = attrs.field(default=None, validator=optional(all_of(at_least(1), at_most(MAX_REPLICAS))))
+    """Replicas of the prefill pool when ``serving.replicas`` is split (without replica_groups)."""
+    decode_router: RouterSpec = attrs.field(factory=lambda: PolicySpec(kind="round_robin"))
+    """Routing policy choosing a handed-off request's decode replica."""
+    kv_transfer: KvTransferConfig = attrs.field(factory=KvTransferConfig)
+    """The links KV crosses."""
+    topology: dict[str, Any] | None = None
+    """A network topology between the replicas (``{type: links | complete | clos, ...}``,
+    :meth:`~simpy_llm.network.topology.Topology.from_spec`), whose endpoints are the
+    replicas named ``<group>/<k>`` (k from 0 within its group): each link's one-way
+    latency and bandwidth are the path's (shortest by latency; its bottleneck), replacing
+    ``kv_transfer.rtt_ms`` and ``bandwidth_gbps``."""
 
 
 @attrs.frozen(kw_only=True)
@@ -943,8 +1020,11 @@ class ServingConfig:
     )
     """Routers and admission see replica state refreshed every this many seconds (the
     router's own counts of outstanding requests stay fresh). Default: always fresh."""
+    disaggregation: DisaggregationConfig | None = None
+    """Prefill and decode on separate pools (None: every replica does both)."""
 
     def __attrs_post_init__(self) -> None:
+        self._check_disaggregation()
         if self.replica_groups:
             if self.latency_model is not None:
                 raise FieldValueError("latency_model", "give it per group under replica_groups, not both")
@@ -961,10 +1041,69 @@ class ServingConfig:
 
         plan_fleet(self)  # resolves kv_num_blocks: auto and the swap settings, or says why not
 
+    def _check_disaggregation(self) -> None:
+        dis = self.disaggregation
+        roles = [g.role for g in self.replica_groups]
+        if dis is None:
+            for i, role in enumerate(roles):
+                if role != "both":
+                    raise FieldValueError(f"replica_groups[{i}].role", f"{role!r} needs serving.disaggregation (or role: both)")
+            return
+        self._check_pools(dis, roles)
+        if dis.topology is not None:
+            self._check_topology(dis.topology)
+
+    def _check_topology(self, spec: dict[str, Any]) -> None:
+        """The topology builds, and its endpoints are the fleet's replicas (``<group>/<k>``):
+        every replica is one; a ``complete`` or ``clos`` topology names no other (a
+        ``links`` topology may have switches)."""
+        from simpy_llm.network.topology import Topology
+
+        try:
+            topology = Topology.from_spec(spec)
+        except FieldValueError as exc:
+            raise FieldValueError(f"disaggregation.topology.{exc.field}".rstrip("."), exc.message) from None
+        names = [f"{g.name}/{k}" for g in self.groups() for k in range(g.count)]
+        missing = [n for n in names if n not in topology.endpoints]
+        if missing:
+            raise FieldValueError("disaggregation.topology", f"the replicas {', '.join(missing)} are not endpoints of the topology (a replica is <group>/<k>)")
+        extra = [e for e in topology.endpoints if e not in set(names)]
+        if extra and spec.get("type") != "links":
+            raise FieldValueError("disaggregation.topology.endpoints", f"{', '.join(extra)} name no replica; the replicas are {', '.join(names)}")
+
+    def _check_pools(self, dis: DisaggregationConfig, roles: list[str]) -> None:
+        if self.replica_groups:
+            if dis.prefill_replicas is not None:
+                raise FieldValueError("disaggregation.prefill_replicas", "splits serving.replicas; with replica_groups give each group a role instead")
+            for i, role in enumerate(roles):
+                if role == "both":
+                    raise FieldValueError(f"replica_groups[{i}].role", "with disaggregation every group is a prefill or a decode pool")
+            for needed in ("prefill", "decode"):
+                if needed not in roles:
+                    raise FieldValueError("replica_groups", f"a disaggregated fleet needs a group with role: {needed}")
+            return
+        if self.batch_server is not None:
+            raise FieldValueError("disaggregation", "a batch_server serves whole requests; disaggregation needs continuous-batching replicas")
+        if dis.prefill_replicas is None:
+            raise FieldValueError("disaggregation.prefill_replicas", "required without replica_groups (how many of serving.replicas prefill)")
+        if dis.prefill_replicas >= self.replicas:
+            raise FieldValueError(
+                "disaggregation.prefill_replicas",
+                f"must leave at least one of serving.replicas ({self.replicas}) to decode; got {dis.prefill_replicas}",
+            )
+
     def groups(self) -> tuple[ReplicaGroupConfig, ...]:
-        """The fleet as groups (a single group named ``default`` without replica_groups)."""
+        """The fleet as groups (without replica_groups: a single group named ``default``, or
+        the ``prefill`` and ``decode`` pools ``disaggregation.prefill_replicas`` splits it into)."""
         if self.replica_groups:
             return self.replica_groups
+        if self.disaggregation is not None:
+            p = self.disaggregation.prefill_replicas
+            common = {"latency_model": self.latency_model, "engine": self.engine}
+            return (
+                ReplicaGroupConfig(name="prefill", count=p, role="prefill", **common),
+                ReplicaGroupConfig(name="decode", count=self.replicas - p, role="decode", **common),
+            )
         return (
             ReplicaGroupConfig(
                 name="default", count=self.replicas, latency_model=self.latency_model,

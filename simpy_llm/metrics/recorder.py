@@ -55,6 +55,10 @@ RECORD_FIELDS: tuple[tuple[str, str], ...] = (
     ("dropped_reason", "s"),
     ("warm_up", "i"),
     ("bin", "i"),
+    ("upload_s", "f"),
+    ("download_s", "f"),
+    ("prefill_replica", "i"),
+    ("kv_transfer_s", "f"),
 )
 
 
@@ -96,6 +100,8 @@ class Recorder:
         """(session_id, client_id, rounds, end_reason) per ended session."""
         self.tool_calls: list[tuple] = []
         """Per returned tool call: see :meth:`on_tool_call`."""
+        self.kv_transfers: list[tuple[int, int, int, float, float, float]] = []
+        """(request_id, prefill replica, decode replica, bytes, start_s, end_s) per KV transfer."""
         self.workflow_sessions: list[tuple] = []
         """Per agentic session: see :func:`~simpy_llm.workload.sessions.session_record`."""
         self.preemptions: list[tuple[int, int, float, str]] = []
@@ -167,6 +173,10 @@ class Recorder:
         """A tool call of an agentic session returned: (session_id, client_id, step_id, tool,
         loop_iteration, instance, start_s, wait_s, end_s, latency_s, output_tokens)."""
         self.tool_calls.append(record)
+
+    def on_kv_transfer(self, request_id: int, prefill: int, decode: int, size_bytes: float, start_s: float, end_s: float) -> None:
+        """A request's KV crossed from replica *prefill* to replica *decode* (disaggregation)."""
+        self.kv_transfers.append((request_id, prefill, decode, size_bytes, start_s, end_s))
 
     def on_workflow_session(self, record: tuple) -> None:
         """An agentic session's figures (see :func:`~simpy_llm.workload.sessions.session_record`)."""

@@ -7,6 +7,11 @@ Metric definitions (seconds unless named otherwise):
 * ``tpot_s`` = (completion_s - first_token_s) / (output_tokens - 1), for requests with
   more than one output token
 * ``queue_delay_s`` = first_scheduled_s - enqueue_s (time in a replica's waiting queue)
+* ``client_ttft_s`` = ttft_s + upload_s + download_s and ``client_e2e_s`` = e2e_s +
+  upload_s + download_s: what a client with a ``network`` sees (the prompt's upload and
+  one token's download, ``docs/network.md``); equal to the server's without one. Client
+  ITL and TPOT equal the server's (every token is delayed alike). SLO targets are
+  judged on the client's TTFT and E2E.
 * ITL: every gap between consecutive output tokens of a measured streaming request,
   weighted one per token (kept as weighted values by the engine, not per token)
 
@@ -237,18 +242,23 @@ class Results:
         out_tokens = c["output_tokens"].astype(np.float64)
         with np.errstate(invalid="ignore", divide="ignore"):
             tpot = np.where(out_tokens > 1, (c["completion_s"] - c["first_token_s"]) / (out_tokens - 1), np.nan)
+        network = c["upload_s"] + c["download_s"]  # 0 unless the client has a network
+        ttft = c["first_token_s"] - c["arrival_s"]
+        e2e = c["completion_s"] - c["arrival_s"]
         return {
-            "ttft_s": c["first_token_s"] - c["arrival_s"],
+            "ttft_s": ttft,
             "tpot_s": tpot,
-            "e2e_s": c["completion_s"] - c["arrival_s"],
+            "e2e_s": e2e,
             "queue_delay_s": c["first_scheduled_s"] - c["enqueue_s"],
+            "client_ttft_s": ttft + network,
+            "client_e2e_s": e2e + network,
         }
 
     def _client_derived(self) -> dict[str, np.ndarray]:
         """:meth:`derived` as clients see it: no TTFT or TPOT for a request that does not stream."""
         out = self.derived()
         silent = self.columns["streaming"] == 0
-        for name in ("ttft_s", "tpot_s"):
+        for name in ("ttft_s", "tpot_s", "client_ttft_s"):
             out[name] = np.where(silent, np.nan, out[name])
         return out
 
@@ -485,6 +495,38 @@ class Results:
              "end_s": "float64", "latency_s": "float64", "output_tokens": "int64"}
         )
 
+    def kv_transfers(self) -> pd.DataFrame:
+        """One row per KV transfer of a disaggregated fleet, in request-id order.
+
+        Columns: ``request_id``, ``prefill_replica``, ``decode_replica``, ``bytes``,
+        ``start_s`` (the prefill handed it off), ``end_s`` (the KV reached the decode
+        replica) and ``transfer_s`` (their difference, the request's ``kv_transfer_s``).
+        """
+        import pandas as pd
+
+        columns = ["request_id", "prefill_replica", "decode_replica", "bytes", "start_s", "end_s"]
+        frame = pd.DataFrame(sorted(self._recorder.kv_transfers), columns=columns).astype(
+            {"request_id": "int64", "prefill_replica": "int64", "decode_replica": "int64", "bytes": "float64",
+             "start_s": "float64", "end_s": "float64"}
+        )
+        frame["transfer_s"] = frame["end_s"] - frame["start_s"]
+        return frame
+
+    def _disaggregation_summary(self) -> dict[str, Any]:
+        """``summary()["disaggregation"]``: see :class:`~simpy_llm.metrics.summary.DisaggregationStats`."""
+        frame = self.kv_transfers()
+        groups = self.replica_groups
+        prefill = sorted(set(frame["prefill_replica"].tolist()))
+        decode = sorted(set(frame["decode_replica"].tolist()))
+        return {
+            "kv_transfers": len(frame),
+            "kv_bytes": float(frame["bytes"].sum()),
+            "kv_transfer_s": _stats(frame["transfer_s"].to_numpy(np.float64)),
+            "by_decode_replica": {str(j): int((frame["decode_replica"] == j).sum()) for j in decode},
+            "by_prefill_replica": {str(i): int((frame["prefill_replica"] == i).sum()) for i in prefill},
+            **({"groups": {str(i): groups[i] for i in prefill + decode}} if groups is not None else {}),
+        }
+
     def _workflow_summary(self) -> dict[str, Any]:
         """``summary()["workflows"]``: see :class:`~simpy_llm.metrics.summary.WorkflowStats`."""
         frame = self.workflow_sessions()
@@ -630,6 +672,10 @@ class Results:
                 "e2e": _counted_stats(seen["e2e_s"]),
                 "queue_delay": _counted_stats(seen["queue_delay_s"]),
             },
+            **({"client_latency_s": {
+                "ttft": _counted_stats(seen["client_ttft_s"]),
+                "e2e": _counted_stats(seen["client_e2e_s"]),
+            }} if self._has_client_network() else {}),
             "latency_s_by_class": self._latency_by("slo_class", done),
             "latency_s_by_tenant": self._latency_by("tenant_id", done),
             "throughput": {
@@ -665,8 +711,14 @@ class Results:
             "sessions": self._session_summary(),
             **({"batch_servers": self._batch_servers_summary(duration_all)} if self._batch_servers() else {}),
             **({"workflows": self._workflow_summary()} if rec.workflow_sessions else {}),
+            **({"disaggregation": self._disaggregation_summary()} if rec.kv_transfers else {}),
             "diagnostics": [d.to_dict() for d in diagnose(self)],
         }
+
+    def _has_client_network(self) -> bool:
+        """Whether some request crossed a client network (then client and server views differ)."""
+        c = self.columns
+        return bool((c["upload_s"] != 0).any() or (c["download_s"] != 0).any())
 
     def _measurement(self, measured: np.ndarray) -> tuple[float, float]:
         """``(start_s, duration_s)`` of the window rates divide by (``summary()["measurement"]``)."""
@@ -768,7 +820,8 @@ class Results:
         met = np.ones(int(done.sum()), dtype=bool)
         for name, target in self.scenario.slo.items():
             mask = classes == name
-            for metric, limit in (("ttft_s", target.ttft_s), ("tpot_s", target.tpot_s), ("e2e_s", target.e2e_s)):
+            # Judged as the client sees it (the same as the server without a client network).
+            for metric, limit in (("client_ttft_s", target.ttft_s), ("tpot_s", target.tpot_s), ("client_e2e_s", target.e2e_s)):
                 if limit is not None:
                     values = d[metric]
                     # A request with no TPOT (one output token) cannot miss a TPOT target.
@@ -813,7 +866,8 @@ class Results:
         were sessions), ``timeseries.csv`` (when the run was sampled, see
         :meth:`timeseries`), ``batches.csv`` (when batch servers ran, see :meth:`batches`),
         ``workflow_sessions.csv`` and ``tool_calls.csv`` (agentic sessions, see
-        :meth:`workflow_sessions` and :meth:`tool_calls`),
+        :meth:`workflow_sessions` and :meth:`tool_calls`), ``kv_transfers.csv`` (a
+        disaggregated fleet, see :meth:`kv_transfers`),
         ``summary.json`` and ``manifest.json`` into *directory*;
         return *directory*. A *written* list gets the path of each file written, in order."""
         from simpy_llm.config.loader import scenario_hash, scenario_to_dict
@@ -845,6 +899,8 @@ class Results:
             self.workflow_sessions().to_csv(put("workflow_sessions.csv"), index=False)
         if self._recorder.tool_calls:
             self.tool_calls().to_csv(put("tool_calls.csv"), index=False)
+        if self._recorder.kv_transfers:
+            self.kv_transfers().to_csv(put("kv_transfers.csv"), index=False)
         put("summary.json").write_text(json.dumps(self.summary(), indent=2, default=_json_default) + "\n")
         manifest = {
             "seed": self.scenario.seed,

@@ -69,6 +69,8 @@ __all__ = [
     "BinStats",
     "ClassGoodput",
     "ClassLatency",
+    "ClientLatency",
+    "DisaggregationStats",
     "EngineCounts",
     "Fairness",
     "FairnessIndex",
@@ -155,6 +157,33 @@ class Latency(TypedDict):
     enqueue_s``, over every completed request."""
 
 
+class DisaggregationStats(TypedDict):
+    """A disaggregated fleet's KV transfers (``docs/network.md``)."""
+
+    kv_transfers: int
+    """Requests whose KV crossed from a prefill replica to a decode replica."""
+    kv_bytes: float
+    """Their KV bytes."""
+    kv_transfer_s: LatencyStats
+    """Transfer time (hand-off to arrival at the decode replica), s."""
+    by_prefill_replica: dict[str, int]
+    """Transfers per prefill replica (fleet index as a string key)."""
+    by_decode_replica: dict[str, int]
+    """Transfers per decode replica (fleet index as a string key)."""
+    groups: NotRequired[dict[str, str]]
+    """Each of those replicas' group, when replica groups are known."""
+
+
+class ClientLatency(TypedDict):
+    """Latency as clients with a ``network`` see it: the server's plus the prompt's upload
+    and one token's download (``docs/network.md``), over completed measured requests."""
+
+    ttft: CountedLatencyStats
+    """Client time to first token, ``client_ttft_s``, over streaming requests."""
+    e2e: CountedLatencyStats
+    """Client end to end, ``client_e2e_s``, over every completed request."""
+
+
 class ClassLatency(TypedDict):
     """Latency of one SLO class or tenant, over its completed measured requests (TTFT and
     TPOT over the streaming ones, as in :class:`Latency`)."""
@@ -174,7 +203,8 @@ class RequestCounts(TypedDict):
     ``arrived == completed + dropped + in_flight``."""
 
     arrived: int
-    """Requests that entered the serving system."""
+    """Requests that entered the serving system (and those a run cut off while they
+    crossed their client's network: in flight, with ``upload_s`` NaN)."""
     completed: int
     """Requests whose last token the client received."""
     dropped: int
@@ -508,7 +538,11 @@ class Summary(TypedDict):
     measurement: Measurement
     """The window throughput and goodput divide by."""
     latency_s: Latency
-    """Client-side latency over completed measured requests, s."""
+    """Latency over completed measured requests at the server (from when a request
+    reached it), s; TTFT, TPOT and ITL over the streaming ones."""
+    client_latency_s: NotRequired[ClientLatency]
+    """TTFT and E2E as clients see them, with their networks' delays; only when some
+    client has a ``network`` (otherwise they equal ``latency_s``'s)."""
     latency_s_by_class: dict[str, ClassLatency]
     """Latency per SLO class with a measured request (``None`` statistics where none completed)."""
     latency_s_by_tenant: dict[str, ClassLatency]
@@ -535,6 +569,8 @@ class Summary(TypedDict):
     """Fairness across tenants."""
     sessions: SessionStats
     """Ended sessions."""
+    disaggregation: NotRequired[DisaggregationStats]
+    """KV transfers between the prefill and decode pools; only for a disaggregated fleet."""
     workflows: NotRequired[dict[str, WorkflowStats]]
     """Per workflow, its agentic sessions; only when there were some."""
     batch_servers: NotRequired[dict[str, BatchServerStats]]

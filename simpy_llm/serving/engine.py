@@ -155,6 +155,14 @@ class Replica:
         The :class:`~simpy_llm.policies.scheduling.SchedulerPolicy` (default: FCFS).
     group
         Name of the replica group it belongs to (for views and records).
+    role
+        ``both`` (default): prefill and decode; ``prefill``: a disaggregated prefill replica,
+        which computes a request's prompt and first token, then puts it into *handoffs*
+        (with its KV counted as leaving); ``decode``: a decode replica, whose requests
+        arrive with ``kv_received_tokens`` of KV and their first token
+        (``docs/network.md``, "Prefill/decode disaggregation").
+    handoffs
+        Wire receiving the requests a prefill replica hands off (required for ``prefill``).
     """
 
     def __init__(
@@ -171,7 +179,13 @@ class Replica:
         token_listener: TokenListener | None = None,
         scheduler: SchedulerPolicy | None = None,
         group: str = "default",
+        role: str = "both",
+        handoffs: Wire | None = None,
     ) -> None:
+        if role not in ("both", "prefill", "decode"):
+            raise ValueError(f"role must be both, prefill or decode, not {role!r}")
+        if (role == "prefill") != (handoffs is not None):
+            raise ValueError("a prefill replica needs a handoffs Wire, and only a prefill replica takes one")
         if token_listener is not None and fast:
             raise ValueError("a token_listener needs one event per step: fast=False (simulation.mode event_per_step)")
         if scheduler is None:
@@ -181,6 +195,9 @@ class Replica:
         self.env = env
         self.index = index
         self.group = group
+        self.role = role
+        self.handoffs = handoffs
+        self._prefill_only = role == "prefill"
         self.inbox = inbox
         self.config = config
         self.latency = latency
@@ -276,8 +293,11 @@ class Replica:
     # --- own state, read by views ---------------------------------------------
     @property
     def prefill_s_per_token(self) -> float:
-        """Marginal step time of one prompt token, s (from the latency model, over 1024 tokens)."""
-        step = self.latency.step_time_s
+        """Marginal step time of one prompt token, s (from the latency model, over 1024 tokens;
+        its mean when it draws step times)."""
+        from simpy_llm.serving.fleet import mean_step_time_s
+
+        step = mean_step_time_s(self.latency)
         return (step(1024, 0) - step(0, 0)) / 1024
 
     @property
@@ -314,7 +334,8 @@ class Replica:
     # --- ingress -----------------------------------------------------------
     def arrive(self, req: Request) -> None:
         """A routed request reaches the replica: it enters the waiting queue after the latency
-        model's queueing time, or is dropped if longer than ``max_model_len``."""
+        model's queueing time (none on a decode replica), or is dropped if longer than
+        ``max_model_len``."""
         if req.prompt_tokens + req.output_tokens > self.max_model_len:
             now = self.env.now
             req.dropped_reason = "max_model_len"
@@ -325,7 +346,8 @@ class Replica:
             if self.completions is not None:
                 self.completions.put(req)
             return
-        delay = self._queueing_time_s(req.prompt_tokens)
+        # A decode replica's requests were tokenised and queued by their prefill replica.
+        delay = self._queueing_time_s(req.prompt_tokens) if self.role != "decode" else 0.0
         if delay > 0.0:
             self.env.timeout(delay, req).callbacks.append(self._enqueue_event)
         else:
@@ -348,9 +370,11 @@ class Replica:
 
     def _enqueue(self, req: Request) -> None:
         now = self.env.now
-        req.enqueue_s = now
-        req.prefill_target = req.prompt_tokens
-        self.queued_prompt_tokens += req.prompt_tokens
+        if req.enqueue_s != req.enqueue_s:  # nan: the first replica it reaches (a decode replica keeps the prefill's)
+            req.enqueue_s = now
+        # A handed-off request has its first token: its prefill ends with computing that token's KV.
+        req.prefill_target = target = req.prompt_tokens + req.generated_tokens
+        self.queued_prompt_tokens += target
         seq = self._seq
         self._seq = seq + 1
         entry = (self._key(req, now), seq, req)
@@ -583,6 +607,9 @@ class Replica:
             cached = hits * bs
             swapped = req.swapped_tokens
             computed = cached if cached >= swapped else swapped
+            received = req.kv_received_tokens
+            if received > computed:
+                computed = received
             chunk = self._chunk_size(req.prefill_target - computed, budget)
             if not chunk:
                 break
@@ -600,6 +627,8 @@ class Replica:
                     self._swap_tokens += swapped - cached
                 self.swap_free_blocks += blocks_for(swapped, bs)
                 req.swapped_tokens = 0
+            if received:
+                req.kv_received_tokens = 0
             req.kv_tokens = computed
             self.queued_prompt_tokens -= computed
             running[req.id] = req
@@ -812,6 +841,9 @@ class Replica:
             self._prefilling.pop(bisect_left(self._prefilling, entry))
             req.generated_tokens += 1
             g = req.generated_tokens
+            if self._prefill_only and g < req.output_tokens:
+                self._hand_off(req, end)
+                continue
             streamer = req.streaming and not req.warm_up
             if g == 1:
                 req.first_token_s = end + alpha2
@@ -852,6 +884,20 @@ class Replica:
             req.kv_tokens += steps
             req.decode_anchor_step = -1
             self._complete(req, end, req.kv_tokens)
+
+    def _hand_off(self, req: Request, end: float) -> None:
+        """A prefill replica computed *req*'s prompt and first token at *end*: it leaves for a
+        decode replica, its KV released here (cached, findable if a later round may use it)."""
+        del self.running[req.id]
+        order = self._order
+        order.pop(bisect_left(order, (*req.sched_key, req)))
+        self._release_kv(req, req.kv_tokens, done=True)
+        req.kv_holder = None
+        req.last_token_engine_s = end
+        self.departed += 1
+        self.departed_tokens += req.prompt_tokens
+        self._changed = True
+        self.handoffs.put(req)
 
     def _complete(self, req: Request, end: float, tokens: int) -> None:
         del self.running[req.id]

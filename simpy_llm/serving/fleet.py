@@ -18,7 +18,7 @@ from simpy_llm.config.errors import FieldValueError
 if TYPE_CHECKING:
     from simpy_llm.config.schema import BatchServerConfig, EngineConfig, ReplicaGroupConfig, ServingConfig
 
-__all__ = ["ReplicaPlan", "plan_fleet", "resolve_engine"]
+__all__ = ["ReplicaPlan", "mean_step_time_s", "plan_fleet", "resolve_engine"]
 
 
 @attrs.frozen(kw_only=True)
@@ -36,6 +36,8 @@ class ReplicaPlan:
     """Relative service rate shown to routers."""
     batch_server: BatchServerConfig | None = None
     """The group's request-level batch server settings (None: a continuous-batching engine)."""
+    role: str = "both"
+    """``both``, or its pool in a disaggregated fleet (``prefill`` / ``decode``)."""
 
 
 def resolve_engine(engine: EngineConfig, latency: Any) -> EngineConfig:
@@ -80,18 +82,27 @@ def resolve_engine(engine: EngineConfig, latency: Any) -> EngineConfig:
     return attrs.evolve(engine, **changes) if changes else engine
 
 
+def mean_step_time_s(latency: Any) -> Any:
+    """*latency*'s step time without drawing: its ``mean_step_time_s`` when it samples step
+    times (a LUT with ``tail: sampled``), else its ``step_time_s``."""
+    return getattr(latency, "mean_step_time_s", latency.step_time_s)
+
+
 def _capacity(group: ReplicaGroupConfig, latency: Any) -> float:
     if group.capacity is not None:
         return group.capacity
     seqs = group.engine.max_num_seqs
-    step = latency.step_time_s(0, seqs)
+    step = mean_step_time_s(latency)(0, seqs)
     return seqs / step if step > 0 else float("inf")  # a server whose steps take no time (a test's idealisation)
 
 
-def plan_fleet(serving: ServingConfig, latency_override: Any = None) -> list[ReplicaPlan]:
+def plan_fleet(serving: ServingConfig, latency_override: Any = None, streams: Any = None) -> list[ReplicaPlan]:
     """One :class:`ReplicaPlan` per replica, group by group in order.
 
     *latency_override* replaces every group's latency model (``Simulation(latency_model=...)``).
+    A latency model that draws step times (``needs_rng``) gets the stream
+    ``latency/<group>`` of *streams* (the simulation's :class:`~simpy_llm.rng.RandomStreams`;
+    None, when validating a config: a placeholder stream, never drawn from).
 
     Raises
     ------
@@ -105,19 +116,32 @@ def plan_fleet(serving: ServingConfig, latency_override: Any = None) -> list[Rep
     for gi, group in enumerate(serving.groups()):
         prefix = f"replica_groups[{gi}]." if serving.replica_groups else ""
         if group.batch_server is not None:
-            plans.extend([_batch_server_plan(group, latency_override)] * group.count)
+            plans.extend([_batch_server_plan(group, latency_override, streams)] * group.count)
             continue
-        latency = latency_override or build_policy(group.latency_model, latency_models)
+        latency = latency_override or build_policy(group.latency_model, latency_models, **_rng(group, streams))
         try:
             engine = resolve_engine(group.engine, latency)
         except FieldValueError as exc:
             raise FieldValueError(f"{prefix}engine.{exc.field}", exc.message) from None
-        plan = ReplicaPlan(group=group.name, engine=engine, latency=latency, capacity=_capacity(group, latency))
+        plan = ReplicaPlan(group=group.name, engine=engine, latency=latency, capacity=_capacity(group, latency), role=group.role)
         plans.extend([plan] * group.count)
     return plans
 
 
-def _batch_server_plan(group: ReplicaGroupConfig, latency_override: Any) -> ReplicaPlan:
+def _rng(group: ReplicaGroupConfig, streams: Any) -> dict[str, Any]:
+    """``{"rng": ...}`` for a latency model that draws (see :func:`plan_fleet`), else nothing."""
+    from simpy_llm.serving.latency import latency_models
+
+    if group.latency_model is None or not getattr(latency_models.get(group.latency_model.kind), "needs_rng", False):
+        return {}
+    if streams is None:
+        import numpy as np
+
+        return {"rng": np.random.default_rng(0)}
+    return {"rng": streams.stream(f"latency/{group.name}")}
+
+
+def _batch_server_plan(group: ReplicaGroupConfig, latency_override: Any, streams: Any = None) -> ReplicaPlan:
     """The plan of a batch-server group (its service model is built per replica by the simulation).
 
     Its capacity, unless given: with a latency model, decode tokens per second of a full
@@ -131,7 +155,7 @@ def _batch_server_plan(group: ReplicaGroupConfig, latency_override: Any) -> Repl
     capacity = group.capacity
     config = group.batch_server
     if group.latency_model is not None:
-        latency = latency_override or build_policy(group.latency_model, latency_models)
+        latency = latency_override or build_policy(group.latency_model, latency_models, **_rng(group, streams))
         if capacity is None:  # in the continuous engines' unit: decode tokens per second of a full batch
             n = config.batch_size if config.batch_size is not None else config.dynamic.b_max
             capacity = n / latency.step_time_s(0, n)

@@ -53,6 +53,10 @@ class Router:
     rejected
         Wire that receives each request the admission policy rejects (e.g. the
         completions Wire, so sessions see the drop); None: nobody needs them.
+    indices
+        The fleet index of the replica behind each outbox (default: 0, 1, ...): a router
+        over part of the fleet (a disaggregated pool) records and counts by fleet index,
+        while its policy chooses a position among *views*.
     """
 
     def __init__(
@@ -66,6 +70,7 @@ class Router:
         recorder: Recorder,
         admission: AdmissionPolicy | None = None,
         rejected: Wire | None = None,
+        indices: Sequence[int] | None = None,
     ) -> None:
         if len(outboxes) != len(views) or not views:
             raise ValueError("need one outbox per replica view, and at least one replica")
@@ -78,6 +83,9 @@ class Router:
         self.recorder = recorder
         self.admission = admission
         self.rejected = rejected
+        self.indices = list(indices) if indices is not None else list(range(len(views)))
+        if len(self.indices) != len(views):
+            raise ValueError("need one fleet index per replica view")
         self._admit = admission.admit if admission is not None else None
         self._choose = policy.choose
         inbox.connect(self.route)
@@ -102,8 +110,13 @@ class Router:
         i = self._choose(req, self.views)
         if not 0 <= i < len(self.outboxes):
             raise ValueError(f"routing policy returned replica {i}; there are {len(self.outboxes)}")
-        req.replica = i
+        self.send(req, i)
+
+    def send(self, req: Request, i: int) -> None:
+        """Send *req* to the replica at position *i* (routed by the policy, or pinned by the caller)."""
+        index = self.indices[i]
+        req.replica = index
         counts = self.counts
-        counts.routed[i] += 1
-        counts.routed_tokens[i] += req.prompt_tokens
+        counts.routed[index] += 1
+        counts.routed_tokens[index] += req.prompt_tokens
         self.outboxes[i].put(req)

@@ -282,6 +282,9 @@ class WorkloadGenerator:
     on_request
         Called as ``on_request(request, source_index)`` for each request created
         (e.g. to open a session).
+    announce
+        Tell the recorder of each arrival (False when the outbox's consumer does: a client
+        network that delivers the request to the router later).
     """
 
     def __init__(
@@ -295,9 +298,11 @@ class WorkloadGenerator:
         num_requests: int | None = None,
         horizon_s: float | None = None,
         on_request: Any = None,
+        announce: bool = True,
     ) -> None:
         self.env = env
         self.sources = sources
+        self.announce = announce
         self.outbox = outbox
         self.recorder = recorder
         self.ids = ids
@@ -320,6 +325,7 @@ class WorkloadGenerator:
         env = self.env
         put = self.outbox.put
         on_arrival = self.recorder.on_arrival
+        announce = self.announce
         on_request = self.on_request
         ids = self.ids
         bases = [base for base, _ in self.sources]
@@ -336,7 +342,8 @@ class WorkloadGenerator:
             self.generated = n
             if on_request is not None:
                 on_request(req, si)
-            on_arrival(req, env.now)
+            if announce:
+                on_arrival(req, env.now)
             put(req)
         self.done = True
 

@@ -73,6 +73,9 @@ class SessionRegistry:
         The simulation's request-id counter.
     horizon_s
         No LLM call arrives after this time (None: no limit).
+    announce
+        Tell the recorder of each LLM call's arrival (False when the consumer of
+        *arrivals* does: a client network that delivers it to the router later).
     """
 
     def __init__(
@@ -83,8 +86,10 @@ class SessionRegistry:
         recorder: Recorder,
         ids: Iterator[int],
         horizon_s: float | None = None,
+        announce: bool = True,
     ) -> None:
         self.env = env
+        self.announce = announce
         self.completions = completions
         self.arrivals = arrivals
         self.recorder = recorder
@@ -94,8 +99,8 @@ class SessionRegistry:
         self.pending = 0
         """Calls decided and not yet arrived (LLM) or not yet returned (tools), and finished
         LLM calls their client does not have yet."""
-        self._calls: dict[int, tuple[WorkflowSession, tuple[int, int, int], float]] = {}
-        """Per LLM request in flight: its session, call key and arrival time."""
+        self._calls: dict[int, tuple[WorkflowSession, tuple[int, int, int]]] = {}
+        """Per LLM request in flight: its session and call key."""
         self._previous: dict[tuple[str, int], Request] = {}
         """The latest request of each accumulate step of each session (its content goes on)."""
         self._queue_s: dict[str, dict[tuple[int, int, int], float]] = {}
@@ -115,7 +120,7 @@ class SessionRegistry:
         self.live[session.session_id] = session
         now = self.env.now
         root = session.root_call()
-        self._calls[req.id] = (session, root.key, now)
+        self._calls[req.id] = (session, root.key)
         if root.step.accumulate:
             req.continuable = True
             self._previous[(session.session_id, root.step.index)] = req
@@ -128,16 +133,18 @@ class SessionRegistry:
         when its client has it, never inside the replica's step that let it go.
 
         The client has a response at its completion, which a latency model's per-token
-        post-processing puts after the engine let it go: then one exact timer. Otherwise
-        (no post-processing, or a drop) one event at this instant, at the priority and in
-        the order a consumer process's ``get()`` would have taken it.
+        post-processing puts after the engine let it go, plus the client network's
+        ``download_s``: then one exact timer. Otherwise (no post-processing and no network,
+        or a drop) one event at this instant, at the priority and in the order a consumer
+        process's ``get()`` would have taken it.
         """
         if req.id not in self._calls:
             return
         self.pending += 1
         env = self.env
-        if req.completion_s > env.now:
-            event = timer_at(env, req.completion_s)
+        seen_s = req.completion_s + req.download_s
+        if seen_s > env.now:
+            event = timer_at(env, seen_s)
         else:
             event = Event(env)
             event.succeed()
@@ -146,9 +153,9 @@ class SessionRegistry:
     def _finished(self, req: Request) -> None:
         """LLM call *req* reached its client: tell its session, make what it returns."""
         self.pending -= 1
-        session, key, arrival_s = self._calls.pop(req.id)
+        session, key = self._calls.pop(req.id)
         if not session.workflow.multi_turn and req.first_scheduled_s == req.first_scheduled_s:
-            self._queue_s.setdefault(session.session_id, {})[key] = req.first_scheduled_s - arrival_s
+            self._queue_s.setdefault(session.session_id, {})[key] = req.first_scheduled_s - req.arrival_s
         calls = session.finished(key, self.env.now, output_tokens=req.output_tokens, dropped=bool(req.dropped_reason))
         self._make(session, calls)
         self._check_end(session)
@@ -192,8 +199,9 @@ class SessionRegistry:
         if call.step.accumulate:
             req.continuable = True
             self._previous[(sid, call.step.index)] = req
-        self._calls[req.id] = (session, call.key, now)
-        self.recorder.on_arrival(req, now)
+        self._calls[req.id] = (session, call.key)
+        if self.announce:
+            self.recorder.on_arrival(req, now)
         self.arrivals.put(req)
 
     def _tool(self, session: WorkflowSession, call: Call) -> Generator[Event, Any, None]:

@@ -37,6 +37,7 @@ SHORT = {
     "agentic_mcts.yaml": ["workload.num_requests=200"],
     "agentic_fork_join.yaml": ["workload.num_requests=500"],
     "agentic_chain.yaml": ["workload.num_requests=500"],
+    "disaggregated.yaml": ["workload.num_requests=3000"],
 }
 
 
