@@ -42,7 +42,7 @@ from simpy_llm.serving.engine import Replica
 from simpy_llm.serving.fleet import plan_fleet
 from simpy_llm.serving.disaggregation import KvHandoff
 from simpy_llm.serving.router import Router
-from simpy_llm.serving.views import LiveView, RouterCounts, SnapshotView, refresh_views
+from simpy_llm.serving.views import ClusterView, LiveView, RouterCounts, SnapshotView, refresh_views
 from simpy_llm.wire import Wire
 from simpy_llm.workload.distributions import SamplingError
 from simpy_llm.workload.generator import ClientSource, WorkloadGenerator, sampling_scenario_error
@@ -167,12 +167,26 @@ class Simulation:
         view_cls = SnapshotView if refresh_s is not None else LiveView
         self.views = [view_cls(rep, counts, plan.capacity) for rep, plan in zip(self.replicas, self.plans, strict=True)]
         admission = None if isinstance(self.admission_policy, AlwaysAdmit) else self.admission_policy
-        entry = [i for i, plan in enumerate(self.plans) if plan.role != "decode"]
-        self.router = Router(
-            env, arrivals, [replica_inboxes[i] for i in entry], [self.views[i] for i in entry], counts,
-            self.routing_policy, self.recorder, admission=admission, rejected=completions, indices=entry,
-        )
-        """The router arrivals reach (over the prefill pool when disaggregated)."""
+        self.cluster_routers: list[Router] = []
+        """Each cluster's router, in cluster order (empty without clusters)."""
+        if serving.clusters:
+            cluster_inboxes = self._build_cluster_routers(replica_inboxes, counts)
+            cluster_views = [
+                ClusterView(c, cl.name, [v for v, plan in zip(self.views, self.plans, strict=True) if plan.cluster == cl.name])
+                for c, cl in enumerate(serving.clusters)
+            ]
+            self.router = Router(
+                env, arrivals, cluster_inboxes, cluster_views, RouterCounts(len(cluster_views)),
+                self.routing_policy, self.recorder, admission=admission, rejected=completions,
+            )
+        else:
+            entry = [i for i, plan in enumerate(self.plans) if plan.role != "decode"]
+            self.router = Router(
+                env, arrivals, [replica_inboxes[i] for i in entry], [self.views[i] for i in entry], counts,
+                self.routing_policy, self.recorder, admission=admission, rejected=completions, indices=entry,
+            )
+        """The router arrivals reach: over the replicas, the prefill pool when disaggregated,
+        or the clusters (each then routing among its replicas)."""
         self.kv_handoff: KvHandoff | None = None
         """The prefill-to-decode hand-off of a disaggregated fleet (None: co-located)."""
         self.kv_links: dict = {}
@@ -205,6 +219,20 @@ class Simulation:
             on_request=self._on_request if self.sessions is not None or self._replayed is not None else None,
             announce=not networks,
         )
+
+    def _build_cluster_routers(self, replica_inboxes: list[Wire], counts: RouterCounts) -> list[Wire]:
+        """Each cluster's router over its replicas; returns their inboxes, in cluster order."""
+        inboxes = []
+        for cl in self.scenario.serving.clusters:
+            members = [i for i, plan in enumerate(self.plans) if plan.cluster == cl.name]
+            inbox = Wire(self.env)
+            policy = build_policy(cl.router, routing_policies, rng=self.streams.stream(f"router/{cl.name}"))
+            self.cluster_routers.append(Router(
+                self.env, inbox, [replica_inboxes[i] for i in members], [self.views[i] for i in members], counts,
+                policy, self.recorder, indices=members,
+            ))
+            inboxes.append(inbox)
+        return inboxes
 
     def _build_handoff(self, handoffs: Wire, replica_inboxes: list[Wire], counts: RouterCounts) -> KvHandoff:
         """The decode router, the KV links and the :class:`KvHandoff` of a disaggregated fleet."""
@@ -316,9 +344,8 @@ class Simulation:
             if src.server_block != "check":
                 continue
             problems = [
-                (f"serving.{'replica_groups[' + str(gi) + '].' if serving.replica_groups else ''}engine.{key}",
-                 f"{msg}; match it, or set workload.traces[{i}].server_block: ignore")
-                for gi, group in enumerate(serving.groups())
+                (f"serving.{prefix}engine.{key}", f"{msg}; match it, or set workload.traces[{i}].server_block: ignore")
+                for prefix, group in zip(serving.group_paths(), serving.groups(), strict=True)
                 for key, msg in server_block_mismatches(trace.header, group.engine)
             ]
             if problems:

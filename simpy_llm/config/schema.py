@@ -83,6 +83,7 @@ __all__ = [
     "BinSelectorSpec",
     "BinsConfig",
     "DynamicBatchingConfig",
+    "ClusterConfig",
     "DisaggregationConfig",
     "KvTransferConfig",
     "MemoryLimitConfig",
@@ -995,6 +996,26 @@ class DisaggregationConfig:
 
 
 @attrs.frozen(kw_only=True)
+class ClusterConfig:
+    """One cluster of a multi-cluster fleet: its replica groups behind its own router
+    (seed 003, "Multi-Cluster Routing")."""
+
+    name: str = attrs.field(validator=non_empty)
+    """Cluster name, unique in the fleet (records and the summary use it)."""
+    router: RouterSpec = attrs.field(factory=lambda: PolicySpec(kind="round_robin"))
+    """Routing policy among the cluster's replicas."""
+    replica_groups: tuple[ReplicaGroupConfig, ...] = attrs.field(converter=tuple)
+    """The cluster's replicas, as groups (names unique across the whole fleet)."""
+
+    def __attrs_post_init__(self) -> None:
+        if not self.replica_groups:
+            raise FieldValueError("replica_groups", "a cluster needs at least one replica group")
+        for i, group in enumerate(self.replica_groups):
+            if group.role != "both":
+                raise FieldValueError(f"replica_groups[{i}].role", "clusters hold co-located replicas (role: both)")
+
+
+@attrs.frozen(kw_only=True)
 class ServingConfig:
     """Replicas behind a router: either one group (``replicas``, ``engine``,
     ``latency_model``) or a heterogeneous fleet (``replica_groups``)."""
@@ -1022,8 +1043,14 @@ class ServingConfig:
     router's own counts of outstanding requests stay fresh). Default: always fresh."""
     disaggregation: DisaggregationConfig | None = None
     """Prefill and decode on separate pools (None: every replica does both)."""
+    clusters: tuple[ClusterConfig, ...] = ()
+    """A multi-cluster fleet: each cluster's groups behind its own router; ``router`` then
+    routes arrivals among the clusters (seed 003's ``cluster_router``), seeing each
+    cluster as the sum of its replicas (``docs/network.md``)."""
 
     def __attrs_post_init__(self) -> None:
+        if self.clusters:
+            self._check_clusters()
         self._check_disaggregation()
         if self.replica_groups:
             if self.latency_model is not None:
@@ -1034,12 +1061,44 @@ class ServingConfig:
             dup = sorted({n for n in names if names.count(n) > 1})
             if dup:
                 raise FieldValueError("replica_groups", f"group names must be unique; repeated: {', '.join(dup)}")
-        else:
+        elif not self.clusters:
             check_replica_kind(self.batch_server, self.engine, self.latency_model)
 
         from simpy_llm.serving.fleet import plan_fleet
 
         plan_fleet(self)  # resolves kv_num_blocks: auto and the swap settings, or says why not
+
+    def _check_clusters(self) -> None:
+        """With clusters, the fleet is theirs: no fleet-level groups or replica settings."""
+        for key, given in (
+            ("replica_groups", bool(self.replica_groups)), ("latency_model", self.latency_model is not None),
+            ("batch_server", self.batch_server is not None), ("replicas", self.replicas != 1),
+            ("engine", self.engine != EngineConfig()), ("disaggregation", self.disaggregation is not None),
+        ):
+            if given:
+                raise FieldValueError(key, "with clusters, every replica belongs to a cluster: give it in clusters[].replica_groups"
+                                      if key != "disaggregation" else "clusters hold co-located replicas; disaggregation is for a single fleet")
+        names = [c.name for c in self.clusters]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise FieldValueError("clusters", f"cluster names must be unique; repeated: {', '.join(dup)}")
+        groups = [g.name for c in self.clusters for g in c.replica_groups]
+        dup = sorted({n for n in groups if groups.count(n) > 1})
+        if dup:
+            raise FieldValueError("clusters", f"replica group names must be unique across clusters; repeated: {', '.join(dup)}")
+
+    def group_paths(self) -> tuple[str, ...]:
+        """The key path (inside ``serving``) of each group of :meth:`groups`, ending in a dot:
+        ``""`` for the implied group(s), ``replica_groups[i].`` or ``clusters[c].replica_groups[i].``."""
+        if self.clusters:
+            return tuple(f"clusters[{c}].replica_groups[{i}]." for c, cl in enumerate(self.clusters) for i in range(len(cl.replica_groups)))
+        if self.replica_groups:
+            return tuple(f"replica_groups[{i}]." for i in range(len(self.replica_groups)))
+        return ("",) * len(self.groups())
+
+    def cluster_of(self) -> dict[str, str]:
+        """Each replica group's cluster, by group name (empty without clusters)."""
+        return {g.name: c.name for c in self.clusters for g in c.replica_groups}
 
     def _check_disaggregation(self) -> None:
         dis = self.disaggregation
@@ -1095,6 +1154,8 @@ class ServingConfig:
     def groups(self) -> tuple[ReplicaGroupConfig, ...]:
         """The fleet as groups (without replica_groups: a single group named ``default``, or
         the ``prefill`` and ``decode`` pools ``disaggregation.prefill_replicas`` splits it into)."""
+        if self.clusters:
+            return tuple(g for c in self.clusters for g in c.replica_groups)
         if self.replica_groups:
             return self.replica_groups
         if self.disaggregation is not None:

@@ -271,13 +271,19 @@ class Results:
         """
         import pandas as pd
 
-        frame = pd.DataFrame({**self.columns, "replica_group": self._replica_group_column(), **self.derived()})
+        clusters = {"cluster": self._cluster_column()} if self.scenario.serving.clusters else {}
+        frame = pd.DataFrame({**self.columns, "replica_group": self._replica_group_column(), **clusters, **self.derived()})
         for name in (
             "client_id", "tenant_id", "slo_class", "status", "session_id", "step_id", "prefix_group", "dropped_reason",
             "replica_group",
         ):
             frame[name] = frame[name].astype("string")
         return frame
+
+    def _cluster_column(self) -> np.ndarray:
+        """Each request's cluster (its replica group's; "" when never routed)."""
+        of = self.scenario.serving.cluster_of()
+        return np.array([of.get(g, "") for g in self._replica_group_column().tolist()], dtype=object)
 
     def _replica_group_column(self) -> np.ndarray:
         replica = self.columns["replica"]
@@ -678,6 +684,7 @@ class Results:
             }} if self._has_client_network() else {}),
             "latency_s_by_class": self._latency_by("slo_class", done),
             "latency_s_by_tenant": self._latency_by("tenant_id", done),
+            **({"latency_s_by_cluster": self._latency_by(self._cluster_column(), done)} if self.scenario.serving.clusters else {}),
             "throughput": {
                 "requests_per_s": completed / duration,
                 "output_tokens_per_s": out_tokens / duration,
@@ -765,15 +772,16 @@ class Results:
             by_class[cls_name] = {r: int((in_class == r).sum()) for r in sorted(set(in_class.tolist()))}
         return {"dropped_by_reason": by_reason, "dropped_by_class": by_class}
 
-    def _latency_by(self, column: str, done: np.ndarray) -> dict[str, dict[str, dict[str, float | None]]]:
-        """Latency statistics per value of *column*, over the requests in *done*, for every
-        value a measured request has."""
+    def _latency_by(self, column: str | np.ndarray, done: np.ndarray) -> dict[str, dict[str, dict[str, float | None]]]:
+        """Latency statistics per value of *column* (a record column's name, or values aligned
+        with the records), over the requests in *done*, for every value a measured request has."""
         c = self.columns
-        keys = c[column][c["warm_up"] == 0]
+        values = c[column] if isinstance(column, str) else column
+        keys = values[c["warm_up"] == 0]
         derived = self._client_derived()
         out = {}
         for name in sorted(set(keys.tolist())):
-            mask = done & (c[column] == name)
+            mask = done & (values == name)
             out[name] = {
                 metric: _stats(derived[f"{metric}_s"][mask]) for metric in ("ttft", "tpot", "e2e", "queue_delay")
             }

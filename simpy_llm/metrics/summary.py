@@ -545,6 +545,8 @@ class Summary(TypedDict):
     client has a ``network`` (otherwise they equal ``latency_s``'s)."""
     latency_s_by_class: dict[str, ClassLatency]
     """Latency per SLO class with a measured request (``None`` statistics where none completed)."""
+    latency_s_by_cluster: NotRequired[dict[str, ClassLatency]]
+    """Latency per cluster of a multi-cluster fleet (``""``: requests never routed)."""
     latency_s_by_tenant: dict[str, ClassLatency]
     """Latency per tenant with a measured request (``None`` statistics where none completed)."""
     throughput: Throughput

@@ -31,11 +31,13 @@ weight ``latency_s``). Ties are broken deterministically, in this order:
 3. smallest sequence of node names (compared as strings), read from the endpoint
    whose name sorts first.
 
-The path is computed from the endpoint whose name sorts first, so ``path(b, a)``
-visits the nodes of ``path(a, b)`` in reverse and has the same latency and
-bandwidth, to the bit. Latencies are compared as the floating-point sums Dijkstra
-forms, so two paths tie only when those sums are equal (as they are in a clos fabric,
-whose equal paths add the same figures in the same order).
+Latencies are summed exactly (each float is an integer times a power of two, and
+Dijkstra runs on those integers), so two paths tie exactly when their latencies add up
+to the same number, whatever the order of the additions; the path's ``latency_s`` is
+that exact sum rounded once. The rule is the same both ways round, so ``path(b, a)``
+visits the nodes of ``path(a, b)`` in reverse and has the same latency and bandwidth,
+to the bit. One shortest-path tree is built per endpoint asked about (the first
+argument, unless the second's tree is already built) and kept (the most recent 1024).
 
 Assumptions and caveats
 -----------------------
@@ -60,7 +62,6 @@ Examples
 
 from __future__ import annotations
 
-import functools
 import math
 import numbers
 import reprlib
@@ -151,10 +152,11 @@ class Path:
 
 @attrs.frozen
 class _Tree:
-    """Least-latency paths from one source: distances, fewest-link predecessors, widths."""
+    """Least-latency paths from one source: distances (latency units), fewest-link
+    predecessors with their edges' bandwidths, widths."""
 
-    dist: dict[str, float]
-    preds: dict[str, list[str]]
+    dist: dict[str, int]
+    preds: dict[str, list[tuple[str, float]]]
     width: dict[str, float]
 
 
@@ -212,9 +214,14 @@ class Topology:
             raise ValueError("endpoints must not repeat")
         frozen = nx.Graph(graph)
         self._graph: nx.Graph = nx.freeze(frozen)
+        # Latencies as exact integers (a float is an integer times a power of two), so
+        # sums are exact: ties are exact, and the same both ways round.
+        ratios = {lat: lat.as_integer_ratio() for lat in {float(d) for *_, d in frozen.edges(data="latency_s")}}
+        self._scale: int = max((den for _num, den in ratios.values()), default=1)
+        self._units: dict[float, int] = {lat: num * (self._scale // den) for lat, (num, den) in ratios.items()}
         self._endpoints: tuple[str, ...] = names
         self._endpoint_set = frozenset(names)
-        self._tree = functools.lru_cache(maxsize=_SOURCE_CACHE_SIZE)(self._build_tree)
+        self._trees: dict[str, _Tree] = {}
 
     def __repr__(self) -> str:
         return (
@@ -224,7 +231,11 @@ class Topology:
 
     @property
     def graph(self) -> nx.Graph:
-        """The (frozen) graph: edges carry ``latency_s`` and ``bandwidth_bytes_per_s``."""
+        """The graph: edges carry ``latency_s`` and ``bandwidth_bytes_per_s``.
+
+        Frozen against adding or removing nodes and edges; its attribute dicts must not
+        be edited either (paths already computed would not follow).
+        """
         return self._graph
 
     @property
@@ -274,63 +285,93 @@ class Topology:
             raise ValueError(f"unknown endpoint{plural} {', '.join(map(repr, unknown))}; endpoints: {known}")
         if a == b:
             return Path(latency_s=0.0, bandwidth_bytes_per_s=math.inf, hops=(a,))
-        source, target = (a, b) if a <= b else (b, a)
-        tree = self._tree(source)
-        if target not in tree.dist:
+        # Either endpoint's tree gives the same answer (sums are exact, the tie rule is
+        # symmetric): reuse one already built, else build a's.
+        root, other = (b, a) if a not in self._trees and b in self._trees else (a, b)
+        tree = self._tree(root)
+        if other not in tree.dist:
             raise ValueError(f"no path between endpoints {a!r} and {b!r}")
-        hops = self._trace(tree, source, target)
-        if source != a:
-            hops = hops[::-1]
-        return Path(latency_s=float(tree.dist[target]), bandwidth_bytes_per_s=float(tree.width[target]), hops=hops)
+        if root <= other:
+            hops = self._forward(tree, root, other)
+        else:
+            hops = self._backward(tree, root, other)
+        return Path(
+            latency_s=tree.dist[other] / self._scale,
+            bandwidth_bytes_per_s=float(tree.width[other]),
+            hops=hops if root == a else hops[::-1],
+        )
 
-    def _bandwidth(self, u: str, v: str) -> float:
-        return self._graph.adj[u][v]["bandwidth_bytes_per_s"]
+    def _tree(self, source: str) -> _Tree:
+        """*source*'s tree, built once (the oldest is dropped past ``_SOURCE_CACHE_SIZE``)."""
+        tree = self._trees.get(source)
+        if tree is None:
+            if len(self._trees) >= _SOURCE_CACHE_SIZE:
+                del self._trees[next(iter(self._trees))]
+            tree = self._trees[source] = self._build_tree(source)
+        return tree
 
     def _build_tree(self, source: str) -> _Tree:
-        """Least-latency distances from *source*; the DAG of least-latency, fewest-link
-        predecessors; and each node's largest bottleneck over that DAG."""
-        dist = nx.single_source_dijkstra_path_length(self._graph, source, weight="latency_s")
+        """Least-latency distances from *source* (exact, in latency units); the DAG of
+        least-latency, fewest-link predecessors (each with its edge's bandwidth); and each
+        node's largest bottleneck over that DAG."""
+        units = self._units
+        dist = nx.single_source_dijkstra_path_length(
+            self._graph, source, weight=lambda _u, _v, data: units[data["latency_s"]]
+        )
         # Breadth-first over the tight edges (those on some least-latency path): the
         # first visit gives the fewest links; predecessors one level up are kept.
         links = {source: 0}
-        preds: dict[str, list[str]] = {source: []}
+        preds: dict[str, list[tuple[str, float]]] = {source: []}
         order = [source]
+        adj = self._graph.adj
         i = 0
         while i < len(order):
             u = order[i]
             i += 1
-            for v, data in self._graph.adj[u].items():
-                if dist[u] + data["latency_s"] != dist[v]:
+            du, level = dist[u], links[u] + 1
+            for v, data in adj[u].items():
+                if du + units[data["latency_s"]] != dist[v]:
                     continue
-                if v not in links:
-                    links[v] = links[u] + 1
-                    preds[v] = [u]
+                seen = links.get(v)
+                if seen is None:
+                    links[v] = level
+                    preds[v] = [(u, data["bandwidth_bytes_per_s"])]
                     order.append(v)
-                elif links[v] == links[u] + 1:
-                    preds[v].append(u)
+                elif seen == level:
+                    preds[v].append((u, data["bandwidth_bytes_per_s"]))
         width = {source: math.inf}
         for v in order[1:]:  # breadth-first order is a topological order of the DAG
-            width[v] = max(min(width[u], self._bandwidth(u, v)) for u in preds[v])
+            width[v] = max(min(width[u], bw) for u, bw in preds[v])
         return _Tree(dist=dist, preds=preds, width=width)
 
-    def _trace(self, tree: _Tree, source: str, target: str) -> tuple[str, ...]:
-        """The widest path of the DAG from *source* to *target* with the smallest names."""
+    @staticmethod
+    def _forward(tree: _Tree, root: str, target: str) -> tuple[str, ...]:
+        """The widest DAG path from *root* to *target* whose names, read from *root*, are smallest."""
         need = tree.width[target]
         succ: dict[str, list[str]] = {}
         seen = {target}
         stack = [target]
-        while stack:  # every node on a path of width `need`, and its usable successors
+        while stack:  # every node on a path of width `need` to target, and its usable successors
             v = stack.pop()
-            for u in tree.preds[v]:
-                if tree.width[u] >= need and self._bandwidth(u, v) >= need:
+            for u, bw in tree.preds[v]:
+                if bw >= need and tree.width[u] >= need:
                     succ.setdefault(u, []).append(v)
                     if u not in seen:
                         seen.add(u)
                         stack.append(u)
-        hops = [source]
+        hops = [root]
         while hops[-1] != target:
             hops.append(min(succ[hops[-1]]))
         return tuple(hops)
+
+    @staticmethod
+    def _backward(tree: _Tree, root: str, target: str) -> tuple[str, ...]:
+        """The widest DAG path from *root* to *target* whose names, read from *target*, are smallest."""
+        need = tree.width[target]
+        back = [target]
+        while back[-1] != root:  # a predecessor that keeps the width also reaches root with it
+            back.append(min(u for u, bw in tree.preds[back[-1]] if bw >= need and tree.width[u] >= need))
+        return tuple(reversed(back))
 
     # --- constructors -------------------------------------------------------------------
 

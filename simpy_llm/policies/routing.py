@@ -70,7 +70,9 @@ class ReplicaView(Protocol):
 
     @property
     def index(self) -> int:
-        """Position of the replica in the view."""
+        """The replica's fleet index (a cluster's position, in a view of clusters). A policy
+        returns positions in the view it was given, not this: a router over part of the
+        fleet (a disaggregated pool, a cluster) sees only its replicas."""
         ...
 
     @property

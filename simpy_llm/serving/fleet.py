@@ -38,6 +38,8 @@ class ReplicaPlan:
     """The group's request-level batch server settings (None: a continuous-batching engine)."""
     role: str = "both"
     """``both``, or its pool in a disaggregated fleet (``prefill`` / ``decode``)."""
+    cluster: str = ""
+    """Its cluster in a multi-cluster fleet ("" otherwise)."""
 
 
 def resolve_engine(engine: EngineConfig, latency: Any) -> EngineConfig:
@@ -113,17 +115,20 @@ def plan_fleet(serving: ServingConfig, latency_override: Any = None, streams: An
     from simpy_llm.serving.latency import latency_models
 
     plans = []
-    for gi, group in enumerate(serving.groups()):
-        prefix = f"replica_groups[{gi}]." if serving.replica_groups else ""
+    clusters = serving.cluster_of()
+    for prefix, group in zip(serving.group_paths(), serving.groups(), strict=True):
         if group.batch_server is not None:
-            plans.extend([_batch_server_plan(group, latency_override, streams)] * group.count)
+            plans.extend([attrs.evolve(_batch_server_plan(group, latency_override, streams), cluster=clusters.get(group.name, ""))] * group.count)
             continue
         latency = latency_override or build_policy(group.latency_model, latency_models, **_rng(group, streams))
         try:
             engine = resolve_engine(group.engine, latency)
         except FieldValueError as exc:
             raise FieldValueError(f"{prefix}engine.{exc.field}", exc.message) from None
-        plan = ReplicaPlan(group=group.name, engine=engine, latency=latency, capacity=_capacity(group, latency), role=group.role)
+        plan = ReplicaPlan(
+            group=group.name, engine=engine, latency=latency, capacity=_capacity(group, latency), role=group.role,
+            cluster=clusters.get(group.name, ""),
+        )
         plans.extend([plan] * group.count)
     return plans
 

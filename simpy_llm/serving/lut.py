@@ -36,16 +36,18 @@ import os
 import statistics
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 import numpy as np
-import pandas as pd
 
 from simpy_llm.config.errors import FieldValueError, ScenarioError
 from simpy_llm.config.paths import resolve_path
 from simpy_llm.config.validators import MAX_COEFFICIENT_US, MAX_TOKENS, at_least, at_most
 from simpy_llm.serving.latency import RequestOverheads, latency_models
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = [
     "DTYPES",
@@ -311,6 +313,8 @@ class _Collector:
 
 def _read_cells(path: Path, source: str) -> list[list[str]]:
     """The file's records as lists of stripped strings (header first)."""
+    import pandas as pd  # only when a LUT is read: a run without one need not load pandas
+
     try:
         raw = pd.read_csv(
             path, header=None, dtype=str, keep_default_na=False, na_filter=False,
@@ -451,6 +455,8 @@ def load_lut(path: str | os.PathLike[str]) -> Lut:
     if not data["row"]:
         found.add("", "the file has a header but no rows")
         found.raise_if_any(source)
+
+    import pandas as pd
 
     frame = pd.DataFrame(data)
     for name in _INT_COLUMNS:

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from simpy_llm.entities import Request
     from simpy_llm.serving.engine import Replica
 
-__all__ = ["LiveView", "RouterCounts", "SnapshotView", "refresh_views"]
+__all__ = ["ClusterView", "LiveView", "RouterCounts", "SnapshotView", "refresh_views"]
 
 
 class RouterCounts:
@@ -136,6 +136,67 @@ class SnapshotView(LiveView):
     @property
     def kv_utilization(self) -> float:
         return self._kv_used / self.kv_total_blocks
+
+
+class ClusterView:
+    """A cluster as the router across clusters sees it: its replicas' views combined.
+
+    Counts and capacities are sums over the cluster's replicas (``outstanding_*``,
+    queues, KV blocks, ``capacity``), so a load-aware policy compares clusters by their
+    whole load and capacity; ``kv_utilization`` is used over total blocks,
+    ``prefill_s_per_token`` the fastest replica's, ``prefix_hit_tokens`` the best
+    replica's. ``group`` is the cluster's name.
+
+    Parameters
+    ----------
+    index
+        The cluster's position among the clusters.
+    name
+        The cluster's name.
+    views
+        Views of its replicas (live or snapshots, as the fleet's).
+    """
+
+    __slots__ = ("_views", "capacity", "group", "index", "kv_total_blocks", "prefill_s_per_token")
+
+    def __init__(self, index: int, name: str, views: Sequence[LiveView]) -> None:
+        self.index = index
+        self.group = name
+        self._views = tuple(views)
+        self.capacity = sum(v.capacity for v in views)
+        self.kv_total_blocks = sum(v.kv_total_blocks for v in views)
+        self.prefill_s_per_token = min(v.prefill_s_per_token for v in views)
+
+    @property
+    def outstanding_requests(self) -> int:
+        return sum(v.outstanding_requests for v in self._views)
+
+    @property
+    def outstanding_tokens(self) -> int:
+        return sum(v.outstanding_tokens for v in self._views)
+
+    @property
+    def waiting_requests(self) -> int:
+        return sum(v.waiting_requests for v in self._views)
+
+    @property
+    def running_requests(self) -> int:
+        return sum(v.running_requests for v in self._views)
+
+    @property
+    def queued_prompt_tokens(self) -> int:
+        return sum(v.queued_prompt_tokens for v in self._views)
+
+    @property
+    def kv_free_blocks(self) -> int:
+        return sum(v.kv_free_blocks for v in self._views)
+
+    @property
+    def kv_utilization(self) -> float:
+        return 1.0 - self.kv_free_blocks / self.kv_total_blocks
+
+    def prefix_hit_tokens(self, request: Request) -> int:
+        return max(v.prefix_hit_tokens(request) for v in self._views)
 
 
 def refresh_views(

@@ -38,6 +38,9 @@ SHORT = {
     "agentic_fork_join.yaml": ["workload.num_requests=500"],
     "agentic_chain.yaml": ["workload.num_requests=500"],
     "disaggregated.yaml": ["workload.num_requests=3000"],
+    "seed003_single_target.yaml": ["workload.num_requests=200"],
+    "seed003_heterogeneous_cluster.yaml": ["workload.horizon_s=60"],
+    "seed003_multi_cluster.yaml": ["workload.horizon_s=30"],
 }
 
 

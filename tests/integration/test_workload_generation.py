@@ -21,12 +21,13 @@ def test_generation_is_deterministic_per_seed():
 
 
 def test_generated_requests_equal_the_simulated_arrivals():
-    """The table lists the requests the simulation receives: same ids, times, lengths and clients."""
+    """The table lists the requests the simulation receives: same ids, send times, lengths and
+    clients (the clients' networks deliver each ``upload_s`` after it was sent)."""
     scenario = load_scenario("scenarios/two_clients.yaml", ["workload.num_requests=2000"])
     table = generate_requests(scenario)
     c = Simulation(scenario).run().columns
     assert np.array_equal(table.request_id.to_numpy(), c["request_id"])
-    assert np.allclose(table.arrival_time_s.to_numpy(), c["arrival_s"], rtol=0, atol=1e-9)
+    assert np.allclose(table.arrival_time_s.to_numpy(), c["arrival_s"] - c["upload_s"], rtol=0, atol=1e-9)
     assert np.array_equal(table.input_tokens.to_numpy(), c["prompt_tokens"])
     assert np.array_equal(table.output_tokens.to_numpy(), c["output_tokens"])
     assert list(table.client_id) == list(c["client_id"])
