@@ -39,7 +39,7 @@ from simpy_llm.progress import ProgressCallback, progress_wanted, rich_progress,
 from simpy_llm.rng import RandomStreams
 from simpy_llm.serving.batching import BatchServer, build_service_model
 from simpy_llm.serving.engine import Replica
-from simpy_llm.serving.fleet import plan_fleet
+from simpy_llm.serving.fleet import ReplicaPlan, plan_fleet
 from simpy_llm.serving.disaggregation import KvHandoff
 from simpy_llm.serving.router import Router
 from simpy_llm.serving.views import ClusterView, LiveView, RouterCounts, SnapshotView, refresh_views
@@ -55,6 +55,18 @@ if TYPE_CHECKING:
     from simpy_llm.serving.engine import TokenListener
 
 __all__ = ["Simulation"]
+
+
+def _device_settings(plan: ReplicaPlan) -> dict[str, object]:
+    """A replica's cold start, unload and throttling from its device profile (``docs/devices.md``)."""
+    device = plan.device
+    if device is None:
+        return {}
+    return {
+        "load_s": device.cold_start.load_s if device.cold_start is not None else 0.0,
+        "warm_retention_s": plan.warm_retention_s,
+        "throttle": (device.thermal.throttle_after_s, device.thermal.throttle_factor) if device.thermal is not None else None,
+    }
 
 
 class Simulation:
@@ -153,6 +165,7 @@ class Simulation:
                 fast=fast, completions=completions, token_listener=token_listener,
                 scheduler=schedulers[plan.group], group=plan.group,
                 role=plan.role, handoffs=handoffs if plan.role == "prefill" else None,
+                **_device_settings(plan),
             )
             if plan.batch_server is None
             else BatchServer(
@@ -474,6 +487,7 @@ class Simulation:
             steps=sum(r.step for r in self.replicas),
             kv_blocks=[r.kv.num_blocks for r in self.replicas],
             replica_groups=[p.group for p in self.plans],
+            replica_devices=[(p.device, p.gpus) for p in self.plans],
         )
 
     def _run_until(self, until: float | None) -> None:

@@ -892,6 +892,13 @@ class BatchServerConfig:
             raise FieldValueError("max_wait_s", "applies only with a fixed batch_size (dynamic batches form when the server is free)")
 
 
+def _device_path(value: Any) -> Any:
+    """A device: a shipped profile id as given, a file path resolved against the scenario's directory."""
+    if isinstance(value, str) and (value.endswith((".yaml", ".yml")) or "/" in value):
+        return resolve_path(value)
+    return value
+
+
 ROLES = ("both", "prefill", "decode")
 """What a replica group does: prefill and decode, or one of them (disaggregated)."""
 
@@ -919,9 +926,35 @@ class ReplicaGroupConfig:
     role: str = attrs.field(default="both", validator=one_of(ROLES))
     """``both``: the replicas prefill and decode (co-located); ``prefill`` / ``decode``: a pool
     of a disaggregated fleet (needs ``serving.disaggregation``; ``docs/network.md``)."""
+    device: str | None = attrs.field(default=None, converter=_device_path)
+    """The device profile the replicas run on (a shipped id such as ``h100-sxm``, or a YAML
+    file): its energy, price, cold start, thermal throttling and KV memory limit apply
+    (``docs/devices.md``). None: none of those is modelled."""
+    warm_retention_s: float | None = attrs.field(default=None, validator=optional(all_of(greater_than(0), at_most(MAX_TIME_S))))
+    """An idle replica unloads its model after this long, and pays its device's cold start
+    again at its next request (None: a loaded model stays loaded)."""
 
     def __attrs_post_init__(self) -> None:
         check_replica_kind(self.batch_server, self.engine, self.latency_model)
+        if self.device is not None:
+            self._check_device()
+        elif self.warm_retention_s is not None:
+            raise FieldValueError("warm_retention_s", "needs a device whose profile has a cold_start")
+
+    def _check_device(self) -> None:
+        from simpy_llm.config.errors import ScenarioError
+        from simpy_llm.serving.devices import device_profile
+
+        try:
+            profile = device_profile(self.device)
+        except ScenarioError as exc:
+            raise FieldValueError("device", f"{exc}") from None
+        if profile.role == "draft":
+            raise FieldValueError("device", f"{profile.id!r} is a draft device; a replica runs on a target (or any) device")
+        if profile.availability:
+            raise FieldValueError("device", f"{profile.id!r} has availability windows, which replicas do not model yet (only draft devices will)")
+        if self.warm_retention_s is not None and profile.cold_start is None:
+            raise FieldValueError("warm_retention_s", f"device {profile.id!r} has no cold_start to pay again")
         if self.role != "both" and self.batch_server is not None:
             raise FieldValueError("role", "a batch_server serves whole requests; only continuous-batching replicas can be a prefill or decode pool")
 

@@ -100,6 +100,8 @@ class Recorder:
         """(session_id, client_id, rounds, end_reason) per ended session."""
         self.tool_calls: list[tuple] = []
         """Per returned tool call: see :meth:`on_tool_call`."""
+        self.cold_starts: list[tuple[int, float, float]] = []
+        """(replica, start_s, end_s) per model load of a replica with a cold start."""
         self.kv_transfers: list[tuple[int, int, int, float, float, float]] = []
         """(request_id, prefill replica, decode replica, bytes, start_s, end_s) per KV transfer."""
         self.workflow_sessions: list[tuple] = []
@@ -177,6 +179,11 @@ class Recorder:
     def on_kv_transfer(self, request_id: int, prefill: int, decode: int, size_bytes: float, start_s: float, end_s: float) -> None:
         """A request's KV crossed from replica *prefill* to replica *decode* (disaggregation)."""
         self.kv_transfers.append((request_id, prefill, decode, size_bytes, start_s, end_s))
+
+    def on_cold_start(self, replica: int, start_s: float, end_s: float) -> None:
+        """*replica* loaded its model from *start_s* to *end_s* (busy, before serving)."""
+        self.cold_starts.append((replica, start_s, end_s))
+        self.busy_s[replica] += end_s - start_s
 
     def on_workflow_session(self, record: tuple) -> None:
         """An agentic session's figures (see :func:`~simpy_llm.workload.sessions.session_record`)."""

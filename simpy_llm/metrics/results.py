@@ -165,6 +165,7 @@ class Results:
         recorder: Recorder,
         kv_blocks: list[int],
         replica_groups: list[str] | None = None,
+        replica_devices: list[tuple[Any, int]] | None = None,
     ) -> None:
         self.columns = columns
         """Record columns (strings decoded), sorted by request id."""
@@ -185,6 +186,8 @@ class Results:
             )
         self.replica_groups = None if replica_groups is None else list(replica_groups)
         """Replica group name per replica index (``None``: not given)."""
+        self.replica_devices = None if replica_devices is None else list(replica_devices)
+        """``(device profile or None, GPUs)`` per replica index (``None``: not given)."""
 
     @classmethod
     def from_recorder(
@@ -198,6 +201,7 @@ class Results:
         steps: int,
         kv_blocks: list[int],
         replica_groups: list[str] | None = None,
+        replica_devices: list[tuple[Any, int]] | None = None,
     ) -> Results:
         """Freeze a recorder's columns into Results (records sorted by request id).
 
@@ -223,6 +227,7 @@ class Results:
             recorder=recorder,
             kv_blocks=kv_blocks,
             replica_groups=replica_groups,
+            replica_devices=replica_devices,
         )
 
     def __len__(self) -> int:
@@ -719,7 +724,47 @@ class Results:
             **({"batch_servers": self._batch_servers_summary(duration_all)} if self._batch_servers() else {}),
             **({"workflows": self._workflow_summary()} if rec.workflow_sessions else {}),
             **({"disaggregation": self._disaggregation_summary()} if rec.kv_transfers else {}),
+            **({"devices": self._device_summary(duration_all, int(met.sum()), duration)} if self._has_devices() else {}),
             "diagnostics": [d.to_dict() for d in diagnose(self)],
+        }
+
+    def _has_devices(self) -> bool:
+        return self.replica_devices is not None and any(d is not None for d, _ in self.replica_devices)
+
+    def _device_summary(self, duration_s: float, met: int, window_s: float) -> dict[str, Any]:
+        """``summary()["devices"]``: see :class:`~simpy_llm.metrics.summary.DeviceStats`."""
+        rec = self._recorder
+        c = self.columns
+        done = c["status"] == "completed"
+        tokens = int(c["prompt_tokens"][done].sum() + c["output_tokens"][done].sum())
+        out_tokens = int(c["output_tokens"][done].sum())
+        energy, cost, gpus, priced = [], [], 0, True
+        for (device, n), busy in zip(self.replica_devices, rec.busy_s, strict=True):
+            gpus += n
+            if device is None:
+                energy.append(None)
+                cost.append(None)
+                priced = False
+                continue
+            idle = max(duration_s - busy, 0.0)
+            energy.append(n * (device.energy.active_w * busy + device.energy.idle_w * idle))
+            price = device.price_per_hour_usd
+            cost.append(None if price is None else n * price * duration_s / 3600)
+            priced = priced and price is not None
+        total_j = sum(e for e in energy if e is not None)
+        total_usd = sum(x for x in cost if x is not None)
+        return {
+            "gpus": gpus,
+            "energy_j": total_j,
+            "energy_j_per_replica": energy,
+            "energy_j_per_output_token": total_j / out_tokens if out_tokens else None,
+            "energy_j_per_request": total_j / int(done.sum()) if done.any() else None,
+            "cost_usd": total_usd if priced else None,
+            "cost_usd_per_replica": cost,
+            "cost_usd_per_1k_tokens": total_usd / (tokens / 1000) if priced and tokens else None,
+            "goodput_per_gpu": met / window_s / gpus if gpus and window_s == window_s else None,
+            "cold_starts": len(rec.cold_starts),
+            "cold_start_s": float(sum(e - s for _, s, e in rec.cold_starts)),
         }
 
     def _has_client_network(self) -> bool:

@@ -70,6 +70,7 @@ __all__ = [
     "ClassGoodput",
     "ClassLatency",
     "ClientLatency",
+    "DeviceStats",
     "DisaggregationStats",
     "EngineCounts",
     "Fairness",
@@ -172,6 +173,34 @@ class DisaggregationStats(TypedDict):
     """Transfers per decode replica (fleet index as a string key)."""
     groups: NotRequired[dict[str, str]]
     """Each of those replicas' group, when replica groups are known."""
+
+
+class DeviceStats(TypedDict):
+    """Energy and cost of a fleet whose replica groups name device profiles
+    (``docs/devices.md``); replicas without a device count as None and add nothing."""
+
+    gpus: int
+    """Devices in the fleet: each replica's tensor-parallel degree, summed."""
+    energy_j: float
+    """Energy over the run, J: per device ``active_w`` x busy time + ``idle_w`` x idle time."""
+    energy_j_per_replica: list[float | None]
+    """Per replica (its devices together), J."""
+    energy_j_per_output_token: float | None
+    """Energy over the output tokens of completed requests, J."""
+    energy_j_per_request: float | None
+    """Energy over completed requests, J."""
+    cost_usd: float | None
+    """Price of the devices over the run (None unless every replica's device has a price)."""
+    cost_usd_per_replica: list[float | None]
+    """Per replica, USD (None without a device or a price)."""
+    cost_usd_per_1k_tokens: float | None
+    """Cost per thousand prompt and output tokens of completed requests, USD."""
+    goodput_per_gpu: float | None
+    """Requests meeting their SLO per second of the measurement window, per device."""
+    cold_starts: int
+    """Model loads (cold starts) over all replicas."""
+    cold_start_s: float
+    """Time spent loading, s (counted busy)."""
 
 
 class ClientLatency(TypedDict):
@@ -571,6 +600,8 @@ class Summary(TypedDict):
     """Fairness across tenants."""
     sessions: SessionStats
     """Ended sessions."""
+    devices: NotRequired[DeviceStats]
+    """Energy, cost and cold starts; only when some replica group names a device."""
     disaggregation: NotRequired[DisaggregationStats]
     """KV transfers between the prefill and decode pools; only for a disaggregated fleet."""
     workflows: NotRequired[dict[str, WorkflowStats]]

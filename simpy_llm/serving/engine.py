@@ -163,6 +163,16 @@ class Replica:
         (``docs/network.md``, "Prefill/decode disaggregation").
     handoffs
         Wire receiving the requests a prefill replica hands off (required for ``prefill``).
+    load_s
+        Cold start: the replica starts without its model loaded and spends this long
+        loading it when its first request arrives (requests queue meanwhile; counted busy).
+    warm_retention_s
+        After this long idle the replica unloads its model, and loads it again (``load_s``)
+        at its next request (None: it stays loaded).
+    throttle
+        ``(after_s, factor)``: thermal throttling; once the replica has been busy without a
+        break for ``after_s``, its steps take ``1 / factor`` times as long, until it idles.
+        The speed is decided when a step or stretch of steps is planned.
     """
 
     def __init__(
@@ -181,6 +191,9 @@ class Replica:
         group: str = "default",
         role: str = "both",
         handoffs: Wire | None = None,
+        load_s: float = 0.0,
+        warm_retention_s: float | None = None,
+        throttle: tuple[float, float] | None = None,
     ) -> None:
         if role not in ("both", "prefill", "decode"):
             raise ValueError(f"role must be both, prefill or decode, not {role!r}")
@@ -198,6 +211,14 @@ class Replica:
         self.role = role
         self.handoffs = handoffs
         self._prefill_only = role == "prefill"
+        self.load_s = load_s
+        self.warm_retention_s = warm_retention_s
+        self.throttle = throttle
+        self.cold_starts = 0
+        """Times it loaded its model."""
+        self._loaded = False
+        self._idle_since = 0.0
+        self._busy_since = 0.0
         self.inbox = inbox
         self.config = config
         self.latency = latency
@@ -409,11 +430,14 @@ class Replica:
         ubatch = self.config.ubatch_tokens
         while True:
             if not running and not waiting:
+                self._idle_since = env.now
                 self._idle_signal = Event(env)
                 yield self._idle_signal
                 self._idle_signal = None
-                self._clock = env.now
+                self._clock = self._busy_since = env.now
                 self._changed = True
+                if self.load_s and self._must_load():
+                    yield from self._load()
 
             chunks, n_decode, prefill_tokens, kv_used = self._plan()
             if not chunks and not n_decode:
@@ -435,6 +459,8 @@ class Replica:
                 step_s += self._swap_tokens * self._swap_bytes_per_token / (self._swap_bandwidth_gb_per_s * 1e9)
             if self._restores:
                 step_s += self._restores * self._restore_s
+            if self.throttle is not None and self._clock >= self._busy_since + self.throttle[0]:
+                step_s /= self.throttle[1]
             if chunks or self._changed or step_s != self._seg_step_s:
                 self._seg_start = self._clock
                 self._seg_step_s = step_s
@@ -455,6 +481,12 @@ class Replica:
             # A stretch of identical pure-decode steps, one event. A request that becomes
             # the waiting head cuts it short at the end of the step in progress (_enqueue).
             k = self._stretch_length()
+            if self.throttle is not None and self._clock < self._busy_since + self.throttle[0]:
+                # End the stretch where throttling begins: the steps after it are planned
+                # slower, at the boundary where the one-event-per-step mode slows down too.
+                m = self._steps_to(self._busy_since + self.throttle[0], done, step_s)
+                if m < k:
+                    k = m
             self._cuttable = len(running) < self.config.max_num_seqs
             self._stretch = (done, k, n_decode, step_s)
             yield _StepEnd(env, seg_start + (done + k) * step_s)
@@ -462,6 +494,23 @@ class Replica:
             self._cuttable = False
             self._stretch = None
             self._settle_decode_stretch(k, n_decode, kv_used, step_s)
+
+    def _must_load(self) -> bool:
+        """Whether the model must be loaded before serving: never loaded, or unloaded after
+        ``warm_retention_s`` idle."""
+        if not self._loaded:
+            return True
+        retention = self.warm_retention_s
+        return retention is not None and self._clock - self._idle_since > retention
+
+    def _load(self) -> Generator[Event, object, None]:
+        """Load the model (``load_s``, busy); requests arriving meanwhile wait in the queue."""
+        start = self.env.now
+        yield self.env.timeout(self.load_s)
+        self._loaded = True
+        self.cold_starts += 1
+        self._clock = self.env.now
+        self.recorder.on_cold_start(self.index, start, self.env.now)
 
     def _passes_time_s(self, chunks: list[tuple[Request, int]], n_decode: int, ubatch: int) -> float:
         """Time of a step computed as forward passes of at most *ubatch* tokens
@@ -529,8 +578,12 @@ class Replica:
         """The smallest ``m >= 1`` such that step ``done + m`` of the current segment (``done``
         as the stretch in progress began) ends at or after *t*, by the same arithmetic as the
         step ends themselves."""
-        done = self._stretch[0]
-        seg_start, step_s = self._seg_start, self._seg_step_s
+        return self._steps_to(t, self._stretch[0], self._seg_step_s)
+
+    def _steps_to(self, t: float, done: int, step_s: float) -> int:
+        """The smallest ``m >= 1`` such that step ``done + m`` of the current segment ends at or
+        after *t*, by the same arithmetic as the step ends themselves."""
+        seg_start = self._seg_start
         j = done + 1 + max(int((t - seg_start) / step_s) - done - 1, 0)
         while seg_start + j * step_s < t:
             j += 1

@@ -40,6 +40,12 @@ class ReplicaPlan:
     """``both``, or its pool in a disaggregated fleet (``prefill`` / ``decode``)."""
     cluster: str = ""
     """Its cluster in a multi-cluster fleet ("" otherwise)."""
+    device: Any = None
+    """The :class:`~simpy_llm.serving.devices.DeviceProfile` it runs on (None: not modelled)."""
+    gpus: int = 1
+    """Devices (GPUs) it occupies: its latency model's tensor-parallel degree (1 if unknown)."""
+    warm_retention_s: float | None = None
+    """Idle time after which it unloads its model (None: never)."""
 
 
 def resolve_engine(engine: EngineConfig, latency: Any) -> EngineConfig:
@@ -125,12 +131,50 @@ def plan_fleet(serving: ServingConfig, latency_override: Any = None, streams: An
             engine = resolve_engine(group.engine, latency)
         except FieldValueError as exc:
             raise FieldValueError(f"{prefix}engine.{exc.field}", exc.message) from None
+        device = None
+        if group.device is not None:
+            try:
+                device, engine = _on_device(group.device, engine, latency)
+            except FieldValueError as exc:
+                raise FieldValueError(f"{prefix}{exc.field}", exc.message) from None
+        hardware = getattr(latency, "hardware", None)
         plan = ReplicaPlan(
             group=group.name, engine=engine, latency=latency, capacity=_capacity(group, latency), role=group.role,
-            cluster=clusters.get(group.name, ""),
+            cluster=clusters.get(group.name, ""), device=device, gpus=hardware.tp if hardware is not None else 1,
+            warm_retention_s=group.warm_retention_s,
         )
         plans.extend([plan] * group.count)
     return plans
+
+
+def _on_device(name: str, engine: EngineConfig, latency: Any) -> tuple[Any, EngineConfig]:
+    """The device profile *name* and *engine* within its KV memory limit, checked against
+    the latency model's hardware: the same GPU, a TP degree the device's board allows.
+
+    Raises
+    ------
+    FieldValueError
+        Naming ``device`` or ``engine.kv_num_blocks``.
+    """
+    from simpy_llm.serving.devices import device_profile
+
+    device = device_profile(name)
+    hardware = getattr(latency, "hardware", None)
+    if hardware is not None:
+        if device.gpu is not None and device.gpu != hardware.gpu.name:
+            raise FieldValueError("device", f"{device.id!r} is a {device.gpu}, but the latency model runs on {hardware.gpu.name}")
+        if device.parallelism is not None and hardware.tp > device.parallelism.max_tp:
+            raise FieldValueError("device", f"the latency model's tp {hardware.tp} exceeds {device.id!r}'s max_tp {device.parallelism.max_tp}")
+    limit_mb = device.memory.kv_cache_limit_mb
+    if limit_mb is not None:
+        if hardware is None:
+            raise FieldValueError("device", f"{device.id!r} limits the KV cache to {limit_mb:g} MiB: the latency model must name its model, gpu and tp to size it")
+        blocks = int(limit_mb * 2**20 // (hardware.kv_bytes_per_token * engine.kv_block_size))
+        if engine.kv_num_blocks > blocks:
+            engine = attrs.evolve(engine, kv_num_blocks=blocks)
+            if blocks * engine.kv_block_size < engine.max_num_batched_tokens:
+                raise FieldValueError("engine.kv_num_blocks", f"{device.id!r}'s KV limit of {limit_mb:g} MiB holds {blocks} blocks, fewer tokens than max_num_batched_tokens")
+    return device, engine
 
 
 def _rng(group: ReplicaGroupConfig, streams: Any) -> dict[str, Any]:
