@@ -404,15 +404,19 @@ def _summary_table(s: dict[str, Any], title: str) -> Any:
     lat.add_column("metric")
     for col in ("mean", "p50", "p90", "p95", "p99"):
         lat.add_column(col, justify="right")
-    for name, label in (
-        ("ttft", "TTFT (ms)"),
-        ("tpot", "TPOT (ms)"),
-        ("itl", "ITL (ms)"),
-        ("e2e", "E2E (s)"),
-        ("queue_delay", "queue delay (ms)"),
-    ):
-        st = s["latency_s"][name]
-        scale = 1.0 if name == "e2e" else 1000.0
+    rows = [
+        ("latency_s", "ttft", "TTFT (ms)", 1000.0),
+        ("latency_s", "tpot", "TPOT (ms)", 1000.0),
+        ("latency_s", "itl", "ITL (ms)", 1000.0),
+        ("latency_s", "e2e", "E2E (s)", 1.0),
+        ("latency_s", "queue_delay", "queue delay (ms)", 1000.0),
+    ]
+    if "client_latency_s" in s:
+        rows += [("client_latency_s", "ttft", "client TTFT (ms)", 1000.0), ("client_latency_s", "e2e", "client E2E (s)", 1.0)]
+    if "disaggregation" in s:
+        rows.append(("disaggregation", "kv_transfer_s", "KV transfer (ms)", 1000.0))
+    for block, name, label, scale in rows:
+        st = s[block][name]
         lat.add_row(label, *(_fmt(st[k], scale) for k in ("mean", "p50", "p90", "p95", "p99")))
     b = s["batch_size"]
     lat.add_row("batch size (per step)", *(_fmt(b[k], 1.0, 1) for k in ("mean", "p50", "p90", "p95", "p99")))
@@ -439,6 +443,19 @@ def _summary_table(s: dict[str, Any], title: str) -> Any:
         run.add_row(label, text)
     if req["dropped_by_reason"]:
         run.add_row("drops", ", ".join(f"{k} {v}" for k, v in sorted(req["dropped_by_reason"].items())))
+    if "disaggregation" in s:
+        d = s["disaggregation"]
+        run.add_row("KV transfers", f"{d['kv_transfers']} ({d['kv_bytes'] / 1e9:.2f} GB)")
+    if "devices" in s:
+        dev = s["devices"]
+        cost = "no price" if dev["cost_usd"] is None else f"${dev['cost_usd']:.4f}, ${dev['cost_usd_per_1k_tokens']:.6f} per 1k tokens"
+        run.add_row("energy", f"{dev['energy_j'] / 3.6e6:.4f} kWh, {_fmt(dev['energy_j_per_output_token'], 1.0, 3)} J per output token")
+        run.add_row("cost", f"{cost} ({dev['gpus']} GPUs, {dev['cold_starts']} cold starts)")
+    links = s.get("network", {}).get("links", {})
+    if links:
+        name, busiest = max(links.items(), key=lambda kv: (kv[1]["utilisation"] or 0.0, kv[0]))
+        run.add_row("network", f"{len(links)} links, {sum(v['delivered'] for v in links.values())} messages; busiest {name}: "
+                    f"{_fmt(busiest['utilisation'], 100, 1)}% busy, {_fmt(busiest['mean_queueing_s'], 1000.0, 3)} ms mean queueing")
     ses = s["sessions"]
     if ses["count"]:
         reasons = ", ".join(f"{k} {v}" for k, v in ses["end_reasons"].items())

@@ -51,6 +51,7 @@ from simpy_llm.workload.sources import WorkloadSources, build_sources, workload_
 
 if TYPE_CHECKING:
     from simpy_llm.config.schema import Scenario
+    from simpy_llm.network.link import Link
     from simpy_llm.entities import Request
     from simpy_llm.serving.engine import TokenListener
 
@@ -488,7 +489,13 @@ class Simulation:
             kv_blocks=[r.kv.num_blocks for r in self.replicas],
             replica_groups=[p.group for p in self.plans],
             replica_devices=[(p.device, p.gpus) for p in self.plans],
+            links={link.name: link.statistics() for link in self._links()},
         )
+
+    def _links(self) -> list[Link]:
+        """Every network link: the networked clients' uplinks, then the KV links."""
+        uplinks = list(self.client_network.uplinks.values()) if self.client_network is not None else []
+        return uplinks + list(self.kv_links.values())
 
     def _run_until(self, until: float | None) -> None:
         """``env.run(until)``; a distribution drawing NaN or an infinity is the scenario's error."""

@@ -166,6 +166,7 @@ class Results:
         kv_blocks: list[int],
         replica_groups: list[str] | None = None,
         replica_devices: list[tuple[Any, int]] | None = None,
+        links: dict[str, Any] | None = None,
     ) -> None:
         self.columns = columns
         """Record columns (strings decoded), sorted by request id."""
@@ -188,6 +189,8 @@ class Results:
         """Replica group name per replica index (``None``: not given)."""
         self.replica_devices = None if replica_devices is None else list(replica_devices)
         """``(device profile or None, GPUs)`` per replica index (``None``: not given)."""
+        self.link_stats = dict(links or {})
+        """:class:`~simpy_llm.network.link.LinkStats` of every link at the end of the run, by name."""
 
     @classmethod
     def from_recorder(
@@ -202,6 +205,7 @@ class Results:
         kv_blocks: list[int],
         replica_groups: list[str] | None = None,
         replica_devices: list[tuple[Any, int]] | None = None,
+        links: dict[str, Any] | None = None,
     ) -> Results:
         """Freeze a recorder's columns into Results (records sorted by request id).
 
@@ -228,6 +232,7 @@ class Results:
             kv_blocks=kv_blocks,
             replica_groups=replica_groups,
             replica_devices=replica_devices,
+            links=links,
         )
 
     def __len__(self) -> int:
@@ -506,6 +511,31 @@ class Results:
              "end_s": "float64", "latency_s": "float64", "output_tokens": "int64"}
         )
 
+    def links(self) -> pd.DataFrame:
+        """One row per network link (clients' uplinks, KV links), by name, with its figures at
+        the end of the run: ``messages`` put, ``delivered``, ``dropped``, ``in_flight``,
+        ``bytes``, ``retransmissions``, ``busy_s`` (bytes moving), ``utilisation`` (busy over
+        the run's duration), ``mean_queueing_s`` (per delivered message: time beyond what it
+        would take alone on an idle link) and ``outage_wait_s``."""
+        import pandas as pd
+
+        rows = [{"link": name, **fig} for name, fig in sorted(self._link_figures().items())]
+        columns = ["link", "messages", "delivered", "dropped", "in_flight", "bytes", "retransmissions", "busy_s",
+                   "utilisation", "mean_queueing_s", "outage_wait_s"]
+        return pd.DataFrame(rows, columns=columns)
+
+    def _link_figures(self) -> dict[str, dict[str, Any]]:
+        span = self.end_s if self.end_s > 0 else float("nan")
+        return {
+            name: {
+                "messages": st.puts, "delivered": st.delivered, "dropped": st.dropped, "in_flight": st.in_flight,
+                "bytes": float(st.bytes_delivered), "retransmissions": st.retransmissions, "busy_s": st.busy_s,
+                "utilisation": st.utilisation(span), "mean_queueing_s": st.mean_queueing_s,
+                "outage_wait_s": st.total_outage_wait_s,
+            }
+            for name, st in self.link_stats.items()
+        }
+
     def kv_transfers(self) -> pd.DataFrame:
         """One row per KV transfer of a disaggregated fleet, in request-id order.
 
@@ -725,6 +755,7 @@ class Results:
             **({"workflows": self._workflow_summary()} if rec.workflow_sessions else {}),
             **({"disaggregation": self._disaggregation_summary()} if rec.kv_transfers else {}),
             **({"devices": self._device_summary(duration_all, int(met.sum()), duration)} if self._has_devices() else {}),
+            **({"network": {"links": dict(sorted(self._link_figures().items()))}} if self.link_stats else {}),
             "diagnostics": [d.to_dict() for d in diagnose(self)],
         }
 
@@ -920,7 +951,8 @@ class Results:
         :meth:`timeseries`), ``batches.csv`` (when batch servers ran, see :meth:`batches`),
         ``workflow_sessions.csv`` and ``tool_calls.csv`` (agentic sessions, see
         :meth:`workflow_sessions` and :meth:`tool_calls`), ``kv_transfers.csv`` (a
-        disaggregated fleet, see :meth:`kv_transfers`),
+        disaggregated fleet, see :meth:`kv_transfers`), ``links.csv`` (network links, see
+        :meth:`links`),
         ``summary.json`` and ``manifest.json`` into *directory*;
         return *directory*. A *written* list gets the path of each file written, in order."""
         from simpy_llm.config.loader import scenario_hash, scenario_to_dict
@@ -954,6 +986,8 @@ class Results:
             self.tool_calls().to_csv(put("tool_calls.csv"), index=False)
         if self._recorder.kv_transfers:
             self.kv_transfers().to_csv(put("kv_transfers.csv"), index=False)
+        if self.link_stats:
+            self.links().to_csv(put("links.csv"), index=False)
         put("summary.json").write_text(json.dumps(self.summary(), indent=2, default=_json_default) + "\n")
         manifest = {
             "seed": self.scenario.seed,

@@ -71,6 +71,8 @@ __all__ = [
     "ClassLatency",
     "ClientLatency",
     "DeviceStats",
+    "LinkFigures",
+    "NetworkStats",
     "DisaggregationStats",
     "EngineCounts",
     "Fairness",
@@ -201,6 +203,38 @@ class DeviceStats(TypedDict):
     """Model loads (cold starts) over all replicas."""
     cold_start_s: float
     """Time spent loading, s (counted busy)."""
+
+
+class LinkFigures(TypedDict):
+    """One network link at the end of the run (:meth:`Results.links` has the same columns)."""
+
+    messages: int
+    """Messages put on it."""
+    delivered: int
+    """Messages delivered."""
+    dropped: int
+    """Messages dropped (loss beyond the retransmissions allowed, an outage in drop mode)."""
+    in_flight: int
+    """Messages neither delivered nor dropped when the run stopped."""
+    bytes: float
+    """Bytes delivered."""
+    retransmissions: int
+    """Retransmissions after losses."""
+    busy_s: float
+    """Time with bytes moving, s."""
+    utilisation: float
+    """``busy_s`` over the run's duration."""
+    mean_queueing_s: float
+    """Per delivered message, time beyond what it would take alone on an idle link, s."""
+    outage_wait_s: float
+    """Time messages waited for outages to end, s."""
+
+
+class NetworkStats(TypedDict):
+    """The network links of a run (``docs/network.md``)."""
+
+    links: dict[str, LinkFigures]
+    """Per link, by name (``client/<id>/up``, ``kv/<prefill>-><decode>``)."""
 
 
 class ClientLatency(TypedDict):
@@ -600,6 +634,8 @@ class Summary(TypedDict):
     """Fairness across tenants."""
     sessions: SessionStats
     """Ended sessions."""
+    network: NotRequired[NetworkStats]
+    """Per-link figures; only when the run had links (client networks, KV transfers)."""
     devices: NotRequired[DeviceStats]
     """Energy, cost and cold starts; only when some replica group names a device."""
     disaggregation: NotRequired[DisaggregationStats]

@@ -194,3 +194,29 @@ def test_heterogeneous_pools_from_replica_groups():
     f = res.to_dataframe()
     assert set(f.loc[f["prefill_replica"] >= 0, "replica_group"]) == {"slow-decode"}
     assert res.summary()["requests"]["completed"] == 50
+
+
+def test_link_figures_account_for_every_transfer(tmp_path):
+    """The results list one KV link per (prefill, decode) pair; their delivered messages and
+    bytes are the transfers', their utilisation is busy time over the run, and save()
+    writes them to links.csv."""
+    res = run(_disaggregated(replicas=5, prefill=2, bandwidth_gbps=0.1))
+    links = res.links()
+    assert len(links) == 2 * 3
+    d = res.summary()["disaggregation"]
+    assert links["delivered"].sum() == d["kv_transfers"] and links["bytes"].sum() == pytest.approx(d["kv_bytes"])
+    assert (links["in_flight"] == 0).all() and (links["dropped"] == 0).all()
+    np.testing.assert_allclose(links["utilisation"], links["busy_s"] / res.summary()["duration_s"], rtol=1e-12)
+    assert (links["utilisation"] > 0).all()
+    written: list = []
+    res.save(tmp_path / "out", written=written)
+    assert (tmp_path / "out" / "links.csv").exists()
+
+
+def test_the_emulated_server_refuses_a_disaggregated_fleet():
+    """The emulated server streams each request from one replica: a disaggregated scenario is
+    a scenario error naming serving.disaggregation."""
+    from simpy_llm.observe.emulate.server import EmulatedServer
+
+    with pytest.raises(ScenarioError, match=r"serving\.disaggregation"):
+        EmulatedServer(scenario_from_dict(_disaggregated()))

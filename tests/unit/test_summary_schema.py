@@ -374,3 +374,22 @@ def test_flatten_turns_none_into_nan_and_skips_strings():
     rows = {(r[0], r[1], r[2], r[3]): r[4] for r in flatten_summary(s)}
     assert math.isnan(rows[("latency_s", "ttft", "p50", "")])
     assert ("engine", "engine", "group", "0") not in rows
+
+
+@pytest.mark.parametrize(
+    ("name", "keys", "overrides"),
+    [
+        ("disaggregated.yaml", ("disaggregation", "network"), {"workload.num_requests": 500}),
+        ("two_clients.yaml", ("client_latency_s", "network"), {"workload.num_requests": 500}),
+        ("heterogeneous_fleet.yaml", ("devices",), {"workload.num_requests": 500}),
+        ("seed003_multi_cluster.yaml", ("latency_s_by_cluster",), {"workload.horizon_s": 10}),
+    ],
+)
+def test_network_device_and_cluster_summaries_match_the_typed_dict_exactly(name, keys, overrides):
+    """Disaggregation, client networks, device profiles and clusters add their optional
+    sections, and the whole summary still matches the schema."""
+    from simpy_llm import load_scenario
+
+    s = Simulation(load_scenario(f"scenarios/{name}", overrides)).run().summary()
+    assert all(k in s for k in keys)
+    assert _mismatches(s, Summary) == []

@@ -187,6 +187,14 @@ class EmulatedServer:
                 [("serving", f"the emulated server streams tokens from continuous-batching replicas; "
                              f"request-level batch servers ({', '.join(batch_groups)}) return whole responses")],
             )
+        if scenario.serving.disaggregation is not None:
+            from simpy_llm.config.errors import ScenarioError
+
+            raise ScenarioError(
+                scenario.name or "<scenario>",
+                [("serving.disaggregation", "the emulated server streams each request's tokens from one replica; "
+                                            "serve the co-located fleet (remove serving.disaggregation)")],
+            )
         self.scenario = attrs.evolve(scenario, simulation=attrs.evolve(scenario.simulation, mode="event_per_step"))
         self.model = model or default_model_name(scenario)
         self.host = host
