@@ -119,8 +119,9 @@ class Simulation:
         """The first replica's latency model (the only one unless the fleet has several groups)."""
         ttft_targets = {name: t.ttft_s for name, t in scenario.slo.items() if t.ttft_s is not None}
         self.routing_policy = routing_policy or build_policy(
-            serving.router, routing_policies, rng=self.streams.stream("router")
+            serving.entry_router, routing_policies, rng=self.streams.stream("router"),
         )
+        """The router's policy: among the replicas, the prefill pool, or the clusters."""
         self.admission_policy = admission_policy or build_policy(
             serving.admission, admission_policies, rng=self.streams.stream("admission"), slo=ttft_targets
         )
@@ -390,7 +391,7 @@ class Simulation:
             for plan in self.plans:
                 sizes[plan.group] = sizes.get(plan.group, 0) + 1
             fleet += " in groups " + ", ".join(f"{g} x{k}" for g, k in sizes.items())
-        router = self.scenario.serving.router.kind
+        router = self.scenario.serving.entry_router.kind
         if type(self.routing_policy) is not routing_policies.get(router):  # a policy object given to __init__
             router = type(self.routing_policy).__name__
         if self._ran:

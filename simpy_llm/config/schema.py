@@ -1077,13 +1077,17 @@ class ServingConfig:
     disaggregation: DisaggregationConfig | None = None
     """Prefill and decode on separate pools (None: every replica does both)."""
     clusters: tuple[ClusterConfig, ...] = ()
-    """A multi-cluster fleet: each cluster's groups behind its own router; ``router`` then
-    routes arrivals among the clusters (seed 003's ``cluster_router``), seeing each
-    cluster as the sum of its replicas (``docs/network.md``)."""
+    """A multi-cluster fleet: each cluster's groups behind its own router, and
+    ``cluster_router`` routing arrivals among the clusters (``docs/network.md``)."""
+    cluster_router: RouterSpec | None = None
+    """Routing policy among the clusters (with ``clusters``; default round robin), which sees
+    each cluster as the sum of its replicas (seed 003, "Multi-Cluster Routing")."""
 
     def __attrs_post_init__(self) -> None:
         if self.clusters:
             self._check_clusters()
+        elif self.cluster_router is not None:
+            raise FieldValueError("cluster_router", "routes among clusters: give serving.clusters, or remove it")
         self._check_disaggregation()
         if self.replica_groups:
             if self.latency_model is not None:
@@ -1102,7 +1106,9 @@ class ServingConfig:
         plan_fleet(self)  # resolves kv_num_blocks: auto and the swap settings, or says why not
 
     def _check_clusters(self) -> None:
-        """With clusters, the fleet is theirs: no fleet-level groups or replica settings."""
+        """With clusters, the fleet is theirs: no fleet-level groups, replica settings or router."""
+        if self.router != PolicySpec(kind="round_robin"):
+            raise FieldValueError("router", "with clusters, cluster_router routes among the clusters and each cluster has its own router")
         for key, given in (
             ("replica_groups", bool(self.replica_groups)), ("latency_model", self.latency_model is not None),
             ("batch_server", self.batch_server is not None), ("replicas", self.replicas != 1),
@@ -1119,6 +1125,14 @@ class ServingConfig:
         dup = sorted({n for n in groups if groups.count(n) > 1})
         if dup:
             raise FieldValueError("clusters", f"replica group names must be unique across clusters; repeated: {', '.join(dup)}")
+
+    @property
+    def entry_router(self) -> PolicySpec:
+        """The routing policy arrivals meet: ``cluster_router`` (round robin by default) with
+        clusters, else ``router`` (over the prefill pool when disaggregated)."""
+        if self.clusters:
+            return self.cluster_router or PolicySpec(kind="round_robin")
+        return self.router
 
     def group_paths(self) -> tuple[str, ...]:
         """The key path (inside ``serving``) of each group of :meth:`groups`, ending in a dot:
@@ -1326,7 +1340,7 @@ class Scenario:
         parts.append(f"replicas={serving.num_replicas}")
         if serving.replica_groups:
             parts.append(f"groups={len(serving.replica_groups)}")
-        parts.append(f"router={serving.router.kind}")
+        parts.append(f"router={serving.entry_router.kind}")
         schedulers = dict.fromkeys(g.engine.scheduler.kind for g in serving.groups())
         parts.append(f"scheduler={'/'.join(schedulers)}")
         return f"<Scenario {' '.join(parts)}>"

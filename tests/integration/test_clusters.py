@@ -25,7 +25,7 @@ def _two_clusters(top: str = "least_loaded") -> dict:
     serving.pop("replicas")
     slow = copy.deepcopy(latency)
     slow["params"]["beta0_us"] = 8000.0
-    serving["router"] = {"kind": top}
+    serving["cluster_router"] = {"kind": top}
     serving["clusters"] = [
         {"name": "dc", "router": {"kind": "round_robin"},
          "replica_groups": [{"name": "fast", "count": 2, "engine": engine, "latency_model": latency}]},
@@ -49,6 +49,14 @@ def test_each_cluster_routes_among_its_own_replicas():
     assert set(by_cluster) == {"dc", "edge"}
 
 
+def test_a_cluster_router_needs_clusters():
+    """cluster_router without clusters is an error naming it."""
+    data = tiny_scenario()
+    data["serving"]["cluster_router"] = {"kind": "jsq"}
+    with pytest.raises(ScenarioError, match=r"serving\.cluster_router"):
+        scenario_from_dict(data)
+
+
 def test_the_top_router_sees_each_cluster_as_the_sum_of_its_replicas():
     """round_robin across two clusters sends each half the requests whatever their sizes;
     least_loaded, reading each cluster's summed outstanding requests, sends the slow
@@ -63,6 +71,7 @@ def test_the_top_router_sees_each_cluster_as_the_sum_of_its_replicas():
     ("change", "key"),
     [
         (lambda s: s.update(replicas=3), "serving.replicas"),
+        (lambda s: s.update(router={"kind": "jsq"}), "serving.router"),
         (lambda s: s["clusters"][1].update(name="dc"), "serving.clusters"),
         (lambda s: s["clusters"][1]["replica_groups"][0].update(name="fast"), "serving.clusters"),
         (lambda s: s["clusters"][0].update(replica_groups=[]), "serving.clusters[0].replica_groups"),
@@ -91,8 +100,9 @@ def test_seed003_single_target_every_router_agrees():
 
 def _run(name: str, kind: str, rate: float, window_s: float, clusters: int = 0) -> dict:
     """The scenario under *kind* routing at *rate*, counted over the arrival window."""
+    top = "cluster_router" if clusters else "router"
     overrides = [
-        f"serving.router.kind={kind}", f"workload.aggregate_rate={rate}", f"workload.horizon_s={window_s}",
+        f"serving.{top}.kind={kind}", f"workload.aggregate_rate={rate}", f"workload.horizon_s={window_s}",
         f"simulation.until_s={window_s}", *(f"serving.clusters.{c}.router.kind={kind}" for c in range(clusters)),
     ]
     return Simulation(load_scenario(f"scenarios/{name}", overrides)).run().summary()
