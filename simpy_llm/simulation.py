@@ -38,9 +38,9 @@ from simpy_llm.policies.scheduling import scheduler_policies
 from simpy_llm.progress import ProgressCallback, progress_wanted, rich_progress, watched
 from simpy_llm.rng import RandomStreams
 from simpy_llm.serving.batching import BatchServer, build_service_model
+from simpy_llm.serving.disaggregation import KvHandoff
 from simpy_llm.serving.engine import Replica
 from simpy_llm.serving.fleet import ReplicaPlan, plan_fleet
-from simpy_llm.serving.disaggregation import KvHandoff
 from simpy_llm.serving.router import Router
 from simpy_llm.serving.views import ClusterView, LiveView, RouterCounts, SnapshotView, refresh_views
 from simpy_llm.wire import Wire
@@ -51,8 +51,8 @@ from simpy_llm.workload.sources import WorkloadSources, build_sources, workload_
 
 if TYPE_CHECKING:
     from simpy_llm.config.schema import Scenario
-    from simpy_llm.network.link import Link
     from simpy_llm.entities import Request
+    from simpy_llm.network.link import Link
     from simpy_llm.serving.engine import TokenListener
 
 __all__ = ["Simulation"]
@@ -252,7 +252,6 @@ class Simulation:
     def _build_handoff(self, handoffs: Wire, replica_inboxes: list[Wire], counts: RouterCounts) -> KvHandoff:
         """The decode router, the KV links and the :class:`KvHandoff` of a disaggregated fleet."""
         from simpy_llm.network.link import Link
-        from simpy_llm.serving.disaggregation import KvHandoff
 
         env = self.env
         dis = self.scenario.serving.disaggregation
@@ -265,7 +264,7 @@ class Simulation:
             self.recorder, indices=decode,
         )
         delivered = Wire(env)
-        names = self._replica_names()
+        names = self.scenario.serving.replica_names()
         xfer = dis.kv_transfer
         topology = None
         if dis.topology is not None:
@@ -291,16 +290,6 @@ class Simulation:
             self._kv_bytes_per_token(prefill[0]),
             [self.plans[j].latency.output_token_overhead_s for j in decode], self.recorder,
         )
-
-    def _replica_names(self) -> list[str]:
-        """Each replica's name, ``<group>/<k>`` (k from 0 within its group), the topology's endpoints."""
-        seen: dict[str, int] = {}
-        names = []
-        for plan in self.plans:
-            k = seen.get(plan.group, 0)
-            seen[plan.group] = k + 1
-            names.append(f"{plan.group}/{k}")
-        return names
 
     def _kv_bytes_per_token(self, prefill_index: int) -> float:
         """KV bytes per token on the wire: given, or the prefill pool's model over all its GPUs."""

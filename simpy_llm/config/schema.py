@@ -1126,6 +1126,11 @@ class ServingConfig:
         if dup:
             raise FieldValueError("clusters", f"replica group names must be unique across clusters; repeated: {', '.join(dup)}")
 
+    def replica_names(self) -> list[str]:
+        """Each replica's name in fleet order, ``<group>/<k>`` (k from 0 within its group): the
+        endpoints a disaggregated fleet's topology connects."""
+        return [f"{g.name}/{k}" for g in self.groups() for k in range(g.count)]
+
     @property
     def entry_router(self) -> PolicySpec:
         """The routing policy arrivals meet: ``cluster_router`` (round robin by default) with
@@ -1157,6 +1162,10 @@ class ServingConfig:
             return
         self._check_pools(dis, roles)
         if dis.topology is not None:
+            default = KvTransferConfig()
+            for key in ("rtt_ms", "bandwidth_gbps"):
+                if getattr(dis.kv_transfer, key) != getattr(default, key):
+                    raise FieldValueError(f"disaggregation.kv_transfer.{key}", "the topology's paths give each link its latency and bandwidth: set them there")
             self._check_topology(dis.topology)
 
     def _check_topology(self, spec: dict[str, Any]) -> None:
@@ -1169,7 +1178,7 @@ class ServingConfig:
             topology = Topology.from_spec(spec)
         except FieldValueError as exc:
             raise FieldValueError(f"disaggregation.topology.{exc.field}".rstrip("."), exc.message) from None
-        names = [f"{g.name}/{k}" for g in self.groups() for k in range(g.count)]
+        names = self.replica_names()
         missing = [n for n in names if n not in topology.endpoints]
         if missing:
             raise FieldValueError("disaggregation.topology", f"the replicas {', '.join(missing)} are not endpoints of the topology (a replica is <group>/<k>)")

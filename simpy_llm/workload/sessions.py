@@ -1,8 +1,9 @@
 """Closed-loop sessions: multi-turn conversations, conversational follow-ups and agentic workflows.
 
 The :class:`SessionRegistry` takes every request leaving a replica from a
-completions Wire (as its connected handler) and acts on it when the client has it. A request that belongs to a session is a step
-of that session's :class:`~simpy_llm.workload.workflows.Workflow`; the registry
+completions Wire (as its connected handler) and acts on it when the client has it.
+A request that belongs to a session is a step of that session's
+:class:`~simpy_llm.workload.workflows.Workflow`; the registry
 tells the session's :class:`~simpy_llm.workload.workflows.WorkflowSession` that it
 finished and makes the calls the session returns: LLM calls become requests put
 into the Wire the workload generator feeds (after their delay), so the router

@@ -220,3 +220,12 @@ def test_the_emulated_server_refuses_a_disaggregated_fleet():
 
     with pytest.raises(ScenarioError, match=r"serving\.disaggregation"):
         EmulatedServer(scenario_from_dict(_disaggregated()))
+
+
+def test_kv_transfer_figures_beside_a_topology_are_refused():
+    """With a topology the paths give each link its figures: a kv_transfer bandwidth given as
+    well would be ignored, so it is an error naming it."""
+    data = _disaggregated(replicas=2, prefill=1, bandwidth_gbps=10.0)
+    data["serving"]["disaggregation"]["topology"] = {"type": "complete", "endpoints": ["prefill/0", "decode/0"], "rtt_ms": 0.01}
+    with pytest.raises(ScenarioError, match=r"kv_transfer\.bandwidth_gbps"):
+        scenario_from_dict(data)
