@@ -141,16 +141,18 @@ class Simulation:
             self._check_server_blocks(workload_sources)
         self.ids = itertools.count()
         arrivals = self.arrivals = Wire(env)
+        needs_sessions = any(s.workflow is not None for s in self.sources)
+        completions = Wire(env) if needs_sessions else None
         networks = {src.client.id: src.client.network for src in self.sources if src.client.network is not None}
         self.client_network: ClientNetwork | None = None
         """The networked clients' uplinks (None when no client has a network)."""
         sent = arrivals
         if networks:
             sent = Wire(env)
-            self.client_network = ClientNetwork(env, sent, arrivals, self.recorder, networks)
+            self.client_network = ClientNetwork(
+                env, sent, arrivals, self.recorder, networks, streams=self._link_stream, dropped=completions,
+            )
         replica_inboxes = [Wire(env) for _ in range(n_replicas)]
-        needs_sessions = any(s.workflow is not None for s in self.sources)
-        completions = Wire(env) if needs_sessions else None
         schedulers: dict[str, object] = {}
         for group in serving.groups():
             if group.batch_server is None:
@@ -207,7 +209,7 @@ class Simulation:
         self.kv_links: dict = {}
         """A disaggregated fleet's KV links, by (prefill fleet index, decode position)."""
         if disaggregated:
-            self.kv_handoff = self._build_handoff(handoffs, replica_inboxes, counts)
+            self.kv_handoff = self._build_handoff(handoffs, replica_inboxes, counts, completions)
         self.sessions = (
             SessionRegistry(env, completions, sent, self.recorder, self.ids, wl.horizon_s, announce=not networks)
             if completions is not None
@@ -249,7 +251,13 @@ class Simulation:
             inboxes.append(inbox)
         return inboxes
 
-    def _build_handoff(self, handoffs: Wire, replica_inboxes: list[Wire], counts: RouterCounts) -> KvHandoff:
+    def _link_stream(self, name: str) -> np.random.Generator:
+        """The random stream of the link *name* (its jitter and losses)."""
+        return self.streams.stream(f"link/{name}")
+
+    def _build_handoff(
+        self, handoffs: Wire, replica_inboxes: list[Wire], counts: RouterCounts, completions: Wire | None
+    ) -> KvHandoff:
         """The decode router, the KV links and the :class:`KvHandoff` of a disaggregated fleet."""
         from simpy_llm.network.link import Link
 
@@ -263,7 +271,7 @@ class Simulation:
             build_policy(dis.decode_router, routing_policies, rng=self.streams.stream("decode_router")),
             self.recorder, indices=decode,
         )
-        delivered = Wire(env)
+        delivered, lost = Wire(env), Wire(env)
         names = self.scenario.serving.replica_names()
         xfer = dis.kv_transfer
         topology = None
@@ -280,15 +288,18 @@ class Simulation:
                 else:
                     path = topology.path(names[i], names[j])
                     rtt_s, bandwidth = path.rtt_s, path.bandwidth_bytes_per_s
+                name = f"kv/{names[i]}->{names[j]}"
                 links[(i, pos)] = Link(
-                    env, delivered, name=f"kv/{names[i]}->{names[j]}", rtt_s=rtt_s,
-                    bandwidth_bytes_per_s=bandwidth, overhead_s=xfer.overhead_us * 1e-6,
+                    env, delivered, name=name, rtt_s=rtt_s, bandwidth_bytes_per_s=bandwidth,
+                    overhead_s=xfer.overhead_us * 1e-6, rng=self._link_stream(name) if xfer.random else None,
+                    dropped=lost, **xfer.link_faults(),
                 )
         self.kv_links = links
         return KvHandoff(
             env, handoffs, decode_router, transfers, [replica_inboxes[j] for j in decode], links, delivered,
             self._kv_bytes_per_token(prefill[0]),
             [self.plans[j].latency.output_token_overhead_s for j in decode], self.recorder,
+            lost=lost, dropped=completions,
         )
 
     def _kv_bytes_per_token(self, prefill_index: int) -> float:

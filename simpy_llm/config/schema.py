@@ -66,7 +66,9 @@ __all__ = [
     "TraceSource",
     "ServeGenConfig",
     "ReasoningConfig",
+    "LinkFaults",
     "NetworkConfig",
+    "OutageWindow",
     "MultimodalConfig",
     "MultiTurnConfig",
     "LifecycleConfig",
@@ -141,7 +143,72 @@ Probability = NewType("Probability", float)
 
 
 @attrs.frozen(kw_only=True)
-class NetworkConfig:
+class OutageWindow:
+    """A period during which a link moves no bytes."""
+
+    start_s: float = attrs.field(validator=all_of(at_least(0), at_most(MAX_TIME_S)))
+    """Start, seconds from the simulation start."""
+    end_s: float = attrs.field(validator=all_of(greater_than(0), at_most(MAX_TIME_S)))
+    """End, seconds (exclusive)."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.end_s <= self.start_s:
+            raise FieldValueError("end_s", f"must be > start_s ({self.start_s}), got {self.end_s}")
+
+
+@attrs.frozen(kw_only=True)
+class LinkFaults:
+    """What can go wrong on a link (:class:`~simpy_llm.network.link.Link`, ``docs/network.md``):
+    jitter, loss with retransmission after a timeout, and outages. All off by default."""
+
+    rtt_jitter_ms: float = attrs.field(default=0.0, validator=all_of(at_least(0), at_most(MAX_TIME_S * 1e3)))
+    """Standard deviation of each message's round-trip sample, milliseconds."""
+    bandwidth_jitter: float = attrs.field(default=0.0, validator=all_of(at_least(0), at_most(10.0)))
+    """Relative standard deviation of each message's bandwidth factor."""
+    loss_probability: float = attrs.field(default=0.0, validator=all_of(at_least(0), at_most(1)))
+    """Probability that a transmission is lost (and retransmitted after the timeout)."""
+    retransmit_timeout_ms: float | None = attrs.field(default=None, validator=optional(all_of(at_least(0), at_most(MAX_TIME_S * 1e3))))
+    """From a lost transmission's end to its retransmission, milliseconds (required with loss)."""
+    max_retransmissions: int | None = attrs.field(default=None, validator=optional(all_of(at_least(0), at_most(1_000_000))))
+    """Retransmissions before a further loss drops the message, and its request (None: no limit)."""
+    outages: tuple[OutageWindow, ...] = attrs.field(default=(), converter=tuple)
+    """Windows during which the link moves nothing (sorted, not overlapping)."""
+    outage_mode: str = attrs.field(default="wait", validator=one_of(("wait", "drop")))
+    """``wait``: messages pause until the outage ends; ``drop``: they, and their requests, are dropped."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.loss_probability > 0 and self.retransmit_timeout_ms is None:
+            raise FieldValueError("retransmit_timeout_ms", "required when loss_probability > 0")
+        if self.retransmit_timeout_ms is not None and self.loss_probability == 0:
+            raise FieldValueError("retransmit_timeout_ms", "applies only with loss_probability > 0")
+        if self.max_retransmissions is not None and self.loss_probability == 0:
+            raise FieldValueError("max_retransmissions", "applies only with loss_probability > 0")
+        if self.loss_probability == 1 and self.max_retransmissions is None:
+            raise FieldValueError("max_retransmissions", "required when every transmission is lost (loss_probability 1)")
+        for i in range(1, len(self.outages)):
+            if self.outages[i].start_s < self.outages[i - 1].end_s:
+                raise FieldValueError(f"outages[{i}]", "outages must be sorted and must not overlap")
+
+    @property
+    def random(self) -> bool:
+        """Whether the link draws random numbers (jitter or loss)."""
+        return self.rtt_jitter_ms > 0 or self.bandwidth_jitter > 0 or self.loss_probability > 0
+
+    def link_faults(self) -> dict[str, Any]:
+        """The :class:`~simpy_llm.network.link.Link` keyword arguments of these faults (no rng)."""
+        return {
+            "rtt_jitter_s": self.rtt_jitter_ms / 1e3,
+            "bandwidth_jitter": self.bandwidth_jitter,
+            "loss_probability": self.loss_probability,
+            "retransmit_timeout_s": None if self.retransmit_timeout_ms is None else self.retransmit_timeout_ms / 1e3,
+            "max_retransmissions": self.max_retransmissions,
+            "outages": tuple((w.start_s, w.end_s) for w in self.outages),
+            "outage_mode": self.outage_mode,
+        }
+
+
+@attrs.frozen(kw_only=True)
+class NetworkConfig(LinkFaults):
     """A client's network path to the serving system (``docs/network.md``).
 
     Its prompt crosses the client's uplink before the request reaches the router (half
@@ -984,7 +1051,7 @@ def check_replica_kind(batch_server: BatchServerConfig | None, engine: EngineCon
 
 
 @attrs.frozen(kw_only=True)
-class KvTransferConfig:
+class KvTransferConfig(LinkFaults):
     """How a request's KV travels from its prefill replica to its decode replica: over one
     :class:`~simpy_llm.network.link.Link` per (prefill, decode) pair, whose figures are
     these (or the topology's path between the two, when ``topology`` is given)."""

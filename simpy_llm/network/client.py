@@ -18,16 +18,23 @@ plus both, and so is its E2E (``docs/network.md``).
 
 Requests of a client without a network (and replayed trace requests whose
 ``client_id`` names no client with one) pass straight through, in the same instant.
+
+A network may have faults (``LinkFaults``: jitter, loss with retransmission, outages). A
+request its uplink drops never reaches the server: it is recorded as dropped, with the
+reason ``network_loss`` or ``network_outage`` and ``upload_s`` NaN.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from simpy_llm.network.link import Link
 from simpy_llm.wire import Wire
 
 if TYPE_CHECKING:
+    import numpy as np
     import simpy
 
     from simpy_llm.config.schema import NetworkConfig
@@ -54,6 +61,13 @@ class ClientNetwork:
         Told of each request's arrival at the server.
     networks
         Network of each client that has one, by client id.
+    streams
+        ``streams(name)`` gives the random stream of the link *name* (needed when a network
+        has jitter or loss).
+    dropped
+        Wire receiving the requests their uplink dropped (loss beyond the retransmissions
+        allowed, an outage in drop mode), recorded as drops (e.g. the completions Wire, so
+        sessions see them); None: they are only recorded.
 
     Examples
     --------
@@ -80,22 +94,29 @@ class ClientNetwork:
         arrivals: Wire,
         recorder: Recorder,
         networks: dict[str, NetworkConfig],
+        streams: Callable[[str], np.random.Generator] | None = None,
+        dropped: Wire | None = None,
     ) -> None:
         self.env = env
         self.arrivals = arrivals
         self.recorder = recorder
         self.networks = dict(networks)
-        delivered = Wire(env)
-        self.uplinks: dict[str, Link] = {
-            cid: Link(env, delivered, name=f"client/{cid}/up", rtt_s=net.rtt_ms / 1e3,
-                      bandwidth_bytes_per_s=net.bandwidth_bytes_per_s)
-            for cid, net in sorted(self.networks.items())
-        }
+        self.dropped = dropped
+        delivered, lost = Wire(env), Wire(env)
+        self.uplinks: dict[str, Link] = {}
         """Each networked client's uplink, by client id."""
+        for cid, net in sorted(self.networks.items()):
+            name = f"client/{cid}/up"
+            rng = streams(name) if net.random and streams is not None else None
+            self.uplinks[cid] = Link(
+                env, delivered, name=name, rtt_s=net.rtt_ms / 1e3, bandwidth_bytes_per_s=net.bandwidth_bytes_per_s,
+                rng=rng, dropped=lost, **net.link_faults(),
+            )
         self.uploading: dict[int, Request] = {}
         """Requests sent and not yet at the server, by id."""
         sent.connect(self._send)
         delivered.connect(self._deliver)
+        lost.connect(self._lost)
 
     def _send(self, req: Request) -> None:
         link = self.uplinks.get(req.client_id)
@@ -115,3 +136,17 @@ class ClientNetwork:
         req.download_s = self.networks[req.client_id].download_s
         self.recorder.on_arrival(req, now)
         self.arrivals.put(req)
+
+    def _lost(self, message: Message) -> None:
+        """The uplink dropped *message*: its request never reaches the server; it is recorded
+        as dropped (``network_loss`` or ``network_outage``) where it was sent."""
+        req: Request = message.payload
+        now = self.env.now
+        del self.uploading[req.id]
+        req.upload_s = math.nan
+        req.dropped_reason = f"network_{message.dropped_reason}"
+        self.recorder.on_arrival(req, now)
+        self.recorder.on_drop(req)
+        self.recorder.on_departure(now)
+        if self.dropped is not None:
+            self.dropped.put(req)

@@ -20,7 +20,9 @@ puts it into the handoffs Wire. :class:`KvHandoff` takes it from there:
 
 So an isolated request's TTFT is its prefill (queueing overhead and step) plus the
 transfer, and its E2E adds one decode step per further token. A one-token response
-completes on its prefill replica and crosses nothing.
+completes on its prefill replica and crosses nothing. A transfer the link drops (its
+``kv_transfer`` faults: loss beyond the retransmissions allowed, an outage in drop
+mode) drops its request.
 
 The prefill replica releases the request's blocks when it hands it off (they stay in its
 prefix cache, findable if a later round of a session may reuse them): the transfer is
@@ -30,6 +32,7 @@ the prefill replica's memory meanwhile.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -75,6 +78,13 @@ class KvHandoff:
         Per decode position, its latency model's per-token post-processing, s.
     recorder
         Told of each transfer.
+    lost
+        Wire every link puts the messages it drops on (this component becomes its handler):
+        the request is recorded as dropped (``kv_transfer_loss`` or ``kv_transfer_outage``),
+        and the decode router's counts forget it.
+    dropped
+        Wire receiving those dropped requests (e.g. the completions Wire, so sessions see the
+        drop); None: they are only recorded.
     """
 
     def __init__(
@@ -89,6 +99,8 @@ class KvHandoff:
         kv_bytes_per_token: float,
         first_token_overheads_s: Sequence[float],
         recorder: Recorder,
+        lost: Wire | None = None,
+        dropped: Wire | None = None,
     ) -> None:
         self.env = env
         self.decode_router = decode_router
@@ -102,10 +114,13 @@ class KvHandoff:
         """Decode position of each session that has been handed off once."""
         self.in_transfer: dict[int, Request] = {}
         """Requests whose KV is on a link, by id."""
+        self.dropped = dropped
         handoffs.connect(self._handoff)
         for pos, wire in enumerate(transfers):
             wire.connect(lambda req, pos=pos: self._send(req, pos))
         delivered.connect(self._deliver)
+        if lost is not None:
+            lost.connect(self._lost)
 
     def _handoff(self, req: Request) -> None:
         req.prefill_replica = req.replica
@@ -135,3 +150,19 @@ class KvHandoff:
         req.last_token_engine_s = now
         self.recorder.on_kv_transfer(req.id, req.prefill_replica, req.replica, message.size_bytes, start, now)
         self.decode_inboxes[pos].put(req)
+
+    def _lost(self, message: Message) -> None:
+        """A link dropped *message*: its request ends here, dropped, and the decode router's
+        counts (routed, not yet departed) forget it."""
+        req: Request = message.payload
+        now = self.env.now
+        del self.in_transfer[req.id]
+        counts = self.decode_router.counts
+        counts.routed[req.replica] -= 1
+        counts.routed_tokens[req.replica] -= req.prompt_tokens
+        req.kv_transfer_s = math.nan
+        req.dropped_reason = f"kv_transfer_{message.dropped_reason}"
+        self.recorder.on_drop(req)
+        self.recorder.on_departure(now)
+        if self.dropped is not None:
+            self.dropped.put(req)

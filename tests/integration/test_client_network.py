@@ -137,3 +137,37 @@ def test_same_seed_gives_identical_records_with_a_client_network():
     data = _with_network(tiny_scenario(), rtt_ms=30.0, bandwidth_mbps=1.0, bytes_per_token=20.0)
     a, b = run(data).to_dataframe(), run(data).to_dataframe()
     assert a.equals(b)
+
+
+def test_a_lossy_uplink_retransmits_and_drops_what_it_gives_up_on():
+    """A client network losing half its transmissions, retransmitting after 50 ms at most
+    once: every request that arrived took rtt/2 plus 0 or 1 timeouts (no bandwidth limit),
+    the others are dropped as network_loss with upload_s NaN, about a quarter of all (p^2),
+    and arrived = completed + dropped + in_flight."""
+    data = _with_network(tiny_scenario(), rtt_ms=20.0, loss_probability=0.5, retransmit_timeout_ms=50.0, max_retransmissions=1)
+    data["workload"]["num_requests"] = 400
+    res = run(data)
+    f = res.to_dataframe()
+    lost = f["dropped_reason"] == "network_loss"
+    assert f.loc[lost, "upload_s"].isna().all() and (f.loc[lost, "status"] == "dropped").all()
+    assert 0.18 < lost.mean() < 0.32
+    arrived = f.loc[~lost, "upload_s"]
+    np.testing.assert_allclose(np.minimum(abs(arrived - 0.01), abs(arrived - 0.06)), 0, atol=1e-9)
+    assert (abs(arrived - 0.06) < 1e-9).any() and (abs(arrived - 0.01) < 1e-9).any()
+    s = res.summary()
+    assert s["requests"]["dropped_by_reason"]["network_loss"] == lost.sum()
+    assert s["requests"]["arrived"] == s["requests"]["completed"] + s["requests"]["dropped"] + s["requests"]["in_flight"] == 400
+    assert s["network"]["links"]["client/c0/up"]["retransmissions"] > 0
+
+
+def test_a_sessions_dropped_upload_ends_the_session():
+    """A multi-turn client whose uplink drops everything sent during an outage: a round lost
+    there ends its session (no later round of it is sent)."""
+    data = _with_network(tiny_scenario(), rtt_ms=10.0, outages=[{"start_s": 0.3, "end_s": 0.6}], outage_mode="drop")
+    data["workload"]["clients"][0]["multi_turn"] = {"max_rounds": 5, "think_time": {"type": "constant", "params": {"value": 0.1}}}
+    data["workload"]["num_requests"] = 40
+    f = run(data).to_dataframe()
+    lost = f[f["dropped_reason"] == "network_outage"]
+    assert len(lost) > 0
+    for sid, rnd in zip(lost["session_id"], lost["round_index"], strict=True):
+        assert (f.loc[f["session_id"] == sid, "round_index"] <= rnd).all()

@@ -229,3 +229,17 @@ def test_kv_transfer_figures_beside_a_topology_are_refused():
     data["serving"]["disaggregation"]["topology"] = {"type": "complete", "endpoints": ["prefill/0", "decode/0"], "rtt_ms": 0.01}
     with pytest.raises(ScenarioError, match=r"kv_transfer\.bandwidth_gbps"):
         scenario_from_dict(data)
+
+
+def test_kv_transfers_dropped_by_an_outage_drop_their_requests_and_nothing_is_left_counted():
+    """A KV link outage in drop mode: the requests whose KV was crossing are dropped as
+    kv_transfer_outage; every decode replica ends with nothing outstanding in its router's
+    view, and arrived = completed + dropped + in_flight."""
+    data = _disaggregated(replicas=3, prefill=1, bandwidth_gbps=0.01)  # slow links: transfers in flight
+    data["serving"]["disaggregation"]["kv_transfer"].update(outages=[{"start_s": 0.4, "end_s": 0.5}], outage_mode="drop")
+    sim = Simulation(scenario_from_dict(data))
+    res = sim.run()
+    s = res.summary()["requests"]
+    assert s["dropped_by_reason"].get("kv_transfer_outage", 0) > 0
+    assert s["arrived"] == s["completed"] + s["dropped"] + s["in_flight"] == 50
+    assert all(v.outstanding_requests == 0 for v in sim.views)
