@@ -438,7 +438,7 @@ def _summary_table(s: dict[str, Any], title: str) -> Any:
         ("GPU utilisation", f"{_fmt(s['gpu_utilization']['mean'], 100, 1)}% busy (mean over replicas)"),
         ("prefix cache", f"{_fmt(s['prefix_cache']['hit_rate'], 100, 1)}% of prompt tokens cached"),
         ("in system", f"{s['in_system']['time_average']:.2f} mean, {s['in_system']['peak']} peak"),
-        ("engine steps", f"{s['engine']['steps']}"),
+        ("engine steps", f"{s['engine']['steps']}" + (f" ({s['engine']['cold_starts']} cold starts, {s['engine']['cold_start_s']:.2f} s loading)" if "cold_starts" in s["engine"] else "")),
     ):
         run.add_row(label, text)
     if req["dropped_by_reason"]:
@@ -450,7 +450,7 @@ def _summary_table(s: dict[str, Any], title: str) -> Any:
         dev = s["devices"]
         cost = "no price" if dev["cost_usd"] is None else f"${dev['cost_usd']:.4f}, ${dev['cost_usd_per_1k_tokens']:.6f} per 1k tokens"
         run.add_row("energy", f"{dev['energy_j'] / 3.6e6:.4f} kWh, {_fmt(dev['energy_j_per_output_token'], 1.0, 3)} J per output token")
-        run.add_row("cost", f"{cost} ({dev['gpus']} GPUs, {dev['cold_starts']} cold starts)")
+        run.add_row("cost", f"{cost} ({dev['gpus']} GPUs)")
     links = s.get("network", {}).get("links", {})
     if links:
         name, busiest = max(links.items(), key=lambda kv: (kv[1]["utilisation"] or 0.0, kv[0]))

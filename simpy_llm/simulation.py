@@ -59,15 +59,13 @@ __all__ = ["Simulation"]
 
 
 def _device_settings(plan: ReplicaPlan) -> dict[str, object]:
-    """A replica's cold start, unload and throttling from its device profile (``docs/devices.md``)."""
+    """A replica's cold start, unload and throttling (its device profile and weights' source,
+    ``docs/devices.md``)."""
     device = plan.device
-    if device is None:
-        return {}
-    return {
-        "load_s": device.cold_start.load_s if device.cold_start is not None else 0.0,
-        "warm_retention_s": plan.warm_retention_s,
-        "throttle": (device.thermal.throttle_after_s, device.thermal.throttle_factor) if device.thermal is not None else None,
-    }
+    throttle = None
+    if device is not None and device.thermal is not None:
+        throttle = (device.thermal.throttle_after_s, device.thermal.throttle_factor)
+    return {"load_s": plan.load_s, "warm_retention_s": plan.warm_retention_s, "throttle": throttle}
 
 
 class Simulation:

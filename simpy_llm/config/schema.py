@@ -966,6 +966,13 @@ def _device_path(value: Any) -> Any:
     return value
 
 
+WEIGHT_SOURCES = ("host_memory", "local_nvme")
+"""Where a cold start reads a model's weights from (``ReplicaGroupConfig.weights_from``)."""
+
+LOCAL_NVME_BYTES_PER_S = 7.0e9
+"""Sequential read of a local PCIe 4.0 x4 NVMe drive, bytes/s (datacenter drives read 6.8 to
+7.4 GB/s: e.g. Samsung PM1743 / 990 PRO datasheets)."""
+
 ROLES = ("both", "prefill", "decode")
 """What a replica group does: prefill and decode, or one of them (disaggregated)."""
 
@@ -997,16 +1004,22 @@ class ReplicaGroupConfig:
     """The device profile the replicas run on (a shipped id such as ``h100-sxm``, or a YAML
     file): its energy, price, cold start, thermal throttling and KV memory limit apply
     (``docs/devices.md``). None: none of those is modelled."""
+    weights_from: str | None = attrs.field(default=None, validator=optional(one_of(WEIGHT_SOURCES)))
+    """Where a cold start loads the model's weights from (seed 003's cold-start locality):
+    ``host_memory`` (pinned host memory over the GPU's PCIe link) or ``local_nvme`` (a local
+    NVMe drive, 7 GB/s); each GPU loads its share of the weights, ``weight bytes per GPU /
+    bandwidth``, after its device's ``cold_start.load_s`` (if any). Needs a latency model
+    that names its model, GPU and TP. None: no weight transfer is modelled."""
     warm_retention_s: float | None = attrs.field(default=None, validator=optional(all_of(greater_than(0), at_most(MAX_TIME_S))))
-    """An idle replica unloads its model after this long, and pays its device's cold start
-    again at its next request (None: a loaded model stays loaded)."""
+    """An idle replica unloads its model after this long, and pays its cold start again at
+    its next request (None: a loaded model stays loaded)."""
 
     def __attrs_post_init__(self) -> None:
         check_replica_kind(self.batch_server, self.engine, self.latency_model)
         if self.device is not None:
             self._check_device()
-        elif self.warm_retention_s is not None:
-            raise FieldValueError("warm_retention_s", "needs a device whose profile has a cold_start")
+        elif self.warm_retention_s is not None and self.weights_from is None:
+            raise FieldValueError("warm_retention_s", "needs a cold start: weights_from, or a device whose profile has a cold_start")
 
     def _check_device(self) -> None:
         from simpy_llm.config.errors import ScenarioError
@@ -1020,8 +1033,8 @@ class ReplicaGroupConfig:
             raise FieldValueError("device", f"{profile.id!r} is a draft device; a replica runs on a target (or any) device")
         if profile.availability:
             raise FieldValueError("device", f"{profile.id!r} has availability windows, which replicas do not model yet (only draft devices will)")
-        if self.warm_retention_s is not None and profile.cold_start is None:
-            raise FieldValueError("warm_retention_s", f"device {profile.id!r} has no cold_start to pay again")
+        if self.warm_retention_s is not None and profile.cold_start is None and self.weights_from is None:
+            raise FieldValueError("warm_retention_s", f"device {profile.id!r} has no cold_start and no weights_from is given: nothing to pay again")
         if self.role != "both" and self.batch_server is not None:
             raise FieldValueError("role", "a batch_server serves whole requests; only continuous-batching replicas can be a prefill or decode pool")
 

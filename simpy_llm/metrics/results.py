@@ -693,6 +693,9 @@ class Results:
         for *_rest, mode in rec.preemptions:
             by_mode[mode] = by_mode.get(mode, 0) + 1
         engine: dict[str, Any] = {"steps": self.steps, "busy_s": list(rec.busy_s)}
+        if rec.cold_starts:
+            engine["cold_starts"] = len(rec.cold_starts)
+            engine["cold_start_s"] = float(sum(end - start for _, start, end in rec.cold_starts))
         if self.replica_groups is not None:
             engine["group"] = list(self.replica_groups)
         return {
@@ -794,8 +797,6 @@ class Results:
             "cost_usd_per_replica": cost,
             "cost_usd_per_1k_tokens": total_usd / (tokens / 1000) if priced and tokens else None,
             "goodput_per_gpu": met / window_s / gpus if gpus and window_s == window_s else None,
-            "cold_starts": len(rec.cold_starts),
-            "cold_start_s": float(sum(e - s for _, s, e in rec.cold_starts)),
         }
 
     def _has_client_network(self) -> bool:

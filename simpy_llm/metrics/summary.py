@@ -199,10 +199,6 @@ class DeviceStats(TypedDict):
     """Cost per thousand prompt and output tokens of completed requests, USD."""
     goodput_per_gpu: float | None
     """Requests meeting their SLO per second of the measurement window, per device."""
-    cold_starts: int
-    """Model loads (cold starts) over all replicas."""
-    cold_start_s: float
-    """Time spent loading, s (counted busy)."""
 
 
 class LinkFigures(TypedDict):
@@ -381,7 +377,11 @@ class EngineCounts(TypedDict):
     steps: int
     """Engine steps over all replicas."""
     busy_s: list[float]
-    """Per replica, the summed duration of its steps, s."""
+    """Per replica, the summed duration of its steps (and of its model loads), s."""
+    cold_starts: NotRequired[int]
+    """Model loads (cold starts) over all replicas; only when some replica had one."""
+    cold_start_s: NotRequired[float]
+    """Time spent loading models, s (counted busy)."""
     group: NotRequired[list[str]]
     """Per replica, its replica group's name (when the Results know the groups, as every
     :class:`~simpy_llm.simulation.Simulation` run does)."""

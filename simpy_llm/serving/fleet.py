@@ -44,6 +44,8 @@ class ReplicaPlan:
     """The :class:`~simpy_llm.serving.devices.DeviceProfile` it runs on (None: not modelled)."""
     gpus: int = 1
     """Devices (GPUs) it occupies: its latency model's tensor-parallel degree (1 if unknown)."""
+    load_s: float = 0.0
+    """Cold start: time to load its model before serving (0: loaded from the start)."""
     warm_retention_s: float | None = None
     """Idle time after which it unloads its model (None: never)."""
 
@@ -138,10 +140,14 @@ def plan_fleet(serving: ServingConfig, latency_override: Any = None, streams: An
             except FieldValueError as exc:
                 raise FieldValueError(f"{prefix}{exc.field}", exc.message) from None
         hardware = getattr(latency, "hardware", None)
+        try:
+            load_s = _load_time_s(group, device, hardware)
+        except FieldValueError as exc:
+            raise FieldValueError(f"{prefix}{exc.field}", exc.message) from None
         plan = ReplicaPlan(
             group=group.name, engine=engine, latency=latency, capacity=_capacity(group, latency), role=group.role,
             cluster=clusters.get(group.name, ""), device=device, gpus=hardware.tp if hardware is not None else 1,
-            warm_retention_s=group.warm_retention_s,
+            load_s=load_s, warm_retention_s=group.warm_retention_s,
         )
         plans.extend([plan] * group.count)
     return plans
@@ -175,6 +181,20 @@ def _on_device(name: str, engine: EngineConfig, latency: Any) -> tuple[Any, Engi
             if blocks * engine.kv_block_size < engine.max_num_batched_tokens:
                 raise FieldValueError("engine.kv_num_blocks", f"{device.id!r}'s KV limit of {limit_mb:g} MiB holds {blocks} blocks, fewer tokens than max_num_batched_tokens")
     return device, engine
+
+
+def _load_time_s(group: ReplicaGroupConfig, device: Any, hardware: Any) -> float:
+    """A cold start's duration: the device's ``cold_start.load_s`` plus, with ``weights_from``,
+    each GPU reading its share of the weights at that source's bandwidth."""
+    load_s = device.cold_start.load_s if device is not None and device.cold_start is not None else 0.0
+    if group.weights_from is None:
+        return load_s
+    if hardware is None:
+        raise FieldValueError("weights_from", "needs a latency model that names its model, gpu and tp (the weights to load)")
+    from simpy_llm.config.schema import LOCAL_NVME_BYTES_PER_S
+
+    bandwidth = hardware.gpu.pcie_bandwidth_bytes_per_s if group.weights_from == "host_memory" else LOCAL_NVME_BYTES_PER_S
+    return load_s + hardware.weight_bytes_per_gpu / bandwidth
 
 
 def _rng(group: ReplicaGroupConfig, streams: Any) -> dict[str, Any]:

@@ -54,7 +54,7 @@ def test_energy_and_cost_follow_busy_time_and_price(tmp_path):
     assert s["devices"]["energy_j_per_output_token"] == pytest.approx(sum(expected) / done["output_tokens"].sum())
     tokens = done["prompt_tokens"].sum() + done["output_tokens"].sum()
     assert s["devices"]["cost_usd_per_1k_tokens"] == pytest.approx(2 * 3.6 * dur / 3600 / (tokens / 1000))
-    assert s["devices"]["gpus"] == 2 and s["devices"]["cold_starts"] == 0
+    assert s["devices"]["gpus"] == 2 and "cold_starts" not in s["engine"]
 
 
 def test_a_cold_start_delays_the_first_request_by_the_load_time(tmp_path):
@@ -71,7 +71,7 @@ def test_a_cold_start_delays_the_first_request_by_the_load_time(tmp_path):
     assert f["arrival_s"][1] > 0.5 + plain["e2e_s"][0]
     assert f["ttft_s"][0] == pytest.approx(plain["ttft_s"][0] + 0.5, rel=1e-9)
     assert (f["ttft_s"][1:] - plain["ttft_s"][1:]).abs().max() < 1e-9
-    s = cold.summary()["devices"]
+    s = cold.summary()["engine"]
     assert s["cold_starts"] == 1 and s["cold_start_s"] == 0.5
     assert cold.summary()["engine"]["busy_s"][0] == pytest.approx(run(DEVICE).summary()["engine"]["busy_s"][0] + 0.5)
 
@@ -86,7 +86,7 @@ def test_warm_retention_unloads_an_idle_replica(tmp_path):
     f = res.to_dataframe().sort_values("arrival_s")
     ends = f["completion_s"].cummax().shift()
     gaps = (f["arrival_s"] + 0.0 - ends) > 0.5  # idle longer than the retention before this request
-    assert res.summary()["devices"]["cold_starts"] == 1 + int(gaps.sum())
+    assert res.summary()["engine"]["cold_starts"] == 1 + int(gaps.sum())
     assert gaps.sum() > 10
 
 
@@ -120,7 +120,7 @@ def test_throttling_slows_steps_after_continuous_busy_time_in_both_engine_modes(
     [
         ({**DEVICE, "role": "draft"}, {}, "draft device"),
         ({**DEVICE, "availability": [{"start_s": 1.0, "end_s": 2.0}]}, {}, "availability"),
-        (DEVICE, {"warm_retention_s": 10.0}, "no cold_start"),
+        (DEVICE, {"warm_retention_s": 10.0}, "nothing to pay again"),
     ],
 )
 def test_a_device_a_replica_cannot_use_is_refused(tmp_path, device, group, fragment):
@@ -142,3 +142,25 @@ def test_a_device_must_match_the_latency_models_gpu():
     }]
     with pytest.raises(ScenarioError, match="is a H100, but the latency model runs on A100-80"):
         scenario_from_dict(data)
+
+
+@pytest.mark.parametrize(("source", "bandwidth"), [("host_memory", 64e9), ("local_nvme", 7e9)])
+def test_weights_from_sets_the_cold_start_by_the_weight_bytes(source, bandwidth):
+    """weights_from: the first request waits while each GPU reads its share of the weights
+    (Llama-3.1-8B on two H100s: its weight bytes per GPU) at the source's bandwidth (host
+    memory over the H100's 64 GB/s PCIe link; a 7 GB/s NVMe drive), to the nanosecond."""
+    from simpy_llm.serving.hardware import Hardware, gpu_spec, model_spec
+
+    data = tiny_scenario()
+    serving = data["serving"]
+    serving.pop("latency_model")
+    latency = {"kind": "blis_linear", "params": {"model": "llama-3.1-8b-instruct", "gpu": "H100", "tp": 2}}
+    serving["replica_groups"] = [{"name": "g", "count": serving.pop("replicas"), "engine": serving.pop("engine"), "latency_model": latency}]
+    data["workload"]["aggregate_rate"] = 0.1
+    plain = Simulation(scenario_from_dict(data)).run().to_dataframe()
+    serving["replica_groups"][0]["weights_from"] = source
+    cold = Simulation(scenario_from_dict(data)).run()
+    load = Hardware(model=model_spec("llama-3.1-8b-instruct"), gpu=gpu_spec("H100"), tp=2).weight_bytes_per_gpu / bandwidth
+    f = cold.to_dataframe()
+    assert f["ttft_s"][0] == pytest.approx(plain["ttft_s"][0] + load, rel=1e-9)
+    assert cold.summary()["engine"]["cold_start_s"] == pytest.approx(load, rel=1e-12)
