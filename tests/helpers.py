@@ -87,3 +87,17 @@ class NanDistribution:
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return np.full(n, math.nan)
+
+
+def tiny_groups(*groups: dict[str, Any], **overrides: Any) -> dict[str, Any]:
+    """:func:`tiny_scenario` with its fleet as ``replica_groups``: each of *groups* is a group's
+    own keys (``name``, ``count``, ``role``...) over the tiny engine and latency model (deep
+    copies; a group's ``engine`` or ``latency_model`` replaces them)."""
+    data = tiny_scenario(**overrides)
+    serving = data["serving"]
+    engine, latency = serving.pop("engine"), serving.pop("latency_model")
+    serving.pop("replicas")
+    serving["replica_groups"] = [
+        {"engine": copy.deepcopy(engine), "latency_model": copy.deepcopy(latency), **group} for group in groups
+    ]
+    return data

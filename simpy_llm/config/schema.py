@@ -73,6 +73,7 @@ __all__ = [
     "MultiTurnConfig",
     "LifecycleConfig",
     "ActiveWindow",
+    "TimeWindow",
     "AgenticConfig",
     "LoopConfig",
     "StepConfig",
@@ -143,8 +144,8 @@ Probability = NewType("Probability", float)
 
 
 @attrs.frozen(kw_only=True)
-class OutageWindow:
-    """A period during which a link moves no bytes."""
+class TimeWindow:
+    """A period of simulated time, ``[start_s, end_s)``."""
 
     start_s: float = attrs.field(validator=all_of(at_least(0), at_most(MAX_TIME_S)))
     """Start, seconds from the simulation start."""
@@ -154,6 +155,11 @@ class OutageWindow:
     def __attrs_post_init__(self) -> None:
         if self.end_s <= self.start_s:
             raise FieldValueError("end_s", f"must be > start_s ({self.start_s}), got {self.end_s}")
+
+
+@attrs.frozen(kw_only=True)
+class OutageWindow(TimeWindow):
+    """A period during which a link moves no bytes."""
 
 
 @attrs.frozen(kw_only=True)
@@ -245,17 +251,8 @@ class NetworkConfig(LinkFaults):
 
 
 @attrs.frozen(kw_only=True)
-class ActiveWindow:
+class ActiveWindow(TimeWindow):
     """A period in which a client sends requests."""
-
-    start_s: float = attrs.field(validator=all_of(at_least(0), at_most(MAX_TIME_S)))
-    """Start, seconds from the simulation start."""
-    end_s: float = attrs.field(validator=all_of(greater_than(0), at_most(MAX_TIME_S)))
-    """End, seconds (exclusive)."""
-
-    def __attrs_post_init__(self) -> None:
-        if self.end_s <= self.start_s:
-            raise FieldValueError("end_s", f"must be > start_s ({self.start_s}), got {self.end_s}")
 
 
 @attrs.frozen(kw_only=True)

@@ -8,28 +8,23 @@ does across clusters (§7.3).
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 
 from simpy_llm import Simulation, load_scenario, scenario_from_dict
 from simpy_llm.config import ScenarioError
 
-from tests.helpers import tiny_scenario
+from tests.helpers import tiny_groups, tiny_scenario
 
 
 def _two_clusters(top: str = "least_loaded") -> dict:
-    data = tiny_scenario()
+    data = tiny_groups({"name": "fast", "count": 2}, {"name": "slow", "count": 1})
     serving = data["serving"]
-    engine, latency = serving.pop("engine"), serving.pop("latency_model")
-    serving.pop("replicas")
-    slow = copy.deepcopy(latency)
-    slow["params"]["beta0_us"] = 8000.0
+    fast, slow = serving.pop("replica_groups")
+    slow["latency_model"]["params"]["beta0_us"] = 8000.0
     serving["cluster_router"] = {"kind": top}
     serving["clusters"] = [
-        {"name": "dc", "router": {"kind": "round_robin"},
-         "replica_groups": [{"name": "fast", "count": 2, "engine": engine, "latency_model": latency}]},
-        {"name": "edge", "replica_groups": [{"name": "slow", "count": 1, "engine": engine, "latency_model": slow}]},
+        {"name": "dc", "router": {"kind": "round_robin"}, "replica_groups": [fast]},
+        {"name": "edge", "replica_groups": [slow]},
     ]
     data["workload"]["num_requests"] = 400
     return data

@@ -15,7 +15,7 @@ import yaml
 from simpy_llm import Simulation, scenario_from_dict
 from simpy_llm.config import ScenarioError
 
-from tests.helpers import tiny_scenario
+from tests.helpers import tiny_groups
 
 DEVICE = {
     "id": "test-gpu", "role": "target", "vendor": "none", "description": "a test device",
@@ -28,13 +28,7 @@ DEVICE = {
 def _on_device(tmp_path, device: dict | None = None, **group: object) -> dict:
     path = tmp_path / "device.yaml"
     path.write_text(yaml.safe_dump(device or DEVICE))
-    data = tiny_scenario()
-    serving = data["serving"]
-    serving["replica_groups"] = [{
-        "name": "g", "count": serving.pop("replicas"), "engine": serving.pop("engine"),
-        "latency_model": serving.pop("latency_model"), "device": str(path), **group,
-    }]
-    return data
+    return tiny_groups({"name": "g", "count": 1, "device": str(path), **group})
 
 
 def test_energy_and_cost_follow_busy_time_and_price(tmp_path):
@@ -133,13 +127,10 @@ def test_a_device_a_replica_cannot_use_is_refused(tmp_path, device, group, fragm
 
 def test_a_device_must_match_the_latency_models_gpu():
     """A shipped H100 profile under a latency model profiled on an A100 is refused."""
-    data = tiny_scenario()
-    serving = data["serving"]
-    serving.pop("latency_model")
-    serving["replica_groups"] = [{
-        "name": "g", "count": serving.pop("replicas"), "engine": serving.pop("engine"), "device": "h100-sxm",
+    data = tiny_groups({
+        "name": "g", "device": "h100-sxm",
         "latency_model": {"kind": "blis_linear", "params": {"model": "llama-3.1-8b-instruct", "gpu": "A100-80", "tp": 1}},
-    }]
+    })
     with pytest.raises(ScenarioError, match="is a H100, but the latency model runs on A100-80"):
         scenario_from_dict(data)
 
@@ -151,14 +142,11 @@ def test_weights_from_sets_the_cold_start_by_the_weight_bytes(source, bandwidth)
     memory over the H100's 64 GB/s PCIe link; a 7 GB/s NVMe drive), to the nanosecond."""
     from simpy_llm.serving.hardware import Hardware, gpu_spec, model_spec
 
-    data = tiny_scenario()
-    serving = data["serving"]
-    serving.pop("latency_model")
     latency = {"kind": "blis_linear", "params": {"model": "llama-3.1-8b-instruct", "gpu": "H100", "tp": 2}}
-    serving["replica_groups"] = [{"name": "g", "count": serving.pop("replicas"), "engine": serving.pop("engine"), "latency_model": latency}]
+    data = tiny_groups({"name": "g", "latency_model": latency})
     data["workload"]["aggregate_rate"] = 0.1
     plain = Simulation(scenario_from_dict(data)).run().to_dataframe()
-    serving["replica_groups"][0]["weights_from"] = source
+    data["serving"]["replica_groups"][0]["weights_from"] = source
     cold = Simulation(scenario_from_dict(data)).run()
     load = Hardware(model=model_spec("llama-3.1-8b-instruct"), gpu=gpu_spec("H100"), tp=2).weight_bytes_per_gpu / bandwidth
     f = cold.to_dataframe()

@@ -17,7 +17,7 @@ import pytest
 from simpy_llm import Simulation, scenario_from_dict
 from simpy_llm.config import ScenarioError
 
-from tests.helpers import run, tiny_scenario
+from tests.helpers import run, tiny_groups, tiny_scenario
 
 B0, B1, B2 = 2000e-6, 20e-6, 100e-6  # tiny_scenario's step coefficients, s
 A0, A1, A2 = 300e-6, 2e-6, 50e-6
@@ -164,14 +164,10 @@ def test_bad_disaggregation_settings_name_their_key(change, key):
 def test_a_pool_role_needs_disaggregation():
     """A replica group with role prefill in a fleet without a disaggregation block is an
     error naming the group's role; so is a disaggregated fleet without a decode group."""
-    data = tiny_scenario()
-    serving = data["serving"]
-    group = {"name": "p", "count": 1, "role": "prefill", "engine": serving.pop("engine"), "latency_model": serving.pop("latency_model")}
-    serving.pop("replicas")
-    serving["replica_groups"] = [group]
+    data = tiny_groups({"name": "p", "count": 1, "role": "prefill"})
     with pytest.raises(ScenarioError, match=r"replica_groups\[0\]\.role"):
         scenario_from_dict(copy.deepcopy(data))
-    serving["disaggregation"] = {"kv_transfer": {"bytes_per_token": 10.0}}
+    data["serving"]["disaggregation"] = {"kv_transfer": {"bytes_per_token": 10.0}}
     with pytest.raises(ScenarioError, match="role: decode"):
         scenario_from_dict(data)
 
@@ -179,17 +175,9 @@ def test_a_pool_role_needs_disaggregation():
 def test_heterogeneous_pools_from_replica_groups():
     """replica_groups with roles: a fast prefill group and a slower decode group run; the
     records name the groups through their replicas."""
-    data = tiny_scenario()
-    serving = data["serving"]
-    engine, latency = serving.pop("engine"), serving.pop("latency_model")
-    serving.pop("replicas")
-    slow = copy.deepcopy(latency)
-    slow["params"]["beta2_us"] = 300.0
-    serving["replica_groups"] = [
-        {"name": "fast-prefill", "count": 1, "role": "prefill", "engine": engine, "latency_model": latency},
-        {"name": "slow-decode", "count": 2, "role": "decode", "engine": engine, "latency_model": slow},
-    ]
-    serving["disaggregation"] = {"kv_transfer": {"bytes_per_token": 100.0}}
+    data = tiny_groups({"name": "fast-prefill", "count": 1, "role": "prefill"}, {"name": "slow-decode", "count": 2, "role": "decode"})
+    data["serving"]["replica_groups"][1]["latency_model"]["params"]["beta2_us"] = 300.0
+    data["serving"]["disaggregation"] = {"kv_transfer": {"bytes_per_token": 100.0}}
     res = Simulation(scenario_from_dict(data)).run()
     f = res.to_dataframe()
     assert set(f.loc[f["prefill_replica"] >= 0, "replica_group"]) == {"slow-decode"}
