@@ -231,3 +231,19 @@ def test_kv_transfers_dropped_by_an_outage_drop_their_requests_and_nothing_is_le
     assert s["dropped_by_reason"].get("kv_transfer_outage", 0) > 0
     assert s["arrived"] == s["completed"] + s["dropped"] + s["in_flight"] == 50
     assert all(v.outstanding_requests == 0 for v in sim.views)
+
+
+@pytest.mark.parametrize(
+    ("name", "overrides"),
+    [("disaggregated.yaml", ["workload.num_requests=600"]), ("two_clients.yaml", ["workload.num_requests=600"])],
+)
+def test_both_engine_modes_write_identical_records_across_links(name, overrides):
+    """A disaggregated fleet over a clos fabric, and clients behind their networks: one event
+    per batch change and one event per step give the same records."""
+    from simpy_llm import load_scenario
+
+    runs = [
+        Simulation(load_scenario(f"scenarios/{name}", [*overrides, f"simulation.mode={mode}"])).run().to_dataframe()
+        for mode in ("event_per_change", "event_per_step")
+    ]
+    assert runs[0].equals(runs[1])
