@@ -26,7 +26,8 @@ Routing policies choose a replica (:data:`routing_policies`, with the scorers
 of ``weighted_score`` in :data:`routing_scorers`); admission policies admit or
 reject a request before routing (:data:`admission_policies`); an
 :class:`OutputPredictor` tells policies what they may believe about a
-request's output length.
+request's output length; gamma policies choose how many tokens a speculative drafter
+proposes next (:data:`gamma_policies`, for the speculative simulation).
 """
 
 from simpy_llm.policies.admission import (
@@ -38,6 +39,7 @@ from simpy_llm.policies.admission import (
     admission_policies,
     predicted_ttft_s,
 )
+from simpy_llm.policies.gamma import GammaPolicy, GammaState, gamma_policies
 from simpy_llm.policies.predictors import OutputPredictor
 from simpy_llm.policies.routing import (
     JoinIdleQueue,
@@ -63,6 +65,8 @@ from simpy_llm.policies.routing import (
 __all__ = [
     "AdmissionPolicy",
     "AlwaysAdmit",
+    "GammaPolicy",
+    "GammaState",
     "JoinIdleQueue",
     "JoinShortestQueue",
     "LeastKV",
@@ -83,6 +87,7 @@ __all__ = [
     "WeightedPowerOfD",
     "WeightedScore",
     "admission_policies",
+    "gamma_policies",
     "predicted_ttft_s",
     "prefix_key",
     "routing_policies",

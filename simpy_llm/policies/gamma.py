@@ -1,0 +1,394 @@
+"""Speculation-depth (γ) policies: how many tokens the drafter proposes in the next round.
+
+Before every draft round the speculative-decoding mechanism builds a read-only
+:class:`GammaState` (the last γ, its bounds and the telemetry of the moment) and
+asks the request's :class:`GammaPolicy` for ``next_gamma(state)``, an integer in
+``[k_min, k_max]`` (seed 003 §4 ``adaptive_k``, §6.1 "Adaptive speculation").
+A policy never touches SimPy; one that needs memory keeps it in its own fields.
+
+Built-ins (``kind:`` under a scenario's γ policy): ``static``, ``backpressure``,
+``acceptance_backoff``, ``specpp`` and ``latency_head``; each class's docstring
+states its exact rule, and its fields are its ``params:`` (with units and defaults).
+
+A custom policy registers with the same decorator as the built-ins:
+
+>>> import attrs
+>>> from simpy_llm.policies.gamma import GammaState, gamma_policies
+>>> @gamma_policies.register("rtt_cap")
+... @attrs.define
+... class RttCap:
+...     '''k_max while the round trip is short, k_min once it exceeds ``rtt_high_s`` (s).'''
+...
+...     rtt_high_s: float = 0.05
+...
+...     def next_gamma(self, state):
+...         return state.k_min if state.rtt_s > self.rtt_high_s else state.k_max
+>>> gamma_policies.get("rtt_cap")().next_gamma(GammaState(gamma=3, k_min=1, k_max=6, rtt_s=0.2))
+1
+>>> _ = gamma_policies._items.pop("rtt_cap")  # keep the doctest from leaving it registered
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Protocol
+
+import attrs
+
+from simpy_llm.config.errors import FieldValueError
+from simpy_llm.config.validators import at_least, greater_than, in_range, optional
+from simpy_llm.registry import Registry
+
+__all__ = [
+    "AcceptanceBackoff",
+    "Backpressure",
+    "GammaPolicy",
+    "GammaState",
+    "LATENCY_HEAD_FEATURES",
+    "LatencyHead",
+    "SpecPlusPlus",
+    "StaticGamma",
+    "clamp_gamma",
+    "gamma_policies",
+]
+
+
+def _probabilities(_inst: object, attr: attrs.Attribute, value: tuple[float, ...]) -> None:
+    for i, p in enumerate(value):
+        if not (isinstance(p, (int, float)) and 0.0 <= p <= 1.0):
+            raise FieldValueError(f"{attr.name}[{i}]", f"must be a probability in [0, 1], got {p!r}")
+
+
+def _k_max_at_least_k_min(inst: GammaState, attr: attrs.Attribute, value: int) -> None:
+    if value < inst.k_min:
+        raise FieldValueError(attr.name, f"must be >= k_min ({inst.k_min}), got {value}")
+
+
+@attrs.frozen(kw_only=True)
+class GammaState:
+    """What a γ policy sees before one draft round of one request (read-only).
+
+    Only ``gamma``, ``k_min`` and ``k_max`` are required; the telemetry fields
+    default to "nothing known yet" (zero wait, empty KV, no previous round).
+
+    Examples
+    --------
+    >>> s = GammaState(gamma=4, k_min=1, k_max=6, accepted_last=3, proposed_last=4)
+    >>> s.acceptance_last
+    0.75
+    >>> GammaState(gamma=4, k_min=3, k_max=2)
+    Traceback (most recent call last):
+    ...
+    simpy_llm.config.errors.FieldValueError: k_max: must be >= k_min (3), got 2
+    """
+
+    gamma: int = attrs.field(validator=at_least(0))
+    """γ of the last round, tokens (the starting γ before the first round)."""
+    k_min: int = attrs.field(validator=at_least(1))
+    """Smallest γ allowed, tokens (>= 1)."""
+    k_max: int = attrs.field(validator=_k_max_at_least_k_min)
+    """Largest γ allowed, tokens (>= k_min)."""
+    rtt_s: float = attrs.field(default=0.0, validator=at_least(0))
+    """Round trip between drafter and target (bundle up, verdict back), s."""
+    verify_queue_wait_s: float = attrs.field(default=0.0, validator=at_least(0))
+    """Recent mean wait of a verify job at the target's verify pool, s."""
+    kv_utilization: float = attrs.field(default=0.0, validator=in_range(0.0, 1.0))
+    """Share of the target's KV cache in use, 0..1."""
+    accepted_last: int = attrs.field(default=0, validator=at_least(0))
+    """Draft tokens accepted by the target in the last round, tokens."""
+    proposed_last: int = attrs.field(default=0, validator=at_least(0))
+    """Draft tokens proposed in the last round (its γ), tokens; 0 before the first round."""
+    acceptance_ewma: float = attrs.field(default=0.0, validator=in_range(0.0, 1.0))
+    """Exponentially smoothed per-token acceptance rate of this request, 0..1."""
+    position_probabilities: tuple[float, ...] = attrs.field(default=(), converter=tuple, validator=_probabilities)
+    """``(p_1, ..., p_n)``: the acceptance model's probability that the draft token at position
+    ``i`` is accepted, for this request's *current* context; computed fresh for this round."""
+    draft_step_s: float = attrs.field(default=0.0, validator=at_least(0))
+    """Time the drafter takes per draft token, s."""
+    verify_step_s: float = attrs.field(default=0.0, validator=at_least(0))
+    """Time one verify round takes at the target (excluding queueing), s."""
+    slo_tpot_s: float | None = attrs.field(default=None, validator=optional(at_least(0)))
+    """Time-per-output-token target of the request, s (None: no target)."""
+
+    @property
+    def acceptance_last(self) -> float:
+        """``accepted_last / proposed_last`` (0 before the first round)."""
+        return self.accepted_last / self.proposed_last if self.proposed_last else 0.0
+
+
+class GammaPolicy(Protocol):
+    """Chooses the speculation depth γ of the next draft round."""
+
+    def next_gamma(self, state: GammaState) -> int:
+        """γ for the next round, always within ``[state.k_min, state.k_max]``."""
+        ...
+
+
+gamma_policies: Registry[type] = Registry("gamma policy")
+"""γ policies by name; register your own with ``@gamma_policies.register("name")``."""
+
+
+def clamp_gamma(gamma: int, state: GammaState) -> int:
+    """*gamma* clamped to ``[state.k_min, state.k_max]``.
+
+    >>> clamp_gamma(9, GammaState(gamma=4, k_min=1, k_max=6))
+    6
+    """
+    return max(state.k_min, min(state.k_max, gamma))
+
+
+def _not_above(other: str):  # returns an attrs validator
+    """Validator: this field must be <= the field *other* (a hysteresis band's low end)."""
+
+    def check(inst: object, attr: attrs.Attribute, value: float) -> None:
+        high = getattr(inst, other)
+        if value > high:
+            raise FieldValueError(attr.name, f"must be <= {other} ({high}), got {value}")
+
+    return check
+
+
+@gamma_policies.register("static")
+@attrs.define
+class StaticGamma:
+    """Always the same γ (clamped to ``[k_min, k_max]``).
+
+    >>> StaticGamma(gamma=8).next_gamma(GammaState(gamma=2, k_min=1, k_max=6))
+    6
+    """
+
+    gamma: int = attrs.field(default=4, validator=at_least(1))
+    """The γ to use, tokens."""
+
+    def next_gamma(self, state: GammaState) -> int:
+        return clamp_gamma(self.gamma, state)
+
+
+@gamma_policies.register("backpressure")
+@attrs.define
+class Backpressure:
+    """Load-aware controller (seed 003 §4 ``controller: backpressure``, §6.1).
+
+    Starting from the last γ: shrink by ``step`` when the verify queue wait is
+    above ``wait_high_s`` *or* the KV utilisation is above ``kv_high``; grow by
+    ``step`` when the wait is below ``wait_low_s`` *and* the KV utilisation is
+    below ``kv_low``; otherwise (the hysteresis band) keep it. Clamped to
+    ``[k_min, k_max]``.
+
+    >>> p = Backpressure()
+    >>> p.next_gamma(GammaState(gamma=4, k_min=1, k_max=6, verify_queue_wait_s=0.2))
+    3
+    >>> p.next_gamma(GammaState(gamma=4, k_min=1, k_max=6, verify_queue_wait_s=0.02, kv_utilization=0.5))
+    4
+    """
+
+    wait_high_s: float = attrs.field(default=0.05, validator=at_least(0))
+    """Verify queue wait above which γ shrinks, s."""
+    wait_low_s: float = attrs.field(default=0.01, validator=[at_least(0), _not_above("wait_high_s")])
+    """Verify queue wait below which γ may grow, s (<= wait_high_s)."""
+    kv_high: float = attrs.field(default=0.9, validator=in_range(0.0, 1.0))
+    """KV utilisation above which γ shrinks, 0..1."""
+    kv_low: float = attrs.field(default=0.7, validator=[in_range(0.0, 1.0), _not_above("kv_high")])
+    """KV utilisation below which γ may grow, 0..1 (<= kv_high)."""
+    step: int = attrs.field(default=1, validator=at_least(1))
+    """Change of γ per round, tokens."""
+
+    def next_gamma(self, state: GammaState) -> int:
+        gamma = state.gamma
+        if state.verify_queue_wait_s > self.wait_high_s or state.kv_utilization > self.kv_high:
+            gamma -= self.step
+        elif state.verify_queue_wait_s < self.wait_low_s and state.kv_utilization < self.kv_low:
+            gamma += self.step
+        return clamp_gamma(gamma, state)
+
+
+@gamma_policies.register("acceptance_backoff")
+@attrs.define
+class AcceptanceBackoff:
+    """Multiplicative decrease, additive increase on the last round's acceptance ratio.
+
+    With ``r = accepted_last / proposed_last``: ``r < low`` halves γ
+    (``gamma // 2``, at least ``k_min``); ``r >= high`` adds 1; otherwise γ
+    is kept. Before the first round (``proposed_last == 0``) γ is kept.
+    Clamped to ``[k_min, k_max]``.
+
+    >>> AcceptanceBackoff().next_gamma(GammaState(gamma=5, k_min=1, k_max=6, accepted_last=1, proposed_last=5))
+    2
+    """
+
+    low: float = attrs.field(default=0.5, validator=in_range(0.0, 1.0))
+    """Acceptance ratio below which γ is halved, 0..1."""
+    high: float = attrs.field(default=0.9, validator=in_range(0.0, 1.0))
+    """Acceptance ratio at or above which γ grows by 1, 0..1 (>= low)."""
+
+    @high.validator
+    def _high_not_below_low(self, attr: attrs.Attribute, value: float) -> None:
+        if value < self.low:
+            raise FieldValueError(attr.name, f"must be >= low ({self.low}), got {value}")
+
+    def next_gamma(self, state: GammaState) -> int:
+        gamma = state.gamma
+        if state.proposed_last:
+            ratio = state.acceptance_last
+            if ratio < self.low:
+                gamma //= 2
+            elif ratio >= self.high:
+                gamma += 1
+        return clamp_gamma(gamma, state)
+
+
+@gamma_policies.register("specpp")
+@attrs.define
+class SpecPlusPlus:
+    """Spec++-style stopping rule on this round's acceptance probabilities.
+
+    γ is the largest ``i <= k_max`` such that the predicted rejection
+    probability ``1 - p_j`` stays ``<= threshold`` for every position
+    ``j <= i``; at least ``k_min``. Positions beyond the probabilities given
+    count as rejected (no probabilities at all: ``k_min``).
+
+    Both Spec++ bugs of seed 003 Appendix B are avoided by construction: the
+    position at which the rejection crosses the threshold is *not* taken
+    (the off-by-one), and the probabilities are read from the state of this
+    round only; the policy holds no state, so no estimate from an earlier
+    round (or another context) can stand in for them.
+
+    >>> p = SpecPlusPlus(threshold=0.3)
+    >>> p.next_gamma(GammaState(gamma=4, k_min=1, k_max=6, position_probabilities=(0.9, 0.8, 0.6, 0.95)))
+    2
+    """
+
+    threshold: float = attrs.field(default=0.3, validator=in_range(0.0, 1.0))
+    """Largest tolerated rejection probability of a drafted position, 0..1."""
+
+    def next_gamma(self, state: GammaState) -> int:
+        selected = 0
+        for p in state.position_probabilities[: state.k_max]:
+            if 1.0 - p > self.threshold:
+                break
+            selected += 1
+        return clamp_gamma(selected, state)
+
+
+LATENCY_HEAD_FEATURES: tuple[str, ...] = (
+    "verify_queue_wait_s",
+    "kv_utilization",
+    "rtt_s",
+    "acceptance_ewma",
+    "draft_step_s",
+    "verify_step_s",
+    "slo_tpot_s",
+    "gamma",
+)
+"""The feature vector of :class:`LatencyHead`, in order: the :class:`GammaState` fields of the
+same names (``slo_tpot_s`` is 0 when the request has no target; ``gamma`` is the last γ)."""
+
+
+def _weights_length(_inst: object, attr: attrs.Attribute, value: tuple[float, ...]) -> None:
+    if len(value) != len(LATENCY_HEAD_FEATURES):
+        raise FieldValueError(
+            attr.name,
+            f"give one weight per feature ({len(LATENCY_HEAD_FEATURES)}: {', '.join(LATENCY_HEAD_FEATURES)}), "
+            f"got {len(value)}",
+        )
+    for i, w in enumerate(value):
+        if not (isinstance(w, (int, float)) and math.isfinite(w)):
+            raise FieldValueError(f"{attr.name}[{i}]", f"must be a finite number, got {w!r}")
+
+
+@gamma_policies.register("latency_head")
+@attrs.define
+class LatencyHead:
+    """Linear latency-aware γ head (seed 003 §6.4.1, in small).
+
+    Each call appends this state's feature vector (:data:`LATENCY_HEAD_FEATURES`)
+    to a ring buffer of the last ``history`` rounds, and then:
+
+    1. while the buffer holds fewer than ``min_samples`` rounds, returns
+       ``default_gamma`` (the cold-start fallback; the head is not evaluated);
+    2. otherwise the head's output is ``y = weights · mean(buffer) + bias``,
+       smoothed as ``s = smoothing * y + (1 - smoothing) * s_prev`` (the first
+       output is taken as is);
+    3. fused hysteresis: γ = 1 ("run fused") only once ``s < fused_below`` has
+       held for ``fused_rounds`` consecutive evaluated rounds; leaving fused
+       needs just one round at or above it;
+    4. otherwise γ = ``floor(s + 0.5)`` (round half up), at least 2 (γ = 1 is
+       reserved for fused), clamped to ``[k_min, k_max]``. Fused also gives
+       ``k_min`` when ``k_min > 1``.
+
+    The weights and bias are parameters: this package ships no training script
+    or fitted weights (§6.4.1 fits them offline on oracle labels from simulator
+    sweeps). The policy keeps per-instance state: use one instance per request
+    (or per target, as the seed places it).
+
+    Examples
+    --------
+    >>> head = LatencyHead(weights=(0, 0, -20, 0, 0, 0, 0, 0), bias=5.0, history=2, min_samples=1,
+    ...                    smoothing=1.0, fused_below=1.5, fused_rounds=2)
+    >>> [head.next_gamma(GammaState(gamma=4, k_min=1, k_max=6, rtt_s=r)) for r in (0.05, 0.2, 0.2, 0.2)]
+    [4, 3, 2, 1]
+    """
+
+    weights: tuple[float, ...] = attrs.field(converter=tuple, validator=_weights_length)
+    """One coefficient per feature of :data:`LATENCY_HEAD_FEATURES`, tokens per feature unit."""
+    bias: float = attrs.field(default=0.0, validator=greater_than(-math.inf))  # i.e. finite
+    """Intercept of the head, tokens."""
+    history: int = attrs.field(default=3, validator=at_least(1))
+    """Rounds kept in the ring buffer whose features are averaged."""
+    min_samples: int = attrs.field(default=2, validator=at_least(1))
+    """Rounds in the buffer before the head is used (<= history)."""
+    default_gamma: int = attrs.field(default=4, validator=at_least(1))
+    """γ while the buffer holds fewer than min_samples rounds, tokens."""
+    smoothing: float = attrs.field(default=0.5, validator=[greater_than(0.0), in_range(0.0, 1.0)])
+    """Weight of the newest head output in the exponential smoothing, (0, 1] (1: none)."""
+    fused_below: float = attrs.field(default=1.5, validator=greater_than(-math.inf))
+    """Smoothed output below which a round counts towards fused, tokens."""
+    fused_rounds: int = attrs.field(default=2, validator=at_least(1))
+    """Consecutive rounds below fused_below before γ = 1 is chosen."""
+    _buffer: deque[tuple[float, ...]] = attrs.field(init=False, repr=False)
+    _smoothed: float | None = attrs.field(default=None, init=False, repr=False)
+    _below: int = attrs.field(default=0, init=False, repr=False)
+
+    @min_samples.validator
+    def _min_samples_within_history(self, attr: attrs.Attribute, value: int) -> None:
+        if value > self.history:
+            raise FieldValueError(attr.name, f"must be <= history ({self.history}), got {value}")
+
+    def __attrs_post_init__(self) -> None:
+        self._buffer = deque(maxlen=self.history)
+
+    @staticmethod
+    def features(state: GammaState) -> tuple[float, ...]:
+        """The feature vector of *state*, in the order of :data:`LATENCY_HEAD_FEATURES`."""
+        return (
+            state.verify_queue_wait_s,
+            state.kv_utilization,
+            state.rtt_s,
+            state.acceptance_ewma,
+            state.draft_step_s,
+            state.verify_step_s,
+            state.slo_tpot_s or 0.0,
+            float(state.gamma),
+        )
+
+    @property
+    def smoothed_output(self) -> float | None:
+        """The last smoothed head output, tokens (None before the head was first used)."""
+        return self._smoothed
+
+    def next_gamma(self, state: GammaState) -> int:
+        self._buffer.append(self.features(state))
+        n = len(self._buffer)
+        if n < self.min_samples:
+            return clamp_gamma(self.default_gamma, state)
+        mean = [sum(column) / n for column in zip(*self._buffer)]
+        y = sum(w * x for w, x in zip(self.weights, mean)) + self.bias
+        a = self.smoothing
+        s = y if self._smoothed is None else a * y + (1 - a) * self._smoothed
+        self._smoothed = s
+        self._below = self._below + 1 if s < self.fused_below else 0
+        if self._below >= self.fused_rounds:
+            return clamp_gamma(1, state)
+        rounded = math.floor(s + 0.5) if math.isfinite(s) else (state.k_max if s > 0 else state.k_min)
+        return clamp_gamma(max(2, rounded), state)
