@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["FieldValueError", "ScenarioError", "ScenarioWarning"]
+__all__ = ["FieldValueError", "ProblemList", "ScenarioError", "ScenarioWarning"]
 
 
 class ScenarioError(ValueError):
@@ -54,3 +54,45 @@ class ScenarioWarning(UserWarning):
     validating a file stay quiet), e.g. for a client with ``rate_fraction: 0``, which
     sends no requests. The message names the client and its key path.
     """
+
+
+class ProblemList:
+    """Problems found in one file, collected to be reported together: the first *limit*
+    listed, the rest counted.
+
+    Examples
+    --------
+    >>> found = ProblemList("LUT", limit=1)
+    >>> found.add("row 2: dtype", "must be fp16, bf16 or fp8"); found.add("row 3: phase", "unknown")
+    >>> found.raise_if_any("t.csv")
+    Traceback (most recent call last):
+    ...
+    simpy_llm.config.errors.ScenarioError: t.csv: 2 problem(s) in LUT
+      row 2: dtype: must be fp16, bf16 or fp8
+      <top level>: ... and 1 more problem(s) not listed
+    """
+
+    def __init__(self, what: str, limit: int = 25) -> None:
+        self.what = what
+        self.limit = limit
+        self.items: list[tuple[str, str]] = []
+        self.dropped = 0
+
+    def __len__(self) -> int:
+        """Problems found so far, listed or not."""
+        return len(self.items) + self.dropped
+
+    def add(self, path: str, message: str) -> None:
+        """Record the problem *message* at key path *path*."""
+        if len(self.items) < self.limit:
+            self.items.append((path, message))
+        else:
+            self.dropped += 1
+
+    def raise_if_any(self, source: str) -> None:
+        """Raise the :class:`ScenarioError` of *source* if anything was found."""
+        if self.items:
+            items = list(self.items)
+            if self.dropped:
+                items.append(("", f"... and {self.dropped} more problem(s) not listed"))
+            raise ScenarioError(source, items, self.what)

@@ -642,18 +642,32 @@ class _Unreadable(Exception):
     """A YAML file that cannot be read or parsed (the message says why)."""
 
 
-def _read_yaml(path: Path) -> Any:
+def _read_yaml(path: Path, what: str = "file") -> Any:
     """The data in the YAML file *path* (None when it holds only whitespace and comments)."""
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise _Unreadable(f"cannot read file: {exc.strerror}") from None
+        raise _Unreadable(f"cannot read {what}: {exc.strerror}") from None
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         raise _Unreadable(f"not valid YAML: {where}{getattr(exc, 'problem', exc)}") from None
+
+
+def read_yaml_file(path: str | Path, what: str) -> Any:
+    """The data in the YAML file *path*, a *what* (``"device profile"``) for messages.
+
+    Raises
+    ------
+    ScenarioError
+        Naming the file when it cannot be read or is not YAML (with the line and column).
+    """
+    try:
+        return _read_yaml(Path(path), what)
+    except _Unreadable as exc:
+        raise ScenarioError(str(path), [("", str(exc))], what) from None
 
 
 def _workload_file(value: Mapping[str, Any], tolerate: Collection[str] = ()) -> tuple[Path, dict[str, Any], dict[str, Any]]:

@@ -44,9 +44,9 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import yaml
 
 from simpy_llm.config.errors import FieldValueError, ScenarioError
+from simpy_llm.config.loader import read_yaml_file
 from simpy_llm.config.validators import (
     MAX_TIME_S,
     MAX_TOKENS,
@@ -487,18 +487,7 @@ def load_device_profile(path: str | Path) -> DeviceProfile:
     >>> p.id, p.memory.memory_gb, p.parallelism.interconnect_gb_per_s
     ('l40s', 48.0, 32.0)
     """
-    source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ScenarioError(source, [("", f"cannot read device profile: {exc.strerror}")], _WHAT) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        raise ScenarioError(source, [("", f"not valid YAML: {where}{getattr(exc, 'problem', exc)}")], _WHAT) from None
-    return device_profile_from_dict(data, source)
+    return device_profile_from_dict(read_yaml_file(path, _WHAT), str(path))
 
 
 def device_profile_to_dict(profile: DeviceProfile) -> dict[str, Any]:

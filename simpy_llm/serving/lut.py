@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import attrs
 import numpy as np
 
-from simpy_llm.config.errors import FieldValueError, ScenarioError
+from simpy_llm.config.errors import FieldValueError, ProblemList, ScenarioError
 from simpy_llm.config.paths import resolve_path
 from simpy_llm.config.validators import MAX_COEFFICIENT_US, MAX_TOKENS, at_least, at_most
 from simpy_llm.serving.latency import RequestOverheads, latency_models
@@ -290,27 +290,6 @@ class Lut:
 # --------------------------------------------------------------------------- loading
 
 
-class _Collector:
-    """Problems found in a file, capped at :data:`_MAX_PROBLEMS`."""
-
-    def __init__(self) -> None:
-        self.problems: list[tuple[str, str]] = []
-        self.dropped = 0
-
-    def add(self, path: str, message: str) -> None:
-        if len(self.problems) < _MAX_PROBLEMS:
-            self.problems.append((path, message))
-        else:
-            self.dropped += 1
-
-    def raise_if_any(self, source: str) -> None:
-        if self.problems:
-            problems = list(self.problems)
-            if self.dropped:
-                problems.append(("", f"... and {self.dropped} more problem(s) not listed"))
-            raise ScenarioError(source, problems, what="LUT")
-
-
 def _read_cells(path: Path, source: str) -> list[list[str]]:
     """The file's records as lists of stripped strings (header first)."""
     import pandas as pd  # only when a LUT is read: a run without one need not load pandas
@@ -376,7 +355,7 @@ def load_lut(path: str | os.PathLike[str]) -> Lut:
     """
     source = str(path)
     records = _read_cells(Path(path), source)
-    found = _Collector()
+    found = ProblemList("LUT", _MAX_PROBLEMS)
     header = records[0] if records else []
     allowed = (*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS)
     where: dict[str, int] = {}
@@ -466,7 +445,7 @@ def load_lut(path: str | os.PathLike[str]) -> Lut:
     return Lut(source=source, frame=frame, slices=slices)
 
 
-def _build_slices(frame: pd.DataFrame, found: _Collector) -> dict[tuple[Any, ...], LutSlice]:
+def _build_slices(frame: pd.DataFrame, found: ProblemList) -> dict[tuple[Any, ...], LutSlice]:
     """Group the typed rows into slices, checking keys, monotonicity and the grid."""
     slices: dict[tuple[Any, ...], LutSlice] = {}
     has_p95 = "latency_p95_ms" in frame.columns

@@ -72,9 +72,9 @@ from typing import Any
 
 import attrs
 import numpy as np
-import yaml
 
-from simpy_llm.config.errors import ScenarioError
+from simpy_llm.config.errors import ProblemList, ScenarioError
+from simpy_llm.config.loader import read_yaml_file
 from simpy_llm.config.validators import MAX_TOKENS
 from simpy_llm.serving.latency import profiles_dir
 
@@ -312,25 +312,6 @@ class AcceptanceModel:
 # --------------------------------------------------------------------------- loading
 
 
-class _Problems:
-    def __init__(self) -> None:
-        self.items: list[tuple[str, str]] = []
-        self.dropped = 0
-
-    def add(self, path: str, message: str) -> None:
-        if len(self.items) < _MAX_PROBLEMS:
-            self.items.append((path, message))
-        else:
-            self.dropped += 1
-
-    def raise_if_any(self, source: str) -> None:
-        if self.items:
-            items = list(self.items)
-            if self.dropped:
-                items.append(("", f"... and {self.dropped} more problem(s) not listed"))
-            raise ScenarioError(source, items, what=_WHAT)
-
-
 def _number(value: Any) -> float | None:
     """*value* as a finite float, or None (bools, text and overflowing ints are not numbers)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -342,7 +323,7 @@ def _number(value: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
-def _text(data: Mapping[str, Any], key: str, found: _Problems, required: bool) -> str:
+def _text(data: Mapping[str, Any], key: str, found: ProblemList, required: bool) -> str:
     if key not in data:
         if required:
             found.add(key, "required key is missing")
@@ -354,11 +335,11 @@ def _text(data: Mapping[str, Any], key: str, found: _Problems, required: bool) -
     return value
 
 
-def _curve(raw: Any, where: str, found: _Problems, k_max: list[int]) -> AcceptanceCurve | None:
+def _curve(raw: Any, where: str, found: ProblemList, k_max: list[int]) -> AcceptanceCurve | None:
     if not isinstance(raw, Mapping):
         found.add(where, f"must be a mapping with keys {', '.join(_CURVE_KEYS)}, got {raw!r}")
         return None
-    before = len(found.items) + found.dropped
+    before = len(found)
     for key in raw:
         if key not in _CURVE_KEYS:
             found.add(f"{where}.{key}", f"unknown key; allowed: {', '.join(_CURVE_KEYS)}")
@@ -409,7 +390,7 @@ def _curve(raw: Any, where: str, found: _Problems, k_max: list[int]) -> Acceptan
                         found.add(f"{at}[{i}]", f"must be a probability in [0, 1], got {p!r}")
                     values.append(f)
                 rows.append(tuple(values))  # type: ignore[arg-type]
-    if len(found.items) + found.dropped > before:
+    if len(found) > before:
         return None
     return AcceptanceCurve(temperature=float(temperature), context_len=tuple(grid), acceptance=tuple(rows))  # type: ignore[arg-type]
 
@@ -440,7 +421,7 @@ def acceptance_from_dict(data: Any, source: str = "<dict>") -> AcceptanceModel:
       method: required key is missing
       curves: required key is missing
     """
-    found = _Problems()
+    found = ProblemList(_WHAT, _MAX_PROBLEMS)
     if not isinstance(data, Mapping):
         found.add("", f"must be a mapping with keys {', '.join(_TOP_KEYS)}, got {type(data).__name__}")
         found.raise_if_any(source)
@@ -493,18 +474,7 @@ def load_acceptance(path: str | os.PathLike[str]) -> AcceptanceModel:
     >>> m.curves[0].context_len
     (128, 512, 2048, 8192)
     """
-    source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ScenarioError(source, [("", f"cannot read the file: {exc.strerror}")], _WHAT) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        raise ScenarioError(source, [("", f"not valid YAML: {where}{getattr(exc, 'problem', exc)}")], _WHAT) from None
-    return acceptance_from_dict(data, source)
+    return acceptance_from_dict(read_yaml_file(path, _WHAT), str(path))
 
 
 def _shipped_dir() -> Path:
