@@ -127,6 +127,28 @@ class Request:
     kv_transfer_s: float = 0.0
     """Time its KV took from the prefill replica to the decode replica, s (0 unless
     disaggregated)."""
+    draft_group: str = ""
+    """The draft group whose device ran it (speculative decoding; empty otherwise)."""
+    draft_device: int = -1
+    """Its draft device's number within the group (-1: none)."""
+    spec_mode: str = ""
+    """How its speculative decoding ran: ``distributed`` or ``fused`` (empty: none)."""
+    drafter: str = ""
+    """The drafter of its last draft round (distributed; empty otherwise)."""
+    spec_rounds: int = 0
+    """Verify rounds after its prefill."""
+    drafted_tokens: int = 0
+    """Draft tokens proposed over its rounds."""
+    accepted_tokens: int = 0
+    """Draft tokens the target accepted over its rounds."""
+    tvt_s: float = NAN
+    """Time to verified tokens: the longest round, from the start of drafting to the
+    verdict reaching whoever drafted, s (NaN: no round)."""
+    rollbacks: int = 0
+    """Rounds whose rejection fell on a position partial verification skipped."""
+    draft_wait_s: float = 0.0
+    """Time it waited for its draft device to finish the device's previous request (and
+    think), s; its client sent it at ``arrival_s - upload_s - draft_wait_s``."""
     continuable: bool = False
     """A later request of its session may start with its content (prompt and output): the
     next round of an accumulating step, a replayed session's round. A prefix cache keeps
@@ -152,6 +174,8 @@ class Request:
     """Tokens of KV it brought from a prefill replica, until a decode replica admits it."""
     swapped_tokens: int = 0
     """Tokens of KV swapped out to CPU memory (swap preemption; 0 otherwise)."""
+    spec: object = None
+    """Its :class:`~simpy_llm.speculative.draft.SpecState` while speculative decoding runs it."""
 
     @property
     def num_preemptions(self) -> int:

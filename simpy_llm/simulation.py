@@ -7,7 +7,9 @@ Wiring happens here and only here::
           |                                        |                                 |  or BatchServer
           +--- SessionRegistry <-------------------+----- completions Wire <---------+  completed, dropped
 
-The ClientNetwork stands between only when some client has a ``network``.
+The ClientNetwork stands between only when some client has a ``network``. With a
+``speculation`` section a DraftFleet stands there instead (draft devices run the
+requests, prompts and bundles cross their links) and the replicas are VerifyServers.
 
 Examples
 --------
@@ -43,6 +45,8 @@ from simpy_llm.serving.engine import Replica
 from simpy_llm.serving.fleet import ReplicaPlan, plan_fleet
 from simpy_llm.serving.router import Router
 from simpy_llm.serving.views import ClusterView, LiveView, RouterCounts, SnapshotView, refresh_views
+from simpy_llm.speculative.draft import DraftFleet
+from simpy_llm.speculative.verify import VerifyServer
 from simpy_llm.wire import Wire
 from simpy_llm.workload.distributions import SamplingError
 from simpy_llm.workload.generator import ClientSource, WorkloadGenerator, sampling_scenario_error
@@ -144,8 +148,16 @@ class Simulation:
         networks = {src.client.id: src.client.network for src in self.sources if src.client.network is not None}
         self.client_network: ClientNetwork | None = None
         """The networked clients' uplinks (None when no client has a network)."""
+        self.draft_fleet: DraftFleet | None = None
+        """The draft devices of speculative decoding (None without ``speculation``)."""
+        spec = scenario.speculation
         sent = arrivals
-        if networks:
+        if spec is not None:
+            if token_listener is not None:
+                raise ValueError("a token_listener needs continuous-batching replicas; speculative decoding runs verify servers")
+            sent = Wire(env)
+            self.draft_fleet = self._build_draft_fleet(sent, arrivals, completions)
+        elif networks:
             sent = Wire(env)
             self.client_network = ClientNetwork(
                 env, sent, arrivals, self.recorder, networks, streams=self._link_stream, dropped=completions,
@@ -161,7 +173,7 @@ class Simulation:
         if disaggregated and token_listener is not None:
             raise ValueError("a token_listener needs co-located replicas; a disaggregated fleet streams from two pools")
         handoffs = Wire(env) if disaggregated else None
-        self.replicas: list[Replica | BatchServer] = [
+        self.replicas: list[Replica | BatchServer | VerifyServer] = [
             Replica(
                 env, i, inbox, plan.engine, plan.latency, self.recorder,
                 fast=fast, completions=completions, token_listener=token_listener,
@@ -176,7 +188,7 @@ class Simulation:
                 self.recorder, completions=completions, group=plan.group,
             )
             for i, (inbox, plan) in enumerate(zip(replica_inboxes, self.plans, strict=True))
-        ]
+        ] if spec is None else self._verify_servers(replica_inboxes, completions)
         counts = RouterCounts(n_replicas)
         refresh_s = serving.view_refresh_s
         view_cls = SnapshotView if refresh_s is not None else LiveView
@@ -209,7 +221,9 @@ class Simulation:
         if disaggregated:
             self.kv_handoff = self._build_handoff(handoffs, replica_inboxes, counts, completions)
         self.sessions = (
-            SessionRegistry(env, completions, sent, self.recorder, self.ids, wl.horizon_s, announce=not networks)
+            SessionRegistry(
+                env, completions, sent, self.recorder, self.ids, wl.horizon_s, announce=not networks and spec is None
+            )
             if completions is not None
             else None
         )
@@ -232,7 +246,7 @@ class Simulation:
             num_requests=wl.num_requests,
             horizon_s=wl.horizon_s,
             on_request=self._on_request if self.sessions is not None or self._replayed is not None else None,
-            announce=not networks,
+            announce=not networks and spec is None,
         )
 
     def _build_cluster_routers(self, replica_inboxes: list[Wire], counts: RouterCounts) -> list[Wire]:
@@ -248,6 +262,42 @@ class Simulation:
             ))
             inboxes.append(inbox)
         return inboxes
+
+    def _build_draft_fleet(self, sent: Wire, arrivals: Wire, completions: Wire | None) -> DraftFleet:
+        """The draft devices, between the workload and the router (``docs/speculative.md``)."""
+        from simpy_llm.policies.gamma import gamma_policies
+        from simpy_llm.policies.mode import mode_selectors
+        from simpy_llm.serving.devices import device_profile
+
+        spec = self.scenario.speculation
+        selector = build_policy(spec.mode_selector, mode_selectors) if spec.mode_selector is not None else None
+        profiles = {g.name: device_profile(g.device) for g in spec.drafts if g.device is not None}
+        return DraftFleet(
+            self.env, spec, sent, arrivals, self.recorder,
+            policy_factory=lambda: build_policy(spec.gamma_policy, gamma_policies),
+            mode_selector=selector, streams=self.streams.stream, device_profiles=profiles, dropped=completions,
+        )
+
+    def _verify_servers(self, inboxes: list[Wire], completions: Wire | None) -> list[VerifyServer]:
+        """The fleet as speculative decoding's targets: one VerifyServer per replica."""
+        from simpy_llm.speculative.acceptance import acceptance_model
+
+        spec = self.scenario.speculation
+        fused = acceptance_model(spec.fused.acceptance) if spec.fused is not None else None
+        slo = {name: (t.ttft_s, t.tpot_s, t.tvt_s) for name, t in self.scenario.slo.items()}
+        servers = []
+        for i, (inbox, plan) in enumerate(zip(inboxes, self.plans, strict=True)):
+            settings = _device_settings(plan)
+            engine = plan.engine
+            servers.append(VerifyServer(
+                self.env, i, inbox, plan.latency, self.recorder, spec,
+                kv_capacity_tokens=int(engine.kv_num_blocks) * engine.kv_block_size,
+                max_prefill_tokens=engine.max_num_batched_tokens, rng=self.streams.stream(f"verify/{i}"),
+                fused_acceptance=fused, slo=slo, send_verdict=self.draft_fleet.send_verdict,
+                completions=completions, group=plan.group, throttle=settings["throttle"], load_s=plan.load_s,
+            ))
+        self.draft_fleet.servers = servers
+        return servers
 
     def _link_stream(self, name: str) -> np.random.Generator:
         """The random stream of the link *name* (its jitter and losses)."""
@@ -378,6 +428,8 @@ class Simulation:
             pending += len(self.client_network.uploading)
         if self.kv_handoff is not None:
             pending += len(self.kv_handoff.in_transfer)
+        if self.draft_fleet is not None:
+            pending += len(self.draft_fleet.pending)
         return self.generator.done and not self.recorder.live and not pending
 
     def __repr__(self) -> str:
@@ -470,10 +522,14 @@ class Simulation:
         if until is not None:
             for rep in self.replicas:
                 rep.settle(until)
+        not_arrived = []
         if self.client_network is not None:
-            for req in sorted(self.client_network.uploading.values(), key=lambda r: r.id):
-                req.upload_s = math.nan  # still crossing its client's network: arrival_s is when it was sent
-                self.recorder.on_arrival(req, env.now)
+            not_arrived = list(self.client_network.uploading.values())
+        if self.draft_fleet is not None:
+            not_arrived = list(self.draft_fleet.pending.values())
+        for req in sorted(not_arrived, key=lambda r: r.id):
+            req.upload_s = math.nan  # still with its client or draft device: arrival_s is when it was sent
+            self.recorder.on_arrival(req, env.now)
         for req in sorted(self.recorder.live.values(), key=lambda r: r.id):
             self.recorder.on_in_flight(req)
         if self.sessions is not None:
@@ -494,7 +550,8 @@ class Simulation:
     def _links(self) -> list[Link]:
         """Every network link: the networked clients' uplinks, then the KV links."""
         uplinks = list(self.client_network.uplinks.values()) if self.client_network is not None else []
-        return uplinks + list(self.kv_links.values())
+        drafts = self.draft_fleet.links() if self.draft_fleet is not None else []
+        return uplinks + list(self.kv_links.values()) + drafts
 
     def _run_until(self, until: float | None) -> None:
         """``env.run(until)``; a distribution drawing NaN or an infinity is the scenario's error."""

@@ -48,6 +48,7 @@ from cattrs.errors import (
 from simpy_llm.config.errors import FieldValueError, ScenarioError
 from simpy_llm.config.paths import base_dir, resolve_path
 from simpy_llm.config.profile import load_profile
+from simpy_llm.config.speculation import GammaSpec, ModeSelectorSpec
 from simpy_llm.config.schema import (
     ENGINE_PRESETS,
     AdmissionSpec,
@@ -530,6 +531,18 @@ def _admissions() -> Registry[type]:
     return admission_policies
 
 
+def _gammas() -> Registry[type]:
+    from simpy_llm.policies.gamma import gamma_policies
+
+    return gamma_policies
+
+
+def _mode_selectors() -> Registry[type]:
+    from simpy_llm.policies.mode import mode_selectors
+
+    return mode_selectors
+
+
 def _arrival(value: Any, _t: Any) -> Any:
     """An arrival process; naming a length distribution as the process points to ``distribution``."""
     try:
@@ -594,6 +607,8 @@ converter.register_structure_hook(AdmissionSpec, _policy_hook(_admissions, injec
 converter.register_structure_hook(BatchServiceSpec, _policy_hook(_batch_services, injected=("rng", "latency")))
 converter.register_structure_hook(BinSelectorSpec, _policy_hook(_bin_selectors))
 converter.register_structure_hook(KvBlocks, _kv_blocks)
+converter.register_structure_hook(GammaSpec, _policy_hook(_gammas))
+converter.register_structure_hook(ModeSelectorSpec, _policy_hook(_mode_selectors))
 _engine_fields = _attrs_hook_factory(EngineConfig)
 
 

@@ -1321,6 +1321,9 @@ class SLOTarget:
     """Mean time per output token after the first, seconds."""
     e2e_s: float | None = attrs.field(default=None, validator=optional(all_of(greater_than(0), at_most(MAX_TIME_S))))
     """End-to-end latency, seconds."""
+    tvt_s: float | None = attrs.field(default=None, validator=optional(all_of(greater_than(0), at_most(MAX_TIME_S))))
+    """Time to verified tokens (speculative decoding): a request's longest round, seconds
+    (requests without verify rounds cannot miss it); also the verify pool's EDF deadline."""
 
 
 @attrs.frozen(kw_only=True)
@@ -1379,6 +1382,9 @@ class Scenario:
     slo: dict[str, SLOTarget] = attrs.field(factory=dict)
     """SLO targets per class name."""
     simulation: SimulationConfig = attrs.field(factory=SimulationConfig)
+    speculation: SpeculationConfig | None = None
+    """Speculative decoding: draft devices run the requests, the fleet verifies
+    (:mod:`simpy_llm.config.speculation`, ``docs/speculative.md``). None: plain decoding."""
     plugins: tuple[str, ...] = attrs.field(default=(), converter=_plugin_paths)
     """Modules (``my_package.policies``) or Python files (``my_policies.py``, relative to
     the scenario file) imported before the rest of the scenario is read, so that the
@@ -1386,6 +1392,35 @@ class Scenario:
     _loaded_from: str | None = attrs.field(default=None, init=False, eq=False, repr=False)
     """The file the scenario was loaded from (relative paths of :meth:`replace` resolve
     against its directory); None when built from data."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.speculation is not None:
+            self._check_speculation()
+
+    def _check_speculation(self) -> None:
+        """What speculative decoding cannot run with, and the draft groups' clients."""
+        serving, wl = self.serving, self.workload
+        if serving.disaggregation is not None:
+            raise FieldValueError("speculation", "runs on a co-located fleet; remove serving.disaggregation")
+        for path, group in zip(serving.group_paths(), serving.groups(), strict=True):
+            if group.batch_server is not None:
+                raise FieldValueError(f"serving.{path}batch_server", "speculative decoding's targets are verify servers, not batch servers")
+            if group.warm_retention_s is not None:
+                raise FieldValueError(f"serving.{path}warm_retention_s", "verify servers do not unload their model")
+        known = {c.id for c in wl.clients}
+        for i, c in enumerate(wl.clients):
+            if c.network is not None:
+                raise FieldValueError(f"workload.clients[{i}].network", "with speculation the draft groups' networks carry the requests; give the network to the draft group")
+        claimed: dict[str, str] = {}
+        for g, group in enumerate(self.speculation.drafts):
+            for cid in group.clients:
+                if known and cid not in known:
+                    raise FieldValueError(f"speculation.drafts[{g}].clients", f"no workload client {cid!r}; clients: {', '.join(sorted(known))}")
+                if cid in claimed:
+                    raise FieldValueError(f"speculation.drafts[{g}].clients", f"client {cid!r} is already run by draft group {claimed[cid]!r}")
+                claimed[cid] = group.name
+        if len([g for g in self.speculation.drafts if not g.clients]) > 1:
+            raise FieldValueError("speculation.drafts", "at most one draft group may leave clients empty (it takes every other client)")
 
     def replace(self, **changes: Any) -> Scenario:
         """A new scenario with *changes* applied, validated as a loaded one is.
@@ -1430,3 +1465,7 @@ class Scenario:
         schedulers = dict.fromkeys(g.engine.scheduler.kind for g in serving.groups())
         parts.append(f"scheduler={'/'.join(schedulers)}")
         return f"<Scenario {' '.join(parts)}>"
+
+
+# Imported last: the speculation section's module imports this one's classes.
+from simpy_llm.config.speculation import SpeculationConfig  # noqa: E402

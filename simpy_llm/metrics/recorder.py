@@ -59,6 +59,16 @@ RECORD_FIELDS: tuple[tuple[str, str], ...] = (
     ("download_s", "f"),
     ("prefill_replica", "i"),
     ("kv_transfer_s", "f"),
+    ("draft_group", "s"),
+    ("draft_device", "i"),
+    ("spec_mode", "s"),
+    ("drafter", "s"),
+    ("spec_rounds", "i"),
+    ("drafted_tokens", "i"),
+    ("accepted_tokens", "i"),
+    ("tvt_s", "f"),
+    ("rollbacks", "i"),
+    ("draft_wait_s", "f"),
 )
 
 
@@ -113,6 +123,10 @@ class Recorder:
         self.batches: list[tuple[int, int, int, int, float, float, float, int, int, int, int]] = []
         """(replica, batch id, bin, size, formed_s, start_s, end_s, b_target, b_mem, b_sla,
         memory_tokens) per batch a request-level batch server finished."""
+        self.spec_rounds: list[tuple] = []
+        """Per speculative round: see :meth:`on_spec_round`."""
+        self.drafter_switches: list[tuple] = []
+        """Per drafter escalation: see :meth:`on_drafter_switch`."""
         self.itl = WeightedTally()
         """Inter-token latencies, s (weighted: one weight per token)."""
         self.batch_steps: Counter[int] = Counter()
@@ -184,6 +198,16 @@ class Recorder:
         """*replica* loaded its model from *start_s* to *end_s* (busy, before serving)."""
         self.cold_starts.append((replica, start_s, end_s))
         self.busy_s[replica] += end_s - start_s
+
+    def on_spec_round(self, record: tuple) -> None:
+        """A speculative round's verify pass ended: (time_s, request_id, replica, draft_group,
+        draft_device, mode, drafter, gamma, accepted, tokens, context_tokens, tvt_s, rollback)."""
+        self.spec_rounds.append(record)
+
+    def on_drafter_switch(self, record: tuple) -> None:
+        """A request escalated to a larger drafter: (time_s, request_id, draft_group,
+        draft_device, from_drafter, to_drafter)."""
+        self.drafter_switches.append(record)
 
     def on_workflow_session(self, record: tuple) -> None:
         """An agentic session's figures (see :func:`~simpy_llm.workload.sessions.session_record`)."""

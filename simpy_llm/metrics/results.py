@@ -107,6 +107,20 @@ class RequestRecord:
     warm_up: int
     bin: int
     """Bin of the request-level batch server that queued it (-1: none)."""
+    upload_s: float
+    download_s: float
+    prefill_replica: int
+    kv_transfer_s: float
+    draft_group: str
+    draft_device: int
+    spec_mode: str
+    drafter: str
+    spec_rounds: int
+    drafted_tokens: int
+    accepted_tokens: int
+    tvt_s: float
+    rollbacks: int
+    draft_wait_s: float
 
 
 def _mean_of_known(values: list[float]) -> float:
@@ -906,11 +920,15 @@ class Results:
         for name, target in self.scenario.slo.items():
             mask = classes == name
             # Judged as the client sees it (the same as the server without a client network).
-            for metric, limit in (("client_ttft_s", target.ttft_s), ("tpot_s", target.tpot_s), ("client_e2e_s", target.e2e_s)):
+            limits = (
+                ("client_ttft_s", target.ttft_s), ("tpot_s", target.tpot_s), ("client_e2e_s", target.e2e_s),
+                ("tvt_s", target.tvt_s),
+            )
+            for metric, limit in limits:
                 if limit is not None:
-                    values = d[metric]
-                    # A request with no TPOT (one output token) cannot miss a TPOT target.
-                    ok = (values <= limit) | np.isnan(values) if metric == "tpot_s" else values <= limit
+                    values = d[metric] if metric != "tvt_s" else self.columns["tvt_s"][done]
+                    # A request with no TPOT (one output token) or no verify round cannot miss that target.
+                    ok = (values <= limit) | np.isnan(values) if metric in ("tpot_s", "tvt_s") else values <= limit
                     met &= ~mask | ok
         return met
 

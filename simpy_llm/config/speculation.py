@@ -1,0 +1,289 @@
+"""The ``speculation`` section of a scenario: distributed, fused and hybrid speculative decoding.
+
+With a ``speculation`` section the scenario's replicas become **verify servers**
+(targets) and its requests are run by **draft devices** (``docs/speculative.md``)::
+
+    speculation:
+      mode: distributed            # distributed | fused | hybrid
+      k_max: 6
+      gamma_policy: {kind: static, params: {gamma: 4}}
+      drafts:
+        - name: phones
+          count: 40
+          device: phone-snapdragon-8-gen-3
+          clients: [mobile]        # the workload clients whose requests these devices run
+          network: {rtt_ms: 40, bandwidth_mbps: 10}
+          drafters:
+            - {name: tiny, acceptance: illustrative-mobile, draft_token_ms: 25}
+      verify: {order: edf, max_microbatch: 8}
+      fused: {draft_token_ms: 1.5, acceptance: illustrative-mobile}
+
+Every key changes what is simulated; see each field.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NewType
+
+import attrs
+
+from simpy_llm.config.errors import FieldValueError
+from simpy_llm.config.paths import resolve_path
+from simpy_llm.config.validators import (
+    MAX_REPLICAS,
+    MAX_TIME_S,
+    all_of,
+    at_least,
+    at_most,
+    greater_than,
+    in_range,
+    non_empty,
+    one_of,
+    optional,
+)
+
+__all__ = [
+    "DraftGroupConfig",
+    "DrafterConfig",
+    "FusedConfig",
+    "GammaSpec",
+    "ModeSelectorSpec",
+    "SPECULATION_MODES",
+    "SpeculationConfig",
+    "VerifyConfig",
+]
+
+SPECULATION_MODES = ("distributed", "fused", "hybrid")
+"""``speculation.mode`` values."""
+VERIFY_ORDERS = ("fcfs", "edf", "least_slack")
+"""``speculation.verify.order`` values."""
+PARTIAL_MODES = ("all", "sampled", "first_token")
+"""``speculation.verify.partial`` values."""
+
+GammaSpec = NewType("GammaSpec", object)
+"""A :class:`~simpy_llm.config.schema.PolicySpec` naming a γ policy (:mod:`simpy_llm.policies.gamma`)."""
+ModeSelectorSpec = NewType("ModeSelectorSpec", object)
+"""A :class:`~simpy_llm.config.schema.PolicySpec` naming a mode selector (:mod:`simpy_llm.policies.mode`)."""
+
+
+def _curve_path(value: Any) -> Any:
+    """An acceptance curve: a shipped name as given, a file path resolved against the scenario."""
+    if isinstance(value, str) and (value.endswith((".yaml", ".yml")) or "/" in value):
+        return resolve_path(value)
+    return value
+
+
+def _known_curve(_inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+    from simpy_llm.config.errors import ScenarioError
+    from simpy_llm.speculative.acceptance import acceptance_model
+
+    if not isinstance(value, str) or not value:
+        raise FieldValueError(attr.name, f"must be an acceptance curve name or file, got {value!r}")
+    try:
+        acceptance_model(value)
+    except (ScenarioError, KeyError, ValueError) as exc:
+        raise FieldValueError(attr.name, str(exc)) from None
+
+
+@attrs.frozen(kw_only=True)
+class DrafterConfig:
+    """One draft model a draft device can run (seed 003 §4 ``drafter_models``).
+
+    Its speed is ``draft_token_ms`` per drafted token, or, with ``weights_gb``, the
+    memory-bound decode time ``weights_gb / memory_bandwidth_gb_per_s`` of its group's
+    device (every draft token reads all weights once).
+    """
+
+    name: str = attrs.field(validator=non_empty)
+    """Drafter name (records, drafter switches)."""
+    acceptance: str = attrs.field(converter=_curve_path, validator=_known_curve)
+    """Acceptance curve of this drafter against the target: a shipped name
+    (``profiles/acceptance``) or a YAML file (:mod:`simpy_llm.speculative.acceptance`)."""
+    draft_token_ms: float | None = attrs.field(default=None, validator=optional(all_of(greater_than(0), at_most(MAX_TIME_S * 1e3))))
+    """Time to draft one token, ms."""
+    weights_gb: float | None = attrs.field(default=None, validator=optional(all_of(greater_than(0), at_most(1e4))))
+    """Bytes of the draft model's weights, GB (with the group's device: memory-bound speed)."""
+
+    def __attrs_post_init__(self) -> None:
+        if (self.draft_token_ms is None) == (self.weights_gb is None):
+            raise FieldValueError("draft_token_ms", "give exactly one of draft_token_ms and weights_gb")
+
+
+def _device(value: Any) -> Any:
+    if isinstance(value, str) and (value.endswith((".yaml", ".yml")) or "/" in value):
+        return resolve_path(value)
+    return value
+
+
+@attrs.frozen(kw_only=True)
+class DraftGroupConfig:
+    """Identical draft devices (a cohort: phones, laptops, edge GPUs).
+
+    Each device runs one conversation at a time, closed loop: a request bound to it
+    starts at ``max(its arrival, the device's previous request's end + think time)``
+    (seed 003 "Per-Draft Closed-Loop Think Time"). Requests bind by client: each request
+    of a client in ``clients`` goes to one of the group's devices, round robin in
+    arrival order, and every later request of the same session to the same device
+    (seed 003 "Canonical Trace Mapping").
+    """
+
+    name: str = attrs.field(validator=non_empty)
+    """Group name (records, fairness classes)."""
+    count: int = attrs.field(default=1, validator=all_of(at_least(1), at_most(MAX_REPLICAS * 100)))
+    """Devices in the group."""
+    drafters: tuple[DrafterConfig, ...] = attrs.field(converter=tuple)
+    """Draft models, smallest first; a request starts on the first (the portfolio's escalation
+    moves it to the next)."""
+    device: str | None = attrs.field(default=None, converter=_device)
+    """The devices' profile (``profiles/devices``): energy, thermal throttling, availability
+    windows, and the bandwidth ``weights_gb`` needs. None: none of those is modelled."""
+    clients: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    """Workload client ids whose requests this group runs (empty: every client no other
+    group names)."""
+    network: NetworkConfig | None = None
+    """The devices' path to the targets: a client ``network`` block (``rtt_ms``,
+    ``bandwidth_mbps``, ``bytes_per_token``, faults). Prompts and bundles go up, verdicts
+    and answers come down, each device with its own link each way. None: no network."""
+    think_time: LengthField | None = None
+    """Seconds a device waits after a request ends before starting its next (a length
+    distribution, ``{type: ..., params: ...}``). None: no wait."""
+    escalate_below: float | None = attrs.field(default=None, validator=optional(in_range(0.0, 1.0)))
+    """Mid-decode escalation (seed 003 §6.1): when a request's smoothed acceptance rate falls
+    below this after a round, its next round uses the next drafter. None: never."""
+
+    def __attrs_post_init__(self) -> None:
+        if not self.drafters:
+            raise FieldValueError("drafters", "give at least one drafter")
+        names = [d.name for d in self.drafters]
+        if len(set(names)) != len(names):
+            raise FieldValueError("drafters", f"drafter names must be unique, got {names}")
+        if self.escalate_below is not None and len(self.drafters) < 2:
+            raise FieldValueError("escalate_below", "needs at least two drafters to escalate to")
+        if self.device is not None:
+            self._check_device()
+        elif any(d.weights_gb is not None for d in self.drafters):
+            raise FieldValueError("device", "required: a drafter gives weights_gb, whose speed needs the device's memory bandwidth")
+
+    def _check_device(self) -> None:
+        from simpy_llm.config.errors import ScenarioError
+        from simpy_llm.serving.devices import device_profile
+
+        try:
+            profile = device_profile(self.device)
+        except ScenarioError as exc:
+            raise FieldValueError("device", f"{exc}") from None
+        if profile.role == "target":
+            raise FieldValueError("device", f"{profile.id!r} is a target device; a draft group runs on a draft (or any) device")
+
+
+@attrs.frozen(kw_only=True)
+class FusedConfig:
+    """The target's own draft model, for fused rounds (seed 003 §7 "Fused SD")."""
+
+    draft_token_ms: float = attrs.field(validator=all_of(at_least(0), at_most(MAX_TIME_S * 1e3)))
+    """Time of one draft step on the target, ms (one step drafts a token for every
+    request of the microbatch)."""
+    acceptance: str = attrs.field(converter=_curve_path, validator=_known_curve)
+    """Acceptance curve of the target's draft model."""
+
+
+@attrs.frozen(kw_only=True)
+class VerifyConfig:
+    """How a target batches verification (seed 003 §6.2)."""
+
+    order: str = attrs.field(default="edf", validator=one_of(VERIFY_ORDERS))
+    """Which waiting jobs go first: ``fcfs`` (arrival), ``edf`` (earliest deadline: the
+    round's start plus its SLO class's ``tvt_s``, or ``tpot_s x (γ + 1)``, or none) or
+    ``least_slack`` (deadline minus the job's own verify time)."""
+    max_microbatch: int = attrs.field(default=8, validator=all_of(at_least(1), at_most(100_000)))
+    """Most jobs (sequences) one verify pass takes."""
+    context_bucket_tokens: int | None = attrs.field(default=None, validator=optional(all_of(at_least(1), at_most(10**9))))
+    """Selective batching: a pass takes only jobs whose context falls in the first job's
+    bucket of this many tokens (a job past its deadline joins any pass). None: any."""
+    partial: str = attrs.field(default="all", validator=one_of(PARTIAL_MODES))
+    """Which drafted positions the target verifies: ``all``; ``first_token`` (the first
+    only); ``sampled`` (the first, and each later one with probability ``sample_rate``).
+    The verify pass costs the verified positions only; a rejection at an unverified
+    position is caught later and costs ``rollback_penalty_ms`` of target time."""
+    sample_rate: float = attrs.field(default=1.0, validator=in_range(0.0, 1.0))
+    """Probability that a later position is verified under ``partial: sampled``."""
+    rollback_penalty_ms: float = attrs.field(default=0.0, validator=all_of(at_least(0), at_most(MAX_TIME_S * 1e3)))
+    """Target time to roll back one mis-speculation found late, ms."""
+    max_kv_utilization: float = attrs.field(default=1.0, validator=all_of(greater_than(0), at_most(1)))
+    """KV admission: a new request is admitted only while the target's KV in use, plus its
+    prompt and output, stays within this share of its capacity."""
+    kv_spill: str = attrs.field(default="queue", validator=one_of(("queue", "fused")))
+    """A request the KV guard refuses: ``queue`` (waits for KV), or ``fused`` (waits too, and
+    then runs fused, keeping its bundles off the network; needs ``speculation.fused``)."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.sample_rate != 1.0 and self.partial != "sampled":
+            raise FieldValueError("sample_rate", "applies only with partial: sampled")
+        if self.rollback_penalty_ms and self.partial == "all":
+            raise FieldValueError("rollback_penalty_ms", "applies only with partial verification (sampled or first_token)")
+
+
+@attrs.frozen(kw_only=True)
+class SpeculationConfig:
+    """Speculative decoding over the scenario's fleet (module docstring)."""
+
+    mode: str = attrs.field(default="distributed", validator=one_of(SPECULATION_MODES))
+    """``distributed``, ``fused``, or ``hybrid`` (the mode selector chooses per request)."""
+    drafts: tuple[DraftGroupConfig, ...] = attrs.field(converter=tuple)
+    """The draft device groups."""
+    k_min: int = attrs.field(default=1, validator=all_of(at_least(1), at_most(64)))
+    """Smallest γ, tokens."""
+    k_max: int = attrs.field(default=6, validator=all_of(at_least(1), at_most(64)))
+    """Largest γ, tokens (every acceptance curve used must cover it)."""
+    gamma_policy: GammaSpec = attrs.field(default=None)
+    """The γ policy (default ``{kind: static, params: {gamma: 4}}``); one instance per request."""
+    mode_selector: ModeSelectorSpec | None = None
+    """The mode selector of ``mode: hybrid`` (required then, refused otherwise)."""
+    temperature: float | None = attrs.field(default=None, validator=optional(all_of(at_least(0), at_most(100))))
+    """Sampling temperature the acceptance curves are read at (None: curves with one temperature)."""
+    acceptance_sampling: str = attrs.field(default="bernoulli", validator=one_of(("bernoulli", "expected")))
+    """``bernoulli``: each round's accepted prefix is drawn; ``expected``: each round yields
+    the expected tokens, fractions carried to the next round (no randomness)."""
+    bundle_header_bytes: float = attrs.field(default=64.0, validator=all_of(at_least(0), at_most(1e9)))
+    """Bytes of a bundle or verdict besides its tokens (ids, positions, framing)."""
+    fused: FusedConfig | None = None
+    """The target's draft model (required by ``fused``, ``hybrid`` and ``kv_spill: fused``)."""
+    verify: VerifyConfig = attrs.field(factory=VerifyConfig)
+    """The targets' verify scheduling."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.gamma_policy is None:
+            object.__setattr__(self, "gamma_policy", PolicySpec(kind="static", params={"gamma": 4}))
+        if self.k_max < self.k_min:
+            raise FieldValueError("k_max", f"must be >= k_min ({self.k_min}), got {self.k_max}")
+        if not self.drafts:
+            raise FieldValueError("drafts", "give at least one draft group")
+        names = [g.name for g in self.drafts]
+        if len(set(names)) != len(names):
+            raise FieldValueError("drafts", f"draft group names must be unique, got {names}")
+        if (self.mode == "hybrid") != (self.mode_selector is not None):
+            raise FieldValueError("mode_selector", "required with mode: hybrid" if self.mode == "hybrid" else "applies only with mode: hybrid")
+        needs_fused = self.mode != "distributed" or self.verify.kv_spill == "fused"
+        if needs_fused and self.fused is None:
+            raise FieldValueError("fused", f"required with mode: {self.mode}" if self.mode != "distributed" else "required with verify.kv_spill: fused")
+        if self.fused is not None and not needs_fused:
+            raise FieldValueError("fused", "applies only with mode fused or hybrid, or verify.kv_spill: fused")
+        self._check_curves()
+
+    def _check_curves(self) -> None:
+        from simpy_llm.speculative.acceptance import acceptance_model
+
+        where = [(f"drafts[{g}].drafters[{d}].acceptance", dr.acceptance)
+                 for g, grp in enumerate(self.drafts) for d, dr in enumerate(grp.drafters)]
+        if self.fused is not None:
+            where.append(("fused.acceptance", self.fused.acceptance))
+        for path, curve in where:
+            model = acceptance_model(curve)
+            if model.k_max < self.k_max:
+                raise FieldValueError(path, f"curve {model.name!r} covers k up to {model.k_max}, below k_max ({self.k_max})")
+            if self.temperature is None and len(model.curves) > 1:
+                raise FieldValueError(path, f"curve {model.name!r} has temperatures {list(model.temperatures)}: set speculation.temperature")
+
+
+# Imported last: the schema imports this module at its end for ``Scenario.speculation``.
+from simpy_llm.config.schema import LengthField, NetworkConfig, PolicySpec  # noqa: E402

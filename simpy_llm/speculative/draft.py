@@ -1,0 +1,504 @@
+"""Draft devices: the phones, laptops and edge GPUs that run speculative decoding's drafts.
+
+A :class:`DraftFleet` sits between the workload and the router. Each request a
+client sends is **bound** to a draft device of the group naming its client (seed
+003 "Canonical Trace Mapping"): the same device as its session's earlier requests,
+else the group's next device, round robin in arrival order. So one canonical trace
+runs unchanged on any roster of devices.
+
+Each :class:`DraftDevice` is a SimPy process running its requests one at a time,
+closed loop (seed 003 "Per-Draft Closed-Loop Think Time"): a request starts at
+``max(its arrival, the previous one's end + think time)``, delayed further while the
+device is out of service (its profile's availability windows). It sends the prompt
+up its link; the router picks the target, whose prefill computes the first token.
+Then, in ``distributed`` mode, rounds: the device asks the request's γ policy for γ,
+drafts γ tokens (``γ x draft_token_s``, slower once thermally throttled), uploads the
+bundle, and waits for the verdict. In ``fused`` mode it just waits for the answer.
+
+Per-request bookkeeping lives in a :class:`SpecState` on ``request.spec``; it turns
+a round's accepted prefix into tokens, records the round, and escalates to a larger
+drafter when the smoothed acceptance falls below the group's ``escalate_below``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from simpy_llm.network.link import Link
+from simpy_llm.policies.gamma import GammaState, StaticGamma
+from simpy_llm.wire import Wire
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Generator
+
+    import numpy as np
+    import simpy
+    from simpy.events import Event
+
+    from simpy_llm.config.speculation import DraftGroupConfig, SpeculationConfig
+    from simpy_llm.entities import Request
+    from simpy_llm.metrics.recorder import Recorder
+    from simpy_llm.network.link import Message
+    from simpy_llm.speculative.verify import VerifyServer
+
+__all__ = ["ACCEPTANCE_EWMA", "DraftDevice", "DraftFleet", "Drafter", "SpecState"]
+
+ACCEPTANCE_EWMA = 0.3
+"""Weight of the newest round in a request's smoothed acceptance rate (``acceptance_ewma``)."""
+
+
+class Drafter:
+    """A draft model as run on one device group: its speed and acceptance curve."""
+
+    __slots__ = ("acceptance", "draft_token_s", "name")
+
+    def __init__(self, name: str, draft_token_s: float, acceptance: Any) -> None:
+        self.name = name
+        self.draft_token_s = draft_token_s
+        """Time to draft one token, s (before throttling)."""
+        self.acceptance = acceptance
+        """The :class:`~simpy_llm.speculative.acceptance.AcceptanceModel` against the target."""
+
+
+class SpecState:
+    """One request's speculative-decoding state (on ``request.spec`` while it runs)."""
+
+    __slots__ = (
+        "_first", "accepted_last", "carry", "device", "drafter", "drafter_index", "ewma", "fleet",
+        "gamma", "mode", "policy", "proposed_last", "req", "round_start_s", "sent_gamma", "wake",
+    )
+
+    def __init__(self, fleet: DraftFleet, device: DraftDevice, policy: Any, req: Request) -> None:
+        self.fleet = fleet
+        self.req = req
+        self.device = device
+        self.policy = policy
+        self.mode = ""
+        self.drafter_index = 0
+        self.drafter = device.drafters[0]
+        cfg = fleet.config
+        self.gamma = min(max(getattr(policy, "default_gamma", getattr(policy, "gamma", cfg.k_min)), cfg.k_min), cfg.k_max)
+        self.accepted_last = 0
+        self.proposed_last = 0
+        self.ewma = self._prior(req.prompt_tokens)
+        self.carry = 0.0
+        self.sent_gamma = 0
+        self.round_start_s = math.nan
+        self.wake: Event | None = None
+        self._first: int | None = None
+
+    def _prior(self, context: int) -> float:
+        """The drafter's first-position acceptance at *context*: the smoothed rate's start."""
+        return self.drafter.acceptance.position_probabilities(max(context, 1), 1, self.fleet.config.temperature)[0]
+
+    def first_gamma(self, server: VerifyServer) -> int:
+        """γ of the first round, asked once (the mode selector reads it before the round)."""
+        if self._first is None:
+            self._first = self._ask(server, fused=False)
+        return self._first
+
+    def next_gamma(self, server: VerifyServer, *, fused: bool = False) -> int:
+        """γ of the next round: the policy's, and never more than the tokens still to make
+        minus the target's own token."""
+        if self._first is not None:
+            gamma, self._first = self._first, None
+        else:
+            gamma = self._ask(server, fused=fused)
+        self.gamma = gamma
+        req = self.req
+        return min(gamma, max(req.output_tokens - req.generated_tokens - 1, 0))
+
+    def _ask(self, server: VerifyServer, *, fused: bool) -> int:
+        cfg = self.fleet.config
+        policy = self.policy
+        if type(policy) is StaticGamma:  # the rule needs no telemetry: skip building it
+            return max(cfg.k_min, min(cfg.k_max, policy.gamma))
+        req = self.req
+        context = req.prompt_tokens + req.generated_tokens
+        model = server.fused_acceptance if fused else self.drafter.acceptance
+        kv = server.kv
+        tpot = server.slo.get(req.slo_class, (None, None, None))[1]
+        state = GammaState(
+            gamma=self.gamma, k_min=cfg.k_min, k_max=cfg.k_max,
+            rtt_s=0.0 if fused else self.device.rtt_s,
+            verify_queue_wait_s=server.queue_wait_s,
+            kv_utilization=min(1.0, kv.used_blocks / kv.num_blocks) if kv.num_blocks else 0.0,
+            accepted_last=self.accepted_last, proposed_last=self.proposed_last,
+            acceptance_ewma=min(1.0, max(0.0, self.ewma)),
+            position_probabilities=model.position_probabilities(context, cfg.k_max, cfg.temperature),
+            draft_step_s=server.fused_draft_s if fused else self.drafter.draft_token_s,
+            verify_step_s=server.pass_s, slo_tpot_s=tpot,
+        )
+        return policy.next_gamma(state)
+
+    def accepted(self, model: Any, rng: np.random.Generator, context: int, gamma: int, temperature: float | None) -> float:
+        """Draft tokens the target accepts this round: a draw, or the expectation."""
+        if gamma == 0:
+            return 0
+        if self.fleet.config.acceptance_sampling == "expected":
+            return model.expected_tokens(context, gamma, temperature) - 1.0
+        return model.sample_accepted(rng, context, gamma, temperature)
+
+    def settle_round(self, req: Request, gamma: int, accepted: float, rolled_back: bool, now: float, replica: int, fused: bool) -> int:
+        """A round's verify pass ended at *now*: count its tokens and figures; returns the
+        tokens it added (the accepted prefix and the target's token, capped at what is left)."""
+        left = req.output_tokens - req.generated_tokens
+        if self.fleet.config.acceptance_sampling == "expected":
+            self.carry += accepted + 1.0
+            gained = int(self.carry)
+            self.carry -= gained
+        else:
+            gained = int(accepted) + 1
+        gained = min(gained, left)
+        req.generated_tokens += gained
+        req.spec_rounds += 1
+        req.drafted_tokens += gamma
+        req.accepted_tokens += gained - 1
+        req.rollbacks += rolled_back
+        device = self.device
+        down = 0.0 if fused else device.download_s(gained)
+        tvt = now + down - self.round_start_s
+        if not tvt <= req.tvt_s:  # also replaces NaN
+            req.tvt_s = tvt
+        if gamma:
+            self.ewma += ACCEPTANCE_EWMA * (min(accepted, gamma) / gamma - self.ewma)
+        self.accepted_last = int(accepted)
+        self.proposed_last = gamma
+        fleet = self.fleet
+        fleet.recorder.on_spec_round((
+            now, req.id, replica, device.group, device.index, "fused" if fused else "distributed",
+            "" if fused else self.drafter.name, gamma, float(accepted), gained,
+            req.prompt_tokens + req.generated_tokens - gained, tvt, int(rolled_back),
+        ))
+        threshold = device.escalate_below
+        if (
+            not fused and threshold is not None and self.ewma < threshold
+            and self.drafter_index + 1 < len(device.drafters) and req.generated_tokens < req.output_tokens
+        ):
+            old = self.drafter.name
+            self.drafter_index += 1
+            self.drafter = device.drafters[self.drafter_index]
+            req.drafter = self.drafter.name
+            self.ewma = self._prior(req.prompt_tokens + req.generated_tokens)
+            fleet.recorder.on_drafter_switch((now, req.id, device.group, device.index, old, self.drafter.name))
+        return gained
+
+
+class DraftDevice:
+    """One draft device: a SimPy process running its bound requests closed loop.
+
+    Parameters
+    ----------
+    fleet
+        The fleet it belongs to (its links, targets, policies).
+    group
+        Its group's config.
+    index
+        Its number within the group.
+    drafters
+        Its draft models, smallest first.
+    """
+
+    def __init__(self, fleet: DraftFleet, group: DraftGroupConfig, index: int, drafters: list[Drafter]) -> None:
+        env = fleet.env
+        self.env = env
+        self.fleet = fleet
+        self.group = group.name
+        self.index = index
+        self.drafters = drafters
+        self.escalate_below = group.escalate_below
+        net = group.network
+        self.network = net
+        self.rtt_s = net.rtt_ms / 1e3 if net is not None else 0.0
+        """Propagation round trip to the targets, s."""
+        self.queue: deque[Request] = deque()
+        """Requests bound to it and not started."""
+        self.current: Request | None = None
+        """The request it runs."""
+        self.free_at = 0.0
+        self.busy_s = 0.0
+        """Time spent drafting, s."""
+        device = fleet.device_profiles.get(group.name)
+        self.throttle = None
+        self.availability: tuple[tuple[float, float], ...] = ()
+        if device is not None:
+            if device.thermal is not None:
+                self.throttle = (device.thermal.throttle_after_s, device.thermal.throttle_factor)
+            self.availability = tuple((w.start_s, w.end_s) for w in device.availability)
+        self.think = group.think_time
+        self.up: Link | None = None
+        self.down: Link | None = None
+        if net is not None:
+            name = f"draft/{group.name}/{index}"
+            rng_up = fleet.streams(f"{name}/up") if net.random else None
+            rng_down = fleet.streams(f"{name}/down") if net.random else None
+            bw = net.bandwidth_bytes_per_s
+            self.up = Link(env, fleet.uploaded, name=f"{name}/up", rtt_s=self.rtt_s, bandwidth_bytes_per_s=bw,
+                           rng=rng_up, dropped=fleet.lost, **net.link_faults())
+            self.down = Link(env, fleet.downloaded, name=f"{name}/down", rtt_s=self.rtt_s, bandwidth_bytes_per_s=bw,
+                             rng=rng_down, dropped=fleet.lost, **net.link_faults())
+        self._idle: Event | None = None
+        self._active_since: float | None = None
+        self.process = env.process(self._run())
+
+    def download_s(self, tokens: int) -> float:
+        """Nominal time for a verdict of *tokens* tokens to reach the device, s."""
+        net = self.network
+        if net is None:
+            return 0.0
+        return net.one_way_s + (self.fleet.config.bundle_header_bytes + tokens * net.bytes_per_token) / net.bandwidth_bytes_per_s
+
+    def bind(self, req: Request) -> None:
+        """Queue *req* on this device."""
+        self.queue.append(req)
+        if self._idle is not None and not self._idle.triggered:
+            self._idle.succeed()
+
+    def _available_from(self, t: float) -> float:
+        """The first time at or after *t* the device is in service."""
+        for start, end in self.availability:
+            if start <= t < end:
+                t = end
+        return t
+
+    def _draft_s(self, gamma: int, drafter: Drafter) -> float:
+        s = gamma * drafter.draft_token_s
+        if self.throttle is not None and self._active_since is not None:
+            after_s, factor = self.throttle
+            if self.env.now - self._active_since >= after_s:
+                s /= factor
+        return s
+
+    def _run(self) -> Generator[Event, None, None]:
+        """The device process (module docstring).
+
+        Yields
+        ------
+        Event
+            A bound request, the closed-loop wait, drafting, and each verdict.
+        """
+        env = self.env
+        fleet = self.fleet
+        while True:
+            while not self.queue:
+                self._active_since = None
+                self._idle = env.event()
+                yield self._idle
+                self._idle = None
+            req = self.queue.popleft()
+            start = self._available_from(max(env.now, self.free_at, req.arrival_s))
+            if start > env.now:
+                yield env.timeout(start - env.now)
+            if self._active_since is None:
+                self._active_since = env.now
+            self.current = req
+            req.draft_wait_s = env.now - req.arrival_s
+            req.arrival_s = env.now
+            spec = SpecState(fleet, self, fleet.new_policy(), req)
+            req.spec = spec
+            spec.wake = env.event()
+            fleet.send_prompt(req, self)
+            while True:
+                yield spec.wake
+                if req.completion_s == req.completion_s or req.dropped_reason:  # finished or dropped
+                    break
+                spec.wake = env.event()
+                server = fleet.servers[req.replica]
+                gamma = spec.next_gamma(server)
+                resume = self._available_from(env.now)
+                if resume > env.now:
+                    yield env.timeout(resume - env.now)
+                spec.round_start_s = env.now
+                draft_s = self._draft_s(gamma, spec.drafter)
+                if draft_s > 0.0:
+                    self.busy_s += draft_s
+                    yield env.timeout(draft_s)
+                fleet.send_bundle(req, self, gamma)
+            req.spec = None
+            self.current = None
+            think = 0.0
+            if self.think is not None:
+                think = max(0.0, float(self.think.sample(fleet.think_rng, 1)[0]))
+            self.free_at = env.now + think
+
+
+class DraftFleet:
+    """Every draft device, between the workload's *sent* Wire and the router's *arrivals*.
+
+    Parameters
+    ----------
+    env
+        The SimPy environment.
+    config
+        The scenario's ``speculation`` section.
+    sent
+        Wire the workload generator and sessions put requests into (it becomes its handler).
+    arrivals
+        Wire the router reads; a prompt is put there when it reaches the targets.
+    recorder
+        Told of arrivals, drops, rounds and drafter switches.
+    policy_factory
+        Builds one γ policy object per request.
+    mode_selector
+        The mode selector (``hybrid``) or None.
+    streams
+        ``streams(name)``: the random stream *name* (links' jitter and loss, think times).
+    device_profiles
+        Each group's :class:`~simpy_llm.serving.devices.DeviceProfile`, by group name.
+    dropped
+        Wire receiving requests dropped on the network (e.g. the completions Wire).
+    """
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        config: SpeculationConfig,
+        sent: Wire,
+        arrivals: Wire,
+        recorder: Recorder,
+        *,
+        policy_factory: Callable[[], Any],
+        mode_selector: Any,
+        streams: Callable[[str], np.random.Generator],
+        device_profiles: dict[str, Any],
+        dropped: Wire | None = None,
+    ) -> None:
+        from simpy_llm.speculative.acceptance import acceptance_model
+
+        self.env = env
+        self.config = config
+        self.arrivals = arrivals
+        self.recorder = recorder
+        self.new_policy = policy_factory
+        self.mode_selector = mode_selector
+        self.streams = streams
+        self.device_profiles = device_profiles
+        self.dropped = dropped
+        self.servers: list[VerifyServer] = []
+        """The targets, by fleet index (set by the simulation once built)."""
+        self.think_rng = streams("draft/think_time")
+        self.uploaded, self.downloaded, self.lost = Wire(env), Wire(env), Wire(env)
+        self.devices: dict[str, list[DraftDevice]] = {}
+        """Each group's devices, by group name."""
+        self.group_of_client: dict[str, str] = {}
+        default = None
+        for group in config.drafts:
+            drafters = []
+            for d in group.drafters:
+                if d.draft_token_ms is not None:
+                    token_s = d.draft_token_ms / 1e3
+                else:
+                    bandwidth = device_profiles[group.name].compute.memory_bandwidth_gb_per_s
+                    token_s = d.weights_gb / bandwidth
+                drafters.append(Drafter(d.name, token_s, acceptance_model(d.acceptance)))
+            self.devices[group.name] = [DraftDevice(self, group, i, drafters) for i in range(group.count)]
+            for cid in group.clients:
+                self.group_of_client[cid] = group.name
+            if not group.clients:
+                default = group.name
+        self.default_group = default
+        self._next = dict.fromkeys(self.devices, 0)
+        self._by_session: dict[str, DraftDevice] = {}
+        self.pending: dict[int, Request] = {}
+        """Requests bound to a device that have not reached a target, by id."""
+        sent.connect(self._bind)
+        self.uploaded.connect(self._uploaded)
+        self.downloaded.connect(self._downloaded)
+        self.lost.connect(self._lost)
+
+    def links(self) -> list[Link]:
+        """Every device's uplink and downlink, group by group."""
+        return [link for devices in self.devices.values() for d in devices for link in (d.up, d.down) if link is not None]
+
+    # ------------------------------------------------------------------ binding
+    def _bind(self, req: Request) -> None:
+        group = self.group_of_client.get(req.client_id, self.default_group)
+        if group is None:
+            raise ValueError(
+                f"request {req.id} of client {req.client_id!r}: no draft group names this client and none takes "
+                "every other client (speculation.drafts[].clients)"
+            )
+        device = self._by_session.get(req.session_id) if req.session_id else None
+        if device is None:
+            devices = self.devices[group]
+            k = self._next[group]
+            self._next[group] = k + 1
+            device = devices[k % len(devices)]
+            if req.session_id:
+                self._by_session[req.session_id] = device
+        req.draft_group = device.group
+        req.draft_device = device.index
+        self.pending[req.id] = req
+        device.bind(req)
+
+    # ------------------------------------------------------------------ messages
+    def _bytes(self, device: DraftDevice, tokens: int) -> float:
+        return self.config.bundle_header_bytes + tokens * device.network.bytes_per_token
+
+    def send_prompt(self, req: Request, device: DraftDevice) -> None:
+        """*device* starts *req*: its prompt goes up to the router."""
+        if device.up is None:
+            self._arrive(req)
+        else:
+            device.up.put(req, self._bytes(device, req.prompt_tokens))
+
+    def send_bundle(self, req: Request, device: DraftDevice, gamma: int) -> None:
+        """*device* drafted *gamma* tokens of *req*: the bundle goes up to its target."""
+        req.spec.sent_gamma = gamma
+        if device.up is None:
+            self.servers[req.replica].submit(req, gamma, req.spec.round_start_s)
+        else:
+            device.up.put(req, self._bytes(device, gamma))
+
+    def send_verdict(self, req: Request, tokens: int) -> None:
+        """A target answers *req*'s device with *tokens* new tokens (after the prefill or a
+        round; when the request ends, its last tokens, or a fused request's whole answer)."""
+        device = req.spec.device
+        if device.down is None:
+            req.spec.wake.succeed()
+        else:
+            device.down.put(req, self._bytes(device, tokens))
+
+    def _arrive(self, req: Request) -> None:
+        now = self.env.now
+        del self.pending[req.id]
+        req.upload_s = now - req.arrival_s
+        req.arrival_s = now
+        req.download_s = req.spec.device.download_s(1)
+        self.recorder.on_arrival(req, now)
+        self.arrivals.put(req)
+
+    def _uploaded(self, message: Message) -> None:
+        req: Request = message.payload
+        if req.id in self.pending:
+            self._arrive(req)
+        elif req.dropped_reason == "":
+            self.servers[req.replica].submit(req, req.spec.sent_gamma, req.spec.round_start_s)
+
+    def _downloaded(self, message: Message) -> None:
+        req: Request = message.payload
+        spec = req.spec
+        if spec is not None and not spec.wake.triggered:
+            spec.wake.succeed()
+
+    def _lost(self, message: Message) -> None:
+        """A link dropped a prompt, bundle or verdict: its request is dropped."""
+        req: Request = message.payload
+        reason = f"network_{message.dropped_reason}"
+        now = self.env.now
+        if req.id in self.pending:
+            del self.pending[req.id]
+            req.upload_s = math.nan
+            req.dropped_reason = reason
+            self.recorder.on_arrival(req, now)
+            self.recorder.on_drop(req)
+            self.recorder.on_departure(now)
+            if self.dropped is not None:
+                self.dropped.put(req)
+        elif req.completion_s != req.completion_s and not req.dropped_reason:
+            self.servers[req.replica].abort(req, reason)
+        spec = req.spec
+        if spec is not None and not spec.wake.triggered:
+            spec.wake.succeed()

@@ -1,0 +1,539 @@
+"""A target replica of speculative decoding: a verify server (seed 003 §6.2, §7).
+
+A :class:`VerifyServer` takes three kinds of job and runs them in **passes**, one
+SimPy timeout per pass:
+
+* **prefill** of a newly routed request (its prompt, computing the first token);
+* **verify** of a bundle of γ draft tokens a draft device sent (distributed mode);
+* **fused** round: the target drafts γ tokens with its own draft model and verifies
+  them in the same pass (fused mode; no bundle crosses the network).
+
+Which job goes first is the verify ``order``: ``fcfs`` (arrival), ``edf`` (deadline:
+the round's start plus the request's SLO class's ``tvt_s``, else ``tpot_s x (γ + 1)``,
+else none; a prefill's deadline is its arrival plus ``ttft_s``) or ``least_slack``
+(deadline minus the job's own verify time). A pass is either prefills (taken in order
+while their prompts fit ``max_num_batched_tokens`` and the KV guard admits them) or
+verify/fused jobs (up to ``max_microbatch``, with selective batching by context
+bucket: jobs outside the first one's bucket wait unless already past their deadline).
+Whichever queue's head comes first in the order runs; a pass in progress is never
+interrupted (a forward pass is not preemptible), so "preemption" of at-risk work
+happens at pass boundaries, where overdue jobs lead.
+
+Costs (``docs/speculative.md``): a prefill pass is the latency model's
+``step_time_s(P, 0)``; a verify pass over sequences with contexts ``c_i`` verifying
+``v_i`` drafted positions is a decode step of ``sum(v_i + 1)`` tokens with attention
+over ``sum((v_i + 1) c_i)`` context tokens, plus, if fused jobs are in it, ``max γ``
+draft steps of ``fused.draft_token_ms``, plus ``rollback_penalty_ms`` per
+mis-speculation partial verification let through. Each job's accepted prefix is
+drawn from its drafter's acceptance curve at its context when the pass starts.
+
+KV: a request is admitted (its prefill may run) only while the KV in use plus its
+prompt and output fit the guard, ``max_kv_utilization x capacity`` (``kv_spill:
+queue``); with ``kv_spill: fused`` it is admitted up to the whole capacity and runs
+fused when it pushed use past the guard. It holds that reservation until it leaves.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import simpy
+
+from simpy_llm.policies.mode import ModeState
+
+if TYPE_CHECKING:
+    from collections.abc import Generator
+
+    import numpy as np
+    from simpy.events import Event
+
+    from simpy_llm.config.speculation import SpeculationConfig
+    from simpy_llm.entities import Request
+    from simpy_llm.metrics.recorder import Recorder
+    from simpy_llm.speculative.draft import SpecState
+    from simpy_llm.wire import Wire
+
+__all__ = ["VerifyServer", "verify_pass_s"]
+
+PREFILL, VERIFY, FUSED = 0, 1, 2
+WAIT_EWMA = 0.2
+"""Weight of the newest job in a server's smoothed verify queue wait and pass time."""
+
+
+def verify_pass_s(latency: Any, contexts: list[int], verified: list[int]) -> float:
+    """Time of one verify pass on *latency*: a decode step of ``sum(v + 1)`` tokens whose
+    attention reads ``sum((v + 1) c)`` context tokens (module docstring).
+
+    >>> from simpy_llm.serving.latency import BlisLinearLatency
+    >>> verify_pass_s(BlisLinearLatency(beta0_us=5000.0, beta2_us=100.0), [512, 512], [4, 3])
+    0.0059
+    """
+    tokens = 0
+    context = 0
+    for c, v in zip(contexts, verified, strict=True):
+        tokens += v + 1
+        context += (v + 1) * c
+    if getattr(latency, "uses_context", False):
+        return latency.step_time_s(0, tokens, decode_context_tokens=context)
+    return latency.step_time_s(0, tokens)
+
+
+class _Memory:
+    """KV capacity and use in tokens, as views read it (``num_blocks``: capacity)."""
+
+    __slots__ = ("num_blocks", "peak_used_blocks", "used_blocks")
+
+    def __init__(self, capacity_tokens: int) -> None:
+        self.num_blocks = capacity_tokens
+        self.used_blocks = 0
+        self.peak_used_blocks = 0
+
+    @property
+    def free_blocks(self) -> int:
+        return max(self.num_blocks - self.used_blocks, 0)
+
+
+class _Job:
+    """One unit of work waiting at a verify server."""
+
+    __slots__ = ("deadline_s", "enqueued_s", "gamma", "kind", "req")
+
+    def __init__(self, kind: int, req: Request, gamma: int, enqueued_s: float, deadline_s: float) -> None:
+        self.kind = kind
+        self.req = req
+        self.gamma = gamma
+        self.enqueued_s = enqueued_s
+        self.deadline_s = deadline_s
+
+
+class VerifyServer:
+    """A target replica running prefills, verify passes and fused rounds (module docstring).
+
+    It offers what routing views and the simulation read from a replica (``waiting``,
+    ``running``, ``kv``, ``departed``, ``settle``...), so the scenario's routers and
+    clusters route prompts to it unchanged.
+
+    Parameters
+    ----------
+    env
+        The SimPy environment.
+    index
+        Its fleet index.
+    inbox
+        Wire the router puts prompts into (connected to :meth:`arrive`).
+    latency
+        Its group's latency model.
+    recorder
+        Where lifecycle, pass and round records go.
+    config
+        The scenario's ``speculation`` section.
+    kv_capacity_tokens
+        KV capacity, tokens (its engine's blocks x block size).
+    max_prefill_tokens
+        Most prompt tokens one prefill pass takes (its engine's ``max_num_batched_tokens``).
+    rng
+        Random stream of its acceptance draws and partial-verification samples.
+    fused_acceptance
+        The fused draft model's acceptance curve (None without ``speculation.fused``).
+    slo
+        ``{class: (ttft_s, tpot_s, tvt_s)}`` targets (None where not set), for deadlines.
+    send_verdict
+        ``send_verdict(req, tokens)``: the verdict of a distributed round (or a finished
+        request's answer) goes back to its draft device.
+    completions
+        Optional Wire receiving each request that leaves (completed or dropped).
+    group
+        Its replica group's name.
+    throttle
+        ``(after_s, factor)``: after that long busy without a break, passes take
+        ``1 / factor`` as long, until it idles.
+    load_s
+        Cold start before its first pass (busy meanwhile).
+    """
+
+    prefix_cache = None
+    """No prefix cache: each conversation's KV is its own."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        index: int,
+        inbox: Wire,
+        latency: Any,
+        recorder: Recorder,
+        config: SpeculationConfig,
+        *,
+        kv_capacity_tokens: int,
+        max_prefill_tokens: int,
+        rng: np.random.Generator,
+        fused_acceptance: Any,
+        slo: dict[str, tuple[float | None, float | None, float | None]],
+        send_verdict: Callable[[Request, int], None],
+        completions: Wire | None = None,
+        group: str = "default",
+        throttle: tuple[float, float] | None = None,
+        load_s: float = 0.0,
+    ) -> None:
+        self.env = env
+        self.index = index
+        self.group = group
+        self.latency = latency
+        self.recorder = recorder
+        self.config = config
+        self.verify = config.verify
+        self.kv = _Memory(kv_capacity_tokens)
+        self.max_prefill_tokens = max_prefill_tokens
+        self.rng = rng
+        self.fused_acceptance = fused_acceptance
+        self.fused_draft_s = config.fused.draft_token_ms / 1e3 if config.fused is not None else 0.0
+        self.slo = slo
+        self.send_verdict = send_verdict
+        self.completions = completions
+        self.throttle = throttle
+        self.load_s = load_s
+        self.step = 0
+        """Passes run."""
+        self.departed = 0
+        self.departed_tokens = 0
+        self.queued_prompt_tokens = 0
+        """Prompt tokens waiting for their prefill."""
+        self.prefill_s_per_token = latency.step_time_s(1024, 0) / 1024
+        """What routers assume a prompt token costs."""
+        self.running: dict[int, Request] = {}
+        """Admitted requests (prefilled or being prefilled) that have not left, by id."""
+        self.prefills: list[tuple] = []
+        """Heap of waiting prefill jobs."""
+        self.rounds: list[tuple] = []
+        """Heap of waiting verify and fused jobs."""
+        self.queue_wait_s = 0.0
+        """Smoothed wait of a verify job before its pass, s."""
+        self.pass_s = 0.0
+        """Smoothed duration of a verify pass, s."""
+        self._seq = 0
+        self._wake: Event | None = None
+        self._busy_since: float | None = None
+        self._pass_start = math.nan
+        self._output_overhead_s = float(getattr(latency, "output_token_overhead_s", 0.0))
+        self._queueing = getattr(latency, "queueing_time_s", None)
+        self._selector = None
+        self.process = env.process(self._serve())
+        inbox.connect(self.arrive)
+
+    # ------------------------------------------------------------------ views
+    @property
+    def waiting(self) -> list[tuple]:
+        """Waiting prefill jobs (``len()``: requests waiting for their prefill)."""
+        return self.prefills
+
+    def in_flight(self) -> list[Request]:
+        """Requests routed here that have not left."""
+        waiting = [entry[-1].req for entry in self.prefills]
+        return sorted([*self.running.values(), *waiting], key=lambda r: r.id)
+
+    # ------------------------------------------------------------------ arrivals
+    def arrive(self, req: Request) -> None:
+        """A routed prompt: queued for prefill after the latency model's queueing overhead."""
+        delay = self._queueing(req.prompt_tokens) if self._queueing is not None else 0.0
+        self.queued_prompt_tokens += req.prompt_tokens
+        if delay > 0.0:
+            self.env.timeout(delay, req).callbacks.append(self._enqueue_event)
+        else:
+            self._enqueue_prefill(req)
+
+    def _enqueue_event(self, event: Event) -> None:
+        self._enqueue_prefill(event.value)
+
+    def _enqueue_prefill(self, req: Request) -> None:
+        now = self.env.now
+        req.enqueue_s = now
+        ttft = self.slo.get(req.slo_class, (None, None, None))[0]
+        deadline = now + ttft if ttft is not None else math.inf
+        self._push(self.prefills, _Job(PREFILL, req, 0, now, deadline), 0.0)
+
+    def submit(self, req: Request, gamma: int, round_start_s: float, kind: int = VERIFY) -> None:
+        """A round of *req* proposing *gamma* tokens waits for a pass (a bundle that arrived,
+        or the next fused round)."""
+        now = self.env.now
+        _ttft, tpot, tvt = self.slo.get(req.slo_class, (None, None, None))
+        if tvt is not None:
+            deadline = round_start_s + tvt
+        elif tpot is not None:
+            deadline = round_start_s + tpot * (gamma + 1)
+        else:
+            deadline = math.inf
+        own = verify_pass_s(self.latency, [req.prompt_tokens + req.generated_tokens], [gamma]) if self.verify.order == "least_slack" else 0.0
+        self._push(self.rounds, _Job(kind, req, gamma, now, deadline), own)
+
+    def _push(self, heap: list[tuple], job: _Job, own_s: float) -> None:
+        order = self.verify.order
+        self._seq += 1
+        key = job.enqueued_s if order == "fcfs" else (job.deadline_s - own_s if order == "least_slack" else job.deadline_s)
+        heapq.heappush(heap, (key, self._seq, job))
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+
+    # ------------------------------------------------------------------ the server
+    def _admissible(self, req: Request) -> bool:
+        need = req.prompt_tokens + req.output_tokens
+        limit = self.kv.num_blocks * (1.0 if self.verify.kv_spill == "fused" else self.verify.max_kv_utilization)
+        return self.kv.used_blocks + need <= limit
+
+    def _serve(self) -> Generator[Event, None, None]:
+        """The server process: one pass at a time, each a timeout.
+
+        Yields
+        ------
+        Event
+            A wake-up while idle, the cold start, or a pass's duration.
+        """
+        env = self.env
+        loaded = self.load_s <= 0.0
+        while True:
+            job_heap = self._next_heap()
+            if job_heap is None:
+                self._wake = env.event()
+                self._busy_since = None
+                yield self._wake
+                self._wake = None
+                continue
+            if not loaded:
+                start = env.now
+                yield env.timeout(self.load_s)
+                self.recorder.on_cold_start(self.index, start, env.now)
+                loaded = True
+                continue
+            if self._busy_since is None:
+                self._busy_since = env.now
+            if job_heap is self.prefills:
+                yield from self._prefill_pass()
+            else:
+                yield from self._verify_pass()
+
+    def _next_heap(self) -> list[tuple] | None:
+        """The queue whose head goes next (None: nothing can run now)."""
+        prefill_ok = bool(self.prefills) and self._admissible(self.prefills[0][-1].req)
+        if prefill_ok and self.rounds:
+            return self.prefills if self.prefills[0][:2] <= self.rounds[0][:2] else self.rounds
+        if prefill_ok:
+            return self.prefills
+        return self.rounds if self.rounds else None
+
+    def _speed(self) -> float:
+        """Duration factor of a pass starting now (thermal throttling)."""
+        if self.throttle is None or self._busy_since is None:
+            return 1.0
+        after_s, factor = self.throttle
+        return 1.0 / factor if self.env.now - self._busy_since >= after_s else 1.0
+
+    def _prefill_pass(self) -> Generator[Event, None, None]:
+        env = self.env
+        now = env.now
+        batch: list[Request] = []
+        tokens = 0
+        heap = self.prefills
+        while heap:
+            req = heap[0][-1].req
+            if batch and tokens + req.prompt_tokens > self.max_prefill_tokens:
+                break
+            if not self._admissible(req):
+                break
+            heapq.heappop(heap)
+            batch.append(req)
+            tokens += req.prompt_tokens
+            need = req.prompt_tokens + req.output_tokens
+            self.kv.used_blocks += need
+            self.running[req.id] = req
+            req.first_scheduled_s = now
+            self._choose_mode(req)
+        kv = self.kv
+        if kv.used_blocks > kv.peak_used_blocks:
+            kv.peak_used_blocks = kv.used_blocks
+        self.queued_prompt_tokens -= tokens
+        lat = self.latency
+        if getattr(lat, "uses_context", False):
+            pairs = sum(r.prompt_tokens * (r.prompt_tokens + 1) / 2 for r in batch)
+            step_s = lat.step_time_s(tokens, 0, prefill_attention_pairs=pairs)
+        else:
+            step_s = lat.step_time_s(tokens, 0)
+        step_s *= self._speed()
+        self._pass_start = now
+        yield env.timeout(step_s)
+        self._pass_start = math.nan
+        self.step += 1
+        self.recorder.on_steps(self.index, step_s, 1, len(batch), tokens, 0, kv.used_blocks * step_s)
+        end = env.now
+        for req in batch:
+            req.generated_tokens = 1
+            req.first_token_s = end + self._output_overhead_s
+            if req.generated_tokens >= req.output_tokens:
+                self._complete(req, 1)
+                continue
+            spec: SpecState = req.spec
+            if spec.mode == "fused":
+                self._next_fused(req, end)
+            else:
+                self.send_verdict(req, 1)
+
+    def _choose_mode(self, req: Request) -> None:
+        """A request's mode, decided as its prefill starts (``hybrid``: the mode selector's;
+        ``kv_spill: fused``: fused once admitting it pushed KV use past the guard)."""
+        spec: SpecState = req.spec
+        cfg = self.config
+        if cfg.mode != "hybrid":
+            spec.mode = cfg.mode
+        else:
+            spec.mode = spec.fleet.mode_selector.choose(self._mode_state(req))
+        if cfg.verify.kv_spill == "fused" and self.kv.used_blocks > self.kv.num_blocks * cfg.verify.max_kv_utilization:
+            spec.mode = "fused"
+        req.spec_mode = spec.mode
+        if spec.mode == "distributed":
+            req.drafter = spec.drafter.name
+
+    def _mode_state(self, req: Request) -> ModeState:
+        spec: SpecState = req.spec
+        context = req.prompt_tokens + 1
+        gamma = spec.first_gamma(self)
+        drafter = spec.drafter
+        rtt = spec.device.rtt_s
+        verify_s = verify_pass_s(self.latency, [context], [gamma])
+        temp = self.config.temperature
+        dist = (gamma * drafter.draft_token_s + rtt + verify_s) / drafter.acceptance.expected_tokens(context, gamma, temp)
+        fused_e = self.fused_acceptance.expected_tokens(context, gamma, temp)
+        fused = (gamma * self.fused_draft_s + verify_s) / fused_e
+        return ModeState(
+            draft_group=spec.device.group, rtt_s=rtt, verify_queue_wait_s=self.queue_wait_s,
+            kv_utilization=min(1.0, self.kv.used_blocks / self.kv.num_blocks) if self.kv.num_blocks else 0.0,
+            distributed_token_s=dist, fused_token_s=fused, gamma=gamma,
+        )
+
+    def _next_fused(self, req: Request, now: float) -> None:
+        """Queue *req*'s next fused round (γ from its policy, seen from the target)."""
+        spec: SpecState = req.spec
+        gamma = spec.next_gamma(self, fused=True)
+        spec.round_start_s = now
+        self.submit(req, gamma, now, FUSED)
+
+    def _take_round_batch(self) -> list[_Job]:
+        heap = self.rounds
+        cap = self.verify.max_microbatch
+        bucket_tokens = self.verify.context_bucket_tokens
+        first = heapq.heappop(heap)[-1]
+        batch = [first]
+        if bucket_tokens is None:
+            while heap and len(batch) < cap:
+                batch.append(heapq.heappop(heap)[-1])
+            return batch
+        now = self.env.now
+        bucket = (first.req.prompt_tokens + first.req.generated_tokens) // bucket_tokens
+        skipped = []
+        while heap and len(batch) < cap:
+            entry = heapq.heappop(heap)
+            job = entry[-1]
+            if job.deadline_s < now or (job.req.prompt_tokens + job.req.generated_tokens) // bucket_tokens == bucket:
+                batch.append(job)
+            else:
+                skipped.append(entry)
+        for entry in skipped:
+            heapq.heappush(heap, entry)
+        return batch
+
+    def _verified(self, gamma: int) -> list[bool]:
+        """Which of positions 1..gamma the target verifies (``verify.partial``)."""
+        partial = self.verify.partial
+        if partial == "all" or gamma == 0:
+            return [True] * gamma
+        if partial == "first_token":
+            return [True] + [False] * (gamma - 1)
+        draws = self.rng.random(gamma - 1) < self.verify.sample_rate
+        return [True, *draws.tolist()]
+
+    def _verify_pass(self) -> Generator[Event, None, None]:
+        env = self.env
+        now = env.now
+        batch = self._take_round_batch()
+        contexts: list[int] = []
+        verified_counts: list[int] = []
+        accepted: list[float] = []
+        rollback = []
+        draft_steps = 0
+        temp = self.config.temperature
+        wait_total = 0.0
+        for job in batch:
+            req = job.req
+            spec: SpecState = req.spec
+            context = req.prompt_tokens + req.generated_tokens
+            contexts.append(context)
+            verified = self._verified(job.gamma)
+            verified_counts.append(sum(verified))
+            model = self.fused_acceptance if job.kind == FUSED else spec.drafter.acceptance
+            m = spec.accepted(model, self.rng, context, job.gamma, temp)
+            accepted.append(m)
+            whole = int(m)
+            rollback.append(whole < job.gamma and not verified[whole])
+            if job.kind == FUSED:
+                draft_steps = max(draft_steps, job.gamma)
+            wait_total += now - job.enqueued_s
+        pass_s = verify_pass_s(self.latency, contexts, verified_counts)
+        self.pass_s += WAIT_EWMA * (pass_s - self.pass_s)
+        self.queue_wait_s += WAIT_EWMA * (wait_total / len(batch) - self.queue_wait_s)
+        step_s = draft_steps * self.fused_draft_s + pass_s + sum(rollback) * self.verify.rollback_penalty_ms / 1e3
+        step_s *= self._speed()
+        self._pass_start = now
+        yield env.timeout(step_s)
+        self._pass_start = math.nan
+        self.step += 1
+        end = env.now
+        tokens_out = 0
+        for job, m, rolled in zip(batch, accepted, rollback, strict=True):
+            req = job.req
+            spec = req.spec
+            gained = spec.settle_round(req, job.gamma, m, rolled, end, self.index, job.kind == FUSED)
+            tokens_out += gained
+            if req.generated_tokens >= req.output_tokens:
+                self._complete(req, req.output_tokens if job.kind == FUSED else gained)
+            elif job.kind == FUSED:
+                self._next_fused(req, end)
+            else:
+                self.send_verdict(req, gained)
+        self.recorder.on_steps(self.index, step_s, 1, len(batch), 0, tokens_out, self.kv.used_blocks * step_s)
+
+    # ------------------------------------------------------------------ leaving
+    def _leave(self, req: Request) -> None:
+        if self.running.pop(req.id, None) is not None:
+            self.kv.used_blocks -= req.prompt_tokens + req.output_tokens
+        self.departed += 1
+        self.departed_tokens += req.prompt_tokens
+
+    def _complete(self, req: Request, tokens: int) -> None:
+        """*req* made its last token: it leaves, and its device hears of its last *tokens*."""
+        now = self.env.now
+        req.completion_s = now + req.output_tokens * self._output_overhead_s
+        self._leave(req)
+        self.recorder.on_complete(req)
+        self.recorder.on_departure(now)
+        self.send_verdict(req, tokens)
+        if self.completions is not None:
+            self.completions.put(req)
+
+    def abort(self, req: Request, reason: str) -> None:
+        """*req*'s bundle or verdict was lost on the network: it is dropped here."""
+        now = self.env.now
+        req.dropped_reason = reason
+        self._leave(req)
+        self.recorder.on_drop(req)
+        self.recorder.on_departure(now)
+        if self.completions is not None:
+            self.completions.put(req)
+
+    def settle(self, until_s: float) -> None:
+        """The run stopped at *until_s*: count the busy time of the pass in progress."""
+        if self._pass_start == self._pass_start:  # not NaN
+            self.recorder.on_busy(self.index, until_s - self._pass_start)
+
+    def statistics(self) -> dict[str, float]:
+        """Passes run, smoothed verify queue wait and pass time, KV in use."""
+        return {"passes": self.step, "queue_wait_s": self.queue_wait_s, "pass_s": self.pass_s, "kv_used_tokens": self.kv.used_blocks}
+
