@@ -545,6 +545,10 @@ class Simulation:
             replica_groups=[p.group for p in self.plans],
             replica_devices=[(p.device, p.gpus) for p in self.plans],
             links={link.name: link.statistics() for link in self._links()},
+            draft_busy_s=(
+                {g: [d.busy_s for d in devices] for g, devices in self.draft_fleet.devices.items()}
+                if self.draft_fleet is not None else None
+            ),
         )
 
     def _links(self) -> list[Link]:

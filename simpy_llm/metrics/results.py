@@ -52,6 +52,7 @@ import numpy as np
 
 from simpy_llm.metrics.diagnostics import diagnose
 from simpy_llm.metrics.fairness import tenant_fairness
+from simpy_llm.metrics.manifest import input_files
 from simpy_llm.metrics.recorder import RECORD_FIELDS
 from simpy_llm.metrics.summary import FRAME_COLUMNS, Summary, flatten_summary
 
@@ -181,6 +182,7 @@ class Results:
         replica_groups: list[str] | None = None,
         replica_devices: list[tuple[Any, int]] | None = None,
         links: dict[str, Any] | None = None,
+        draft_busy_s: dict[str, list[float]] | None = None,
     ) -> None:
         self.columns = columns
         """Record columns (strings decoded), sorted by request id."""
@@ -205,6 +207,8 @@ class Results:
         """``(device profile or None, GPUs)`` per replica index (``None``: not given)."""
         self.link_stats = dict(links or {})
         """:class:`~simpy_llm.network.link.LinkStats` of every link at the end of the run, by name."""
+        self.draft_busy_s = dict(draft_busy_s or {})
+        """Speculative decoding: each draft group's devices' drafting time, s, by group name."""
 
     @classmethod
     def from_recorder(
@@ -220,6 +224,7 @@ class Results:
         replica_groups: list[str] | None = None,
         replica_devices: list[tuple[Any, int]] | None = None,
         links: dict[str, Any] | None = None,
+        draft_busy_s: dict[str, list[float]] | None = None,
     ) -> Results:
         """Freeze a recorder's columns into Results (records sorted by request id).
 
@@ -247,6 +252,7 @@ class Results:
             replica_groups=replica_groups,
             replica_devices=replica_devices,
             links=links,
+            draft_busy_s=draft_busy_s,
         )
 
     def __len__(self) -> int:
@@ -773,8 +779,39 @@ class Results:
             **({"disaggregation": self._disaggregation_summary()} if rec.kv_transfers else {}),
             **({"devices": self._device_summary(duration_all, int(met.sum()), duration)} if self._has_devices() else {}),
             **({"network": {"links": dict(sorted(self._link_figures().items()))}} if self.link_stats else {}),
+            **({"speculation": self._speculation_summary(done, met)} if self.scenario.speculation is not None else {}),
             "diagnostics": [d.to_dict() for d in diagnose(self)],
         }
+
+    def spec_rounds(self) -> pd.DataFrame:
+        """Speculative decoding: one row per verify round
+        (:func:`~simpy_llm.metrics.speculation.spec_round_frame`)."""
+        from simpy_llm.metrics.speculation import spec_round_frame
+
+        return spec_round_frame(self._recorder.spec_rounds)
+
+    def drafter_switches(self) -> pd.DataFrame:
+        """Speculative decoding: one row per mid-decode drafter escalation."""
+        from simpy_llm.metrics.speculation import drafter_switch_frame
+
+        return drafter_switch_frame(self._recorder.drafter_switches)
+
+    def gamma_timeline(self, bin_s: float = 1.0) -> pd.DataFrame:
+        """Speculative decoding: mean γ, rounds and acceptance per *bin_s* of simulated time
+        (:func:`~simpy_llm.metrics.speculation.gamma_timeline`)."""
+        from simpy_llm.metrics.speculation import gamma_timeline
+
+        return gamma_timeline(self._recorder.spec_rounds, bin_s)
+
+    def _speculation_summary(self, done: np.ndarray, met: np.ndarray) -> dict[str, Any]:
+        """``summary()["speculation"]``: see :class:`~simpy_llm.metrics.summary.SpeculationStats`."""
+        from simpy_llm.metrics.speculation import speculation_summary
+
+        rec = self._recorder
+        return speculation_summary(
+            self.scenario, rec.spec_rounds, rec.drafter_switches, self.columns, done, met, self.draft_busy_s,
+            self.end_s,
+        )
 
     def _has_devices(self) -> bool:
         return self.replica_devices is not None and any(d is not None for d, _ in self.replica_devices)
@@ -971,8 +1008,9 @@ class Results:
         ``workflow_sessions.csv`` and ``tool_calls.csv`` (agentic sessions, see
         :meth:`workflow_sessions` and :meth:`tool_calls`), ``kv_transfers.csv`` (a
         disaggregated fleet, see :meth:`kv_transfers`), ``links.csv`` (network links, see
-        :meth:`links`),
-        ``summary.json`` and ``manifest.json`` into *directory*;
+        :meth:`links`), ``spec_rounds.csv`` and ``drafter_switches.csv`` (speculative decoding),
+        ``summary.json`` and ``manifest.json`` (with the SHA-256 of every data file the
+        scenario reads: :func:`~simpy_llm.metrics.manifest.input_files`) into *directory*;
         return *directory*. A *written* list gets the path of each file written, in order."""
         from simpy_llm.config.loader import scenario_hash, scenario_to_dict
 
@@ -1007,12 +1045,17 @@ class Results:
             self.kv_transfers().to_csv(put("kv_transfers.csv"), index=False)
         if self.link_stats:
             self.links().to_csv(put("links.csv"), index=False)
+        if self._recorder.spec_rounds:
+            self.spec_rounds().to_csv(put("spec_rounds.csv"), index=False)
+        if self._recorder.drafter_switches:
+            self.drafter_switches().to_csv(put("drafter_switches.csv"), index=False)
         put("summary.json").write_text(json.dumps(self.summary(), indent=2, default=_json_default) + "\n")
         manifest = {
             "seed": self.scenario.seed,
             "scenario_sha256": scenario_hash(self.scenario),
             "scenario": scenario_to_dict(self.scenario),
             "versions": _versions(),
+            "inputs": input_files(self.scenario),
             "python": platform.python_version(),
             "run": {
                 "wall_s": self.wall_s,

@@ -591,6 +591,76 @@ class WorkflowStats(TypedDict):
     critical path spent waiting at the replica before their first step."""
 
 
+class DraftGroupStats(TypedDict):
+    """One draft group of speculative decoding (``docs/speculative.md``)."""
+
+    devices: int
+    """Devices in the group."""
+    completed: int
+    """Completed measured requests its devices ran."""
+    drafting_s: float
+    """Time its devices spent drafting, summed, s."""
+    utilisation: float | None
+    """Drafting time over devices x the run's duration."""
+    energy_j: float | None
+    """Its devices' energy, J: ``active_w`` x drafting + ``idle_w`` x the rest (None without a device profile)."""
+    energy_j_per_output_token: float | None
+    """That over its completed requests' output tokens, J."""
+    slo_attainment: float | None
+    """Share of its completed requests that met their SLO."""
+    tokens_per_s_per_request: float | None
+    """Mean over its completed requests of output tokens / E2E, tokens/s."""
+
+
+class SpeculationFairness(TypedDict):
+    """Jain's index across draft groups (device classes)."""
+
+    slo_attainment_jain: float | None
+    """Over the groups' ``slo_attainment`` (None without SLOs)."""
+    service_rate_jain: float | None
+    """Over the groups' ``tokens_per_s_per_request``."""
+
+
+class TvtStats(TypedDict):
+    """Time to verified tokens (a request's longest round), over completed measured requests, s."""
+
+    mean: float | None
+    p50: float | None
+    p95: float | None
+    p99: float | None
+
+
+class SpeculationStats(TypedDict):
+    """Speculative decoding's figures (seed 003 §8); only with a ``speculation`` section."""
+
+    mode: str
+    """``speculation.mode``."""
+    rounds: int
+    """Verify rounds (all requests, including warm-up)."""
+    tokens_per_round: float | None
+    """Mean output tokens a round added (accepted drafts plus the target's token)."""
+    acceptance_rate: float | None
+    """Drafts accepted over drafts proposed."""
+    mean_gamma: float | None
+    """Mean γ proposed per round, tokens."""
+    gamma_histogram: dict[str, int]
+    """Rounds per γ."""
+    acceptance_by_context: dict[str, float | None]
+    """Acceptance rate per context bucket (``CONTEXT_BUCKETS``; label ``low-high`` tokens)."""
+    requests_by_mode: dict[str, int]
+    """Completed measured requests per mode (``distributed``, ``fused``)."""
+    drafter_switches: int
+    """Mid-decode drafter escalations."""
+    rollbacks: int
+    """Rounds whose rejection partial verification missed."""
+    rollback_s: float
+    """Target time those cost, s."""
+    tvt_s: TvtStats
+    drafts: dict[str, DraftGroupStats]
+    """Per draft group."""
+    fairness: SpeculationFairness
+
+
 class Summary(TypedDict):
     """What :meth:`Results.summary() <simpy_llm.metrics.results.Results.summary>` returns."""
 
@@ -638,6 +708,8 @@ class Summary(TypedDict):
     """Per-link figures; only when the run had links (client networks, KV transfers)."""
     devices: NotRequired[DeviceStats]
     """Energy, cost and cold starts; only when some replica group names a device."""
+    speculation: NotRequired[SpeculationStats]
+    """Speculative decoding's figures; only with a ``speculation`` section."""
     disaggregation: NotRequired[DisaggregationStats]
     """KV transfers between the prefill and decode pools; only for a disaggregated fleet."""
     workflows: NotRequired[dict[str, WorkflowStats]]

@@ -793,6 +793,24 @@ class LutLatency(RequestOverheads):
             ms += self.decode.latency_ms_at(decode_context_tokens / decode_tokens, decode_tokens)
         return ms / 1e3
 
+    def verify_time_s(self, contexts: list[int], verified: list[int]) -> float | None:
+        """A speculative verify pass read off the file's ``verify`` rows, s; None when the file
+        has no ``verify`` slice for this model and hardware with ``fanout_k`` equal to the
+        pass's largest verified count (the caller then times it as a decode step).
+
+        The pass of ``len(contexts)`` sequences reads the slice at their mean context and
+        ``microbatch = len(contexts)`` (drawn, with ``tail: sampled``).
+        """
+        fanout = max(verified, default=0)
+        key = ("verify", self.model, self.hardware_name, self.tensor_parallel, self.pipeline_parallel, self.dtype, fanout)
+        part = self.lut.slices.get(key)
+        if part is None:
+            return None
+        context = sum(contexts) / len(contexts)
+        if self.tail == "mean":
+            return part.latency_ms_at(context, len(contexts)) / 1e3
+        return self._draw_ms(part, context, len(contexts)) / 1e3
+
     def step_time_s(
         self, prefill_tokens: int, decode_tokens: int, decode_context_tokens: float = 0, prefill_attention_pairs: float = 0
     ) -> float:

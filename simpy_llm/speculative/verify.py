@@ -21,8 +21,10 @@ happens at pass boundaries, where overdue jobs lead.
 
 Costs (``docs/speculative.md``): a prefill pass is the latency model's
 ``step_time_s(P, 0)``; a verify pass over sequences with contexts ``c_i`` verifying
-``v_i`` drafted positions is a decode step of ``sum(v_i + 1)`` tokens with attention
-over ``sum((v_i + 1) c_i)`` context tokens, plus, if fused jobs are in it, ``max γ``
+``v_i`` drafted positions is read off a LUT's ``verify`` rows (``fanout_k = max v_i``,
+at the mean context and ``microbatch`` = sequences) when the latency model is a LUT that
+has them, else a decode step of ``sum(v_i + 1)`` tokens with attention over
+``sum((v_i + 1) c_i)`` context tokens; plus, if fused jobs are in it, ``max γ``
 draft steps of ``fused.draft_token_ms``, plus ``rollback_penalty_ms`` per
 mis-speculation partial verification let through. Each job's accepted prefix is
 drawn from its drafter's acceptance curve at its context when the pass starts.
@@ -64,13 +66,20 @@ WAIT_EWMA = 0.2
 
 
 def verify_pass_s(latency: Any, contexts: list[int], verified: list[int]) -> float:
-    """Time of one verify pass on *latency*: a decode step of ``sum(v + 1)`` tokens whose
-    attention reads ``sum((v + 1) c)`` context tokens (module docstring).
+    """Time of one verify pass on *latency*: its ``verify_time_s(contexts, verified)`` when it
+    has one that answers (a LUT with ``verify`` rows for the pass's fanout), else a decode
+    step of ``sum(v + 1)`` tokens whose attention reads ``sum((v + 1) c)`` context tokens
+    (module docstring).
 
     >>> from simpy_llm.serving.latency import BlisLinearLatency
     >>> verify_pass_s(BlisLinearLatency(beta0_us=5000.0, beta2_us=100.0), [512, 512], [4, 3])
     0.0059
     """
+    from_table = getattr(latency, "verify_time_s", None)
+    if from_table is not None:
+        found = from_table(contexts, verified)
+        if found is not None:
+            return found
     tokens = 0
     context = 0
     for c, v in zip(contexts, verified, strict=True):

@@ -1,0 +1,192 @@
+"""Speculative decoding's figures (seed 003 §8): rounds, acceptance, γ, modes, drafts.
+
+:func:`spec_round_frame` and :func:`drafter_switch_frame` turn the recorder's
+per-round and per-switch tuples into DataFrames; :func:`speculation_summary` is
+``summary()["speculation"]`` (see :class:`~simpy_llm.metrics.summary.SpeculationStats`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from simpy_llm.config.schema import Scenario
+
+__all__ = ["CONTEXT_BUCKETS", "drafter_switch_frame", "gamma_timeline", "jain", "spec_round_frame", "speculation_summary"]
+
+SPEC_ROUND_COLUMNS = (
+    ("time_s", "float64"), ("request_id", "int64"), ("replica", "int64"), ("draft_group", "string"),
+    ("draft_device", "int64"), ("mode", "string"), ("drafter", "string"), ("gamma", "int64"),
+    ("accepted", "float64"), ("tokens", "int64"), ("context_tokens", "int64"), ("tvt_s", "float64"),
+    ("rollback", "int64"),
+)
+"""Columns of :func:`spec_round_frame`, with their dtypes."""
+SWITCH_COLUMNS = (
+    ("time_s", "float64"), ("request_id", "int64"), ("draft_group", "string"), ("draft_device", "int64"),
+    ("from_drafter", "string"), ("to_drafter", "string"),
+)
+CONTEXT_BUCKETS = (0, 256, 1024, 4096, 16384)
+"""Lower edges of the context buckets of ``acceptance_by_context``, tokens (the last is open)."""
+
+
+def _frame(rows: list[tuple], columns: tuple[tuple[str, str], ...]) -> pd.DataFrame:
+    import pandas as pd
+
+    names = [n for n, _ in columns]
+    return pd.DataFrame(rows, columns=names).astype(dict(columns))
+
+
+def spec_round_frame(rows: list[tuple]) -> pd.DataFrame:
+    """One row per verify round (in the order the passes ended): ``time_s`` (its pass
+    ended), ``request_id``, ``replica`` (the target), ``draft_group``, ``draft_device``,
+    ``mode`` (``distributed`` or ``fused``), ``drafter`` (empty when fused), ``gamma``
+    (tokens proposed), ``accepted`` (drafts accepted; fractional with
+    ``acceptance_sampling: expected``), ``tokens`` (output tokens the round added),
+    ``context_tokens`` (before the round), ``tvt_s`` and ``rollback`` (1 when partial
+    verification missed the rejection)."""
+    return _frame(rows, SPEC_ROUND_COLUMNS)
+
+
+def drafter_switch_frame(rows: list[tuple]) -> pd.DataFrame:
+    """One row per mid-decode escalation: ``time_s``, ``request_id``, ``draft_group``,
+    ``draft_device``, ``from_drafter``, ``to_drafter``."""
+    return _frame(rows, SWITCH_COLUMNS)
+
+
+def gamma_timeline(rows: list[tuple], bin_s: float) -> pd.DataFrame:
+    """Mean γ, rounds and acceptance rate per *bin_s* window of simulated time (the adaptive-γ
+    timeline): columns ``start_s``, ``rounds``, ``mean_gamma``, ``acceptance_rate``."""
+    import pandas as pd
+
+    if not bin_s > 0:
+        raise ValueError(f"bin_s must be > 0, got {bin_s!r}")
+    frame = spec_round_frame(rows)
+    if frame.empty:
+        return pd.DataFrame({"start_s": [], "rounds": [], "mean_gamma": [], "acceptance_rate": []})
+    frame["start_s"] = np.floor(frame["time_s"].to_numpy() / bin_s) * bin_s
+    grouped = frame.groupby("start_s", sort=True)
+    out = pd.DataFrame({
+        "rounds": grouped.size(),
+        "mean_gamma": grouped["gamma"].mean(),
+        "acceptance_rate": grouped["accepted"].sum() / grouped["gamma"].sum().where(lambda g: g > 0),
+    }).reset_index()
+    return out
+
+
+def jain(values: list[float]) -> float | None:
+    """Jain's fairness index ``(sum x)^2 / (n sum x^2)`` of the values that are numbers (None
+    when there are none, or all are 0).
+
+    >>> jain([1.0, 1.0, 1.0]), round(jain([1.0, 0.0]), 3)
+    (1.0, 0.5)
+    """
+    xs = [v for v in values if v == v]
+    sq = sum(v * v for v in xs)
+    return (sum(xs) ** 2) / (len(xs) * sq) if xs and sq > 0 else None
+
+
+def _acceptance_by_context(contexts: np.ndarray, gammas: np.ndarray, accepted: np.ndarray) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    edges = CONTEXT_BUCKETS
+    for i, low in enumerate(edges):
+        high = edges[i + 1] if i + 1 < len(edges) else math.inf
+        mask = (contexts >= low) & (contexts < high)
+        proposed = int(gammas[mask].sum())
+        if mask.any():
+            label = f"{low}-{high - 1}" if high != math.inf else f"{low}+"
+            out[label] = float(np.minimum(accepted[mask], gammas[mask]).sum() / proposed) if proposed else None
+    return out
+
+
+def speculation_summary(
+    scenario: Scenario,
+    rounds: list[tuple],
+    switches: list[tuple],
+    columns: dict[str, np.ndarray],
+    done: np.ndarray,
+    met: np.ndarray,
+    draft_busy_s: dict[str, list[float]],
+    span_s: float,
+) -> dict[str, Any]:
+    """``summary()["speculation"]`` (:class:`~simpy_llm.metrics.summary.SpeculationStats`).
+
+    *columns* are the record columns, *done* marks the completed measured requests and
+    *met* (aligned with ``done``'s true entries) whether each met its SLO; *draft_busy_s*
+    is each draft group's devices' drafting time, *span_s* the run's duration.
+    """
+    from simpy_llm.serving.devices import device_profile
+
+    spec = scenario.speculation
+    n = len(rounds)
+    gammas = np.fromiter((r[7] for r in rounds), dtype=np.int64, count=n)
+    accepted = np.fromiter((r[8] for r in rounds), dtype=np.float64, count=n)
+    tokens = np.fromiter((r[9] for r in rounds), dtype=np.int64, count=n)
+    contexts = np.fromiter((r[10] for r in rounds), dtype=np.int64, count=n)
+    rolled = np.fromiter((r[12] for r in rounds), dtype=np.int64, count=n)
+    proposed = int(gammas.sum())
+    hist: dict[str, int] = {}
+    for g, k in zip(*np.unique(gammas, return_counts=True), strict=True):
+        hist[str(int(g))] = int(k)
+    modes = columns["spec_mode"][done]
+    by_mode = {m: int((modes == m).sum()) for m in ("distributed", "fused")}
+    tvt = columns["tvt_s"][done]
+    tvt = tvt[~np.isnan(tvt)]
+    groups: dict[str, Any] = {}
+    group_col = columns["draft_group"][done]
+    out_tokens = columns["output_tokens"][done].astype(np.float64)
+    e2e = (columns["completion_s"] - columns["arrival_s"])[done]
+    attainment, service = [], []
+    for g in spec.drafts:
+        mask = group_col == g.name
+        busy = draft_busy_s.get(g.name, [])
+        profile = device_profile(g.device) if g.device is not None else None
+        energy = None
+        if profile is not None and span_s == span_s and span_s > 0:
+            energy = sum(profile.energy.active_w * b + profile.energy.idle_w * max(span_s - b, 0.0) for b in busy)
+        made = float(out_tokens[mask].sum())
+        rate = float(np.mean(out_tokens[mask] / e2e[mask])) if mask.any() else math.nan
+        share = float(met[mask].mean()) if mask.any() else math.nan
+        attainment.append(share)
+        service.append(rate)
+        groups[g.name] = {
+            "devices": g.count,
+            "completed": int(mask.sum()),
+            "drafting_s": float(sum(busy)),
+            "utilisation": float(sum(busy) / (len(busy) * span_s)) if busy and span_s > 0 else None,
+            "energy_j": energy,
+            "energy_j_per_output_token": energy / made if energy is not None and made > 0 else None,
+            "slo_attainment": None if share != share else share,
+            "tokens_per_s_per_request": None if rate != rate else rate,
+        }
+    penalty_s = spec.verify.rollback_penalty_ms / 1e3
+    return {
+        "mode": spec.mode,
+        "rounds": n,
+        "tokens_per_round": float(tokens.mean()) if n else None,
+        "acceptance_rate": float(np.minimum(accepted, gammas).sum() / proposed) if proposed else None,
+        "mean_gamma": float(gammas.mean()) if n else None,
+        "gamma_histogram": hist,
+        "acceptance_by_context": _acceptance_by_context(contexts, gammas, accepted),
+        "requests_by_mode": by_mode,
+        "drafter_switches": len(switches),
+        "rollbacks": int(rolled.sum()),
+        "rollback_s": float(rolled.sum()) * penalty_s,
+        "tvt_s": _tvt_stats(tvt),
+        "drafts": groups,
+        "fairness": {
+            "slo_attainment_jain": jain(attainment) if scenario.slo else None,
+            "service_rate_jain": jain(service),
+        },
+    }
+
+
+def _tvt_stats(values: np.ndarray) -> dict[str, float | None]:
+    if values.size == 0:
+        return {"mean": None, "p50": None, "p95": None, "p99": None}
+    p50, p95, p99 = np.percentile(values, [50, 95, 99])
+    return {"mean": float(values.mean()), "p50": float(p50), "p95": float(p95), "p99": float(p99)}
