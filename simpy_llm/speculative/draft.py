@@ -131,7 +131,7 @@ class SpecState:
             draft_step_s=server.fused_draft_s if fused else self.drafter.draft_token_s,
             verify_step_s=server.pass_s, slo_tpot_s=tpot,
         )
-        return policy.next_gamma(state)
+        return max(cfg.k_min, min(cfg.k_max, int(policy.next_gamma(state))))
 
     def accepted(self, model: Any, rng: np.random.Generator, context: int, gamma: int, temperature: float | None) -> float:
         """Draft tokens the target accepts this round: a draw, or the expectation."""
