@@ -415,9 +415,11 @@ def _summary_table(s: dict[str, Any], title: str) -> Any:
         rows += [("client_latency_s", "ttft", "client TTFT (ms)", 1000.0), ("client_latency_s", "e2e", "client E2E (s)", 1.0)]
     if "disaggregation" in s:
         rows.append(("disaggregation", "kv_transfer_s", "KV transfer (ms)", 1000.0))
+    if "speculation" in s:
+        rows.append(("speculation", "tvt_s", "TVT (ms)", 1000.0))
     for block, name, label, scale in rows:
         st = s[block][name]
-        lat.add_row(label, *(_fmt(st[k], scale) for k in ("mean", "p50", "p90", "p95", "p99")))
+        lat.add_row(label, *(_fmt(st.get(k), scale) for k in ("mean", "p50", "p90", "p95", "p99")))
     b = s["batch_size"]
     lat.add_row("batch size (per step)", *(_fmt(b[k], 1.0, 1) for k in ("mean", "p50", "p90", "p95", "p99")))
 
@@ -446,6 +448,18 @@ def _summary_table(s: dict[str, Any], title: str) -> Any:
     if "disaggregation" in s:
         d = s["disaggregation"]
         run.add_row("KV transfers", f"{d['kv_transfers']} ({d['kv_bytes'] / 1e9:.2f} GB)")
+    if "speculation" in s:
+        sp = s["speculation"]
+        modes = ", ".join(f"{k} {v}" for k, v in sp["requests_by_mode"].items() if v)
+        run.add_row("speculation", f"{sp['mode']}: {sp['rounds']} rounds, {_fmt(sp['tokens_per_round'], 1.0, 2)} tokens per round, "
+                    f"{_fmt(sp['acceptance_rate'], 100, 1)}% of drafts accepted, mean γ {_fmt(sp['mean_gamma'], 1.0, 2)}"
+                    + (f"; requests {modes}" if modes else "")
+                    + (f"; {sp['drafter_switches']} drafter switches" if sp["drafter_switches"] else "")
+                    + (f"; {sp['rollbacks']} rollbacks" if sp["rollbacks"] else ""))
+        for name, g in sp["drafts"].items():
+            energy = "" if g["energy_j_per_output_token"] is None else f", {g['energy_j_per_output_token']:.3f} J per output token"
+            run.add_row(f"drafts {name}", f"{g['devices']} devices, {_fmt(g['utilisation'], 100, 1)}% drafting{energy}, "
+                        f"{_fmt(g['slo_attainment'], 100, 1)}% met their SLO")
     if "devices" in s:
         dev = s["devices"]
         cost = "no price" if dev["cost_usd"] is None else f"${dev['cost_usd']:.4f}, ${dev['cost_usd_per_1k_tokens']:.6f} per 1k tokens"

@@ -292,7 +292,8 @@ class Simulation:
             servers.append(VerifyServer(
                 self.env, i, inbox, plan.latency, self.recorder, spec,
                 kv_capacity_tokens=int(engine.kv_num_blocks) * engine.kv_block_size,
-                max_prefill_tokens=engine.max_num_batched_tokens, rng=self.streams.stream(f"verify/{i}"),
+                max_prefill_tokens=engine.max_num_batched_tokens, max_seqs=engine.max_num_seqs,
+                max_model_len=engine.max_model_len, rng=self.streams.stream(f"verify/{i}"),
                 fused_acceptance=fused, slo=slo, send_verdict=self.draft_fleet.send_verdict,
                 completions=completions, group=plan.group, throttle=settings["throttle"], load_s=plan.load_s,
             ))

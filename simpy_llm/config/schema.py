@@ -1407,6 +1407,18 @@ class Scenario:
                 raise FieldValueError(f"serving.{path}batch_server", "speculative decoding's targets are verify servers, not batch servers")
             if group.warm_retention_s is not None:
                 raise FieldValueError(f"serving.{path}warm_retention_s", "verify servers do not unload their model")
+            engine = group.engine
+            unread = (
+                ("scheduler", engine.scheduler.kind != "fcfs", "their order is speculation.verify.order"),
+                ("preemption_mode", engine.preemption_mode != "recompute", "they admit by KV reservation and never preempt"),
+                ("swap_space_blocks", engine.swap_space_blocks > 0, "they never preempt"),
+                ("ubatch_tokens", engine.ubatch_tokens is not None, "their passes are timed whole"),
+                ("prefill_breaks", bool(engine.prefill_breaks), "their passes are timed whole"),
+                ("reusable_prompt_tail", engine.reusable_prompt_tail is not None, "they have no prefix cache"),
+            )
+            for key, set_, why in unread:
+                if set_:
+                    raise FieldValueError(f"serving.{path}engine.{key}", f"does not apply to speculative decoding's verify servers: {why}")
         known = {c.id for c in wl.clients}
         for i, c in enumerate(wl.clients):
             if c.network is not None:

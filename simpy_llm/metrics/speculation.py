@@ -187,6 +187,6 @@ def speculation_summary(
 
 def _tvt_stats(values: np.ndarray) -> dict[str, float | None]:
     if values.size == 0:
-        return {"mean": None, "p50": None, "p95": None, "p99": None}
-    p50, p95, p99 = np.percentile(values, [50, 95, 99])
-    return {"mean": float(values.mean()), "p50": float(p50), "p95": float(p95), "p99": float(p99)}
+        return {"mean": None, "p50": None, "p90": None, "p95": None, "p99": None}
+    p50, p90, p95, p99 = np.percentile(values, [50, 90, 95, 99])
+    return {"mean": float(values.mean()), "p50": float(p50), "p90": float(p90), "p95": float(p95), "p99": float(p99)}

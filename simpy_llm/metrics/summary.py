@@ -626,6 +626,7 @@ class TvtStats(TypedDict):
 
     mean: float | None
     p50: float | None
+    p90: float | None
     p95: float | None
     p99: float | None
 

@@ -67,7 +67,7 @@ class SpecState:
 
     __slots__ = (
         "_first", "accepted_last", "carry", "device", "drafter", "drafter_index", "ewma", "fleet",
-        "gamma", "mode", "policy", "proposed_last", "req", "round_start_s", "sent_gamma", "wake",
+        "gamma", "last_token_s", "mode", "policy", "proposed_last", "req", "round_start_s", "sent_gamma", "wake",
     )
 
     def __init__(self, fleet: DraftFleet, device: DraftDevice, policy: Any, req: Request) -> None:
@@ -85,6 +85,7 @@ class SpecState:
         self.ewma = self._prior(req.prompt_tokens)
         self.carry = 0.0
         self.sent_gamma = 0
+        self.last_token_s = math.nan
         self.round_start_s = math.nan
         self.wake: Event | None = None
         self._first: int | None = None
@@ -153,6 +154,12 @@ class SpecState:
             gained = int(accepted) + 1
         gained = min(gained, left)
         req.generated_tokens += gained
+        if req.streaming and not req.warm_up:  # a round's tokens reach the client together
+            recorder = self.fleet.recorder
+            recorder.on_token_gaps(now - self.last_token_s, 1)
+            if gained > 1:
+                recorder.on_token_gaps(0.0, gained - 1)
+        self.last_token_s = now
         req.spec_rounds += 1
         req.drafted_tokens += gamma
         req.accepted_tokens += gained - 1

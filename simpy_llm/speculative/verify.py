@@ -143,6 +143,10 @@ class VerifyServer:
         KV capacity, tokens (its engine's blocks x block size).
     max_prefill_tokens
         Most prompt tokens one prefill pass takes (its engine's ``max_num_batched_tokens``).
+    max_seqs
+        Most requests admitted at once (its engine's ``max_num_seqs``; None: no limit).
+    max_model_len
+        Longest prompt plus output it serves; a longer request is dropped (``max_model_len``).
     rng
         Random stream of its acceptance draws and partial-verification samples.
     fused_acceptance
@@ -177,6 +181,8 @@ class VerifyServer:
         *,
         kv_capacity_tokens: int,
         max_prefill_tokens: int,
+        max_seqs: int | None = None,
+        max_model_len: int | None = None,
         rng: np.random.Generator,
         fused_acceptance: Any,
         slo: dict[str, tuple[float | None, float | None, float | None]],
@@ -195,6 +201,8 @@ class VerifyServer:
         self.verify = config.verify
         self.kv = _Memory(kv_capacity_tokens)
         self.max_prefill_tokens = max_prefill_tokens
+        self.max_seqs = max_seqs
+        self.max_model_len = max_model_len
         self.rng = rng
         self.fused_acceptance = fused_acceptance
         self.fused_draft_s = config.fused.draft_token_ms / 1e3 if config.fused is not None else 0.0
@@ -244,7 +252,15 @@ class VerifyServer:
 
     # ------------------------------------------------------------------ arrivals
     def arrive(self, req: Request) -> None:
-        """A routed prompt: queued for prefill after the latency model's queueing overhead."""
+        """A routed prompt: queued for prefill after the latency model's queueing overhead
+        (dropped at once when longer than ``max_model_len`` or than the whole KV)."""
+        limit = self.max_model_len
+        if (limit is not None and req.prompt_tokens + req.output_tokens > limit) or (
+            req.prompt_tokens + req.output_tokens > self.kv.num_blocks
+        ):
+            self.abort(req, "max_model_len" if limit is not None and req.prompt_tokens + req.output_tokens > limit else "kv_capacity")
+            self.send_verdict(req, 0)
+            return
         delay = self._queueing(req.prompt_tokens) if self._queueing is not None else 0.0
         self.queued_prompt_tokens += req.prompt_tokens
         if delay > 0.0:
@@ -286,6 +302,8 @@ class VerifyServer:
 
     # ------------------------------------------------------------------ the server
     def _admissible(self, req: Request) -> bool:
+        if self.max_seqs is not None and len(self.running) >= self.max_seqs:
+            return False
         need = req.prompt_tokens + req.output_tokens
         limit = self.kv.num_blocks * (1.0 if self.verify.kv_spill == "fused" else self.verify.max_kv_utilization)
         return self.kv.used_blocks + need <= limit
@@ -377,6 +395,7 @@ class VerifyServer:
         for req in batch:
             req.generated_tokens = 1
             req.first_token_s = end + self._output_overhead_s
+            req.spec.last_token_s = end
             if req.generated_tokens >= req.output_tokens:
                 self._complete(req, 1)
                 continue
@@ -528,7 +547,8 @@ class VerifyServer:
             self.completions.put(req)
 
     def abort(self, req: Request, reason: str) -> None:
-        """*req*'s bundle or verdict was lost on the network: it is dropped here."""
+        """*req* is dropped here: its bundle or verdict was lost on the network (*reason*
+        ``network_...``), or it can never fit (``max_model_len``, ``kv_capacity``)."""
         now = self.env.now
         req.dropped_reason = reason
         self._leave(req)

@@ -1,0 +1,479 @@
+"""Fitting the latency-aware γ head offline, on oracle labels from simulator sweeps.
+
+:class:`~simpy_llm.policies.gamma.LatencyHead` is a linear head on the telemetry
+vector :data:`~simpy_llm.policies.gamma.LATENCY_HEAD_FEATURES`; its ``weights`` and
+``bias`` are parameters. Seed 003 §6.4.1 fits them offline with scikit-learn on
+**oracle labels** produced by simulator sweeps. This module is that procedure:
+
+1. :func:`oracle_labels` sweeps *conditions*: every pair of a round-trip multiplier
+   (each draft group's ``network.rtt_ms`` scaled) and an offered-load multiplier (the
+   workload's ``aggregate_rate`` scaled). At each condition it simulates every
+   candidate action once, the whole workload under one action:
+
+   * **fused** (label ``γ = 1``): ``speculation.mode: fused``, the target drafting with
+     its own draft model (``speculation.fused``) at a static *base γ*;
+   * **distributed γ = g** for each g of ``gammas``: ``speculation.mode: distributed``
+     with ``gamma_policy: {kind: static, params: {gamma: g}}``.
+
+   A run's latency is the mean TPOT of its completed requests
+   (``summary()["latency_s"]["tpot"]["mean"]``). The condition's label is the action
+   of least latency among those whose latency meets the TPOT SLO (the tightest
+   ``tpot_s`` over the scenario's SLO classes), or of least latency overall when none
+   meets it (or the scenario sets no TPOT target). Its features are the telemetry of
+   the run *distributed at the base γ* at that condition (:func:`oracle_labels` lists
+   how each is measured).
+2. :func:`fit_head` regresses the label on the features (Huber or least squares) and
+   returns the ``params:`` of a ``latency_head`` γ policy.
+3. ``python -m simpy_llm.speculative.head SCENARIO --out head.yaml`` does both and writes
+   ``{kind: latency_head, params: {...}}``, ready for ``speculation.gamma_policy``.
+
+**How this differs from the seed.** The seed labels each *arrival* (each decision
+point, from its own telemetry). Here a label belongs to a whole *condition*: one
+simulated run per candidate action, the action applied to every request throughout,
+and one feature row per condition made of run-level means (the end-of-run smoothed
+verify wait and pass time, the run's acceptance rate, the nominal RTT and draft speed).
+So the table has ``len(rtt_multipliers) x len(load_multipliers)`` rows, the head learns
+how the best *static* action varies with the operating point, and it does not see
+the per-request variation the policy meets at run time (a request's own acceptance
+history, the wait at the moment it asks). The fused action drafts at the base γ,
+standing for the seed's "γ = 1" (run fused), which the head reports as 1.
+
+Every run is a deterministic function of its scenario (the scenario's seed), so the
+labels are the same run serially or through any :class:`concurrent.futures.Executor`.
+
+Examples
+--------
+From the shell, four worker processes::
+
+    python -m simpy_llm.speculative.head scenario.yaml --workers 4 --out head.yaml
+
+writes ``{kind: latency_head, params: {weights: [...], bias: ...}}`` to ``head.yaml``:
+put that mapping under the scenario's ``speculation.gamma_policy``. :func:`fit_head`
+shows the fit on a hand-made table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Iterable, Sequence
+from concurrent.futures import Executor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from simpy_llm.policies.gamma import LATENCY_HEAD_FEATURES
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from simpy_llm.config.schema import Scenario
+
+__all__ = ["LABEL_COLUMNS", "fit_head", "main", "oracle_labels"]
+
+LABEL_COLUMNS: tuple[str, ...] = (
+    *LATENCY_HEAD_FEATURES,
+    "gamma_label",
+    "latency_label_s",
+    "slo_met",
+    "rtt_multiplier",
+    "load_multiplier",
+)
+"""Columns of :func:`oracle_labels`' table, in order: the features of
+:data:`~simpy_llm.policies.gamma.LATENCY_HEAD_FEATURES`, then ``gamma_label`` (1: fused,
+else the distributed γ), ``latency_label_s`` (mean TPOT of the labelled action, s),
+``slo_met`` (whether it meets the TPOT SLO), and the condition's two multipliers."""
+
+FUSED_LABEL = 1
+"""``gamma_label`` of the fused action."""
+
+
+# ---------------------------------------------------------------------------- one run
+def _simulate(job: tuple[dict[str, Any], str | None]) -> dict[str, Any]:
+    """Run one scenario given as plain data; return its latency and telemetry (plain data).
+
+    *job* is ``(scenario_to_dict(scenario), file it was loaded from or None)``: picklable,
+    so an executor's worker process can run it. A top-level function for the same reason.
+    """
+    from simpy_llm.config.loader import scenario_from_dict
+    from simpy_llm.config.paths import base_dir
+    from simpy_llm.simulation import Simulation
+
+    data, loaded_from = job
+    if loaded_from is None:
+        scenario = scenario_from_dict(data, "<oracle_labels>")
+    else:
+        with base_dir(Path(loaded_from).parent):
+            scenario = scenario_from_dict(data, loaded_from)
+    sim = Simulation(scenario)
+    summary = sim.run(progress=False).summary()
+    servers = sim.replicas
+    devices = [d for group in sim.draft_fleet.devices.values() for d in group]
+    kv = summary["kv_utilization"]["time_weighted_mean"]
+    acceptance = summary["speculation"]["acceptance_rate"]
+    tpot = summary["latency_s"]["tpot"]["mean"]
+    return {
+        "tpot_s": tpot,
+        "verify_queue_wait_s": sum(s.queue_wait_s for s in servers) / len(servers),
+        "kv_utilization": min(1.0, max(0.0, kv)) if kv is not None and math.isfinite(kv) else 0.0,
+        "rtt_s": sum(d.rtt_s for d in devices) / len(devices),
+        "acceptance_ewma": float(acceptance) if acceptance is not None else 0.0,
+        "draft_step_s": sum(d.drafters[0].draft_token_s for d in devices) / len(devices),
+        "verify_step_s": sum(s.pass_s for s in servers) / len(servers),
+    }
+
+
+# ---------------------------------------------------------------------------- labels
+def _base_gamma(scenario: Scenario) -> int:
+    """The scenario's starting γ: its static policy's ``gamma``, else its policy's
+    ``default_gamma``, else 4; clamped to ``[k_min, k_max]``."""
+    spec = scenario.speculation
+    policy = spec.gamma_policy
+    params = dict(policy.params)
+    gamma = params.get("gamma", 4) if policy.kind == "static" else params.get("default_gamma", 4)
+    return max(spec.k_min, min(spec.k_max, int(gamma)))
+
+
+def _slo_tpot_s(scenario: Scenario) -> float | None:
+    """The tightest ``tpot_s`` over the scenario's SLO classes (None: no class sets one)."""
+    targets = [t.tpot_s for t in scenario.slo.values() if t.tpot_s is not None]
+    return min(targets) if targets else None
+
+
+def _condition_changes(scenario: Scenario, rtt_multiplier: float, load_multiplier: float) -> dict[str, Any]:
+    """Dotted-key changes scaling every draft group's round trip and the offered load."""
+    changes: dict[str, Any] = {}
+    for i, group in enumerate(scenario.speculation.drafts):
+        if group.network is not None:  # no network: a round trip of 0, nothing to scale
+            changes[f"speculation.drafts.{i}.network.rtt_ms"] = group.network.rtt_ms * rtt_multiplier
+    rate = scenario.workload.aggregate_rate
+    if rate is not None:
+        changes["workload.aggregate_rate"] = rate * load_multiplier
+    elif load_multiplier != 1:
+        raise ValueError("workload.aggregate_rate: not set, so the offered load cannot be scaled (use load_multipliers=(1,))")
+    return changes
+
+
+def _action_changes(scenario: Scenario, mode: str, gamma: int) -> dict[str, Any]:
+    """Dotted-key changes forcing *mode* at a static *gamma*."""
+    spec = scenario.speculation
+    changes: dict[str, Any] = {
+        "speculation.mode": mode,
+        "speculation.mode_selector": None,
+        "speculation.gamma_policy": {"kind": "static", "params": {"gamma": gamma}},
+    }
+    if mode == "distributed" and spec.verify.kv_spill != "fused":
+        changes["speculation.fused"] = None  # refused in distributed mode unless KV spills to fused
+    return changes
+
+
+def _check_args(scenario: Scenario, gammas: Sequence[int], rtt: Sequence[float], load: Sequence[float]) -> None:
+    spec = scenario.speculation
+    if spec is None:
+        raise ValueError("speculation: the scenario has no speculation section")
+    if spec.fused is None:
+        raise ValueError("speculation.fused: required, the fused action (label 1) drafts with the target's own draft model")
+    if not gammas:
+        raise ValueError("gammas: give at least one distributed γ")
+    for g in gammas:
+        if isinstance(g, bool) or not isinstance(g, int) or g < 2:
+            raise ValueError(f"gammas: each must be an integer >= 2 (1 is the fused label), got {g!r}")
+        if not spec.k_min <= g <= spec.k_max:
+            raise ValueError(f"speculation.k_max: γ = {g} is outside [k_min, k_max] = [{spec.k_min}, {spec.k_max}] "
+                             "(a static γ is clamped there, so its label would be wrong)")
+    if len(set(gammas)) != len(gammas):
+        raise ValueError(f"gammas: must be unique, got {list(gammas)}")
+    for name, values in (("rtt_multipliers", rtt), ("load_multipliers", load)):
+        if not values:
+            raise ValueError(f"{name}: give at least one multiplier")
+        for m in values:
+            if not (isinstance(m, (int, float)) and math.isfinite(m) and m >= 0):
+                raise ValueError(f"{name}: each must be a finite number >= 0, got {m!r}")
+    if any(m <= 0 for m in load):
+        raise ValueError("load_multipliers: each must be > 0 (aggregate_rate must stay positive)")
+
+
+def oracle_labels(
+    scenario: Scenario,
+    rtt_multipliers: Iterable[float] = (0.5, 1, 1.5, 2),
+    load_multipliers: Iterable[float] = (0.6, 1.0, 1.3),
+    gammas: Iterable[int] = (2, 3, 4, 6),
+    executor: Executor | None = None,
+    *,
+    base_gamma: int | None = None,
+) -> pd.DataFrame:
+    """Oracle γ labels of a speculative scenario over a sweep of conditions (module docstring).
+
+    For each condition (each RTT multiplier x each load multiplier, in that nesting
+    order) the scenario is changed with :meth:`~simpy_llm.config.schema.Scenario.replace`:
+    every draft group's ``network.rtt_ms`` times the RTT multiplier (a group without a
+    network has no round trip and stays so) and ``workload.aggregate_rate`` times the load
+    multiplier. Then one run per candidate action:
+
+    * fused, label 1: ``mode: fused`` with ``gamma_policy: {kind: static, params: {gamma:
+      base γ}}``;
+    * distributed, label g for each g of *gammas*: ``mode: distributed`` with a static γ g
+      (``speculation.fused`` cleared, as distributed mode refuses it unless
+      ``verify.kv_spill: fused``);
+
+    with ``speculation.mode_selector`` cleared (a ``hybrid`` scenario is forced into each
+    mode). When the base γ is not among *gammas*, a distributed run at the base γ is added
+    for the features only.
+
+    Labelling: a run's latency is its mean TPOT over completed requests
+    (``summary()["latency_s"]["tpot"]["mean"]``; a run where none completed with two or
+    more output tokens counts as infinitely slow). It meets the SLO when that mean is at
+    most the tightest ``tpot_s`` of the scenario's SLO classes (every run meets it when no
+    class sets one). The label is the action of least latency among those meeting the SLO,
+    else of least latency; ties go to the earlier action in the order fused, then *gammas*
+    as given.
+
+    Features, from the distributed run at the base γ at that condition, each a plain float:
+
+    * ``verify_queue_wait_s``: mean over the verify servers of their smoothed verify
+      queue wait (``VerifyServer.queue_wait_s``) at the end of the run;
+    * ``kv_utilization``: ``summary()["kv_utilization"]["time_weighted_mean"]`` (0.0 when
+      not a number). Note that a verify server reports its KV use only while a pass runs;
+      KV held while it idles (waiting for bundles) adds nothing to this mean;
+    * ``rtt_s``: the scaled round trip, mean over every draft device (so over the groups
+      weighted by their ``count``), 0 for a group without a network;
+    * ``acceptance_ewma``: the run's ``summary()["speculation"]["acceptance_rate"]`` (0.0
+      when no round ran);
+    * ``draft_step_s``: each device's first drafter's time per draft token, mean over every
+      device;
+    * ``verify_step_s``: mean over the verify servers of their smoothed pass time
+      (``VerifyServer.pass_s``);
+    * ``slo_tpot_s``: the tightest TPOT target (0.0 without one);
+    * ``gamma``: the base γ.
+
+    Parameters
+    ----------
+    scenario
+        A scenario with a ``speculation`` section that has a ``fused`` section.
+    rtt_multipliers
+        Factors on every draft group's ``network.rtt_ms`` (>= 0).
+    load_multipliers
+        Factors on ``workload.aggregate_rate`` (> 0; only 1 when the workload sets no
+        ``aggregate_rate``). Draft devices run closed loop (one request at a time each), so
+        the load a target sees is bounded by the devices as well.
+    gammas
+        The distributed candidates, integers >= 2 within ``[k_min, k_max]``.
+    executor
+        When given, runs go through ``executor.map`` (e.g. a
+        :class:`~concurrent.futures.ProcessPoolExecutor`); each is sent as plain data (the
+        scenario's :func:`~simpy_llm.config.loader.scenario_to_dict`), so custom policies a
+        worker process cannot import are not available there. Otherwise runs are serial.
+        The table is the same either way.
+    base_gamma
+        γ of the fused action and of the feature run (and the ``gamma`` feature). Default:
+        the scenario's static ``gamma``, else its γ policy's ``default_gamma``, else 4,
+        clamped to ``[k_min, k_max]``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per condition, columns :data:`LABEL_COLUMNS`.
+
+    Raises
+    ------
+    ValueError
+        If the scenario lacks ``speculation`` or ``speculation.fused``, a candidate γ is
+        invalid or outside ``[k_min, k_max]``, a multiplier is invalid, or every action of
+        a condition completed no request.
+
+    Examples
+    --------
+    Laptops drafting for two targets, with no round trip and then with 100 ms: distributed
+    at γ = 4 wins at first, fused once every round pays the round trip.
+
+    >>> from simpy_llm import load_scenario
+    >>> scenario = load_scenario("scenarios/speculative_modes.yaml", ["workload.num_requests=20"])
+    >>> labels = oracle_labels(scenario, rtt_multipliers=(0, 5), load_multipliers=(1,), gammas=(2, 4))
+    >>> labels[["rtt_s", "gamma_label", "slo_met"]].values.tolist()
+    [[0.0, 4, True], [0.1, 1, True]]
+    """
+    import pandas as pd
+
+    from simpy_llm.config.loader import scenario_to_dict
+
+    rtt = [float(m) for m in rtt_multipliers]
+    load = [float(m) for m in load_multipliers]
+    gammas = list(gammas)
+    _check_args(scenario, gammas, rtt, load)
+    spec = scenario.speculation
+    base = _base_gamma(scenario) if base_gamma is None else int(base_gamma)
+    if not spec.k_min <= base <= spec.k_max:
+        raise ValueError(f"base_gamma: must be within [k_min, k_max] = [{spec.k_min}, {spec.k_max}], got {base}")
+    slo = _slo_tpot_s(scenario)
+    actions = [("fused", base, FUSED_LABEL)] + [("distributed", g, g) for g in gammas]
+    probe = None if base in gammas else ("distributed", base, None)  # features only
+    loaded_from = getattr(scenario, "_loaded_from", None)
+
+    conditions = [(r, m) for r in rtt for m in load]
+    jobs = []
+    for r, m in conditions:
+        scaled = _condition_changes(scenario, r, m)
+        for mode, gamma, _label in actions + ([probe] if probe else []):
+            variant = scenario.replace(**scaled, **_action_changes(scenario, mode, gamma))
+            jobs.append((scenario_to_dict(variant), loaded_from))
+    outcomes = list(executor.map(_simulate, jobs)) if executor is not None else [_simulate(j) for j in jobs]
+
+    per_condition = len(actions) + (probe is not None)
+    rows = []
+    for c, (r, m) in enumerate(conditions):
+        runs = outcomes[c * per_condition:(c + 1) * per_condition]
+        latencies = [math.inf if o["tpot_s"] is None else float(o["tpot_s"]) for o in runs[: len(actions)]]
+        if all(math.isinf(x) for x in latencies):
+            raise ValueError(f"condition rtt x{r:g}, load x{m:g}: no action completed a request with two or more output tokens")
+        met = [slo is None or x <= slo for x in latencies]
+        pool = [i for i, ok in enumerate(met) if ok] or list(range(len(actions)))
+        best = min(pool, key=lambda i: (latencies[i], i))
+        telemetry = runs[-1] if probe is not None else runs[1 + gammas.index(base)]
+        features = {name: float(telemetry[name]) for name in LATENCY_HEAD_FEATURES[:6]}
+        features["slo_tpot_s"] = 0.0 if slo is None else float(slo)
+        features["gamma"] = float(base)
+        rows.append({
+            **features,
+            "gamma_label": actions[best][2],
+            "latency_label_s": latencies[best],
+            "slo_met": bool(met[best]) and not math.isinf(latencies[best]),
+            "rtt_multiplier": r,
+            "load_multiplier": m,
+        })
+    frame = pd.DataFrame(rows, columns=list(LABEL_COLUMNS))
+    return frame.astype({"gamma_label": "int64", "slo_met": "bool"})
+
+
+# ---------------------------------------------------------------------------- fitting
+def fit_head(labels: pd.DataFrame, *, loss: str = "huber") -> dict[str, Any]:
+    """Fit the linear head on a label table; returns the ``params:`` of a ``latency_head``.
+
+    Regresses ``gamma_label`` on the columns :data:`~simpy_llm.policies.gamma.LATENCY_HEAD_FEATURES`
+    of *labels* (other columns are ignored) with scikit-learn: ``loss="huber"``, a
+    :class:`~sklearn.linear_model.HuberRegressor` (default ``epsilon`` 1.35, ``alpha``
+    1e-4, up to 1000 iterations), robust to a few odd labels; ``loss="l2"``, ordinary
+    least squares (:class:`~sklearn.linear_model.LinearRegression`). Each feature is
+    standardised before the fit (a constant one is only centred) and the coefficients
+    mapped back, so the weights apply to raw features as
+    :class:`~simpy_llm.policies.gamma.LatencyHead` reads them. A feature that does not
+    vary in the table (e.g. ``gamma`` or ``slo_tpot_s`` from one sweep) gets weight 0:
+    its effect is in the bias.
+
+    The returned dict holds ``weights`` (8 floats, in feature order) and ``bias`` (a
+    float) only: the head's other parameters (``history``, ``min_samples``,
+    ``default_gamma``, ``smoothing``, ``fused_below``, ``fused_rounds``) are not fitted
+    and keep their defaults unless the caller adds them.
+
+    Parameters
+    ----------
+    labels
+        A table with the feature columns and ``gamma_label`` (:func:`oracle_labels`), at
+        least two rows.
+    loss
+        ``"huber"`` or ``"l2"``.
+
+    Raises
+    ------
+    ImportError
+        If scikit-learn is not installed (the ``learn`` extra).
+    ValueError
+        If *loss* is unknown, a column is missing, the table has fewer than two rows or a
+        value is not finite.
+
+    Examples
+    --------
+    A hand-made table whose label falls by 20 tokens per second of round trip (not run as
+    a doctest: importing scikit-learn alone takes about a second; the unit tests check it)::
+
+        rows = [dict.fromkeys(LATENCY_HEAD_FEATURES, 0.0) | {"rtt_s": r, "gamma_label": 6 - 20 * r}
+                for r in (0.0, 0.1, 0.2)]
+        params = fit_head(pd.DataFrame(rows), loss="l2")
+        # params["weights"][2] == -20.0 and params["bias"] == 6.0 (to rounding)
+        head = gamma_policies.get("latency_head")(**params)
+    """
+    if loss not in ("huber", "l2"):
+        raise ValueError(f"loss: must be 'huber' or 'l2', got {loss!r}")
+    try:
+        from sklearn.linear_model import HuberRegressor, LinearRegression
+    except ImportError as exc:
+        raise ImportError(
+            "fit_head needs scikit-learn: install the learn extra (pip install 'simpy-llm[learn]')"
+        ) from exc
+    import numpy as np
+
+    missing = [c for c in (*LATENCY_HEAD_FEATURES, "gamma_label") if c not in labels.columns]
+    if missing:
+        raise ValueError(f"labels: missing columns {', '.join(missing)}")
+    if len(labels) < 2:
+        raise ValueError(f"labels: need at least two rows to fit, got {len(labels)}")
+    x = labels[list(LATENCY_HEAD_FEATURES)].to_numpy(dtype=np.float64)
+    y = labels["gamma_label"].to_numpy(dtype=np.float64)
+    if not (np.isfinite(x).all() and np.isfinite(y).all()):
+        raise ValueError("labels: every feature and gamma_label must be a finite number")
+    mean = x.mean(axis=0)
+    scale = x.std(axis=0)
+    constant = scale <= 1e-12 * np.maximum(1.0, np.abs(mean))
+    scale[constant] = 1.0
+    z = (x - mean) / scale
+    z[:, constant] = 0.0
+    model = HuberRegressor(max_iter=1000) if loss == "huber" else LinearRegression()
+    model.fit(z, y)
+    weights = np.where(constant, 0.0, model.coef_ / scale)
+    bias = float(model.intercept_) - float(np.dot(weights, mean))
+    return {"weights": [float(w) for w in weights], "bias": bias}
+
+
+# ---------------------------------------------------------------------------- CLI
+def _floats(text: str) -> list[float]:
+    return [float(t) for t in text.split(",") if t.strip()]
+
+
+def _ints(text: str) -> list[int]:
+    return [int(t) for t in text.split(",") if t.strip()]
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m simpy_llm.speculative.head SCENARIO [--out FILE] [--workers N]``.
+
+    Sweeps :func:`oracle_labels` (through a :class:`~concurrent.futures.ProcessPoolExecutor`
+    of N workers when N > 1), prints the label table, fits :func:`fit_head`, and writes
+    ``{kind: latency_head, params: {weights: [...], bias: ...}}`` to ``--out`` (standard
+    output without it), usable as the scenario's ``speculation.gamma_policy``.
+    """
+    import yaml
+
+    from simpy_llm.config.loader import load_scenario
+
+    parser = argparse.ArgumentParser(
+        prog="python -m simpy_llm.speculative.head",
+        description="Fit the latency_head γ policy on oracle labels from simulator sweeps (seed 003 §6.4.1).",
+    )
+    parser.add_argument("scenario", help="scenario YAML with a speculation section that has a fused section")
+    parser.add_argument("--out", help="write the gamma_policy YAML here (default: standard output)")
+    parser.add_argument("--workers", type=int, default=1, help="worker processes for the runs (default 1: serial)")
+    parser.add_argument("--rtt", type=_floats, default=[0.5, 1, 1.5, 2], help="RTT multipliers, comma-separated")
+    parser.add_argument("--load", type=_floats, default=[0.6, 1.0, 1.3], help="offered-load multipliers, comma-separated")
+    parser.add_argument("--gammas", type=_ints, default=[2, 3, 4, 6], help="distributed γ candidates, comma-separated")
+    parser.add_argument("--loss", choices=("huber", "l2"), default="huber", help="regression loss (default huber)")
+    args = parser.parse_args(argv)
+
+    scenario = load_scenario(args.scenario)
+    if args.workers > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=args.workers) as pool:
+            labels = oracle_labels(scenario, args.rtt, args.load, args.gammas, executor=pool)
+    else:
+        labels = oracle_labels(scenario, args.rtt, args.load, args.gammas)
+    print(labels.to_string(index=False))
+    policy = {"kind": "latency_head", "params": fit_head(labels, loss=args.loss)}
+    text = yaml.safe_dump(policy, sort_keys=False)
+    if args.out:
+        Path(args.out).write_text(text)
+        print(f"wrote {args.out}", file=sys.stderr)
+    else:
+        print(text, end="")
+
+
+if __name__ == "__main__":
+    main()
