@@ -111,10 +111,32 @@ class GammaState:
     slo_tpot_s: float | None = attrs.field(default=None, validator=optional(at_least(0)))
     """Time-per-output-token target of the request, s (None: no target)."""
 
+    @classmethod
+    def trusted(cls, **fields: object) -> GammaState:
+        """A state built without running the validators, for the mechanism, whose values are
+        valid by construction (every field must be given). Use the constructor elsewhere.
+
+        >>> s = GammaState.trusted(gamma=4, k_min=1, k_max=6, rtt_s=0.04, verify_queue_wait_s=0.0,
+        ...     kv_utilization=0.1, accepted_last=2, proposed_last=4, acceptance_ewma=0.5,
+        ...     position_probabilities=(0.9, 0.8), draft_step_s=0.01, verify_step_s=0.005, slo_tpot_s=None)
+        >>> s == GammaState(**{f: getattr(s, f) for f in attrs.fields_dict(GammaState)})
+        True
+        """
+        state = object.__new__(cls)
+        names = _STATE_FIELDS
+        if fields.keys() != names:
+            raise TypeError(f"trusted() needs exactly the fields {sorted(names)}")
+        for name, value in fields.items():
+            object.__setattr__(state, name, value)
+        return state
+
     @property
     def acceptance_last(self) -> float:
         """``accepted_last / proposed_last`` (0 before the first round)."""
         return self.accepted_last / self.proposed_last if self.proposed_last else 0.0
+
+
+_STATE_FIELDS = frozenset(attrs.fields_dict(GammaState))
 
 
 class GammaPolicy(Protocol):

@@ -102,6 +102,10 @@ _CURVE_KEYS = ("temperature", "context_len", "acceptance")
 _MAX_PROBLEMS = 25
 
 
+MEMO_LIMIT = 1 << 16
+"""Most answers an :class:`AcceptanceModel` remembers before starting afresh."""
+
+
 def _lerp(a: float, b: float, t: float) -> float:
     # (1 - t) a + t b: exact at t = 0 and t = 1, so grid points return their values bit for bit.
     return (1.0 - t) * a + t * b
@@ -182,6 +186,9 @@ class AcceptanceModel:
     """One curve per temperature, temperatures strictly increasing."""
     path: str = ""
     """The file it was read from (``"<dict>"`` when built from a mapping)."""
+    _memo: dict[tuple[Any, ...], tuple[float, ...]] = attrs.field(factory=dict, init=False, eq=False, repr=False)
+    """:meth:`position_probabilities` answers by ``(context_len, k, temperature)``: a simulation
+    asks for the same few contexts many times (cleared past :data:`MEMO_LIMIT` entries)."""
 
     @property
     def k_max(self) -> int:
@@ -214,6 +221,17 @@ class AcceptanceModel:
             length that is not a finite number > 0; a temperature that is not a finite
             number >= 0, or None for a file with several temperatures.
         """
+        memo = self._memo
+        found = memo.get((context_len, k, temperature))
+        if found is not None:
+            return found
+        answer = self._position_probabilities(context_len, k, temperature)
+        if len(memo) >= MEMO_LIMIT:
+            memo.clear()
+        memo[(context_len, k, temperature)] = answer
+        return answer
+
+    def _position_probabilities(self, context_len: float, k: int, temperature: float | None) -> tuple[float, ...]:
         k = self._check_k(k)
         c = float(context_len)
         if not (math.isfinite(c) and c > 0):

@@ -121,7 +121,7 @@ class SpecState:
         model = server.fused_acceptance if fused else self.drafter.acceptance
         kv = server.kv
         tpot = server.slo.get(req.slo_class, (None, None, None))[1]
-        state = GammaState(
+        state = GammaState.trusted(
             gamma=self.gamma, k_min=cfg.k_min, k_max=cfg.k_max,
             rtt_s=0.0 if fused else self.device.rtt_s,
             verify_queue_wait_s=server.queue_wait_s,

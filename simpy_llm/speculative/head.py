@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import numbers
 import sys
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Executor
@@ -176,7 +177,7 @@ def _check_args(scenario: Scenario, gammas: Sequence[int], rtt: Sequence[float],
     if not gammas:
         raise ValueError("gammas: give at least one distributed γ")
     for g in gammas:
-        if isinstance(g, bool) or not isinstance(g, int) or g < 2:
+        if isinstance(g, bool) or not isinstance(g, numbers.Integral) or g < 2:
             raise ValueError(f"gammas: each must be an integer >= 2 (1 is the fused label), got {g!r}")
         if not spec.k_min <= g <= spec.k_max:
             raise ValueError(f"speculation.k_max: γ = {g} is outside [k_min, k_max] = [{spec.k_min}, {spec.k_max}] "
@@ -206,9 +207,9 @@ def oracle_labels(
 
     For each condition (each RTT multiplier x each load multiplier, in that nesting
     order) the scenario is changed with :meth:`~simpy_llm.config.schema.Scenario.replace`:
-    every draft group's ``network.rtt_ms`` times the RTT multiplier (a group without a
-    network has no round trip and stays so) and ``workload.aggregate_rate`` times the load
-    multiplier. Then one run per candidate action:
+    every draft group's ``network.rtt_ms`` times the RTT multiplier (its jitter, bandwidth
+    and faults unchanged; a group without a network has no round trip and stays so) and
+    ``workload.aggregate_rate`` times the load multiplier. Then one run per candidate action:
 
     * fused, label 1: ``mode: fused`` with ``gamma_policy: {kind: static, params: {gamma:
       base γ}}``;
@@ -283,14 +284,25 @@ def oracle_labels(
 
     Examples
     --------
-    Laptops drafting for two targets, with no round trip and then with 100 ms: distributed
-    at γ = 4 wins at first, fused once every round pays the round trip.
+    Four phones 20 ms from one target: with no round trip distributed γ = 4 wins; at
+    200 ms every round pays it, and fused wins.
 
-    >>> from simpy_llm import load_scenario
-    >>> scenario = load_scenario("scenarios/speculative_modes.yaml", ["workload.num_requests=20"])
-    >>> labels = oracle_labels(scenario, rtt_multipliers=(0, 5), load_multipliers=(1,), gammas=(2, 4))
-    >>> labels[["rtt_s", "gamma_label", "slo_met"]].values.tolist()
-    [[0.0, 4, True], [0.1, 1, True]]
+    >>> from simpy_llm import scenario_from_dict
+    >>> drafter = {"name": "d", "acceptance": "illustrative-mobile", "draft_token_ms": 0.5}
+    >>> client = {"id": "c", "arrival": {"process": "poisson"},
+    ...           "input_distribution": {"type": "constant", "params": {"value": 128}},
+    ...           "output_distribution": {"type": "constant", "params": {"value": 32}}}
+    >>> scenario = scenario_from_dict({
+    ...     "workload": {"aggregate_rate": 5.0, "num_requests": 20, "clients": [client]},
+    ...     "serving": {"replicas": 1, "latency_model": {"kind": "blis_linear",
+    ...                                                  "params": {"beta0_us": 5000.0, "beta2_us": 200.0}}},
+    ...     "speculation": {"mode": "fused", "k_max": 6, "temperature": 0.0,
+    ...                     "drafts": [{"name": "phones", "count": 4, "network": {"rtt_ms": 20}, "drafters": [drafter]}],
+    ...                     "fused": {"draft_token_ms": 1.0, "acceptance": "illustrative-mobile"}},
+    ... })
+    >>> labels = oracle_labels(scenario, rtt_multipliers=(0, 10), load_multipliers=(1,), gammas=(2, 4))
+    >>> labels["rtt_s"].round(3).tolist(), labels["gamma_label"].tolist(), labels["slo_met"].tolist()
+    ([0.0, 0.2], [4, 1], [True, True])
     """
     import pandas as pd
 
@@ -298,7 +310,7 @@ def oracle_labels(
 
     rtt = [float(m) for m in rtt_multipliers]
     load = [float(m) for m in load_multipliers]
-    gammas = list(gammas)
+    gammas = [int(g) if isinstance(g, numbers.Integral) and not isinstance(g, bool) else g for g in gammas]
     _check_args(scenario, gammas, rtt, load)
     spec = scenario.speculation
     base = _base_gamma(scenario) if base_gamma is None else int(base_gamma)

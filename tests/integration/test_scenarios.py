@@ -41,6 +41,11 @@ SHORT = {
     "seed003_single_target.yaml": ["workload.num_requests=200"],
     "seed003_heterogeneous_cluster.yaml": ["workload.horizon_s=60"],
     "seed003_multi_cluster.yaml": ["workload.horizon_s=30"],
+    "speculative_mobile_cloud.yaml": ["workload.horizon_s=30"],
+    "speculative_modes.yaml": ["workload.num_requests=150"],
+    "seed003_speculative_single_target.yaml": ["workload.num_requests=150"],
+    "seed003_speculative_heterogeneous_cluster.yaml": ["workload.horizon_s=20"],
+    "seed003_speculative_multi_cluster.yaml": ["workload.horizon_s=15"],
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -95,3 +96,19 @@ def test_oracle_labels_serial_equals_process_pool(tmp_path: Path) -> None:
     with ProcessPoolExecutor(max_workers=2) as pool:
         parallel = oracle_labels(scenario, **sweep, executor=pool)
     pd.testing.assert_frame_equal(serial, parallel)
+
+
+def test_oracle_labels_requires_a_fused_section(tmp_path: Path) -> None:
+    """A scenario without ``speculation.fused`` cannot run the fused action: ValueError naming the key."""
+    data = _scenario_data(tmp_path)
+    data["speculation"]["mode"] = "distributed"
+    del data["speculation"]["fused"]
+    with pytest.raises(ValueError, match=r"speculation\.fused"):
+        oracle_labels(scenario_from_dict(data))
+
+
+def test_fit_head_without_scikit_learn_names_the_learn_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without scikit-learn, fit_head raises ImportError pointing at the ``learn`` extra."""
+    monkeypatch.setitem(sys.modules, "sklearn.linear_model", None)
+    with pytest.raises(ImportError, match="learn"):
+        fit_head(_linear_labels())
