@@ -158,6 +158,11 @@ class GammaHeadSelector:
     """The γ policy decides (seed 003 §6.4.1): γ = 1 means fused, larger γ distributed.
     Use it with ``gamma_policy: {kind: latency_head}``, whose fused hysteresis returns 1.
 
+    The selector reads the request's policy's *first* answer, before any round of that
+    request: a ``latency_head`` whose ``min_samples`` or ``fused_rounds`` exceed 1 answers
+    its ``default_gamma`` then, so it never picks fused; give it ``min_samples: 1`` and
+    ``fused_rounds: 1`` to let the head decide from the telemetry at the start.
+
     >>> GammaHeadSelector().choose(ModeState(gamma=1)), GammaHeadSelector().choose(ModeState(gamma=3))
     ('fused', 'distributed')
     """

@@ -27,6 +27,14 @@ vector :data:`~simpy_llm.policies.gamma.LATENCY_HEAD_FEATURES`; its ``weights`` 
 3. ``python -m simpy_llm.speculative.head SCENARIO --out head.yaml`` does both and writes
    ``{kind: latency_head, params: {...}}``, ready for ``speculation.gamma_policy``.
 
+Using the fitted head: an output of 1 means "run fused" only under ``mode: hybrid``
+with ``mode_selector: {kind: gamma_head}``, and that selector decides once per request,
+from the head's *first* answer. With :class:`~simpy_llm.policies.gamma.LatencyHead`'s
+defaults (``min_samples: 2``, ``fused_rounds: 2``) the first answer is always
+``default_gamma``, so no request would run fused: add ``min_samples: 1`` and
+``fused_rounds: 1`` to the params for the fused decision to take effect. In
+``distributed`` mode an output of 1 just drafts one token per round.
+
 **How this differs from the seed.** The seed labels each *arrival* (each decision
 point, from its own telemetry). Here a label belongs to a whole *condition*: one
 simulated run per candidate action, the action applied to every request throughout,
@@ -369,7 +377,10 @@ def fit_head(labels: pd.DataFrame, *, loss: str = "huber") -> dict[str, Any]:
     mapped back, so the weights apply to raw features as
     :class:`~simpy_llm.policies.gamma.LatencyHead` reads them. A feature that does not
     vary in the table (e.g. ``gamma`` or ``slo_tpot_s`` from one sweep) gets weight 0:
-    its effect is in the bias.
+    its effect is in the bias. A table of few rows (the default sweep gives 12 for 8
+    features) is nearly determined: a feature that varies only by noise (a smoothed wait
+    of 1e-9 s in one run, 1e-5 s in another) can get a very large weight. Sweep more
+    conditions, or check the head's outputs on the table before using it.
 
     The returned dict holds ``weights`` (8 floats, in feature order) and ``bias`` (a
     float) only: the head's other parameters (``history``, ``min_samples``,

@@ -232,6 +232,7 @@ class VerifyServer:
         self._seq = 0
         self._wake: Event | None = None
         self._busy_since: float | None = None
+        self._kv_since = 0.0
         self._pass_start = math.nan
         self._output_overhead_s = float(getattr(latency, "output_token_overhead_s", 0.0))
         self._queueing = getattr(latency, "queueing_time_s", None)
@@ -308,6 +309,14 @@ class VerifyServer:
         limit = self.kv.num_blocks * (1.0 if self.verify.kv_spill == "fused" else self.verify.max_kv_utilization)
         return self.kv.used_blocks + need <= limit
 
+    def _kv_change(self, tokens: int) -> None:
+        """KV in use changes by *tokens*: the time integral of use so far goes to the recorder
+        (a request holds its reservation between passes too, while its bundle travels)."""
+        now = self.env.now
+        self.recorder.kv_block_seconds[self.index] += self.kv.used_blocks * (now - self._kv_since)
+        self._kv_since = now
+        self.kv.used_blocks += tokens
+
     def _serve(self) -> Generator[Event, None, None]:
         """The server process: one pass at a time, each a timeout.
 
@@ -371,7 +380,7 @@ class VerifyServer:
             batch.append(req)
             tokens += req.prompt_tokens
             need = req.prompt_tokens + req.output_tokens
-            self.kv.used_blocks += need
+            self._kv_change(need)
             self.running[req.id] = req
             req.first_scheduled_s = now
             self._choose_mode(req)
@@ -390,7 +399,7 @@ class VerifyServer:
         yield env.timeout(step_s)
         self._pass_start = math.nan
         self.step += 1
-        self.recorder.on_steps(self.index, step_s, 1, len(batch), tokens, 0, kv.used_blocks * step_s)
+        self.recorder.on_steps(self.index, step_s, 1, len(batch), tokens, 0, 0.0)
         end = env.now
         for req in batch:
             req.generated_tokens = 1
@@ -526,12 +535,12 @@ class VerifyServer:
                 self._next_fused(req, end)
             else:
                 self.send_verdict(req, gained)
-        self.recorder.on_steps(self.index, step_s, 1, len(batch), 0, tokens_out, self.kv.used_blocks * step_s)
+        self.recorder.on_steps(self.index, step_s, 1, len(batch), 0, tokens_out, 0.0)
 
     # ------------------------------------------------------------------ leaving
     def _leave(self, req: Request) -> None:
         if self.running.pop(req.id, None) is not None:
-            self.kv.used_blocks -= req.prompt_tokens + req.output_tokens
+            self._kv_change(-(req.prompt_tokens + req.output_tokens))
         self.departed += 1
         self.departed_tokens += req.prompt_tokens
 
@@ -561,6 +570,8 @@ class VerifyServer:
         """The run stopped at *until_s*: count the busy time of the pass in progress."""
         if self._pass_start == self._pass_start:  # not NaN
             self.recorder.on_busy(self.index, until_s - self._pass_start)
+        self.recorder.kv_block_seconds[self.index] += self.kv.used_blocks * (until_s - self._kv_since)
+        self._kv_since = until_s
 
     def statistics(self) -> dict[str, float]:
         """Passes run, smoothed verify queue wait and pass time, KV in use."""

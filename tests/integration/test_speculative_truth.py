@@ -157,7 +157,6 @@ def test_hybrid_runs_distributed_when_the_drafts_are_near_and_fast(tmp_path):
 SCRIPT = (1, 3, 2, 4, 4, 1, 2)
 
 
-@gamma_policies.register("scripted_test")
 @attrs.define
 class _Scripted:
     """Plays :data:`SCRIPT` (test only)."""
@@ -170,6 +169,15 @@ class _Scripted:
         return g
 
 
+@pytest.fixture
+def scripted_policy():
+    """``scripted_test`` registered for one test (the registry is global)."""
+    gamma_policies.register("scripted_test")(_Scripted)
+    yield
+    gamma_policies._items.pop("scripted_test")  # noqa: SLF001 - undo the registration
+
+
+@pytest.mark.usefixtures("scripted_policy")
 def test_each_round_uses_the_gamma_its_policy_chose(tmp_path):
     """A custom registered policy's γ sequence is exactly the rounds' γ (until the cap at the
     end of the answer), one policy object per request."""
