@@ -339,9 +339,9 @@ class LatencyHead:
        reserved for fused), clamped to ``[k_min, k_max]``. Fused also gives
        ``k_min`` when ``k_min > 1``.
 
-    The weights and bias are parameters: this package ships no training script
-    or fitted weights (§6.4.1 fits them offline on oracle labels from simulator
-    sweeps). The policy keeps per-instance state: use one instance per request
+    The weights and bias are parameters (§6.4.1 fits them offline on oracle labels
+    from simulator sweeps: :mod:`simpy_llm.speculative.head` does, with scikit-learn;
+    no fitted weights ship). The policy keeps per-instance state: use one instance per request
     (or per target, as the seed places it).
 
     Examples
