@@ -84,6 +84,14 @@ and ignored. Timers fire at exact absolute times
 rounding. A message costs O(1) scheduled events: its overhead timer, about two
 sharing timers, a retransmission timer per loss and its delivery timer (none
 for a zero overhead or a zero one-way delay).
+
+**A lone transmission** (the link idle, no loss and no outages configured: the
+common case of a device with one message in flight) takes one timer, straight to
+its delivery at ``start + work / bandwidth + one_way``, the instant the sharing
+path would give. If another transmission starts before it has ended, it joins the
+sharing heap as if it had started there all along (``V`` from 0 at its start) and
+its shortcut timer is ignored; if one starts after it ended, only its busy time is
+booked and its delivery stands.
 """
 
 from __future__ import annotations
@@ -153,6 +161,8 @@ class Message:
     """The multiple of its fair share of the bandwidth it is served at (dimensionless)."""
     one_way_s: float = 0.0
     """Its propagation delay, s (half its round-trip sample)."""
+    lone: bool = False
+    """Its delivery is scheduled by the lone-transmission shortcut (see "How it runs")."""
 
 
 class LinkPut(Event):
@@ -375,6 +385,9 @@ class Link(BaseResource):
         self._version = 0
         self._timer_s: float | None = None
         self._seq = 0
+        # The lone transmission: (message, start s, transmission end s), or None.
+        self._lone: tuple[Message, float, float] | None = None
+        self._shortcut = not self.outages and p == 0 and self.bandwidth_bytes_per_s < math.inf
         # Counters.
         self._puts = 0
         self._delivered = 0
@@ -461,6 +474,8 @@ class Link(BaseResource):
         busy = self._busy_s
         if self._heap and now > self._t_last:
             busy += self._active_time(self._t_last, now)
+        if self._lone is not None:
+            busy += min(now, self._lone[2]) - self._lone[1]
         dropped = self._dropped_outage + self._dropped_loss
         return LinkStats(
             puts=self._puts,
@@ -526,6 +541,16 @@ class Link(BaseResource):
     def _start_attempt(self, msg: Message) -> None:
         now = self.env.now
         work = msg.size_bytes / msg.bandwidth_factor
+        if self._shortcut:
+            if self._lone is not None:
+                self._settle_lone(now)
+            if not self._heap and work > 0:
+                msg.attempts += 1
+                msg.lone = True
+                end = now + work / self.bandwidth_bytes_per_s
+                self._lone = (msg, now, end)
+                timer_at(self.env, end + msg.one_way_s).callbacks.append(functools.partial(self._on_lone_end, msg))
+                return
         c_start = self._outage_time(now) if self.outages else 0.0
         if self.outages and self._in_outage(now):
             if self._drop_mode:
@@ -547,6 +572,28 @@ class Link(BaseResource):
         self._seq += 1
         heapq.heappush(self._heap, (self._v + work, self._seq, msg, now, c_start))
         self._reschedule(now)
+
+    def _settle_lone(self, now: float) -> None:
+        """Another transmission starts at *now*: book the lone one's busy time if it has
+        ended, else move it into the sharing heap as if it had been there since its start."""
+        msg, start, end = self._lone
+        self._lone = None
+        if now >= end:
+            self._busy_s += end - start
+            return
+        msg.lone = False  # its shortcut timer is ignored: the sharing path delivers it
+        self._t_last = start
+        self._v = 0.0
+        self._seq += 1
+        heapq.heappush(self._heap, (msg.size_bytes / msg.bandwidth_factor, self._seq, msg, start, 0.0))
+
+    def _on_lone_end(self, msg: Message, _event: Event) -> None:
+        if not msg.lone:
+            return  # it joined the sharing heap
+        msg.lone = False
+        if self._lone is not None and self._lone[0] is msg:
+            self._settle_lone(self.env.now)
+        self._deliver(msg)
 
     def _count_attempt(self, msg: Message) -> None:
         if msg.attempts:

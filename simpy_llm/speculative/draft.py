@@ -22,11 +22,13 @@ drafter when the smoothed acceptance falls below the group's ``escalate_below``.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from simpy_llm.network.link import Link
+from simpy_llm.serving.engine import timer_at
 from simpy_llm.policies.gamma import GammaState, StaticGamma
 from simpy_llm.wire import Wire
 
@@ -35,8 +37,6 @@ if TYPE_CHECKING:
 
     import numpy as np
     import simpy
-    from simpy.events import Event
-
     from simpy_llm.config.speculation import DraftGroupConfig, SpeculationConfig
     from simpy_llm.entities import Request
     from simpy_llm.metrics.recorder import Recorder
@@ -270,13 +270,41 @@ class DraftDevice:
                 t = end
         return t
 
-    def _draft_s(self, gamma: int, drafter: Drafter) -> float:
+    def _draft_s(self, gamma: int, drafter: Drafter, at_s: float) -> float:
+        """Time to draft *gamma* tokens with *drafter*, starting at *at_s* (throttled once the
+        device has been running requests without a break for the throttle's ``after_s``)."""
         s = gamma * drafter.draft_token_s
         if self.throttle is not None and self._active_since is not None:
             after_s, factor = self.throttle
-            if self.env.now - self._active_since >= after_s:
+            if at_s - self._active_since >= after_s:
                 s /= factor
         return s
+
+    def on_verdict(self, req: Request) -> None:
+        """The target's answer to *req* reached the device: the next round starts (γ from
+        the request's policy, drafting once the device is in service), its bundle going up
+        when drafted; or, when the request has finished or was dropped, the process wakes.
+
+        Rounds run here, in the delivery's instant, rather than in the process: one timer
+        per round (the drafting), no process switch."""
+        spec = req.spec
+        if req.completion_s == req.completion_s or req.dropped_reason:  # finished or dropped
+            if not spec.wake.triggered:
+                spec.wake.succeed()
+            return
+        fleet = self.fleet
+        gamma = spec.next_gamma(fleet.servers[req.replica])
+        start = self._available_from(self.env.now)
+        spec.round_start_s = start
+        draft_s = self._draft_s(gamma, spec.drafter, start)
+        self.busy_s += draft_s
+        if draft_s > 0.0 or start > self.env.now:
+            timer_at(self.env, start + draft_s).callbacks.append(functools.partial(self._drafted, req, gamma))
+        else:
+            fleet.send_bundle(req, self, gamma)
+
+    def _drafted(self, req: Request, gamma: int, _event: Event) -> None:
+        self.fleet.send_bundle(req, self, gamma)
 
     def _run(self) -> Generator[Event, None, None]:
         """The device process (module docstring).
@@ -307,22 +335,7 @@ class DraftDevice:
             req.spec = spec
             spec.wake = env.event()
             fleet.send_prompt(req, self)
-            while True:
-                yield spec.wake
-                if req.completion_s == req.completion_s or req.dropped_reason:  # finished or dropped
-                    break
-                spec.wake = env.event()
-                server = fleet.servers[req.replica]
-                gamma = spec.next_gamma(server)
-                resume = self._available_from(env.now)
-                if resume > env.now:
-                    yield env.timeout(resume - env.now)
-                spec.round_start_s = env.now
-                draft_s = self._draft_s(gamma, spec.drafter)
-                if draft_s > 0.0:
-                    self.busy_s += draft_s
-                    yield env.timeout(draft_s)
-                fleet.send_bundle(req, self, gamma)
+            yield spec.wake  # its rounds run in on_verdict; this wakes when it has finished or was dropped
             req.spec = None
             self.current = None
             think = 0.0
@@ -464,7 +477,7 @@ class DraftFleet:
         round; when the request ends, its last tokens, or a fused request's whole answer)."""
         device = req.spec.device
         if device.down is None:
-            req.spec.wake.succeed()
+            device.on_verdict(req)
         else:
             device.down.put(req, self._bytes(device, tokens))
 
@@ -486,9 +499,8 @@ class DraftFleet:
 
     def _downloaded(self, message: Message) -> None:
         req: Request = message.payload
-        spec = req.spec
-        if spec is not None and not spec.wake.triggered:
-            spec.wake.succeed()
+        if req.spec is not None:
+            req.spec.device.on_verdict(req)
 
     def _lost(self, message: Message) -> None:
         """A link dropped a prompt, bundle or verdict: its request is dropped."""

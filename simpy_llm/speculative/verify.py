@@ -19,6 +19,10 @@ Whichever queue's head comes first in the order runs; a pass in progress is neve
 interrupted (a forward pass is not preemptible), so "preemption" of at-risk work
 happens at pass boundaries, where overdue jobs lead.
 
+A server is a resource driven by callbacks, not a process: a pass starts the moment the
+server is idle and a job can run (an arrival, the end of the previous pass, or a
+departure freeing KV), and its end is one timeout (so a round costs one event here).
+
 Costs (``docs/speculative.md``): a prefill pass is the latency model's
 ``step_time_s(P, 0)``; a verify pass over sequences with contexts ``c_i`` verifying
 ``v_i`` drafted positions is read off a LUT's ``verify`` rows (``fanout_k = max v_i``,
@@ -37,6 +41,7 @@ fused when it pushed use past the guard. It holds that reservation until it leav
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 from collections.abc import Callable
@@ -47,8 +52,6 @@ import simpy
 from simpy_llm.policies.mode import ModeState
 
 if TYPE_CHECKING:
-    from collections.abc import Generator
-
     import numpy as np
     from simpy.events import Event
 
@@ -230,14 +233,14 @@ class VerifyServer:
         self.pass_s = 0.0
         """Smoothed duration of a verify pass, s."""
         self._seq = 0
-        self._wake: Event | None = None
+        self._busy = False
+        self._loaded = load_s <= 0.0
         self._busy_since: float | None = None
         self._kv_since = 0.0
         self._pass_start = math.nan
         self._output_overhead_s = float(getattr(latency, "output_token_overhead_s", 0.0))
         self._queueing = getattr(latency, "queueing_time_s", None)
         self._selector = None
-        self.process = env.process(self._serve())
         inbox.connect(self.arrive)
 
     # ------------------------------------------------------------------ views
@@ -298,8 +301,8 @@ class VerifyServer:
         self._seq += 1
         key = job.enqueued_s if order == "fcfs" else (job.deadline_s - own_s if order == "least_slack" else job.deadline_s)
         heapq.heappush(heap, (key, self._seq, job))
-        if self._wake is not None and not self._wake.triggered:
-            self._wake.succeed()
+        if not self._busy:
+            self._kick()
 
     # ------------------------------------------------------------------ the server
     def _admissible(self, req: Request) -> bool:
@@ -317,36 +320,39 @@ class VerifyServer:
         self._kv_since = now
         self.kv.used_blocks += tokens
 
-    def _serve(self) -> Generator[Event, None, None]:
-        """The server process: one pass at a time, each a timeout.
-
-        Yields
-        ------
-        Event
-            A wake-up while idle, the cold start, or a pass's duration.
-        """
+    def _kick(self) -> None:
+        """Start the next pass if the server is idle and a job can run (work-conserving: a
+        pass starts the moment both hold; jobs arriving during a pass wait for the next)."""
+        if self._busy:
+            return
+        heap = self._next_heap()
+        if heap is None:
+            self._busy_since = None
+            return
         env = self.env
-        loaded = self.load_s <= 0.0
-        while True:
-            job_heap = self._next_heap()
-            if job_heap is None:
-                self._wake = env.event()
-                self._busy_since = None
-                yield self._wake
-                self._wake = None
-                continue
-            if not loaded:
-                start = env.now
-                yield env.timeout(self.load_s)
-                self.recorder.on_cold_start(self.index, start, env.now)
-                loaded = True
-                continue
-            if self._busy_since is None:
-                self._busy_since = env.now
-            if job_heap is self.prefills:
-                yield from self._prefill_pass()
-            else:
-                yield from self._verify_pass()
+        self._busy = True
+        if not self._loaded:
+            timer = env.timeout(self.load_s)
+            timer.callbacks.append(functools.partial(self._loaded_at, env.now))
+            return
+        if self._busy_since is None:
+            self._busy_since = env.now
+        if heap is self.prefills:
+            self._prefill_pass()
+        else:
+            self._verify_pass()
+
+    def _loaded_at(self, start_s: float, _event: Event) -> None:
+        """The cold start that began at *start_s* is over."""
+        self.recorder.on_cold_start(self.index, start_s, self.env.now)
+        self._loaded = True
+        self._busy = False
+        self._kick()
+
+    def _pass_over(self) -> None:
+        """A pass's jobs are settled: the server is idle until it starts the next."""
+        self._busy = False
+        self._kick()
 
     def _next_heap(self) -> list[tuple] | None:
         """The queue whose head goes next (None: nothing can run now)."""
@@ -364,7 +370,8 @@ class VerifyServer:
         after_s, factor = self.throttle
         return 1.0 / factor if self.env.now - self._busy_since >= after_s else 1.0
 
-    def _prefill_pass(self) -> Generator[Event, None, None]:
+    def _prefill_pass(self) -> None:
+        """Start a prefill pass: the waiting prompts, in order, while they fit."""
         env = self.env
         now = env.now
         batch: list[Request] = []
@@ -396,11 +403,14 @@ class VerifyServer:
             step_s = lat.step_time_s(tokens, 0)
         step_s *= self._speed()
         self._pass_start = now
-        yield env.timeout(step_s)
+        env.timeout(step_s).callbacks.append(functools.partial(self._prefill_done, batch, tokens, step_s))
+
+    def _prefill_done(self, batch: list[Request], tokens: int, step_s: float, _event: Event) -> None:
+        """A prefill pass ended: each prompt has its first token."""
         self._pass_start = math.nan
         self.step += 1
         self.recorder.on_steps(self.index, step_s, 1, len(batch), tokens, 0, 0.0)
-        end = env.now
+        end = self.env.now
         for req in batch:
             req.generated_tokens = 1
             req.first_token_s = end + self._output_overhead_s
@@ -413,6 +423,7 @@ class VerifyServer:
                 self._next_fused(req, end)
             else:
                 self.send_verdict(req, 1)
+        self._pass_over()
 
     def _choose_mode(self, req: Request) -> None:
         """A request's mode, decided as its prefill starts (``hybrid``: the mode selector's;
@@ -487,7 +498,8 @@ class VerifyServer:
         draws = self.rng.random(gamma - 1) < self.verify.sample_rate
         return [True, *draws.tolist()]
 
-    def _verify_pass(self) -> Generator[Event, None, None]:
+    def _verify_pass(self) -> None:
+        """Start a verify pass over the next microbatch of verify and fused rounds."""
         env = self.env
         now = env.now
         batch = self._take_round_batch()
@@ -519,10 +531,13 @@ class VerifyServer:
         step_s = draft_steps * self.fused_draft_s + pass_s + sum(rollback) * self.verify.rollback_penalty_ms / 1e3
         step_s *= self._speed()
         self._pass_start = now
-        yield env.timeout(step_s)
+        env.timeout(step_s).callbacks.append(functools.partial(self._verify_done, batch, accepted, rollback, step_s))
+
+    def _verify_done(self, batch: list[_Job], accepted: list[float], rollback: list[bool], step_s: float, _event: Event) -> None:
+        """A verify pass ended: each round's tokens count, and its request goes on or ends."""
         self._pass_start = math.nan
         self.step += 1
-        end = env.now
+        end = self.env.now
         tokens_out = 0
         for job, m, rolled in zip(batch, accepted, rollback, strict=True):
             req = job.req
@@ -536,6 +551,7 @@ class VerifyServer:
             else:
                 self.send_verdict(req, gained)
         self.recorder.on_steps(self.index, step_s, 1, len(batch), 0, tokens_out, 0.0)
+        self._pass_over()
 
     # ------------------------------------------------------------------ leaving
     def _leave(self, req: Request) -> None:
@@ -565,6 +581,7 @@ class VerifyServer:
         self.recorder.on_departure(now)
         if self.completions is not None:
             self.completions.put(req)
+        self._kick()  # its KV is free: a waiting prompt may fit now
 
     def settle(self, until_s: float) -> None:
         """The run stopped at *until_s*: count the busy time of the pass in progress."""

@@ -49,15 +49,18 @@ class ContextLatency:
 
 
 def make_server(tmp_path: Path, latency: Any = None, **verify: Any) -> VerifyServer:
-    """A verify server over a loaded scenario's speculation section with *verify* settings."""
+    """A verify server over a loaded scenario's speculation section with *verify* settings,
+    busy with a pass (so submitted jobs wait in its queue instead of starting one)."""
     curve = flat_curve(tmp_path, [0.8, 0.7, 0.6, 0.5])
     config = scenario_from_dict(spec_scenario(curve, speculation={"verify": verify})).speculation
     env = simpy.Environment()
-    return VerifyServer(
+    server = VerifyServer(
         env, 0, Wire(env), latency if latency is not None else blis(), Recorder(num_replicas=1), config,
         kv_capacity_tokens=10**6, max_prefill_tokens=4096, rng=np.random.default_rng(0),
         fused_acceptance=None, slo=SLO, send_verdict=lambda r, t: None,
     )
+    server._busy = True  # noqa: SLF001 - a pass in progress: the jobs queue
+    return server
 
 
 def request(i: int, slo_class: str = "none", context: int = 128, prompt: int = 100) -> Request:
