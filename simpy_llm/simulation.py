@@ -194,6 +194,8 @@ class Simulation:
         view_cls = SnapshotView if refresh_s is not None else LiveView
         self.views = [view_cls(rep, counts, plan.capacity) for rep, plan in zip(self.replicas, self.plans, strict=True)]
         admission = None if isinstance(self.admission_policy, AlwaysAdmit) else self.admission_policy
+        # A rejected prompt's draft device must hear of it, and moves on to its next request.
+        rejected = self.draft_fleet.rejected if self.draft_fleet is not None else completions
         self.cluster_routers: list[Router] = []
         """Each cluster's router, in cluster order (empty without clusters)."""
         if serving.clusters:
@@ -204,13 +206,13 @@ class Simulation:
             ]
             self.router = Router(
                 env, arrivals, cluster_inboxes, cluster_views, RouterCounts(len(cluster_views)),
-                self.routing_policy, self.recorder, admission=admission, rejected=completions,
+                self.routing_policy, self.recorder, admission=admission, rejected=rejected,
             )
         else:
             entry = [i for i, plan in enumerate(self.plans) if plan.role != "decode"]
             self.router = Router(
                 env, arrivals, [replica_inboxes[i] for i in entry], [self.views[i] for i in entry], counts,
-                self.routing_policy, self.recorder, admission=admission, rejected=completions, indices=entry,
+                self.routing_policy, self.recorder, admission=admission, rejected=rejected, indices=entry,
             )
         """The router arrivals reach: over the replicas, the prefill pool when disaggregated,
         or the clusters (each then routing among its replicas)."""

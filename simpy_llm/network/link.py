@@ -120,6 +120,8 @@ __all__ = ["OUTAGE_MODES", "Link", "LinkPut", "LinkStats", "Message"]
 OUTAGE_MODES = ("wait", "drop")
 """What an outage does to the messages that need the link during it."""
 
+NORMAL_CHUNK = 256
+"""Standard normals a link without loss draws from its stream at a time (its jitter)."""
 _FINISH_RTOL = 1e-12
 """A transmission whose remaining virtual work is within this fraction of ``V`` has ended:
 the timer set for its end lands there up to rounding."""
@@ -387,6 +389,7 @@ class Link(BaseResource):
         self._seq = 0
         # The lone transmission: (message, start s, transmission end s), or None.
         self._lone: tuple[Message, float, float] | None = None
+        self._normals: list[float] = []
         self._shortcut = not self.outages and p == 0 and self.bandwidth_bytes_per_s < math.inf
         # Counters.
         self._puts = 0
@@ -426,37 +429,86 @@ class Link(BaseResource):
 
         Its value (and ``.message``) is the :class:`Message` tracking the transfer.
         """
-        if isinstance(size_bytes, bool) or not isinstance(size_bytes, (int, float, np.integer, np.floating)) or not (
-            0 <= size_bytes < math.inf
+        msg = self._message(payload, size_bytes, self.env.now)
+        self._send(msg)
+        return LinkPut(self.env, msg)
+
+    def put_at(self, payload: Any, size_bytes: float, at_s: float) -> Message:
+        """Send *payload* at the later time *at_s* (its ``sent_s``), as :meth:`put` would then:
+        a sender that knows when its message will be ready (a draft device drafting) saves
+        the event of waking up to send it. Returns the :class:`Message`; its jitter is drawn
+        now, in call order.
+
+        >>> import simpy
+        >>> from simpy_llm.wire import Wire
+        >>> env = simpy.Environment(); out = Wire(env); got = []
+        >>> out.connect(lambda m: got.append((m.sent_s, env.now)))
+        >>> link = Link(env, out, rtt_s=0.02, bandwidth_bytes_per_s=1000.0)
+        >>> _ = link.put_at("bundle", 10.0, 0.5)
+        >>> env.run(); got   # sent at 0.5, 10 B at 1 kB/s, then half the round trip
+        [(0.5, 0.52)]
+        """
+        now = self.env.now
+        if at_s <= now:
+            return self.put(payload, size_bytes).message
+        msg = self._message(payload, size_bytes, at_s)
+        if self._shortcut and self.overhead_s == 0 and not self._heap and self._lone is None:
+            work = msg.size_bytes / msg.bandwidth_factor
+            if work > 0:
+                self._start_lone(msg, at_s, work)
+                return msg
+        timer_at(self.env, at_s).callbacks.append(functools.partial(self._on_send, msg))
+        return msg
+
+    def _message(self, payload: Any, size_bytes: float, sent_s: float) -> Message:
+        """A new message with its jitter drawn."""
+        if not (type(size_bytes) is float and 0 <= size_bytes < math.inf) and (  # the common case, checked first
+            isinstance(size_bytes, bool) or not isinstance(size_bytes, (int, float, np.integer, np.floating))
+            or not 0 <= size_bytes < math.inf
         ):
             raise ValueError(f"size_bytes must be a finite number >= 0, got {size_bytes!r}")
-        env = self.env
-        now = env.now
-        msg = Message(payload=payload, size_bytes=float(size_bytes), sent_s=float(now))
+        msg = Message(payload=payload, size_bytes=float(size_bytes), sent_s=float(sent_s))
         self._puts += 1
-        rng = self.rng
         if self.bandwidth_jitter > 0:
-            msg.bandwidth_factor = max(0.05, 1.0 + self.bandwidth_jitter * float(rng.standard_normal()))  # type: ignore[union-attr]
+            msg.bandwidth_factor = max(0.05, 1.0 + self.bandwidth_jitter * self._normal())
         if self.rtt_jitter_s > 0:
-            msg.one_way_s = max(0.0, self.rtt_s + self.rtt_jitter_s * float(rng.standard_normal())) / 2  # type: ignore[union-attr]
+            msg.one_way_s = max(0.0, self.rtt_s + self.rtt_jitter_s * self._normal()) / 2
         else:
             msg.one_way_s = self.rtt_s / 2
+        return msg
+
+    def _normal(self) -> float:
+        """The next standard normal of the link's stream. Without loss the stream serves
+        only these, so they are drawn :data:`NORMAL_CHUNK` at a time (the same values, in
+        the same order, as one at a time); with loss they interleave with its uniforms."""
+        if self.loss_probability > 0:
+            return float(self.rng.standard_normal())  # type: ignore[union-attr]
+        buffer = self._normals
+        if not buffer:
+            buffer.extend(self.rng.standard_normal(NORMAL_CHUNK)[::-1].tolist())  # type: ignore[union-attr]
+        return buffer.pop()
+
+    def _on_send(self, msg: Message, _event: Event) -> None:
+        self._send(msg)
+
+    def _send(self, msg: Message) -> None:
+        """*msg* enters the link now: outage at arrival, overhead, then its transmission."""
+        now = self.env.now
         if self.overhead_s == 0:
             # Waiting for an outage to end and starting paused until it ends are the same.
             self._start_attempt(msg)
-            return LinkPut(env, msg)
+            return
         start_s = now
         if self.outages and self._in_outage(now):
             if self._drop_mode:
                 self._drop(msg, "outage")
-                return LinkPut(env, msg)
+                return
             start_s = self._up_after(now)
             msg.wait_s += start_s - now
             msg.queueing_s += start_s - now
         if start_s < math.inf:  # else the link never comes back: the message stays in flight
-            ev = timer_at(env, start_s + self.overhead_s)
+            ev = timer_at(self.env, start_s + self.overhead_s)
             ev.callbacks.append(functools.partial(self._on_start, msg))
-        return LinkPut(env, msg)
 
     def get(self) -> Any:  # type: ignore[override]
         """A link has no get side: take delivered messages from its ``out`` Wire."""
@@ -475,7 +527,7 @@ class Link(BaseResource):
         if self._heap and now > self._t_last:
             busy += self._active_time(self._t_last, now)
         if self._lone is not None:
-            busy += min(now, self._lone[2]) - self._lone[1]
+            busy += max(0.0, min(now, self._lone[2]) - self._lone[1])
         dropped = self._dropped_outage + self._dropped_loss
         return LinkStats(
             puts=self._puts,
@@ -545,11 +597,7 @@ class Link(BaseResource):
             if self._lone is not None:
                 self._settle_lone(now)
             if not self._heap and work > 0:
-                msg.attempts += 1
-                msg.lone = True
-                end = now + work / self.bandwidth_bytes_per_s
-                self._lone = (msg, now, end)
-                timer_at(self.env, end + msg.one_way_s).callbacks.append(functools.partial(self._on_lone_end, msg))
+                self._start_lone(msg, now, work)
                 return
         c_start = self._outage_time(now) if self.outages else 0.0
         if self.outages and self._in_outage(now):
@@ -573,11 +621,26 @@ class Link(BaseResource):
         heapq.heappush(self._heap, (self._v + work, self._seq, msg, now, c_start))
         self._reschedule(now)
 
+    def _start_lone(self, msg: Message, start_s: float, work: float) -> None:
+        """*msg* transmits alone from *start_s* (now, or later for :meth:`put_at`): one timer,
+        at its delivery."""
+        msg.attempts += 1
+        msg.lone = True
+        end = start_s + work / self.bandwidth_bytes_per_s
+        self._lone = (msg, start_s, end)
+        timer_at(self.env, end + msg.one_way_s).callbacks.append(functools.partial(self._on_lone_end, msg))
+
     def _settle_lone(self, now: float) -> None:
         """Another transmission starts at *now*: book the lone one's busy time if it has
-        ended, else move it into the sharing heap as if it had been there since its start."""
+        ended, move it into the sharing heap as if it had been there since its start if it
+        is transmitting, or give it an ordinary start if it has not started yet."""
         msg, start, end = self._lone
         self._lone = None
+        if now < start:
+            msg.lone = False
+            msg.attempts -= 1  # its start will count the attempt
+            timer_at(self.env, start).callbacks.append(functools.partial(self._on_start, msg))
+            return
         if now >= end:
             self._busy_s += end - start
             return

@@ -122,12 +122,16 @@ class GammaState:
         >>> s == GammaState(**{f: getattr(s, f) for f in attrs.fields_dict(GammaState)})
         True
         """
+        if fields.keys() != _STATE_SETTERS.keys():
+            raise TypeError(f"trusted() needs exactly the fields {sorted(_STATE_SETTERS)}")
+        return cls.trusted_values(tuple(fields[name] for name in _STATE_SETTERS))
+
+    @classmethod
+    def trusted_values(cls, values: tuple[object, ...]) -> GammaState:
+        """:meth:`trusted` with the values in field order (``attrs.fields(GammaState)``)."""
         state = object.__new__(cls)
-        names = _STATE_FIELDS
-        if fields.keys() != names:
-            raise TypeError(f"trusted() needs exactly the fields {sorted(names)}")
-        for name, value in fields.items():
-            object.__setattr__(state, name, value)
+        for setter, value in zip(_STATE_SETTER_LIST, values):
+            setter(state, value)
         return state
 
     @property
@@ -136,7 +140,9 @@ class GammaState:
         return self.accepted_last / self.proposed_last if self.proposed_last else 0.0
 
 
-_STATE_FIELDS = frozenset(attrs.fields_dict(GammaState))
+_STATE_SETTERS = {name: GammaState.__dict__[name].__set__ for name in attrs.fields_dict(GammaState)}
+"""Each field's slot setter (what a frozen class's ``__init__`` uses), for :meth:`GammaState.trusted`."""
+_STATE_SETTER_LIST = tuple(_STATE_SETTERS.values())
 
 
 class GammaPolicy(Protocol):

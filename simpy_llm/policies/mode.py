@@ -1,7 +1,8 @@
 """Execution-mode selectors: run a request's speculative decoding distributed or fused.
 
 In ``speculation.mode: hybrid`` the mechanism asks the scenario's
-:class:`ModeSelector` once per request, when its draft device starts it, for
+:class:`ModeSelector` once per request, as its prefill starts on the target the
+routers picked (the seed places the selector on the target side), for
 ``choose(state)``: ``"distributed"`` (the draft device drafts, the target
 verifies, bundles cross the network) or ``"fused"`` (the target drafts and
 verifies itself; only the prompt and the answer cross). The choice holds for
@@ -136,8 +137,9 @@ class RttLoadAdaptive:
 @attrs.define
 class LatencySelector:
     """The mode with the smaller predicted time per output token; ties go to fused
-    (it needs no network). ``margin`` biases towards fused: distributed must be faster
-    by that factor.
+    (it needs no network). ``margin`` scales the distributed prediction: above 1 it
+    favours fused (distributed must be faster by that factor), below 1 distributed (the
+    predictions ignore queueing, which a loaded target's fused passes feel more).
 
     >>> LatencySelector().choose(ModeState(distributed_token_s=0.010, fused_token_s=0.012))
     'distributed'

@@ -187,6 +187,7 @@ class AcceptanceModel:
     path: str = ""
     """The file it was read from (``"<dict>"`` when built from a mapping)."""
     _memo: dict[tuple[Any, ...], tuple[float, ...]] = attrs.field(factory=dict, init=False, eq=False, repr=False)
+    _cdf_memo: dict[tuple[Any, ...], tuple[float, ...]] = attrs.field(factory=dict, init=False, eq=False, repr=False)
     """:meth:`position_probabilities` answers by ``(context_len, k, temperature)``: a simulation
     asks for the same few contexts many times (cleared past :data:`MEMO_LIMIT` entries)."""
 
@@ -309,6 +310,30 @@ class AcceptanceModel:
                 return accepted
             accepted += 1
         return accepted
+
+    def accepted_at(self, u: float, context_len: float, k: int, temperature: float | None = None) -> int:
+        """Drafts accepted (0..k) for the uniform *u* in [0, 1): the inverse CDF of
+        :meth:`accepted_distribution`, ``M = #{m < k : P(M <= m) <= u}``, so a uniform
+        *u* gives *M* with exactly that distribution (one uniform per step, whatever *M*;
+        the same rule as :meth:`sample_accepted_many`). The CDF is memoised with the
+        probabilities.
+
+        >>> m = acceptance_model("t5-small_t5-xxl_ende")
+        >>> [m.accepted_at(u, 512, 2, temperature=1.0) for u in (0.0, 0.379, 0.38, 0.6155, 0.99)]
+        [0, 0, 1, 1, 2]
+        """
+        key = (context_len, k, temperature)
+        cdf = self._cdf_memo.get(key)
+        if cdf is None:
+            run, cum, out = 1.0, 0.0, []
+            for pi in self.position_probabilities(context_len, k, temperature):
+                cum += run * (1.0 - pi)
+                run *= pi
+                out.append(cum)
+            if len(self._cdf_memo) >= MEMO_LIMIT:
+                self._cdf_memo.clear()
+            cdf = self._cdf_memo[key] = tuple(out)
+        return bisect.bisect_right(cdf, u)
 
     def sample_accepted_many(
         self, rng: np.random.Generator, context_len: float, k: int, n: int, temperature: float | None = None

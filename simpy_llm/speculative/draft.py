@@ -121,26 +121,18 @@ class SpecState:
         model = server.fused_acceptance if fused else self.drafter.acceptance
         kv = server.kv
         tpot = server.slo.get(req.slo_class, (None, None, None))[1]
-        state = GammaState.trusted(
-            gamma=self.gamma, k_min=cfg.k_min, k_max=cfg.k_max,
-            rtt_s=0.0 if fused else self.device.rtt_s,
-            verify_queue_wait_s=server.queue_wait_s,
-            kv_utilization=min(1.0, kv.used_blocks / kv.num_blocks) if kv.num_blocks else 0.0,
-            accepted_last=self.accepted_last, proposed_last=self.proposed_last,
-            acceptance_ewma=min(1.0, max(0.0, self.ewma)),
-            position_probabilities=model.position_probabilities(context, cfg.k_max, cfg.temperature),
-            draft_step_s=server.fused_draft_s if fused else self.drafter.draft_token_s,
-            verify_step_s=server.pass_s, slo_tpot_s=tpot,
-        )
+        state = GammaState.trusted_values((  # field order; values valid by construction
+            self.gamma, cfg.k_min, cfg.k_max,
+            0.0 if fused else self.device.rtt_s,
+            server.queue_wait_s,
+            min(1.0, kv.used_blocks / kv.num_blocks) if kv.num_blocks else 0.0,
+            self.accepted_last, self.proposed_last,
+            min(1.0, max(0.0, self.ewma)),
+            model.position_probabilities(context, cfg.k_max, cfg.temperature),
+            server.fused_draft_s if fused else self.drafter.draft_token_s,
+            server.pass_s, tpot,
+        ))
         return max(cfg.k_min, min(cfg.k_max, int(policy.next_gamma(state))))
-
-    def accepted(self, model: Any, rng: np.random.Generator, context: int, gamma: int, temperature: float | None) -> float:
-        """Draft tokens the target accepts this round: a draw, or the expectation."""
-        if gamma == 0:
-            return 0
-        if self.fleet.config.acceptance_sampling == "expected":
-            return model.expected_tokens(context, gamma, temperature) - 1.0
-        return model.sample_accepted(rng, context, gamma, temperature)
 
     def settle_round(self, req: Request, gamma: int, accepted: float, rolled_back: bool, now: float, replica: int, fused: bool) -> int:
         """A round's verify pass ended at *now*: count its tokens and figures; returns the
@@ -298,13 +290,7 @@ class DraftDevice:
         spec.round_start_s = start
         draft_s = self._draft_s(gamma, spec.drafter, start)
         self.busy_s += draft_s
-        if draft_s > 0.0 or start > self.env.now:
-            timer_at(self.env, start + draft_s).callbacks.append(functools.partial(self._drafted, req, gamma))
-        else:
-            fleet.send_bundle(req, self, gamma)
-
-    def _drafted(self, req: Request, gamma: int, _event: Event) -> None:
-        self.fleet.send_bundle(req, self, gamma)
+        fleet.send_bundle(req, self, gamma, start + draft_s)
 
     def _run(self) -> Generator[Event, None, None]:
         """The device process (module docstring).
@@ -400,6 +386,9 @@ class DraftFleet:
         """The targets, by fleet index (set by the simulation once built)."""
         self.think_rng = streams("draft/think_time")
         self.uploaded, self.downloaded, self.lost = Wire(env), Wire(env), Wire(env)
+        self.rejected = Wire(env)
+        """Wire the router puts the prompts its admission policy rejects into (the device
+        hears at once, and the request goes on to *dropped*)."""
         self.devices: dict[str, list[DraftDevice]] = {}
         """Each group's devices, by group name."""
         self.group_of_client: dict[str, str] = {}
@@ -423,6 +412,7 @@ class DraftFleet:
         self._by_session: dict[str, DraftDevice] = {}
         self.pending: dict[int, Request] = {}
         """Requests bound to a device that have not reached a target, by id."""
+        self.rejected.connect(self._rejected)
         sent.connect(self._bind)
         self.uploaded.connect(self._uploaded)
         self.downloaded.connect(self._downloaded)
@@ -464,13 +454,19 @@ class DraftFleet:
         else:
             device.up.put(req, self._bytes(device, req.prompt_tokens))
 
-    def send_bundle(self, req: Request, device: DraftDevice, gamma: int) -> None:
-        """*device* drafted *gamma* tokens of *req*: the bundle goes up to its target."""
+    def send_bundle(self, req: Request, device: DraftDevice, gamma: int, at_s: float) -> None:
+        """*device* will have drafted *gamma* tokens of *req* at *at_s*: the bundle goes up to
+        its target then (one scheduled event: the link's, or the submission's)."""
         req.spec.sent_gamma = gamma
-        if device.up is None:
-            self.servers[req.replica].submit(req, gamma, req.spec.round_start_s)
+        if device.up is not None:
+            device.up.put_at(req, self._bytes(device, gamma), at_s)
+        elif at_s > self.env.now:
+            timer_at(self.env, at_s).callbacks.append(functools.partial(self._submit, req))
         else:
-            device.up.put(req, self._bytes(device, gamma))
+            self._submit(req)
+
+    def _submit(self, req: Request, _event: Event | None = None) -> None:
+        self.servers[req.replica].submit(req, req.spec.sent_gamma, req.spec.round_start_s)
 
     def send_verdict(self, req: Request, tokens: int) -> None:
         """A target answers *req*'s device with *tokens* new tokens (after the prefill or a
@@ -495,12 +491,18 @@ class DraftFleet:
         if req.id in self.pending:
             self._arrive(req)
         elif req.dropped_reason == "":
-            self.servers[req.replica].submit(req, req.spec.sent_gamma, req.spec.round_start_s)
+            self._submit(req)
 
     def _downloaded(self, message: Message) -> None:
         req: Request = message.payload
         if req.spec is not None:
             req.spec.device.on_verdict(req)
+
+    def _rejected(self, req: Request) -> None:
+        """The router's admission policy rejected *req* (already recorded as dropped)."""
+        req.spec.device.on_verdict(req)
+        if self.dropped is not None:
+            self.dropped.put(req)
 
     def _lost(self, message: Message) -> None:
         """A link dropped a prompt, bundle or verdict: its request is dropped."""

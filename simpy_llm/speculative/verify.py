@@ -31,7 +31,8 @@ has them, else a decode step of ``sum(v_i + 1)`` tokens with attention over
 ``sum((v_i + 1) c_i)`` context tokens; plus, if fused jobs are in it, ``max γ``
 draft steps of ``fused.draft_token_ms``, plus ``rollback_penalty_ms`` per
 mis-speculation partial verification let through. Each job's accepted prefix is
-drawn from its drafter's acceptance curve at its context when the pass starts.
+drawn from its drafter's acceptance curve at its context when the pass starts (one
+uniform through the inverse CDF of the accepted-prefix distribution).
 
 KV: a request is admitted (its prefill may run) only while the KV in use plus its
 prompt and output fit the guard, ``max_kv_utilization x capacity`` (``kv_spill:
@@ -50,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 import simpy
 
 from simpy_llm.policies.mode import ModeState
+from simpy_llm.workload.distributions import Draws, Uniform
 
 if TYPE_CHECKING:
     import numpy as np
@@ -64,6 +66,8 @@ if TYPE_CHECKING:
 __all__ = ["VerifyServer", "verify_pass_s"]
 
 PREFILL, VERIFY, FUSED = 0, 1, 2
+UNIFORM_CHUNK = 1024
+"""Uniforms a verify server draws from its stream at a time."""
 WAIT_EWMA = 0.2
 """Weight of the newest job in a server's smoothed verify queue wait and pass time."""
 
@@ -151,7 +155,9 @@ class VerifyServer:
     max_model_len
         Longest prompt plus output it serves; a longer request is dropped (``max_model_len``).
     rng
-        Random stream of its acceptance draws and partial-verification samples.
+        Random stream of its acceptance draws and partial-verification samples (uniforms,
+        drawn :data:`UNIFORM_CHUNK` at a time, used in order: per job of a pass, its
+        partial-verification samples, then its acceptance draw).
     fused_acceptance
         The fused draft model's acceptance curve (None without ``speculation.fused``).
     slo
@@ -206,7 +212,8 @@ class VerifyServer:
         self.max_prefill_tokens = max_prefill_tokens
         self.max_seqs = max_seqs
         self.max_model_len = max_model_len
-        self.rng = rng
+        self.uniform = Draws(Uniform(low=0.0, high=1.0), rng, tokens=False, chunk=UNIFORM_CHUNK).next
+        """The next uniform of its stream (acceptance draws, partial-verification samples)."""
         self.fused_acceptance = fused_acceptance
         self.fused_draft_s = config.fused.draft_token_ms / 1e3 if config.fused is not None else 0.0
         self.slo = slo
@@ -488,18 +495,19 @@ class VerifyServer:
             heapq.heappush(heap, entry)
         return batch
 
-    def _verified(self, gamma: int) -> list[bool]:
-        """Which of positions 1..gamma the target verifies (``verify.partial``)."""
-        partial = self.verify.partial
-        if partial == "all" or gamma == 0:
-            return [True] * gamma
-        if partial == "first_token":
-            return [True] + [False] * (gamma - 1)
-        draws = self.rng.random(gamma - 1) < self.verify.sample_rate
-        return [True, *draws.tolist()]
+    def _sampled_positions(self, gamma: int) -> list[bool]:
+        """``partial: sampled``: which of positions 1..gamma the target verifies (the first,
+        and each later one with probability ``sample_rate``)."""
+        rate, u = self.verify.sample_rate, self.uniform
+        return [True, *(u() < rate for _ in range(gamma - 1))]
 
     def _verify_pass(self) -> None:
-        """Start a verify pass over the next microbatch of verify and fused rounds."""
+        """Start a verify pass over the next microbatch of verify and fused rounds.
+
+        Per job: the positions the target verifies (``verify.partial``: all, the first, or
+        sampled), its accepted prefix (the curve's expectation, or its inverse CDF at one
+        uniform, drawn after the job's samples) and whether it rolls back (its rejection,
+        position ``accepted + 1``, went unverified)."""
         env = self.env
         now = env.now
         batch = self._take_round_batch()
@@ -509,21 +517,33 @@ class VerifyServer:
         rollback = []
         draft_steps = 0
         temp = self.config.temperature
+        expected = self.config.acceptance_sampling == "expected"
+        partial = self.verify.partial
+        uniform = self.uniform
         wait_total = 0.0
         for job in batch:
             req = job.req
-            spec: SpecState = req.spec
+            gamma = job.gamma
             context = req.prompt_tokens + req.generated_tokens
             contexts.append(context)
-            verified = self._verified(job.gamma)
-            verified_counts.append(sum(verified))
-            model = self.fused_acceptance if job.kind == FUSED else spec.drafter.acceptance
-            m = spec.accepted(model, self.rng, context, job.gamma, temp)
+            if gamma == 0:
+                m, verified, rolled = 0, 0, False
+            else:
+                model = self.fused_acceptance if job.kind == FUSED else req.spec.drafter.acceptance
+                checked = self._sampled_positions(gamma) if partial == "sampled" else None
+                m = model.expected_tokens(context, gamma, temp) - 1.0 if expected else model.accepted_at(uniform(), context, gamma, temp)
+                whole = int(m)
+                if checked is not None:
+                    verified, rolled = sum(checked), whole < gamma and not checked[whole]
+                elif partial == "first_token":
+                    verified, rolled = 1, 0 < whole < gamma
+                else:
+                    verified, rolled = gamma, False
+            verified_counts.append(verified)
             accepted.append(m)
-            whole = int(m)
-            rollback.append(whole < job.gamma and not verified[whole])
+            rollback.append(rolled)
             if job.kind == FUSED:
-                draft_steps = max(draft_steps, job.gamma)
+                draft_steps = max(draft_steps, gamma)
             wait_total += now - job.enqueued_s
         pass_s = verify_pass_s(self.latency, contexts, verified_counts)
         self.pass_s += WAIT_EWMA * (pass_s - self.pass_s)

@@ -289,3 +289,16 @@ def test_the_kv_guard_admits_a_request_only_when_its_tokens_fit(tmp_path):
     f = results.to_dataframe().sort_values("first_scheduled_s")
     assert (f["first_scheduled_s"].to_numpy()[1:] >= f["completion_s"].to_numpy()[:-1] - 1e-12).all()
     assert (f["status"] == "completed").all()
+
+
+def test_a_rejected_prompt_frees_its_draft_device(tmp_path):
+    """An admission policy's rejection is a drop the device hears of at once: it goes on to
+    its next request, and every request ends completed or dropped (none stays in flight)."""
+    curve = flat_curve(tmp_path, [0.6] * 4)
+    data = spec_scenario(curve, requests=60, rate=1e6, output=40, devices=10)
+    data["serving"]["admission"] = {"kind": "max_queue", "params": {"max_waiting": 1}}
+    _sim, results = _run(data)
+    f = results.to_dataframe()
+    assert set(f["status"]) <= {"completed", "dropped"}
+    assert (f["status"] == "dropped").sum() > 0
+    assert (f.loc[f["status"] == "dropped", "dropped_reason"] != "").all()
