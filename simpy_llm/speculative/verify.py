@@ -51,7 +51,6 @@ from typing import TYPE_CHECKING, Any
 import simpy
 
 from simpy_llm.policies.mode import ModeState
-from simpy_llm.workload.distributions import Draws, Uniform
 
 if TYPE_CHECKING:
     import numpy as np
@@ -212,8 +211,8 @@ class VerifyServer:
         self.max_prefill_tokens = max_prefill_tokens
         self.max_seqs = max_seqs
         self.max_model_len = max_model_len
-        self.uniform = Draws(Uniform(low=0.0, high=1.0), rng, tokens=False, chunk=UNIFORM_CHUNK).next
-        """The next uniform of its stream (acceptance draws, partial-verification samples)."""
+        self.rng = rng
+        self._uniforms: list[float] = []
         self.fused_acceptance = fused_acceptance
         self.fused_draft_s = config.fused.draft_token_ms / 1e3 if config.fused is not None else 0.0
         self.slo = slo
@@ -495,11 +494,24 @@ class VerifyServer:
             heapq.heappush(heap, entry)
         return batch
 
+    def uniforms(self, n: int) -> list[float]:
+        """The next *n* uniforms of its stream, in drawing order (drawn
+        :data:`UNIFORM_CHUNK` at a time; acceptance draws and partial-verification samples)."""
+        if n <= 0:
+            return []
+        buffer = self._uniforms
+        if len(buffer) < n:
+            buffer[:0] = self.rng.random(max(UNIFORM_CHUNK, n))[::-1].tolist()
+        taken = buffer[-n:]
+        del buffer[-n:]
+        taken.reverse()
+        return taken
+
     def _sampled_positions(self, gamma: int) -> list[bool]:
         """``partial: sampled``: which of positions 1..gamma the target verifies (the first,
         and each later one with probability ``sample_rate``)."""
-        rate, u = self.verify.sample_rate, self.uniform
-        return [True, *(u() < rate for _ in range(gamma - 1))]
+        rate = self.verify.sample_rate
+        return [True, *(u < rate for u in self.uniforms(gamma - 1))]
 
     def _verify_pass(self) -> None:
         """Start a verify pass over the next microbatch of verify and fused rounds.
@@ -519,7 +531,6 @@ class VerifyServer:
         temp = self.config.temperature
         expected = self.config.acceptance_sampling == "expected"
         partial = self.verify.partial
-        uniform = self.uniform
         wait_total = 0.0
         for job in batch:
             req = job.req
@@ -531,7 +542,7 @@ class VerifyServer:
             else:
                 model = self.fused_acceptance if job.kind == FUSED else req.spec.drafter.acceptance
                 checked = self._sampled_positions(gamma) if partial == "sampled" else None
-                m = model.expected_tokens(context, gamma, temp) - 1.0 if expected else model.accepted_at(uniform(), context, gamma, temp)
+                m = model.expected_tokens(context, gamma, temp) - 1.0 if expected else model.accepted_at(self.uniforms(1)[0], context, gamma, temp)
                 whole = int(m)
                 if checked is not None:
                     verified, rolled = sum(checked), whole < gamma and not checked[whole]

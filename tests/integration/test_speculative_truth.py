@@ -211,20 +211,31 @@ def test_first_token_verification_rolls_back_exactly_the_late_rejections(tmp_pat
     assert spec["rollback_s"] == pytest.approx(late.sum() * 3e-3)
 
 
-def test_first_token_verification_costs_one_verified_position(tmp_path):
-    """With every draft accepted (no rollback), a ``first_token`` pass costs a decode step of
-    2 tokens: an isolated request's rounds take γ d + beta0 + 2 beta2 each."""
-    gamma, d_ms, output = 4, 10.0, 51
+@pytest.mark.parametrize(
+    ("verify", "checked"),
+    [
+        ({"partial": "first_token"}, lambda g: min(g, 1)),
+        ({"partial": "sampled", "sample_rate": 0.0}, lambda g: min(g, 1)),
+        ({"partial": "sampled", "sample_rate": 1.0}, lambda g: g),
+        ({"partial": "all"}, lambda g: g),
+    ],
+    ids=["first_token", "sampled_none", "sampled_all", "all"],
+)
+def test_a_pass_costs_the_positions_it_verifies(tmp_path, verify, checked):
+    """With every draft accepted (no rollback), a pass verifying v positions costs a decode
+    step of v + 1 tokens: an isolated request's rounds take γ d + beta0 + (v + 1) beta2 each,
+    v = 1 for ``first_token`` (and ``sampled`` at rate 0), γ for ``all`` (and rate 1)."""
+    gamma, d_ms, output = 4, 10.0, 48
     curve = flat_curve(tmp_path, [1.0] * 4)
     data = spec_scenario(
         curve, requests=2, rate=0.01, output=output, devices=1, draft_token_ms=d_ms,
-        speculation={"verify": {"partial": "first_token"}, "gamma_policy": {"kind": "static", "params": {"gamma": gamma}}},
+        speculation={"verify": verify, "gamma_policy": {"kind": "static", "params": {"gamma": gamma}}},
     )
     _sim, results = _run(data)
     left, total = output - 1, 0.0
     while left > 0:
-        g = min(gamma, left - 1)
-        total += g * d_ms / 1e3 + BETA0_S + BETA2_S * (min(g, 1) + 1)
+        g = min(gamma, left - 1)  # 47 tokens after the first: the last round is capped at γ = 1
+        total += g * d_ms / 1e3 + BETA0_S + BETA2_S * (checked(g) + 1)
         left -= g + 1
     frame = results.to_dataframe()
     assert np.allclose(frame["completion_s"] - frame["first_token_s"], total, rtol=0, atol=1e-9)
