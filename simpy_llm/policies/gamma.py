@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import attrs
 
@@ -146,7 +146,12 @@ _STATE_SETTER_LIST = tuple(_STATE_SETTERS.values())
 
 
 class GammaPolicy(Protocol):
-    """Chooses the speculation depth γ of the next draft round."""
+    """Chooses the speculation depth γ of the next draft round.
+
+    A policy class may set ``reads_position_probabilities = False`` to say its rule never
+    reads ``state.position_probabilities``; the mechanism then passes ``()`` there and
+    saves the curve lookup. Absent, the probabilities are always filled in.
+    """
 
     def next_gamma(self, state: GammaState) -> int:
         """γ for the next round, always within ``[state.k_min, state.k_max]``."""
@@ -186,6 +191,9 @@ class StaticGamma:
     6
     """
 
+    reads_position_probabilities: ClassVar[bool] = False
+    """The rule never reads ``state.position_probabilities`` (the mechanism may leave it empty)."""
+
     gamma: int = attrs.field(default=4, validator=at_least(1))
     """The γ to use, tokens."""
 
@@ -210,6 +218,9 @@ class Backpressure:
     >>> p.next_gamma(GammaState(gamma=4, k_min=1, k_max=6, verify_queue_wait_s=0.02, kv_utilization=0.5))
     4
     """
+
+    reads_position_probabilities: ClassVar[bool] = False
+    """The rule never reads ``state.position_probabilities`` (the mechanism may leave it empty)."""
 
     wait_high_s: float = attrs.field(default=0.05, validator=at_least(0))
     """Verify queue wait above which γ shrinks, s."""
@@ -244,6 +255,9 @@ class AcceptanceBackoff:
     >>> AcceptanceBackoff().next_gamma(GammaState(gamma=5, k_min=1, k_max=6, accepted_last=1, proposed_last=5))
     2
     """
+
+    reads_position_probabilities: ClassVar[bool] = False
+    """The rule never reads ``state.position_probabilities`` (the mechanism may leave it empty)."""
 
     low: float = attrs.field(default=0.5, validator=in_range(0.0, 1.0))
     """Acceptance ratio below which γ is halved, 0..1."""
@@ -357,6 +371,9 @@ class LatencyHead:
     >>> [head.next_gamma(GammaState(gamma=4, k_min=1, k_max=6, rtt_s=r)) for r in (0.05, 0.2, 0.2, 0.2)]
     [4, 3, 2, 1]
     """
+
+    reads_position_probabilities: ClassVar[bool] = False
+    """The rule never reads ``state.position_probabilities`` (the mechanism may leave it empty)."""
 
     weights: tuple[float, ...] = attrs.field(converter=tuple, validator=_weights_length)
     """One coefficient per feature of :data:`LATENCY_HEAD_FEATURES`, tokens per feature unit."""

@@ -128,7 +128,8 @@ class SpecState:
             min(1.0, kv.used_blocks / kv.num_blocks) if kv.num_blocks else 0.0,
             self.accepted_last, self.proposed_last,
             min(1.0, max(0.0, self.ewma)),
-            model.position_probabilities(context, cfg.k_max, cfg.temperature),
+            model.position_probabilities(context, cfg.k_max, cfg.temperature)
+            if getattr(policy, "reads_position_probabilities", True) else (),
             server.fused_draft_s if fused else self.drafter.draft_token_s,
             server.pass_s, tpot,
         ))
