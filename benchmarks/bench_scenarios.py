@@ -8,6 +8,7 @@ Run from the repository root::
     python -m benchmarks.bench_scenarios --cases mb_100k,mb_1m --repeat 3
     python -m benchmarks.bench_scenarios --cases react,mcts,fork_join,chain --repeat 3
     python -m benchmarks.bench_scenarios --cases disagg_100k --repeat 3
+    python -m benchmarks.bench_scenarios --cases spec_mobile_cloud,spec_80x20_1h,spec_80x20_1h_plain --repeat 3
 
 Every run happens in its own fresh Python process (peak RSS belongs to it). Wall =
 ``perf_counter`` around ``Simulation.run()``; the SimPy event count is exact. Requests
@@ -15,7 +16,9 @@ are LLM calls (an agentic session makes several).
 
 Targets: ``multi_bin_only`` at least 50,000 simulated requests per wall-second and 1M
 requests in under 30 s; the agentic presets at least 15,000 LLM calls per wall-second;
-``disaggregated`` (2 prefill + 6 decode, clos) at least 10,000 requests per wall-second at 100k.
+``disaggregated`` (2 prefill + 6 decode, clos) at least 10,000 requests per wall-second at 100k;
+speculative decoding (``spec_*``): seed 003 §4's example at least 5,000 verify rounds per
+wall-second, and an hour of 80 draft devices and 20 targets in under 60 s.
 
 This is a benchmark, not a test: it asserts nothing.
 """
@@ -34,6 +37,21 @@ from benchmarks.bench_quickstart import RESULT_TAG, _maxrss_mb, machine_info, ru
 
 REPO = Path(__file__).resolve().parent.parent
 
+SPEC_80X20: dict[str, Any] = {
+    "workload.horizon_s": 3600.0, "workload.aggregate_rate": 8.0,
+    "speculation.drafts.0.count": 50, "speculation.drafts.1.count": 30,
+    "serving.clusters.0.replica_groups.0.count": 10, "serving.clusters.1.replica_groups.0.count": 10,
+}
+"""Seed 003 §4's example scaled to a sweep point of 80 draft devices and 20 targets for an hour
+(the offered rate scaled with the devices, 6 -> 8 requests/s; the devices pace it, closed loop)."""
+SPEC_PLAIN: dict[str, Any] = {
+    "speculation.gamma_policy": {"kind": "static", "params": {"gamma": 4}},
+    "speculation.verify.partial": "all", "speculation.verify.sample_rate": 1.0,
+    "speculation.verify.rollback_penalty_ms": 0.0,
+    "speculation.drafts.0.network.rtt_jitter_ms": 0.0, "speculation.drafts.0.network.bandwidth_jitter": 0.0,
+}
+"""The per-round options of the §4 example switched off (γ telemetry, sampled verification, jitter)."""
+
 # name -> (scenario file, overrides, description)
 CASES: dict[str, tuple[str, dict[str, Any], str]] = {
     "mb_100k": ("multi_bin_only.yaml", {"workload.num_requests": 100_000}, "multi_bin_only: k = 4, B = 32, sampled U(1, 3)"),
@@ -49,6 +67,10 @@ CASES: dict[str, tuple[str, dict[str, Any], str]] = {
     "chain": ("agentic_chain.yaml", {}, "multi-step chain (2 tools), 3,000 sessions"),
     "disagg_100k": ("disaggregated.yaml", {"workload.num_requests": 100_000},
                     "disaggregated: 2 prefill + 6 decode, KV over a clos fabric"),
+    "spec_mobile_cloud": ("speculative_mobile_cloud.yaml", {}, "seed 003 §4: 60 drafts, 4 targets, hybrid, 120 s"),
+    "spec_80x20_1h": ("speculative_mobile_cloud.yaml", SPEC_80X20, "§4 scaled: 80 drafts, 20 targets, 1 hour"),
+    "spec_80x20_1h_plain": ("speculative_mobile_cloud.yaml", {**SPEC_80X20, **SPEC_PLAIN},
+                            "the same, static γ, full verification, no jitter"),
 }
 DEFAULT_CASES = list(CASES)
 
@@ -64,7 +86,11 @@ def run_worker(case: str) -> dict[str, Any]:
     n = len(results)
     summary = results.summary()
     batches = sum(b["batches"] for b in summary.get("batch_servers", {}).values())
+    rounds = summary.get("speculation", {}).get("rounds", 0)
     return {
+        "rounds": rounds,
+        "rounds_per_wall_s": rounds / wall,
+        "events_per_round": results.events / rounds if rounds else None,
         "case": case,
         "requests": n,
         "batches": batches,
@@ -110,6 +136,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{c:<14} | {r['requests']:>9,} | {r['batches']:>8,} | {r['sessions']:>8,} | {wall:>12.2f} | "
               f"{r['requests'] / wall:>10,.0f} | {r['events_per_request']:>10.2f} | "
               f"{max(x['peak_rss_mb'] for x in runs[c]):>7.0f} | {CASES[c][2]}")
+    spec = [c for c in cases if runs[c][0].get("rounds")]
+    if spec:
+        print()
+        print(f"{'case':<20} | {'verify rounds':>13} | {'wall s (med)':>12} | {'rounds/wall-s':>13} | {'events/round':>12}")
+        for c in spec:
+            r = runs[c][0]
+            wall = statistics.median(x["wall_s"] for x in runs[c])
+            print(f"{c:<20} | {r['rounds']:>13,} | {wall:>12.2f} | {r['rounds'] / wall:>13,.0f} | {r['events_per_round']:>12.2f}")
     return 0
 
 

@@ -1400,6 +1400,10 @@ class Scenario:
     def _check_speculation(self) -> None:
         """What speculative decoding cannot run with, and the draft groups' clients."""
         serving, wl = self.serving, self.workload
+        if self.simulation.mode != "event_per_change":
+            raise FieldValueError(
+                "simulation.mode", "applies to continuous-batching replicas; verify servers take one event per pass in any mode"
+            )
         if serving.disaggregation is not None:
             raise FieldValueError("speculation", "runs on a co-located fleet; remove serving.disaggregation")
         for path, group in zip(serving.group_paths(), serving.groups(), strict=True):
