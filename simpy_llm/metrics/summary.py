@@ -625,10 +625,15 @@ class TvtStats(TypedDict):
     """Time to verified tokens (a request's longest round), over completed measured requests, s."""
 
     mean: float | None
+    """Mean, s."""
     p50: float | None
+    """Median, s."""
     p90: float | None
+    """90th percentile, s."""
     p95: float | None
+    """95th percentile, s."""
     p99: float | None
+    """99th percentile, s."""
 
 
 class SpeculationStats(TypedDict):
@@ -657,9 +662,11 @@ class SpeculationStats(TypedDict):
     rollback_s: float
     """Target time those cost, s."""
     tvt_s: TvtStats
+    """Time to verified tokens of completed measured requests (each request's longest round)."""
     drafts: dict[str, DraftGroupStats]
     """Per draft group."""
     fairness: SpeculationFairness
+    """Fairness across the draft groups (device classes)."""
 
 
 class Summary(TypedDict):

@@ -11,9 +11,12 @@ closed loop (seed 003 "Per-Draft Closed-Loop Think Time"): a request starts at
 ``max(its arrival, the previous one's end + think time)``, delayed further while the
 device is out of service (its profile's availability windows). It sends the prompt
 up its link; the router picks the target, whose prefill computes the first token.
-Then, in ``distributed`` mode, rounds: the device asks the request's γ policy for γ,
-drafts γ tokens (``γ x draft_token_s``, slower once thermally throttled), uploads the
-bundle, and waits for the verdict. In ``fused`` mode it just waits for the answer.
+Then, in ``distributed`` mode, rounds: each verdict reaching the device
+(:meth:`DraftDevice.on_verdict`, in the delivery's instant) asks the request's γ policy
+for γ, drafts γ tokens (``γ x draft_token_s``, slower once thermally throttled, after
+any out-of-service window) and sends the bundle up when drafted (``Link.put_at``: one
+scheduled event per bundle); the process itself waits for the request's end. In
+``fused`` mode the device just waits for the answer.
 
 Per-request bookkeeping lives in a :class:`SpecState` on ``request.spec``; it turns
 a round's accepted prefix into tokens, records the round, and escalates to a larger

@@ -383,6 +383,7 @@ def test_flatten_turns_none_into_nan_and_skips_strings():
         ("two_clients.yaml", ("client_latency_s", "network"), {"workload.num_requests": 500}),
         ("heterogeneous_fleet.yaml", ("devices",), {"workload.num_requests": 500}),
         ("seed003_multi_cluster.yaml", ("latency_s_by_cluster",), {"workload.horizon_s": 10}),
+        ("speculative_mobile_cloud.yaml", ("speculation", "devices", "network"), {"workload.horizon_s": 10}),
     ],
 )
 def test_network_device_and_cluster_summaries_match_the_typed_dict_exactly(name, keys, overrides):

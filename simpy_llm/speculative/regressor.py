@@ -1,0 +1,590 @@
+"""Acceptance regressors: a RandomForest trained on a per-token profiling log (seed 003 §5.4).
+
+An alternative to the YAML acceptance curves of :mod:`simpy_llm.speculative.acceptance`
+with the same interface: an :class:`AcceptanceRegressor` answers
+``position_probabilities(context_len, k, temperature)`` (and everything built on it)
+from a scikit-learn ``RandomForestRegressor`` fitted on raw profiling rows, instead of
+interpolating a table. Seed 003 §5.4 ("Aggregation & Interpreter Pipeline", step 3):
+"the simulator either loads the aggregated tables or the trained regression bundle".
+scikit-learn is needed to train or load a bundle (``pip install simpy-llm[learn]``),
+not to import this module.
+
+Profiling-log schema (per-token granularity of §5.4, "Profiling Outputs & Granularity")
+-------------------------------------------------------------------------------------
+A :class:`pandas.DataFrame` with **one row per draft position that verification
+reached** in one speculative step:
+
+===============  ========================================================================
+column           meaning
+===============  ========================================================================
+``context_len``  tokens already in the sequence before the step (whole number > 0)
+``position``     1-based draft position ``i`` (whole number in 1..64)
+``temperature``  sampling temperature of the step (finite, >= 0; 0 = argmax)
+``accepted``     1 if the verifier accepted the draft at ``position``, else 0
+``drafter``      optional: the draft model; every value must equal the bundle's ``drafter``
+``verifier``     optional: the target model; every value must equal the bundle's ``verifier``
+``prompt_class`` optional: recorded, not a feature (rows of all classes are pooled, in
+                 the log's own proportions; to model one class, filter the log first)
+===============  ========================================================================
+
+Other columns (a step id, ``k``, latencies) are ignored. Verification stops at the first
+rejection, so a row for position ``i`` exists **only when positions 1..i-1 of the same
+step were accepted**: a step that proposed ``k`` drafts and had ``m`` accepted gives the
+rows ``1..m`` with ``accepted = 1`` and, when ``m < k``, the row ``m + 1`` with
+``accepted = 0`` (:func:`profiling_rows_from_steps` builds them from per-step counts).
+Hence the fraction of accepted rows among those with a given ``(position,
+context_len, temperature)`` estimates the **conditional** ``p_i`` of the curves, directly:
+it is never normalised across positions (seed 003 Appendix B: probabilities that no
+longer meant "position ``i`` accepted given ``< i`` were" made Spec++ pick wrong depths).
+Logging positions after the first rejection would bias every ``p_i`` downwards;
+:func:`train_acceptance_regressor` rejects a log in which some ``(context_len,
+temperature)`` has more rows at position ``i + 1`` than accepted rows at position ``i``.
+Profile with a fixed ``k`` (= the ``k_max`` wanted): with an adaptive ``k`` that depends
+on a request's past acceptance, deep positions over-represent easy requests.
+
+The model
+---------
+Features ``(log(context_len), position, temperature)``, target ``accepted``. A
+``RandomForestRegressor`` (squared error) on a 0/1 target predicts, in each leaf, the
+fraction of accepted rows, so the forest's prediction is an estimate of ``P(accepted)``
+and needs no ``predict_proba``. It is used rather than ``RandomForestClassifier``
+because, on a 0/1 target, the squared-error split criterion is the Gini criterion up to a
+factor of 2 (``p(1 - p)`` against ``2 p(1 - p)``), so both grow the same trees, while the
+regressor's ``predict`` gives the probability in one column whatever classes the log
+holds (a log in which every draft was accepted gives ``p = 1``; a classifier would have
+a single ``predict_proba`` column to special-case). Predictions are clipped to [0, 1].
+
+* A forest is **piecewise constant**: a query between two profiled context lengths (or
+  temperatures) gets roughly the nearer one's value (split thresholds lie midway between
+  neighbouring training values; with ``log(context_len)`` as the feature, "midway" is the
+  geometric mean, the natural midpoint for the curves' log-linear interpolation, which a
+  forest does not do). Outside the profiled range the end values hold, as the curves clamp.
+  Profile the contexts and temperatures that the simulations will use, or a fine spread.
+* ``min_samples_leaf`` (default 50) is the smoothing: a leaf pools at least that many
+  rows, so sparse regions (deep positions at long contexts) share a leaf with neighbours
+  rather than resting on a handful of rows. It pools, it never renormalises.
+* All three features are tried at every split (``max_features=1.0``), and the forest
+  predicts with ``n_jobs=1`` (Appendix B: process-parallel prediction of a few rows was
+  10x slower).
+* ``temperature=None`` is allowed only for a bundle trained on one temperature. A bundle
+  trained on one temperature answers the same at every temperature (the feature was
+  constant, so no split uses it), as a one-curve file does.
+
+Lookups are memoised: one ``predict`` call gives all ``k_max`` positions at a
+``(context_len, temperature)`` (Appendix B measured 55-60 ms per un-memoised forest
+lookup; one call for a few rows costs milliseconds), remembered by exactly those
+arguments; :meth:`AcceptanceRegressor.position_probabilities` then remembers each
+answer by its exact ``(context_len, k, temperature)``, as
+:class:`~simpy_llm.speculative.acceptance.AcceptanceModel` does. Each memo is emptied
+once it holds :data:`~simpy_llm.speculative.acceptance.MEMO_LIMIT` entries. No two
+contexts share an answer, so the answers are those without the memo.
+
+Bundles
+-------
+:meth:`AcceptanceRegressor.save` writes a ``.joblib`` file holding a plain dict: a format
+marker, the fitted forest, the metadata (name, drafter, verifier, method, source, notes,
+``k_max``, training temperatures and row count) and the scikit-learn version it was
+trained with. :func:`load_acceptance_regressor` checks the marker and the metadata, and
+warns (``UserWarning``) when the installed scikit-learn differs from the one that
+trained it: a forest unpickled by another version may fail or predict differently;
+retrain from the log to be sure. **Loading a joblib (pickle) file runs code from it:
+load only bundles you trust.**
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import numpy as np
+
+from simpy_llm.config.errors import ProblemList, ScenarioError
+from simpy_llm.config.validators import MAX_TOKENS
+from simpy_llm.speculative.acceptance import MAX_K, MEMO_LIMIT, METHODS, AcceptanceModel
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = [
+    "BUNDLE_FORMAT",
+    "FEATURES",
+    "LOG_COLUMNS",
+    "AcceptanceRegressor",
+    "load_acceptance_regressor",
+    "profiling_rows_from_steps",
+    "train_acceptance_regressor",
+]
+
+LOG_COLUMNS = ("context_len", "position", "temperature", "accepted")
+"""Required columns of a profiling log (module docstring)."""
+OPTIONAL_COLUMNS = ("drafter", "verifier", "prompt_class")
+"""Optional columns of a profiling log, read as provenance checks, not features."""
+FEATURES = ("log_context_len", "position", "temperature")
+"""The forest's features, in column order: ``log(context_len)``, 1-based position, temperature."""
+BUNDLE_FORMAT = "simpy_llm.acceptance_regressor"
+"""Marker stored in every bundle file under ``"format"``."""
+BUNDLE_VERSION = 1
+"""Layout version of the bundle dict, stored under ``"format_version"``."""
+_WHAT = "acceptance regressor"
+_TEXTS = ("name", "drafter", "verifier", "source")
+
+
+def _sklearn() -> Any:
+    """The ``sklearn`` module, or an ImportError saying which extra provides it."""
+    try:
+        import sklearn
+    except ImportError as exc:  # pragma: no cover - scikit-learn is in the test extra
+        raise ImportError("acceptance regressors need scikit-learn: pip install 'simpy-llm[learn]'") from exc
+    return sklearn
+
+
+# --------------------------------------------------------------------------- the model
+
+
+class _ChainMethods:
+    """What :class:`~simpy_llm.speculative.acceptance.AcceptanceModel` derives from
+    ``position_probabilities``, shared as the very same functions (so a regressor and a
+    curve with equal ``p_i`` give equal distributions, samples and draw orders). They
+    read only ``position_probabilities``, ``accepted_distribution`` and ``_cdf_memo``."""
+
+    __slots__ = ()
+    accepted_distribution = AcceptanceModel.accepted_distribution
+    expected_tokens = AcceptanceModel.expected_tokens
+    rejection_probability = AcceptanceModel.rejection_probability
+    sample_accepted = AcceptanceModel.sample_accepted
+    accepted_at = AcceptanceModel.accepted_at
+    sample_accepted_many = AcceptanceModel.sample_accepted_many
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class AcceptanceRegressor(_ChainMethods):
+    """Acceptance of a chain of drafts predicted by a RandomForest (module docstring).
+
+    Made by :func:`train_acceptance_regressor` or :func:`load_acceptance_regressor`;
+    the same methods and properties as
+    :class:`~simpy_llm.speculative.acceptance.AcceptanceModel`, with the same argument
+    rules: ``context_len`` > 0 tokens, ``k`` in 0..``k_max``, ``temperature`` >= 0 (None
+    for a bundle trained on one temperature). ``accepted_distribution``,
+    ``expected_tokens``, ``rejection_probability``, ``sample_accepted``, ``accepted_at``
+    and ``sample_accepted_many`` are ``AcceptanceModel``'s own (their documentation
+    applies as written).
+    """
+
+    estimator: Any = attrs.field(repr=False)
+    """The fitted ``sklearn.ensemble.RandomForestRegressor`` (features :data:`FEATURES`)."""
+    name: str
+    """Name of the bundle."""
+    drafter: str
+    """The draft model (provenance)."""
+    verifier: str
+    """The target (verifier) model (provenance)."""
+    method: str
+    """How drafts were made and verified, one of :data:`~simpy_llm.speculative.acceptance.METHODS` (provenance)."""
+    source: str
+    """Where the profiling log comes from."""
+    notes: str = ""
+    """Free text."""
+    k_max: int
+    """Longest draft chain the bundle answers for (the log's largest position, by default)."""
+    temperatures: tuple[float, ...]
+    """The distinct temperatures of the training log, ascending."""
+    n_rows: int
+    """Rows of the profiling log it was trained on."""
+    sklearn_version: str
+    """The scikit-learn version that trained the forest."""
+    path: str = ""
+    """The bundle file it was loaded from (``""`` when trained in this process)."""
+    _rows: dict[tuple[float, float], tuple[float, ...]] = attrs.field(factory=dict, init=False, repr=False)
+    """``p_1 .. p_kmax`` by ``(context_len, temperature)``: one forest call each."""
+    _memo: dict[tuple[Any, ...], tuple[float, ...]] = attrs.field(factory=dict, init=False, repr=False)
+    _cdf_memo: dict[tuple[Any, ...], tuple[float, ...]] = attrs.field(factory=dict, init=False, repr=False)
+    """:meth:`position_probabilities` answers and ``accepted_at``'s CDFs by the exact
+    ``(context_len, k, temperature)`` (each emptied past ``MEMO_LIMIT`` entries)."""
+
+    @property
+    def illustrative(self) -> bool:
+        """False: a bundle is trained from a profiling log (check ``source``)."""
+        return False
+
+    def _check_k(self, k: Any) -> int:
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+            raise TypeError(f"k must be a whole number, got {k!r}")
+        if not 0 <= k <= self.k_max:
+            raise ValueError(f"k = {k} is outside the regressor {self.name!r}: it covers k from 0 to {self.k_max}")
+        return int(k)
+
+    def position_probabilities(
+        self, context_len: float, k: int, temperature: float | None = None
+    ) -> tuple[float, ...]:
+        """``(p_1, ..., p_k)``: the conditional acceptance probability of each draft position,
+        the forest's predictions clipped to [0, 1].
+
+        Raises
+        ------
+        TypeError
+            *k* not a whole number.
+        ValueError
+            *k* above :attr:`k_max` (the message names both) or negative; a context
+            length that is not a finite number > 0; a temperature that is not a finite
+            number >= 0, or None for a bundle trained on several temperatures.
+        """
+        memo = self._memo
+        found = memo.get((context_len, k, temperature))
+        if found is not None:
+            return found
+        k_checked = self._check_k(k)
+        c = float(context_len)
+        if not (math.isfinite(c) and c > 0):
+            raise ValueError(f"context_len must be a finite number > 0, got {context_len!r}")
+        if temperature is None:
+            if len(self.temperatures) > 1:
+                raise ValueError(
+                    f"regressor {self.name!r} has temperatures {list(self.temperatures)}: pass temperature="
+                )
+            t = self.temperatures[0]
+        else:
+            t = float(temperature)
+            if not (math.isfinite(t) and t >= 0):
+                raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
+        answer = self._row(c, t)[:k_checked]
+        if len(memo) >= MEMO_LIMIT:
+            memo.clear()
+        memo[(context_len, k, temperature)] = answer
+        return answer
+
+    def _row(self, c: float, t: float) -> tuple[float, ...]:
+        """``p_1 .. p_kmax`` at context *c* and temperature *t*: one ``predict`` of k_max rows."""
+        row = self._rows.get((c, t))
+        if row is None:
+            x = np.empty((self.k_max, len(FEATURES)), dtype=np.float64)
+            x[:, 0] = math.log(c)
+            x[:, 1] = np.arange(1, self.k_max + 1)
+            x[:, 2] = t
+            p = np.clip(self.estimator.predict(x), 0.0, 1.0)
+            row = tuple(float(v) for v in p)
+            if len(self._rows) >= MEMO_LIMIT:
+                self._rows.clear()
+            self._rows[(c, t)] = row
+        return row
+
+    # ------------------------------------------------------------------ bundles
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the bundle (module docstring) to *path*, which must end in ``.joblib``;
+        returns the path. Read it back with :func:`load_acceptance_regressor`."""
+        import joblib
+
+        target = Path(path)
+        if target.suffix != ".joblib":
+            raise ValueError(f"an acceptance regressor bundle is a .joblib file, got {str(path)!r}")
+        bundle = {
+            "format": BUNDLE_FORMAT,
+            "format_version": BUNDLE_VERSION,
+            "sklearn_version": self.sklearn_version,
+            "features": list(FEATURES),
+            "model": self.estimator,
+            "metadata": {
+                "name": self.name, "drafter": self.drafter, "verifier": self.verifier, "method": self.method,
+                "source": self.source, "notes": self.notes, "k_max": self.k_max,
+                "temperatures": list(self.temperatures), "n_rows": self.n_rows,
+            },
+        }
+        joblib.dump(bundle, target, compress=3)
+        return target
+
+
+# --------------------------------------------------------------------------- the log
+
+
+def _first_bad(log: pd.DataFrame, bad: np.ndarray) -> str:
+    """``"N row(s), first at index L"`` for the rows where *bad* is true."""
+    where = np.flatnonzero(bad)
+    return f"{where.size} row(s), first at index {log.index[where[0]]!r}"
+
+
+def _column(log: pd.DataFrame, name: str) -> np.ndarray:
+    """Column *name* as finite float64 values, or a ValueError naming it."""
+    import pandas as pd
+
+    series = log[name]
+    if not (pd.api.types.is_numeric_dtype(series) or pd.api.types.is_bool_dtype(series)):
+        raise ValueError(f"profiling log column {name!r} must be numeric, got dtype {series.dtype}")
+    values = series.to_numpy(dtype=np.float64, na_value=np.nan)
+    bad = ~np.isfinite(values)
+    if bad.any():
+        raise ValueError(f"profiling log column {name!r} has missing or non-finite values: {_first_bad(log, bad)}")
+    return values
+
+
+def _check_log(log: Any, drafter: str, verifier: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(context_len, position, temperature, accepted)`` of a valid log, else a ValueError."""
+    import pandas as pd
+
+    if not isinstance(log, pd.DataFrame):
+        raise TypeError(f"the profiling log must be a pandas DataFrame, got {type(log).__name__}")
+    missing = [c for c in LOG_COLUMNS if c not in log.columns]
+    if missing:
+        raise ValueError(
+            f"profiling log is missing column(s) {', '.join(map(repr, missing))} (required: {', '.join(LOG_COLUMNS)})"
+        )
+    if len(log) == 0:
+        raise ValueError("profiling log is empty: no rows to train on")
+    ctx, pos, temp, acc = (_column(log, c) for c in LOG_COLUMNS)
+    bad = (ctx != np.floor(ctx)) | (ctx < 1) | (ctx > MAX_TOKENS)
+    if bad.any():
+        raise ValueError(
+            f"profiling log column 'context_len' must hold whole numbers in [1, {MAX_TOKENS}] "
+            f"(tokens before the step): {_first_bad(log, bad)} (value {ctx[bad][0]!r})"
+        )
+    bad = (pos != np.floor(pos)) | (pos < 1) | (pos > MAX_K)
+    if bad.any():
+        raise ValueError(
+            f"profiling log column 'position' must hold whole numbers in [1, {MAX_K}] (1-based draft position): "
+            f"{_first_bad(log, bad)} (value {pos[bad][0]!r})"
+        )
+    bad = temp < 0
+    if bad.any():
+        raise ValueError(
+            f"profiling log column 'temperature' must be >= 0: {_first_bad(log, bad)} (value {temp[bad][0]!r})"
+        )
+    bad = (acc != 0) & (acc != 1)
+    if bad.any():
+        raise ValueError(f"profiling log column 'accepted' must be 0 or 1: {_first_bad(log, bad)} (value {acc[bad][0]!r})")
+    for column, wanted in (("drafter", drafter), ("verifier", verifier)):
+        if column in log.columns:
+            others = sorted({str(v) for v in log[column].unique()} - {wanted})
+            if others:
+                raise ValueError(
+                    f"profiling log column {column!r} holds {others} besides {column}={wanted!r}: a bundle is one "
+                    "drafter/verifier pair; filter the log first"
+                )
+    _check_chain(ctx, pos.astype(np.int64), temp, acc)
+    return ctx, pos, temp, acc
+
+
+def _check_chain(ctx: np.ndarray, pos: np.ndarray, temp: np.ndarray, acc: np.ndarray) -> None:
+    """Positions are reached only after acceptances: at each ``(context_len, temperature)``,
+    rows at position ``i + 1`` <= accepted rows at position ``i``."""
+    import pandas as pd
+
+    frame = pd.DataFrame({"c": ctx, "t": temp, "i": pos, "a": acc})
+    counts = frame.groupby(["c", "t", "i"])["a"].agg(rows="size", accepted="sum").reset_index()
+    before = counts[["c", "t", "i", "accepted"]].assign(i=counts["i"] + 1)
+    joined = counts.merge(before, on=["c", "t", "i"], how="left", suffixes=("", "_before"))
+    joined["accepted_before"] = joined["accepted_before"].fillna(0)
+    over = joined[(joined["i"] > 1) & (joined["rows"] > joined["accepted_before"])]
+    if len(over):
+        row = over.iloc[0]
+        i = int(row["i"])
+        raise ValueError(
+            f"profiling log column 'position': {int(row['rows'])} row(s) at position {i} but only "
+            f"{int(row['accepted_before'])} accepted at position {i - 1} (context_len={row['c']:g}, "
+            f"temperature={row['t']:g}); a row "
+            "must exist only for positions reached, after every earlier position of the step was accepted "
+            "(do not log positions after the first rejection)"
+        )
+
+
+def profiling_rows_from_steps(steps: pd.DataFrame) -> pd.DataFrame:
+    """Per-token rows (module docstring) from a per-step log: one row per speculative step
+    with ``context_len``, ``temperature``, ``k`` (drafts proposed, >= 0) and
+    ``accepted_count`` (0..k). A step gives rows ``1..m`` accepted and, when ``m < k``, row
+    ``m + 1`` rejected; other columns (``drafter``, ``prompt_class``, ...) are copied.
+
+    >>> import pandas as pd
+    >>> steps = pd.DataFrame({"context_len": [100, 200], "temperature": [0.0, 0.0],
+    ...                       "k": [3, 2], "accepted_count": [1, 2]})
+    >>> profiling_rows_from_steps(steps)[["context_len", "position", "accepted"]].to_numpy().tolist()
+    [[100, 1, 1], [100, 2, 0], [200, 1, 1], [200, 2, 1]]
+    """
+    import pandas as pd
+
+    if not isinstance(steps, pd.DataFrame):
+        raise TypeError(f"the step log must be a pandas DataFrame, got {type(steps).__name__}")
+    needed = ("context_len", "temperature", "k", "accepted_count")
+    missing = [c for c in needed if c not in steps.columns]
+    if missing:
+        raise ValueError(f"step log is missing column(s) {', '.join(map(repr, missing))} (required: {', '.join(needed)})")
+    k, m = _column(steps, "k"), _column(steps, "accepted_count")
+    bad = (k != np.floor(k)) | (k < 0) | (m != np.floor(m)) | (m < 0) | (m > k)
+    if bad.any():
+        raise ValueError(f"step log columns 'k', 'accepted_count' must be whole numbers with 0 <= accepted_count <= k: "
+                         f"{_first_bad(steps, bad)}")
+    k, m = k.astype(np.int64), m.astype(np.int64)
+    n = np.minimum(m + 1, k)
+    step = np.repeat(np.arange(len(steps)), n)
+    starts = np.cumsum(n) - n
+    position = np.arange(int(n.sum())) - np.repeat(starts, n) + 1
+    out = steps.drop(columns=["k", "accepted_count"]).iloc[step].reset_index(drop=True)
+    out["position"] = position
+    out["accepted"] = (position <= m[step]).astype(np.int64)
+    return out
+
+
+# --------------------------------------------------------------------------- training
+
+
+def _check_text(values: dict[str, Any], method: Any, notes: Any) -> None:
+    for key, value in values.items():
+        if not isinstance(value, str) or not value.strip():
+            raise ValueError(f"{key} must be non-blank text, got {value!r}")
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
+    if not isinstance(notes, str):
+        raise ValueError(f"notes must be text, got {notes!r}")
+
+
+def train_acceptance_regressor(
+    log: pd.DataFrame,
+    *,
+    name: str,
+    drafter: str,
+    verifier: str,
+    method: str = "standard",
+    source: str,
+    notes: str = "",
+    k_max: int | None = None,
+    n_estimators: int = 100,
+    min_samples_leaf: int = 50,
+    random_state: int | None = 0,
+) -> AcceptanceRegressor:
+    """Fit an :class:`AcceptanceRegressor` on a per-token profiling log (module docstring).
+
+    Fits ``RandomForestRegressor(n_estimators, min_samples_leaf, max_features=1.0,
+    random_state, n_jobs=1)`` on ``(log(context_len), position, temperature) ->
+    accepted`` (a regressor on the 0/1 target: its predictions are acceptance
+    probabilities; the module docstring says why not a classifier). *k_max* defaults to
+    the log's largest position; every position 1..*k_max* must have rows. The same
+    *random_state* and log give the same forest.
+
+    Raises
+    ------
+    TypeError
+        *log* not a DataFrame.
+    ValueError
+        Naming the column and the problem: a missing required column, an empty log,
+        non-numeric or missing values, a ``context_len`` not a whole number > 0, a
+        ``position`` not a whole number in 1..64, a negative ``temperature``, an
+        ``accepted`` other than 0/1, a ``drafter``/``verifier`` column naming another
+        model, more rows at a position than acceptances at the one before; a *k_max*
+        beyond the positions logged; blank metadata or an unknown *method*.
+    ImportError
+        scikit-learn is not installed.
+    """
+    _check_text({"name": name, "drafter": drafter, "verifier": verifier, "source": source}, method, notes)
+    ctx, pos, temp, acc = _check_log(log, drafter, verifier)
+    largest = int(pos.max())
+    if k_max is None:
+        k_max = largest
+    elif isinstance(k_max, bool) or not isinstance(k_max, (int, np.integer)) or not 1 <= k_max <= largest:
+        raise ValueError(f"k_max must be a whole number in [1, {largest}] (the log's largest position), got {k_max!r}")
+    absent = sorted(set(range(1, int(k_max) + 1)) - {int(p) for p in np.unique(pos)})
+    if absent:
+        raise ValueError(f"profiling log column 'position' has no rows for position(s) {absent} (up to k_max = {k_max})")
+    sklearn = _sklearn()
+    from sklearn.ensemble import RandomForestRegressor
+
+    x = np.column_stack([np.log(ctx), pos, temp])
+    forest = RandomForestRegressor(
+        n_estimators=n_estimators, min_samples_leaf=min_samples_leaf, max_features=1.0,
+        random_state=random_state, n_jobs=1,
+    )
+    forest.fit(x, acc)
+    return AcceptanceRegressor(
+        estimator=forest, name=name, drafter=drafter, verifier=verifier, method=method, source=source, notes=notes,
+        k_max=int(k_max), temperatures=tuple(float(t) for t in np.unique(temp)), n_rows=len(acc),
+        sklearn_version=str(sklearn.__version__),
+    )
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def _bundle_problems(bundle: Any, found: ProblemList) -> None:
+    """Record what makes *bundle* (an unpickled object) not a valid bundle."""
+    from sklearn.ensemble import RandomForestRegressor
+
+    if not isinstance(bundle, dict) or bundle.get("format") != BUNDLE_FORMAT:
+        found.add("format", f"not an acceptance regressor bundle (no {BUNDLE_FORMAT!r} marker)")
+        return
+    if bundle.get("format_version") != BUNDLE_VERSION:
+        found.add("format_version", f"must be {BUNDLE_VERSION}, got {bundle.get('format_version')!r}")
+    if not isinstance(bundle.get("sklearn_version"), str):
+        found.add("sklearn_version", f"must be text, got {bundle.get('sklearn_version')!r}")
+    if bundle.get("features") != list(FEATURES):
+        found.add("features", f"must be {list(FEATURES)}, got {bundle.get('features')!r}")
+    model = bundle.get("model")
+    if not isinstance(model, RandomForestRegressor) or getattr(model, "n_features_in_", None) != len(FEATURES):
+        found.add("model", f"must be a fitted RandomForestRegressor on {len(FEATURES)} features, got {type(model).__name__}")
+    meta = bundle.get("metadata")
+    if not isinstance(meta, dict):
+        found.add("metadata", f"must be a mapping, got {meta!r}")
+        return
+    for key in _TEXTS:
+        if not isinstance(meta.get(key), str) or not meta[key].strip():
+            found.add(f"metadata.{key}", f"must be non-blank text, got {meta.get(key)!r}")
+    if meta.get("method") not in METHODS:
+        found.add("metadata.method", f"must be one of {', '.join(METHODS)}; got {meta.get('method')!r}")
+    if not isinstance(meta.get("notes"), str):
+        found.add("metadata.notes", f"must be text, got {meta.get('notes')!r}")
+    k = meta.get("k_max")
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
+        found.add("metadata.k_max", f"must be a whole number in [1, {MAX_K}], got {k!r}")
+    temps = meta.get("temperatures")
+    if (not isinstance(temps, list) or not temps
+            or not all(isinstance(t, float) and math.isfinite(t) and t >= 0 for t in temps)
+            or temps != sorted(set(temps))):
+        found.add("metadata.temperatures", f"must be a non-empty ascending list of numbers >= 0, got {temps!r}")
+    n = meta.get("n_rows")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        found.add("metadata.n_rows", f"must be a whole number >= 1, got {n!r}")
+
+
+def load_acceptance_regressor(path: str | os.PathLike[str]) -> AcceptanceRegressor:
+    """Read a bundle written by :meth:`AcceptanceRegressor.save`.
+
+    **Security:** a joblib file is a pickle, and loading one executes code it contains:
+    load only bundles you trust (ones you trained, or from a source you trust).
+
+    Warns
+    -----
+    UserWarning
+        When the bundle was trained with another scikit-learn version than the one
+        installed (the forest may fail or predict differently; retrain from the log).
+
+    Raises
+    ------
+    ScenarioError
+        Naming the file: missing or unreadable, not a bundle of this kind, or with
+        invalid metadata (each key path listed); ``what`` is ``"acceptance regressor"``.
+    """
+    source = str(path)
+    if not Path(source).is_file():
+        raise ScenarioError(source, [("", "no such file")], _WHAT)
+    sklearn = _sklearn()
+    import joblib
+
+    try:
+        bundle = joblib.load(source)
+    except Exception as exc:  # noqa: BLE001 - unpickling can fail in many ways; all mean "not a bundle"
+        raise ScenarioError(source, [("", f"cannot be read as a joblib bundle: {type(exc).__name__}: {exc}")], _WHAT) from exc
+    found = ProblemList(_WHAT)
+    _bundle_problems(bundle, found)
+    found.raise_if_any(source)
+    trained = bundle["sklearn_version"]
+    if trained != sklearn.__version__:
+        warnings.warn(
+            f"{source}: acceptance regressor trained with scikit-learn {trained}, loaded with "
+            f"{sklearn.__version__}: its forest may fail or predict differently; retrain it from the profiling log",
+            UserWarning, stacklevel=2,
+        )
+    meta = bundle["metadata"]
+    return AcceptanceRegressor(
+        estimator=bundle["model"], name=meta["name"], drafter=meta["drafter"], verifier=meta["verifier"],
+        method=meta["method"], source=meta["source"], notes=meta["notes"], k_max=meta["k_max"],
+        temperatures=tuple(meta["temperatures"]), n_rows=meta["n_rows"], sklearn_version=trained, path=source,
+    )
