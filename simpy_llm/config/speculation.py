@@ -67,8 +67,9 @@ ModeSelectorSpec = NewType("ModeSelectorSpec", object)
 
 
 def _curve_path(value: Any) -> Any:
-    """An acceptance curve: a shipped name as given, a file path resolved against the scenario."""
-    if isinstance(value, str) and (value.endswith((".yaml", ".yml")) or "/" in value):
+    """An acceptance curve: a shipped name as given, a file path (YAML curve or ``.joblib``
+    regressor bundle) resolved against the scenario."""
+    if isinstance(value, str) and (value.endswith((".yaml", ".yml", ".joblib")) or "/" in value):
         return resolve_path(value)
     return value
 
@@ -78,7 +79,7 @@ def _known_curve(_inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
     from simpy_llm.speculative.acceptance import acceptance_model
 
     if not isinstance(value, str) or not value:
-        raise FieldValueError(attr.name, f"must be an acceptance curve name or file, got {value!r}")
+        raise FieldValueError(attr.name, f"must be an acceptance curve name, YAML file or .joblib regressor bundle, got {value!r}")
     try:
         acceptance_model(value)
     except (ScenarioError, KeyError, ValueError) as exc:
@@ -98,7 +99,8 @@ class DrafterConfig:
     """Drafter name (records, drafter switches)."""
     acceptance: str = attrs.field(converter=_curve_path, validator=_known_curve)
     """Acceptance curve of this drafter against the target: a shipped name
-    (``profiles/acceptance``) or a YAML file (:mod:`simpy_llm.speculative.acceptance`)."""
+    (``profiles/acceptance``), a YAML file (:mod:`simpy_llm.speculative.acceptance`) or a
+    ``.joblib`` regressor bundle (:mod:`simpy_llm.speculative.regressor`)."""
     draft_token_ms: float | None = attrs.field(default=None, validator=optional(all_of(greater_than(0), at_most(MAX_TIME_S * 1e3))))
     """Time to draft one token, ms."""
     weights_gb: float | None = attrs.field(default=None, validator=optional(all_of(greater_than(0), at_most(1e4))))
@@ -281,7 +283,7 @@ class SpeculationConfig:
             model = acceptance_model(curve)
             if model.k_max < self.k_max:
                 raise FieldValueError(path, f"curve {model.name!r} covers k up to {model.k_max}, below k_max ({self.k_max})")
-            if self.temperature is None and len(model.curves) > 1:
+            if self.temperature is None and len(model.temperatures) > 1:
                 raise FieldValueError(path, f"curve {model.name!r} has temperatures {list(model.temperatures)}: set speculation.temperature")
 
 

@@ -13,13 +13,15 @@ from collections import Counter
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from simpy_llm.entities import RequestStatus
 from simpy_llm.metrics.monitors import LevelMonitor, WeightedTally
 
 if TYPE_CHECKING:
     from simpy_llm.entities import Batch, Request
 
-__all__ = ["Recorder", "RECORD_FIELDS"]
+__all__ = ["ColumnLog", "RECORD_FIELDS", "Recorder", "SPEC_ROUND_FIELDS"]
 
 #: Record columns in order: (name, kind) where kind is "i" (int), "f" (float) or "s" (string).
 RECORD_FIELDS: tuple[tuple[str, str], ...] = (
@@ -95,6 +97,70 @@ class _Codes:
         return code
 
 
+SPEC_ROUND_FIELDS: tuple[tuple[str, str], ...] = (
+    ("time_s", "f"), ("request_id", "i"), ("replica", "i"), ("draft_group", "s"), ("draft_device", "i"),
+    ("mode", "s"), ("drafter", "s"), ("gamma", "i"), ("accepted", "f"), ("tokens", "i"),
+    ("context_tokens", "i"), ("tvt_s", "f"), ("rollback", "i"),
+)
+"""Fields of a speculative round's record, in order (see :meth:`Recorder.on_spec_round`)."""
+
+
+class ColumnLog:
+    """Rows of fixed fields kept as columns: an ``array`` per number field, interned codes per
+    string field, filled from a buffer of row tuples every :data:`_FLUSH_EVERY` rows. A
+    million rows cost ~100 MB, not the gigabyte a million tuples would (and no garbage
+    collector time).
+
+    >>> log = ColumnLog((("t", "f"), ("who", "s")))
+    >>> log.append((0.5, "a")); log.append((1.0, "b")); len(log)
+    2
+    >>> {k: v.tolist() for k, v in log.columns().items()}
+    {'t': [0.5, 1.0], 'who': ['a', 'b']}
+    """
+
+    __slots__ = ("_buffer", "_codes", "_columns", "fields")
+
+    def __init__(self, fields: tuple[tuple[str, str], ...]) -> None:
+        self.fields = fields
+        self._columns = {name: array("d" if kind == "f" else "q") for name, kind in fields}
+        self._codes = {name: _Codes() for name, kind in fields if kind == "s"}
+        self._buffer: list[tuple] = []
+
+    def append(self, row: tuple) -> None:
+        """Add one row (a tuple in field order)."""
+        self._buffer.append(row)
+        if len(self._buffer) >= _FLUSH_EVERY:
+            self._flush()
+
+    def __len__(self) -> int:
+        return len(self._columns[self.fields[0][0]]) + len(self._buffer)
+
+    def _flush(self) -> None:
+        if not self._buffer:
+            return
+        for (name, kind), values in zip(self.fields, zip(*self._buffer, strict=True), strict=True):
+            if kind == "s":
+                codes = self._codes[name]
+                for value in dict.fromkeys(values):
+                    codes(value)
+                self._columns[name].extend(map(codes.codes.__getitem__, values))
+            else:
+                self._columns[name].extend(values)
+        self._buffer = []
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """The columns as numpy arrays (strings decoded, as objects)."""
+        self._flush()
+        out: dict[str, np.ndarray] = {}
+        for name, kind in self.fields:
+            arr = np.frombuffer(self._columns[name], dtype=np.float64 if kind == "f" else np.int64).copy()
+            if kind == "s":
+                names = np.array(self._codes[name].names, dtype=object)
+                arr = names[arr] if arr.size else np.array([], dtype=object)
+            out[name] = arr
+        return out
+
+
 class Recorder:
     """Collects per-request records, preemptions, step statistics and levels."""
 
@@ -123,7 +189,7 @@ class Recorder:
         self.batches: list[tuple[int, int, int, int, float, float, float, int, int, int, int]] = []
         """(replica, batch id, bin, size, formed_s, start_s, end_s, b_target, b_mem, b_sla,
         memory_tokens) per batch a request-level batch server finished."""
-        self.spec_rounds: list[tuple] = []
+        self.spec_rounds = ColumnLog(SPEC_ROUND_FIELDS)
         """Per speculative round: see :meth:`on_spec_round`."""
         self.drafter_switches: list[tuple] = []
         """Per drafter escalation: see :meth:`on_drafter_switch`."""

@@ -1045,7 +1045,7 @@ class Results:
             self.kv_transfers().to_csv(put("kv_transfers.csv"), index=False)
         if self.link_stats:
             self.links().to_csv(put("links.csv"), index=False)
-        if self._recorder.spec_rounds:
+        if len(self._recorder.spec_rounds):
             self.spec_rounds().to_csv(put("spec_rounds.csv"), index=False)
         if self._recorder.drafter_switches:
             self.drafter_switches().to_csv(put("drafter_switches.csv"), index=False)

@@ -12,20 +12,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from simpy_llm.metrics.recorder import SPEC_ROUND_FIELDS
+
 if TYPE_CHECKING:
     import pandas as pd
 
     from simpy_llm.config.schema import Scenario
+    from simpy_llm.metrics.recorder import ColumnLog
 
 __all__ = ["CONTEXT_BUCKETS", "drafter_switch_frame", "gamma_timeline", "jain", "spec_round_frame", "speculation_summary"]
 
-SPEC_ROUND_COLUMNS = (
-    ("time_s", "float64"), ("request_id", "int64"), ("replica", "int64"), ("draft_group", "string"),
-    ("draft_device", "int64"), ("mode", "string"), ("drafter", "string"), ("gamma", "int64"),
-    ("accepted", "float64"), ("tokens", "int64"), ("context_tokens", "int64"), ("tvt_s", "float64"),
-    ("rollback", "int64"),
-)
-"""Columns of :func:`spec_round_frame`, with their dtypes."""
 SWITCH_COLUMNS = (
     ("time_s", "float64"), ("request_id", "int64"), ("draft_group", "string"), ("draft_device", "int64"),
     ("from_drafter", "string"), ("to_drafter", "string"),
@@ -41,7 +37,7 @@ def _frame(rows: list[tuple], columns: tuple[tuple[str, str], ...]) -> pd.DataFr
     return pd.DataFrame(rows, columns=names).astype(dict(columns))
 
 
-def spec_round_frame(rows: list[tuple]) -> pd.DataFrame:
+def spec_round_frame(log: ColumnLog) -> pd.DataFrame:
     """One row per verify round (in the order the passes ended): ``time_s`` (its pass
     ended), ``request_id``, ``replica`` (the target), ``draft_group``, ``draft_device``,
     ``mode`` (``distributed`` or ``fused``), ``drafter`` (empty when fused), ``gamma``
@@ -49,7 +45,13 @@ def spec_round_frame(rows: list[tuple]) -> pd.DataFrame:
     ``acceptance_sampling: expected``), ``tokens`` (output tokens the round added),
     ``context_tokens`` (before the round), ``tvt_s`` and ``rollback`` (1 when partial
     verification missed the rejection)."""
-    return _frame(rows, SPEC_ROUND_COLUMNS)
+    import pandas as pd
+
+    frame = pd.DataFrame(log.columns())
+    for name, kind in SPEC_ROUND_FIELDS:
+        if kind == "s":
+            frame[name] = frame[name].astype("string")
+    return frame
 
 
 def drafter_switch_frame(rows: list[tuple]) -> pd.DataFrame:
@@ -58,14 +60,14 @@ def drafter_switch_frame(rows: list[tuple]) -> pd.DataFrame:
     return _frame(rows, SWITCH_COLUMNS)
 
 
-def gamma_timeline(rows: list[tuple], bin_s: float) -> pd.DataFrame:
+def gamma_timeline(log: ColumnLog, bin_s: float) -> pd.DataFrame:
     """Mean γ, rounds and acceptance rate per *bin_s* window of simulated time (the adaptive-γ
     timeline): columns ``start_s``, ``rounds``, ``mean_gamma``, ``acceptance_rate``."""
     import pandas as pd
 
     if not bin_s > 0:
         raise ValueError(f"bin_s must be > 0, got {bin_s!r}")
-    frame = spec_round_frame(rows)
+    frame = spec_round_frame(log)
     if frame.empty:
         return pd.DataFrame({"start_s": [], "rounds": [], "mean_gamma": [], "acceptance_rate": []})
     frame["start_s"] = np.floor(frame["time_s"].to_numpy() / bin_s) * bin_s
@@ -105,7 +107,7 @@ def _acceptance_by_context(contexts: np.ndarray, gammas: np.ndarray, accepted: n
 
 def speculation_summary(
     scenario: Scenario,
-    rounds: list[tuple],
+    rounds: ColumnLog,
     switches: list[tuple],
     columns: dict[str, np.ndarray],
     done: np.ndarray,
@@ -122,12 +124,10 @@ def speculation_summary(
     from simpy_llm.serving.devices import device_profile
 
     spec = scenario.speculation
+    cols = rounds.columns()
     n = len(rounds)
-    gammas = np.fromiter((r[7] for r in rounds), dtype=np.int64, count=n)
-    accepted = np.fromiter((r[8] for r in rounds), dtype=np.float64, count=n)
-    tokens = np.fromiter((r[9] for r in rounds), dtype=np.int64, count=n)
-    contexts = np.fromiter((r[10] for r in rounds), dtype=np.int64, count=n)
-    rolled = np.fromiter((r[12] for r in rounds), dtype=np.int64, count=n)
+    gammas, accepted, tokens = cols["gamma"], cols["accepted"], cols["tokens"]
+    contexts, rolled = cols["context_tokens"], cols["rollback"]
     proposed = int(gammas.sum())
     hist: dict[str, int] = {}
     for g, k in zip(*np.unique(gammas, return_counts=True), strict=True):

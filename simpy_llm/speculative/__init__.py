@@ -1,4 +1,9 @@
-"""Speculative decoding: acceptance models (:mod:`simpy_llm.speculative.acceptance`).
+"""Speculative decoding (``docs/speculative.md``).
 
-``docs/speculative.md`` states the model and the provenance of its data.
+* :mod:`~simpy_llm.speculative.acceptance`: acceptance curves (YAML) and their lookups;
+* :mod:`~simpy_llm.speculative.regressor`: a scikit-learn acceptance regressor trained
+  from a profiling log, behind the same interface;
+* :mod:`~simpy_llm.speculative.draft`: draft devices and their fleet (SimPy processes);
+* :mod:`~simpy_llm.speculative.verify`: the targets' verify servers;
+* :mod:`~simpy_llm.speculative.head`: fitting the latency-aware γ head on oracle labels.
 """

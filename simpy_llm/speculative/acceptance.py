@@ -539,7 +539,11 @@ def _shipped(name: str) -> AcceptanceModel:
 
 
 def acceptance_model(name_or_path: str | os.PathLike[str]) -> AcceptanceModel:
-    """A shipped curve by name (:func:`shipped_acceptance`), else a curve file by path.
+    """A shipped curve by name (:func:`shipped_acceptance`), else a curve file by path: a
+    YAML curve file, or a ``.joblib`` regressor bundle
+    (:mod:`simpy_llm.speculative.regressor`; the ``learn`` extra installs scikit-learn).
+    A file is read once per content (cached by path, modification time and size), so
+    every part of a simulation shares one model and its memo.
 
     Raises
     ------
@@ -549,9 +553,24 @@ def acceptance_model(name_or_path: str | os.PathLike[str]) -> AcceptanceModel:
     name = str(name_or_path)
     if name in shipped_acceptance():
         return _shipped(name)
-    if not Path(name).is_file():
+    path = Path(name)
+    if not path.is_file():
         raise ScenarioError(
             name, [("", f"no shipped acceptance curve of that name (shipped: {', '.join(shipped_acceptance())}) "
                         "and no such file")], _WHAT,
         )
-    return load_acceptance(name)
+    stat = path.stat()
+    return _cached_file(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_file(path: str, _mtime_ns: int, _size: int) -> AcceptanceModel:
+    if not path.endswith(".joblib"):
+        return load_acceptance(path)
+    try:
+        from simpy_llm.speculative.regressor import load_acceptance_regressor
+    except ImportError as exc:  # scikit-learn (or joblib) is missing
+        raise ScenarioError(
+            path, [("", f"a regressor bundle needs scikit-learn ({exc}): pip install 'simpy-llm[learn]'")], _WHAT,
+        ) from None
+    return load_acceptance_regressor(path)  # type: ignore[return-value] - the same interface

@@ -232,6 +232,9 @@ class AcceptanceRegressor(_ChainMethods):
             length that is not a finite number > 0; a temperature that is not a finite
             number >= 0, or None for a bundle trained on several temperatures.
         """
+        if type(k) is not int:
+            # Before the memo, where 2.0 == 2 and True == 1 would find another call's answer.
+            self._check_k(k)
         memo = self._memo
         found = memo.get((context_len, k, temperature))
         if found is not None:
@@ -250,7 +253,7 @@ class AcceptanceRegressor(_ChainMethods):
             t = float(temperature)
             if not (math.isfinite(t) and t >= 0):
                 raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
-        answer = self._row(c, t)[:k_checked]
+        answer = self._row(c, t)[:k_checked] if k_checked else ()
         if len(memo) >= MEMO_LIMIT:
             memo.clear()
         memo[(context_len, k, temperature)] = answer
@@ -458,7 +461,8 @@ def train_acceptance_regressor(
     random_state, n_jobs=1)`` on ``(log(context_len), position, temperature) ->
     accepted`` (a regressor on the 0/1 target: its predictions are acceptance
     probabilities; the module docstring says why not a classifier). *k_max* defaults to
-    the log's largest position; every position 1..*k_max* must have rows. The same
+    the log's largest position (every position up to it has rows: the chain check
+    below rejects a log with a gap). The same
     *random_state* and log give the same forest.
 
     Raises
@@ -482,9 +486,6 @@ def train_acceptance_regressor(
         k_max = largest
     elif isinstance(k_max, bool) or not isinstance(k_max, (int, np.integer)) or not 1 <= k_max <= largest:
         raise ValueError(f"k_max must be a whole number in [1, {largest}] (the log's largest position), got {k_max!r}")
-    absent = sorted(set(range(1, int(k_max) + 1)) - {int(p) for p in np.unique(pos)})
-    if absent:
-        raise ValueError(f"profiling log column 'position' has no rows for position(s) {absent} (up to k_max = {k_max})")
     sklearn = _sklearn()
     from sklearn.ensemble import RandomForestRegressor
 
