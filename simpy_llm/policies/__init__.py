@@ -27,7 +27,8 @@ of ``weighted_score`` in :data:`routing_scorers`); admission policies admit or
 reject a request before routing (:data:`admission_policies`); an
 :class:`OutputPredictor` tells policies what they may believe about a
 request's output length; gamma policies choose how many tokens a speculative drafter
-proposes next (:data:`gamma_policies`, for the speculative simulation).
+proposes next (:data:`gamma_policies`) and mode selectors whether a request's
+speculative decoding runs distributed or fused (:data:`mode_selectors`).
 """
 
 from simpy_llm.policies.admission import (
@@ -40,6 +41,7 @@ from simpy_llm.policies.admission import (
     predicted_ttft_s,
 )
 from simpy_llm.policies.gamma import GammaPolicy, GammaState, gamma_policies
+from simpy_llm.policies.mode import ModeSelector, ModeState, mode_selectors
 from simpy_llm.policies.predictors import OutputPredictor
 from simpy_llm.policies.routing import (
     JoinIdleQueue,
@@ -73,6 +75,8 @@ __all__ = [
     "LeastLoaded",
     "LeastOutstandingTokens",
     "MaxQueue",
+    "ModeSelector",
+    "ModeState",
     "OutputPredictor",
     "PowerOfD",
     "PrefixAffinity",
@@ -88,6 +92,7 @@ __all__ = [
     "WeightedScore",
     "admission_policies",
     "gamma_policies",
+    "mode_selectors",
     "predicted_ttft_s",
     "prefix_key",
     "routing_policies",
