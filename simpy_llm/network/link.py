@@ -429,9 +429,16 @@ class Link(BaseResource):
 
         Its value (and ``.message``) is the :class:`Message` tracking the transfer.
         """
-        msg = self._message(payload, size_bytes, self.env.now)
+        env = self.env
+        now = env.now
+        msg = self._message(payload, size_bytes, now)
+        if self._shortcut and self.overhead_s == 0 and self._lone is None and not self._heap:
+            work = msg.size_bytes / msg.bandwidth_factor
+            if work > 0:  # a lone transmission, without the general path's checks
+                self._start_lone(msg, now, work)
+                return LinkPut(env, msg)
         self._send(msg)
-        return LinkPut(self.env, msg)
+        return LinkPut(env, msg)
 
     def put_at(self, payload: Any, size_bytes: float, at_s: float) -> Message:
         """Send *payload* at the later time *at_s* (its ``sent_s``), as :meth:`put` would then:

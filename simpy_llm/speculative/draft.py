@@ -290,9 +290,9 @@ class DraftDevice:
             return
         fleet = self.fleet
         gamma = spec.next_gamma(fleet.servers[req.replica])
-        start = self._available_from(self.env.now)
+        start = self._available_from(self.env.now) if self.availability else self.env.now
         spec.round_start_s = start
-        draft_s = self._draft_s(gamma, spec.drafter, start)
+        draft_s = self._draft_s(gamma, spec.drafter, start) if self.throttle is not None else gamma * spec.drafter.draft_token_s
         self.busy_s += draft_s
         fleet.send_bundle(req, self, gamma, start + draft_s)
 
@@ -495,7 +495,8 @@ class DraftFleet:
         if req.id in self.pending:
             self._arrive(req)
         elif req.dropped_reason == "":
-            self._submit(req)
+            spec = req.spec
+            self.servers[req.replica].submit(req, spec.sent_gamma, spec.round_start_s)
 
     def _downloaded(self, message: Message) -> None:
         req: Request = message.payload

@@ -213,6 +213,11 @@ class VerifyServer:
         self.max_model_len = max_model_len
         self.rng = rng
         self._uniforms: list[float] = []
+        # Read on every pass: the settings as plain attributes.
+        self._temperature = config.temperature
+        self._expected = config.acceptance_sampling == "expected"
+        self._partial = config.verify.partial
+        self._rollback_s = config.verify.rollback_penalty_ms / 1e3
         self.fused_acceptance = fused_acceptance
         self.fused_draft_s = config.fused.draft_token_ms / 1e3 if config.fused is not None else 0.0
         self.slo = slo
@@ -528,9 +533,7 @@ class VerifyServer:
         accepted: list[float] = []
         rollback = []
         draft_steps = 0
-        temp = self.config.temperature
-        expected = self.config.acceptance_sampling == "expected"
-        partial = self.verify.partial
+        temp, expected, partial = self._temperature, self._expected, self._partial
         wait_total = 0.0
         for job in batch:
             req = job.req
@@ -559,7 +562,7 @@ class VerifyServer:
         pass_s = verify_pass_s(self.latency, contexts, verified_counts)
         self.pass_s += WAIT_EWMA * (pass_s - self.pass_s)
         self.queue_wait_s += WAIT_EWMA * (wait_total / len(batch) - self.queue_wait_s)
-        step_s = draft_steps * self.fused_draft_s + pass_s + sum(rollback) * self.verify.rollback_penalty_ms / 1e3
+        step_s = draft_steps * self.fused_draft_s + pass_s + sum(rollback) * self._rollback_s
         step_s *= self._speed()
         self._pass_start = now
         env.timeout(step_s).callbacks.append(functools.partial(self._verify_done, batch, accepted, rollback, step_s))
