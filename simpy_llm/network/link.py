@@ -661,9 +661,10 @@ class Link(BaseResource):
         if not msg.lone:
             return  # it joined the sharing heap
         msg.lone = False
+        now = self.env.now
         if self._lone is not None and self._lone[0] is msg:
-            self._settle_lone(self.env.now)
-        self._deliver(msg)
+            self._settle_lone(now)
+        self._deliver(msg, now)
 
     def _count_attempt(self, msg: Message) -> None:
         if msg.attempts:
@@ -754,8 +755,8 @@ class Link(BaseResource):
     def _on_deliver(self, msg: Message, _event: Event) -> None:
         self._deliver(msg)
 
-    def _deliver(self, msg: Message) -> None:
-        msg.delivered_s = self.env.now
+    def _deliver(self, msg: Message, now: float | None = None) -> None:
+        msg.delivered_s = self.env.now if now is None else now
         self._delivered += 1
         self._bytes_delivered += msg.size_bytes
         self._queueing_s += msg.queueing_s

@@ -91,7 +91,8 @@ class _StepEnd(Event):
         self.callbacks = []
         self._value = None
         self._ok = True
-        _schedule_at(env, self, at_s if at_s > env.now else env.now)
+        now = env._now  # noqa: SLF001 - read once (the property costs a call per read)
+        heapq.heappush(env._queue, (at_s if at_s > now else now, LATE, next(env._eid), self))  # noqa: SLF001 - as _schedule_at
 
 
 def timer_at(env: simpy.Environment, at_s: float) -> Event:

@@ -233,7 +233,9 @@ class DraftDevice:
         self.think = group.think_time
         self.up: Link | None = None
         self.down: Link | None = None
+        self._header_bytes = fleet.config.bundle_header_bytes
         if net is not None:
+            self._one_way_s, self._bandwidth, self._token_bytes = net.one_way_s, net.bandwidth_bytes_per_s, net.bytes_per_token
             name = f"draft/{group.name}/{index}"
             rng_up = fleet.streams(f"{name}/up") if net.random else None
             rng_down = fleet.streams(f"{name}/down") if net.random else None
@@ -248,10 +250,13 @@ class DraftDevice:
 
     def download_s(self, tokens: int) -> float:
         """Nominal time for a verdict of *tokens* tokens to reach the device, s."""
-        net = self.network
-        if net is None:
+        if self.network is None:
             return 0.0
-        return net.one_way_s + (self.fleet.config.bundle_header_bytes + tokens * net.bytes_per_token) / net.bandwidth_bytes_per_s
+        return self._one_way_s + self.message_bytes(tokens) / self._bandwidth
+
+    def message_bytes(self, tokens: int) -> float:
+        """Bytes of a prompt, bundle or verdict carrying *tokens* tokens (needs a network)."""
+        return self._header_bytes + tokens * self._token_bytes
 
     def bind(self, req: Request) -> None:
         """Queue *req* on this device."""
@@ -448,22 +453,19 @@ class DraftFleet:
         device.bind(req)
 
     # ------------------------------------------------------------------ messages
-    def _bytes(self, device: DraftDevice, tokens: int) -> float:
-        return self.config.bundle_header_bytes + tokens * device.network.bytes_per_token
-
     def send_prompt(self, req: Request, device: DraftDevice) -> None:
         """*device* starts *req*: its prompt goes up to the router."""
         if device.up is None:
             self._arrive(req)
         else:
-            device.up.put(req, self._bytes(device, req.prompt_tokens))
+            device.up.put(req, device.message_bytes(req.prompt_tokens))
 
     def send_bundle(self, req: Request, device: DraftDevice, gamma: int, at_s: float) -> None:
         """*device* will have drafted *gamma* tokens of *req* at *at_s*: the bundle goes up to
         its target then (one scheduled event: the link's, or the submission's)."""
         req.spec.sent_gamma = gamma
         if device.up is not None:
-            device.up.put_at(req, self._bytes(device, gamma), at_s)
+            device.up.put_at(req, device.message_bytes(gamma), at_s)
         elif at_s > self.env.now:
             timer_at(self.env, at_s).callbacks.append(functools.partial(self._submit, req))
         else:
@@ -479,7 +481,7 @@ class DraftFleet:
         if device.down is None:
             device.on_verdict(req)
         else:
-            device.down.put(req, self._bytes(device, tokens))
+            device.down.put(req, device.message_bytes(tokens))
 
     def _arrive(self, req: Request) -> None:
         now = self.env.now

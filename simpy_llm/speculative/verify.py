@@ -213,6 +213,7 @@ class VerifyServer:
         self.max_model_len = max_model_len
         self.rng = rng
         self._uniforms: list[float] = []
+        self._pass_s = functools.partial(verify_pass_s, latency)
         # Read on every pass: the settings as plain attributes.
         self._temperature = config.temperature
         self._expected = config.acceptance_sampling == "expected"
@@ -336,7 +337,7 @@ class VerifyServer:
         pass starts the moment both hold; jobs arriving during a pass wait for the next)."""
         if self._busy:
             return
-        heap = self._next_heap()
+        heap = self._next_heap() if self.prefills else (self.rounds or None)
         if heap is None:
             self._busy_since = None
             return
@@ -559,7 +560,7 @@ class VerifyServer:
             if job.kind == FUSED:
                 draft_steps = max(draft_steps, gamma)
             wait_total += now - job.enqueued_s
-        pass_s = verify_pass_s(self.latency, contexts, verified_counts)
+        pass_s = self._pass_s(contexts, verified_counts)
         self.pass_s += WAIT_EWMA * (pass_s - self.pass_s)
         self.queue_wait_s += WAIT_EWMA * (wait_total / len(batch) - self.queue_wait_s)
         step_s = draft_steps * self.fused_draft_s + pass_s + sum(rollback) * self._rollback_s
