@@ -252,7 +252,6 @@ class VerifyServer:
         self._pass_start = math.nan
         self._output_overhead_s = float(getattr(latency, "output_token_overhead_s", 0.0))
         self._queueing = getattr(latency, "queueing_time_s", None)
-        self._selector = None
         inbox.connect(self.arrive)
 
     # ------------------------------------------------------------------ views
