@@ -55,6 +55,7 @@ from simpy_llm.config.errors import FieldValueError
 from simpy_llm.config.validators import MAX_TIME_S, at_least, at_most
 from simpy_llm.entities import Batch
 from simpy_llm.registry import Registry
+from simpy_llm.serving.kv_cache import TokenMemory
 from simpy_llm.wire import WirePut
 from simpy_llm.workload.distributions import Draws
 
@@ -533,24 +534,6 @@ class BinQueue(BaseResource):
 
 
 # --- the server -----------------------------------------------------------------
-class _Memory:
-    """KV memory of a batch server as views and results read it (one block per token)."""
-
-    __slots__ = ("num_blocks", "peak_used_blocks", "used_blocks")
-
-    def __init__(self, capacity_tokens: int) -> None:
-        self.num_blocks = capacity_tokens
-        """Capacity, tokens (0: no limit)."""
-        self.used_blocks = 0
-        """Tokens held by the batch in service."""
-        self.peak_used_blocks = 0
-        """Most tokens held at once."""
-
-    @property
-    def free_blocks(self) -> int:
-        return max(self.num_blocks - self.used_blocks, 0)
-
-
 class BatchServer:
     """A request-level batch server replica: a :class:`BinQueue` and a server process.
 
@@ -634,7 +617,7 @@ class BatchServer:
             max_wait_s=config.max_wait_s, selector=selector, sizer=sizer,
             max_candidates=dyn.max_candidates if dyn is not None else 1 << 30, memory_limit_tokens=limit,
         )
-        self.kv = _Memory(limit or 0)
+        self.kv = TokenMemory(limit or 0)
         self.memory_limit_tokens = limit
         """KV capacity eta, tokens (None: no limit)."""
         self.running: list[Request] = []

@@ -9,7 +9,7 @@ engine bug, not a modelling outcome.
 
 from __future__ import annotations
 
-__all__ = ["KVCacheError", "PagedKVCache", "blocks_for"]
+__all__ = ["KVCacheError", "PagedKVCache", "TokenMemory", "blocks_for"]
 
 
 class KVCacheError(RuntimeError):
@@ -72,3 +72,27 @@ class PagedKVCache:
         if n > self.used_blocks or n < 0:
             raise KVCacheError(f"released {n} blocks with {self.used_blocks} held")
         self.used_blocks -= n
+
+
+class TokenMemory:
+    """KV memory counted in tokens (one "block" per token), offering the fields views and
+    results read from a :class:`PagedKVCache`: for servers that reserve a request's tokens
+    whole (a request-level batch server, a speculative verify server).
+
+    >>> m = TokenMemory(100); m.used_blocks = 30; m.free_blocks
+    70
+    """
+
+    __slots__ = ("num_blocks", "peak_used_blocks", "used_blocks")
+
+    def __init__(self, capacity_tokens: int) -> None:
+        self.num_blocks = capacity_tokens
+        """Capacity, tokens (0: no limit, for a batch server without one)."""
+        self.used_blocks = 0
+        """Tokens held now."""
+        self.peak_used_blocks = 0
+        """Most tokens held at once."""
+
+    @property
+    def free_blocks(self) -> int:
+        return max(self.num_blocks - self.used_blocks, 0)

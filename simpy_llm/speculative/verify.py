@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 import simpy
 
 from simpy_llm.policies.mode import ModeState
+from simpy_llm.serving.kv_cache import TokenMemory
 
 if TYPE_CHECKING:
     import numpy as np
@@ -94,21 +95,6 @@ def verify_pass_s(latency: Any, contexts: list[int], verified: list[int]) -> flo
     if getattr(latency, "uses_context", False):
         return latency.step_time_s(0, tokens, decode_context_tokens=context)
     return latency.step_time_s(0, tokens)
-
-
-class _Memory:
-    """KV capacity and use in tokens, as views read it (``num_blocks``: capacity)."""
-
-    __slots__ = ("num_blocks", "peak_used_blocks", "used_blocks")
-
-    def __init__(self, capacity_tokens: int) -> None:
-        self.num_blocks = capacity_tokens
-        self.used_blocks = 0
-        self.peak_used_blocks = 0
-
-    @property
-    def free_blocks(self) -> int:
-        return max(self.num_blocks - self.used_blocks, 0)
 
 
 class _Job:
@@ -207,7 +193,7 @@ class VerifyServer:
         self.recorder = recorder
         self.config = config
         self.verify = config.verify
-        self.kv = _Memory(kv_capacity_tokens)
+        self.kv = TokenMemory(kv_capacity_tokens)
         self.max_prefill_tokens = max_prefill_tokens
         self.max_seqs = max_seqs
         self.max_model_len = max_model_len
