@@ -124,6 +124,25 @@ class Wire(BaseResource):
     else:
         get = BoundClass(WireGet)
 
+    def send(self, item: Any) -> None:
+        """Put *item*, as :meth:`put` does, without making the put's event (a sender that
+        never looks at it saves the object; components on the hot path use this).
+
+        >>> import simpy
+        >>> env = simpy.Environment(); wire = Wire(env); got = []
+        >>> wire.connect(got.append)
+        >>> wire.send("a"); got, wire.statistics().puts
+        (['a'], 1)
+        """
+        self.puts += 1
+        handler = self._handler
+        if handler is not None:
+            handler(item)
+            return
+        self.items.append(item)
+        if self.get_queue:
+            self._trigger_get(None)
+
     def put(self, item: Any) -> WirePut:  # type: ignore[override]
         """Put *item*; the returned event is already processed (a put never waits)."""
         self.puts += 1

@@ -165,6 +165,8 @@ class Message:
     """Its propagation delay, s (half its round-trip sample)."""
     lone: bool = False
     """Its delivery is scheduled by the lone-transmission shortcut (see "How it runs")."""
+    ahead: bool = False
+    """Its delivery was handed to its sender (:meth:`Link.put_ahead`): no event delivers it."""
 
 
 class LinkPut(Event):
@@ -429,16 +431,27 @@ class Link(BaseResource):
 
         Its value (and ``.message``) is the :class:`Message` tracking the transfer.
         """
-        env = self.env
-        now = env.now
+        return LinkPut(self.env, self.send(payload, size_bytes))
+
+    def send(self, payload: Any, size_bytes: float) -> Message:
+        """Send *payload* of *size_bytes* bytes now, as :meth:`put` does, and return its
+        :class:`Message` without making the put's event (senders on the hot path use this).
+
+        >>> import simpy
+        >>> from simpy_llm.wire import Wire
+        >>> env = simpy.Environment(); link = Link(env, Wire(env), rtt_s=0.02, bandwidth_bytes_per_s=1000.0)
+        >>> msg = link.send("prompt", 10.0); env.run(); msg.delivered_s
+        0.02
+        """
+        now = self.env._now  # noqa: SLF001 - the property costs a call per read
         msg = self._message(payload, size_bytes, now)
         if self._shortcut and self.overhead_s == 0 and self._lone is None and not self._heap:
             work = msg.size_bytes / msg.bandwidth_factor
             if work > 0:  # a lone transmission, without the general path's checks
                 self._start_lone(msg, now, work)
-                return LinkPut(env, msg)
+                return msg
         self._send(msg)
-        return LinkPut(env, msg)
+        return msg
 
     def put_at(self, payload: Any, size_bytes: float, at_s: float) -> Message:
         """Send *payload* at the later time *at_s* (its ``sent_s``), as :meth:`put` would then:
@@ -455,16 +468,57 @@ class Link(BaseResource):
         >>> env.run(); got   # sent at 0.5, 10 B at 1 kB/s, then half the round trip
         [(0.5, 0.52)]
         """
-        now = self.env.now
+        now = self.env._now  # noqa: SLF001 - the property costs a call per read
         if at_s <= now:
-            return self.put(payload, size_bytes).message
+            return self.send(payload, size_bytes)
         msg = self._message(payload, size_bytes, at_s)
         if self._shortcut and self.overhead_s == 0 and not self._heap and self._lone is None:
             work = msg.size_bytes / msg.bandwidth_factor
             if work > 0:
                 self._start_lone(msg, at_s, work)
                 return msg
+        self._puts -= 1  # counted when it is sent (figures count a message from its sent_s)
         timer_at(self.env, at_s).callbacks.append(functools.partial(self._on_send, msg))
+        return msg
+
+    def put_ahead(self, payload: Any, size_bytes: float) -> Message | None:
+        """Send *payload* now and hand its delivery to the caller: when it would transmit
+        alone (an idle link without outages, loss or overhead), its delivery time is known
+        now, and the message is returned with ``delivered_s`` set and counted as delivered
+        from then on, without an event and without a put on ``out`` (the caller acts on it
+        itself). Otherwise nothing is sent and the result is None: use :meth:`put`.
+
+        A sender whose next step depends on nothing but the delivery's time (a draft device
+        under a static γ) saves the delivery's event. The sender promises that nothing else
+        enters the link until the message's transmission ends (its delivery time is fixed
+        now, so it cannot share the bandwidth): a put before then raises RuntimeError.
+
+        >>> import simpy
+        >>> from simpy_llm.wire import Wire
+        >>> env = simpy.Environment(); link = Link(env, Wire(env), rtt_s=0.02, bandwidth_bytes_per_s=1000.0)
+        >>> msg = link.put_ahead("verdict", 10.0)
+        >>> msg.delivered_s, link.statistics().delivered   # 10 ms sending, 10 ms propagation
+        (0.02, 0)
+        >>> env.run(until=0.02); link.statistics().delivered
+        1
+        """
+        if not self._shortcut or self.overhead_s != 0 or self._heap:
+            return None
+        now = self.env.now
+        lone = self._lone
+        if lone is not None:
+            if not lone[0].ahead or now < lone[2]:
+                return None
+            self._lone = None
+            self._busy_s += lone[2] - lone[1]
+        msg = self._message(payload, size_bytes, now)
+        end = now + msg.size_bytes / (msg.bandwidth_factor * self.bandwidth_bytes_per_s)
+        msg.attempts = 1
+        msg.ahead = True
+        msg.delivered_s = end + msg.one_way_s
+        self._lone = (msg, now, end)  # its busy time is booked when the next message settles it
+        self._delivered += 1
+        self._bytes_delivered += msg.size_bytes
         return msg
 
     def _message(self, payload: Any, size_bytes: float, sent_s: float) -> Message:
@@ -496,6 +550,7 @@ class Link(BaseResource):
         return buffer.pop()
 
     def _on_send(self, msg: Message, _event: Event) -> None:
+        self._puts += 1
         self._send(msg)
 
     def _send(self, msg: Message) -> None:
@@ -533,22 +588,29 @@ class Link(BaseResource):
         busy = self._busy_s
         if self._heap and now > self._t_last:
             busy += self._active_time(self._t_last, now)
-        if self._lone is not None:
-            busy += max(0.0, min(now, self._lone[2]) - self._lone[1])
+        puts, delivered, delivered_bytes = self._puts, self._delivered, self._bytes_delivered
+        lone = self._lone
+        if lone is not None:
+            busy += max(0.0, min(now, lone[2]) - lone[1])
+            if now < lone[1]:
+                puts -= 1  # a put_at message not sent yet
+            if lone[0].ahead and now < lone[0].delivered_s:
+                delivered -= 1  # counted when it was sent; not there yet
+                delivered_bytes -= lone[0].size_bytes
         dropped = self._dropped_outage + self._dropped_loss
         return LinkStats(
-            puts=self._puts,
-            delivered=self._delivered,
+            puts=puts,
+            delivered=delivered,
             dropped=dropped,
             dropped_outage=self._dropped_outage,
             dropped_loss=self._dropped_loss,
-            in_flight=self._puts - self._delivered - dropped,
-            bytes_delivered=float(self._bytes_delivered),
+            in_flight=puts - delivered - dropped,
+            bytes_delivered=float(delivered_bytes),
             retransmissions=self._retransmissions,
             busy_s=float(busy),
             elapsed_s=float(now - self._created_s),
             total_queueing_s=float(self._queueing_s),
-            mean_queueing_s=float(self._queueing_s / self._delivered) if self._delivered else math.nan,
+            mean_queueing_s=float(self._queueing_s / delivered) if delivered else math.nan,
             total_outage_wait_s=float(self._outage_wait_s),
         )
 
@@ -622,6 +684,9 @@ class Link(BaseResource):
         self._count_attempt(msg)
         if work == 0 or self.bandwidth_bytes_per_s == math.inf:
             self._end_attempt(msg, now, c_start)
+            if self._heap and self._timer_s is None:  # a lone transmission just moved into the heap
+                self._advance(now)
+                self._reschedule(now)
             return
         self._advance(now)
         self._seq += 1
@@ -642,11 +707,17 @@ class Link(BaseResource):
         ended, move it into the sharing heap as if it had been there since its start if it
         is transmitting, or give it an ordinary start if it has not started yet."""
         msg, start, end = self._lone
+        if msg.ahead and now < end:
+            raise RuntimeError(
+                f"link {self.name!r}: a message sent with put_ahead is still transmitting at {now!r} s "
+                f"(until {end!r} s); its sender promised the link would stay its own until then"
+            )
         self._lone = None
         if now < start:
             msg.lone = False
             msg.attempts -= 1  # its start will count the attempt
-            timer_at(self.env, start).callbacks.append(functools.partial(self._on_start, msg))
+            self._puts -= 1  # and the put (figures count a message from its sent_s)
+            timer_at(self.env, start).callbacks.append(functools.partial(self._on_send, msg))
             return
         if now >= end:
             self._busy_s += end - start
@@ -661,10 +732,11 @@ class Link(BaseResource):
         if not msg.lone:
             return  # it joined the sharing heap
         msg.lone = False
-        now = self.env.now
-        if self._lone is not None and self._lone[0] is msg:
-            self._settle_lone(now)
-        self._deliver(msg, now)
+        lone = self._lone
+        if lone is not None and lone[0] is msg:  # still the link's lone one: it has ended
+            self._lone = None
+            self._busy_s += lone[2] - lone[1]
+        self._deliver(msg, self.env._now)  # noqa: SLF001 - the property costs a call per read
 
     def _count_attempt(self, msg: Message) -> None:
         if msg.attempts:
@@ -761,7 +833,7 @@ class Link(BaseResource):
         self._bytes_delivered += msg.size_bytes
         self._queueing_s += msg.queueing_s
         self._outage_wait_s += msg.wait_s
-        self.out.put(msg)
+        self.out.send(msg)
 
     def _drop(self, msg: Message, reason: str) -> None:
         msg.dropped_s = self.env.now

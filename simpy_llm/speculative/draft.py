@@ -70,7 +70,7 @@ class SpecState:
 
     __slots__ = (
         "_first", "accepted_last", "carry", "device", "drafter", "drafter_index", "ewma", "fleet",
-        "gamma", "last_token_s", "mode", "policy", "proposed_last", "req", "round_start_s", "sent_gamma", "wake",
+        "gamma", "last_token_s", "mode", "policy", "proposed_last", "req", "round_start_s", "sent_gamma", "static_gamma", "wake",
     )
 
     def __init__(self, fleet: DraftFleet, device: DraftDevice, policy: Any, req: Request) -> None:
@@ -92,6 +92,8 @@ class SpecState:
         self.round_start_s = math.nan
         self.wake: Event | None = None
         self._first: int | None = None
+        self.static_gamma = type(policy) is StaticGamma
+        """Its γ reads no telemetry: a round can be planned before its verdict arrives."""
 
     def _prior(self, context: int) -> float:
         """The drafter's first-position acceptance at *context*: the smoothed rate's start."""
@@ -221,8 +223,8 @@ class DraftDevice:
         self.current: Request | None = None
         """The request it runs."""
         self.free_at = 0.0
-        self.busy_s = 0.0
-        """Time spent drafting, s."""
+        self._busy_s = 0.0
+        self._pending_busy: tuple[float, float] | None = None  # (from s, drafting s) of a round drafted ahead
         device = fleet.device_profiles.get(group.name)
         self.throttle = None
         self.availability: tuple[tuple[float, float], ...] = ()
@@ -293,13 +295,34 @@ class DraftDevice:
             if not spec.wake.triggered:
                 spec.wake.succeed()
             return
+        self.next_round(req, self.env._now)  # noqa: SLF001 - the property costs a call per read
+
+    def next_round(self, req: Request, at_s: float) -> None:
+        """*req*'s verdict reaches the device at *at_s* (now, or later when the fleet knows
+        it in advance: :meth:`DraftFleet.send_verdict`): its next round drafts from then."""
+        spec = req.spec
         fleet = self.fleet
         gamma = spec.next_gamma(fleet.servers[req.replica])
-        start = self._available_from(self.env.now) if self.availability else self.env.now
+        start = self._available_from(at_s) if self.availability else at_s
         spec.round_start_s = start
         draft_s = self._draft_s(gamma, spec.drafter, start) if self.throttle is not None else gamma * spec.drafter.draft_token_s
-        self.busy_s += draft_s
+        pending = self._pending_busy
+        if pending is not None:
+            self._busy_s += pending[1]
+        if at_s > self.env._now:  # noqa: SLF001 - the property costs a call per read
+            self._pending_busy = (at_s, draft_s)  # drafting from at_s: not busy before then
+        else:
+            self._pending_busy = None
+            self._busy_s += draft_s
         fleet.send_bundle(req, self, gamma, start + draft_s)
+
+    @property
+    def busy_s(self) -> float:
+        """Time spent drafting so far, s (a round drafts from its verdict's arrival)."""
+        pending = self._pending_busy
+        if pending is not None and self.env.now >= pending[0]:
+            return self._busy_s + pending[1]
+        return self._busy_s
 
     def _run(self) -> Generator[Event, None, None]:
         """The device process (module docstring).
@@ -458,7 +481,7 @@ class DraftFleet:
         if device.up is None:
             self._arrive(req)
         else:
-            device.up.put(req, device.message_bytes(req.prompt_tokens))
+            device.up.send(req, device.message_bytes(req.prompt_tokens))
 
     def send_bundle(self, req: Request, device: DraftDevice, gamma: int, at_s: float) -> None:
         """*device* will have drafted *gamma* tokens of *req* at *at_s*: the bundle goes up to
@@ -477,11 +500,22 @@ class DraftFleet:
     def send_verdict(self, req: Request, tokens: int) -> None:
         """A target answers *req*'s device with *tokens* new tokens (after the prefill or a
         round; when the request ends, its last tokens, or a fused request's whole answer)."""
-        device = req.spec.device
-        if device.down is None:
+        spec = req.spec
+        device = spec.device
+        down = device.down
+        if down is None:
             device.on_verdict(req)
-        else:
-            device.down.put(req, device.message_bytes(tokens))
+            return
+        size = device.message_bytes(tokens)
+        if spec.static_gamma and req.completion_s != req.completion_s and not req.dropped_reason:
+            # The next round depends on nothing but when the verdict arrives: run it now, as
+            # of then, and save the delivery's event (Link.put_ahead; the downlink carries
+            # this request's verdicts only, one at a time).
+            msg = down.put_ahead(req, size)
+            if msg is not None:
+                device.next_round(req, msg.delivered_s)
+                return
+        down.send(req, size)
 
     def _arrive(self, req: Request) -> None:
         now = self.env.now

@@ -282,7 +282,7 @@ class VerifyServer:
     def submit(self, req: Request, gamma: int, round_start_s: float, kind: int = VERIFY) -> None:
         """A round of *req* proposing *gamma* tokens waits for a pass (a bundle that arrived,
         or the next fused round)."""
-        now = self.env.now
+        now = self.env._now  # noqa: SLF001 - the property costs a call per read
         _ttft, tpot, tvt = self.slo.get(req.slo_class, (None, None, None))
         if tvt is not None:
             deadline = round_start_s + tvt
@@ -502,7 +502,9 @@ class VerifyServer:
         """``partial: sampled``: which of positions 1..gamma the target verifies (the first,
         and each later one with probability ``sample_rate``)."""
         rate = self.verify.sample_rate
-        return [True, *(u < rate for u in self.uniforms(gamma - 1))]
+        checked = [u < rate for u in self.uniforms(gamma - 1)]
+        checked.insert(0, True)
+        return checked
 
     def _verify_pass(self) -> None:
         """Start a verify pass over the next microbatch of verify and fused rounds.
@@ -512,7 +514,7 @@ class VerifyServer:
         uniform, drawn after the job's samples) and whether it rolls back (its rejection,
         position ``accepted + 1``, went unverified)."""
         env = self.env
-        now = env.now
+        now = env._now  # noqa: SLF001 - the property costs a call per read
         batch = self._take_round_batch()
         contexts: list[int] = []
         verified_counts: list[int] = []
@@ -557,7 +559,7 @@ class VerifyServer:
         """A verify pass ended: each round's tokens count, and its request goes on or ends."""
         self._pass_start = math.nan
         self.step += 1
-        end = self.env.now
+        end = self.env._now  # noqa: SLF001 - the property costs a call per read
         tokens_out = 0
         for job, m, rolled in zip(batch, accepted, rollback, strict=True):
             req = job.req

@@ -445,3 +445,18 @@ def test_bad_size_is_refused():
         with pytest.raises(ValueError, match="size_bytes must be a finite number >= 0"):
             link.put(None, size)
     assert link.statistics().puts == 0
+
+
+def test_an_empty_message_during_a_lone_transmission_strands_nothing():
+    """A zero-byte message put while another transmits alone is delivered at once, and the
+    other still arrives when its transmission ends (it moved into the sharing heap)."""
+    env = simpy.Environment()
+    out = Wire(env)
+    got = []
+    out.connect(lambda m: got.append((m.payload, env.now)))
+    link = Link(env, out, rtt_s=0.0, bandwidth_bytes_per_s=1000.0)
+    link.put("a", 1.0)
+    link.put("b", 0.0)
+    env.run()
+    assert got == [("b", 0.0), ("a", 0.001)]
+    assert link.statistics().in_flight == 0
