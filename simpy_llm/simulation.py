@@ -43,6 +43,7 @@ from simpy_llm.serving.batching import BatchServer, build_service_model
 from simpy_llm.serving.disaggregation import KvHandoff
 from simpy_llm.serving.engine import Replica
 from simpy_llm.serving.fleet import ReplicaPlan, plan_fleet
+from simpy_llm.serving.planner import Planner
 from simpy_llm.serving.router import Router
 from simpy_llm.serving.views import ClusterView, LiveView, RouterCounts, SnapshotView, refresh_views
 from simpy_llm.speculative.draft import DraftFleet
@@ -95,6 +96,9 @@ class Simulation:
     token_listener
         Passed to every replica (see :data:`~simpy_llm.serving.engine.TokenListener`);
         needs ``simulation.mode: event_per_step``.
+    planner_policy
+        With a ``planner`` section: chooses among each tick's evaluated candidates
+        (a :class:`~simpy_llm.policies.planning.PlannerChoice`; default ``best_feasible``).
     """
 
     def __init__(
@@ -107,8 +111,17 @@ class Simulation:
         admission_policy: object = None,
         external_arrivals: bool = False,
         token_listener: TokenListener | None = None,
+        planner_policy: object = None,
     ) -> None:
         self.scenario = scenario
+        given = {"latency_model": latency_model, "routing_policy": routing_policy,
+                 "scheduler_policy": scheduler_policy, "admission_policy": admission_policy}
+        self._overrides = {k: v for k, v in given.items() if v is not None}
+        """The objects given in place of the scenario's (a planner's what-if runs copy them)."""
+        if scenario.planner is not None and external_arrivals:
+            raise ValueError("a planner needs run(): its ticks stop when the workload is done")
+        if planner_policy is not None and scenario.planner is None:
+            raise ValueError("a planner_policy needs the scenario's planner section")
         self.env = simpy.Environment()
         self.streams = RandomStreams(scenario.seed)
         serving = scenario.serving
@@ -234,6 +247,8 @@ class Simulation:
             env.process(refresh_views(env, self.views, refresh_s, self._active))
         if scenario.simulation.timeseries_interval_s is not None:
             env.process(self._sample(scenario.simulation.timeseries_interval_s))
+        self.planner: Planner | None = None
+        """The planner process (None without a ``planner`` section)."""
         if self.workload_sources is None:
             self.generator: WorkloadGenerator | None = None
             return
@@ -250,6 +265,8 @@ class Simulation:
             on_request=self._on_request if self.sessions is not None or self._replayed is not None else None,
             announce=not networks and spec is None,
         )
+        if scenario.planner is not None:
+            self.planner = Planner(self, scenario.planner, planner_policy)
 
     def _build_cluster_routers(self, replica_inboxes: list[Wire], counts: RouterCounts) -> list[Wire]:
         """Each cluster's router over its replicas; returns their inboxes, in cluster order."""
@@ -552,6 +569,7 @@ class Simulation:
                 {g: [d.busy_s for d in devices] for g, devices in self.draft_fleet.devices.items()}
                 if self.draft_fleet is not None else None
             ),
+            planner=self.planner.log if self.planner is not None else None,
         )
 
     def _links(self) -> list[Link]:

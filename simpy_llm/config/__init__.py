@@ -15,6 +15,7 @@ from simpy_llm.config.loader import (
     workload_from_dict,
     workload_to_dict,
 )
+from simpy_llm.config.planner import PlannerCandidates, PlannerConfig
 from simpy_llm.config.schema import (
     ClientConfig,
     EngineConfig,
@@ -30,6 +31,8 @@ __all__ = [
     "ClientConfig",
     "EngineConfig",
     "FieldValueError",
+    "PlannerCandidates",
+    "PlannerConfig",
     "PolicySpec",
     "SLOTarget",
     "Scenario",

@@ -1385,6 +1385,10 @@ class Scenario:
     speculation: SpeculationConfig | None = None
     """Speculative decoding: draft devices run the requests, the fleet verifies
     (:mod:`simpy_llm.config.speculation`, ``docs/speculative.md``). None: plain decoding."""
+    planner: PlannerConfig | None = None
+    """A periodic planner that resizes the fleet's active pools and batch limits by what-if
+    simulations (:mod:`simpy_llm.config.planner`, ``docs/planner.md``). None: the
+    configuration stays as given."""
     plugins: tuple[str, ...] = attrs.field(default=(), converter=_plugin_paths)
     """Modules (``my_package.policies``) or Python files (``my_policies.py``, relative to
     the scenario file) imported before the rest of the scenario is read, so that the
@@ -1396,6 +1400,8 @@ class Scenario:
     def __attrs_post_init__(self) -> None:
         if self.speculation is not None:
             self._check_speculation()
+        if self.planner is not None:
+            check_planner(self)
 
     def _check_speculation(self) -> None:
         """What speculative decoding cannot run with, and the draft groups' clients."""
@@ -1485,3 +1491,4 @@ class Scenario:
 
 # Imported last: the speculation section's module imports this one's classes.
 from simpy_llm.config.speculation import SpeculationConfig  # noqa: E402
+from simpy_llm.config.planner import PlannerConfig, check_planner  # noqa: E402

@@ -208,6 +208,9 @@ class Recorder:
         self.arrived = 0
         self.live: dict[int, Request] = {}
         """Requests that arrived and have not completed or been dropped."""
+        self.arrival_log: list[Request] | None = None
+        """Every arriving request, in arrival order, when someone asked for them (the
+        planner's telemetry, which trims it); None: not kept."""
 
     # --- lifecycle -------------------------------------------------------
     def on_arrival(self, req: Request, now_s: float) -> None:
@@ -215,6 +218,8 @@ class Recorder:
         self.arrived += 1
         self.live[req.id] = req
         self.in_system.change(now_s, +1)
+        if self.arrival_log is not None:
+            self.arrival_log.append(req)
 
     def on_departure(self, now_s: float) -> None:
         """A request left the serving system (its last token computed, or dropped)."""

@@ -183,6 +183,7 @@ class Results:
         replica_devices: list[tuple[Any, int]] | None = None,
         links: dict[str, Any] | None = None,
         draft_busy_s: dict[str, list[float]] | None = None,
+        planner: Any = None,
     ) -> None:
         self.columns = columns
         """Record columns (strings decoded), sorted by request id."""
@@ -209,6 +210,8 @@ class Results:
         """:class:`~simpy_llm.network.link.LinkStats` of every link at the end of the run, by name."""
         self.draft_busy_s = dict(draft_busy_s or {})
         """Speculative decoding: each draft group's devices' drafting time, s, by group name."""
+        self.planner_log = planner
+        """The planner's :class:`~simpy_llm.serving.planner.PlannerLog` (None: no planner)."""
 
     @classmethod
     def from_recorder(
@@ -225,6 +228,7 @@ class Results:
         replica_devices: list[tuple[Any, int]] | None = None,
         links: dict[str, Any] | None = None,
         draft_busy_s: dict[str, list[float]] | None = None,
+        planner: Any = None,
     ) -> Results:
         """Freeze a recorder's columns into Results (records sorted by request id).
 
@@ -253,6 +257,7 @@ class Results:
             replica_devices=replica_devices,
             links=links,
             draft_busy_s=draft_busy_s,
+            planner=planner,
         )
 
     def __len__(self) -> int:
@@ -780,7 +785,51 @@ class Results:
             **({"devices": self._device_summary(duration_all, int(met.sum()), duration)} if self._has_devices() else {}),
             **({"network": {"links": dict(sorted(self._link_figures().items()))}} if self.link_stats else {}),
             **({"speculation": self._speculation_summary(done, met)} if self.scenario.speculation is not None else {}),
+            **({"planner": self._planner_summary(int(met.sum()), duration)} if self.planner_log is not None else {}),
             "diagnostics": [d.to_dict() for d in diagnose(self)],
+        }
+
+    def planner_decisions(self) -> pd.DataFrame:
+        """The planner's ticks: one row per candidate a tick evaluated (one per skipped tick).
+
+        Columns (:data:`~simpy_llm.serving.planner.DECISION_COLUMNS`): ``tick``, ``time_s``,
+        ``status`` (``evaluated`` / ``skipped``: fewer than ``min_requests`` in the window),
+        ``window_requests``, ``waiting_requests`` / ``running_requests`` (summed over the
+        replicas at the tick), ``candidate`` (``knob=value,...``), ``gpus`` (it keeps
+        active), ``score`` (the objective in its what-if), ``feasible``, ``violation``
+        (largest relative excess over a constraint), ``chosen``, ``applied`` (chosen and
+        different from the configuration in force). Empty without a planner.
+
+        Examples
+        --------
+        >>> from simpy_llm import Simulation, load_scenario
+        >>> sc = load_scenario("scenarios/planner_pool_split.yaml", ["workload.num_requests=1000"])
+        >>> frame = Simulation(sc).run(progress=False).planner_decisions()
+        >>> frame.loc[frame["chosen"], "candidate"].tolist(), int(frame["applied"].sum())
+        (['active_replicas=2'], 1)
+
+        """
+        import pandas as pd
+
+        from simpy_llm.serving.planner import DECISION_COLUMNS
+
+        rows = self.planner_log.rows if self.planner_log is not None else []
+        return pd.DataFrame(rows, columns=list(DECISION_COLUMNS))
+
+    def _planner_summary(self, met: int, duration: float) -> dict[str, Any]:
+        """``summary()["planner"]``: see :class:`~simpy_llm.metrics.summary.PlannerStats`."""
+        from simpy_llm.serving.planner import gpu_seconds
+
+        log = self.planner_log
+        kv_starts = {int(t[0]): float(t[4]) for t in self._recorder.kv_transfers}
+        used = gpu_seconds(self.columns, kv_starts, log, self.end_s)
+        return {
+            "ticks": log.ticks,
+            "changes": log.changes,
+            "final": dict(log.final),
+            "gpu_seconds": used,
+            "mean_gpus": used / self.end_s if self.end_s > 0 else None,
+            "goodput_per_gpu_second": met / used if used > 0 else None,
         }
 
     def spec_rounds(self) -> pd.DataFrame:
@@ -1049,6 +1098,8 @@ class Results:
             self.spec_rounds().to_csv(put("spec_rounds.csv"), index=False)
         if self._recorder.drafter_switches:
             self.drafter_switches().to_csv(put("drafter_switches.csv"), index=False)
+        if self.planner_log is not None:
+            self.planner_decisions().to_csv(put("planner_decisions.csv"), index=False)
         put("summary.json").write_text(json.dumps(self.summary(), indent=2, default=_json_default) + "\n")
         manifest = {
             "seed": self.scenario.seed,

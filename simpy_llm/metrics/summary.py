@@ -669,6 +669,24 @@ class SpeculationStats(TypedDict):
     """Fairness across the draft groups (device classes)."""
 
 
+class PlannerStats(TypedDict):
+    """What the planner did (``docs/planner.md``); only with a ``planner`` section."""
+
+    ticks: int
+    """Ticks run (skipped ones included)."""
+    changes: int
+    """Ticks that applied a different configuration."""
+    final: dict[str, int]
+    """The configuration in force at the end, by knob."""
+    gpu_seconds: float
+    """GPUs in use over the run, GPU-s: a replica counts while it may receive requests and
+    while it drains the ones it received."""
+    mean_gpus: float | None
+    """``gpu_seconds`` over ``duration_s``."""
+    goodput_per_gpu_second: float | None
+    """Measured requests meeting their SLO per GPU-second in use."""
+
+
 class Summary(TypedDict):
     """What :meth:`Results.summary() <simpy_llm.metrics.results.Results.summary>` returns."""
 
@@ -718,6 +736,8 @@ class Summary(TypedDict):
     """Energy, cost and cold starts; only when some replica group names a device."""
     speculation: NotRequired[SpeculationStats]
     """Speculative decoding's figures; only with a ``speculation`` section."""
+    planner: NotRequired[PlannerStats]
+    """The planner's ticks, changes and GPU use; only with a ``planner`` section."""
     disaggregation: NotRequired[DisaggregationStats]
     """KV transfers between the prefill and decode pools; only for a disaggregated fleet."""
     workflows: NotRequired[dict[str, WorkflowStats]]

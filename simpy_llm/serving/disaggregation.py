@@ -126,6 +126,9 @@ class KvHandoff:
         req.prefill_replica = req.replica
         sid = req.session_id
         pos = self._pinned.get(sid) if sid else None
+        if pos is not None and not self.decode_router.is_active(pos):
+            del self._pinned[sid]  # its decode replica left the pool (the planner): choose anew
+            pos = None
         if pos is None:
             self.decode_router.route(req)
         else:

@@ -412,6 +412,22 @@ class Replica:
             signal._value = None  # noqa: SLF001
             _schedule_at(self.env, signal, now)
 
+    def set_max_num_seqs(self, n: int) -> None:
+        """Change the batch limit (the planner's knob, ``docs/planner.md``): requests already
+        running keep running; admissions from the next step boundary on respect *n*. A raised
+        limit with requests waiting cuts a decode stretch at the step in progress, as an
+        arrival at the head of the queue does."""
+        if n == self.config.max_num_seqs:
+            return
+        self.config = attrs.evolve(self.config, max_num_seqs=n)
+        if getattr(self, "_stretch", None) is None:
+            return
+        room = len(self.running) < n
+        if room and self.waiting and not self._cuttable:
+            self._cut_stretch(self.env.now)  # the stretch ends at the next boundary: no more cuts
+        else:
+            self._cuttable = room
+
     # --- engine ----------------------------------------------------------
     def _engine(self) -> Generator[Event, object, None]:
         """The engine loop: plan a step (or a stretch of identical decode steps), wait for

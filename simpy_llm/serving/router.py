@@ -88,7 +88,30 @@ class Router:
             raise ValueError("need one fleet index per replica view")
         self._admit = admission.admit if admission is not None else None
         self._choose = policy.choose
+        self._active: list[int] | None = None
+        """Positions the policy may choose among (None: all), see :meth:`set_active`."""
+        self._active_views = self.views
         inbox.connect(self.route)
+
+    def set_active(self, positions: Sequence[int] | None) -> None:
+        """Let the policies see only the replicas at *positions* (None: all) from now on.
+
+        The planner's pool size (``docs/planner.md``): requests already sent stay where
+        they are; admission and routing policies see the active replicas' views only, and
+        the position a routing policy returns is among them.
+        """
+        if positions is None or list(positions) == list(range(len(self.views))):
+            self._active, self._active_views = None, self.views
+            return
+        positions = sorted(set(positions))
+        if not positions or not 0 <= positions[0] <= positions[-1] < len(self.views):
+            raise ValueError(f"active positions must be a non-empty subset of 0..{len(self.views) - 1}")
+        self._active = positions
+        self._active_views = [self.views[i] for i in positions]
+
+    def is_active(self, position: int) -> bool:
+        """Whether the replica at *position* may receive newly routed requests."""
+        return self._active is None or position in self._active
 
     @property
     def routed(self) -> list[int]:
@@ -99,7 +122,7 @@ class Router:
         """Admit and route *req* (called for every request put into the inbox)."""
         now = self.env.now
         if self._admit is not None:
-            reason = self._admit(req, self.views, now)
+            reason = self._admit(req, self._active_views, now)
             if reason is not None:
                 req.dropped_reason = str(reason)
                 self.recorder.on_drop(req)
@@ -107,10 +130,11 @@ class Router:
                 if self.rejected is not None:
                     self.rejected.put(req)
                 return
-        i = self._choose(req, self.views)
-        if not 0 <= i < len(self.outboxes):
-            raise ValueError(f"routing policy returned replica {i}; there are {len(self.outboxes)}")
-        self.send(req, i)
+        views = self._active_views
+        i = self._choose(req, views)
+        if not 0 <= i < len(views):
+            raise ValueError(f"routing policy returned replica {i}; there are {len(views)}")
+        self.send(req, i if self._active is None else self._active[i])
 
     def send(self, req: Request, i: int) -> None:
         """Send *req* to the replica at position *i* (routed by the policy, or pinned by the caller)."""

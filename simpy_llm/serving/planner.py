@@ -1,0 +1,377 @@
+"""The planner: a periodic process that resizes the fleet by what-if simulations (seed 003 §6.3).
+
+With a ``planner`` section (:mod:`simpy_llm.config.planner`, ``docs/planner.md``) the
+simulation starts a :class:`Planner`. Each tick it
+
+1. gathers telemetry: the requests that arrived in the last ``window_s`` (their arrival
+   offsets and token lengths), the replicas' queues;
+2. evaluates every candidate configuration by a **what-if simulation**: a fresh
+   simulation of the scenario (no planner), the candidate applied from time 0, fed the
+   window's requests at their offsets, run until they have all finished; all candidates of
+   a tick share one seed drawn from the ``planner`` stream (common random numbers);
+3. scores each by the objective, checks the constraints on its summary, and lets its
+   :class:`~simpy_llm.policies.planning.PlannerChoice` pick one;
+4. applies it through :class:`FleetControl` to newly routed work only: requests already
+   at a replica finish there; a replica leaving a pool drains.
+
+The fleet is built at its largest size; a pool's size is the number of its replicas
+(the first ones, in fleet order) the router may choose among.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Generator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import numpy as np
+
+from simpy_llm.config.planner import KNOBS
+from simpy_llm.entities import Request
+from simpy_llm.policies.planning import BestFeasible, Evaluation
+
+if TYPE_CHECKING:
+    from simpy.events import Event
+
+    from simpy_llm.config.planner import PlannerConfig
+    from simpy_llm.policies.planning import PlannerChoice
+    from simpy_llm.simulation import Simulation
+
+__all__ = ["DECISION_COLUMNS", "FleetControl", "Planner", "PlannerLog", "gpu_seconds"]
+
+WHAT_IF_DRAIN_WINDOWS = 20
+"""A what-if run stops this many windows after its start; requests still unfinished then
+make the candidate infeasible (an overloaded configuration)."""
+
+_COPIED = (
+    "client_id", "tenant_id", "slo_class", "priority", "streaming", "prompt_tokens", "output_tokens",
+    "prefix_group", "prefix_tokens", "prefix_blocks", "prefix_block_tokens", "context",
+    "text_tokens", "image_tokens", "audio_tokens", "video_tokens", "reason_ratio", "warm_up",
+)
+"""Request fields a what-if replay copies (what the workload decided; not the lifecycle)."""
+
+DECISION_COLUMNS = (
+    "tick", "time_s", "status", "window_requests", "waiting_requests", "running_requests",
+    "candidate", "gpus", "score", "feasible", "violation", "chosen", "applied",
+)
+"""Columns of :meth:`Results.planner_decisions() <simpy_llm.metrics.results.Results.planner_decisions>`."""
+
+
+def describe(config: dict[str, int]) -> str:
+    """``knob=value`` pairs in knob order.
+
+    >>> describe({"max_num_seqs": 8, "active_replicas": 2})
+    'active_replicas=2,max_num_seqs=8'
+    """
+    return ",".join(f"{k}={config[k]}" for k in KNOBS if k in config)
+
+
+class FleetControl:
+    """The run-time knobs of one simulation's fleet: pool sizes and batch limits.
+
+    Parameters
+    ----------
+    sim
+        The simulation whose router(s) and replicas it changes.
+    """
+
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+        plans = sim.plans
+        self.pools: dict[str, list[int]] = {
+            "active_replicas": [i for i, p in enumerate(plans) if p.role == "both"],
+            "prefill_replicas": [i for i, p in enumerate(plans) if p.role == "prefill"],
+            "decode_replicas": [i for i, p in enumerate(plans) if p.role == "decode"],
+        }
+        """Fleet indices of each pool, in order."""
+        self.routers = {"active_replicas": sim.router, "prefill_replicas": sim.router}
+        if sim.kv_handoff is not None:
+            self.routers["decode_replicas"] = sim.kv_handoff.decode_router
+        seqs = {p.engine.max_num_seqs for p in plans if p.batch_server is None}
+        self.config: dict[str, int] = {
+            "active_replicas": len(self.pools["active_replicas"]),
+            "prefill_replicas": len(self.pools["prefill_replicas"]),
+            "decode_replicas": len(self.pools["decode_replicas"]),
+            "max_num_seqs": max(seqs) if seqs else 0,
+        }
+        """Every knob's value in force (``max_num_seqs``: the largest of the groups' until set)."""
+        self.active = [True] * len(plans)
+        """Whether each replica may receive newly routed requests."""
+
+    def current(self, knobs: Sequence[str]) -> dict[str, int]:
+        """The configuration in force, over *knobs*."""
+        return {k: self.config[k] for k in knobs}
+
+    def gpus(self, config: dict[str, int]) -> int:
+        """GPUs of the replicas *config* keeps active (the rest of the fleet as in force)."""
+        merged = {**self.config, **config}
+        plans = self.sim.plans
+        return sum(plans[i].gpus for pool in ("active_replicas", "prefill_replicas", "decode_replicas")
+                   for i in self.pools[pool][:merged[pool]])
+
+    def apply(self, config: dict[str, int]) -> list[tuple[int, bool]]:
+        """Put *config* in force for newly routed work; returns ``(replica, active)`` per
+        replica whose activity changed."""
+        changed = []
+        for knob, value in config.items():
+            if knob == "max_num_seqs":
+                for rep in self.sim.replicas:
+                    if hasattr(rep, "set_max_num_seqs"):
+                        rep.set_max_num_seqs(value)
+            else:
+                members = self.pools[knob]
+                router = self.routers[knob]
+                entry = router.indices
+                router.set_active([entry.index(i) for i in members[:value]])
+                for n, i in enumerate(members):
+                    on = n < value
+                    if self.active[i] != on:
+                        self.active[i] = on
+                        changed.append((i, on))
+            self.config[knob] = value
+        return changed
+
+
+@attrs.define(eq=False)
+class PlannerLog:
+    """What the planner did, for :class:`~simpy_llm.metrics.results.Results`."""
+
+    rows: list[tuple] = attrs.field(factory=list)
+    """One row per (tick, candidate) in :data:`DECISION_COLUMNS` order; a skipped tick has one."""
+    activity: list[tuple[float, int, bool]] = attrs.field(factory=list)
+    """``(time_s, replica, active)`` per change of a replica's activity."""
+    gpus: list[int] = attrs.field(factory=list)
+    """GPUs of each replica."""
+    ticks: int = 0
+    """Ticks run (skipped ones included)."""
+    changes: int = 0
+    """Ticks that applied a different configuration."""
+    final: dict[str, int] = attrs.field(factory=dict)
+    """The configuration in force at the end, over the planned knobs."""
+    what_if_s: float = 0.0
+    """Wall-clock seconds spent in what-if simulations."""
+
+
+class Planner:
+    """The planner process of one simulation.
+
+    Parameters
+    ----------
+    sim
+        The simulation it plans for (its recorder keeps an arrival log for the planner).
+    config
+        The scenario's ``planner`` section.
+    policy
+        Chooses among the evaluated candidates (default :class:`~simpy_llm.policies.planning.BestFeasible`).
+    """
+
+    def __init__(self, sim: Simulation, config: PlannerConfig, policy: PlannerChoice | None = None) -> None:
+        self.sim = sim
+        self.config = config
+        self.policy = policy or BestFeasible()
+        self.control = FleetControl(sim)
+        self.knobs = config.candidates.knobs()
+        self.candidates = config.candidates.combinations()
+        self.rng = sim.streams.stream("planner")
+        self.log = PlannerLog(gpus=[p.gpus for p in sim.plans], final=self.control.current(self.knobs))
+        sim.recorder.arrival_log = []
+        self.process = sim.env.process(self._run())
+
+    def _run(self) -> Generator[Event, None, None]:
+        """Process: a tick at ``first_tick_s`` and every ``interval_s`` after, while the run is active.
+
+        Yields
+        ------
+        Timeout
+            Until the next tick.
+        """
+        env = self.sim.env
+        yield env.timeout(self.config.first_tick_s)
+        tick = 0
+        while self.sim._active():  # noqa: SLF001 - the simulation's own liveness test
+            self.tick(tick)
+            tick += 1
+            yield env.timeout(self.config.interval_s)
+
+    def window(self) -> list[Request]:
+        """The requests that arrived in the last ``window_s`` (the log is trimmed to them)."""
+        now = self.sim.env.now
+        start = now - self.config.window_s
+        log = self.sim.recorder.arrival_log
+        kept = [r for r in log if r.arrival_s > start]
+        log[:] = kept
+        return kept
+
+    def tick(self, tick: int) -> None:
+        """Gather telemetry, evaluate every candidate, apply the chosen one."""
+        sim, cfg, log = self.sim, self.config, self.log
+        now = sim.env.now
+        reqs = self.window()
+        waiting = sum(len(r.waiting) for r in sim.replicas)
+        running = sum(len(r.running) for r in sim.replicas)
+        log.ticks += 1
+        seed = int(self.rng.integers(0, 2**62))  # drawn every tick, skipped or not: ticks stay aligned
+        if len(reqs) < cfg.min_requests:
+            log.rows.append((tick, now, "skipped", len(reqs), waiting, running, "", 0, math.nan, False, math.nan, False, False))
+            return
+        start = now - cfg.window_s
+        arrivals = [(r.arrival_s - start, {f: getattr(r, f) for f in _COPIED}) for r in reqs]
+        wall0 = time.perf_counter()
+        evaluations = [self.evaluate(c, arrivals, seed) for c in self.candidates]
+        log.what_if_s += time.perf_counter() - wall0
+        current_config = self.control.current(self.knobs)
+        current = self.candidates.index(current_config) if current_config in self.candidates else -1
+        chosen = self.policy.choose(evaluations, current)
+        if not 0 <= chosen < len(evaluations):
+            raise ValueError(f"planner choice returned {chosen}; there are {len(evaluations)} candidates")
+        applied = chosen != current
+        if applied:
+            for replica, on in self.control.apply(self.candidates[chosen]):
+                log.activity.append((now, replica, on))
+            log.changes += 1
+            log.final = self.control.current(self.knobs)
+        for i, e in enumerate(evaluations):
+            log.rows.append((tick, now, "evaluated", len(reqs), waiting, running, describe(e.config), e.gpus,
+                             e.score, e.feasible, e.violation, i == chosen, applied and i == chosen))
+
+    def evaluate(self, candidate: dict[str, int], arrivals: list[tuple[float, dict[str, Any]]], seed: int) -> Evaluation:
+        """Score *candidate* by a what-if simulation replaying *arrivals* (offset, request fields)."""
+        summary, unfinished = what_if(self.sim, candidate, arrivals, seed, self.config.window_s)
+        gpus = self.control.gpus(candidate)
+        score = objective_value(self.config.objective, summary, gpus)
+        violation = math.inf if unfinished else 0.0
+        for path, bound in self.config.constraints.items():
+            value = metric(summary, path)
+            if value is None or value != value:
+                violation = math.inf
+            elif value > bound:
+                excess = value / bound - 1.0 if bound > 0 else math.inf
+                violation = max(violation, excess)
+        return Evaluation(config=candidate, gpus=gpus, score=score, feasible=violation == 0.0, violation=violation)
+
+
+def metric(summary: Any, path: str) -> float | None:
+    """The number at dotted *path* of *summary* (None when absent or undefined)."""
+    value = summary
+    for part in path.split("."):
+        if isinstance(value, dict):
+            value = value.get(part)
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            return None
+        if value is None:
+            return None
+    return float(value)
+
+
+def objective_value(objective: str, summary: Any, gpus: int) -> float:
+    """*objective* of a what-if's *summary* (higher is better)."""
+    if objective == "goodput_per_gpu":
+        return summary["goodput"]["requests_per_s"] / gpus if gpus else math.nan
+    if objective == "goodput":
+        return summary["goodput"]["requests_per_s"]
+    sign = -1.0 if objective.startswith("-") else 1.0
+    value = metric(summary, objective.removeprefix("-"))
+    return math.nan if value is None else sign * value
+
+
+def what_if(
+    sim: Simulation, candidate: dict[str, int], arrivals: list[tuple[float, dict[str, Any]]], seed: int, window_s: float
+) -> tuple[Any, int]:
+    """Run *sim*'s scenario (no planner, *seed*) with *candidate* in force from time 0, fed
+    *arrivals*; returns its summary and how many requests were unfinished when it stopped."""
+    from simpy_llm.metrics.results import Results
+    from simpy_llm.simulation import Simulation
+
+    scenario = attrs.evolve(sim.scenario, planner=None, seed=seed)
+    overrides = {k: copy.deepcopy(v) for k, v in sim._overrides.items()}  # noqa: SLF001 - a fresh copy of each policy object
+    w = Simulation(scenario, external_arrivals=True, **overrides)
+    FleetControl(w).apply(candidate)
+    env, recorder, put = w.env, w.recorder, w.arrivals.put
+    state = {"sent": 0}
+
+    def inject() -> Generator[Event, None, None]:
+        for offset, fields in arrivals:
+            if offset > env.now:
+                yield env.timeout(offset - env.now)
+            req = Request(id=next(w.ids), arrival_s=env.now, **fields)
+            recorder.on_arrival(req, env.now)
+            put(req)
+            state["sent"] += 1
+
+    env.process(inject())
+    t = 0.0
+    limit = WHAT_IF_DRAIN_WINDOWS * window_s
+    while True:
+        t += window_s
+        w._run_until(t)  # noqa: SLF001 - the simulation's own error translation
+        done = state["sent"] == len(arrivals) and not recorder.live and not (
+            w.kv_handoff is not None and w.kv_handoff.in_transfer
+        )
+        if done or t >= limit or env.peek() == math.inf:
+            break
+    unfinished = len(recorder.live)
+    end_s = w._last_activity_s() if done else t  # noqa: SLF001
+    if not done:
+        for rep in w.replicas:
+            rep.settle(t)
+        for req in sorted(recorder.live.values(), key=lambda r: r.id):
+            recorder.on_in_flight(req)
+    results = Results.from_recorder(
+        recorder, scenario=scenario, end_s=end_s, wall_s=0.0, events=0, steps=sum(r.step for r in w.replicas),
+        kv_blocks=[r.kv.num_blocks for r in w.replicas], replica_groups=[p.group for p in w.plans],
+    )
+    return results.summary(), unfinished
+
+
+def gpu_seconds(columns: dict[str, np.ndarray], kv_starts: dict[int, float], log: PlannerLog, end_s: float) -> float:
+    """GPU-seconds of a planned run: each replica's GPUs times the time it was active or
+    still draining the requests routed to it while active.
+
+    A replica that leaves its pool at ``t`` counts until the last request routed to it by
+    ``t`` has left it (completed, dropped, or handed off to a decode replica: *kv_starts*
+    gives each handed-off request's hand-off time).
+    """
+    n = len(log.gpus)
+    arrival = columns["arrival_s"]
+    completion = columns["completion_s"]
+    replica = columns["replica"]
+    prefill = columns["prefill_replica"]
+    ids = columns["request_id"]
+    handoff = np.array([kv_starts.get(int(i), math.nan) for i in ids]) if kv_starts else np.full(len(ids), math.nan)
+    done = np.where(np.isnan(completion), end_s, completion)
+    # (routed to, routed at, left at) of every stay of a request at a replica
+    on_prefill = prefill >= 0
+    stays_r = np.concatenate([replica, prefill[on_prefill]])
+    stays_in = np.concatenate([np.where(on_prefill, handoff, arrival), arrival[on_prefill]])
+    stays_out = np.concatenate([done, np.where(np.isnan(handoff[on_prefill]), done[on_prefill], handoff[on_prefill])])
+    total = 0.0
+    for i in range(n):
+        changes = [(t, on) for t, r, on in log.activity if r == i]
+        intervals = []
+        start: float | None = 0.0
+        for t, on in changes:
+            if on and start is None:
+                start = t
+            elif not on and start is not None:
+                intervals.append((start, t))
+                start = None
+        if start is not None:
+            intervals.append((start, end_s))
+        mine = stays_r == i
+        routed, left = stays_in[mine], stays_out[mine]
+        covered = 0.0
+        last = -math.inf
+        for a, d in intervals:
+            late = left[(routed <= d) & (routed >= a)]
+            end = min(max(d, float(np.nanmax(late, initial=d))), end_s)
+            a = max(a, last)
+            if end > a:
+                covered += end - a
+                last = end
+        total += log.gpus[i] * covered
+    return total
