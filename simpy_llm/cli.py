@@ -1,4 +1,4 @@
-"""Command line: ``simpy-llm run | workload | observe | serve | calibrate | validate``.
+"""Command line: ``simpy-llm run | workload | observe | serve | calibrate | sweep | capacity | validate``.
 
 ``simpy-llm run SCENARIO [--out DIR] [--set dotted.key=value ...] [--seed N]``
 runs a scenario, prints the summary as a table and, last, how many requests
@@ -19,8 +19,13 @@ overrides (for a bare workload spec relative to the workload) and ``--plugin
 MODULE_OR_FILE`` (modules or Python files imported first, so the policies they
 register can be named in the scenario). ``simpy-llm calibrate compare | fit OBSERVED``
 compares an observed trace with the simulator or fits a latency profile to it
-(:mod:`simpy_llm.calibrate.cli`, docs/calibration.md). ``simpy-llm --version`` prints the
-version. Exit status: 0 ok, 2 bad input.
+(:mod:`simpy_llm.calibrate.cli`, docs/calibration.md). ``simpy-llm sweep SCENARIO --grid
+KEY=V1,V2 ...`` runs a scenario at every point of a grid on a process pool or a Dask
+cluster (:mod:`simpy_llm.explore.cli`, docs/sweeps.md); ``simpy-llm capacity SCENARIO
+--slo METRIC=TARGET ...`` finds the largest load it carries, or with ``--replicas --load
+L`` the fewest replicas for a load (:mod:`simpy_llm.explore.capacity_cli`,
+docs/capacity.md). ``simpy-llm --version`` prints the version. Exit status: 0 ok, 2 bad
+input.
 """
 
 from __future__ import annotations
@@ -135,8 +140,12 @@ def _parser() -> argparse.ArgumentParser:
     _add_scenario_options(val)
 
     from simpy_llm.calibrate.cli import add_parser as add_calibrate
+    from simpy_llm.explore.capacity_cli import add_parser as add_capacity
+    from simpy_llm.explore.cli import add_parser as add_sweep
 
+    add_sweep(sub, _add_scenario_options)
     add_calibrate(sub, _add_scenario_options)
+    add_capacity(sub, _add_scenario_options)
     return p
 
 
@@ -194,10 +203,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _workload(args)
     if args.command == "serve":
         return _serve(args)
+    if args.command == "sweep":
+        from simpy_llm.explore.cli import main as sweep_command
+
+        return sweep_command(args)
     if args.command == "calibrate":
         from simpy_llm.calibrate.cli import main as calibrate
 
         return calibrate(args)
+    if args.command == "capacity":
+        from simpy_llm.explore.capacity_cli import main as capacity
+
+        return capacity(args)
     if args.command == "observe":
         return _observe(args)
     return _run(args)
@@ -465,6 +482,11 @@ def _summary_table(s: dict[str, Any], title: str) -> Any:
         cost = "no price" if dev["cost_usd"] is None else f"${dev['cost_usd']:.4f}, ${dev['cost_usd_per_1k_tokens']:.6f} per 1k tokens"
         run.add_row("energy", f"{dev['energy_j'] / 3.6e6:.4f} kWh, {_fmt(dev['energy_j_per_output_token'], 1.0, 3)} J per output token")
         run.add_row("cost", f"{cost} ({dev['gpus']} GPUs)")
+    if "planner" in s:
+        pl = s["planner"]
+        final = ", ".join(f"{k}={v}" for k, v in pl["final"].items())
+        run.add_row("planner", f"{pl['ticks']} ticks, {pl['changes']} changes, ending at {final}; "
+                    f"{_fmt(pl['mean_gpus'], 1.0, 2)} GPUs on average")
     links = s.get("network", {}).get("links", {})
     if links:
         name, busiest = max(links.items(), key=lambda kv: (kv[1]["utilisation"] or 0.0, kv[0]))

@@ -8,7 +8,17 @@
   batcher's target, against time, from :meth:`Results.batches()
   <simpy_llm.metrics.results.Results.batches>`;
 * :func:`sla_attainment_over_time`: the share of requests whose batch met the
-  latency target, window by window (the numbers: :func:`sla_attainment`).
+  latency target, window by window (the numbers: :func:`sla_attainment`);
+* :func:`latency_cdf`: the empirical CDF of a per-request latency, one line per SLO
+  class (or any other column of :meth:`Results.to_dataframe()
+  <simpy_llm.metrics.results.Results.to_dataframe>`);
+* :func:`time_series`: queue length, batch size, KV use over time, per replica, from
+  :meth:`Results.timeseries() <simpy_llm.metrics.results.Results.timeseries>`;
+* :func:`throughput_latency`: a sweep's latency against its throughput, one curve
+  per setting;
+* :func:`pareto_front`: every candidate of a sweep, and the non-dominated ones
+  joined by a step line;
+* :func:`calibration_qq`: observed against predicted quantiles, with y = x.
 
 matplotlib is optional (the ``plots`` extra: ``pip install 'simpy-llm[plots]'``) and
 imported only when a figure is drawn. Each function draws into the ``ax`` it is
@@ -31,7 +41,18 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["SLA_ATTAINMENT_COLUMNS", "batch_size_over_time", "line", "sla_attainment", "sla_attainment_over_time"]
+__all__ = [
+    "SLA_ATTAINMENT_COLUMNS",
+    "batch_size_over_time",
+    "calibration_qq",
+    "latency_cdf",
+    "line",
+    "pareto_front",
+    "sla_attainment",
+    "sla_attainment_over_time",
+    "throughput_latency",
+    "time_series",
+]
 
 SLA_ATTAINMENT_COLUMNS = (
     "replica",
@@ -324,4 +345,350 @@ def sla_attainment_over_time(
     ax.set_xlabel(f"batch end (s), windows of {window_s:g} s")
     ax.set_ylabel(f"share of requests with service <= {d_sla_s:g} s")
     _legend(ax)
+    return fig
+
+
+def _frame_of(data: Any, method: str) -> pd.DataFrame:
+    """*data* itself, or the frame its *method* gives (a Results' ``to_dataframe`` or ``timeseries``)."""
+    import pandas as pd
+
+    if not isinstance(data, pd.DataFrame) and hasattr(data, method):
+        return getattr(data, method)()
+    return data
+
+
+def latency_cdf(
+    records: Any, metric: str = "ttft_s", by: str | None = "slo_class", *, ax: Axes | None = None
+) -> Figure:
+    """The empirical CDF of a per-request metric, one step line per value of *by*.
+
+    Parameters
+    ----------
+    records
+        One row per request, as :meth:`Results.to_dataframe()
+        <simpy_llm.metrics.results.Results.to_dataframe>` gives (or the Results itself).
+    metric
+        The column to plot (``ttft_s``, ``tpot_s``, ``e2e_s``, ...), in seconds.
+        Requests without a value (NaN: dropped, not streaming) are left out.
+    by
+        The column whose values split the requests into lines (``None``: one line).
+    ax
+        Axes to draw into (default: a new figure's).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure drawn into: per value of *by* (sorted), a post-step line through
+        the sorted values ``v_1 <= ... <= v_n`` at heights ``i / n``, labelled
+        ``value (n=N)``; a class without any value draws nothing.
+
+    Raises
+    ------
+    ValueError
+        If a column is missing.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> records = pd.DataFrame({"slo_class": ["a", "b", "a", "a"], "ttft_s": [0.3, 0.5, 0.1, 0.2]})
+    >>> [(l.get_label(), l.get_xdata().tolist(), l.get_ydata().tolist())
+    ...  for l in latency_cdf(records).axes[0].lines]  # doctest: +NORMALIZE_WHITESPACE
+    [('a (n=3)', [0.1, 0.2, 0.3], [0.3333333333333333, 0.6666666666666666, 1.0]),
+     ('b (n=1)', [0.5], [1.0])]
+    """
+    frame = _frame_of(records, "to_dataframe")
+    fig, ax = _axes(ax)
+    _require(frame, [metric] if by is None else [metric, by], "records")
+    parts = [(None, frame)] if by is None else list(frame.groupby(by, sort=True, dropna=False))
+    for value, part in parts:
+        values = np.sort(part[metric].to_numpy(dtype=np.float64))
+        values = values[~np.isnan(values)]
+        if values.size == 0:
+            continue
+        heights = np.arange(1, values.size + 1) / values.size
+        label = f"{metric if by is None else value} (n={values.size})"
+        ax.step(values, heights, where="post", label=label)
+    ax.set_ylim(0.0, 1.02)
+    ax.set_xlabel(metric)
+    ax.set_ylabel("fraction of requests <= x")
+    _legend(ax)
+    return fig
+
+
+def time_series(
+    frame: Any,
+    y: str | Sequence[str] = ("waiting", "running"),
+    *,
+    x: str = "time_s",
+    by: str | None = "replica",
+    ax: Axes | None = None,
+) -> Figure:
+    """Columns of a time-indexed frame against time, one line per (value of *by*, column).
+
+    Parameters
+    ----------
+    frame
+        One row per sample, such as :meth:`Results.timeseries()
+        <simpy_llm.metrics.results.Results.timeseries>` (queue length ``waiting``, batch
+        size ``running``, ``kv_utilization``, ``busy`` per replica, sampled every
+        ``simulation.timeseries_interval_s``; the Results itself is accepted too), or
+        :meth:`Results.gamma_timeline() <simpy_llm.metrics.results.Results.gamma_timeline>`.
+    y
+        The column, or columns, to plot.
+    x
+        The time column (rows are drawn in its order).
+    by
+        The column whose values split the rows into lines (``None``, or a frame without
+        that column: one line per column of *y*).
+    ax
+        Axes to draw into (default: a new figure's).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure drawn into: per value of *by* (sorted), per column of *y* in order,
+        a line labelled ``by=value column`` (or ``column`` without *by*).
+
+    Raises
+    ------
+    ValueError
+        If a column is missing, or *frame* has no rows (was
+        ``simulation.timeseries_interval_s`` set?).
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> ts = pd.DataFrame({"time_s": [0.5, 0.0, 0.0, 0.5], "replica": [0, 0, 1, 1],
+    ...                    "waiting": [3, 1, 0, 2], "running": [8, 4, 2, 6]})
+    >>> [(l.get_label(), l.get_ydata().tolist()) for l in time_series(ts, "waiting").axes[0].lines]
+    [('replica=0 waiting', [1, 3]), ('replica=1 waiting', [0, 2])]
+    """
+    frame = _frame_of(frame, "timeseries")
+    columns = [y] if isinstance(y, str) else list(y)
+    if by is not None and by not in frame.columns:
+        by = None
+    _require(frame, [x, *columns] if by is None else [x, by, *columns], "frame")
+    if len(frame) == 0:
+        raise ValueError(
+            "frame has no rows: nothing to plot (Results.timeseries() is empty unless the scenario sets "
+            "simulation.timeseries_interval_s)"
+        )
+    fig, ax = _axes(ax)
+    parts = [(None, frame)] if by is None else list(frame.groupby(by, sort=True))
+    for value, part in parts:
+        part = part.sort_values(x, kind="stable")
+        for column in columns:
+            label = column if by is None else f"{by}={value} {column}"
+            ax.plot(part[x].to_numpy(), part[column].to_numpy(), label=label)
+    ax.set_xlabel(x)
+    ax.set_ylabel(columns[0] if len(columns) == 1 else ", ".join(columns))
+    _legend(ax)
+    return fig
+
+
+def throughput_latency(
+    frame: pd.DataFrame, x: str, y: str, by: str | None = None, *, ax: Axes | None = None
+) -> Figure:
+    """A throughput-latency curve: one line of markers per value of *by* through the
+    points of a sweep, in increasing *x*.
+
+    Parameters
+    ----------
+    frame
+        One row per run, such as a :func:`~simpy_llm.explore.sweep` over the load.
+    x
+        The throughput column (``throughput.requests_per_s``, ``throughput.output_tokens_per_s``).
+    y
+        The latency column (``latency_s.ttft.p99``, ...).
+    by
+        The column whose values split the runs into curves (a policy, a replica count;
+        ``None``: one curve).
+    ax
+        Axes to draw into (default: a new figure's).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure drawn into: per value of *by* (sorted) a line with a marker per run,
+        labelled ``by=value`` (or *y*), through the runs sorted by *x*; runs with a NaN
+        in *x* or *y* are left out.
+
+    Raises
+    ------
+    ValueError
+        If a column is missing.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> runs = pd.DataFrame({"tput": [18.0, 9.5, 27.0], "p99": [0.9, 0.2, 4.0]})
+    >>> (curve,) = throughput_latency(runs, "tput", "p99").axes[0].lines
+    >>> curve.get_xdata().tolist(), curve.get_ydata().tolist()
+    ([9.5, 18.0, 27.0], [0.2, 0.9, 4.0])
+    """
+    fig, ax = _axes(ax)
+    _require(frame, [x, y] if by is None else [x, y, by], "frame")
+    parts = [(None, frame)] if by is None else list(frame.groupby(by, sort=True, dropna=False))
+    for value, part in parts:
+        part = part.dropna(subset=[x, y]).sort_values(x, kind="stable")
+        label = y if by is None else f"{by}={value}"
+        ax.plot(part[x].to_numpy(dtype=np.float64), part[y].to_numpy(dtype=np.float64), marker="o", label=label)
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    if by is not None:
+        _legend(ax)
+    return fig
+
+
+def pareto_front(
+    frame: pd.DataFrame,
+    x: str,
+    y: str,
+    front: Any = None,
+    *,
+    maximize: Sequence[str] = (),
+    ax: Axes | None = None,
+) -> Figure:
+    """Every point of *frame* in *x*-*y*, and its non-dominated points joined by a step line.
+
+    Parameters
+    ----------
+    frame
+        One row per candidate (a configuration of a sweep).
+    x, y
+        The two objective columns.
+    front
+        The non-dominated rows: a frame with columns *x* and *y* (e.g. from a Pareto
+        search), or a boolean mask aligned with *frame*'s rows. ``None``: computed
+        here, minimising *x* and *y* except the columns named in *maximize*.
+    maximize
+        Objectives (among *x*, *y*) where more is better; used only when *front* is
+        ``None``.
+    ax
+        Axes to draw into (default: a new figure's).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure drawn into: first a grey scatter of every point (label ``all``),
+        then a post-step line with markers through the front's points sorted by *x*
+        (label ``Pareto front``).
+
+    Raises
+    ------
+    ValueError
+        If a column is missing, a mask's length differs from *frame*'s, or *maximize*
+        names a column other than *x* or *y*.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> runs = pd.DataFrame({"cost": [1.0, 2.0, 3.0, 2.5], "p99": [5.0, 2.0, 1.0, 3.0]})
+    >>> drawn = pareto_front(runs, "cost", "p99").axes[0].lines[0]
+    >>> drawn.get_xdata().tolist(), drawn.get_ydata().tolist()
+    ([1.0, 2.0, 3.0], [5.0, 2.0, 1.0])
+    """
+    _require(frame, [x, y], "frame")
+    bad = [name for name in maximize if name not in (x, y)]
+    if bad:
+        raise ValueError(f"maximize names {bad}, which are not the objectives {x!r} and {y!r}")
+    if front is None:
+        from simpy_llm.explore.pareto import pareto_front as non_dominated
+
+        chosen = non_dominated(frame, {name: "max" if name in maximize else "min" for name in (x, y)})
+    elif hasattr(front, "columns"):
+        _require(front, [x, y], "front")
+        chosen = front
+    else:
+        mask = np.asarray(front, dtype=bool)
+        if mask.shape != (len(frame),):
+            raise ValueError(f"front as a mask needs one boolean per row of frame ({len(frame)}), got shape {mask.shape}")
+        chosen = frame[mask]
+    fig, ax = _axes(ax)
+    ax.scatter(frame[x].to_numpy(dtype=np.float64), frame[y].to_numpy(dtype=np.float64),
+               color="0.6", s=14, label="all")
+    chosen = chosen.sort_values([x, y], kind="stable")
+    # The staircase bounds the region the front dominates: it keeps a point's y until the
+    # next point when smaller x is better, and takes the next point's y at once otherwise.
+    ax.step(chosen[x].to_numpy(dtype=np.float64), chosen[y].to_numpy(dtype=np.float64),
+            where="pre" if x in maximize else "post", marker="o", color="C3", label="Pareto front")
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    ax.legend(fontsize="small")
+    return fig
+
+
+def calibration_qq(observed: Any, predicted: Any = None, *, metric: str = "", ax: Axes | None = None) -> Figure:
+    """Quantile-quantile plot of observed against predicted values, with the line y = x.
+
+    The quantiles are the calibration report's (:mod:`simpy_llm.calibrate.stats`): at
+    the probabilities ``(i + 0.5) / QQ_POINTS``, ``i = 0 ... QQ_POINTS - 1``.
+
+    Parameters
+    ----------
+    observed
+        The observed values (s, e.g. a real server's TTFTs), or a
+        :class:`~simpy_llm.calibrate.stats.MetricComparison`, whose QQ points are
+        plotted as they are (then *predicted* is not given).
+    predicted
+        The simulated values (s); the two samples may differ in size.
+    metric
+        Name for the axis labels (``ttft``), or the comparison's.
+    ax
+        Axes to draw into (default: a new figure's).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure drawn into: first the dashed ``y = x`` line over the range of all
+        quantiles, then the quantile points (x observed, y predicted) labelled
+        ``quantiles``; both axes share one range.
+
+    Raises
+    ------
+    ValueError
+        If a sample is empty (NaN values are left out first), or *predicted* is missing
+        (or given with a comparison).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> fig = calibration_qq(np.arange(1.0, 101.0), 2 * np.arange(1.0, 101.0), metric="ttft")
+    >>> diagonal, points = fig.axes[0].lines
+    >>> len(points.get_xdata()), bool(np.allclose(points.get_ydata(), 2 * points.get_xdata()))
+    (100, True)
+    """
+    from simpy_llm.calibrate.stats import QQ_POINTS
+
+    if hasattr(observed, "qq_observed"):
+        if predicted is not None:
+            raise ValueError("calibration_qq: give a MetricComparison alone, or two samples")
+        metric = metric or observed.metric
+        qx = np.asarray(observed.qq_observed, dtype=np.float64)
+        qy = np.asarray(observed.qq_simulated, dtype=np.float64)
+        if qx.size == 0:
+            raise ValueError(f"the comparison of {metric!r} has no QQ points (no pairs)")
+    else:
+        if predicted is None:
+            raise ValueError("calibration_qq needs the predicted values (or a MetricComparison)")
+        samples = []
+        for name, values in (("observed", observed), ("predicted", predicted)):
+            a = np.asarray(values, dtype=np.float64).ravel()
+            a = a[~np.isnan(a)]
+            if a.size == 0:
+                raise ValueError(f"calibration_qq: {name} has no values")
+            samples.append(a)
+        probs = (np.arange(QQ_POINTS) + 0.5) / QQ_POINTS
+        qx, qy = (np.quantile(a, probs) for a in samples)
+    fig, ax = _axes(ax)
+    lo, hi = float(min(qx.min(), qy.min())), float(max(qx.max(), qy.max()))
+    ax.plot([lo, hi], [lo, hi], color="0.5", linewidth=1, linestyle="--", label="y = x")
+    ax.plot(qx, qy, "o", markersize=3, label="quantiles")
+    pad = (hi - lo) * 0.03 or 1.0
+    ax.set_xlim(lo - pad, hi + pad)
+    ax.set_ylim(lo - pad, hi + pad)
+    name = f"{metric} " if metric else ""
+    ax.set_xlabel(f"observed {name}quantile (s)")
+    ax.set_ylabel(f"predicted {name}quantile (s)")
+    ax.legend(loc="upper left", fontsize="small")
     return fig

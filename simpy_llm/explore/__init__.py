@@ -1,11 +1,46 @@
-"""Exploring a scenario: many runs over a grid of settings, gathered in one table.
+"""Exploring a scenario: many runs, the load it carries, the policies worth keeping.
 
-:func:`~simpy_llm.explore.sweeps.sweep` runs a scenario at every point of a grid of
-overrides (and, optionally, under several seeds) and returns one tidy
-:class:`pandas.DataFrame` row per run, with the run's summary figures as columns
-(see :mod:`simpy_llm.explore.sweeps` for how they are named).
+:func:`~simpy_llm.explore.sweeps.sweep` runs a scenario at every point of a grid, a
+random search or an Optuna study (and, optionally, under several seeds) on any
+:class:`concurrent.futures.Executor` (a process pool by default, a Dask cluster
+through its ``Client``) and returns one tidy :class:`pandas.DataFrame` row per run,
+with the run's summary figures as columns (see :mod:`simpy_llm.explore.sweeps` for how
+they are named); :func:`~simpy_llm.explore.sweeps.replications` gives each point's mean
+and confidence interval over its seeds; :class:`~simpy_llm.explore.search.RandomSearch`
+draws random points reproducibly (``docs/sweeps.md``).
+
+:func:`~simpy_llm.explore.capacity.max_stable_load` searches the largest load a
+scenario carries under stability and SLO criteria, and
+:func:`~simpy_llm.explore.capacity.min_replicas` the fewest replicas for a load; both
+return a card. :func:`~simpy_llm.explore.pareto.pareto_front` keeps the runs of a sweep
+no other run beats on every objective (``docs/capacity.md``).
 """
 
-from simpy_llm.explore.sweeps import column_name, run_point, summary_columns, sweep
+from simpy_llm.explore.capacity import (
+    CapacityCard,
+    ReplicaCard,
+    SloTarget,
+    StabilityCriteria,
+    max_stable_load,
+    min_replicas,
+)
+from simpy_llm.explore.pareto import dominated, pareto_front
+from simpy_llm.explore.search import RandomSearch
+from simpy_llm.explore.sweeps import column_name, replications, run_point, summary_columns, sweep
 
-__all__ = ["column_name", "run_point", "summary_columns", "sweep"]
+__all__ = [
+    "CapacityCard",
+    "RandomSearch",
+    "ReplicaCard",
+    "SloTarget",
+    "StabilityCriteria",
+    "column_name",
+    "dominated",
+    "max_stable_load",
+    "min_replicas",
+    "pareto_front",
+    "replications",
+    "run_point",
+    "summary_columns",
+    "sweep",
+]

@@ -35,10 +35,12 @@ written as ``cancelled``, and every file above is complete.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import csv
 import json
 import signal
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -240,7 +242,11 @@ def observe(
                         scrape_metrics, out / "metrics.csv", interval_s=scrape_interval_s, clock=client.now, headers=headers
                     )
                 loop_ = asyncio.get_running_loop()
-                loop_.add_signal_handler(signal.SIGINT, gen.stop)
+                # Ctrl-C stops sending and keeps what was recorded; signal handlers belong to the
+                # main thread (off it, a running kernel's loop was there first: see below).
+                on_main = threading.current_thread() is threading.main_thread()
+                if on_main:
+                    loop_.add_signal_handler(signal.SIGINT, gen.stop)
                 progress_task: asyncio.Task[None] | None = None
                 try:
                     # The generator resets the client's clock when it starts; the scraper reads
@@ -256,7 +262,8 @@ def observe(
                         )
                     summary = await run_task
                 finally:
-                    loop_.remove_signal_handler(signal.SIGINT)
+                    if on_main:
+                        loop_.remove_signal_handler(signal.SIGINT)
                     if progress_task is not None:
                         progress_task.cancel()
                         await asyncio.gather(progress_task, return_exceptions=True)
@@ -265,13 +272,28 @@ def observe(
                         await scrape_task
         return summary
 
-    summary = run_loop(main(), loop=loop)
+    if _loop_running():
+        # Called from a running event loop (a Jupyter kernel's): the run gets a thread and a
+        # loop of its own, and this call waits for it.
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="observe") as pool:
+            summary = pool.submit(run_loop, main(), loop=loop).result()
+    else:
+        summary = run_loop(main(), loop=loop)
     if conversations is not None:
         _write_csv(out / "sessions.csv", conversations.ended(), SESSION_COLUMNS)
         if conversations.agentic:
             _write_csv(out / "calls.csv", conversations.calls(), CALL_COLUMNS)
     (out / "summary.json").write_text(json.dumps(attrs.asdict(summary), indent=2, default=str) + "\n", encoding="utf-8")
     return summary
+
+
+def _loop_running() -> bool:
+    """Whether this thread is running an event loop (as a Jupyter kernel's main thread is)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _write_csv(path: Path, rows: list[dict[str, Any]], columns: Sequence[str]) -> None:

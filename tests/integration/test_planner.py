@@ -163,3 +163,12 @@ def test_split_change_affects_only_newly_routed_work():
     transfers = results.kv_transfers()
     assert set(transfers[transfers["start_s"] <= change_s]["decode_replica"]) == {4, 5, 6}
     assert set(transfers[transfers["start_s"] > change_s]["decode_replica"]) == {4, 5}
+
+
+def test_the_cli_shows_the_planners_row(capsys):
+    """``simpy-llm run`` prints the planner's ticks, changes and final configuration."""
+    from simpy_llm.cli import main
+
+    assert main(["run", SCENARIO, "--set", "workload.num_requests=1200"]) == 0
+    out = capsys.readouterr().out
+    assert "planner" in out and "ending at active_replicas=2" in out

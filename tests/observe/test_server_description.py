@@ -290,3 +290,19 @@ def test_the_command_writes_the_blocks_and_refuses_bad_options(tmp_path: Path, c
     err = capsys.readouterr().err
     assert f"{bad}: 2 problem(s) in server config" in err and "server.cache_prompt" in err and "extra: unknown key" in err
     assert "--warm-up-requests must be at least 0" in err
+
+
+def test_observe_runs_from_inside_a_running_event_loop(tmp_path: Path) -> None:
+    """Called from a thread that runs an event loop (a Jupyter kernel's), observe() runs the
+    workload on a loop of its own and returns its summary, with no signal handler to add."""
+    import asyncio
+
+    fake = FakeServer()
+
+    async def in_a_kernel() -> Any:
+        return observe(_bare_workload(tmp_path, n=3), fake.url, tmp_path / "run", timeout_s=10.0)
+
+    with in_thread(lambda: serve_instance(fake)):
+        summary = asyncio.run(in_a_kernel())
+    assert summary.status_counts == {"ok": 3}
+    assert (tmp_path / "run" / "trace.csv").exists()

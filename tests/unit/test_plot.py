@@ -18,9 +18,14 @@ from matplotlib.figure import Figure  # noqa: E402
 from simpy_llm.plot import (  # noqa: E402
     SLA_ATTAINMENT_COLUMNS,
     batch_size_over_time,
+    calibration_qq,
+    latency_cdf,
     line,
+    pareto_front,
     sla_attainment,
     sla_attainment_over_time,
+    throughput_latency,
+    time_series,
 )
 
 NAN = math.nan
@@ -212,6 +217,199 @@ def test_sla_attainment_over_time_plots_the_table(served):
     np.testing.assert_array_equal(ax.lines[0].get_xdata(), [1.0, 3.0, 5.0])
     np.testing.assert_array_equal(ax.lines[0].get_ydata(), [4 / 6, NAN, 1.0])
     np.testing.assert_array_equal(ax.lines[1].get_ydata(), [NAN, 0.0, 0.5])
+
+
+# --- latency_cdf -------------------------------------------------------------------
+@pytest.fixture
+def records() -> pd.DataFrame:
+    """Five requests of two classes, one without a TTFT (NaN: dropped)."""
+    return pd.DataFrame({
+        "slo_class": ["interactive", "batch", "interactive", "interactive", "batch"],
+        "ttft_s": [0.4, 2.0, 0.1, NAN, 1.0],
+        "e2e_s": [3.0, 9.0, 2.0, NAN, 8.0],
+    })
+
+
+def test_latency_cdf_steps_through_sorted_values_at_i_over_n(records):
+    """Per class (sorted) a post-step line through the sorted values at heights i/n, NaN left out."""
+    ax = latency_cdf(records).axes[0]
+    assert [d.get_label() for d in ax.lines] == ["batch (n=2)", "interactive (n=2)"]
+    assert _xy(ax.lines[0]) == ([1.0, 2.0], [0.5, 1.0])
+    assert _xy(ax.lines[1]) == ([0.1, 0.4], [0.5, 1.0])
+    assert ax.lines[0].get_drawstyle() == "steps-post"
+    assert ax.get_xlabel() == "ttft_s"
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["batch (n=2)", "interactive (n=2)"]
+
+
+def test_latency_cdf_other_metric_without_classes(records):
+    """by=None pools every request into one line labelled by the metric."""
+    (drawn,) = latency_cdf(records, "e2e_s", by=None).axes[0].lines
+    assert drawn.get_label() == "e2e_s (n=4)"
+    assert _xy(drawn) == ([2.0, 3.0, 8.0, 9.0], [0.25, 0.5, 0.75, 1.0])
+
+
+def test_latency_cdf_accepts_results():
+    """Given a Results, the CDF is drawn from its to_dataframe(), one line per class with a TTFT."""
+    from simpy_llm import Simulation, load_scenario
+
+    results = Simulation(load_scenario("scenarios/quickstart.yaml", ["workload.num_requests=40"])).run()
+    frame = results.to_dataframe()
+    ax = latency_cdf(results).axes[0]
+    for drawn in ax.lines:
+        cls = drawn.get_label().split(" (n=")[0]
+        expected = np.sort(frame.loc[frame["slo_class"] == cls, "ttft_s"].dropna().to_numpy())
+        np.testing.assert_array_equal(drawn.get_xdata(), expected)
+    assert len(ax.lines) == frame["slo_class"][frame["ttft_s"].notna()].nunique()
+
+
+def test_latency_cdf_missing_column_is_an_error(records):
+    """A metric the records lack is a ValueError naming it."""
+    with pytest.raises(ValueError, match="'tpot_s'"):
+        latency_cdf(records, "tpot_s")
+
+
+# --- time_series -------------------------------------------------------------------
+@pytest.fixture
+def samples() -> pd.DataFrame:
+    """Samples of two replicas, out of time order."""
+    return pd.DataFrame({
+        "time_s": [1.0, 0.0, 0.0, 1.0],
+        "replica": [0, 0, 1, 1],
+        "waiting": [5, 2, 0, 1],
+        "running": [8, 4, 3, 6],
+    })
+
+
+def test_time_series_one_line_per_replica_and_column(samples):
+    """Per replica (ascending), per column in order, a line through the samples in time order."""
+    ax = time_series(samples).axes[0]
+    assert [d.get_label() for d in ax.lines] == [
+        "replica=0 waiting", "replica=0 running", "replica=1 waiting", "replica=1 running"]
+    assert _xy(ax.lines[0]) == ([0.0, 1.0], [2, 5])
+    assert _xy(ax.lines[3]) == ([0.0, 1.0], [3, 6])
+    assert ax.get_xlabel() == "time_s"
+
+
+def test_time_series_without_by_column(samples):
+    """A frame without the by column (or by=None) gives one line per column, labelled by it."""
+    ax = time_series(samples.drop(columns="replica").iloc[:2], "waiting").axes[0]
+    assert [(d.get_label(), *_xy(d)) for d in ax.lines] == [("waiting", [0.0, 1.0], [2, 5])]
+
+
+def test_time_series_of_results_timeseries():
+    """Given a Results, it draws its timeseries(): one queue line per replica over the samples."""
+    from simpy_llm import Simulation, load_scenario
+
+    overrides = ["workload.num_requests=30", "simulation.timeseries_interval_s=0.5"]
+    results = Simulation(load_scenario("scenarios/quickstart.yaml", overrides)).run()
+    (drawn,) = time_series(results, "waiting").axes[0].lines
+    ts = results.timeseries()
+    assert drawn.get_xdata().tolist() == ts["time_s"].tolist()
+    assert drawn.get_ydata().tolist() == ts["waiting"].tolist()
+
+
+def test_time_series_empty_frame_is_an_error(samples):
+    """No samples is a ValueError pointing at simulation.timeseries_interval_s."""
+    with pytest.raises(ValueError, match="timeseries_interval_s"):
+        time_series(samples.iloc[:0])
+
+
+# --- throughput_latency ------------------------------------------------------------
+def test_throughput_latency_curve_per_setting_sorted_by_throughput():
+    """Per value of by (sorted), a marked line through the runs sorted by throughput, NaN runs left out."""
+    runs = pd.DataFrame({
+        "replicas": [1, 1, 1, 2, 2, 2],
+        "tput": [20.0, 10.0, NAN, 19.0, 40.0, 10.0],
+        "p99": [2.0, 0.5, 1.0, 0.3, 1.5, 0.2],
+    })
+    ax = throughput_latency(runs, "tput", "p99", by="replicas").axes[0]
+    assert [d.get_label() for d in ax.lines] == ["replicas=1", "replicas=2"]
+    assert _xy(ax.lines[0]) == ([10.0, 20.0], [0.5, 2.0])
+    assert _xy(ax.lines[1]) == ([10.0, 19.0, 40.0], [0.2, 0.3, 1.5])
+    assert ax.lines[0].get_marker() == "o"
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("tput", "p99")
+
+
+# --- pareto_front ------------------------------------------------------------------
+@pytest.fixture
+def candidates() -> pd.DataFrame:
+    """Five candidates; minimising both, (1, 5), (2, 2) and (3, 1) are non-dominated."""
+    return pd.DataFrame({"cost": [3.0, 2.0, 4.0, 1.0, 2.5], "p99": [1.0, 2.0, 2.0, 5.0, 3.0]})
+
+
+def test_pareto_front_computed_when_not_given(candidates):
+    """Without a front, the non-dominated points (both minimised) are joined by a step line sorted by x."""
+    ax = pareto_front(candidates, "cost", "p99").axes[0]
+    (drawn,) = ax.lines
+    assert drawn.get_label() == "Pareto front"
+    assert _xy(drawn) == ([1.0, 2.0, 3.0], [5.0, 2.0, 1.0])
+    assert drawn.get_drawstyle() == "steps-post"
+    (every,) = ax.collections
+    assert every.get_offsets().tolist() == candidates.to_numpy().tolist()
+
+
+def test_pareto_front_from_mask_and_frame(candidates):
+    """A boolean mask or a frame of front rows is drawn as given, sorted by x."""
+    mask = [True, False, False, True, False]
+    assert _xy(pareto_front(candidates, "cost", "p99", mask).axes[0].lines[0]) == ([1.0, 3.0], [5.0, 1.0])
+    front = candidates.iloc[[4, 1]]
+    assert _xy(pareto_front(candidates, "cost", "p99", front).axes[0].lines[0]) == ([2.0, 2.5], [2.0, 3.0])
+
+
+def test_pareto_front_maximize(candidates):
+    """Maximising y keeps the points no other beats on lower x and higher y."""
+    drawn = pareto_front(candidates, "cost", "p99", maximize=["p99"]).axes[0].lines[0]
+    assert _xy(drawn) == ([1.0], [5.0])
+
+
+def test_pareto_front_staircase_follows_the_better_side_of_x(candidates):
+    """The staircase bounds what the front dominates: it holds a point's y until the next
+    point when smaller x is better (steps-post), and rises to it at once when larger x is
+    better (steps-pre)."""
+    assert pareto_front(candidates, "cost", "p99").axes[0].lines[0].get_drawstyle() == "steps-post"
+    drawn = pareto_front(candidates, "cost", "p99", maximize=["cost"]).axes[0].lines[0]
+    assert drawn.get_drawstyle() == "steps-pre"
+    assert _xy(drawn) == ([3.0, 4.0], [1.0, 2.0])
+
+
+def test_pareto_front_bad_mask_is_an_error(candidates):
+    """A mask whose length is not the frame's is a ValueError."""
+    with pytest.raises(ValueError, match="one boolean per row"):
+        pareto_front(candidates, "cost", "p99", [True, False])
+
+
+# --- calibration_qq ----------------------------------------------------------------
+def test_calibration_qq_points_are_the_reports_quantiles():
+    """The points are each sample's quantiles at (i + 0.5) / QQ_POINTS, after the y = x line."""
+    from simpy_llm.calibrate.stats import QQ_POINTS
+
+    rng = np.random.default_rng(1)
+    observed, predicted = rng.exponential(1.0, 300), rng.exponential(1.2, 200)
+    diagonal, points = calibration_qq(observed, predicted, metric="ttft").axes[0].lines
+    probs = (np.arange(QQ_POINTS) + 0.5) / QQ_POINTS
+    np.testing.assert_allclose(points.get_xdata(), np.quantile(observed, probs))
+    np.testing.assert_allclose(points.get_ydata(), np.quantile(predicted, probs))
+    assert diagonal.get_label() == "y = x"
+    np.testing.assert_array_equal(diagonal.get_xdata(), diagonal.get_ydata())
+
+
+def test_calibration_qq_of_a_comparison():
+    """A MetricComparison's own QQ points are plotted as they are, named by its metric."""
+    from simpy_llm.calibrate.stats import compare_metric
+
+    rng = np.random.default_rng(2)
+    obs = rng.uniform(0.1, 1.0, 50)
+    comparison = compare_metric("ttft", obs, obs * 1.1, n_resamples=10)
+    ax = calibration_qq(comparison).axes[0]
+    assert ax.lines[1].get_xdata().tolist() == list(comparison.qq_observed)
+    assert ax.lines[1].get_ydata().tolist() == list(comparison.qq_simulated)
+    assert "ttft" in ax.get_xlabel()
+
+
+def test_calibration_qq_empty_sample_is_an_error():
+    """A sample without values (after NaN are left out) is a ValueError naming it."""
+    with pytest.raises(ValueError, match="predicted has no values"):
+        calibration_qq([1.0, 2.0], [NAN])
 
 
 # --- without matplotlib ------------------------------------------------------------

@@ -12,11 +12,19 @@ import pandas as pd
 import pytest
 
 from simpy_llm import ScenarioError, Simulation, load_scenario
-from simpy_llm.explore import column_name, summary_columns, sweep
+from simpy_llm import explore
+from simpy_llm.explore import column_name, summary_columns
 from simpy_llm.explore import sweeps as sweep_module
 
 SMALL = {"workload.num_requests": 200}
 TP = "throughput.requests_per_s"
+
+
+def sweep(*args, **kwargs):
+    """explore.sweep, in this process unless told otherwise (the executors have their own
+    tests, in test_sweep_executors.py; a process pool per test would only add start-up time)."""
+    kwargs.setdefault("executor", "serial")
+    return explore.sweep(*args, **kwargs)
 
 
 @pytest.fixture
@@ -207,3 +215,45 @@ def test_summary_columns_are_unique_and_float(quickstart_path):
     columns = summary_columns(results)
     assert len(columns) == len(results.summary_frame())
     assert all(isinstance(v, float) for v in columns.values())
+
+
+def test_progress_shows_a_rich_bar_when_watched(quickstart_path, capsys, monkeypatch):
+    """On a terminal, progress=True draws a rich bar instead of printing one line per run."""
+    import simpy_llm.progress
+
+    monkeypatch.setattr(simpy_llm.progress, "watched", lambda stream=None: (True, False))
+    frame = sweep(quickstart_path, {"workload.aggregate_rate": [10.0, 20.0]}, overrides=SMALL, progress=True)
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "sweep [1/2]" not in err
+    assert len(frame) == 2
+
+
+def test_progress_none_shows_nothing_unwatched(quickstart_path, capsys):
+    """progress=None (automatic) prints nothing when nobody watches (a test, a pipe)."""
+    sweep(quickstart_path, {"workload.aggregate_rate": [10.0]}, overrides=SMALL, progress=None)
+    assert capsys.readouterr() == ("", "")
+
+
+def test_sweeps_page_examples_run(monkeypatch):
+    """Every ``>>>`` example of docs/sweeps.md gives the output it shows."""
+    import doctest
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(root)
+    result = doctest.testfile(str(root / "docs" / "sweeps.md"), module_relative=False, optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0
+    assert result.failed == 0
+
+
+def test_progress_lines_say_which_runs_were_loaded(quickstart_path, tmp_path, capsys):
+    """With a results directory, a rerun's progress lines say each run was loaded, not how long it took."""
+    grid = {"workload.aggregate_rate": [10.0, 20.0]}
+    sweep(quickstart_path, grid, overrides=SMALL, results_dir=tmp_path)
+    sweep(quickstart_path, grid, overrides=SMALL, results_dir=tmp_path, progress=True)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [
+        "sweep [1/2] workload.aggregate_rate=10.0, seed=42: loaded",
+        "sweep [2/2] workload.aggregate_rate=20.0, seed=42: loaded",
+    ]
