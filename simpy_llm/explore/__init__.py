@@ -16,17 +16,48 @@ return a card. :func:`~simpy_llm.explore.pareto.pareto_front` keeps the runs of 
 no other run beats on every objective (``docs/capacity.md``).
 """
 
-from simpy_llm.explore.capacity import (
-    CapacityCard,
-    ReplicaCard,
-    SloTarget,
-    StabilityCriteria,
-    max_stable_load,
-    min_replicas,
-)
-from simpy_llm.explore.pareto import dominated, pareto_front
-from simpy_llm.explore.search import RandomSearch
-from simpy_llm.explore.sweeps import column_name, replications, run_point, summary_columns, sweep
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from simpy_llm.explore.capacity import (
+        CapacityCard,
+        ReplicaCard,
+        SloTarget,
+        StabilityCriteria,
+        max_stable_load,
+        min_replicas,
+    )
+    from simpy_llm.explore.pareto import dominated, pareto_front
+    from simpy_llm.explore.search import RandomSearch
+    from simpy_llm.explore.sweeps import column_name, replications, run_point, summary_columns, sweep
+
+_HOME = {
+    "CapacityCard": "capacity", "ReplicaCard": "capacity", "SloTarget": "capacity",
+    "StabilityCriteria": "capacity", "max_stable_load": "capacity", "min_replicas": "capacity",
+    "dominated": "pareto", "pareto_front": "pareto", "RandomSearch": "search",
+    "column_name": "sweeps", "replications": "sweeps", "run_point": "sweeps",
+    "summary_columns": "sweeps", "sweep": "sweeps",
+}
+"""Each public name's module. They are imported on first use (PEP 562): the command line
+imports this package's ``cli`` modules for every command, and a server started by it
+should not carry the sweeps' multiprocessing machinery, pandas and the rest in its heap."""
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module 'simpy_llm.explore' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"simpy_llm.explore.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
     "CapacityCard",
