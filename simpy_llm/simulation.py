@@ -175,6 +175,11 @@ class Simulation:
             self.client_network = ClientNetwork(
                 env, sent, arrivals, self.recorder, networks, streams=self._link_stream, dropped=completions,
             )
+        self.sent = sent
+        """The Wire new requests are put into: :attr:`arrivals` itself, or the inbox of the
+        client network or draft fleet standing before the router (with ``external_arrivals``
+        and ``speculation``, inject requests here, unreported: the draft fleet reports each
+        as it reaches the targets)."""
         replica_inboxes = [Wire(env) for _ in range(n_replicas)]
         schedulers: dict[str, object] = {}
         for group in serving.groups():

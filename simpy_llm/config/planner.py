@@ -14,8 +14,10 @@ configuration, and applies the best feasible one to newly routed work
         active_replicas: [1, 2, 3, 4]
         max_num_seqs: [64, 256]
 
-Every key changes what is simulated; knobs the mechanism cannot change at run time
-(``gamma``, ``fused_fraction``) are rejected.
+With a ``speculation`` section the planner also tunes speculative decoding for newly
+started requests: ``gamma`` (a static speculation length) and ``fused_fraction`` (the
+share of requests running fused). Every key changes what is simulated; a knob the
+scenario's fleet cannot honour is rejected, naming it.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ NAMED_OBJECTIVES = ("goodput_per_gpu", "goodput")
 per GPU in use, and per second."""
 MAX_CANDIDATES = 256
 """Most candidate configurations a tick may evaluate (each one is a what-if simulation)."""
-KNOBS = ("active_replicas", "prefill_replicas", "decode_replicas", "max_num_seqs")
+KNOBS = ("active_replicas", "prefill_replicas", "decode_replicas", "max_num_seqs", "gamma", "fused_fraction")
 """The knobs the planner can turn at run time, in the order a configuration lists them."""
 
 
@@ -71,12 +73,23 @@ def _values(low: int, high: int) -> Any:
     return check
 
 
-def _unsupported(why: str) -> Any:
-    def check(_inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
-        if value is not None:
-            raise FieldValueError(attr.name, f"not supported yet: {why}")
+def _fractions(_inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+    """Validator: a non-empty list of distinct numbers in [0, 1], or None."""
+    if value is None:
+        return
+    if not isinstance(value, tuple) or not value:
+        raise FieldValueError(attr.name, "must be a non-empty list of values to evaluate")
+    for i, v in enumerate(value):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0:
+            raise FieldValueError(f"{attr.name}[{i}]", f"must be a number in [0, 1], got {v!r}")
+    if len(set(value)) != len(value):
+        raise FieldValueError(attr.name, f"lists a value twice: {list(value)}")
 
-    return check
+
+def _float_list(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(float(v) if isinstance(v, int) and not isinstance(v, bool) else v for v in value)
+    return value
 
 
 @attrs.frozen(kw_only=True)
@@ -105,14 +118,14 @@ class PlannerCandidates:
     )
     """Batch limit of every replica: requests it may hold running (newly admitted ones wait
     while it holds that many)."""
-    gamma: Any = attrs.field(
-        default=None, validator=_unsupported("a request's γ policy is built when its draft device takes it")
-    )
-    """Rejected: static speculation length."""
-    fused_fraction: Any = attrs.field(
-        default=None, validator=_unsupported("the mode selector is fixed when the draft fleet is built")
-    )
-    """Rejected: speculative decoding's mode mix."""
+    gamma: tuple[int, ...] | None = attrs.field(default=None, converter=_int_list, validator=_values(1, 64))
+    """Speculation length, tokens: a request starting on its draft device runs a static γ of
+    this value (``StaticGamma``) in place of ``speculation.gamma_policy``; within
+    ``[speculation.k_min, speculation.k_max]``. Needs ``speculation``."""
+    fused_fraction: tuple[float, ...] | None = attrs.field(default=None, converter=_float_list, validator=_fractions)
+    """Share of newly admitted requests that run fused (the rest distributed), in [0, 1],
+    in place of the mode selector's choice; spread evenly over the admissions
+    (``docs/planner.md``). Needs ``speculation.fused``."""
 
     def __attrs_post_init__(self) -> None:
         if not self.knobs():
@@ -131,7 +144,7 @@ class PlannerCandidates:
             n *= len(getattr(self, k))
         return n
 
-    def combinations(self) -> list[dict[str, int]]:
+    def combinations(self) -> list[dict[str, float]]:
         """Every combination, as ``{knob: value}``, in the lists' order (last knob fastest).
 
         >>> PlannerCandidates(active_replicas=[1, 2], max_num_seqs=[8]).combinations()
@@ -253,8 +266,8 @@ def check_planner(scenario: Any) -> None:
     planner: PlannerConfig = scenario.planner
     serving = scenario.serving
     cand = planner.candidates
-    if scenario.speculation is not None:
-        raise FieldValueError("planner", "not supported yet with speculation: its verify servers have no run-time knobs")
+    spec = scenario.speculation
+    _check_speculation_knobs(cand, spec)
     if serving.clusters:
         raise FieldValueError("planner", "not supported yet with serving.clusters: give a single fleet")
     dis = serving.disaggregation
@@ -276,6 +289,26 @@ def check_planner(scenario: Any) -> None:
         for path, group in zip(serving.group_paths(), serving.groups(), strict=True):
             if group.batch_server is not None:
                 raise FieldValueError("planner.candidates.max_num_seqs", f"serving.{path}batch_server has no continuous-batching limit to change")
+
+
+def _check_speculation_knobs(cand: PlannerCandidates, spec: Any) -> None:
+    """``gamma`` and ``fused_fraction`` need a ``speculation`` section that can honour them."""
+    for knob in ("gamma", "fused_fraction"):
+        if getattr(cand, knob) is not None and spec is None:
+            raise FieldValueError(f"planner.candidates.{knob}", "needs a speculation section (speculative decoding's knob)")
+    if spec is None:
+        return
+    if cand.gamma is not None:
+        for i, g in enumerate(cand.gamma):
+            if not spec.k_min <= g <= spec.k_max:
+                raise FieldValueError(
+                    f"planner.candidates.gamma[{i}]", f"{g} is outside [speculation.k_min, speculation.k_max] = [{spec.k_min}, {spec.k_max}]"
+                )
+    if cand.fused_fraction is not None and spec.fused is None:
+        raise FieldValueError(
+            "planner.candidates.fused_fraction",
+            f"needs fused rounds: speculation.mode hybrid (or fused) with a speculation.fused section; mode is {spec.mode} without one",
+        )
 
 
 def _within(values: tuple[int, ...], knob: str, size: int, what: str) -> None:

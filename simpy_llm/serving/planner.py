@@ -15,7 +15,11 @@ simulation starts a :class:`Planner`. Each tick it
    at a replica finish there; a replica leaving a pool drains.
 
 The fleet is built at its largest size; a pool's size is the number of its replicas
-(the first ones, in fleet order) the router may choose among.
+(the first ones, in fleet order) the router may choose among. With speculative decoding
+the replicas are verify servers (the GPUs), the what-if feeds the window's requests to
+the draft fleet at the times their clients sent them, and the knobs ``gamma`` and
+``fused_fraction`` reach the draft fleet (:meth:`~simpy_llm.speculative.draft.DraftFleet.plan_gamma`,
+:meth:`~simpy_llm.speculative.draft.DraftFleet.plan_fused_fraction`).
 """
 
 from __future__ import annotations
@@ -60,7 +64,7 @@ DECISION_COLUMNS = (
 """Columns of :meth:`Results.planner_decisions() <simpy_llm.metrics.results.Results.planner_decisions>`."""
 
 
-def describe(config: dict[str, int]) -> str:
+def describe(config: dict[str, float]) -> str:
     """``knob=value`` pairs in knob order.
 
     >>> describe({"max_num_seqs": 8, "active_replicas": 2})
@@ -70,7 +74,8 @@ def describe(config: dict[str, int]) -> str:
 
 
 class FleetControl:
-    """The run-time knobs of one simulation's fleet: pool sizes and batch limits.
+    """The run-time knobs of one simulation's fleet: pool sizes, batch limits and, with
+    speculative decoding, the γ and the fused share of newly started requests.
 
     Parameters
     ----------
@@ -91,33 +96,54 @@ class FleetControl:
         if sim.kv_handoff is not None:
             self.routers["decode_replicas"] = sim.kv_handoff.decode_router
         seqs = {p.engine.max_num_seqs for p in plans if p.batch_server is None}
-        self.config: dict[str, int] = {
+        self.config: dict[str, float | None] = {
             "active_replicas": len(self.pools["active_replicas"]),
             "prefill_replicas": len(self.pools["prefill_replicas"]),
             "decode_replicas": len(self.pools["decode_replicas"]),
             "max_num_seqs": max(seqs) if seqs else 0,
+            **self._speculation_config(),
         }
-        """Every knob's value in force (``max_num_seqs``: the largest of the groups' until set)."""
+        """Every knob's value in force (``max_num_seqs``: the largest of the groups' until set;
+        ``gamma``, ``fused_fraction``: None while the scenario's γ policy or mode selector decides)."""
         self.active = [True] * len(plans)
         """Whether each replica may receive newly routed requests."""
 
-    def current(self, knobs: Sequence[str]) -> dict[str, int]:
+    def _speculation_config(self) -> dict[str, float | None]:
+        """``gamma`` and ``fused_fraction`` as the scenario sets them: a static γ policy's γ,
+        mode ``fused`` (1) or ``distributed`` (0); None when adaptive."""
+        from simpy_llm.policies.gamma import StaticGamma
+
+        fleet = self.sim.draft_fleet
+        if fleet is None:
+            return {"gamma": None, "fused_fraction": None}
+        cfg = fleet.config
+        policy = fleet.new_policy()
+        gamma = max(cfg.k_min, min(cfg.k_max, policy.gamma)) if type(policy) is StaticGamma else None
+        fraction = {"fused": 1.0, "distributed": 0.0}.get(cfg.mode)
+        return {"gamma": gamma, "fused_fraction": fraction}
+
+    def current(self, knobs: Sequence[str]) -> dict[str, float | None]:
         """The configuration in force, over *knobs*."""
         return {k: self.config[k] for k in knobs}
 
-    def gpus(self, config: dict[str, int]) -> int:
+    def gpus(self, config: dict[str, float]) -> int:
         """GPUs of the replicas *config* keeps active (the rest of the fleet as in force)."""
         merged = {**self.config, **config}
         plans = self.sim.plans
         return sum(plans[i].gpus for pool in ("active_replicas", "prefill_replicas", "decode_replicas")
                    for i in self.pools[pool][:merged[pool]])
 
-    def apply(self, config: dict[str, int]) -> list[tuple[int, bool]]:
-        """Put *config* in force for newly routed work; returns ``(replica, active)`` per
-        replica whose activity changed."""
+    def apply(self, config: dict[str, float]) -> list[tuple[int, bool]]:
+        """Put *config* in force for newly routed work (``gamma``: newly started requests;
+        ``fused_fraction``: newly admitted ones); returns ``(replica, active)`` per replica
+        whose activity changed."""
         changed = []
         for knob, value in config.items():
-            if knob == "max_num_seqs":
+            if knob == "gamma":
+                self.sim.draft_fleet.plan_gamma(int(value))
+            elif knob == "fused_fraction":
+                self.sim.draft_fleet.plan_fused_fraction(float(value))
+            elif knob == "max_num_seqs":
                 for rep in self.sim.replicas:
                     if hasattr(rep, "set_max_num_seqs"):
                         rep.set_max_num_seqs(value)
@@ -149,7 +175,7 @@ class PlannerLog:
     """Ticks run (skipped ones included)."""
     changes: int = 0
     """Ticks that applied a different configuration."""
-    final: dict[str, int] = attrs.field(factory=dict)
+    final: dict[str, float | None] = attrs.field(factory=dict)
     """The configuration in force at the end, over the planned knobs."""
     what_if_s: float = 0.0
     """Wall-clock seconds spent in what-if simulations."""
@@ -218,7 +244,10 @@ class Planner:
             log.rows.append((tick, now, "skipped", len(reqs), waiting, running, "", 0, math.nan, False, math.nan, False, False))
             return
         start = now - cfg.window_s
-        arrivals = [(r.arrival_s - start, {f: getattr(r, f) for f in _COPIED}) for r in reqs]
+        # replayed where the workload put them: at the router, or (speculation) at the draft fleet
+        when = sent_s if sim.draft_fleet is not None else (lambda r: r.arrival_s)
+        arrivals = sorted(((max(when(r) - start, 0.0), {f: getattr(r, f) for f in _COPIED}) for r in reqs),
+                          key=lambda a: a[0])
         wall0 = time.perf_counter()
         evaluations = [self.evaluate(c, arrivals, seed) for c in self.candidates]
         log.what_if_s += time.perf_counter() - wall0
@@ -237,7 +266,7 @@ class Planner:
             log.rows.append((tick, now, "evaluated", len(reqs), waiting, running, describe(e.config), e.gpus,
                              e.score, e.feasible, e.violation, i == chosen, applied and i == chosen))
 
-    def evaluate(self, candidate: dict[str, int], arrivals: list[tuple[float, dict[str, Any]]], seed: int) -> Evaluation:
+    def evaluate(self, candidate: dict[str, float], arrivals: list[tuple[float, dict[str, Any]]], seed: int) -> Evaluation:
         """Score *candidate* by a what-if simulation replaying *arrivals* (offset, request fields)."""
         summary, unfinished = what_if(self.sim, candidate, arrivals, seed, self.config.window_s)
         gpus = self.control.gpus(candidate)
@@ -251,6 +280,21 @@ class Planner:
                 excess = value / bound - 1.0 if bound > 0 else math.inf
                 violation = max(violation, excess)
         return Evaluation(config=candidate, gpus=gpus, score=score, feasible=violation == 0.0, violation=violation)
+
+
+def sent_s(req: Request) -> float:
+    """When *req*'s client sent it: its arrival less its upload and its wait for a draft
+    device (each counted when known).
+
+    >>> sent_s(Request(id=0, client_id="c", prompt_tokens=8, output_tokens=4, arrival_s=5.0, upload_s=0.5, draft_wait_s=1.0))
+    3.5
+    """
+    t = req.arrival_s
+    if req.upload_s == req.upload_s:
+        t -= req.upload_s
+    if req.draft_wait_s == req.draft_wait_s:
+        t -= req.draft_wait_s
+    return t
 
 
 def metric(summary: Any, path: str) -> float | None:
@@ -280,10 +324,15 @@ def objective_value(objective: str, summary: Any, gpus: int) -> float:
 
 
 def what_if(
-    sim: Simulation, candidate: dict[str, int], arrivals: list[tuple[float, dict[str, Any]]], seed: int, window_s: float
+    sim: Simulation, candidate: dict[str, float], arrivals: list[tuple[float, dict[str, Any]]], seed: int, window_s: float
 ) -> tuple[Any, int]:
     """Run *sim*'s scenario (no planner, *seed*) with *candidate* in force from time 0, fed
-    *arrivals*; returns its summary and how many requests were unfinished when it stopped."""
+    *arrivals* (offsets in order); returns its summary and how many requests were unfinished
+    when it stopped.
+
+    Each request enters where the workload would put it: the router's arrivals, or, with
+    speculative decoding, the draft fleet (which binds it to a device and reports it when
+    its prompt reaches the targets)."""
     from simpy_llm.metrics.results import Results
     from simpy_llm.simulation import Simulation
 
@@ -291,7 +340,9 @@ def what_if(
     overrides = {k: copy.deepcopy(v) for k, v in sim._overrides.items()}  # noqa: SLF001 - a fresh copy of each policy object
     w = Simulation(scenario, external_arrivals=True, **overrides)
     FleetControl(w).apply(candidate)
-    env, recorder, put = w.env, w.recorder, w.arrivals.put
+    env, recorder = w.env, w.recorder
+    drafts = w.draft_fleet
+    put = w.sent.put if drafts is not None else w.arrivals.put
     state = {"sent": 0}
 
     def inject() -> Generator[Event, None, None]:
@@ -299,7 +350,8 @@ def what_if(
             if offset > env.now:
                 yield env.timeout(offset - env.now)
             req = Request(id=next(w.ids), arrival_s=env.now, **fields)
-            recorder.on_arrival(req, env.now)
+            if drafts is None:
+                recorder.on_arrival(req, env.now)
             put(req)
             state["sent"] += 1
 
@@ -311,14 +363,18 @@ def what_if(
         w._run_until(t)  # noqa: SLF001 - the simulation's own error translation
         done = state["sent"] == len(arrivals) and not recorder.live and not (
             w.kv_handoff is not None and w.kv_handoff.in_transfer
-        )
+        ) and not (drafts is not None and drafts.pending)
         if done or t >= limit or env.peek() == math.inf:
             break
-    unfinished = len(recorder.live)
+    unfinished = len(recorder.live) + (len(drafts.pending) if drafts is not None else 0)
     end_s = w._last_activity_s() if done else t  # noqa: SLF001
     if not done:
         for rep in w.replicas:
             rep.settle(t)
+        if drafts is not None:
+            for req in sorted(drafts.pending.values(), key=lambda r: r.id):
+                req.upload_s = math.nan  # still with its draft device
+                recorder.on_arrival(req, env.now)
         for req in sorted(recorder.live.values(), key=lambda r: r.id):
             recorder.on_in_flight(req)
     results = Results.from_recorder(

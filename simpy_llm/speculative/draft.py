@@ -444,11 +444,44 @@ class DraftFleet:
         self._by_session: dict[str, DraftDevice] = {}
         self.pending: dict[int, Request] = {}
         """Requests bound to a device that have not reached a target, by id."""
+        self.fused_fraction: float | None = None
+        """Share of newly admitted requests that run fused, set by the planner
+        (:meth:`plan_fused_fraction`); None: the scenario's mode (or mode selector) decides."""
+        self._fused_credit = 0.0
         self.rejected.connect(self._rejected)
         sent.connect(self._bind)
         self.uploaded.connect(self._uploaded)
         self.downloaded.connect(self._downloaded)
         self.lost.connect(self._lost)
+
+    def plan_gamma(self, gamma: int) -> None:
+        """Requests starting from now on run a static γ of *gamma* (``StaticGamma``), whatever
+        ``speculation.gamma_policy`` says; requests already started keep their policy."""
+        self.new_policy = functools.partial(StaticGamma, gamma=gamma)
+
+    def plan_fused_fraction(self, fraction: float) -> None:
+        """From now on, a share *fraction* of the requests admitted by a target run fused, in
+        place of the scenario's mode choice (:meth:`planned_mode`)."""
+        self.fused_fraction = fraction
+        self._fused_credit = 0.0
+
+    def planned_mode(self) -> str:
+        """The mode of the next admitted request under :attr:`fused_fraction`: a credit grows
+        by the fraction per admission and each whole unit of it makes one request fused, so
+        any run of *n* admissions holds ``n x fraction`` fused ones, rounded either way
+        (``0.5``: every second one; no random draw).
+
+        >>> import types
+        >>> fleet = types.SimpleNamespace(fused_fraction=0.25, _fused_credit=0.0)
+        >>> [DraftFleet.planned_mode(fleet) for _ in range(8)].count("fused")
+        2
+        """
+        credit = self._fused_credit + self.fused_fraction
+        if credit >= 1.0 - 1e-9:
+            self._fused_credit = credit - 1.0
+            return "fused"
+        self._fused_credit = credit
+        return "distributed"
 
     def links(self) -> list[Link]:
         """Every device's uplink and downlink, group by group."""

@@ -251,6 +251,13 @@ class VerifyServer:
         waiting = [entry[-1].req for entry in self.prefills]
         return sorted([*self.running.values(), *waiting], key=lambda r: r.id)
 
+    def set_max_num_seqs(self, value: int) -> None:
+        """Admit new requests only while it holds fewer than *value* (requests already
+        admitted above a lowered limit keep running); a raised limit may admit at once."""
+        self.max_seqs = value
+        if not self._busy:
+            self._kick()
+
     # ------------------------------------------------------------------ arrivals
     def arrive(self, req: Request) -> None:
         """A routed prompt: queued for prefill after the latency model's queueing overhead
@@ -424,10 +431,13 @@ class VerifyServer:
 
     def _choose_mode(self, req: Request) -> None:
         """A request's mode, decided as its prefill starts (``hybrid``: the mode selector's;
+        under a planned fused fraction: the draft fleet's :meth:`~simpy_llm.speculative.draft.DraftFleet.planned_mode`;
         ``kv_spill: fused``: fused once admitting it pushed KV use past the guard)."""
         spec: SpecState = req.spec
         cfg = self.config
-        if cfg.mode != "hybrid":
+        if spec.fleet.fused_fraction is not None:  # the planner's mode mix
+            spec.mode = spec.fleet.planned_mode()
+        elif cfg.mode != "hybrid":
             spec.mode = cfg.mode
         else:
             spec.mode = spec.fleet.mode_selector.choose(self._mode_state(req))

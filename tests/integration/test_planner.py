@@ -1,16 +1,19 @@
-"""The planner in the simulation: it reaches the pool size (co-located fleet) and the
-prefill/decode split (disaggregated fleet) that enumeration finds best, and changes only
-newly routed work."""
+"""The planner in the simulation: it reaches the pool size (co-located fleet), the
+prefill/decode split (disaggregated fleet) and the speculation length (speculative
+decoding) that enumeration finds best, and changes only newly routed or started work."""
 
 from __future__ import annotations
 
 import functools
 
+import attrs
+import hypothesis
 import numpy as np
 import pandas as pd
 
 from simpy_llm import Simulation, load_scenario
-from simpy_llm.serving.planner import metric
+from simpy_llm.config.loader import scenario_from_dict, scenario_to_dict
+from simpy_llm.serving.planner import metric, objective_value
 
 SCENARIO = "scenarios/planner_pool_split.yaml"
 
@@ -172,3 +175,149 @@ def test_the_cli_shows_the_planners_row(capsys):
     assert main(["run", SCENARIO, "--set", "workload.num_requests=1200"]) == 0
     out = capsys.readouterr().out
     assert "planner" in out and "ending at active_replicas=2" in out
+
+
+SPEC = "scenarios/planner_speculative.yaml"
+
+
+@functools.cache
+def planned_spec():
+    """The shipped speculative planner scenario, run once."""
+    return Simulation(load_scenario(SPEC)).run(progress=False)
+
+
+@functools.cache
+def enumerated_gammas() -> dict[int, float]:
+    """The planner's objective (minus the mean end-to-end latency) of a static run at each
+    candidate γ (``speculation.gamma_policy`` static at that γ, no planner)."""
+    cfg = load_scenario(SPEC).planner
+    scores = {}
+    for g in cfg.candidates.gamma:
+        static = load_scenario(SPEC, ["planner=null", f"speculation.gamma_policy.params.gamma={g}"])
+        summary = Simulation(static).run(progress=False).summary()
+        assert summary["requests"]["completed"] == 600
+        scores[g] = objective_value(cfg.objective, summary, 1)
+    return scores
+
+
+def test_gamma_optimum_is_unique_and_not_the_start():
+    """The scenario is built so: γ = 1 pays the 40 ms round trip for under two tokens a round,
+    γ = 6 drafts tokens the falling acceptance curve mostly rejects; γ = 3 beats both by over
+    5 % of the mean end-to-end latency, and the run starts at γ = 6."""
+    scores = enumerated_gammas()
+    ranked = sorted(scores, key=scores.get, reverse=True)
+    assert ranked[0] == 3
+    assert -scores[ranked[1]] > 1.05 * -scores[ranked[0]]
+    assert load_scenario(SPEC).speculation.gamma_policy.params["gamma"] != ranked[0]
+
+
+def test_planner_reaches_the_enumerated_gamma_and_stays():
+    """Started at γ = 6, the planner ends at the γ enumeration finds best, choosing it at
+    every tick, and every request completes."""
+    results = planned_spec()
+    scores = enumerated_gammas()
+    best = max(scores, key=scores.get)
+    summary = results.summary()
+    assert summary["planner"]["final"] == {"gamma": best}
+    assert summary["planner"]["changes"] == 1
+    chosen = results.planner_decisions().query("chosen")
+    assert (chosen["candidate"] == f"gamma={best}").all()
+    assert summary["requests"]["completed"] == 600
+
+
+def test_gamma_change_affects_only_newly_started_requests():
+    """Requests that started on their draft device after the change draft at most the new γ;
+    requests started before it keep γ = 6 (some of their rounds draft more than 3)."""
+    results = planned_spec()
+    frame = results.to_dataframe()
+    change_s = float(results.planner_decisions().query("applied")["time_s"].iloc[0])
+    started = (frame["arrival_s"] - frame["upload_s"]).set_axis(frame["request_id"])
+    rounds = results.spec_rounds()
+    rounds = rounds.assign(started_s=started.loc[rounds["request_id"]].to_numpy())
+    assert rounds.loc[rounds["started_s"] > change_s, "gamma"].max() == 3
+    assert rounds.loc[rounds["started_s"] < change_s, "gamma"].max() == 6
+
+
+def _hybrid(planner: dict, requests: int = 400):
+    """scenarios/speculative_modes.yaml (hybrid: a latency selector picks each request's mode)
+    with *planner*."""
+    data = scenario_to_dict(load_scenario(MODES, [f"workload.num_requests={requests}"]))
+    data["planner"] = planner
+    return scenario_from_dict(data, "hybrid_planned.yaml")
+
+
+MODES = "scenarios/speculative_modes.yaml"
+
+
+def test_fused_fraction_sets_the_share_of_fused_admissions():
+    """Under a planned fused fraction of 0.25, of the requests admitted after the change one in
+    four runs fused (to within one), whatever the mode selector would have chosen."""
+    scenario = _hybrid({"interval_s": 5, "candidates": {"fused_fraction": [0.25]}})
+    results = Simulation(scenario).run(progress=False)
+    change_s = float(results.planner_decisions().query("applied")["time_s"].iloc[0])
+    frame = results.to_dataframe()
+    after = frame[frame["first_scheduled_s"] > change_s]
+    fused = int((after["spec_mode"] == "fused").sum())
+    assert len(after) > 300
+    assert abs(fused - 0.25 * len(after)) <= 1
+
+
+def test_speculation_pool_and_batch_knobs_apply():
+    """With speculation, active_replicas routes new prompts to the first verify servers only,
+    and max_num_seqs caps each server's admitted requests; nothing is lost."""
+    scenario = _hybrid({"interval_s": 5, "candidates": {"active_replicas": [1], "max_num_seqs": [4]}})
+    results = Simulation(scenario).run(progress=False)
+    change_s = float(results.planner_decisions().query("applied")["time_s"].iloc[0])
+    frame = results.to_dataframe()
+    assert set(frame.loc[frame["arrival_s"] > change_s + 1.0, "replica"]) == {0}
+    assert (frame["status"] == "completed").all() and len(frame) == 400
+    # once the requests admitted before the change have left, at most 4 are admitted at a time
+    calm_s = frame.loc[frame["first_scheduled_s"] <= change_s, "completion_s"].max()
+    later = frame[frame["first_scheduled_s"] > calm_s]
+    assert len(later) > 100
+    for t in later["first_scheduled_s"]:
+        held = (frame["first_scheduled_s"] <= t) & (frame["completion_s"] > t) & (frame["replica"] == 0)
+        assert held.sum() <= 4
+
+
+class Scripted:
+    """A planner choice that applies a given sequence of candidate positions, one per tick."""
+
+    def __init__(self, picks: list[int]) -> None:
+        self.picks = list(picks)
+        self.tick = 0
+
+    def choose(self, evaluations, current):  # noqa: ANN001, ANN201 - the PlannerChoice protocol
+        pick = self.picks[self.tick % len(self.picks)] % len(evaluations)
+        self.tick += 1
+        return pick
+
+
+def _scripted_run(picks: list[int], seed: int):
+    planner = {"interval_s": 2, "candidates": {"gamma": [1, 4], "fused_fraction": [0.0, 0.5, 1.0]}}
+    scenario = attrs.evolve(_hybrid(planner, requests=120), seed=seed)
+    return Simulation(scenario, planner_policy=Scripted(picks)).run(progress=False)
+
+
+@hypothesis.settings(max_examples=6, deadline=None, derandomize=True)
+@hypothesis.given(
+    picks=hypothesis.strategies.lists(hypothesis.strategies.integers(0, 5), min_size=1, max_size=6),
+    seed=hypothesis.strategies.integers(0, 1000),
+)
+def test_changing_gamma_and_fused_fraction_loses_and_duplicates_nothing(picks, seed):
+    """Whatever sequence of γ and fused fractions the planner applies, every request appears
+    once and completes with all its tokens, each request's rounds run in one mode and add up
+    to its output, and the same seed and choices give identical records."""
+    results = _scripted_run(picks, seed)
+    frame = results.to_dataframe()
+    assert len(frame) == 120 and frame["request_id"].is_unique
+    assert (frame["status"] == "completed").all()
+    assert (frame["generated_tokens"] == frame["output_tokens"]).all()
+    rounds = results.spec_rounds()
+    per_request = rounds.groupby("request_id").agg(tokens=("tokens", "sum"), modes=("mode", "nunique"))
+    outputs = frame.set_index("request_id")["output_tokens"]
+    assert (per_request["modes"] == 1).all()
+    assert (per_request["tokens"] == outputs.loc[per_request.index] - 1).all()
+    again = _scripted_run(picks, seed)
+    pd.testing.assert_frame_equal(frame, again.to_dataframe())
+    pd.testing.assert_frame_equal(rounds, again.spec_rounds())

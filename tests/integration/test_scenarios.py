@@ -40,6 +40,7 @@ SHORT = {
     "disaggregated.yaml": ["workload.num_requests=3000"],
     "planner_pool_split.yaml": ["workload.num_requests=2000"],
     "planner_disaggregated_split.yaml": ["workload.num_requests=1500"],
+    "planner_speculative.yaml": ["workload.num_requests=200"],
     "seed003_single_target.yaml": ["workload.num_requests=200"],
     "seed003_heterogeneous_cluster.yaml": ["workload.horizon_s=60"],
     "seed003_multi_cluster.yaml": ["workload.horizon_s=30"],

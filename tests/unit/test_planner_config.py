@@ -49,9 +49,65 @@ def test_bad_objective_and_constraint_are_rejected():
         {"interval_s": 5, "constraints": {"latency_s.ttft": 1.0}, "candidates": {"active_replicas": [1]}})
 
 
-def test_unsupported_knobs_say_so():
-    """gamma and fused_fraction are rejected as not supported yet."""
-    assert "planner.candidates.gamma: not supported yet" in _error({"interval_s": 5, "candidates": {"gamma": [2, 4]}})
+def test_speculation_knobs_need_speculation():
+    """gamma and fused_fraction without a speculation section name their key and the need."""
+    assert "planner.candidates.gamma: needs a speculation section" in _error({"interval_s": 5, "candidates": {"gamma": [2, 4]}})
+    assert "planner.candidates.fused_fraction: needs a speculation section" in _error(
+        {"interval_s": 5, "candidates": {"fused_fraction": [0.5]}})
+
+
+def _spec(planner, **speculation):
+    data = scenario_to_dict(load_scenario("scenarios/planner_speculative.yaml"))
+    data["speculation"].update(speculation)
+    data["planner"] = planner
+    return scenario_from_dict(data, "test.yaml")
+
+
+def _spec_error(planner, **speculation) -> str:
+    with pytest.raises(ScenarioError) as info:
+        _spec(planner, **speculation)
+    return str(info.value)
+
+
+HYBRID = {"mode": "hybrid", "mode_selector": {"kind": "latency"},
+          "fused": {"draft_token_ms": 2.5, "acceptance": "illustrative-mobile"}}
+
+
+def test_gamma_must_lie_within_k_min_k_max():
+    """A γ outside [k_min, k_max] names its index and the bounds; a non-integer or repeated
+    value is refused at its path."""
+    assert "planner.candidates.gamma[1]: 7 is outside [speculation.k_min, speculation.k_max] = [1, 6]" in _spec_error(
+        {"interval_s": 5, "candidates": {"gamma": [2, 7]}})
+    assert "planner.candidates.gamma[0]: 2 is outside" in _spec_error(
+        {"interval_s": 5, "candidates": {"gamma": [2]}}, k_min=3)
+    assert "planner.candidates.gamma[0]: must be an integer" in _spec_error({"interval_s": 5, "candidates": {"gamma": [2.5]}})
+    assert "planner.candidates.gamma: lists a value twice" in _spec_error({"interval_s": 5, "candidates": {"gamma": [2, 2]}})
+
+
+def test_fused_fraction_must_be_a_share():
+    """A fused fraction outside [0, 1], not a number, or repeated is refused at its path."""
+    for bad in (1.5, -0.1, True, "half"):
+        assert "planner.candidates.fused_fraction[0]: must be a number" in _spec_error(
+            {"interval_s": 5, "candidates": {"fused_fraction": [bad]}}, **HYBRID)
+    assert "planner.candidates.fused_fraction: lists a value twice" in _spec_error(
+        {"interval_s": 5, "candidates": {"fused_fraction": [0.5, 0.5]}}, **HYBRID)
+
+
+def test_fused_fraction_needs_fused_rounds():
+    """A fused fraction with a distributed-only speculation section (no fused draft model) is
+    refused, naming the key and what it needs."""
+    message = _spec_error({"interval_s": 5, "candidates": {"fused_fraction": [0.0, 0.5]}})
+    assert "planner.candidates.fused_fraction: needs fused rounds" in message
+
+
+def test_speculation_knobs_are_accepted_with_speculation():
+    """gamma, fused_fraction, active_replicas and max_num_seqs are all accepted with a hybrid
+    speculation section, integers in fused_fraction read as shares."""
+    planner = _spec({"interval_s": 5, "candidates": {"gamma": [1, 3], "fused_fraction": [0, 0.5, 1],
+                                                     "active_replicas": [1], "max_num_seqs": [8]}}, **HYBRID).planner
+    assert planner.candidates.fused_fraction == (0.0, 0.5, 1.0)
+    assert planner.candidates.count() == 6
+    assert planner.candidates.knobs() == ("active_replicas", "max_num_seqs", "gamma", "fused_fraction")
 
 
 def test_knob_the_fleet_cannot_honour_is_rejected():
