@@ -272,6 +272,20 @@ class StabilityCriteria:
         """Whether any SLO criterion is set (else the two limits coincide)."""
         return bool(self.slo) or self.min_goodput_fraction is not None
 
+    def describe(self) -> str:
+        """The criteria in one line, as the cards print them.
+
+        >>> StabilityCriteria(slo={"ttft_p99": 0.5}).describe()
+        'backlog growth <= 0.01 of arrivals, drops <= 0.01; SLO: ttft_p99 <= 0.5 s'
+        """
+        slo = ", ".join(f"{t.name} <= {t.target_s:g} s" for t in self.slo) or "none"
+        return (
+            f"backlog growth <= {self.max_backlog_growth:g} of arrivals"
+            + (f", drops <= {self.max_drop_fraction:g}" if self.max_drop_fraction is not None else "")
+            + f"; SLO: {slo}"
+            + (f"; goodput fraction >= {self.min_goodput_fraction:g}" if self.min_goodput_fraction is not None else "")
+        )
+
     def to_dict(self) -> dict[str, Any]:
         """Plain data (JSON-able); :meth:`from_dict` reads it back."""
         return {
@@ -817,18 +831,13 @@ class CapacityCard:
 
     def to_markdown(self) -> str:
         """The card as Markdown: the limits, the criteria, then the probes' curve."""
-        c = self.criteria
-        slo = ", ".join(f"{t.name} <= {t.target_s:g} s" for t in c.slo) or "none"
         lines = [
             f"# Capacity card: {self.scenario}",
             "",
             f"- **max stable load** ({self.load_key}): {_fmt(self.max_stable_load)} "
             f"(unstable at {_fmt(self.upper_stable_load)})",
             f"- **max SLO-goodput load**: {_fmt(self.max_goodput_load)} (fails at {_fmt(self.upper_goodput_load)})",
-            f"- criteria: backlog growth <= {c.max_backlog_growth:g} of arrivals"
-            + (f", drops <= {c.max_drop_fraction:g}" if c.max_drop_fraction is not None else "")
-            + f"; SLO: {slo}"
-            + (f"; goodput fraction >= {c.min_goodput_fraction:g}" if c.min_goodput_fraction is not None else ""),
+            f"- criteria: {self.criteria.describe()}",
             f"- search tolerance: {self.tolerance:g} (relative); {len(self.probes)} probes, "
             f"{sum(p.pruned for p in self.probes)} pruned early",
             "",
@@ -931,15 +940,12 @@ class ReplicaCard:
 
     def to_markdown(self) -> str:
         """The card as Markdown."""
-        c = self.criteria
-        slo = ", ".join(f"{t.name} <= {t.target_s:g} s" for t in c.slo) or "none"
         answer = str(self.min_replicas) if self.min_replicas is not None else "none found"
         lines = [
             f"# Replicas card: {self.scenario}",
             "",
             f"- **replicas needed** ({self.replicas_key}) at {self.load_key} = {self.load:g}: {answer}",
-            f"- criteria: backlog growth <= {c.max_backlog_growth:g} of arrivals; SLO: {slo}"
-            + (f"; goodput fraction >= {c.min_goodput_fraction:g}" if c.min_goodput_fraction is not None else ""),
+            f"- criteria: {self.criteria.describe()}",
             f"- {len(self.probes)} probes, {sum(p.pruned for p in self.probes)} pruned early",
             "",
         ]
