@@ -101,7 +101,11 @@ def test_scheduler_runs_the_sweep_on_a_dask_cluster(quickstart_path, tmp_path, c
     import warnings
 
     distributed = pytest.importorskip("distributed")
-    with warnings.catch_warnings():  # dask's own start-up warnings (a slow machine) are not the sweep's
+    import dask
+
+    # dask's own start-up warnings (a slow machine) are not the sweep's; a loaded machine
+    # starts worker processes slowly: more than the default 30 s.
+    with warnings.catch_warnings(), dask.config.set({"distributed.comm.timeouts.connect": "120s"}):
         warnings.filterwarnings("ignore", module="distributed")
         cluster = distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=True, host="127.0.0.1", dashboard_address=None)
     try:

@@ -65,7 +65,10 @@ def dask_client():
     Warnings dask itself raises while starting or stopping (about a slow, loaded machine)
     are not errors here: they say nothing about the sweep."""
     distributed = pytest.importorskip("distributed")
-    with warnings.catch_warnings():
+    import dask
+
+    # A loaded CI machine starts worker processes slowly: give them more than the default 30 s.
+    with warnings.catch_warnings(), dask.config.set({"distributed.comm.timeouts.connect": "120s"}):
         warnings.filterwarnings("ignore", module="distributed")
         cluster = distributed.LocalCluster(
             n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
