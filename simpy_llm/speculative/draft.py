@@ -11,10 +11,12 @@ closed loop (seed 003 "Per-Draft Closed-Loop Think Time"): a request starts at
 ``max(its arrival, the previous one's end + think time)``, delayed further while the
 device is out of service (its profile's availability windows). It sends the prompt
 up its link; the router picks the target, whose prefill computes the first token.
-Then, in ``distributed`` mode, rounds: each verdict reaching the device
-(:meth:`DraftDevice.on_verdict`, in the delivery's instant) asks the request's γ policy
-for γ, drafts γ tokens (``γ x draft_token_s``, slower once thermally throttled, after
-any out-of-service window) and sends the bundle up when drafted (``Link.put_at``: one
+Then, in ``distributed`` mode, rounds: the target asks the request's γ policy for the
+next round's γ as it sends each verdict (the γ controller sits at the target, seed 003
+§6.4.1, and its answer travels with the verdict); the verdict reaching the device
+(:meth:`DraftDevice.on_verdict`, in the delivery's instant) starts the drafting of γ
+tokens (``γ x draft_token_s``, slower once thermally throttled, after any
+out-of-service window), and the bundle goes up when drafted (``Link.put_at``: one
 scheduled event per bundle); the process itself waits for the request's end. In
 ``fused`` mode the device just waits for the answer.
 
@@ -70,7 +72,7 @@ class SpecState:
 
     __slots__ = (
         "_first", "accepted_last", "carry", "device", "drafter", "drafter_index", "ewma", "fleet",
-        "gamma", "last_token_s", "mode", "policy", "proposed_last", "req", "round_start_s", "sent_gamma", "static_gamma", "wake",
+        "gamma", "last_token_s", "mode", "policy", "proposed_last", "req", "round_start_s", "sent_gamma", "verdict_gamma", "wake",
     )
 
     def __init__(self, fleet: DraftFleet, device: DraftDevice, policy: Any, req: Request) -> None:
@@ -92,8 +94,8 @@ class SpecState:
         self.round_start_s = math.nan
         self.wake: Event | None = None
         self._first: int | None = None
-        self.static_gamma = type(policy) is StaticGamma
-        """Its γ reads no telemetry: a round can be planned before its verdict arrives."""
+        self.verdict_gamma = 0
+        """γ of the next distributed round: the target's choice as it sent the verdict."""
 
     def _prior(self, context: int) -> float:
         """The drafter's first-position acceptance at *context*: the smoothed rate's start."""
@@ -284,8 +286,8 @@ class DraftDevice:
         return s
 
     def on_verdict(self, req: Request) -> None:
-        """The target's answer to *req* reached the device: the next round starts (γ from
-        the request's policy, drafting once the device is in service), its bundle going up
+        """The target's answer to *req* reached the device: the next round starts (the γ the
+        verdict carries, drafting once the device is in service), its bundle going up
         when drafted; or, when the request has finished or was dropped, the process wakes.
 
         Rounds run here, in the delivery's instant, rather than in the process: one timer
@@ -302,7 +304,7 @@ class DraftDevice:
         it in advance: :meth:`DraftFleet.send_verdict`): its next round drafts from then."""
         spec = req.spec
         fleet = self.fleet
-        gamma = spec.next_gamma(fleet.servers[req.replica])
+        gamma = spec.verdict_gamma
         start = self._available_from(at_s) if self.availability else at_s
         spec.round_start_s = start
         draft_s = self._draft_s(gamma, spec.drafter, start) if self.throttle is not None else gamma * spec.drafter.draft_token_s
@@ -532,15 +534,23 @@ class DraftFleet:
 
     def send_verdict(self, req: Request, tokens: int) -> None:
         """A target answers *req*'s device with *tokens* new tokens (after the prefill or a
-        round; when the request ends, its last tokens, or a fused request's whole answer)."""
+        round; when the request ends, its last tokens, or a fused request's whole answer).
+
+        A verdict that continues the request carries the next round's γ, which the target
+        chooses now: it sees its own verify queue and KV use as they are when it answers
+        (seed 003 §6.4.1 places the γ controller there); the device, a download away,
+        could not see them as they are when the verdict lands."""
         spec = req.spec
+        continuing = req.completion_s != req.completion_s and not req.dropped_reason
+        if continuing:  # γ is the target's to choose, with its queue and KV as they are now
+            spec.verdict_gamma = spec.next_gamma(self.servers[req.replica])
         device = spec.device
         down = device.down
         if down is None:
             device.on_verdict(req)
             return
         size = device.message_bytes(tokens)
-        if spec.static_gamma and req.completion_s != req.completion_s and not req.dropped_reason:
+        if continuing:
             # The next round depends on nothing but when the verdict arrives: run it now, as
             # of then, and save the delivery's event (Link.put_ahead; the downlink carries
             # this request's verdicts only, one at a time).
