@@ -504,7 +504,7 @@ class Link(BaseResource):
         """
         if not self._shortcut or self.overhead_s != 0 or self._heap:
             return None
-        now = self.env.now
+        now = self.env._now  # noqa: SLF001 - the property costs a call per read
         lone = self._lone
         if lone is not None:
             if not lone[0].ahead or now < lone[2]:

@@ -148,6 +148,11 @@ _STATE_SETTER_LIST = tuple(_STATE_SETTERS.values())
 class GammaPolicy(Protocol):
     """Chooses the speculation depth γ of the next draft round.
 
+    The mechanism asks once per round, at the target: for a distributed round as the target
+    sends the verdict before it (seed 003 §6.4.1 places the γ controller there, where the
+    verify queue and KV use are seen as they are; γ travels with the verdict), for a fused
+    round as the previous pass ends.
+
     A policy class may set ``reads_position_probabilities = False`` to say its rule never
     reads ``state.position_probabilities``; the mechanism then passes ``()`` there and
     saves the curve lookup. Absent, the probabilities are always filled in.
