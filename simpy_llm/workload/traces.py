@@ -39,10 +39,13 @@ Examples
 
 from __future__ import annotations
 
+import copy
 import csv
+import hashlib
 import json
 import math
 import re
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from datetime import date, datetime, timezone
 from pathlib import Path
@@ -1140,8 +1143,43 @@ def read_csv_mapped(path: Path | str, columns: Mapping[str, str] | None = None) 
 # --------------------------------------------------------------------------- replay
 
 
+LOADED_TRACES_KEPT = 4
+"""How many loaded traces :func:`load_trace` keeps in memory for the next load of the same
+source and file contents."""
+
+_loaded: OrderedDict[tuple[str, tuple[tuple[str, bytes | None], ...]], Trace] = OrderedDict()
+
+
+def _file_digests(source: TraceSource) -> tuple[tuple[str, bytes | None], ...]:
+    """The contents' digest of each file *source* reads (None for a file that is not there)."""
+    paths = trace_v2_paths(source.path) if source.format == "trace_v2" else (Path(source.path),)
+    out = []
+    for path in paths:
+        try:
+            with open(path, "rb") as f:
+                out.append((str(path), hashlib.file_digest(f, "blake2b").digest()))
+        except OSError:
+            out.append((str(path), None))
+    return tuple(out)
+
+
+def _copy_trace(trace: Trace) -> Trace:
+    """A copy of *trace* whose header and frame its caller may change (without normalising
+    the frame again)."""
+    out = object.__new__(Trace)
+    object.__setattr__(out, "header", copy.deepcopy(trace.header))
+    object.__setattr__(out, "frame", trace.frame.copy())
+    return out
+
+
 def load_trace(source: TraceSource) -> Trace:
     """The trace a scenario's :class:`~simpy_llm.config.schema.TraceSource` names, ready to replay.
+
+    The last :data:`LOADED_TRACES_KEPT` traces loaded stay in memory, keyed by the source and
+    the digest of its files' contents: loading the same source again while its files are
+    unchanged (a fit replays its trace hundreds of times, a sweep or capacity study once per
+    point) copies the kept trace instead of parsing the files again. Each call returns a
+    trace of its own.
 
     1. Read ``source.path`` by ``source.format`` (``trace_v2``: :func:`read_trace_v2`,
        ``azure``, ``mooncake``, ``burstgpt``, ``csv``: :func:`read_csv_mapped` with
@@ -1162,6 +1200,19 @@ def load_trace(source: TraceSource) -> Trace:
 
     The header gains ``replay: {format, time_scale, rate_scale, max_requests, arrival_column}``.
     """
+    key = (repr(source), _file_digests(source))
+    kept = _loaded.get(key)
+    if kept is None:
+        kept = _loaded[key] = _load_trace(source)
+        while len(_loaded) > LOADED_TRACES_KEPT:
+            _loaded.popitem(last=False)
+    else:
+        _loaded.move_to_end(key)
+    return _copy_trace(kept)
+
+
+def _load_trace(source: TraceSource) -> Trace:
+    """:func:`load_trace` without the kept traces."""
     fmt = source.format
     if source.columns and fmt != "csv":
         raise ScenarioError(str(source.path), [("columns", f"only used with format csv, not {fmt}")])

@@ -628,3 +628,35 @@ def test_send_time_replay_needs_trace_v2(tmp_path: Path) -> None:
     path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,10,5\n")
     with pytest.raises(ScenarioError, match="arrival_column"):
         load_trace(TraceSource(path=str(path), format="azure", arrival_column="send_time_us"))
+
+
+def _small_v2(tmp_path: Path, output_tokens: int) -> Path:
+    frame = pd.DataFrame({"request_id": [0, 1, 2], "arrival_time_us": [0, 1_000, 2_000], "input_tokens": [10, 20, 30],
+                          "output_tokens": [output_tokens] * 3})
+    write_trace_v2(Trace({}, frame), tmp_path / "t")
+    return tmp_path / "t.csv"
+
+
+def test_load_trace_parses_an_unchanged_file_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loading the same source again while its files are unchanged copies the kept trace
+    (equal to the first, not parsed again); each load is a trace of its own to change."""
+    path = _small_v2(tmp_path, 5)
+    source = TraceSource(path=str(path), format="trace_v2")
+    first = load_trace(source)
+    first.frame.loc[0, "input_tokens"] = 999
+    first.header["mine"] = True
+    monkeypatch.setattr("simpy_llm.workload.traces.read_trace_v2", lambda _p: pytest.fail("parsed again"))
+    second = load_trace(source)
+    assert second.frame["input_tokens"].tolist() == [10, 20, 30] and "mine" not in second.header
+    assert second.equals(load_trace(source))
+
+
+def test_load_trace_reads_a_changed_file_again(tmp_path: Path) -> None:
+    """A file rewritten with other contents (even of the same size, at once) is parsed
+    again; a different source of the same file is loaded by its own options."""
+    path = _small_v2(tmp_path, 5)
+    source = TraceSource(path=str(path), format="trace_v2")
+    assert load_trace(source).frame["output_tokens"].tolist() == [5, 5, 5]
+    _small_v2(tmp_path, 7)
+    assert load_trace(source).frame["output_tokens"].tolist() == [7, 7, 7]
+    assert len(load_trace(TraceSource(path=str(path), format="trace_v2", max_requests=2))) == 2
