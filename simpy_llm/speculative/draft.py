@@ -542,7 +542,7 @@ class DraftFleet:
         could not see them as they are when the verdict lands."""
         spec = req.spec
         continuing = req.completion_s != req.completion_s and not req.dropped_reason
-        if continuing:  # γ is the target's to choose, with its queue and KV as they are now
+        if continuing:
             spec.verdict_gamma = spec.next_gamma(self.servers[req.replica])
         device = spec.device
         down = device.down

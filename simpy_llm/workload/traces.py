@@ -45,6 +45,7 @@ import hashlib
 import json
 import math
 import re
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from datetime import date, datetime, timezone
@@ -1145,9 +1146,10 @@ def read_csv_mapped(path: Path | str, columns: Mapping[str, str] | None = None) 
 
 LOADED_TRACES_KEPT = 4
 """How many loaded traces :func:`load_trace` keeps in memory for the next load of the same
-source and file contents."""
+source and file contents (0 keeps none)."""
 
 _loaded: OrderedDict[tuple[str, tuple[tuple[str, bytes | None], ...]], Trace] = OrderedDict()
+_loaded_lock = threading.Lock()  # sweeps may load from threads
 
 
 def _file_digests(source: TraceSource) -> tuple[tuple[str, bytes | None], ...]:
@@ -1201,13 +1203,16 @@ def load_trace(source: TraceSource) -> Trace:
     The header gains ``replay: {format, time_scale, rate_scale, max_requests, arrival_column}``.
     """
     key = (repr(source), _file_digests(source))
-    kept = _loaded.get(key)
+    with _loaded_lock:
+        kept = _loaded.get(key)
+        if kept is not None:
+            _loaded.move_to_end(key)
     if kept is None:
-        kept = _loaded[key] = _load_trace(source)
-        while len(_loaded) > LOADED_TRACES_KEPT:
-            _loaded.popitem(last=False)
-    else:
-        _loaded.move_to_end(key)
+        kept = _load_trace(source)
+        with _loaded_lock:
+            _loaded[key] = kept
+            while len(_loaded) > LOADED_TRACES_KEPT:
+                _loaded.popitem(last=False)
     return _copy_trace(kept)
 
 

@@ -660,3 +660,13 @@ def test_load_trace_reads_a_changed_file_again(tmp_path: Path) -> None:
     _small_v2(tmp_path, 7)
     assert load_trace(source).frame["output_tokens"].tolist() == [7, 7, 7]
     assert len(load_trace(TraceSource(path=str(path), format="trace_v2", max_requests=2))) == 2
+
+
+def test_load_trace_keeps_none_when_told(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``LOADED_TRACES_KEPT = 0`` every load parses the file."""
+    monkeypatch.setattr("simpy_llm.workload.traces.LOADED_TRACES_KEPT", 0)
+    source = TraceSource(path=str(_small_v2(tmp_path, 5)), format="trace_v2")
+    load_trace(source)
+    monkeypatch.setattr("simpy_llm.workload.traces.read_trace_v2", lambda _p: pytest.fail("parsed again"))
+    with pytest.raises(pytest.fail.Exception, match="parsed again"):
+        load_trace(source)
