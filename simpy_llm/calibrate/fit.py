@@ -629,6 +629,10 @@ def _params(names: list[str], x: np.ndarray, like: Mapping[str, Any]) -> dict[st
     out: dict[str, Any] = {"decode_step_us": [float(v) for v in values[:n]]}
     for name, v, floor in zip(names[n:], values[n:], floors[n:], strict=True):
         out[name] = float(v) if v > floor * 1.0001 else 0.0
+    if out["prefill_step_us"] == 0.0 and out["prefill_token_us"] == 0.0:
+        # A step with prompt tokens must take time (a short or loaded run can leave both
+        # terms unidentified): the per-token term stays at its floor rather than 0.
+        out["prefill_token_us"] = float(max(values[names.index("prefill_token_us")], floors[names.index("prefill_token_us")]))
     return out
 
 

@@ -3,6 +3,7 @@ those coefficients, and compared with their own scenario they give errors of zer
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,8 @@ import yaml
 
 from simpy_llm import Simulation
 from simpy_llm.calibrate import compare, fit, simulated_observation, write_profile
-from simpy_llm.calibrate.fit import direct_estimate
+from simpy_llm.calibrate.fit import _params, _vector, direct_estimate
+from simpy_llm.serving.batch_table import BatchTableLatency
 from simpy_llm.config import load_scenario, scenario_from_dict
 
 TRUTH = {
@@ -107,3 +109,20 @@ def test_a_trace_without_token_times_cannot_be_fitted(tmp_path):
     simulated_observation(s, tmp_path / "trace")
     with pytest.raises(ValueError, match="no streamed requests with token times"):
         fit(tmp_path / "trace")
+
+
+def test_a_candidate_with_no_prompt_cost_keeps_the_per_token_floor():
+    """When the direct estimate (or the search) puts both prompt terms at or below their floor,
+    the candidate keeps the per-token term at its floor (1 µs) instead of 0, so every candidate
+    is a valid model (a short live run once gave both as 0 and the fit raised); with a
+    per-step cost the per-token term may be 0."""
+    direct = {"decode_step_us": [20_000.0, 25_000.0], "prefill_step_us": 0.0, "prefill_token_us": 0.0,
+              "prefill_only_step_us": 0.0, "decode_context_us": 0.0, "prefill_pair_us": 0.0, "alpha0_us": 0.0,
+              "cache_restore_us": 0.0}
+    names, x = _vector(direct)
+    params = _params(names, x, direct)
+    assert params["prefill_step_us"] == 0.0 and params["prefill_token_us"] == pytest.approx(1.0)
+    BatchTableLatency(**params)
+    with_step = x.copy()
+    with_step[names.index("prefill_step_us")] = math.log(5_000.0)  # a per-step cost alone is a valid model
+    assert _params(names, with_step, direct)["prefill_token_us"] == 0.0
