@@ -322,6 +322,14 @@ class Recorder:
         """*count* output tokens each followed their predecessor by *gap_s*."""
         self.itl.add(gap_s, count)
 
+    def on_token_burst(self, gap_s: float, count: int) -> None:
+        """*count* output tokens reached the client together, the first *gap_s* after its
+        predecessor (a speculative round's accepted prefix and the target's token)."""
+        itl = self.itl
+        itl.add(gap_s, 1)
+        if count > 1:
+            itl.add(0.0, count - 1)
+
     # --- internals ------------------------------------------------------
     def _append(self, req: Request, status: str) -> None:
         # One C-level attribute fetch per record; columns are filled in batches.

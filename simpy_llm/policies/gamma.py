@@ -129,9 +129,22 @@ class GammaState:
     @classmethod
     def trusted_values(cls, values: tuple[object, ...]) -> GammaState:
         """:meth:`trusted` with the values in field order (``attrs.fields(GammaState)``)."""
-        state = object.__new__(cls)
-        for setter, value in zip(_STATE_SETTER_LIST, values):
-            setter(state, value)
+        # Unrolled (it runs once per draft round): the slot setters in field order.
+        gamma, k_min, k_max, rtt, wait, kv, accepted, proposed, ewma, probabilities, draft, verify, tpot = values
+        state = _new(cls)
+        _set_gamma(state, gamma)
+        _set_k_min(state, k_min)
+        _set_k_max(state, k_max)
+        _set_rtt(state, rtt)
+        _set_wait(state, wait)
+        _set_kv(state, kv)
+        _set_accepted(state, accepted)
+        _set_proposed(state, proposed)
+        _set_ewma(state, ewma)
+        _set_probabilities(state, probabilities)
+        _set_draft(state, draft)
+        _set_verify(state, verify)
+        _set_tpot(state, tpot)
         return state
 
     @property
@@ -142,7 +155,15 @@ class GammaState:
 
 _STATE_SETTERS = {name: GammaState.__dict__[name].__set__ for name in attrs.fields_dict(GammaState)}
 """Each field's slot setter (what a frozen class's ``__init__`` uses), for :meth:`GammaState.trusted`."""
-_STATE_SETTER_LIST = tuple(_STATE_SETTERS.values())
+(
+    _set_gamma, _set_k_min, _set_k_max, _set_rtt, _set_wait, _set_kv, _set_accepted, _set_proposed, _set_ewma,
+    _set_probabilities, _set_draft, _set_verify, _set_tpot,
+) = _STATE_SETTERS.values()
+assert tuple(_STATE_SETTERS) == (  # the names above, in field order
+    "gamma", "k_min", "k_max", "rtt_s", "verify_queue_wait_s", "kv_utilization", "accepted_last", "proposed_last",
+    "acceptance_ewma", "position_probabilities", "draft_step_s", "verify_step_s", "slo_tpot_s",
+)
+_new = object.__new__
 
 
 class GammaPolicy(Protocol):

@@ -188,8 +188,10 @@ class AcceptanceModel:
     """The file it was read from (``"<dict>"`` when built from a mapping)."""
     _memo: dict[tuple[Any, ...], tuple[float, ...]] = attrs.field(factory=dict, init=False, eq=False, repr=False)
     _cdf_memo: dict[tuple[Any, ...], tuple[float, ...]] = attrs.field(factory=dict, init=False, eq=False, repr=False)
-    """:meth:`position_probabilities` answers by ``(context_len, k, temperature)``: a simulation
-    asks for the same few contexts many times (cleared past :data:`MEMO_LIMIT` entries)."""
+    """:meth:`position_probabilities` answers by ``(context_len, k, temperature)`` and
+    :meth:`accepted_at`'s CDFs (``k_max`` entries) by ``(context_len, temperature)``: a
+    simulation asks for the same few contexts many times (each cleared past
+    :data:`MEMO_LIMIT` entries)."""
 
     @property
     def k_max(self) -> int:
@@ -322,18 +324,22 @@ class AcceptanceModel:
         >>> [m.accepted_at(u, 512, 2, temperature=1.0) for u in (0.0, 0.379, 0.38, 0.6155, 0.99)]
         [0, 0, 1, 1, 2]
         """
-        key = (context_len, k, temperature)
+        key = (context_len, temperature)
         cdf = self._cdf_memo.get(key)
         if cdf is None:
+            # The CDF's first k entries depend on p_1 .. p_k only: one CDF of k_max entries
+            # answers every k (a γ that changes round to round finds it memoised).
             run, cum, out = 1.0, 0.0, []
-            for pi in self.position_probabilities(context_len, k, temperature):
+            for pi in self.position_probabilities(context_len, self.k_max, temperature):
                 cum += run * (1.0 - pi)
                 run *= pi
                 out.append(cum)
             if len(self._cdf_memo) >= MEMO_LIMIT:
                 self._cdf_memo.clear()
             cdf = self._cdf_memo[key] = tuple(out)
-        return bisect.bisect_right(cdf, u)
+        if type(k) is not int or not 0 <= k <= len(cdf):
+            k = self._check_k(k)
+        return bisect.bisect_right(cdf, u, 0, k)
 
     def sample_accepted_many(
         self, rng: np.random.Generator, context_len: float, k: int, n: int, temperature: float | None = None

@@ -52,6 +52,7 @@ __all__ = ["ACCEPTANCE_EWMA", "DraftDevice", "DraftFleet", "Drafter", "SpecState
 
 ACCEPTANCE_EWMA = 0.3
 """Weight of the newest round in a request's smoothed acceptance rate (``acceptance_ewma``)."""
+_NO_SLO = (None, None, None)
 
 
 class Drafter:
@@ -71,7 +72,7 @@ class SpecState:
     """One request's speculative-decoding state (on ``request.spec`` while it runs)."""
 
     __slots__ = (
-        "_first", "accepted_last", "carry", "device", "drafter", "drafter_index", "ewma", "fleet",
+        "_first", "_reads_probabilities", "accepted_last", "carry", "device", "drafter", "drafter_index", "ewma", "fleet",
         "gamma", "last_token_s", "mode", "policy", "proposed_last", "req", "round_start_s", "sent_gamma", "verdict_gamma", "wake",
     )
 
@@ -80,6 +81,7 @@ class SpecState:
         self.req = req
         self.device = device
         self.policy = policy
+        self._reads_probabilities = getattr(policy, "reads_position_probabilities", True)
         self.mode = ""
         self.drafter_index = 0
         self.drafter = device.drafters[0]
@@ -120,45 +122,46 @@ class SpecState:
 
     def _ask(self, server: VerifyServer, *, fused: bool) -> int:
         cfg = self.fleet.config
+        k_min, k_max = cfg.k_min, cfg.k_max
         policy = self.policy
         if type(policy) is StaticGamma:  # the rule needs no telemetry: skip building it
-            return max(cfg.k_min, min(cfg.k_max, policy.gamma))
+            return max(k_min, min(k_max, policy.gamma))
         req = self.req
-        context = req.prompt_tokens + req.generated_tokens
-        model = server.fused_acceptance if fused else self.drafter.acceptance
+        if self._reads_probabilities:
+            model = server.fused_acceptance if fused else self.drafter.acceptance
+            probabilities = model.position_probabilities(req.prompt_tokens + req.generated_tokens, k_max, cfg.temperature)
+        else:
+            probabilities = ()
         kv = server.kv
-        tpot = server.slo.get(req.slo_class, (None, None, None))[1]
         state = GammaState.trusted_values((  # field order; values valid by construction
-            self.gamma, cfg.k_min, cfg.k_max,
+            self.gamma, k_min, k_max,
             0.0 if fused else self.device.rtt_s,
             server.queue_wait_s,
             min(1.0, kv.used_blocks / kv.num_blocks) if kv.num_blocks else 0.0,
             self.accepted_last, self.proposed_last,
             min(1.0, max(0.0, self.ewma)),
-            model.position_probabilities(context, cfg.k_max, cfg.temperature)
-            if getattr(policy, "reads_position_probabilities", True) else (),
+            probabilities,
             server.fused_draft_s if fused else self.drafter.draft_token_s,
-            server.pass_s, tpot,
+            server.pass_s, server.slo.get(req.slo_class, _NO_SLO)[1],
         ))
-        return max(cfg.k_min, min(cfg.k_max, int(policy.next_gamma(state))))
+        return max(k_min, min(k_max, int(policy.next_gamma(state))))
 
     def settle_round(self, req: Request, gamma: int, accepted: float, rolled_back: bool, now: float, replica: int, fused: bool) -> int:
         """A round's verify pass ended at *now*: count its tokens and figures; returns the
         tokens it added (the accepted prefix and the target's token, capped at what is left)."""
         left = req.output_tokens - req.generated_tokens
-        if self.fleet.config.acceptance_sampling == "expected":
+        fleet = self.fleet
+        if fleet.expected_acceptance:
             self.carry += accepted + 1.0
             gained = int(self.carry)
             self.carry -= gained
         else:
             gained = int(accepted) + 1
-        gained = min(gained, left)
+        if gained > left:
+            gained = left
         req.generated_tokens += gained
         if req.streaming and not req.warm_up:  # a round's tokens reach the client together
-            recorder = self.fleet.recorder
-            recorder.on_token_gaps(now - self.last_token_s, 1)
-            if gained > 1:
-                recorder.on_token_gaps(0.0, gained - 1)
+            fleet.recorder.on_token_burst(now - self.last_token_s, gained)
         self.last_token_s = now
         req.spec_rounds += 1
         req.drafted_tokens += gamma
@@ -173,7 +176,6 @@ class SpecState:
             self.ewma += ACCEPTANCE_EWMA * (min(accepted, gamma) / gamma - self.ewma)
         self.accepted_last = int(accepted)
         self.proposed_last = gamma
-        fleet = self.fleet
         fleet.recorder.on_spec_round((
             now, req.id, replica, device.group, device.index, "fused" if fused else "distributed",
             "" if fused else self.drafter.name, gamma, float(accepted), gained,
@@ -256,7 +258,7 @@ class DraftDevice:
         """Nominal time for a verdict of *tokens* tokens to reach the device, s."""
         if self.network is None:
             return 0.0
-        return self._one_way_s + self.message_bytes(tokens) / self._bandwidth
+        return self._one_way_s + (self._header_bytes + tokens * self._token_bytes) / self._bandwidth  # message_bytes, inline
 
     def message_bytes(self, tokens: int) -> float:
         """Bytes of a prompt, bundle or verdict carrying *tokens* tokens (needs a network)."""
@@ -418,6 +420,8 @@ class DraftFleet:
         self.dropped = dropped
         self.servers: list[VerifyServer] = []
         """The targets, by fleet index (set by the simulation once built)."""
+        self.expected_acceptance = config.acceptance_sampling == "expected"
+        """Rounds count the acceptance curve's expectation (carried over), not a draw."""
         self.think_rng = streams("draft/think_time")
         self.uploaded, self.downloaded, self.lost = Wire(env), Wire(env), Wire(env)
         self.rejected = Wire(env)

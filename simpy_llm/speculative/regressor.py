@@ -202,8 +202,9 @@ class AcceptanceRegressor(_ChainMethods):
     """``p_1 .. p_kmax`` by ``(context_len, temperature)``: one forest call each."""
     _memo: dict[tuple[Any, ...], tuple[float, ...]] = attrs.field(factory=dict, init=False, repr=False)
     _cdf_memo: dict[tuple[Any, ...], tuple[float, ...]] = attrs.field(factory=dict, init=False, repr=False)
-    """:meth:`position_probabilities` answers and ``accepted_at``'s CDFs by the exact
-    ``(context_len, k, temperature)`` (each emptied past ``MEMO_LIMIT`` entries)."""
+    """:meth:`position_probabilities` answers by the exact ``(context_len, k, temperature)``
+    and ``accepted_at``'s CDFs by ``(context_len, temperature)`` (each emptied past
+    ``MEMO_LIMIT`` entries)."""
 
     @property
     def illustrative(self) -> bool:

@@ -508,21 +508,14 @@ class VerifyServer:
         taken.reverse()
         return taken
 
-    def _sampled_positions(self, gamma: int) -> list[bool]:
-        """``partial: sampled``: which of positions 1..gamma the target verifies (the first,
-        and each later one with probability ``sample_rate``)."""
-        rate = self.verify.sample_rate
-        checked = [u < rate for u in self.uniforms(gamma - 1)]
-        checked.insert(0, True)
-        return checked
-
     def _verify_pass(self) -> None:
         """Start a verify pass over the next microbatch of verify and fused rounds.
 
         Per job: the positions the target verifies (``verify.partial``: all, the first, or
-        sampled), its accepted prefix (the curve's expectation, or its inverse CDF at one
-        uniform, drawn after the job's samples) and whether it rolls back (its rejection,
-        position ``accepted + 1``, went unverified)."""
+        sampled: the first, and each later one when its uniform is below ``sample_rate``),
+        its accepted prefix (the curve's expectation, or its inverse CDF at one uniform,
+        drawn after the job's samples) and whether it rolls back (its rejection, position
+        ``accepted + 1``, went unverified)."""
         env = self.env
         now = env._now  # noqa: SLF001 - the property costs a call per read
         batch = self._take_round_batch()
@@ -532,6 +525,7 @@ class VerifyServer:
         rollback = []
         draft_steps = 0
         temp, expected, partial = self._temperature, self._expected, self._partial
+        sampled, rate = partial == "sampled", self.verify.sample_rate
         wait_total = 0.0
         for job in batch:
             req = job.req
@@ -542,11 +536,13 @@ class VerifyServer:
                 m, verified, rolled = 0, 0, False
             else:
                 model = self.fused_acceptance if job.kind == FUSED else req.spec.drafter.acceptance
-                checked = self._sampled_positions(gamma) if partial == "sampled" else None
-                m = model.expected_tokens(context, gamma, temp) - 1.0 if expected else model.accepted_at(self.uniforms(1)[0], context, gamma, temp)
+                # The job's draws in order: the samples of positions 2..gamma, then its uniform.
+                draws = self.uniforms((gamma - 1 if sampled else 0) + (not expected))
+                m = model.expected_tokens(context, gamma, temp) - 1.0 if expected else model.accepted_at(draws[-1], context, gamma, temp)
                 whole = int(m)
-                if checked is not None:
-                    verified, rolled = sum(checked), whole < gamma and not checked[whole]
+                if sampled:
+                    verified = 1 + len([u for u in draws[: gamma - 1] if u < rate])
+                    rolled = 0 < whole < gamma and not draws[whole - 1] < rate
                 elif partial == "first_token":
                     verified, rolled = 1, 0 < whole < gamma
                 else:

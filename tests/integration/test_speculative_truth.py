@@ -313,3 +313,17 @@ def test_a_rejected_prompt_frees_its_draft_device(tmp_path):
     assert set(f["status"]) <= {"completed", "dropped"}
     assert (f["status"] == "dropped").sum() > 0
     assert (f.loc[f["status"] == "dropped", "dropped_reason"] != "").all()
+
+
+def test_a_rounds_tokens_reach_the_client_together(tmp_path):
+    """A streaming request's inter-token gaps come round by round: each round's first token
+    follows the previous round's by a positive gap, its other tokens by zero; so the ITL
+    tally holds one positive gap per round and (tokens - 1) zero gaps per round, in all
+    output - 1 gaps per request."""
+    data = spec_scenario(flat_curve(tmp_path, [0.9, 0.8, 0.7, 0.6]), requests=40, rate=10.0, output=50)
+    sim, results = _run(data)
+    rounds = results.spec_rounds()
+    values, weights = sim.recorder.itl.arrays()
+    assert int(weights[values > 0].sum()) == len(rounds)
+    assert int(weights[values == 0].sum()) == int((rounds["tokens"] - 1).sum()) > 0
+    assert int(weights.sum()) == int((results.to_dataframe()["output_tokens"] - 1).sum())

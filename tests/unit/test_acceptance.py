@@ -160,6 +160,21 @@ def test_bad_arguments_raise() -> None:
         m.position_probabilities(128, True, temperature=0.0)
 
 
+def test_accepted_at_answers_every_k_from_one_memoised_cdf() -> None:
+    """accepted_at(u, c, k) is the inverse CDF of the k-position law for every k, also when
+    the CDF was memoised by a call with another k; a k outside 0..k_max or a bool k still raises."""
+    m = CURVES["decaying"]
+    us = [0.0, 0.05, 0.1, 0.3, 0.5, 0.7, 0.9, 0.999]
+    for k in (6, 2, 0, 4, 1):  # k_max first: the later k find its CDF memoised
+        law = pmf(list(m.position_probabilities(128, k)))
+        cdf = [sum(law[: m_ + 1]) for m_ in range(k)]
+        assert [m.accepted_at(u, 128, k) for u in us] == [sum(c <= u for c in cdf) for u in us], k
+    with pytest.raises(ValueError, match="k = 7"):
+        m.accepted_at(0.5, 128, 7)
+    with pytest.raises(TypeError):
+        m.accepted_at(0.5, 128, True)
+
+
 # --------------------------------------------------------------------------- sampling
 
 SAMPLING_CASES = [("flat", 4), ("flat", 8), ("decaying", 3), ("decaying", 6), ("rising", 5)]
