@@ -528,12 +528,14 @@ class Link(BaseResource):
             or not 0 <= size_bytes < math.inf
         ):
             raise ValueError(f"size_bytes must be a finite number >= 0, got {size_bytes!r}")
-        msg = Message(payload=payload, size_bytes=float(size_bytes), sent_s=float(sent_s))
+        msg = Message(payload, float(size_bytes), float(sent_s))
         self._puts += 1
         if self.bandwidth_jitter > 0:
-            msg.bandwidth_factor = max(0.05, 1.0 + self.bandwidth_jitter * self._normal())
+            factor = 1.0 + self.bandwidth_jitter * self._normal()
+            msg.bandwidth_factor = factor if factor > 0.05 else 0.05
         if self.rtt_jitter_s > 0:
-            msg.one_way_s = max(0.0, self.rtt_s + self.rtt_jitter_s * self._normal()) / 2
+            rtt = self.rtt_s + self.rtt_jitter_s * self._normal()
+            msg.one_way_s = (rtt if rtt > 0.0 else 0.0) / 2
         else:
             msg.one_way_s = self.rtt_s / 2
         return msg

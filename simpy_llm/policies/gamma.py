@@ -194,7 +194,8 @@ def clamp_gamma(gamma: int, state: GammaState) -> int:
     >>> clamp_gamma(9, GammaState(gamma=4, k_min=1, k_max=6))
     6
     """
-    return max(state.k_min, min(state.k_max, gamma))
+    k_min, k_max = state.k_min, state.k_max
+    return (gamma if gamma < k_max else k_max) if gamma > k_min else k_min
 
 
 def _not_above(other: str):  # returns an attrs validator

@@ -118,7 +118,8 @@ class SpecState:
             gamma = self._ask(server, fused=fused)
         self.gamma = gamma
         req = self.req
-        return min(gamma, max(req.output_tokens - req.generated_tokens - 1, 0))
+        left = req.output_tokens - req.generated_tokens - 1
+        return gamma if gamma <= left else (left if left > 0 else 0)
 
     def _ask(self, server: VerifyServer, *, fused: bool) -> int:
         cfg = self.fleet.config
@@ -132,19 +133,23 @@ class SpecState:
             probabilities = model.position_probabilities(req.prompt_tokens + req.generated_tokens, k_max, cfg.temperature)
         else:
             probabilities = ()
+        # Clamps as conditional expressions, not min()/max() calls: this runs once per round.
         kv = server.kv
+        used = kv.used_blocks / kv.num_blocks if kv.num_blocks else 0.0
+        ewma = self.ewma
         state = GammaState.trusted_values((  # field order; values valid by construction
             self.gamma, k_min, k_max,
             0.0 if fused else self.device.rtt_s,
             server.queue_wait_s,
-            min(1.0, kv.used_blocks / kv.num_blocks) if kv.num_blocks else 0.0,
+            used if used < 1.0 else 1.0,
             self.accepted_last, self.proposed_last,
-            min(1.0, max(0.0, self.ewma)),
+            (ewma if ewma < 1.0 else 1.0) if ewma > 0.0 else 0.0,
             probabilities,
             server.fused_draft_s if fused else self.drafter.draft_token_s,
             server.pass_s, server.slo.get(req.slo_class, _NO_SLO)[1],
         ))
-        return max(k_min, min(k_max, int(policy.next_gamma(state))))
+        gamma = int(policy.next_gamma(state))
+        return (gamma if gamma < k_max else k_max) if gamma > k_min else k_min
 
     def settle_round(self, req: Request, gamma: int, accepted: float, rolled_back: bool, now: float, replica: int, fused: bool) -> int:
         """A round's verify pass ended at *now*: count its tokens and figures; returns the
@@ -173,7 +178,7 @@ class SpecState:
         if not tvt <= req.tvt_s:  # also replaces NaN
             req.tvt_s = tvt
         if gamma:
-            self.ewma += ACCEPTANCE_EWMA * (min(accepted, gamma) / gamma - self.ewma)
+            self.ewma += ACCEPTANCE_EWMA * ((accepted if accepted < gamma else gamma) / gamma - self.ewma)
         self.accepted_last = int(accepted)
         self.proposed_last = gamma
         fleet.recorder.on_spec_round((
