@@ -143,9 +143,9 @@ class ColumnLog:
                 codes = self._codes[name]
                 for value in dict.fromkeys(values):
                     codes(value)
-                self._columns[name].extend(map(codes.codes.__getitem__, values))
+                self._columns[name].fromlist(list(map(codes.codes.__getitem__, values)))
             else:
-                self._columns[name].extend(values)
+                self._columns[name].fromlist(list(values))  # fromlist: about twice extend's speed
         self._buffer = []
 
     def columns(self) -> dict[str, np.ndarray]:
@@ -351,13 +351,13 @@ class Recorder:
                 for value in dict.fromkeys(values):  # new names in first-seen order, then one C-level pass
                     if value not in codes.codes:
                         codes(value)
-                target.extend(map(codes.codes.__getitem__, values))
+                target.fromlist(list(map(codes.codes.__getitem__, values)))
             elif name in ("streaming", "warm_up"):
-                target.extend(map(int, values))
+                target.fromlist(list(map(int, values)))
             elif name == "num_preemptions":
-                target.extend(0 if v is None else len(v) for v in values)
+                target.fromlist([0 if v is None else len(v) for v in values])
             else:
-                target.extend(values)
+                target.fromlist(list(values))  # fromlist: about twice extend's speed
         self._buffer = []
         self._status = []
 
