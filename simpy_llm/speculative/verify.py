@@ -97,6 +97,15 @@ def verify_pass_s(latency: Any, contexts: list[int], verified: list[int]) -> flo
     return latency.step_time_s(0, tokens)
 
 
+def _pass_timer(latency: Any) -> Callable[[list[int], list[int]], float]:
+    """:func:`verify_pass_s` on *latency* as a server calls it every pass: a model that has no
+    verify table and ignores the context times ``sum(v + 1)`` decode tokens directly."""
+    if getattr(latency, "verify_time_s", None) is None and not getattr(latency, "uses_context", False):
+        step_time_s = latency.step_time_s
+        return lambda contexts, verified: step_time_s(0, sum(verified) + len(verified))
+    return functools.partial(verify_pass_s, latency)
+
+
 class _Job:
     """One unit of work waiting at a verify server."""
 
@@ -199,7 +208,7 @@ class VerifyServer:
         self.max_model_len = max_model_len
         self.rng = rng
         self._uniforms: list[float] = []
-        self._pass_s = functools.partial(verify_pass_s, latency)
+        self._pass_s = _pass_timer(latency)
         # Read on every pass: the settings as plain attributes.
         self._temperature = config.temperature
         self._expected = config.acceptance_sampling == "expected"

@@ -16,7 +16,7 @@ from simpy_llm import scenario_from_dict
 from simpy_llm.entities import Request
 from simpy_llm.metrics.recorder import Recorder
 from simpy_llm.serving.latency import BlisLinearLatency
-from simpy_llm.speculative.verify import VerifyServer, verify_pass_s
+from simpy_llm.speculative.verify import VerifyServer, _pass_timer, verify_pass_s
 from simpy_llm.wire import Wire
 from tests.spec_helpers import flat_curve, spec_scenario
 
@@ -273,3 +273,21 @@ def test_verify_pass_prefers_a_table_that_answers():
     none = Table(None)
     assert verify_pass_s(none, [300, 400], [2, 3]) == pytest.approx(1e-3 + 1e-5 * 7 + 1e-7 * (3 * 300 + 4 * 400))
     assert len(none.calls) == 1
+
+
+def test_a_server_times_its_passes_as_verify_pass_s_does():
+    """The pass timer a server builds once (a shortcut for a model without a verify table
+    that ignores the context) gives verify_pass_s's figure exactly, for every kind of model."""
+
+    class Table(ContextLatency):
+        def __init__(self, answer: float | None) -> None:
+            super().__init__()
+            self.answer = answer
+
+        def verify_time_s(self, contexts: list[int], verified: list[int]) -> float | None:
+            return self.answer
+
+    for latency in (blis(), ContextLatency(), Table(0.042), Table(None)):
+        timer = _pass_timer(latency)
+        for contexts, verified in (([512], [4]), ([512, 100, 2000], [4, 0, 2]), ([7, 9], [0, 0])):
+            assert timer(contexts, verified) == verify_pass_s(latency, contexts, verified), (latency, verified)
