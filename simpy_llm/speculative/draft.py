@@ -126,7 +126,8 @@ class SpecState:
         k_min, k_max = cfg.k_min, cfg.k_max
         policy = self.policy
         if type(policy) is StaticGamma:  # the rule needs no telemetry: skip building it
-            return max(k_min, min(k_max, policy.gamma))
+            gamma = policy.gamma
+            return (gamma if gamma < k_max else k_max) if gamma > k_min else k_min
         req = self.req
         if self._reads_probabilities:
             model = server.fused_acceptance if fused else self.drafter.acceptance
