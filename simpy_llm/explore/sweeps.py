@@ -215,7 +215,8 @@ def summary_columns(results: Results, summary: Mapping[str, Any] | None = None) 
     (50.0, True)
     """
     out: dict[str, float] = {}
-    for section, metric, statistic, group, value in flatten_summary(summary if summary is not None else results.summary()):  # type: ignore[arg-type]
+    figures = flatten_summary(summary if summary is not None else results.summary())  # type: ignore[arg-type]
+    for section, metric, statistic, group, value in figures:
         name = column_name(section, metric, statistic, group)
         if name in out:
             raise RuntimeError(f"two summary figures map to the sweep column {name!r}")
@@ -373,7 +374,8 @@ def sweep(
         :class:`IdenticalReplicationsWarning` naming the point and the seeds.
     metrics
         ``None``: every summary column. Otherwise the summary columns to keep, in
-        this order (the point's columns, ``seed`` and ``wall_s`` are always there).
+        this order (the point's columns, ``seed``, ``overloaded`` and ``wall_s`` are
+        always there).
     plugins
         Plugins (modules or Python files) to import before loading the scenario, here
         and in every worker, as ``--plugin`` does.
@@ -622,12 +624,15 @@ def replications(
     if not by:
         groups: Iterable[tuple[Any, pd.DataFrame]] = [((), frame)]
     else:
-        groups = frame.groupby(by, sort=False, dropna=False)
+        # A point that replaces a whole block holds a mapping, which pandas cannot group by:
+        # such columns are grouped by their text (each group's own value is reported).
+        keys = {c: frame[c].map(_show) if frame[c].map(lambda v: isinstance(v, (dict, list))).any() else frame[c] for c in by}
+        groups = frame.groupby([keys[c] for c in by], sort=False, dropna=False)
     out: dict[str, list[Any]] = {key: [] for key in by}
     for name in ("metric", "n", "mean", "std", "ci_low", "ci_high"):
         out[name] = []
-    for group_key, group in groups:
-        key_values = group_key if isinstance(group_key, tuple) else (group_key,)
+    for _group_key, group in groups:
+        key_values = [group[c].iloc[0] for c in by]
         for metric in metrics:
             values = group[metric].to_numpy(dtype=np.float64)
             values = values[~np.isnan(values)]

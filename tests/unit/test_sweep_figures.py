@@ -173,6 +173,19 @@ def test_a_grid_of_mappings_replaces_the_whole_block_and_shows_it_as_written(cap
     assert scenario.serving.router.kind == "least_loaded" and not scenario.serving.router.params
 
 
+def test_replications_group_points_that_are_whole_blocks():
+    """Points holding mappings (whole router blocks) are grouped per block by replications,
+    each with its own mean over its two seeds."""
+    routers = [{"kind": "round_robin"}, {"kind": "power_of_d", "params": {"d": 2}}]
+    frame = sweep(FLEET, {"serving.router": routers}, seeds=[1, 2], overrides=SMALL, executor="serial",
+                  metrics=["latency_s.e2e.mean"])
+    stats = replications(frame)
+    assert stats["serving.router"].tolist() == routers
+    for router, mean in zip(routers, stats["mean"], strict=True):
+        rows = frame[[value == router for value in frame["serving.router"]]]
+        assert mean == pytest.approx(rows["latency_s.e2e.mean"].mean(), rel=1e-12)
+
+
 @pytest.fixture
 def failing_router():
     """A router that fails on its third request."""
