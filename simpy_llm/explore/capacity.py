@@ -32,7 +32,7 @@ finishes. In the window:
   scenario's own per-class SLO targets (``slo:`` in the scenario: TTFT and E2E as
   the client sees them, TPOT, and TVT with speculative decoding).
 
-Two figures tell how much room a probe left, and only one of them is headroom:
+Three figures tell how much room a probe left; the first is not headroom:
 
 * *busy fraction*: the share of the run (warm-up and drain included) the replicas'
   engines spent running steps, averaged over the replicas. A continuous-batching
@@ -45,7 +45,12 @@ Two figures tell how much room a probe left, and only one of them is headroom:
   law it is load x time in service / slots; it reaches 1 only when every slot is
   taken all the time. It is NaN for fleets whose slots are not ``max_num_seqs`` of
   co-located replicas (request-level batch servers, disaggregated pools, speculative
-  decoding's verify servers, a planner changing the fleet).
+  decoding's verify servers, a planner changing the fleet);
+* *KV occupancy*: the KV cache's time-weighted use (used blocks over blocks, the
+  summary's ``kv_utilization``), over the run, averaged over the replicas. Slots are
+  not always what runs out first: long prompts fill the KV cache with slots to
+  spare, and then preemptions, not a full batch, end the stable range. The tighter
+  of the two occupancies is the headroom.
 
 **Early pruning.** While a probe runs, the requests in the system are checked
 every 1/200 of its expected duration; as soon as they exceed
@@ -365,6 +370,9 @@ class Probe:
     measurement window, over the fleet's batch slots (``max_num_seqs`` summed): the share
     of the slots in use, 1 when full; NaN for fleets without such slots (see
     :mod:`simpy_llm.explore.capacity`)."""
+    kv_occupancy: float
+    """Time-weighted share of the KV cache's blocks in use over the run (warm-up and drain
+    included), mean over replicas (``summary()["kv_utilization"]``; NaN without a KV cache)."""
     latency_s: Mapping[str, float]
     """``ttft_p50``, ``ttft_p99``, ``tpot_p50``, ``tpot_p99``, ``e2e_p50``, ``e2e_p99``,
     ``queue_delay_mean``, ``queue_delay_p99`` over measured completed requests, s."""
@@ -385,13 +393,14 @@ class Probe:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Probe:
-        """The probe :meth:`to_dict` wrote. A card written before probes had a batch
-        occupancy keeps its ``utilization`` as :attr:`busy_fraction` (the same figure) and
-        gets a NaN occupancy."""
+        """The probe :meth:`to_dict` wrote. A card written before probes had occupancies
+        keeps its ``utilization`` as :attr:`busy_fraction` (the same figure) and gets NaN
+        occupancies."""
         data = dict(data)
         if "utilization" in data and "busy_fraction" not in data:
             data["busy_fraction"] = data.pop("utilization")
             data.setdefault("batch_occupancy", None)
+            data.setdefault("kv_occupancy", None)
         floats = [f.name for f in attrs.fields(cls) if f.type in ("float",)]
         for name in floats:
             data[name] = _unjson(data[name])
@@ -552,7 +561,8 @@ def _judge(
         mask = done if target.slo_class is None else done & (c["slo_class"] == target.slo_class)
         slo_values[target.name] = target.value(derived[f"{target.metric}_s"][mask])
     completions_in = int((completed & (c["completion_s"] > t0) & (c["completion_s"] <= t1)).sum())
-    busy = [b / results.end_s for b in results.summary()["engine"]["busy_s"]] if results.end_s > 0 else []
+    s = results.summary()
+    busy = [b / results.end_s for b in s["engine"]["busy_s"]] if results.end_s > 0 else []
     figures = {
         "measured_requests": n,
         "offered_rps": in_window / span if span > 0 else math.nan,
@@ -563,6 +573,7 @@ def _judge(
         "goodput_fraction": float(met.mean()) if met.size else math.nan,
         "busy_fraction": float(np.mean(busy)) if busy else math.nan,
         "batch_occupancy": _batch_occupancy(results, t0, t1),
+        "kv_occupancy": float(s["kv_utilization"]["time_weighted_mean"]),
         "latency_s": latency,
         "slo_values": slo_values,
     }
@@ -665,7 +676,7 @@ def _run_probe(
             **common, stable=False, meets_slo=False, pruned=True, sim_time_s=float(stop.now_s),
             reason=f"pruned: {stop.backlog} requests in the system > {bound} at t={stop.now_s:.4g} s",
             measured_requests=0, offered_rps=nan, throughput_rps=nan, backlog_growth=nan, drop_fraction=nan,
-            goodput_rps=nan, goodput_fraction=nan, busy_fraction=nan, batch_occupancy=nan,
+            goodput_rps=nan, goodput_fraction=nan, busy_fraction=nan, batch_occupancy=nan, kv_occupancy=nan,
             latency_s=dict.fromkeys(LATENCY_COLUMNS, nan), slo_values={t.name: nan for t in criteria.slo},
         )
     figures, unstable, missed = _judge(results, window, criteria)
@@ -908,7 +919,7 @@ class CapacityCard:
         frame = self.to_frame()
         if len(frame):
             cols = ["load", "seed", "stable", "meets_slo", "throughput_rps", "ttft_p99_s", "e2e_p99_s",
-                    "busy_fraction", "batch_occupancy", "tpot_inflation", "reason"]
+                    "busy_fraction", "batch_occupancy", "kv_occupancy", "tpot_inflation", "reason"]
             lines.append(_table(frame, cols))
         return "\n".join(lines) + "\n"
 
@@ -1015,7 +1026,7 @@ class ReplicaCard:
         frame = self.to_frame()
         if len(frame):
             cols = ["replicas", "seed", "stable", "meets_slo", "throughput_rps", "ttft_p99_s", "e2e_p99_s",
-                    "busy_fraction", "batch_occupancy", "reason"]
+                    "busy_fraction", "batch_occupancy", "kv_occupancy", "reason"]
             lines.append(_table(frame, cols))
         return "\n".join(lines) + "\n"
 

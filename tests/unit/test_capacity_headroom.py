@@ -19,15 +19,16 @@ from simpy_llm.explore.capacity import (
 )
 
 
-def engine(slots: int, step_s: float, output_tokens: int, rate: float) -> dict:
-    """One replica of *slots* batch slots whose every step takes *step_s* (no per-token cost),
-    fed evenly spaced requests of 16 prompt and *output_tokens* output tokens at *rate*: each
-    request is in service exactly ``output_tokens * step_s`` (one step per token)."""
+def engine(slots: int, step_s: float, output_tokens: int, rate: float, prompt_tokens: int = 16) -> dict:
+    """One replica of *slots* batch slots and 64 KV blocks of 16 tokens whose every step takes
+    *step_s* (no per-token cost), fed evenly spaced requests of *prompt_tokens* prompt and
+    *output_tokens* output tokens at *rate*: each request is in service exactly
+    ``output_tokens * step_s`` (one step per token)."""
     return {
         "seed": 3,
         "workload": {"aggregate_rate": rate, "num_requests": 100, "clients": [{
             "id": "only", "rate_fraction": 1.0, "arrival": {"process": "constant"},
-            "input_distribution": {"type": "constant", "params": {"value": 16}},
+            "input_distribution": {"type": "constant", "params": {"value": prompt_tokens}},
             "output_distribution": {"type": "constant", "params": {"value": output_tokens}}}]},
         "serving": {
             "replicas": 1,
@@ -49,12 +50,16 @@ def probe(data: dict, rate: float, warmup: int, measure: int) -> Probe:
 def test_one_slot_at_low_load_is_busy_rho_of_the_time():
     """One slot, 30 ms service, a request every 100 ms (rho = 0.3), 220 requests: the engine is
     busy 220 x 30 ms over a run ending at 22.0 + 0.03 s, and in the window (from the 21st to the
-    220th arrival) each of the 199 requests inside holds the slot 30 ms of every 100: 0.3."""
+    220th arrival) each of the 199 requests inside holds the slot 30 ms of every 100: 0.3. A
+    100-token prompt holds ceil(100 / 16) = 7 of the 64 KV blocks while it is served: 220 x 7 x
+    30 ms of 64 blocks over the run."""
     rate, service_s, n = 10.0, 0.03, 220
-    p = probe(engine(1, service_s, 1, rate), rate, 20, 200)
-    assert p.sim_time_s == pytest.approx(n / rate + service_s, rel=1e-9)
-    assert p.busy_fraction == pytest.approx(n * service_s / (n / rate + service_s), rel=1e-9)
+    p = probe(engine(1, service_s, 1, rate, prompt_tokens=100), rate, 20, 200)
+    end_s = n / rate + service_s
+    assert p.sim_time_s == pytest.approx(end_s, rel=1e-9)
+    assert p.busy_fraction == pytest.approx(n * service_s / end_s, rel=1e-9)
     assert p.batch_occupancy == pytest.approx(rate * service_s, rel=1e-9)
+    assert p.kv_occupancy == pytest.approx(n * 7 * service_s / (64 * end_s), rel=1e-9)
 
 
 def test_at_a_third_of_capacity_the_engine_never_idles_but_two_thirds_of_its_slots_are_free():
@@ -85,24 +90,25 @@ def test_the_card_shows_both_figures():
                            warmup_requests=50, measure_requests=400)
     md = card.to_markdown()
     head = next(line for line in md.splitlines() if line.startswith("| load"))
-    assert "busy_fraction" in head and "batch_occupancy" in head and "utilization" not in head
+    assert "busy_fraction" in head and "batch_occupancy" in head and "kv_occupancy" in head
+    assert "utilization" not in head
     frame = card.to_frame()
     assert frame.loc[~frame["pruned"], "batch_occupancy"].notna().all()
     assert frame.loc[frame["pruned"], "batch_occupancy"].isna().all()
 
 
 def test_a_card_written_with_utilization_reads_back_as_busy_fraction():
-    """A probe stored before the batch occupancy existed keeps its ``utilization`` (the same
-    figure) as busy_fraction; its occupancy is unknown (NaN)."""
+    """A probe stored before the occupancies existed keeps its ``utilization`` (the same
+    figure) as busy_fraction; its occupancies are unknown (NaN)."""
     card = max_stable_load(cap._doctest_scenario(), low=10.0, high=40.0, tolerance=0.5,
                            warmup_requests=50, measure_requests=400)
     data = card.to_dict()
     for stored in data["probes"]:
         stored["utilization"] = stored.pop("busy_fraction")
-        stored.pop("batch_occupancy")
+        stored.pop("batch_occupancy"), stored.pop("kv_occupancy")
     again = CapacityCard.from_dict(data)
     assert [p.busy_fraction for p in again.probes] == [p.busy_fraction for p in card.probes]
-    assert all(math.isnan(p.batch_occupancy) for p in again.probes)
+    assert all(math.isnan(p.batch_occupancy) and math.isnan(p.kv_occupancy) for p in again.probes)
 
 
 def test_a_fleet_without_batch_slots_has_no_occupancy():
