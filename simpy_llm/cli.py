@@ -31,6 +31,7 @@ input.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,6 +39,7 @@ from typing import Any
 
 from simpy_llm import __version__
 from simpy_llm.config import Scenario, ScenarioError, load_plugins, load_scenario
+from simpy_llm.metrics.results import rate_lines
 
 __all__ = ["main"]
 
@@ -51,7 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("scenario", help="scenario YAML file")
     run.add_argument("--out", metavar="DIR", help="write records, summary and manifest here")
     _add_scenario_options(run)
-    run.add_argument("--seed", type=int, help="override the scenario's seed")
+    run.add_argument("--seed", type=int, help=_SEED_HELP)
     run.add_argument(
         "--progress",
         choices=("auto", "on", "off"),
@@ -133,7 +135,7 @@ def _parser() -> argparse.ArgumentParser:
     srv.add_argument("--model", help="model name served (default: the latency model's model, else the scenario name)")
     srv.add_argument("--trace", metavar="PATH", help="write every request as a trace v2 row (PATH.yaml + PATH.csv)")
     _add_scenario_options(srv)
-    srv.add_argument("--seed", type=int, help="override the scenario's seed")
+    srv.add_argument("--seed", type=int, help=_SEED_HELP)
 
     val = sub.add_parser("validate", help="check scenario files without running them")
     val.add_argument("files", nargs="+", help="scenario YAML files")
@@ -155,7 +157,10 @@ _SPEC_HELP = (
 )
 _SERVER_TYPES = ("vllm", "sglang", "llamacpp", "emulated", "other")
 """simpy_llm.observe.server_info.SERVER_TYPES, written out so that starting the command does not import aiohttp."""
-_SEED_HELP = "override the seed (a scenario's root seed; a bare workload spec's own seed)"
+_SEED_HELP = (
+    "the whole run's root seed: sets the scenario's seed and its workload's seed (a workload file's own seed "
+    "included); for a bare workload spec, its seed. To hold the workload fixed and vary the rest, use --set seed=N"
+)
 
 
 def _add_scenario_options(parser: argparse.ArgumentParser, workload_keys: bool = False) -> None:
@@ -221,8 +226,26 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _overrides(args: argparse.Namespace) -> list[str]:
-    """The ``--set`` overrides, with ``--seed`` as one more."""
-    return list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else [])
+    """The ``--set`` overrides, then ``--seed`` as the whole run's root seed.
+
+    ``--seed N`` sets ``seed`` and ``workload.seed``: the serving side's streams and the
+    workload's (whose own ``seed``, in the scenario or in the workload file it reads, would
+    otherwise hold the requests fixed). For a bare workload spec both keys are its
+    ``seed``. A ``--set workload.seed=M`` is kept: the workload then stays fixed while N
+    seeds the rest, as ``--set seed=N`` alone does.
+
+    Examples
+    --------
+    >>> _overrides(argparse.Namespace(overrides=["workload.num_requests=10"], seed=7))
+    ['workload.num_requests=10', 'seed=7', 'workload.seed=7']
+    >>> _overrides(argparse.Namespace(overrides=["workload.seed=3"], seed=7))
+    ['workload.seed=3', 'seed=7']
+    """
+    out = list(args.overrides)
+    if args.seed is None:
+        return out
+    fixed = any(item.partition("=")[0].strip() == "workload.seed" for item in out)
+    return out + [f"seed={args.seed}"] + ([] if fixed else [f"workload.seed={args.seed}"])
 
 
 def _load(args: argparse.Namespace) -> Scenario | None:
@@ -413,6 +436,11 @@ def _fmt(value: Any, scale: float = 1.0, digits: int = 3) -> str:
     return f"{value * scale:.{digits}f}"
 
 
+def _known(value: float) -> float | None:
+    """*value*, or None for NaN (a rate over a window of no length): shown as ``-``."""
+    return None if math.isnan(value) else value
+
+
 def _summary_table(s: dict[str, Any], title: str) -> Any:
     from rich.console import Group
     from rich.table import Table
@@ -441,7 +469,6 @@ def _summary_table(s: dict[str, Any], title: str) -> Any:
     lat.add_row("batch size (per step)", *(_fmt(b[k], 1.0, 1) for k in ("mean", "p50", "p90", "p95", "p99")))
 
     req = s["requests"]
-    tp = s["throughput"]
     gp = s["goodput"]
     run = Table(title=f"{title}: run", header_style="bold")
     run.add_column("metric")
@@ -450,8 +477,10 @@ def _summary_table(s: dict[str, Any], title: str) -> Any:
         ("requests", f"{req['arrived']} arrived, {req['completed']} completed, "
          f"{req['dropped']} dropped, {req['in_flight']} in flight"),
         ("simulated time", f"{s['duration_s']:.2f} s"),
-        ("throughput", f"{tp['requests_per_s']:.3f} req/s, {tp['output_tokens_per_s']:.1f} output tokens/s"),
-        ("goodput", f"{gp['requests_per_s']:.3f} req/s ({_fmt(gp['fraction'], 100, 1)}% met their SLO)"),
+        *rate_lines(s),  # each rate with the window it divides by
+        ("goodput", (f"{_fmt(_known(gp['requests_per_s']))} req/s in the arrival window, "
+                     f"{_fmt(_known(gp['whole_run_requests_per_s']))} over the whole run "
+                     f"({_fmt(_known(gp['fraction']), 100, 1)}% met their SLO)")),
         ("preemptions", f"{s['preemptions']['total']} ({s['preemptions']['requests_preempted']} requests)"),
         ("KV utilisation", f"{_fmt(s['kv_utilization']['time_weighted_mean'], 100, 1)}% (time-weighted mean)"),
         ("GPU utilisation", f"{_fmt(s['gpu_utilization']['mean'], 100, 1)}% busy (mean over replicas)"),

@@ -20,6 +20,12 @@
   joined by a step line;
 * :func:`calibration_qq`: observed against predicted quantiles, with y = x.
 
+The sweep plots (:func:`line`, :func:`throughput_latency`, :func:`pareto_front`) cross out,
+with a black ``x`` labelled ``overloaded``, the rows whose ``overloaded`` column is 1 (a
+:func:`~simpy_llm.explore.sweep` frame's flag for runs whose queues grew through the
+arrival window: their latencies describe no steady state); ``mark=`` names another flag
+column, or ``None`` for no marks.
+
 matplotlib is optional (the ``plots`` extra: ``pip install 'simpy-llm[plots]'``) and
 imported only when a figure is drawn. Each function draws into the ``ax`` it is
 given, or else into a new :class:`matplotlib.figure.Figure` made without pyplot
@@ -98,6 +104,19 @@ def _legend(ax: Axes) -> None:
         ax.legend(fontsize="small")
 
 
+def _mark(ax: Axes, frame: pd.DataFrame, x: str, y: str, mark: str | None) -> bool:
+    """Cross the rows of *frame* whose column *mark* is 1 at their (*x*, *y*), labelled
+    *mark*; whether any was drawn (a frame without the column has none)."""
+    if mark is None or mark not in frame.columns:
+        return False
+    flagged = frame[frame[mark] == 1].dropna(subset=[x, y])
+    if not len(flagged):
+        return False
+    ax.scatter(flagged[x].to_numpy(dtype=np.float64), flagged[y].to_numpy(dtype=np.float64), marker="x", s=60,
+               color="k", zorder=3, label=mark)
+    return True
+
+
 def line(
     frame: pd.DataFrame,
     x: str,
@@ -106,6 +125,7 @@ def line(
     hue: str | None = None,
     ax: Axes | None = None,
     reference: Mapping[str, float | Sequence[float]] | None = None,
+    mark: str | None = "overloaded",
 ) -> Figure:
     """Column *y* against column *x* of a tidy *frame*, one line per value of *hue*.
 
@@ -128,6 +148,10 @@ def line(
         Curves to compare with, drawn black and dashed after the data, labelled by their
         keys: a sequence holds one *y* per sorted distinct *x* of *frame*; a number is a
         horizontal line.
+    mark
+        A flag column: rows where it is 1 are crossed out at their own (*x*, *y*), and the
+        legend names the column (default ``overloaded``, a sweep's overload flag;
+        ``None``: no marks).
 
     Returns
     -------
@@ -171,9 +195,12 @@ def line(
                 f"reference[{label!r}] has {ys.size} values; it needs one per distinct {x} ({xs.size}: {xs.tolist()})"
             )
         ax.plot(xs, ys, color="k", linestyle=style, linewidth=1, label=str(label))
+    marked = _mark(ax, frame, x, y, mark)
     ax.set_xlabel(x)
     ax.set_ylabel(y)
-    if hue is not None or reference:
+    if marked:
+        ax.legend(fontsize="small")
+    elif hue is not None or reference:
         _legend(ax)
     return fig
 
@@ -487,7 +514,7 @@ def time_series(
 
 
 def throughput_latency(
-    frame: pd.DataFrame, x: str, y: str, by: str | None = None, *, ax: Axes | None = None
+    frame: pd.DataFrame, x: str, y: str, by: str | None = None, *, ax: Axes | None = None, mark: str | None = "overloaded"
 ) -> Figure:
     """A throughput-latency curve: one line of markers per value of *by* through the
     points of a sweep, in increasing *x*.
@@ -505,13 +532,16 @@ def throughput_latency(
         ``None``: one curve).
     ax
         Axes to draw into (default: a new figure's).
+    mark
+        A flag column whose rows equal to 1 are crossed out (default ``overloaded``;
+        ``None``: no marks).
 
     Returns
     -------
     matplotlib.figure.Figure
         The figure drawn into: per value of *by* (sorted) a line with a marker per run,
         labelled ``by=value`` (or *y*), through the runs sorted by *x*; runs with a NaN
-        in *x* or *y* are left out.
+        in *x* or *y* are left out; then the marked runs' crosses.
 
     Raises
     ------
@@ -521,10 +551,14 @@ def throughput_latency(
     Examples
     --------
     >>> import pandas as pd
-    >>> runs = pd.DataFrame({"tput": [18.0, 9.5, 27.0], "p99": [0.9, 0.2, 4.0]})
-    >>> (curve,) = throughput_latency(runs, "tput", "p99").axes[0].lines
+    >>> runs = pd.DataFrame({"tput": [18.0, 9.5, 27.0], "p99": [0.9, 0.2, 4.0], "overloaded": [0.0, 0.0, 1.0]})
+    >>> ax = throughput_latency(runs, "tput", "p99").axes[0]
+    >>> (curve,) = ax.lines
     >>> curve.get_xdata().tolist(), curve.get_ydata().tolist()
     ([9.5, 18.0, 27.0], [0.2, 0.9, 4.0])
+    >>> (crosses,) = ax.collections  # the overloaded run
+    >>> crosses.get_label(), crosses.get_offsets().tolist()
+    ('overloaded', [[27.0, 4.0]])
     """
     fig, ax = _axes(ax)
     _require(frame, [x, y] if by is None else [x, y, by], "frame")
@@ -533,9 +567,12 @@ def throughput_latency(
         part = part.dropna(subset=[x, y]).sort_values(x, kind="stable")
         label = y if by is None else f"{by}={value}"
         ax.plot(part[x].to_numpy(dtype=np.float64), part[y].to_numpy(dtype=np.float64), marker="o", label=label)
+    marked = _mark(ax, frame, x, y, mark)
     ax.set_xlabel(x)
     ax.set_ylabel(y)
-    if by is not None:
+    if marked:
+        ax.legend(fontsize="small")
+    elif by is not None:
         _legend(ax)
     return fig
 
@@ -548,6 +585,7 @@ def pareto_front(
     *,
     maximize: Sequence[str] = (),
     ax: Axes | None = None,
+    mark: str | None = "overloaded",
 ) -> Figure:
     """Every point of *frame* in *x*-*y*, and its non-dominated points joined by a step line.
 
@@ -566,13 +604,16 @@ def pareto_front(
         ``None``.
     ax
         Axes to draw into (default: a new figure's).
+    mark
+        A flag column whose rows equal to 1 are crossed out (default ``overloaded``;
+        ``None``: no marks).
 
     Returns
     -------
     matplotlib.figure.Figure
         The figure drawn into: first a grey scatter of every point (label ``all``),
         then a post-step line with markers through the front's points sorted by *x*
-        (label ``Pareto front``).
+        (label ``Pareto front``), then the marked points' crosses.
 
     Raises
     ------
@@ -612,6 +653,7 @@ def pareto_front(
     # next point when smaller x is better, and takes the next point's y at once otherwise.
     ax.step(chosen[x].to_numpy(dtype=np.float64), chosen[y].to_numpy(dtype=np.float64),
             where="pre" if x in maximize else "post", marker="o", color="C3", label="Pareto front")
+    _mark(ax, frame, x, y, mark)
     ax.set_xlabel(x)
     ax.set_ylabel(y)
     ax.legend(fontsize="small")

@@ -32,14 +32,24 @@ if TYPE_CHECKING:
     )
     from simpy_llm.explore.pareto import dominated, pareto_front
     from simpy_llm.explore.search import RandomSearch
-    from simpy_llm.explore.sweeps import column_name, replications, run_point, summary_columns, sweep
+    from simpy_llm.explore.sweeps import (
+        IdenticalReplicationsWarning,
+        SweepPointError,
+        column_name,
+        overloaded_flag,
+        replications,
+        run_point,
+        summary_columns,
+        sweep,
+    )
 
 _HOME = {
     "CapacityCard": "capacity", "ReplicaCard": "capacity", "SloTarget": "capacity",
     "StabilityCriteria": "capacity", "max_stable_load": "capacity", "min_replicas": "capacity",
     "dominated": "pareto", "pareto_front": "pareto", "RandomSearch": "search",
     "column_name": "sweeps", "replications": "sweeps", "run_point": "sweeps",
-    "summary_columns": "sweeps", "sweep": "sweeps",
+    "summary_columns": "sweeps", "sweep": "sweeps", "IdenticalReplicationsWarning": "sweeps",
+    "SweepPointError": "sweeps", "overloaded_flag": "sweeps",
 }
 """Each public name's module. They are imported on first use (PEP 562): the command line
 imports this package's ``cli`` modules for every command, and a server started by it
@@ -61,14 +71,17 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "CapacityCard",
+    "IdenticalReplicationsWarning",
     "RandomSearch",
     "ReplicaCard",
     "SloTarget",
     "StabilityCriteria",
+    "SweepPointError",
     "column_name",
     "dominated",
     "max_stable_load",
     "min_replicas",
+    "overloaded_flag",
     "pareto_front",
     "replications",
     "run_point",

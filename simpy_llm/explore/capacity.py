@@ -32,6 +32,26 @@ finishes. In the window:
   scenario's own per-class SLO targets (``slo:`` in the scenario: TTFT and E2E as
   the client sees them, TPOT, and TVT with speculative decoding).
 
+Three figures tell how much room a probe left; the first is not headroom:
+
+* *busy fraction*: the share of the run (warm-up and drain included) the replicas'
+  engines spent running steps, averaged over the replicas. A continuous-batching
+  engine steps whenever it holds one request, so at any load that keeps one request
+  in service it reads close to 1, at a third of capacity as at capacity: it says
+  the engine never idles, not that it is full;
+* *batch occupancy*: the time-weighted mean number of requests in service (from
+  their first schedule to their completion) over the measurement window, divided by
+  the fleet's batch slots (``max_num_seqs`` summed over the replicas). By Little's
+  law it is load x time in service / slots; it reaches 1 only when every slot is
+  taken all the time. It is NaN for fleets whose slots are not ``max_num_seqs`` of
+  co-located replicas (request-level batch servers, disaggregated pools, speculative
+  decoding's verify servers, a planner changing the fleet);
+* *KV occupancy*: the KV cache's time-weighted use (used blocks over blocks, the
+  summary's ``kv_utilization``), over the run, averaged over the replicas. Slots are
+  not always what runs out first: long prompts fill the KV cache with slots to
+  spare, and then preemptions, not a full batch, end the stable range. The tighter
+  of the two occupancies is the headroom.
+
 **Early pruning.** While a probe runs, the requests in the system are checked
 every 1/200 of its expected duration; as soon as they exceed
 :attr:`StabilityCriteria.prune_backlog` the probe stops and the load is judged
@@ -341,8 +361,18 @@ class Probe:
     """Measured requests meeting the scenario's SLO targets per second of the window."""
     goodput_fraction: float
     """Share of measured completed requests meeting the scenario's SLO targets (NaN without)."""
-    utilization: float
-    """Mean over replicas of busy time / run duration (warm-up and drain included)."""
+    busy_fraction: float
+    """Mean over replicas of busy time (running steps, loading the model) / run duration,
+    warm-up and drain included: close to 1 whenever one request is always in service, so
+    not a measure of headroom (see :attr:`batch_occupancy`)."""
+    batch_occupancy: float
+    """Time-weighted mean of the requests in service (first schedule to completion) over the
+    measurement window, over the fleet's batch slots (``max_num_seqs`` summed): the share
+    of the slots in use, 1 when full; NaN for fleets without such slots (see
+    :mod:`simpy_llm.explore.capacity`)."""
+    kv_occupancy: float
+    """Time-weighted share of the KV cache's blocks in use over the run (warm-up and drain
+    included), mean over replicas (``summary()["kv_utilization"]``; NaN without a KV cache)."""
     latency_s: Mapping[str, float]
     """``ttft_p50``, ``ttft_p99``, ``tpot_p50``, ``tpot_p99``, ``e2e_p50``, ``e2e_p99``,
     ``queue_delay_mean``, ``queue_delay_p99`` over measured completed requests, s."""
@@ -363,7 +393,14 @@ class Probe:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Probe:
+        """The probe :meth:`to_dict` wrote. A card written before probes had occupancies
+        keeps its ``utilization`` as :attr:`busy_fraction` (the same figure) and gets NaN
+        occupancies."""
         data = dict(data)
+        if "utilization" in data and "busy_fraction" not in data:
+            data["busy_fraction"] = data.pop("utilization")
+            data.setdefault("batch_occupancy", None)
+            data.setdefault("kv_occupancy", None)
         floats = [f.name for f in attrs.fields(cls) if f.type in ("float",)]
         for name in floats:
             data[name] = _unjson(data[name])
@@ -525,6 +562,7 @@ def _judge(
         slo_values[target.name] = target.value(derived[f"{target.metric}_s"][mask])
     completions_in = int((completed & (c["completion_s"] > t0) & (c["completion_s"] <= t1)).sum())
     s = results.summary()
+    busy = [b / results.end_s for b in s["engine"]["busy_s"]] if results.end_s > 0 else []
     figures = {
         "measured_requests": n,
         "offered_rps": in_window / span if span > 0 else math.nan,
@@ -533,7 +571,9 @@ def _judge(
         "drop_fraction": float((measured & dropped).sum()) / n if n else math.nan,
         "goodput_rps": float(met.sum()) / span if span > 0 else math.nan,
         "goodput_fraction": float(met.mean()) if met.size else math.nan,
-        "utilization": math.nan if s["gpu_utilization"]["mean"] is None else float(s["gpu_utilization"]["mean"]),
+        "busy_fraction": float(np.mean(busy)) if busy else math.nan,
+        "batch_occupancy": _batch_occupancy(results, t0, t1),
+        "kv_occupancy": float(s["kv_utilization"]["time_weighted_mean"]),
         "latency_s": latency,
         "slo_values": slo_values,
     }
@@ -554,6 +594,36 @@ def _judge(
     if criteria.min_goodput_fraction is not None and not gf >= criteria.min_goodput_fraction:
         missed.append(f"goodput fraction {gf:.3g} < {criteria.min_goodput_fraction:g}")
     return figures, unstable, missed
+
+
+def _batch_slots(scenario: Scenario) -> int | None:
+    """The fleet's batch slots, ``max_num_seqs`` summed over its replicas; None when its
+    slots are not that (batch servers, disaggregated pools, verify servers, a planner)."""
+    serving = scenario.serving
+    if serving.disaggregation is not None or scenario.speculation is not None or scenario.planner is not None:
+        return None
+    groups = serving.groups()
+    if any(group.batch_server is not None for group in groups):
+        return None
+    return sum(group.count * group.engine.max_num_seqs for group in groups)
+
+
+def _batch_occupancy(results: Results, t0: float, t1: float) -> float:
+    """Time-weighted mean of the requests in service over ``[t0, t1]``, over the fleet's
+    batch slots (:attr:`Probe.batch_occupancy`).
+
+    A request is in service from its first schedule to its completion (to the end of the
+    run if it never completed), its preemptions included.
+    """
+    slots = _batch_slots(results.scenario)
+    if not slots or not t1 > t0:
+        return math.nan
+    c = results.columns
+    start = c["first_scheduled_s"]
+    scheduled = ~np.isnan(start)
+    end = np.where(np.isnan(c["completion_s"]), results.end_s, c["completion_s"])[scheduled]
+    overlap = np.clip(np.minimum(end, t1) - np.maximum(start[scheduled], t0), 0.0, None)
+    return float(overlap.sum() / (t1 - t0) / slots)
 
 
 def _slo_met(results: Results, done: np.ndarray, client: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -606,7 +676,7 @@ def _run_probe(
             **common, stable=False, meets_slo=False, pruned=True, sim_time_s=float(stop.now_s),
             reason=f"pruned: {stop.backlog} requests in the system > {bound} at t={stop.now_s:.4g} s",
             measured_requests=0, offered_rps=nan, throughput_rps=nan, backlog_growth=nan, drop_fraction=nan,
-            goodput_rps=nan, goodput_fraction=nan, utilization=nan,
+            goodput_rps=nan, goodput_fraction=nan, busy_fraction=nan, batch_occupancy=nan, kv_occupancy=nan,
             latency_s=dict.fromkeys(LATENCY_COLUMNS, nan), slo_values={t.name: nan for t in criteria.slo},
         )
     figures, unstable, missed = _judge(results, window, criteria)
@@ -659,9 +729,13 @@ class _Prober:
             return verdict
         stable = meets = True
         for seed in self.seeds:
-            extra = {self.key: x}
+            extra: dict[str, Any] = {self.key: x}
             if seed is not None:
+                # The whole run's root seed: the workload's too, unless the overrides fix it.
                 extra["seed"] = seed
+                whole = self.overrides.get("workload")
+                if "workload.seed" not in self.overrides and not (isinstance(whole, Mapping) and "seed" in whole):
+                    extra["workload.seed"] = seed
             p = self.probe(x, {**self.overrides, **extra})
             self.probes.append(p)
             if self.progress:
@@ -845,7 +919,7 @@ class CapacityCard:
         frame = self.to_frame()
         if len(frame):
             cols = ["load", "seed", "stable", "meets_slo", "throughput_rps", "ttft_p99_s", "e2e_p99_s",
-                    "utilization", "tpot_inflation", "reason"]
+                    "busy_fraction", "batch_occupancy", "kv_occupancy", "tpot_inflation", "reason"]
             lines.append(_table(frame, cols))
         return "\n".join(lines) + "\n"
 
@@ -952,7 +1026,7 @@ class ReplicaCard:
         frame = self.to_frame()
         if len(frame):
             cols = ["replicas", "seed", "stable", "meets_slo", "throughput_rps", "ttft_p99_s", "e2e_p99_s",
-                    "utilization", "reason"]
+                    "busy_fraction", "batch_occupancy", "kv_occupancy", "reason"]
             lines.append(_table(frame, cols))
         return "\n".join(lines) + "\n"
 
@@ -1086,7 +1160,9 @@ def max_stable_load(
         Instead of request counts: seconds of arrivals as warm-up, then measured.
     seeds
         Run every probe under each of these root seeds (a load passes only under all);
-        default: the scenario's seed.
+        default: the scenario's seed. Each is the whole run's root seed: it sets
+        ``seed`` and ``workload.seed`` (a workload with a seed of its own varies with
+        it), unless *overrides* give ``workload.seed``, which then holds the workload.
     overrides
         ``{"dotted.key": value}`` applied to every probe before the load and window.
     progress

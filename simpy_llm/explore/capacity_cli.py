@@ -51,7 +51,9 @@ def add_parser(sub: Any, add_scenario_options: Any) -> None:
     cap.add_argument("--max-replicas", type=int, default=1024, metavar="N", help="with --replicas: give up above N")
     cap.add_argument("--warmup-requests", type=int, metavar="N", help="warm-up requests per probe (default 1000)")
     cap.add_argument("--measure-requests", type=int, metavar="N", help="measured requests per probe (default 10000)")
-    cap.add_argument("--seeds", metavar="S1,S2", help="comma-separated seeds; a load passes only under all")
+    cap.add_argument("--seeds", metavar="S1,S2",
+                     help="comma-separated seeds; a load passes only under all. Each is the whole run's root seed "
+                     "(seed and workload.seed); --set workload.seed=N holds the workload fixed")
     cap.add_argument("--out", metavar="DIR", help="write the card as JSON, CSV, Markdown and PNG here")
     cap.add_argument("--quiet", action="store_true", help="no line per probe on standard error")
     add_scenario_options(cap)

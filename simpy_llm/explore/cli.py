@@ -4,9 +4,13 @@ Runs :func:`simpy_llm.explore.sweep` over the Cartesian product of the ``--grid`
 options (each repeatable, values parsed as YAML scalars: ``--grid
 serving.engine.max_num_seqs=64,128 --grid workload.aggregate_rate=5,10.5``), under
 every ``--seeds`` seed, on a process pool of ``--workers`` processes or on the Dask
-cluster at ``--scheduler``, and prints a table of the points and a few headline
-figures. ``--out DIR`` makes the sweep resumable (finished runs are kept in
-``DIR/runs/`` and not run again) and writes the frame to ``DIR/sweep.csv``.
+cluster at ``--scheduler``, and prints a table of the points, their ``overloaded``
+flag and a few headline figures. ``--out DIR`` makes the sweep resumable (finished
+runs are kept in ``DIR/runs/`` and not run again) and writes the frame to
+``DIR/sweep.csv``. Each ``--seeds`` seed is the whole run's root seed (``seed`` and
+``workload.seed``); ``--grid seed=1,2,3`` varies the top-level seed only, holding a
+workload with its own seed fixed. Warnings (seeds of a point giving identical rows,
+say) are printed one line each on standard error.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +42,17 @@ def add_parser(sub: Any, add_scenario_options: Any) -> None:
         action="append",
         default=[],
         metavar="KEY=V1,V2,...",
-        help="a key to vary and its values, parsed as YAML scalars (repeatable: the points are the product, "
-        "the first --grid varying slowest), e.g. --grid serving.engine.max_num_seqs=64,128",
+        help="a key to vary and its values, parsed as YAML (repeatable: the points are the product, "
+        "the first --grid varying slowest), e.g. --grid serving.engine.max_num_seqs=64,128; a mapping replaces "
+        "a whole block: --grid 'serving.router={kind: round_robin},{kind: least_loaded}'",
     )
-    p.add_argument("--seeds", metavar="S1,S2,...", help="run every point once per seed (integers), e.g. --seeds 1,2,3")
+    p.add_argument(
+        "--seeds",
+        metavar="S1,S2,...",
+        help="run every point once per seed (integers), e.g. --seeds 1,2,3; each is the whole run's root seed "
+        "(seed and workload.seed, a workload file's own seed included); --grid seed=1,2,3 varies the serving "
+        "side only",
+    )
     p.add_argument(
         "--workers",
         type=int,
@@ -122,7 +134,7 @@ def _parse_metrics(text: str | None) -> list[str] | None:
 def main(args: argparse.Namespace) -> int:
     """Run the ``sweep`` command *args* asks for; exit status 0, 2 on bad input."""
     from simpy_llm.config import ScenarioError
-    from simpy_llm.explore.sweeps import FRAME_FILE, SERIAL, sweep
+    from simpy_llm.explore.sweeps import FRAME_FILE, OVERLOADED_COLUMN, SERIAL, sweep
 
     try:
         grid = parse_grid(args.grid)
@@ -156,25 +168,35 @@ def main(args: argparse.Namespace) -> int:
     executor: Any = client if client is not None else (SERIAL if args.workers == 1 else None)
     progress = {"auto": None, "on": True, "off": False}[args.progress]
     try:
-        frame = sweep(
-            args.scenario,
-            grid,
-            overrides=list(args.overrides),
-            seeds=seeds,
-            metrics=metrics,
-            executor=executor,
-            max_workers=args.workers if executor is None else None,
-            results_dir=args.out,
-            plugins=list(args.plugins),
-            progress=progress,
-        )
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            frame = sweep(
+                args.scenario,
+                grid,
+                overrides=list(args.overrides),
+                seeds=seeds,
+                metrics=metrics,
+                executor=executor,
+                max_workers=args.workers if executor is None else None,
+                results_dir=args.out,
+                plugins=list(args.plugins),
+                progress=progress,
+            )
     except (ScenarioError, ValueError, TypeError) as exc:
-        print(exc, file=sys.stderr)
+        print("\n".join([str(exc), *getattr(exc, "__notes__", [])]), file=sys.stderr)
         return 2
     finally:
         if client is not None:
             client.close()
+    for warning in caught:
+        print(f"warning: {' '.join(str(warning.message).split())}", file=sys.stderr)
     _print_table(frame, list(grid), metrics)
+    over = frame[OVERLOADED_COLUMN]
+    if (over == 1.0).any():
+        print(
+            f"{int((over == 1.0).sum())} of {len(frame)} runs overloaded (overloaded = yes): the offered load outgrew "
+            f"the fleet, so their latency figures grow with the run's length; see the overload diagnostic of such a run"
+        )
     runs, loaded = frame.attrs.get("runs", len(frame)), frame.attrs.get("loaded", 0)
     tail = f" ({loaded} loaded from {args.out})" if loaded else ""
     print(f"{len(frame)} runs{tail}, {runs} simulated" + (f"; wrote {Path(args.out) / FRAME_FILE}" if args.out else ""))
@@ -182,24 +204,44 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _fmt(value: Any) -> str:
+    """A table cell: a float to 4 significant digits (``-`` for NaN), a mapping or list in
+    YAML flow style as ``--grid`` takes it, anything else as text.
+
+    >>> _fmt(0.123456), _fmt(float("nan")), _fmt({"kind": "power_of_d", "params": {"d": 2}}), _fmt(3)
+    ('0.1235', '-', '{kind: power_of_d, params: {d: 2}}', '3')
+    """
+    from simpy_llm.explore.sweeps import _show
+
     if isinstance(value, float):
         if math.isnan(value):
             return "-"
         return f"{value:.4g}"
+    if isinstance(value, (dict, list)):
+        return _show(value)
     return str(value)
+
+
+def _flag(value: float) -> str:
+    """The ``overloaded`` cell: yes, no, or ``-`` (too short to judge)."""
+    return "-" if math.isnan(value) else ("yes" if value == 1.0 else "no")
 
 
 def _print_table(frame: Any, keys: list[str], metrics: list[str] | None) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from simpy_llm.explore.sweeps import OVERLOADED_COLUMN
+
     shown = metrics if metrics is not None else [m for m in HEADLINE_METRICS if m in frame.columns]
-    columns = [*keys, *(["seed"] if "seed" not in keys else []), *shown]
+    columns = [*keys, *(["seed"] if "seed" not in keys else []), OVERLOADED_COLUMN, *shown]
     table = Table(title="sweep", show_edge=False)
     for name in columns:
         table.add_column(name, justify="right")
+    flag_at = columns.index(OVERLOADED_COLUMN)
     for record in frame[columns].itertuples(index=False, name=None):
-        table.add_row(*(_fmt(v.item() if hasattr(v, "item") else v) for v in record))
+        cells = [_fmt(v.item() if hasattr(v, "item") else v) for v in record]
+        cells[flag_at] = _flag(float(record[flag_at]))
+        table.add_row(*cells, style="bold yellow" if record[flag_at] == 1.0 else None)
     console = Console(soft_wrap=True)
     if not console.is_terminal:  # a log or a pipe: wide enough for the table
         console = Console(soft_wrap=True, width=200)

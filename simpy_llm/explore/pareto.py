@@ -19,6 +19,10 @@ then keep the policies worth considering::
                                  "devices.cost_usd": "min"})
 
 and draw two of the objectives with :func:`simpy_llm.plot.pareto_front` (``front=front``).
+The front keeps a sweep row's ``overloaded`` flag (and the plot crosses such rows out): an
+overloaded run's latency grows with the run's length, so its place on a latency front
+describes no steady state; ``pareto_front(frame[frame["overloaded"] != 1], ...)`` leaves
+such runs out.
 
 Examples
 --------

@@ -20,7 +20,14 @@ In order:
 2. ``trial``: with a study only, the Optuna trial's number;
 3. ``seed``: the scenario's root seed the run used (read from the loaded scenario;
    a grid that varies ``seed`` has its column among the grid's instead);
-4. the run's summary figures, one column per row of
+4. ``overloaded``: the run's overload diagnostic (:func:`~simpy_llm.metrics.diagnostics.overload`)
+   as a flag: 1.0 when it fired (the queues grew through the arrival window: the
+   latency figures of such a row grow with the run's length and describe no steady
+   state), 0.0 when the run was judged and is not overloaded, NaN when the run was too
+   short to judge (:func:`~simpy_llm.metrics.diagnostics.overload_judged`). Every
+   row has it, whatever *metrics* keeps; the command line's table shows it, and the
+   sweep plots of :mod:`simpy_llm.plot` mark its rows;
+5. the run's summary figures, one column per row of
    :meth:`Results.summary_frame() <simpy_llm.metrics.results.Results.summary_frame>`
    (float; NaN for a statistic with nothing to be taken over), named by
    :func:`column_name`:
@@ -35,38 +42,58 @@ In order:
    A figure some runs have and others lack (a batch-size histogram bin, a replica
    of a larger fleet) is NaN in the runs that lack it; such columns follow the
    others in the order they first appear;
-5. ``wall_s``: wall-clock seconds the run took (loading the scenario, simulating,
+6. ``wall_s``: wall-clock seconds the run took (loading the scenario, simulating,
    summarising). It measures the machine, not the model: it differs from one call
    to the next, and is the only column that does.
 
 Same scenario, points, overrides and seeds give the same frame, ``wall_s`` aside,
 whatever the executor.
+
+Seeds
+-----
+A seed of *seeds* is the whole run's root seed: it sets the scenario's ``seed`` and
+``workload.seed``, so a workload with a seed of its own (``workload: {file: ...}``
+whose file has ``seed: 42``) varies with it too. Without a seed of its own the
+workload's streams follow the scenario's seed anyway, so there it changes nothing. To
+hold the workload fixed and vary only the serving side, vary ``seed`` in the grid (or
+set it in *overrides*) instead of giving *seeds*: those set the top-level key only;
+and a ``workload.seed`` given in *overrides* or by the points is kept under *seeds*
+(the workload then stays fixed). When two or more seeds of one point give identical
+rows (every summary figure equal), :func:`sweep` warns (:class:`IdenticalReplicationsWarning`)
+naming the point and the seeds: their :func:`replications` interval has zero width.
 """
 
 from __future__ import annotations
 
+import ast
 import collections
 import concurrent.futures
 import contextlib
 import difflib
 import hashlib
+import inspect
 import itertools
 import json
 import math
 import multiprocessing
 import os
+import re
 import sys
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from simpy_llm.config import ScenarioError
 from simpy_llm.config.loader import Overrides, _ordered_overrides, load_plugins, load_scenario
 from simpy_llm.explore.search import RandomSearch
+from simpy_llm.metrics.diagnostics import overload_judged
+from simpy_llm.metrics.summary import flatten_summary
 from simpy_llm.simulation import Simulation
 
 if TYPE_CHECKING:
@@ -76,11 +103,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FRAME_FILE",
+    "OVERLOADED_COLUMN",
     "SEED_COLUMN",
     "SERIAL",
     "TRIAL_COLUMN",
     "WALL_COLUMN",
+    "IdenticalReplicationsWarning",
+    "SweepPointError",
     "column_name",
+    "overloaded_flag",
     "replications",
     "run_point",
     "summary_columns",
@@ -97,6 +128,53 @@ SERIAL = "serial"
 """``executor=SERIAL`` runs a sweep in this process, one run after the other."""
 FRAME_FILE = "sweep.csv"
 """The file, in a results directory, that the finished frame is written to."""
+OVERLOADED_COLUMN = "overloaded"
+"""The column holding each run's overload diagnostic as a flag (1.0, 0.0, or NaN: not judged)."""
+_ALWAYS = (SEED_COLUMN, OVERLOADED_COLUMN, WALL_COLUMN)
+"""The columns of a row besides the summary's, in every row whatever *metrics* keeps."""
+
+
+class IdenticalReplicationsWarning(UserWarning):
+    """Seeds of one sweep point gave identical rows: the runs do not depend on the seed, and
+    the point's :func:`replications` interval has zero width."""
+
+
+class SweepPointError(ScenarioError):
+    """A point of a sweep whose scenario does not load: the :class:`ScenarioError`, with the
+    point (its keys and values, and the seed) in its first line.
+
+    Attributes
+    ----------
+    point
+        ``{key: value}`` of the point, and ``seed`` when the sweep gives seeds.
+    hint
+        What to do about it, when the problem lies in a block the point changes only
+        part of (else empty).
+    """
+
+    def __init__(self, error: ScenarioError, point: Mapping[str, Any], hint: str = "") -> None:
+        self.point = dict(point)
+        self.hint = hint
+        where = ", ".join(f"{key}={_show(value)}" for key, value in self.point.items())
+        super().__init__(f"{error.source} at sweep point {where}", list(error.problems), error.what)
+        if hint:
+            self.args = (f"{self.args[0]}\n{hint}",)
+
+
+def _show(value: Any) -> str:
+    """A setting as it would be written on the command line: YAML flow style
+    (``{kind: least_loaded}``, ``[1, 2]``, ``round_robin``, ``5.0``).
+
+    >>> _show({"kind": "power_of_d", "params": {"d": 2}}), _show("round_robin"), _show(0.5), _show(None)
+    ('{kind: power_of_d, params: {d: 2}}', 'round_robin', '0.5', 'null')
+    """
+    import yaml
+
+    try:
+        text = yaml.safe_dump(value, default_flow_style=True, width=math.inf, sort_keys=False)
+    except yaml.YAMLError:
+        return repr(value)
+    return text.removesuffix("\n").removesuffix("\n...").strip()
 
 
 def column_name(section: str, metric: str, statistic: str, group: str) -> str:
@@ -118,9 +196,10 @@ def column_name(section: str, metric: str, statistic: str, group: str) -> str:
     return f"{name}[{group}]" if group else name
 
 
-def summary_columns(results: Results) -> dict[str, float]:
+def summary_columns(results: Results, summary: Mapping[str, Any] | None = None) -> dict[str, float]:
     """The summary of one run as sweep columns: ``{column_name: value}`` in
-    ``summary_frame()`` order (see :func:`column_name`).
+    ``summary_frame()`` order (see :func:`column_name`). *summary* is ``results.summary()``
+    when the caller has it already.
 
     Raises
     ------
@@ -136,18 +215,39 @@ def summary_columns(results: Results) -> dict[str, float]:
     (50.0, True)
     """
     out: dict[str, float] = {}
-    for section, metric, statistic, group, value in results.summary_frame().itertuples(index=False, name=None):
-        name = column_name(str(section), str(metric), str(statistic), str(group))
+    figures = flatten_summary(summary if summary is not None else results.summary())  # type: ignore[arg-type]
+    for section, metric, statistic, group, value in figures:
+        name = column_name(section, metric, statistic, group)
         if name in out:
             raise RuntimeError(f"two summary figures map to the sweep column {name!r}")
         out[name] = float(value)
     return out
 
 
+def overloaded_flag(results: Results, summary: Mapping[str, Any] | None = None) -> float:
+    """The ``overloaded`` column of a run: 1.0 when its summary has the ``overload``
+    diagnostic, 0.0 when the run could be judged and has not, NaN when it was too short
+    to judge (:func:`~simpy_llm.metrics.diagnostics.overload_judged`).
+
+    Examples
+    --------
+    >>> from simpy_llm import Simulation, load_scenario
+    >>> def flag(rate, n):
+    ...     overrides = {"workload.aggregate_rate": rate, "workload.num_requests": n}
+    ...     return overloaded_flag(Simulation(load_scenario("scenarios/quickstart.yaml", overrides)).run())
+    >>> flag(200.0, 3000), flag(5.0, 3000), flag(200.0, 50)
+    (1.0, 0.0, nan)
+    """
+    diagnostics = (summary if summary is not None else results.summary())["diagnostics"]
+    if any(d["code"] == "overload" for d in diagnostics):
+        return 1.0
+    return 0.0 if overload_judged(results) else math.nan
+
+
 def run_point(scenario_path: str | Path, overrides: Mapping[str, Any]) -> dict[str, Any]:
     """Load *scenario_path* with *overrides* (mapping form: values taken as given), run
-    it and return its row: ``seed``, the summary columns (:func:`summary_columns`),
-    then ``wall_s``.
+    it and return its row: ``seed``, ``overloaded`` (:func:`overloaded_flag`), the summary
+    columns (:func:`summary_columns`), then ``wall_s``.
 
     Raises
     ------
@@ -157,13 +257,18 @@ def run_point(scenario_path: str | Path, overrides: Mapping[str, Any]) -> dict[s
     Examples
     --------
     >>> row = run_point("scenarios/quickstart.yaml", {"workload.num_requests": 50, "seed": 3})
-    >>> row["seed"], row["requests.arrived"], list(row)[-1]
-    (3, 50.0, 'wall_s')
+    >>> row["seed"], row["overloaded"], row["requests.arrived"], list(row)[-1]
+    (3, nan, 50.0, 'wall_s')
     """
     start = time.perf_counter()
     scenario = load_scenario(scenario_path, dict(overrides))
     results = Simulation(scenario).run(progress=False)
-    row: dict[str, Any] = {SEED_COLUMN: scenario.seed, **summary_columns(results)}
+    summary = results.summary()
+    row: dict[str, Any] = {
+        SEED_COLUMN: scenario.seed,
+        OVERLOADED_COLUMN: overloaded_flag(results, summary),
+        **summary_columns(results, summary),
+    }
     row[WALL_COLUMN] = time.perf_counter() - start
     return row
 
@@ -228,7 +333,12 @@ def sweep(
           once (it sets the fork server's preload list) and outlives the sweep, so
           later sweeps start fast; it keeps the code it imported, so restart the
           Python process after editing the simulator's code. While the workers
-          start, this process runs points itself (the first in order);
+          start, this process runs points itself (the first in order). Each worker
+          runs the main script again when it starts (:mod:`multiprocessing`'s rule),
+          so a script that calls :func:`sweep` outside an ``if __name__ ==
+          "__main__":`` block would start sweeps in its workers: such a sweep runs
+          in this process instead, one run after the other, with a warning saying
+          to put the call under that block;
         * ``"serial"``: one after the other in this process;
         * any :class:`concurrent.futures.Executor`: used as given, not shut down;
         * a ``dask.distributed.Client``: its ``get_executor()``, the cluster's width
@@ -254,13 +364,18 @@ def sweep(
         applied after them, so a key also given here takes the point's value.
     seeds
         ``None``: each point runs once, with the scenario's own seed. Otherwise each
-        point runs once per seed, with the top-level ``seed`` set to it (the seed
-        then may not be set by the points or *overrides*). A workload with its own
-        ``workload.seed`` keeps it: the seed then changes the serving side's
-        random streams only.
+        point runs once per seed, the seed being the whole run's root seed: it sets
+        the top-level ``seed`` and ``workload.seed``, so a workload with a seed of its
+        own (in the scenario or in the workload file it reads) varies with it too (the
+        top-level ``seed`` then may not be set by the points or *overrides*). A
+        ``workload.seed`` the points or *overrides* give is kept: the workload then
+        stays fixed and the seeds vary the serving side only, as a grid over ``seed``
+        does. Seeds of one point whose rows come out identical draw an
+        :class:`IdenticalReplicationsWarning` naming the point and the seeds.
     metrics
         ``None``: every summary column. Otherwise the summary columns to keep, in
-        this order (the point's columns, ``seed`` and ``wall_s`` are always there).
+        this order (the point's columns, ``seed``, ``overloaded`` and ``wall_s`` are
+        always there).
     plugins
         Plugins (modules or Python files) to import before loading the scenario, here
         and in every worker, as ``--plugin`` does.
@@ -274,17 +389,24 @@ def sweep(
     pandas.DataFrame
         One row per (point, seed), points in their order (whatever order the runs
         finish in) and seeds in the order given. Columns: the point's keys, ``trial``
-        (with *study*), ``seed``, the summary columns, ``wall_s``; see
+        (with *study*), ``seed``, ``overloaded``, the summary columns, ``wall_s``; see
         :mod:`simpy_llm.explore.sweeps`. ``frame.attrs`` holds ``{"runs": ran,
-        "loaded": loaded from results_dir}``.
+        "loaded": loaded from results_dir, "executor": "pool", "serial" or "given"}``.
 
     Raises
     ------
-    ScenarioError
-        If a point does not give a valid scenario (an unknown key, a bad value),
-        naming the key. Every point's scenario (under the first seed), and the first
-        point's under every seed, is loaded before the first run starts, so such an
-        error costs no simulation (with *study*, the points of a batch).
+    SweepPointError
+        If a point does not give a valid scenario (an unknown key, a bad value): a
+        :class:`~simpy_llm.config.ScenarioError` naming the point (its keys and
+        values, and the seed) and the key. Every point's scenario (under the first
+        seed), and the first point's under every seed, is loaded before the first run
+        starts, so such an error costs no simulation (with *study*, the points of a
+        batch). A point that sets one key of a block (``serving.router.kind``) keeps
+        the block's other keys from the file; a point may replace a whole block by
+        giving it as a mapping (``{"serving.router": [{"kind": "least_loaded"},
+        {"kind": "power_of_d", "params": {"d": 2}}]}``), and the error says so when a
+        kept key is the problem. An error raised while a point runs carries the point
+        in a note (:meth:`BaseException.add_note`).
     ValueError
         If not exactly one of *grid*, *random*, *study* is given, the grid or a key's
         values are empty, *seeds* is empty or clashes with a ``seed`` set elsewhere,
@@ -306,7 +428,7 @@ def sweep(
     ...     executor="serial",
     ... )
     >>> list(frame.columns)
-    ['workload.aggregate_rate', 'seed', 'throughput.requests_per_s', 'latency_s.ttft.p99', 'wall_s']
+    ['workload.aggregate_rate', 'seed', 'overloaded', 'throughput.requests_per_s', 'latency_s.ttft.p99', 'wall_s']
     >>> frame[["workload.aggregate_rate", "seed"]].to_records(index=False).tolist()
     [(5.0, 1), (5.0, 2), (20.0, 1), (20.0, 2)]
     >>> rate = frame.groupby("workload.aggregate_rate")["throughput.requests_per_s"].mean()
@@ -347,6 +469,16 @@ def sweep(
     if plugin_list:
         load_plugins(plugin_list, source="sweep", key="plugins")
     path = Path(scenario)
+    if executor is None:
+        script = _unguarded_main_script()
+        if script is not None:
+            warnings.warn(
+                f"sweep() runs in this process, one run after the other: it is called from {script} outside an "
+                f"'if __name__ == \"__main__\":' block, and every worker of a process pool would run that script, "
+                f"sweep included, again; put the call under that block to run on a process pool",
+                stacklevel=2,
+            )
+            executor = SERIAL
     runner = _Runner(executor, max_workers, str(path.resolve()) if path.is_file() else str(path), plugin_list)
     store = _Store(results_dir, path, plugin_list) if results_dir is not None else None
 
@@ -360,7 +492,10 @@ def sweep(
         keys, values = _grid(grid)  # type: ignore[arg-type]
     if seed_list is not None:
         if SEED_COLUMN in keys:
-            raise ValueError("the points vary 'seed' and seeds= is given too: give the seeds in one place")
+            raise ValueError(
+                "the points vary 'seed' and seeds= is given too: give the seeds in one place (a grid over 'seed' "
+                "varies the serving side only; seeds= the whole run, workload included)"
+            )
         if SEED_COLUMN in fixed:
             raise ValueError("overrides set 'seed' and seeds= is given too: give the seeds in one place")
     wanted = _wanted(metrics, keys)
@@ -383,8 +518,9 @@ def sweep(
     seen: dict[str, None] = {}  # summary columns in order of first appearance, in point order
     for row in state.rows:
         for name in row:
-            if name not in (SEED_COLUMN, WALL_COLUMN):
+            if name not in _ALWAYS:
                 seen.setdefault(name)
+    _warn_identical(state)
     if wanted is not None:
         _check_metrics(wanted, seen, final=True)
     clash = sorted(set(keys) & set(seen))
@@ -398,11 +534,12 @@ def sweep(
         columns[TRIAL_COLUMN] = np.array(state.trials, dtype=np.int64)
     if SEED_COLUMN not in columns:
         columns[SEED_COLUMN] = np.array([row[SEED_COLUMN] for row in rows], dtype=np.int64)
+    columns[OVERLOADED_COLUMN] = np.array([row[OVERLOADED_COLUMN] for row in rows], dtype=np.float64)
     for name in wanted if wanted is not None else seen:
         columns[name] = np.array([row.get(name, math.nan) for row in rows], dtype=np.float64)
     columns[WALL_COLUMN] = np.array([row[WALL_COLUMN] for row in rows], dtype=np.float64)
     frame = pd.DataFrame(columns)
-    frame.attrs = {"runs": state.ran, "loaded": state.loaded}
+    frame.attrs = {"runs": state.ran, "loaded": state.loaded, "executor": runner.kind}
     if store is not None:
         store.write_frame(frame)
     return frame
@@ -424,7 +561,8 @@ def replications(
         A frame from :func:`sweep` (or any frame with the same layout).
     metrics
         The columns to summarise (default: every float column after ``seed``, but
-        ``wall_s``).
+        ``overloaded`` and ``wall_s``; name ``overloaded`` for the share of a point's
+        seeds that ran overloaded).
     by
         The columns that identify a point (default: the columns before ``seed``, but
         ``trial``).
@@ -438,7 +576,11 @@ def replications(
         the *by* columns, ``metric``, ``n`` (the runs with a value: NaN values are
         left out), ``mean``, ``std`` (sample, ``ddof=1``), ``ci_low`` and ``ci_high``
         (``mean -/+ t_{(1+level)/2, n-1} * std / sqrt(n)``). With ``n < 2`` the std and
-        interval are NaN.
+        interval are NaN. A zero-width interval (``std`` 0) means the seeds gave the
+        same value, not that the value is known exactly: the runs did not depend on the
+        seed (a deterministic scenario, or randomness the seeds do not reach), so the
+        seeds say nothing about the variability (:func:`sweep` warns when a point's
+        rows are identical).
 
     Raises
     ------
@@ -470,7 +612,10 @@ def replications(
         by = list(by)
     if metrics is None:
         after = columns[columns.index(SEED_COLUMN) + 1 :] if SEED_COLUMN in columns else columns
-        metrics = [c for c in after if c not in by and c != WALL_COLUMN and pd.api.types.is_float_dtype(frame[c])]
+        metrics = [
+            c for c in after
+            if c not in by and c not in (WALL_COLUMN, OVERLOADED_COLUMN) and pd.api.types.is_float_dtype(frame[c])
+        ]
     else:
         metrics = list(metrics)
     missing = [c for c in [*by, *metrics] if c not in columns]
@@ -479,12 +624,15 @@ def replications(
     if not by:
         groups: Iterable[tuple[Any, pd.DataFrame]] = [((), frame)]
     else:
-        groups = frame.groupby(by, sort=False, dropna=False)
+        # A point that replaces a whole block holds a mapping, which pandas cannot group by:
+        # such columns are grouped by their text (each group's own value is reported).
+        keys = {c: frame[c].map(_show) if frame[c].map(lambda v: isinstance(v, (dict, list))).any() else frame[c] for c in by}
+        groups = frame.groupby([keys[c] for c in by], sort=False, dropna=False)
     out: dict[str, list[Any]] = {key: [] for key in by}
     for name in ("metric", "n", "mean", "std", "ci_low", "ci_high"):
         out[name] = []
-    for group_key, group in groups:
-        key_values = group_key if isinstance(group_key, tuple) else (group_key,)
+    for _group_key, group in groups:
+        key_values = [group[c].iloc[0] for c in by]
         for metric in metrics:
             values = group[metric].to_numpy(dtype=np.float64)
             values = values[~np.isnan(values)]
@@ -547,10 +695,10 @@ class _State:
         per_point = len(self.seed_list or [None])
         check = [i for i in range(len(jobs)) if i % per_point == 0 or i < per_point]
         if jobs:
-            load_scenario(self.scenario, jobs[0])
+            self._load(runs[0], jobs[0])
         self.runner.prepare(len(todo))
         for i in check[1:]:
-            load_scenario(self.scenario, jobs[i])
+            self._load(runs[i], jobs[i])
         rows: list[dict[str, Any] | None] = list(stored)
         for i, row in enumerate(stored):
             if row is not None:
@@ -559,7 +707,17 @@ class _State:
                 self.show(runs[i][0], row, True)
         if self.wanted is not None and self.loaded and todo:
             _check_metrics(self.wanted, self.seen, final=False)
-        for i, row in self.runner.run([jobs[i] for i in todo]):
+        running = self.runner.run([jobs[i] for i in todo])
+        while True:
+            try:
+                i, row = next(running)
+            except StopIteration:
+                break
+            except _JobFailed as failed:
+                cause = failed.__cause__ or failed
+                cause.add_note(f"at sweep point {self._describe(runs[todo[failed.index]])}")
+                cause.__suppress_context__ = True  # the run's own error, not the wrapper
+                raise cause  # re-raised as it was, with the point in a note
             index = todo[i]
             rows[index] = row
             self.ran += 1
@@ -574,9 +732,27 @@ class _State:
         self.rows.extend(done)
         return done
 
+    def _describe(self, run: tuple[tuple[Any, ...], int | None]) -> str:
+        """``key=value, ..., seed=N`` of a run (its point and its seed)."""
+        return ", ".join(f"{k}={_show(v)}" for k, v in self._point(run).items())
+
+    def _point(self, run: tuple[tuple[Any, ...], int | None]) -> dict[str, Any]:
+        point, seed = run
+        out = dict(zip(self.keys, point, strict=True))
+        if seed is not None:
+            out[SEED_COLUMN] = seed
+        return out
+
+    def _load(self, run: tuple[tuple[Any, ...], int | None], job: dict[str, Any]) -> None:
+        """Load one run's scenario, as a check; a bad one raises :class:`SweepPointError`."""
+        try:
+            load_scenario(self.scenario, job)
+        except ScenarioError as exc:
+            raise SweepPointError(exc, self._point(run), _block_hint(exc, self.keys, run[0])) from None
+
     def _seen(self, row: Mapping[str, Any]) -> None:
         for name in row:
-            if name not in (SEED_COLUMN, WALL_COLUMN):
+            if name not in _ALWAYS:
                 self.seen.setdefault(name)
 
 
@@ -669,6 +845,14 @@ def _run_job(scenario_path: str, overrides: Mapping[str, Any], plugins: Sequence
     return run_point(scenario_path, overrides)
 
 
+class _JobFailed(Exception):
+    """A job raised: its index in the jobs run, and the job's exception as ``__cause__``."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__(index)
+        self.index = index
+
+
 class _Runner:
     """Runs jobs on the executor a sweep was given, starting a process pool only when
     there is something to run.
@@ -718,12 +902,13 @@ class _Runner:
         return run_point(self.scenario, job) if not self.plugins else _run_job(self.scenario, job, self.plugins)
 
     def run(self, jobs: list[dict[str, Any]]) -> Iterator[tuple[int, dict[str, Any]]]:
-        """Yield ``(index in jobs, row)`` as each run finishes."""
+        """Yield ``(index in jobs, row)`` as each run finishes; a run that fails raises
+        :class:`_JobFailed` with its index, from the run's own exception."""
         if not jobs:
             return
         if self.kind == SERIAL:
             for i, job in enumerate(jobs):
-                yield i, self._here(job)
+                yield i, self._here_as(i, job)
             return
         if self.kind == "given":
             futures = {self.executor.submit(_run_job, self.scenario, job, self.plugins): i for i, job in enumerate(jobs)}
@@ -739,7 +924,7 @@ class _Runner:
                     if self._ready or not self._pending:
                         break
                     i, job = self._pending.popleft()
-                yield i, self._here(job)
+                yield i, self._here_as(i, job)
             with self._lock:
                 handed = self._ready or not self._pending
             if not handed:
@@ -747,10 +932,21 @@ class _Runner:
             futures = self._futures
         try:
             for future in concurrent.futures.as_completed(futures):
-                yield futures[future], future.result()
+                try:
+                    row = future.result()
+                except Exception as exc:
+                    raise _JobFailed(futures[future]) from exc
+                yield futures[future], row
         finally:
             for future in futures:
                 future.cancel()
+
+    def _here_as(self, i: int, job: dict[str, Any]) -> dict[str, Any]:
+        """Job *i* run in this process; its failure as :class:`_JobFailed`."""
+        try:
+            return self._here(job)
+        except Exception as exc:
+            raise _JobFailed(i) from exc
 
     def _submit_pending(self) -> None:
         """Hand every pending job to the pool (with the lock held)."""
@@ -828,8 +1024,8 @@ class _Store:
             row = data["row"]
         except (OSError, ValueError, KeyError, TypeError):
             return None
-        if not isinstance(row, dict) or SEED_COLUMN not in row or WALL_COLUMN not in row:
-            return None
+        if not isinstance(row, dict) or any(name not in row for name in _ALWAYS):
+            return None  # not a row, or one written before every row had these columns: run it again
         return row
 
     def save(self, overrides: Mapping[str, Any], row: Mapping[str, Any]) -> None:
@@ -936,7 +1132,7 @@ def _wanted(metrics: Sequence[str] | None, keys: list[str]) -> list[str] | None:
     for name in names:
         if not isinstance(name, str):
             raise TypeError(f"metrics must be column names (strings), got {name!r}")
-        if name in (SEED_COLUMN, WALL_COLUMN) or name in keys:
+        if name in _ALWAYS or name in keys:
             raise ValueError(f"metrics: {name!r} is always a column; list summary columns only")
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
@@ -971,11 +1167,124 @@ def _check_metrics(wanted: list[str], seen: Mapping[str, None], *, final: bool) 
 
 def _point_overrides(fixed: Mapping[str, Any], keys: list[str], point: tuple[Any, ...], seed: int | None) -> dict[str, Any]:
     """The overrides of one run: *fixed*, then the point's keys, then the seed (each key
-    given again moves to its last place, so it applies after the others)."""
+    given again moves to its last place, so it applies after the others).
+
+    The seed is the whole run's root seed: ``seed`` and ``workload.seed``, unless *fixed*
+    or the point give the workload's seed (then the workload stays as they say).
+
+    >>> _point_overrides({"workload.num_requests": 9}, ["serving.replicas"], (2,), 5)
+    {'workload.num_requests': 9, 'serving.replicas': 2, 'seed': 5, 'workload.seed': 5}
+    >>> _point_overrides({"workload.seed": 1}, ["serving.replicas"], (2,), 5)
+    {'workload.seed': 1, 'serving.replicas': 2, 'seed': 5}
+    """
     out = dict(fixed)
     for key, value in zip(keys, point, strict=True):
         out.pop(key, None)
         out[key] = value
     if seed is not None:
         out[SEED_COLUMN] = seed
+        if not _sets_workload_seed(out):
+            out["workload.seed"] = seed
     return out
+
+
+def _block_hint(error: ScenarioError, keys: list[str], point: tuple[Any, ...]) -> str:
+    """What to do when a problem of *error* lies in a block a point's key changes only part
+    of (a grid over ``serving.router.kind`` keeping the file's ``serving.router.params``).
+
+    >>> err = ScenarioError("s.yaml", [("serving.router.params.d", "unknown key; allowed: none")])
+    >>> print(_block_hint(err, ["serving.router.kind"], ("round_robin",)))
+    serving.router: the point sets serving.router.kind only and keeps the file's other keys of serving.router; to replace the whole block, vary serving.router itself with mappings, e.g. --grid 'serving.router={kind: round_robin}' (in Python {'serving.router': [{'kind': 'round_robin'}, ...]})
+    >>> _block_hint(err, ["workload.aggregate_rate"], (5.0,))
+    ''
+    """
+    hints = []
+    for key, value in zip(keys, point, strict=True):
+        block, dot, last = key.rpartition(".")
+        if not dot:
+            continue
+        for path in error.paths:
+            dotted = re.sub(r"\[(\d+)\]", r".\1", path)
+            if dotted.startswith(block + ".") and not (dotted == key or dotted.startswith(key + ".")):
+                hints.append(
+                    f"{block}: the point sets {key} only and keeps the file's other keys of {block}; to replace the "
+                    f"whole block, vary {block} itself with mappings, e.g. --grid '{block}={_show({last: value})}' "
+                    f"(in Python {{{block!r}: [{ {last: value}!r}, ...]}})"
+                )
+                break
+    return "\n".join(dict.fromkeys(hints))
+
+
+def _sets_workload_seed(overrides: Mapping[str, Any]) -> bool:
+    """Whether *overrides* give the workload's seed (``workload.seed``, or a whole
+    ``workload`` mapping with a ``seed``)."""
+    whole = overrides.get("workload")
+    return "workload.seed" in overrides or (isinstance(whole, Mapping) and "seed" in whole)
+
+
+def _warn_identical(state: _State) -> None:
+    """Warn, point by point, about seeds whose rows are identical in every summary figure."""
+    seeds = state.seed_list
+    if seeds is None or len(seeds) < 2:
+        return
+    per_point = len(seeds)
+    for start in range(0, len(state.rows), per_point):
+        groups: dict[tuple[Any, ...], list[int]] = {}
+        for seed, row in zip(seeds, state.rows[start : start + per_point], strict=True):
+            figures = tuple(
+                (name, "nan" if isinstance(value, float) and math.isnan(value) else value)
+                for name, value in row.items() if name not in (SEED_COLUMN, WALL_COLUMN)
+            )
+            groups.setdefault(figures, []).append(seed)
+        for same in groups.values():
+            if len(same) > 1:
+                where = ", ".join(f"{k}={_show(v)}" for k, v in zip(state.keys, state.points[start], strict=True))
+                warnings.warn(
+                    f"sweep point {where}: seeds {', '.join(map(str, same))} gave identical rows (every summary "
+                    f"figure equal): the runs do not depend on the seed, so their replications() interval has "
+                    f"zero width and says nothing about the variability",
+                    IdenticalReplicationsWarning,
+                    stacklevel=3,
+                )
+
+
+def _unguarded_main_script() -> str | None:
+    """The main script, when this call comes from its top-level code outside an
+    ``if __name__ == "__main__":`` block and a spawned worker would run that code again;
+    else None (an interactive session, a notebook, ``python -c``, a guarded call, a
+    script whose source cannot be read)."""
+    main = sys.modules.get("__main__")
+    if main is None:
+        return None
+    spec_name = getattr(getattr(main, "__spec__", None), "name", None)
+    if spec_name is not None and (spec_name == "__main__" or spec_name.endswith(".__main__")):
+        return None  # multiprocessing does not run a package's __main__ again
+    path = getattr(main, "__file__", None)
+    if path is None or Path(path).stem == "ipython":
+        return None
+    line = None
+    frame = inspect.currentframe()
+    while frame is not None:  # the outermost frame of the script's own top-level code
+        if frame.f_globals is main.__dict__ and frame.f_code.co_name == "<module>":
+            line = frame.f_lineno
+        frame = frame.f_back
+    if line is None:
+        return None
+    try:
+        tree = ast.parse(Path(path).read_text(), filename=path)
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.If) and _is_main_test(node.test) and node.lineno <= line <= (node.end_lineno or line):
+            return None
+    return str(path)
+
+
+def _is_main_test(test: ast.expr) -> bool:
+    """Whether *test* is ``__name__ == "__main__"`` (either way round)."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+        return False
+    sides = [test.left, test.comparators[0]]
+    names = [s for s in sides if isinstance(s, ast.Name) and s.id == "__name__"]
+    texts = [s for s in sides if isinstance(s, ast.Constant) and s.value == "__main__"]
+    return len(names) == 1 and len(texts) == 1

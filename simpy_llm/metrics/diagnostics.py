@@ -58,6 +58,7 @@ __all__ = [
     "idle_engine",
     "latency_model_oddities",
     "overload",
+    "overload_judged",
 ]
 
 OVERLOAD_EXCESS_SHARE = 0.05
@@ -151,6 +152,22 @@ def _time_weighted_medians(start: np.ndarray, end: np.ndarray, edges: np.ndarray
     return out
 
 
+def overload_judged(results: Results) -> bool:
+    """Whether :func:`overload` can judge *results* at all: at least
+    :data:`OVERLOAD_MIN_REQUESTS` arrivals, spread over an arrival window of some length.
+    When it cannot, "no ``overload`` diagnostic" means "not known", not "not overloaded".
+
+    Examples
+    --------
+    >>> from simpy_llm import Simulation, load_scenario
+    >>> few = Simulation(load_scenario("scenarios/quickstart.yaml", {"workload.num_requests": 50})).run()
+    >>> overload_judged(few), overload(few) is None
+    (False, True)
+    """
+    arrival = np.asarray(results.columns["arrival_s"], dtype=np.float64)
+    return arrival.size >= OVERLOAD_MIN_REQUESTS and float(arrival.max()) > float(arrival.min())
+
+
 def overload(results: Results) -> Diagnostic | None:
     """``overload`` when the fleet cannot keep up with the offered load, else None.
 
@@ -182,15 +199,13 @@ def overload(results: Results) -> Diagnostic | None:
     night) is not flagged unless its queue keeps growing through all three thirds:
     the queue drains, and the latency figures show the spell.
     """
+    if not overload_judged(results):
+        return None
     c = results.columns
     arrival = np.asarray(c["arrival_s"], dtype=np.float64)
     n = arrival.size
-    if n < OVERLOAD_MIN_REQUESTS:
-        return None
     a0, a1 = float(arrival.min()), float(arrival.max())
     window = a1 - a0
-    if not window > 0:
-        return None
     enqueue = np.asarray(c["enqueue_s"], dtype=np.float64)
     scheduled = np.asarray(c["first_scheduled_s"], dtype=np.float64)
     queued = (c["status"] != "dropped") & np.isfinite(enqueue)

@@ -23,17 +23,44 @@ request. :mod:`simpy_llm.metrics.summary` documents every key of the summary.
 
 Percentiles of per-request metrics use numpy's default (linear) interpolation
 over completed requests; ITL percentiles use the inverted CDF of the weighted
-gaps. Throughput and goodput are counts divided by the run's duration
-(``duration_s``: the last completion, or ``until_s``).
+gaps.
+
+Rates and their windows
+-----------------------
+A run has two spans a rate can divide by, and the summary says which each uses:
+
+* the **arrival window** ``(a0, a1]``, from the first to the last arrival of a
+  measured request (``throughput.window_start_s`` and ``throughput.window_s``).
+  ``throughput.requests_per_s``, its token rates and ``goodput.requests_per_s``
+  count the completions *inside* it (of any request: a warm-up request finishing
+  in the window is work done in it) and divide by its length. This is the
+  departure-counting estimate of a queue's throughput: while requests keep
+  arriving, a system that keeps up completes them as fast as they come (with
+  deterministic arrivals and service it equals the offered rate exactly), and an
+  overloaded one completes them at its capacity. ``throughput.offered_requests_per_s``
+  is the arrivals in the same window over its length, so the two compare directly.
+  What happens after the last arrival, the **drain** (``throughput.drain_s``: the
+  last arrival to the last completion), is left out: a backlog emptying after the
+  load has stopped says nothing about the load.
+* the **whole run**, from ``measurement.start_s`` (0, or the first measured arrival
+  with warm-up) to the end of the run (``duration_s``: the last completion, or
+  ``until_s``), drain included: ``throughput.whole_run_*`` and
+  ``goodput.whole_run_requests_per_s`` count the completed measured requests over
+  it. A short run's whole-run rate falls well below its offered load when its
+  drain is long.
+
+A window of zero length (a single arrival, or every request arriving at once) has
+no arrival rate: its windowed rates are NaN, and the whole-run rates remain.
 
 Warm-up requests (``warm_up == 1``, the first requests of a replayed trace) are
-simulated like any other but left out of every latency, throughput, goodput,
-fairness and prefix-cache figure; with warm-up, throughput and goodput divide by
-the measured window, from the first measured arrival to the end of the run
-(``measurement`` in :meth:`Results.summary`). Request counts, drops, preemptions
-and the engine's figures (busy time, KV use, batch sizes) cover the whole run,
-warm-up included: the engine's counters are not kept per request. ITL is not one
-of them: the engine tallies the gaps of measured streaming requests only.
+simulated like any other but left out of every latency, fairness and
+prefix-cache figure, of the goodput fraction and of the whole-run rates; they
+only open the arrival window later (it starts at the first measured arrival),
+and a warm-up request completing inside it counts as a completion there. Request
+counts, drops, preemptions and the engine's figures (busy time, KV use, batch
+sizes) cover the whole run, warm-up included: the engine's counters are not kept
+per request. ITL is not one of them: the engine tallies the gaps of measured
+streaming requests only.
 """
 
 from __future__ import annotations
@@ -63,7 +90,7 @@ if TYPE_CHECKING:
     from simpy_llm.metrics.monitors import WeightedTally
     from simpy_llm.metrics.recorder import Recorder
 
-__all__ = ["RequestRecord", "Results"]
+__all__ = ["RequestRecord", "Results", "rate_lines"]
 
 QUANTILES = (("p50", 50), ("p90", 90), ("p95", 95), ("p99", 99))
 TIMESERIES_COLUMNS = ("time_s", "replica", "waiting", "running", "kv_used_blocks", "kv_utilization", "busy")
@@ -645,8 +672,14 @@ class Results:
           request, warm-up included), ``warm_up`` (how many were warm-up),
           ``dropped_by_reason`` ``{reason: n}`` and ``dropped_by_class``
           ``{slo_class: {reason: n}}`` (every drop; ``unknown`` for a drop without a reason).
-        * ``measurement``: the window throughput and goodput divide by: ``start_s`` (0,
-          or the first measured arrival when there is warm-up) and ``duration_s``.
+        * ``throughput``: completions per second inside the arrival window (first to last
+          measured arrival: ``window_start_s``, ``window_s``), the arrivals offered in it
+          (``offered_requests_per_s``), the drain after it (``drain_s``) and the
+          ``whole_run_*`` rates over ``measurement``; ``goodput.requests_per_s`` is over
+          the arrival window too (see "Rates and their windows" in the module docstring).
+        * ``measurement``: the span the whole-run rates divide by: ``start_s`` (0, or the
+          first measured arrival when there is warm-up) and ``duration_s`` (to the end of
+          the run).
         * ``latency_s_by_class`` / ``latency_s_by_tenant``: ``{name: {ttft, tpot, e2e,
           queue_delay: {mean, p50, p90, p95, p99}}}`` over completed measured requests (TTFT
           and TPOT over the streaming ones), for every class / tenant with a measured
@@ -684,13 +717,15 @@ class Results:
         seen = {k: v[done] for k, v in self._client_derived().items()}
         gapped = measured & (c["streaming"] != 0) & (c["generated_tokens"] >= 2)
         duration_all = self.end_s if self.end_s > 0 else float("nan")
-        start_s, window_s = self._measurement(measured)
-        duration = window_s if window_s > 0 else float("nan")
+        start_s, run_s = self._measurement(measured)
+        duration = run_s if run_s > 0 else float("nan")
         completed = int(done.sum())
         out_tokens = int(c["output_tokens"][done].sum())
         in_tokens = int(c["prompt_tokens"][done].sum())
 
         met = self._slo_met(done, d)
+        throughput, met_in_window = self._windowed_rates(measured)
+        window = throughput["window_s"] if throughput["window_s"] > 0 else float("nan")
         by_class: dict[str, dict[str, float | int]] = {}
         for cls_name in sorted(set(c["slo_class"][done].tolist())):
             mask = c["slo_class"][done] == cls_name
@@ -733,7 +768,7 @@ class Results:
                 **self._drop_counts(),
             },
             "duration_s": self.end_s,
-            "measurement": {"start_s": start_s, "duration_s": window_s},
+            "measurement": {"start_s": start_s, "duration_s": run_s},
             "latency_s": {
                 "ttft": _counted_stats(seen["ttft_s"]),
                 "tpot": _counted_stats(seen["tpot_s"]),
@@ -749,12 +784,14 @@ class Results:
             "latency_s_by_tenant": self._latency_by("tenant_id", done),
             **({"latency_s_by_cluster": self._latency_by(self._cluster_column(), done)} if self.scenario.serving.clusters else {}),
             "throughput": {
-                "requests_per_s": completed / duration,
-                "output_tokens_per_s": out_tokens / duration,
-                "input_tokens_per_s": in_tokens / duration,
+                **throughput,
+                "whole_run_requests_per_s": completed / duration,
+                "whole_run_output_tokens_per_s": out_tokens / duration,
+                "whole_run_input_tokens_per_s": in_tokens / duration,
             },
             "goodput": {
-                "requests_per_s": int(met.sum()) / duration,
+                "requests_per_s": met_in_window / window,
+                "whole_run_requests_per_s": int(met.sum()) / duration,
                 "fraction": float(met.mean()) if completed else math.nan,
                 "by_class": by_class,
             },
@@ -782,7 +819,7 @@ class Results:
             **({"batch_servers": self._batch_servers_summary(duration_all)} if self._batch_servers() else {}),
             **({"workflows": self._workflow_summary()} if rec.workflow_sessions else {}),
             **({"disaggregation": self._disaggregation_summary()} if rec.kv_transfers else {}),
-            **({"devices": self._device_summary(duration_all, int(met.sum()), duration)} if self._has_devices() else {}),
+            **({"devices": self._device_summary(duration_all, met_in_window / window)} if self._has_devices() else {}),
             **({"network": {"links": dict(sorted(self._link_figures().items()))}} if self.link_stats else {}),
             **({"speculation": self._speculation_summary(done, met)} if self.scenario.speculation is not None else {}),
             **({"planner": self._planner_summary(int(met.sum()), duration)} if self.planner_log is not None else {}),
@@ -865,8 +902,9 @@ class Results:
     def _has_devices(self) -> bool:
         return self.replica_devices is not None and any(d is not None for d, _ in self.replica_devices)
 
-    def _device_summary(self, duration_s: float, met: int, window_s: float) -> dict[str, Any]:
-        """``summary()["devices"]``: see :class:`~simpy_llm.metrics.summary.DeviceStats`."""
+    def _device_summary(self, duration_s: float, goodput_per_s: float) -> dict[str, Any]:
+        """``summary()["devices"]``: see :class:`~simpy_llm.metrics.summary.DeviceStats`
+        (*goodput_per_s*: ``goodput.requests_per_s``)."""
         rec = self._recorder
         c = self.columns
         done = c["status"] == "completed"
@@ -896,7 +934,7 @@ class Results:
             "cost_usd": total_usd if priced else None,
             "cost_usd_per_replica": cost,
             "cost_usd_per_1k_tokens": total_usd / (tokens / 1000) if priced and tokens else None,
-            "goodput_per_gpu": met / window_s / gpus if gpus and window_s == window_s else None,
+            "goodput_per_gpu": goodput_per_s / gpus if gpus and not math.isnan(goodput_per_s) else None,
         }
 
     def _has_client_network(self) -> bool:
@@ -905,12 +943,41 @@ class Results:
         return bool((c["upload_s"] != 0).any() or (c["download_s"] != 0).any())
 
     def _measurement(self, measured: np.ndarray) -> tuple[float, float]:
-        """``(start_s, duration_s)`` of the window rates divide by (``summary()["measurement"]``)."""
+        """``(start_s, duration_s)`` of the span the whole-run rates divide by (``summary()["measurement"]``)."""
         start_s = 0.0
         if not measured.all():
             # Warm-up precedes measurement: rates count from the first measured arrival.
             start_s = float(self.columns["arrival_s"][measured].min()) if measured.any() else self.end_s
         return start_s, self.end_s - start_s
+
+    def _windowed_rates(self, measured: np.ndarray) -> tuple[dict[str, float], int]:
+        """The arrival-window part of ``summary()["throughput"]`` and how many completions
+        inside the window met their SLO (see "Rates and their windows" in the module docstring)."""
+        c = self.columns
+        arrival = c["arrival_s"]
+        if measured.any():
+            a0, a1 = float(arrival[measured].min()), float(arrival[measured].max())
+        else:
+            a0 = a1 = self.end_s
+        window_s = a1 - a0
+        span = window_s if window_s > 0 else float("nan")
+        completed = c["status"] == "completed"
+        # Departures inside (a0, a1]: the first arrival opens the window, so it is not one of
+        # its arrivals, and a request completing at a0 left before the window began.
+        inside = completed & (c["completion_s"] > a0) & (c["completion_s"] <= a1)
+        offered = int((measured & (arrival > a0) & (arrival <= a1)).sum())
+        last_completion = float(c["completion_s"][completed].max()) if completed.any() else a1
+        met = self._slo_met(inside, {k: v[inside] for k, v in self.derived().items()})
+        rates = {
+            "requests_per_s": int(inside.sum()) / span,
+            "output_tokens_per_s": int(c["output_tokens"][inside].sum()) / span,
+            "input_tokens_per_s": int(c["prompt_tokens"][inside].sum()) / span,
+            "offered_requests_per_s": offered / span,
+            "window_start_s": a0,
+            "window_s": window_s,
+            "drain_s": max(last_completion - a1, 0.0),
+        }
+        return rates, int(met.sum())
 
     def summary_frame(self) -> pd.DataFrame:
         """The :meth:`summary` in long format: one row per number.
@@ -1023,25 +1090,27 @@ class Results:
         """Two lines: request outcomes and simulated duration; TTFT, throughput and wall time.
 
         TTFT and throughput are the summary's (client-side TTFT of completed measured
-        streaming requests; completed measured requests per second of the measurement
-        window), computed without the rest of :meth:`summary`.
+        streaming requests; completions per second of the arrival window, see "Rates and
+        their windows" in :mod:`simpy_llm.metrics.results`), computed without the rest of
+        :meth:`summary`.
         """
         c = self.columns
         status = c["status"]
         measured = c["warm_up"] == 0
         done = (status == "completed") & measured
         ttft = _stats(self._client_derived()["ttft_s"][done])
-        window_s = self._measurement(measured)[1]
-        rate = f"{int(done.sum()) / window_s:,.2f} req/s" if window_s > 0 else "- req/s"
-        tokens = f"{int(c['output_tokens'][done].sum()) / window_s:,.1f}" if window_s > 0 else "-"
+        tp = self._windowed_rates(measured)[0]
+        if math.isnan(tp["requests_per_s"]):
+            rates = "no arrival window to rate"
+        else:
+            rates = f"{tp['requests_per_s']:,.2f} req/s, {tp['output_tokens_per_s']:,.1f} output tokens/s in the arrival window"
         name = f" {self.scenario.name!r}" if self.scenario.name else ""
         counts = ", ".join(
             f"{int((status == s).sum()):,} {s.replace('_', ' ')}" for s in ("completed", "dropped", "in_flight")
         )
         return (
             f"<Results{name}: {self._recorder.arrived:,} arrived, {counts}; {self.end_s:,.3f} s simulated\n"
-            f" TTFT p50 {_duration(ttft['p50'])}, p99 {_duration(ttft['p99'])}; {rate}, "
-            f"{tokens} output tokens/s; {_duration(self.wall_s)} wall>"
+            f" TTFT p50 {_duration(ttft['p50'])}, p99 {_duration(ttft['p99'])}; {rates}; {_duration(self.wall_s)} wall>"
         )
 
     def _repr_html_(self) -> str:
@@ -1131,6 +1200,46 @@ def _percent(ratio: float | None) -> str:
     return "-" if ratio is None or ratio != ratio else f"{ratio * 100:.1f}%"
 
 
+def _rate(value: float | None, digits: int) -> str:
+    """A rate for people (``-`` for ``None`` or NaN, a window of zero length)."""
+    return "-" if value is None or math.isnan(value) else f"{value:,.{digits}f}"
+
+
+def rate_lines(s: Summary) -> list[tuple[str, str]]:
+    """``(label, text)`` lines of a summary's rates, each naming the window it divides by:
+    throughput over the arrival window (with the offered rate in it), the drain, and the
+    whole-run rates (the run's table and its HTML show these).
+
+    Examples
+    --------
+    >>> tp = {"requests_per_s": 9.5, "output_tokens_per_s": 950.0, "input_tokens_per_s": 1900.0,
+    ...       "offered_requests_per_s": 10.0, "window_start_s": 0.1, "window_s": 99.9, "drain_s": 12.0,
+    ...       "whole_run_requests_per_s": 8.9, "whole_run_output_tokens_per_s": 890.0,
+    ...       "whole_run_input_tokens_per_s": 1780.0}
+    >>> for label, text in rate_lines({"throughput": tp, "measurement": {"start_s": 0.0, "duration_s": 112.0}}):
+    ...     print(f"{label}: {text}")
+    throughput: 9.500 req/s, 950.0 output tokens/s, 1,900.0 input tokens/s: completions in the arrival window (0.100-100.000 s, 99.900 s; 10.000 req/s offered)
+    drain: 12.000 s from the last arrival to the last completion, left out of the rates above
+    whole-run rate: 8.900 req/s, 890.0 output tokens/s over 0.000-112.000 s, drain included
+    """
+    tp, m = s["throughput"], s["measurement"]
+    start, width = tp["window_start_s"], tp["window_s"]
+    windowed = (
+        f"{_rate(tp['requests_per_s'], 3)} req/s, {_rate(tp['output_tokens_per_s'], 1)} output tokens/s, "
+        f"{_rate(tp['input_tokens_per_s'], 1)} input tokens/s: completions in the arrival window "
+        f"({start:,.3f}-{start + width:,.3f} s, {width:,.3f} s; {_rate(tp['offered_requests_per_s'], 3)} req/s offered)"
+    )
+    whole = (
+        f"{_rate(tp['whole_run_requests_per_s'], 3)} req/s, {_rate(tp['whole_run_output_tokens_per_s'], 1)} output "
+        f"tokens/s over {m['start_s']:,.3f}-{m['start_s'] + m['duration_s']:,.3f} s, drain included"
+    )
+    return [
+        ("throughput", windowed),
+        ("drain", f"{tp['drain_s']:,.3f} s from the last arrival to the last completion, left out of the rates above"),
+        ("whole-run rate", whole),
+    ]
+
+
 _HTML_LATENCY_ROWS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E"), ("queue_delay", "queue delay"))
 
 
@@ -1158,14 +1267,14 @@ def _summary_html(s: Summary, name: str, wall_s: float) -> str:
         + "".join(cell("-" if b[k] is None else f"{b[k]:.1f}") for k in stats) + cell(f"{s['engine']['steps']:,} steps")
         + "</tr>"
     )
-    req, tp, gp = s["requests"], s["throughput"], s["goodput"]
+    req, gp = s["requests"], s["goodput"]
     figures = [
         ("requests", f"{req['arrived']:,} arrived, {req['completed']:,} completed, {req['dropped']:,} dropped, "
          f"{req['in_flight']:,} in flight" + (f" ({req['warm_up']:,} warm-up)" if req["warm_up"] else "")),
         ("simulated time", f"{s['duration_s']:,.3f} s"),
-        ("throughput", f"{tp['requests_per_s']:,.3f} req/s, {tp['output_tokens_per_s']:,.1f} output tokens/s, "
-         f"{tp['input_tokens_per_s']:,.1f} input tokens/s"),
-        ("goodput", f"{gp['requests_per_s']:,.3f} req/s ({_percent(gp['fraction'])} met their SLO)"),
+        *rate_lines(s),
+        ("goodput", (f"{_rate(gp['requests_per_s'], 3)} req/s in the arrival window, "
+                     f"{_rate(gp['whole_run_requests_per_s'], 3)} over the whole run ({_percent(gp['fraction'])} met their SLO)")),
         ("preemptions", f"{s['preemptions']['total']:,} ({s['preemptions']['requests_preempted']:,} requests)"),
         ("KV utilisation", f"{_percent(s['kv_utilization']['time_weighted_mean'])} (time-weighted mean)"),
         ("GPU utilisation", f"{_percent(s['gpu_utilization']['mean'])} busy (mean over replicas)"),

@@ -11,7 +11,12 @@ Conventions:
 * Times are simulated seconds (``_s``), rates per simulated second (``_per_s``),
   utilisations ratios in [0, 1].
 * A statistic with nothing to be taken over is ``None`` (not NaN), except the rates
-  of a run of zero duration, which are NaN.
+  of a run of zero duration, which are NaN, and the arrival-window rates of a run whose
+  arrival window has no length (one arrival, or all at once), NaN too.
+* Every rate names its window: ``throughput.requests_per_s`` and the other unprefixed
+  rates count completions inside the arrival window (first to last measured arrival);
+  ``whole_run_*`` rates divide by ``measurement.duration_s``, the drain included (see
+  "Rates and their windows" in :mod:`simpy_llm.metrics.results`).
 * Mappings keyed by an open-ended name (an SLO class, a tenant, a drop reason, a
   replica group...) are typed ``dict[str, ...]``; their keys are sorted.
 * *Measured* requests are those that are not warm-up (``warm_up == 0``, see
@@ -198,7 +203,7 @@ class DeviceStats(TypedDict):
     cost_usd_per_1k_tokens: float | None
     """Cost per thousand prompt and output tokens of completed requests, USD."""
     goodput_per_gpu: float | None
-    """Requests meeting their SLO per second of the measurement window, per device."""
+    """``goodput.requests_per_s`` (over the arrival window) per device."""
 
 
 class LinkFigures(TypedDict):
@@ -280,7 +285,8 @@ class RequestCounts(TypedDict):
 
 
 class Measurement(TypedDict):
-    """The window throughput and goodput divide by."""
+    """The span the whole-run rates divide by (``throughput.whole_run_*``,
+    ``goodput.whole_run_requests_per_s``), the drain included."""
 
     start_s: float
     """Start, s: 0, or the first measured arrival when there is warm-up."""
@@ -289,14 +295,37 @@ class Measurement(TypedDict):
 
 
 class Throughput(TypedDict):
-    """Completed measured work per second of the measurement window."""
+    """Work done per second, over the arrival window and over the whole run (see "Rates and
+    their windows" in :mod:`simpy_llm.metrics.results`).
+
+    The arrival window is ``(window_start_s, window_start_s + window_s]``, from the first
+    to the last arrival of a measured request. Its rates count the completions inside it
+    (of any request) and are NaN when it has no length."""
 
     requests_per_s: float
-    """Completed requests per second."""
+    """Requests completed inside the arrival window per second of it: what the system
+    serves while the load lasts (the offered rate when it keeps up, its capacity when
+    overloaded)."""
     output_tokens_per_s: float
-    """Output tokens of the completed requests per second."""
+    """Output tokens of those completions per second of the arrival window."""
     input_tokens_per_s: float
-    """Prompt tokens of the completed requests per second."""
+    """Prompt tokens of those completions per second of the arrival window."""
+    offered_requests_per_s: float
+    """Measured arrivals inside the arrival window (the first one opens it) per second of it."""
+    window_start_s: float
+    """Start of the arrival window, s: the first measured arrival."""
+    window_s: float
+    """Length of the arrival window, s: the first to the last measured arrival."""
+    drain_s: float
+    """From the last measured arrival to the last completion, s (0 when nothing completed
+    after it): time spent emptying the backlog, left out of the windowed rates."""
+    whole_run_requests_per_s: float
+    """Completed measured requests per second of ``measurement.duration_s`` (the drain
+    included)."""
+    whole_run_output_tokens_per_s: float
+    """Output tokens of the completed measured requests per second of ``measurement.duration_s``."""
+    whole_run_input_tokens_per_s: float
+    """Prompt tokens of the completed measured requests per second of ``measurement.duration_s``."""
 
 
 class ClassGoodput(TypedDict):
@@ -315,7 +344,11 @@ class Goodput(TypedDict):
     targets always meets). TTFT and TPOT targets judge the server-side figures, streaming or not."""
 
     requests_per_s: float
-    """Requests meeting their targets per second of the measurement window."""
+    """Requests completed inside the arrival window meeting their targets, per second of it
+    (``throughput.window_s``; NaN when it has no length)."""
+    whole_run_requests_per_s: float
+    """Completed measured requests meeting their targets per second of ``measurement.duration_s``
+    (the drain included)."""
     fraction: float
     """Share of the completed measured requests meeting their targets (NaN when none completed)."""
     by_class: dict[str, ClassGoodput]
@@ -695,7 +728,7 @@ class Summary(TypedDict):
     duration_s: float
     """Simulated duration of the run, s: the last completion (or arrival), or ``until_s``."""
     measurement: Measurement
-    """The window throughput and goodput divide by."""
+    """The span the whole-run rates divide by."""
     latency_s: Latency
     """Latency over completed measured requests at the server (from when a request
     reached it), s; TTFT, TPOT and ITL over the streaming ones."""
@@ -709,9 +742,9 @@ class Summary(TypedDict):
     latency_s_by_tenant: dict[str, ClassLatency]
     """Latency per tenant with a measured request (``None`` statistics where none completed)."""
     throughput: Throughput
-    """Completed measured work per second."""
+    """Work done per second: over the arrival window, and over the whole run."""
     goodput: Goodput
-    """Completed measured requests meeting their SLO."""
+    """Completed requests meeting their SLO."""
     preemptions: Preemptions
     """Preemption counts."""
     kv_utilization: KvUtilization

@@ -313,11 +313,15 @@ def metric(summary: Any, path: str) -> float | None:
 
 
 def objective_value(objective: str, summary: Any, gpus: int) -> float:
-    """*objective* of a what-if's *summary* (higher is better)."""
+    """*objective* of a what-if's *summary* (higher is better).
+
+    The named goodputs are over the what-if's whole run, its drain included
+    (``goodput.whole_run_requests_per_s``): a candidate that leaves a backlog pays for
+    the time it takes to clear it."""
     if objective == "goodput_per_gpu":
-        return summary["goodput"]["requests_per_s"] / gpus if gpus else math.nan
+        return summary["goodput"]["whole_run_requests_per_s"] / gpus if gpus else math.nan
     if objective == "goodput":
-        return summary["goodput"]["requests_per_s"]
+        return summary["goodput"]["whole_run_requests_per_s"]
     sign = -1.0 if objective.startswith("-") else 1.0
     value = metric(summary, objective.removeprefix("-"))
     return math.nan if value is None else sign * value

@@ -35,7 +35,7 @@ def enumerated_best() -> int:
         summary = Simulation(static).run(progress=False).summary()
         ok = all(metric(summary, path) is not None and metric(summary, path) <= bound
                  for path, bound in cfg.constraints.items())
-        score = summary["goodput"]["requests_per_s"] / (2 * n)  # TP 2: two GPUs per replica
+        score = summary["goodput"]["whole_run_requests_per_s"] / (2 * n)  # TP 2: two GPUs per replica
         if ok and score > best_score:
             best, best_score = n, score
     return best
@@ -118,7 +118,7 @@ def enumerated_splits() -> dict[tuple[int, int], float]:
             ok = all(metric(summary, path) is not None and metric(summary, path) <= bound
                      for path, bound in cfg.constraints.items())
             if ok:
-                scores[(p, d)] = summary["goodput"]["requests_per_s"] / sum(plan.gpus for plan in sim.plans)
+                scores[(p, d)] = summary["goodput"]["whole_run_requests_per_s"] / sum(plan.gpus for plan in sim.plans)
     return scores
 
 

@@ -108,14 +108,16 @@ def test_an_unstable_probe_stops_early():
 
 def test_a_stable_probe_measures_the_window():
     """Below capacity a probe is stable, measures the requested window and reports
-    throughput close to the offered load and utilisation close to rho."""
+    throughput close to the offered load, and a busy fraction and (one slot) batch
+    occupancy close to rho."""
     window = cap._window(200, 4000, None, None)
     p = cap._run_probe(cap._doctest_scenario(), {**window.overrides(), "workload.aggregate_rate": 12.5}, load=12.5,
                        replicas=None, window=window, criteria=StabilityCriteria())
     assert p.stable and p.meets_slo and not p.pruned and p.reason == "ok"
     assert p.measured_requests == 4000
     assert p.throughput_rps == pytest.approx(12.5, rel=0.08)
-    assert p.utilization == pytest.approx(0.5, rel=0.08)
+    assert p.busy_fraction == pytest.approx(0.5, rel=0.08)
+    assert p.batch_occupancy == pytest.approx(0.5, rel=0.08)
     assert p.latency_s["e2e_p50"] >= 0.04
 
 
@@ -146,7 +148,7 @@ def test_card_frame_and_json_round_trip(tmp_path):
     frame = card.to_frame()
     assert len(frame) == len(card.probes)
     assert frame["load"].is_monotonic_increasing
-    for column in ("stable", "meets_slo", "throughput_rps", "ttft_p99_s", "utilization", "tpot_inflation",
+    for column in ("stable", "meets_slo", "throughput_rps", "ttft_p99_s", "busy_fraction", "batch_occupancy", "tpot_inflation",
                    "slo:e2e_p99", "reason"):
         assert column in frame.columns
     text = json.dumps(card.to_dict(), allow_nan=False)

@@ -165,13 +165,14 @@ def test_run_records_one_row_per_request(
 def test_run_manifest_holds_the_scenario_actually_run(
     tmp_path: Path, quickstart_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The manifest's scenario (with --set and --seed applied) loads back to the scenario run, with its hash."""
+    """The manifest's scenario (with --set and --seed applied: --seed is the root seed of the
+    scenario and of its workload) loads back to the scenario run, with its hash."""
     out_dir = tmp_path / "out"
     args = ["run", str(quickstart_path), "--set", "workload.num_requests=300", "--seed", "7", "--out", str(out_dir)]
     assert main(args) == 0
     capsys.readouterr()
     manifest = json.loads((out_dir / "manifest.json").read_text())
-    expected = load_scenario(quickstart_path, ["workload.num_requests=300", "seed=7"])
+    expected = load_scenario(quickstart_path, ["workload.num_requests=300", "seed=7", "workload.seed=7"])
     assert scenario_from_dict(manifest["scenario"]) == expected
     assert manifest["scenario_sha256"] == scenario_hash(expected)
 

@@ -412,6 +412,33 @@ def test_calibration_qq_empty_sample_is_an_error():
         calibration_qq([1.0, 2.0], [NAN])
 
 
+# --- overloaded rows ---------------------------------------------------------------
+@pytest.fixture
+def flagged(sweep_frame) -> pd.DataFrame:
+    """The sweep frame with a sweep's overload flag: the fifo runs at k = 4 and 2 overloaded,
+    the edf run at k = 1 too short to judge (NaN)."""
+    return sweep_frame.assign(overloaded=[1.0, 0.0, 1.0, 0.0, 0.0, NAN])
+
+
+def _crosses(ax):
+    return [(c.get_label(), c.get_offsets().tolist()) for c in ax.collections if c.get_label() == "overloaded"]
+
+
+def test_line_crosses_out_the_overloaded_runs(flagged):
+    """Each overloaded row is crossed at its own (x, y), under the legend entry ``overloaded``;
+    rows flagged 0 or NaN are not."""
+    ax = line(flagged, "k", "throughput", hue="policy").axes[0]
+    assert _crosses(ax) == [("overloaded", [[4.0, 3.0], [2.0, 1.8]])]
+    assert "overloaded" in [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+def test_pareto_front_and_throughput_latency_cross_out_the_overloaded_runs(flagged):
+    """The other sweep plots mark the same rows; mark=None draws no marks."""
+    assert _crosses(pareto_front(flagged, "k", "throughput").axes[0]) == [("overloaded", [[4.0, 3.0], [2.0, 1.8]])]
+    assert _crosses(throughput_latency(flagged, "throughput", "k").axes[0]) == [("overloaded", [[3.0, 4.0], [1.8, 2.0]])]
+    assert _crosses(line(flagged, "k", "throughput", mark=None).axes[0]) == []
+
+
 # --- without matplotlib ------------------------------------------------------------
 def test_missing_matplotlib_names_the_plots_extra(monkeypatch, sweep_frame):
     """Without matplotlib a plot raises ImportError naming the plots extra; the numbers still work."""

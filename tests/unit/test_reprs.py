@@ -48,8 +48,8 @@ def test_simulation_repr_names_a_policy_object_by_its_class():
 
 # --- Results -----------------------------------------------------------------------------
 def _results(name: str = "demo", dropped_reason: str = "max_queue") -> Results:
-    """Four requests: TTFTs 0.1, 0.2, 0.3 s (streaming, completed at 2, 3, 4 s, 11 output
-    tokens each), one dropped; 10 s run."""
+    """Four requests: TTFTs 0.1, 0.2, 0.3 s (streaming, arrived at 0 and completed at 2, 3,
+    4 s, 11 output tokens each), one arriving at 10 s and dropped; 10 s run."""
     rec = Recorder()
     for i, ttft in enumerate((0.1, 0.2, 0.3)):
         req = Request(id=i, client_id="c", prompt_tokens=10, output_tokens=11, arrival_s=0.0, enqueue_s=0.0,
@@ -57,9 +57,9 @@ def _results(name: str = "demo", dropped_reason: str = "max_queue") -> Results:
         rec.on_arrival(req, 0.0)
         req.generated_tokens = 11
         rec.on_complete(req)
-    dropped = Request(id=3, client_id="c", prompt_tokens=10, output_tokens=5, arrival_s=1.0,
+    dropped = Request(id=3, client_id="c", prompt_tokens=10, output_tokens=5, arrival_s=10.0,
                       dropped_reason=dropped_reason)
-    rec.on_arrival(dropped, 1.0)
+    rec.on_arrival(dropped, 10.0)
     rec.on_drop(dropped)
     data = tiny_scenario()
     data["name"] = name
@@ -69,11 +69,12 @@ def _results(name: str = "demo", dropped_reason: str = "max_queue") -> Results:
 
 def test_results_repr_is_two_lines_of_headline_figures():
     """Outcomes, simulated time, TTFT p50/p99 (linear percentiles of 0.1, 0.2, 0.3 s:
-    200 ms and 298 ms), 0.3 req/s and 3.3 output tokens/s over 10 s, and the wall time."""
+    200 ms and 298 ms), 0.3 req/s and 3.3 output tokens/s (3 completions, 33 tokens) over
+    the 10 s arrival window, and the wall time."""
     text = repr(_results())
     assert text == (
         "<Results 'demo': 4 arrived, 3 completed, 1 dropped, 0 in flight; 10.000 s simulated\n"
-        " TTFT p50 200.0 ms, p99 298.0 ms; 0.30 req/s, 3.3 output tokens/s; 250.0 ms wall>"
+        " TTFT p50 200.0 ms, p99 298.0 ms; 0.30 req/s, 3.3 output tokens/s in the arrival window; 250.0 ms wall>"
     )
 
 

@@ -205,9 +205,9 @@ def test_warm_up_requests_are_left_out_of_latency_statistics():
     assert s["requests"]["completed"] == 3
 
 
-def test_warm_up_throughput_counts_measured_requests_over_the_measured_window():
+def test_warm_up_whole_run_throughput_counts_measured_requests_over_the_measured_span():
     """Warm-up from t = 0; measured requests arrive from t = 2 and the run ends at 10: two measured
-    completions give 2 / 8 requests/s and (2 * 5) / 8 output tokens/s."""
+    completions give a whole-run 2 / 8 requests/s and (2 * 5) / 8 output tokens/s."""
     rec = Recorder()
     _completed(rec, 0, 1.0, warm_up=True)
     _completed(rec, 1, 1.0, warm_up=True, arrival_s=1.0)
@@ -215,17 +215,17 @@ def test_warm_up_throughput_counts_measured_requests_over_the_measured_window():
     _completed(rec, 3, 8.0, arrival_s=2.0)
     s = _results(rec, end_s=10.0).summary()
     assert s["measurement"] == {"start_s": 2.0, "duration_s": 8.0}
-    assert s["throughput"]["requests_per_s"] == pytest.approx(0.25)
-    assert s["throughput"]["output_tokens_per_s"] == pytest.approx(10 / 8)
+    assert s["throughput"]["whole_run_requests_per_s"] == pytest.approx(0.25)
+    assert s["throughput"]["whole_run_output_tokens_per_s"] == pytest.approx(10 / 8)
 
 
-def test_without_warm_up_throughput_divides_by_the_whole_run():
-    """No warm-up: the measured window is the run, [0, duration_s]."""
+def test_without_warm_up_whole_run_throughput_divides_by_the_whole_run():
+    """No warm-up: the measured span is the run, [0, duration_s]."""
     rec = Recorder()
     _completed(rec, 0, 1.0, arrival_s=2.0)
     s = _results(rec, end_s=4.0).summary()
     assert s["measurement"] == {"start_s": 0.0, "duration_s": 4.0}
-    assert s["throughput"]["requests_per_s"] == pytest.approx(0.25)
+    assert s["throughput"]["whole_run_requests_per_s"] == pytest.approx(0.25)
 
 
 def test_warm_up_requests_are_left_out_of_goodput():
@@ -379,7 +379,8 @@ def test_summary_is_strict_json():
     """The summary (with the new keys) serializes as JSON without a default hook and without NaN."""
     rec = Recorder(num_replicas=2)
     _completed(rec, 0, 1.0, tenant="a", cached_tokens=10)
-    _record(rec, _request(1, tenant="b", dropped_reason="max_queue"), "dropped")
+    # Arriving later than the first request: the arrival window has a length, so its rates are numbers.
+    _record(rec, _request(1, tenant="b", dropped_reason="max_queue", arrival_s=0.5), "dropped")
     rec.on_steps(0, 0.1, 3, 1, 0, 1, 0.3)
     rec.on_preemption(_request(2), 1, 0.5, mode="swap")
     text = json.dumps(_results(rec, replica_groups=["g", "g"]).summary(), allow_nan=False)

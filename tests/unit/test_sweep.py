@@ -73,7 +73,7 @@ def test_summary_columns_match_a_run_by_hand(quickstart_path):
     expected = {
         column_name(s, m, st, g): v for s, m, st, g, v in results.summary_frame().itertuples(index=False, name=None)
     }
-    got = frame.drop(columns=["workload.aggregate_rate", "seed", "wall_s"]).iloc[0].to_dict()
+    got = frame.drop(columns=["workload.aggregate_rate", "seed", "overloaded", "wall_s"]).iloc[0].to_dict()
     assert list(got) == list(expected)
     assert got == pytest.approx(expected, nan_ok=True, rel=0, abs=0)
 
@@ -169,7 +169,7 @@ def test_seeds_set_twice_is_an_error(quickstart_path):
 def test_metrics_keeps_the_named_columns_in_order(quickstart_path):
     """metrics keeps only those summary columns, in the order given, beside the grid, seed and wall_s."""
     frame = sweep(quickstart_path, {"workload.aggregate_rate": [10.0]}, overrides=SMALL, metrics=["latency_s.ttft.p99", TP])
-    assert list(frame.columns) == ["workload.aggregate_rate", "seed", "latency_s.ttft.p99", TP, "wall_s"]
+    assert list(frame.columns) == ["workload.aggregate_rate", "seed", "overloaded", "latency_s.ttft.p99", TP, "wall_s"]
 
 
 def test_unknown_metric_fails_after_the_first_run_with_close_matches(quickstart_path, count_runs):

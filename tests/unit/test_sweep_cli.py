@@ -45,7 +45,7 @@ def test_metrics_option_keeps_and_shows_those_columns(quickstart_path, tmp_path,
     out = capsys.readouterr().out
     assert code == 0
     assert list(pd.read_csv(tmp_path / "sweep.csv").columns) == [
-        "workload.aggregate_rate", "seed", "requests.arrived", "latency_s.e2e.mean", "wall_s",
+        "workload.aggregate_rate", "seed", "overloaded", "requests.arrived", "latency_s.e2e.mean", "wall_s",
     ]
     assert "requests.arrived" in out and "120" in out
 

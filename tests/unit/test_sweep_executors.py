@@ -91,7 +91,7 @@ def test_process_pool_gives_the_serial_rows(quickstart_path_module, serial_frame
     monkeypatch.setattr(sweeps._Runner, "head_start", False)
     pooled = sweep(quickstart_path_module, GRID, overrides=SMALL, seeds=[1, 2], max_workers=2)
     same_rows(pooled, serial_frame)
-    assert pooled.attrs == {"runs": 8, "loaded": 0}
+    assert pooled.attrs == {"runs": 8, "loaded": 0, "executor": "pool"}
 
 
 def test_head_start_in_this_process_gives_the_same_rows(quickstart_path_module, serial_frame):
@@ -134,9 +134,9 @@ def test_resumed_sweep_runs_nothing_new(quickstart_path_module, tmp_path):
     """A second call with the same results_dir loads every run (same wall_s, files untouched) and runs none."""
     first = sweep(quickstart_path_module, GRID, overrides=SMALL, seeds=[1, 2], executor="serial", results_dir=tmp_path)
     files = {p.name: p.read_text() for p in (tmp_path / "runs").iterdir()}
-    assert len(files) == 8 and first.attrs == {"runs": 8, "loaded": 0}
+    assert len(files) == 8 and first.attrs == {"runs": 8, "loaded": 0, "executor": "serial"}
     again = sweep(quickstart_path_module, GRID, overrides=SMALL, seeds=[1, 2], executor="serial", results_dir=tmp_path)
-    assert again.attrs == {"runs": 0, "loaded": 8}
+    assert again.attrs == {"runs": 0, "loaded": 8, "executor": "serial"}
     pd.testing.assert_frame_equal(again, first, check_exact=True)  # wall_s too: loaded, not rerun
     assert {p.name: p.read_text() for p in (tmp_path / "runs").iterdir()} == files
 
@@ -150,7 +150,7 @@ def test_partial_results_dir_completes_only_the_missing_runs(quickstart_path_mod
         path.unlink()
     kept = {p.name: p.read_text() for p in files if p not in removed}
     again = sweep(quickstart_path_module, GRID, overrides=SMALL, executor=pool, results_dir=tmp_path)
-    assert again.attrs == {"runs": 2, "loaded": 2}
+    assert again.attrs == {"runs": 2, "loaded": 2, "executor": "given"}
     same_rows(again, first)
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [p.name for p in files]
     assert all((tmp_path / "runs" / name).read_text() == text for name, text in kept.items())
@@ -161,7 +161,7 @@ def test_results_dir_holds_one_json_per_run_and_the_frame(quickstart_path_module
     frame = sweep(quickstart_path_module, {"workload.aggregate_rate": [10.0]}, overrides=SMALL, seeds=[4], executor="serial", results_dir=tmp_path)
     (path,) = (tmp_path / "runs").iterdir()
     data = json.loads(path.read_text())
-    assert data["overrides"] == {"workload.num_requests": 150, "workload.aggregate_rate": 10.0, "seed": 4}
+    assert data["overrides"] == {"workload.num_requests": 150, "workload.aggregate_rate": 10.0, "seed": 4, "workload.seed": 4}
     assert data["row"]["seed"] == 4 and data["row"][TP] == frame[TP].iloc[0]
     written = pd.read_csv(tmp_path / FRAME_FILE)
     assert list(written.columns) == list(frame.columns)
@@ -176,7 +176,7 @@ def test_a_changed_scenario_file_invalidates_stored_runs(quickstart_path_module,
     sweep(copy, {"workload.aggregate_rate": [10.0]}, overrides=SMALL, executor="serial", results_dir=store)
     copy.write_text(quickstart_path_module.read_text() + "\n# edited\n")
     again = sweep(copy, {"workload.aggregate_rate": [10.0]}, overrides=SMALL, executor="serial", results_dir=store)
-    assert again.attrs == {"runs": 1, "loaded": 0}
+    assert again.attrs == {"runs": 1, "loaded": 0, "executor": "serial"}
     assert len(list((store / "runs").iterdir())) == 2
 
 
@@ -186,7 +186,7 @@ def test_a_corrupt_run_file_is_run_again(quickstart_path_module, tmp_path):
     (path,) = (tmp_path / "runs").iterdir()
     path.write_text("{not json")
     again = sweep(quickstart_path_module, {"workload.aggregate_rate": [10.0]}, overrides=SMALL, executor="serial", results_dir=tmp_path)
-    assert again.attrs == {"runs": 1, "loaded": 0}
+    assert again.attrs == {"runs": 1, "loaded": 0, "executor": "serial"}
     assert json.loads(path.read_text())["row"]["seed"] == 42
 
 
@@ -246,7 +246,7 @@ def test_optuna_study_is_told_every_trial(quickstart_path_module):
         quickstart_path_module, study=study, space=space, objective=P99, n_trials=5,
         overrides=SMALL, seeds=[1, 2], executor="serial", metrics=[P99],
     )
-    assert list(frame.columns) == ["serving.engine.max_num_seqs", "trial", "seed", P99, "wall_s"]
+    assert list(frame.columns) == ["serving.engine.max_num_seqs", "trial", "seed", "overloaded", P99, "wall_s"]
     assert len(study.trials) == 5
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
     assert sorted(frame["trial"].unique()) == [0, 1, 2, 3, 4]
