@@ -64,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     wl.add_argument("--out", metavar="DIR", required=True, help="write trace v2, summary.json (and plots) here")
     _add_scenario_options(wl, workload_keys=True)
     wl.add_argument("--seed", type=int, help=_SEED_HELP)
-    wl.add_argument("--plots", action="store_true", help="also write PNG histograms (needs matplotlib)")
+    wl.add_argument("--plots", action="store_true", help="also write PNG histograms")
 
     obs = sub.add_parser("observe", help="send a workload to a real server and record a trace")
     obs.add_argument("workload", metavar="SPEC", help=_SPEC_HELP)
