@@ -56,7 +56,7 @@ def _parser() -> argparse.ArgumentParser:
         "--progress",
         choices=("auto", "on", "off"),
         default="auto",
-        help="progress bar: auto shows it on a terminal for long runs",
+        help="progress: on = a bar on a terminal, else a line every 10 s; auto = a bar on a terminal for long runs",
     )
 
     wl = sub.add_parser("workload", help="generate a workload's requests without simulating them")
