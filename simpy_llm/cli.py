@@ -58,7 +58,7 @@ def _parser() -> argparse.ArgumentParser:
         "--progress",
         choices=("auto", "on", "off"),
         default="auto",
-        help="progress bar: auto shows it on a terminal for long runs",
+        help="progress: on = a bar on a terminal, else a line every 10 s; auto = a bar on a terminal for long runs",
     )
 
     wl = sub.add_parser("workload", help="generate a workload's requests without simulating them")
@@ -66,7 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     wl.add_argument("--out", metavar="DIR", required=True, help="write trace v2, summary.json (and plots) here")
     _add_scenario_options(wl, workload_keys=True)
     wl.add_argument("--seed", type=int, help=_SEED_HELP)
-    wl.add_argument("--plots", action="store_true", help="also write PNG histograms (needs matplotlib)")
+    wl.add_argument("--plots", action="store_true", help="also write PNG histograms")
 
     obs = sub.add_parser("observe", help="send a workload to a real server and record a trace")
     obs.add_argument("workload", metavar="SPEC", help=_SPEC_HELP)

@@ -26,8 +26,7 @@ with a black ``x`` labelled ``overloaded``, the rows whose ``overloaded`` column
 arrival window: their latencies describe no steady state); ``mark=`` names another flag
 column, or ``None`` for no marks.
 
-matplotlib is optional (the ``plots`` extra: ``pip install 'simpy-llm[plots]'``) and
-imported only when a figure is drawn. Each function draws into the ``ax`` it is
+matplotlib is a dependency, imported only when a figure is drawn. Each function draws into the ``ax`` it is
 given, or else into a new :class:`matplotlib.figure.Figure` made without pyplot
 (nothing joins pyplot's list of open figures, and the pyplot backend is left alone),
 and returns the figure: ``fig.savefig("plot.png")`` writes it.
@@ -82,7 +81,8 @@ def _axes(ax: Axes | None) -> tuple[Any, Axes]:
         from matplotlib.figure import Figure
     except ImportError as exc:
         raise ImportError(
-            "simpy_llm.plot needs matplotlib, which is not installed: pip install 'simpy-llm[plots]'"
+            "simpy_llm.plot needs matplotlib, a dependency of simpy-llm that is not installed: "
+            "pip install matplotlib (or reinstall, e.g. pip install 'simpy-llm[plots]')"
         ) from exc
     if ax is not None:
         return ax.figure, ax

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import sys
 import time
 from typing import TYPE_CHECKING
 
@@ -37,7 +38,16 @@ from simpy_llm.network.client import ClientNetwork
 from simpy_llm.policies.admission import AlwaysAdmit, admission_policies
 from simpy_llm.policies.routing import routing_policies
 from simpy_llm.policies.scheduling import scheduler_policies
-from simpy_llm.progress import ProgressCallback, progress_wanted, rich_progress, watched
+from simpy_llm.progress import (
+    AUTO_MIN_REQUESTS,
+    AUTO_PROJECTION_MIN_S,
+    ProgressCallback,
+    RunEstimator,
+    plain_progress,
+    progress_wanted,
+    rich_progress,
+    watched,
+)
 from simpy_llm.rng import RandomStreams
 from simpy_llm.serving.batching import BatchServer, build_service_model
 from simpy_llm.serving.disaggregation import KvHandoff
@@ -61,6 +71,9 @@ if TYPE_CHECKING:
     from simpy_llm.serving.engine import TokenListener
 
 __all__ = ["Simulation"]
+
+_SLICE_WALL_S = 0.25
+"""Wall seconds a slice of a run with progress aims at (adapted slice by slice)."""
 
 
 def _device_settings(plan: ReplicaPlan) -> dict[str, object]:
@@ -484,14 +497,24 @@ class Simulation:
         Parameters
         ----------
         progress
-            ``None`` (default): a progress bar on standard error when someone is watching
-            (a terminal, or a Jupyter kernel with ``ipywidgets``) and the run is expected
-            to simulate at least :data:`~simpy_llm.progress.AUTO_MIN_REQUESTS` requests
-            (see :mod:`simpy_llm.progress`); ``True`` / ``False``: a bar always / never; a
-            callable: called periodically with ``(finished, total, sim_time_s)``, no bar.
+            ``None`` (default): progress on standard error when someone is watching (a
+            terminal, or a Jupyter kernel with ``ipywidgets``) and the run is expected to
+            simulate at least :data:`~simpy_llm.progress.AUTO_MIN_REQUESTS` requests;
+            ``True``: always, as a bar on a terminal or in Jupyter, else as a plain line
+            every :data:`~simpy_llm.progress.PLAIN_LINE_EVERY_S` wall seconds (a log, a
+            pipe); ``False``: never; a callable: called periodically with ``(finished,
+            total, sim_time_s)``, no bar. See :mod:`simpy_llm.progress`.
         progress_every_s
-            Simulated seconds between progress calls (default: 1/200 of the expected duration).
+            Simulated seconds between progress calls (default: for a callable, 1/200 of the
+            expected duration, so what it sees does not depend on the machine's speed; for
+            the bar and the lines, slices of about a quarter of a wall second, at most 1/200
+            of the expected duration).
 
+        After two wall seconds a run shown with progress prints the projected wall time
+        and memory of the whole run, and warns when that memory exceeds the machine's; a
+        run left automatic or given a callable prints them only when projected to take a
+        minute or more, or more memory than the machine has (expected runs of at least
+        ``AUTO_MIN_REQUESTS`` requests; :mod:`simpy_llm.progress`). ``False`` prints nothing.
         Progress changes only how the run is sliced, never its records.
         """
         if self.generator is None:
@@ -500,13 +523,20 @@ class Simulation:
             raise RuntimeError("a Simulation runs once; build a new one to run again")
         self._ran = True
         if callable(progress):
-            return self._run(progress, progress_every_s)
-        if progress is not False:
-            terminal, jupyter = watched()
-            if progress_wanted(progress, terminal=terminal, jupyter=jupyter, expected_requests=self._expected_requests()):
-                with rich_progress(self.scenario.workload.num_requests) as bar:
-                    return self._run(bar, progress_every_s)
-        return self._run(None, progress_every_s)
+            # The caller's own callback may act on what it sees (capacity probes stop a run):
+            # its slices stay fixed in simulated time, whatever the machine's speed.
+            return self._run(progress, progress_every_s, projection="long", adaptive=False)
+        if progress is False:
+            return self._run(None, progress_every_s)
+        terminal, jupyter = watched()
+        expected = self._expected_requests()
+        if progress_wanted(progress, terminal=terminal, jupyter=jupyter, expected_requests=expected):
+            total = self.scenario.workload.num_requests
+            shown = rich_progress(total) if terminal or jupyter else plain_progress(total)
+            with shown as update:
+                return self._run(update, progress_every_s, projection="always")
+        # Nobody watches: a long run still projects itself, and says so if the projection is long.
+        return self._run(None, progress_every_s, projection="long" if expected >= AUTO_MIN_REQUESTS else None)
 
     def _expected_requests(self) -> float:
         """Requests the workload is expected to send: ``num_requests``, else rate x horizon
@@ -516,32 +546,42 @@ class Simulation:
             return wl.num_requests
         return sum(src.rate for src in self.sources) * (wl.horizon_s or 0.0)
 
-    def _run(self, progress: ProgressCallback | None, progress_every_s: float | None) -> Results:
-        """The run itself, in one piece or in slices with a *progress* call after each."""
-        env = self.env
+    def _share_done(self) -> float | None:
+        """Share of the run done: the largest of the requests generated out of ``num_requests``
+        (or, for a replay of traces only, out of their rows) and of the simulated time out of
+        ``horizon_s`` and ``simulation.until_s``, whichever ends the run first (None: unknown)."""
         wl = self.scenario.workload
+        shares = []
+        generated = self.generator.generated if self.generator is not None else 0
+        if wl.num_requests:
+            shares.append(generated / wl.num_requests)
+        elif not self.sources and self.workload_sources is not None and self.workload_sources.traces:
+            rows = sum(len(trace) for _, trace in self.workload_sources.traces)
+            if rows:
+                shares.append(generated / rows)
+        for end_s in (wl.horizon_s, self.scenario.simulation.until_s):
+            if end_s:
+                shares.append(self.env.now / end_s)
+        return max(shares) if shares else None
+
+    def _run(
+        self,
+        progress: ProgressCallback | None,
+        progress_every_s: float | None,
+        projection: str | None = None,
+        adaptive: bool = True,
+    ) -> Results:
+        """The run itself: in one piece, or in slices with a *progress* call after each and,
+        with *projection* (``"always"`` or ``"long"``: print it only when long or over the
+        machine's memory), the run's projection after the warm-up; *adaptive* slices follow
+        the wall clock (:meth:`_run_sliced`)."""
+        env = self.env
         until = self.scenario.simulation.until_s
         wall0 = time.perf_counter()
-        if progress is None:
+        if progress is None and projection is None:
             self._run_until(until)
         else:
-            total = wl.num_requests
-            rate = sum(src.rate for src in self.sources)
-            if wl.horizon_s is not None:
-                expected = wl.horizon_s
-            elif wl.num_requests is not None and rate > 0:
-                expected = wl.num_requests / rate
-            else:
-                expected = 3600.0  # traces: no cheap estimate; slices only pace the progress bar
-            every = progress_every_s or max(expected / 200.0, 1e-6)
-            t = 0.0
-            while not self._finished() and (until is None or t < until):
-                t = t + every if until is None else min(t + every, until)
-                self._run_until(t)
-                progress(self.recorder.arrived - len(self.recorder.live), total, env.now)
-                if env.peek() == float("inf"):
-                    break  # nothing left to happen
-            progress(self.recorder.arrived - len(self.recorder.live), total, env.now)
+            self._run_sliced(progress, progress_every_s, projection, adaptive)
         wall = time.perf_counter() - wall0
         end_s = until if until is not None else self._last_activity_s()
         if until is not None:
@@ -576,6 +616,62 @@ class Simulation:
             ),
             planner=self.planner.log if self.planner is not None else None,
         )
+
+    def _run_sliced(
+        self, progress: ProgressCallback | None, progress_every_s: float | None, projection: str | None, adaptive: bool
+    ) -> None:
+        """Run in slices of simulated time, calling *progress* after each and making the
+        projection once (see :meth:`_run`); without *progress*, the rest runs in one piece
+        once the projection is made.
+
+        Slices are *progress_every_s* simulated seconds; else, not *adaptive*, 1/200 of the
+        expected duration; else adapted so that each takes about :data:`_SLICE_WALL_S` wall
+        seconds: the first is short (so the warm-up is measured from the start), then each
+        is scaled by the ratio of that target to the last one's wall time (halved at most,
+        doubled at most), up to 1/200 of the expected duration.
+        """
+        env = self.env
+        wl = self.scenario.workload
+        until = self.scenario.simulation.until_s
+        total = wl.num_requests
+        rate = sum(src.rate for src in self.sources)
+        if wl.horizon_s is not None:
+            expected = wl.horizon_s
+        elif wl.num_requests is not None and rate > 0:
+            expected = wl.num_requests / rate
+        else:
+            expected = 3600.0  # traces: no cheap estimate; slices only pace the progress
+        if until is not None:
+            expected = min(expected, until)
+        longest = progress_every_s or max(expected / 200.0, 1e-6)
+        adaptive = adaptive and progress_every_s is None
+        every = max(longest / 1024.0, 1e-6) if adaptive else longest
+        estimator = RunEstimator() if projection is not None else None
+        t = 0.0
+        while not self._finished() and (until is None or t < until):
+            t = t + every if until is None else min(t + every, until)
+            slice_start = time.perf_counter()
+            self._run_until(t)
+            took = time.perf_counter() - slice_start
+            if progress is not None:
+                progress(self.recorder.arrived - len(self.recorder.live), total, env.now)
+            if estimator is not None:
+                made = estimator.update(self._share_done())
+                if made is not None:
+                    estimator = None
+                    if projection == "always" or made.wall_s >= AUTO_PROJECTION_MIN_S or made.exceeds_memory:
+                        for line in made.lines():
+                            print(line, file=sys.stderr, flush=True)
+                    if progress is None:  # nothing more to show: the rest in one piece
+                        self._run_until(until)
+                        return
+            if env.peek() == float("inf"):
+                break  # nothing left to happen
+            if adaptive:
+                scale = _SLICE_WALL_S / took if took > 0 else 2.0
+                every = min(longest, max(1e-6, every * min(2.0, max(0.5, scale))))
+        if progress is not None:
+            progress(self.recorder.arrived - len(self.recorder.live), total, env.now)
 
     def _links(self) -> list[Link]:
         """Every network link: the networked clients' uplinks, then the KV links."""

@@ -3,7 +3,7 @@
 ``simpy-llm calibrate compare OBSERVED [--scenario S] [--profile P] [--out DIR]``
 replays an observed trace (``simpy-llm observe``'s output directory, or a trace
 file) through a scenario and prints the per-metric comparison with its rating;
-``--out`` writes ``report.json``, ``report.md`` and, with matplotlib, QQ, CDF and
+``--out`` writes ``report.json``, ``report.md`` and QQ, CDF and
 scatter plots. ``simpy-llm calibrate fit OBSERVED --out PROFILE`` fits a
 ``batch_table`` latency model to the trace and writes it as a profile, then
 compares the fitted model with the same trace. Without ``--scenario`` the

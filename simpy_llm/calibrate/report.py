@@ -401,8 +401,8 @@ def _plain_value(v: Any) -> str:
     return "-" if v is None else str(v)
 
 
-def _markdown(report: CalibrationReport, plots: list[str] | None) -> str:
-    """The text of ``report.md``; *plots* are the plot files' names, ``None`` without matplotlib."""
+def _markdown(report: CalibrationReport, plots: list[str]) -> str:
+    """The text of ``report.md``; *plots* are the plot files' names."""
     lines: list[str] = ["# Calibration report", ""]
     t = report.trace
     lines += ["## Summary", ""]
@@ -477,9 +477,7 @@ def _markdown(report: CalibrationReport, plots: list[str] | None) -> str:
     lines.append("")
 
     lines += ["## Plots", ""]
-    if plots is None:
-        lines.append("Plots need matplotlib, the `plots` extra: `pip install 'simpy-llm[plots]'`.")
-    elif plots:
+    if plots:
         lines.append(
             "QQ (quantiles at 100 evenly spaced probabilities), empirical CDFs and per-pair scatter, "
             "each against y = x where it applies; log axes when the values span more than two decades."
@@ -493,15 +491,14 @@ def _markdown(report: CalibrationReport, plots: list[str] | None) -> str:
 
 # --- plots -----------------------------------------------------------------------
 def _matplotlib() -> Any:
-    """matplotlib's ``Figure`` and Agg canvas, or ``None`` when matplotlib is not installed.
+    """matplotlib's ``Figure`` and Agg canvas (matplotlib is a dependency: a missing one is
+    an ImportError, never a report without its plots).
 
     Figures are made without pyplot: nothing joins pyplot's global figure list (so there
     is nothing to close) and the caller's pyplot backend is left alone."""
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError:
-        return None
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     return Figure, FigureCanvasAgg
 
 
@@ -591,10 +588,9 @@ def write_report(report: CalibrationReport, samples: Mapping[str, Any], out_dir:
 
     Files: ``report.json`` (:func:`report_to_dict`, indent 2), ``report.md`` (summary,
     metrics, percentile errors, throughput, request summary, configuration match,
-    scenario, fit, known limitations, warnings) and, when matplotlib is installed, for
-    each metric with data ``qq_<metric>.png`` (from the comparison's QQ points),
-    ``cdf_<metric>.png`` and ``scatter_<metric>.png`` (from *samples*). Without
-    matplotlib ``report.md`` says the plots need the ``plots`` extra.
+    scenario, fit, known limitations, warnings) and, for each metric with data,
+    ``qq_<metric>.png`` (from the comparison's QQ points), ``cdf_<metric>.png`` and
+    ``scatter_<metric>.png`` (from *samples*).
 
     Parameters
     ----------
@@ -609,30 +605,31 @@ def write_report(report: CalibrationReport, samples: Mapping[str, Any], out_dir:
     ValueError, TypeError
         *samples* name a metric the report lacks, or do not hold the comparison's pairs;
         nothing is written then.
+    ImportError
+        matplotlib cannot be imported (a broken install: it is a dependency); nothing is
+        written then.
     """
     checked = _checked_samples(report, samples)
+    mpl = _matplotlib()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = [out / "report.json", out / "report.md"]
     written[0].write_text(json.dumps(report_to_dict(report), indent=2, allow_nan=False) + "\n", encoding="utf-8")
-    mpl = _matplotlib()
-    plots: list[Path] | None = None
-    if mpl is not None:
-        plots = []
-        for metric, c in report.metrics.items():
-            if c.n == 0:
-                continue
-            path = out / f"qq_{metric}.png"
-            _plot_pairs(mpl, metric, np.asarray(c.qq_observed), np.asarray(c.qq_simulated), path, "qq")
-            plots.append(path)
-            if metric in checked:
-                obs, sim = checked[metric]
-                _plot_cdf(mpl, metric, obs, sim, out / f"cdf_{metric}.png")
-                _plot_pairs(mpl, metric, obs, sim, out / f"scatter_{metric}.png", "scatter")
-                plots += [out / f"cdf_{metric}.png", out / f"scatter_{metric}.png"]
-    md = _markdown(report, None if plots is None else [p.name for p in plots])
+    plots: list[Path] = []
+    for metric, c in report.metrics.items():
+        if c.n == 0:
+            continue
+        path = out / f"qq_{metric}.png"
+        _plot_pairs(mpl, metric, np.asarray(c.qq_observed), np.asarray(c.qq_simulated), path, "qq")
+        plots.append(path)
+        if metric in checked:
+            obs, sim = checked[metric]
+            _plot_cdf(mpl, metric, obs, sim, out / f"cdf_{metric}.png")
+            _plot_pairs(mpl, metric, obs, sim, out / f"scatter_{metric}.png", "scatter")
+            plots += [out / f"cdf_{metric}.png", out / f"scatter_{metric}.png"]
+    md = _markdown(report, [p.name for p in plots])
     written[1].write_text(md, encoding="utf-8")
-    return written + (plots or [])
+    return written + plots
 
 
 # --- terminal ----------------------------------------------------------------------

@@ -959,8 +959,8 @@ class CapacityCard:
         return ax
 
     def save(self, directory: str | Path) -> list[Path]:
-        """Write ``capacity.json``, ``capacity.csv``, ``capacity.md`` and, with matplotlib,
-        ``capacity.png`` into *directory* (created); returns the paths written."""
+        """Write ``capacity.json``, ``capacity.csv``, ``capacity.md`` and ``capacity.png``
+        into *directory* (created); returns the paths written."""
         return _save(self, Path(directory), "capacity")
 
 
@@ -1057,8 +1057,8 @@ class ReplicaCard:
         return ax
 
     def save(self, directory: str | Path) -> list[Path]:
-        """Write ``replicas.json``, ``replicas.csv``, ``replicas.md`` and, with matplotlib,
-        ``replicas.png`` into *directory* (created); returns the paths written."""
+        """Write ``replicas.json``, ``replicas.csv``, ``replicas.md`` and ``replicas.png``
+        into *directory* (created); returns the paths written."""
         return _save(self, Path(directory), "replicas")
 
 
@@ -1074,13 +1074,12 @@ def _save(card: CapacityCard | ReplicaCard, directory: Path, stem: str) -> list[
     path = directory / f"{stem}.md"
     path.write_text(card.to_markdown())
     written.append(path)
-    try:
-        import matplotlib
+    # matplotlib is a dependency: the plot is part of the card, never skipped
+    import matplotlib
 
-        matplotlib.use("Agg", force=False)
-        import matplotlib.pyplot as plt
-    except ImportError:  # pragma: no cover - matplotlib is optional
-        return written
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
     ax = card.plot()
     path = directory / f"{stem}.png"
     ax.figure.savefig(path, dpi=110, bbox_inches="tight")

@@ -21,30 +21,67 @@ arrivals past the period end are dropped. For Poisson periods this is exact
 is the ordinary renewal function, ``rate * d + (cv**2 - 1) / 2`` for long
 periods, so the long-run rate is exact only when periods hold many arrivals
 (ServeGen's 600 s windows do).
+
+At a low rate most periods are empty, and drawing every period would take
+many draws per arrival (millions at 1e-7 requests/s). Beyond
+:data:`SKIP_PERIODS_PER_ARRIVAL` periods per arrival the modulated processes
+draw the next period that holds an arrival directly, which is exact: periods
+hold an arrival independently, with probability ``1 - P(gap >= length)``
+(:meth:`Renewal.log_gap_survival`), so whole cycles are skipped with one
+exponential draw, and the first arrival of the period found is the gap
+conditioned to fit (:meth:`Renewal.gap_below`). That needs constant periods
+with a ``poisson``, ``gamma``, ``weibull`` or ``constant`` process inside (all
+of ``windows``; ``on_off`` with ``constant`` lengths), or ``exponential``
+lengths with ``poisson`` inside (``on_off``; a skipped period then lasts
+Exp(1 / mean + rate), one gamma draw for many). Other periods are drawn one by
+one, and a rate at which that would take more than
+:data:`MAX_PERIODS_PER_ARRIVAL` periods per arrival (10 when the process inside
+is itself modulated) is refused with a
+:class:`~simpy_llm.workload.distributions.SamplingError` naming the process
+(the simulation reports it at the process's key path).
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable, Iterator
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, NamedTuple, Protocol
 
 import attrs
 import numpy as np
 
 from simpy_llm.config.errors import FieldValueError
 from simpy_llm.config.schema import ArrivalField, LengthField
-from simpy_llm.config.validators import MAX_RATE, MAX_TIME_S, all_of, at_least, greater_than, in_range, non_empty
+from simpy_llm.config.validators import (
+    MAX_RATE,
+    MAX_TIME_S,
+    all_of,
+    at_least,
+    greater_than,
+    in_range,
+    non_empty,
+)
 from simpy_llm.registry import Registry
+from simpy_llm.workload.distributions import (
+    Constant,
+    Empirical,
+    Exponential,
+    Normal,
+    SamplingError,
+    Uniform,
+)
 
 __all__ = [
+    "GAMMA_CV_RANGE",
+    "MAX_NEGATIVE_GAP_SHARE",
+    "MAX_PERIODS_PER_ARRIVAL",
+    "MAX_PERIODS_PER_ARRIVAL_RUN_ONE_BY_ONE",
+    "SKIP_PERIODS_PER_ARRIVAL",
     "ArrivalProcess",
     "ConstantArrivals",
     "DistributionArrivals",
-    "GAMMA_CV_RANGE",
     "GammaArrivals",
-    "MAX_NEGATIVE_GAP_SHARE",
     "OnOffArrivals",
     "PoissonArrivals",
     "RateWindow",
@@ -65,10 +102,27 @@ class ArrivalProcess(Protocol):
 
 
 class Renewal:
-    """Mixin for stationary renewal processes: ``times`` from cumulative ``gaps``."""
+    """Mixin for stationary renewal processes: ``times`` from cumulative ``gaps``.
+
+    A process that also knows its gap's survival function in closed form
+    (:meth:`log_gap_survival`, :meth:`gap_below`) lets the modulated processes skip
+    periods without arrivals exactly (module docstring); the built-in ``poisson``,
+    ``gamma``, ``weibull`` and ``constant`` do.
+    """
 
     def gaps(self, rng: np.random.Generator, rate: float, n: int) -> np.ndarray:
         """Draw *n* inter-arrival gaps (seconds) at mean rate *rate* (1/s)."""
+        raise NotImplementedError
+
+    def log_gap_survival(self, rate: float, length_s: float) -> float | None:
+        """``log P(gap >= length_s)`` at mean rate *rate*: the log-probability that a period of
+        *length_s* seconds in which the process is restarted holds no arrival; None when not
+        known in closed form."""
+        return None
+
+    def gap_below(self, rng: np.random.Generator, rate: float, length_s: float) -> float:
+        """One gap drawn conditioned on ``gap < length_s`` (by inversion of the gap's CDF: one
+        uniform draw); only called when :meth:`log_gap_survival` is known and below 0."""
         raise NotImplementedError
 
     def times(self, rng: np.random.Generator, rate: float, chunk: int) -> Iterator[np.ndarray]:
@@ -99,6 +153,14 @@ class PoissonArrivals(Renewal):
     def gaps(self, rng: np.random.Generator, rate: float, n: int) -> np.ndarray:
         return rng.exponential(1.0 / rate, n)
 
+    def log_gap_survival(self, rate: float, length_s: float) -> float | None:
+        return -rate * length_s
+
+    def gap_below(self, rng: np.random.Generator, rate: float, length_s: float) -> float:
+        # F(x) = 1 - exp(-rate x); x = F^-1(u F(length)), written with log1p/expm1 for tiny rate x length.
+        x = -math.log1p(float(rng.random()) * math.expm1(-rate * length_s)) / rate
+        return min(x, math.nextafter(length_s, 0.0))  # the inversion's rounding stays inside
+
 
 GAMMA_CV_RANGE = (0.01, 100.0)
 """Coefficients of variation a ``gamma`` arrival process accepts: its shape 1 / cv**2 stays
@@ -120,6 +182,22 @@ class GammaArrivals(Renewal):
         shape = 1.0 / self.cv**2
         return rng.gamma(shape, 1.0 / (rate * shape), n)
 
+    def log_gap_survival(self, rate: float, length_s: float) -> float | None:
+        from scipy import special
+
+        shape = 1.0 / self.cv**2
+        x = length_s * rate * shape  # length / scale
+        below = float(special.gammainc(shape, x))
+        return math.log1p(-below) if below < 0.5 else math.log(float(special.gammaincc(shape, x)))
+
+    def gap_below(self, rng: np.random.Generator, rate: float, length_s: float) -> float:
+        from scipy import special
+
+        shape = 1.0 / self.cv**2
+        below = float(special.gammainc(shape, length_s * rate * shape))
+        x = float(special.gammaincinv(shape, float(rng.random()) * below)) / (rate * shape)
+        return min(x, math.nextafter(length_s, 0.0))  # the inversion's rounding stays inside
+
 
 # --------------------------------------------------------------------------- more renewal processes
 
@@ -139,6 +217,12 @@ class ConstantArrivals(Renewal):
 
     def gaps(self, rng: np.random.Generator, rate: float, n: int) -> np.ndarray:
         return np.full(n, 1.0 / rate)
+
+    def log_gap_survival(self, rate: float, length_s: float) -> float | None:
+        return 0.0 if 1.0 / rate >= length_s else -math.inf
+
+    def gap_below(self, rng: np.random.Generator, rate: float, length_s: float) -> float:
+        return 1.0 / rate
 
 
 WEIBULL_CV_RANGE = (0.01, 100.0)
@@ -195,6 +279,17 @@ class WeibullArrivals(Renewal):
         k = self.shape
         return rng.weibull(k, n) / (rate * math.gamma(1 + 1 / k))
 
+    def log_gap_survival(self, rate: float, length_s: float) -> float | None:
+        k = self.shape
+        return -((length_s * rate * math.gamma(1 + 1 / k)) ** k)  # -(length / scale) ** k
+
+    def gap_below(self, rng: np.random.Generator, rate: float, length_s: float) -> float:
+        k = self.shape
+        scale = 1.0 / (rate * math.gamma(1 + 1 / k))
+        below = -math.expm1(-((length_s / scale) ** k))
+        x = scale * (-math.log1p(-float(rng.random()) * below)) ** (1.0 / k)
+        return min(x, math.nextafter(length_s, 0.0))
+
 
 MAX_NEGATIVE_GAP_SHARE = 1e-3
 """Largest share of a ``distribution`` process's gap draws that may be negative (they count
@@ -203,8 +298,6 @@ as 0, which shifts the mean gap a little); a distribution known to draw more is 
 
 def _negative_share(dist: Any) -> float:
     """P(draw < 0) for the built-in families that can draw negative values (0 for the others)."""
-    from simpy_llm.workload.distributions import Empirical, Normal, Uniform
-
     if isinstance(dist, Uniform):
         return min(max(-float(dist.low) / (float(dist.high) - float(dist.low)), 0.0), 1.0)
     if isinstance(dist, Normal):
@@ -271,8 +364,6 @@ class DistributionArrivals(Renewal):
         return math.sqrt(float(dist.variance)) / float(dist.mean)
 
     def gaps(self, rng: np.random.Generator, rate: float, n: int) -> np.ndarray:
-        from simpy_llm.workload.distributions import SamplingError
-
         dist = self.gap_distribution
         draws = np.asarray(dist.sample(rng, n), dtype=float)
         if not np.isfinite(draws).all():
@@ -355,6 +446,170 @@ def _chunked(rng: np.random.Generator, batches: Iterable[list[Group]], chunk: in
             buffer = buffer[chunk:]
 
 
+SKIP_PERIODS_PER_ARRIVAL = 200.0
+"""Beyond this many periods per arrival on average (periods per cycle / expected arrivals per
+cycle), ``on_off`` and ``windows`` draw the next period that holds an arrival directly
+instead of drawing every period, when their periods allow it (module docstring). Below it,
+drawing every period in vectors is the faster of the two; both are exact."""
+MAX_PERIODS_PER_ARRIVAL = 1000.0
+"""Most periods a modulated process may have to draw, on average, per arrival when it cannot
+draw the next period with an arrival directly (each period costs a few draws; more would
+stall the run); a process and rate past it are refused with
+:class:`~simpy_llm.workload.distributions.SamplingError`, which names its key path."""
+MAX_PERIODS_PER_ARRIVAL_RUN_ONE_BY_ONE = 10.0
+"""The same bound when the process inside the periods is not a renewal process (a nested
+modulated process): each of its periods is run on its own, about a thousand times slower."""
+_MAX_HAZARD = 50.0
+"""Cap on a period's ``-log P(no arrival)``: exp(-50) is 2e-22, beyond which the period holds an
+arrival for certain in float64; the cap keeps cumulative hazards finite."""
+
+
+class _Phase(NamedTuple):
+    """One period of a cycle, for drawing the next period with an arrival directly."""
+
+    process: Any
+    """The renewal process inside (restarted at the period's start)."""
+    rate: float
+    """Its rate inside, requests/s (0: the period is idle)."""
+    length_s: float
+    """The period's length when it is constant, seconds (unused when ``exit_rate > 0``)."""
+    exit_rate: float
+    """1 / mean length when the length is exponential (the process inside is then Poisson);
+    0 when the length is constant."""
+
+
+def _hazard(phase: _Phase) -> float:
+    """``-log P(the period holds no arrival)``, capped at :data:`_MAX_HAZARD`."""
+    if phase.rate <= 0:
+        return 0.0
+    if phase.exit_rate > 0:
+        # Poisson inside an exponential length: no arrival iff the length ends first.
+        h = math.log1p(phase.rate / phase.exit_rate)
+    else:
+        h = -phase.process.log_gap_survival(phase.rate, phase.length_s)
+    return min(max(h, 0.0), _MAX_HAZARD)
+
+
+def _skippable(phase: _Phase) -> bool:
+    """Whether the next arrival after *phase* starts can be drawn without drawing each period."""
+    if phase.rate <= 0:
+        return True
+    if phase.exit_rate > 0:
+        return isinstance(phase.process, PoissonArrivals)
+    return isinstance(phase.process, Renewal) and phase.process.log_gap_survival(phase.rate, phase.length_s) is not None
+
+
+def _skipping(rng: np.random.Generator, phases: list[_Phase], chunk: int, owner: object) -> Iterator[np.ndarray]:
+    """Exactly-*chunk* arrays of arrival times of a cycle of *phases* repeated from time 0,
+    each period restarting its process, drawn one period *with an arrival* at a time.
+
+    Periods hold an arrival independently, period *i* with probability
+    ``1 - exp(-h_i)`` (:func:`_hazard`), so the first one that does is where the
+    cumulative hazard from the current period first exceeds a standard exponential
+    draw: whole cycles are skipped at once. The periods skipped hold no arrival: a
+    constant one lasts its length; an exponential one (Poisson inside at rate r,
+    lengths at rate a) lasts Exp(a + r) given that, so their sum is one gamma draw.
+    In the period found, the first arrival is the process's gap conditioned to fall
+    inside (:meth:`Renewal.gap_below`; for an exponential length, Exp(a + r) again) and
+    the rest of the period runs as usual.
+    """
+    hazards = [_hazard(p) for p in phases]
+    if not sum(hazards) > 0:
+        raise SamplingError(
+            f"{owner!r} expects no arrival in a cycle at float64 precision (its rates x period lengths underflow)",
+            owner,
+        )
+    n = len(phases)
+    constant = [p.length_s if p.exit_rate == 0 else 0.0 for p in phases]
+    cycle_constant_s = math.fsum(constant)
+    exponential = [i for i, p in enumerate(phases) if p.exit_rate > 0]
+    # Cumulative hazards and constant lengths from each period to the end of the next cycle:
+    # from period j, hazard[j:j+k] sums to cum_h[j+k] - cum_h[j].
+    cum_h = np.concatenate(([0.0], np.cumsum(hazards + hazards)))
+    cum_len = np.concatenate(([0.0], np.cumsum(constant + constant)))
+    total = float(cum_h[n])
+    out: list[float] = []
+    t, j = 0.0, 0  # at the start of period j of a cycle
+    while True:
+        e = float(rng.standard_exponential())
+        cycles = 0.0
+        if e >= total:
+            cycles = math.floor(e / total)
+            e = min(max(e - cycles * total, 0.0), math.nextafter(total, 0.0))
+        # the period holding the next arrival: j + m, the first whose cumulative hazard exceeds e
+        m = int(np.searchsorted(cum_h, cum_h[j] + e, side="right")) - 1 - j
+        m = min(max(m, 0), n - 1)
+        while hazards[(j + m) % n] == 0.0:  # rounding ran past the cycle's last busy period: back to it
+            m -= 1
+        t += cycles * cycle_constant_s + float(cum_len[j + m] - cum_len[j])
+        for i in exponential:  # the exponential periods skipped, each Exp(a + r) given no arrival
+            count = cycles + (1.0 if (i - j) % n < m else 0.0)
+            if count > 0:
+                t += float(rng.gamma(count, 1.0 / (phases[i].exit_rate + phases[i].rate)))
+        i = (j + m) % n
+        phase = phases[i]
+        if phase.exit_rate > 0:
+            q = phase.exit_rate + phase.rate
+            t += float(rng.exponential(1.0 / q))
+            out.append(t)
+            while True:  # Poisson arrivals race the end of the period
+                t += float(rng.exponential(1.0 / q))
+                if float(rng.random()) * q >= phase.rate:
+                    break
+                out.append(t)
+        else:
+            end = t + phase.length_s
+            first = t + phase.process.gap_below(rng, phase.rate, phase.length_s)
+            out.append(first)
+            second = first + float(phase.process.gaps(rng, phase.rate, 1)[0])
+            if second < end:  # (rare in a sparse cycle) the rest of the period in vector draws
+                out.append(second)
+                out.extend(_restarted(phase.process, rng, phase.rate, np.array([second]), np.array([end - second])).tolist())
+            t = end
+        j = (i + 1) % n
+        while len(out) >= chunk:
+            yield np.array(out[:chunk])
+            del out[:chunk]
+
+
+def _direct(
+    owner: object,
+    rng: np.random.Generator,
+    rate: float,
+    chunk: int,
+    per_cycle: float,
+    periods: int,
+    inside: Iterable[Any],
+    phases: Callable[[], list[_Phase] | None],
+    how: str,
+) -> Iterator[np.ndarray] | None:
+    """The arrivals of a modulated process drawn one period with an arrival at a time
+    (:func:`_skipping`) when that pays and its periods allow it; None to draw every period.
+
+    *per_cycle* is the expected arrivals per cycle, *periods* the periods drawn per cycle,
+    *inside* the processes inside them, *phases* a callable giving the periods for
+    :func:`_skipping` (or None), *how* what would let the process skip. Raises
+    :class:`SamplingError` naming *owner* when drawing every period would need more than
+    :data:`MAX_PERIODS_PER_ARRIVAL` (or :data:`MAX_PERIODS_PER_ARRIVAL_RUN_ONE_BY_ONE`)
+    periods per arrival.
+    """
+    per_arrival = periods / per_cycle if per_cycle > 0 else math.inf
+    if per_arrival > SKIP_PERIODS_PER_ARRIVAL:
+        found = phases()
+        if found is not None:
+            return _skipping(rng, found, chunk, owner)
+    one_by_one = any(not isinstance(p, Renewal) for p in inside)
+    limit = MAX_PERIODS_PER_ARRIVAL_RUN_ONE_BY_ONE if one_by_one else MAX_PERIODS_PER_ARRIVAL
+    if per_arrival > limit:
+        raise SamplingError(
+            f"at {rate:.6g} requests/s it expects {per_cycle:.3g} arrivals per cycle of {periods} periods: "
+            f"about {per_arrival:.3g} periods drawn per arrival, above the {limit:g} allowed; {how}, or "
+            "raise the rate or shorten the cycle",
+            owner,
+        )
+    return None
+
+
 def _period_mean(dist: Any, field: str, positive: bool) -> float:
     mean = getattr(dist, "mean", None)
     if not callable(getattr(dist, "sample", None)) or not isinstance(mean, (int, float)):
@@ -418,8 +673,6 @@ class OnOffArrivals:
         the gap after an arrival is phase-type with generator ``Q - Lambda``
         and initial phase ``pi Lambda / (pi lambda)``.
         """
-        from simpy_llm.workload.distributions import Exponential
-
         if not (
             isinstance(self.on_process, PoissonArrivals)
             and isinstance(self.on_duration, Exponential)
@@ -436,9 +689,35 @@ class OnOffArrivals:
         m2 = 2.0 * float(alpha @ inv @ inv @ np.ones(2))
         return math.sqrt(max(m2 / m1**2 - 1.0, 0.0))
 
+    def _phases(self, rate: float) -> list[_Phase] | None:
+        """The ON and OFF periods as :func:`_skipping` takes them at mean rate *rate*, or None
+        when the next period with an arrival cannot be drawn directly (lengths other than
+        ``constant`` or ``exponential``; an exponential length with a process other than
+        Poisson inside; a process without a closed-form gap survival)."""
+        r_on, r_off = self.rates(rate)
+        out = []
+        for dist, r in ((self.on_duration, r_on), (self.off_duration, r_off)):
+            if isinstance(dist, Constant):
+                phase = _Phase(self.on_process, r, max(float(dist.value), 0.0), 0.0)
+            elif isinstance(dist, Exponential):
+                phase = _Phase(self.on_process, r, math.nan, 1.0 / float(dist.mean))
+            else:
+                return None
+            if not _skippable(phase):
+                return None
+            out.append(phase)
+        return out
+
     def times(self, rng: np.random.Generator, rate: float, chunk: int) -> Iterator[np.ndarray]:
         r_on, r_off = self.rates(rate)
         per_cycle = rate * (float(self.on_duration.mean) + float(self.off_duration.mean))
+        direct = _direct(
+            self, rng, rate, chunk, per_cycle, 2, [self.on_process], lambda: self._phases(rate),
+            "constant or exponential durations with a poisson on_process (or constant durations with a "
+            "gamma, weibull or constant one) skip cycles without arrivals",
+        )
+        if direct is not None:
+            return direct
         cycles = int(min(max(1, math.ceil(chunk / per_cycle)), 1 << 20))
 
         def batches() -> Iterator[list[Group]]:
@@ -520,6 +799,20 @@ class WindowedArrivals:
         weights = np.array([w.rate for w in self.windows], dtype=float)
         return weights * (rate * self.cycle_s / float(weights @ durations))
 
+    def _phases(self, rate: float) -> list[_Phase] | None:
+        """The cycle's periods (an idle lead before the first window, then the windows) as
+        :func:`_skipping` takes them at mean rate *rate*, or None when a window's process has
+        no closed-form gap survival."""
+        starts, durations = self._layout()
+        rates = self.window_rates(rate)
+        out = [_Phase(PoissonArrivals(), 0.0, float(starts[0]), 0.0)] if starts[0] > 0 else []
+        for w, r, d in zip(self.windows, rates.tolist(), durations.tolist(), strict=True):
+            phase = _Phase(w.process, r, d, 0.0)
+            if not _skippable(phase):
+                return None
+            out.append(phase)
+        return out
+
     def times(self, rng: np.random.Generator, rate: float, chunk: int) -> Iterator[np.ndarray]:
         starts, durations = self._layout()
         rates = self.window_rates(rate)
@@ -550,6 +843,13 @@ class WindowedArrivals:
                     yield group
                 c += 1
 
+        direct = _direct(
+            self, rng, rate, chunk, per_cycle, len(active), [processes[i] for i in active],
+            lambda: self._phases(rate),
+            "windows whose processes are poisson, gamma, weibull or constant skip windows without arrivals",
+        )
+        if direct is not None:
+            return direct
         if per_cycle < chunk:
             batches = many_cycles(int(min(math.ceil(chunk / per_cycle), max(1, (1 << 20) // len(active)))))
         else:

@@ -123,7 +123,7 @@ def _quantiles(values: np.ndarray) -> dict[str, float]:
 
 def workload_summary(frame: pd.DataFrame) -> dict[str, Any]:
     """Per-client request count, rate, inter-arrival CV and length quantiles, and the totals."""
-    out: dict[str, Any] = {"requests": int(len(frame)), "clients": {}}
+    out: dict[str, Any] = {"requests": len(frame), "clients": {}}
     span = float(frame.arrival_time_s.max()) if len(frame) else 0.0
     out["duration_s"] = span
     out["rate_per_s"] = len(frame) / span if span > 0 else None
@@ -131,7 +131,7 @@ def workload_summary(frame: pd.DataFrame) -> dict[str, Any]:
         t = group.arrival_time_s.to_numpy()
         gaps = np.diff(t)
         out["clients"][str(client)] = {
-            "requests": int(len(group)),
+            "requests": len(group),
             "rate_per_s": len(group) / span if span > 0 else None,
             "interarrival_cv": float(gaps.std() / gaps.mean()) if gaps.size > 1 and gaps.mean() > 0 else None,
             "input_tokens": _quantiles(group.input_tokens.to_numpy()),
@@ -144,13 +144,15 @@ def workload_summary(frame: pd.DataFrame) -> dict[str, Any]:
 
 def plot_histograms(frame: pd.DataFrame, directory: Any) -> list[Any]:
     """Write PNG histograms of inter-arrival gaps and input/output lengths per client;
-    returns the paths. Needs matplotlib (the ``plots`` extra)."""
+    returns the paths.
+
+    The figures are made without pyplot (matplotlib's ``Figure`` on an Agg canvas), so the
+    caller's pyplot state and backend (a notebook's inline plots) are left alone.
+    """
     from pathlib import Path
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
@@ -161,7 +163,9 @@ def plot_histograms(frame: pd.DataFrame, directory: Any) -> list[Any]:
         ("output_tokens", "output tokens", lambda g: g.output_tokens.to_numpy()),
     )
     for name, label, values_of in panels:
-        fig, ax = plt.subplots(figsize=(7, 4))
+        fig = Figure(figsize=(7, 4))
+        FigureCanvasAgg(fig)
+        ax = fig.subplots()
         for client, group in frame.groupby("client_id", sort=True):
             values = values_of(group)
             if values.size:
@@ -173,6 +177,5 @@ def plot_histograms(frame: pd.DataFrame, directory: Any) -> list[Any]:
         fig.tight_layout()
         path = out / f"hist_{name}.png"
         fig.savefig(path, dpi=100)
-        plt.close(fig)
         paths.append(path)
     return paths

@@ -19,7 +19,16 @@ import numpy as np
 if TYPE_CHECKING:
     from simpy_llm.entities import Request
 
-__all__ = ["PREFIX_BLOCK_TOKENS", "VOCAB_SIZE", "Segment", "content_segments", "prefix_blocks", "synthetic_token_ids"]
+__all__ = [
+    "MAX_TRACE_BLOCK_ID",
+    "PREFIX_BLOCK_TOKENS",
+    "VOCAB_SIZE",
+    "Segment",
+    "content_segments",
+    "namespaced_blocks",
+    "prefix_blocks",
+    "synthetic_token_ids",
+]
 
 Segment = tuple[int, int]
 """``(segment id, tokens)``: a run of tokens from one fixed token stream."""
@@ -53,6 +62,33 @@ def prefix_blocks(seed: int, group: str, prefix_tokens: int) -> tuple[int, ...]:
     # numpy draws element by element, so a shorter run is a prefix of a longer one.
     hashes = _rng(seed, "prefix", group).integers(0, 2**63 - 1, size=n, dtype=np.int64)
     return tuple(int(h) for h in hashes)
+
+
+MAX_TRACE_BLOCK_ID = 2**63 - 1
+"""Largest prefix-block id a trace may give (Mooncake ``hash_ids``, a trace v2 ``prefix_blocks``
+column): ids are whole numbers in [0, 2**63), as the synthetic ones, so the traces of one
+workload can be given disjoint ranges (:func:`namespaced_blocks`)."""
+
+
+def namespaced_blocks(blocks: tuple[int, ...], namespace: int) -> tuple[int, ...]:
+    """The prefix-block ids *blocks* of the trace numbered *namespace* in its workload, moved to
+    that trace's own range: ``id + namespace * 2**63``.
+
+    Block ids only mean something inside the trace that gave them (Mooncake numbers each
+    trace's blocks from 0), so two traces replayed together must not share them: with ids in
+    [0, 2**63) the ranges of different namespaces are disjoint, while equal ids of one trace
+    stay equal (its own prefix hits are unchanged). Namespace 0, the workload's first trace,
+    keeps its ids.
+
+    >>> namespaced_blocks((0, 7), 0)
+    (0, 7)
+    >>> namespaced_blocks((0, 7), 1)
+    (9223372036854775808, 9223372036854775815)
+    """
+    if not namespace:
+        return blocks
+    offset = namespace * (MAX_TRACE_BLOCK_ID + 1)
+    return tuple(h + offset for h in blocks)
 
 
 def synthetic_token_ids(seed: int, request_id: int, prompt_tokens: int, group: str = "", prefix_tokens: int = 0) -> np.ndarray:

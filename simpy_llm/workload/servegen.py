@@ -40,13 +40,20 @@ import attrs
 import numpy as np
 
 from simpy_llm.config.errors import FieldValueError, ScenarioError
-from simpy_llm.config.schema import ClientConfig, MultimodalConfig, ReasoningConfig, ServeGenConfig
+from simpy_llm.config.schema import (
+    ClientConfig,
+    MultimodalConfig,
+    ReasoningConfig,
+    ServeGenConfig,
+)
 from simpy_llm.workload.arrivals import arrival_processes
-from simpy_llm.workload.distributions import Empirical
+from simpy_llm.workload.distributions import Empirical, SamplingError
 
 __all__ = [
     "DATASET_WINDOW_S",
+    "MAX_DRAW",
     "PATTERNS",
+    "SKIP_PASSES",
     "WINDOW_S",
     "ServeGenWindows",
     "TraceWindow",
@@ -62,6 +69,12 @@ WINDOW_S = 600.0
 DATASET_WINDOW_S = 21600.0
 """Spacing of ServeGen's dataset windows (6 h), seconds (informative: keys are checked
 against the trace's window starts, not against this spacing)."""
+MAX_DRAW = 1 << 16
+"""Most gaps :class:`ServeGenWindows` draws at once (512 KiB of float64): a longer window is
+drawn in pieces, so a busy window at a high ``rate_scale`` needs no memory in proportion."""
+SKIP_PASSES = 1000
+"""Passes over the windows that :class:`ServeGenWindows` runs one by one when none holds an
+arrival; beyond, the empty passes are skipped at once (a very low rate)."""
 PATTERNS = ("Gamma", "Weibull", "")
 """Inter-arrival patterns of a trace row; empty = idle window."""
 
@@ -108,7 +121,8 @@ class ServeGenWindows:
     count up to window *i* is ``round(sum of e_j up to i)``, so each window is
     within one request of ``e_i`` and the total is exact in the long run; the
     carry continues across repetitions. An empty pattern (or rate 0) is an
-    idle window.
+    idle window. Gaps are drawn at most :data:`MAX_DRAW` at a time, so memory
+    does not grow with a window's count (see :meth:`_window`).
 
     Examples
     --------
@@ -215,47 +229,96 @@ class ServeGenWindows:
             return rng.gamma(shape, scale, n)
         return scale * rng.weibull(shape, n)
 
+    def _window(self, rng: np.random.Generator, i: int, n: int, lo: float, hi: float) -> Iterator[np.ndarray]:
+        """The *n* arrival times of window *i* spanning ``[lo, hi)``, in pieces of at most
+        :data:`MAX_DRAW` values.
+
+        The *n + 1* gaps are rescaled by their sum, known only once all are drawn: a window
+        of more than :data:`MAX_DRAW` gaps draws them twice from the same generator state, in
+        pieces, first for the sum and then for the times. numpy draws element by element and
+        the running sums carry over, so the times are those of a single draw, to the bit.
+        """
+        count = n + 1
+        two_pass = count > MAX_DRAW
+        total = 0.0
+        if two_pass:
+            restart = rng.bit_generator.state
+            for k in range(0, count, MAX_DRAW):
+                gaps = self._gaps(rng, i, min(MAX_DRAW, count - k))
+                total = float(np.cumsum(np.concatenate(([total], gaps)))[-1])
+            rng.bit_generator.state = restart
+        last = np.nextafter(hi, -np.inf)
+        acc = 0.0
+        for k in range(0, count, MAX_DRAW):
+            m = min(MAX_DRAW, count - k)
+            cs = np.cumsum(np.concatenate(([acc], self._gaps(rng, i, m))))[1:]
+            acc = float(cs[-1])
+            if not two_pass:
+                total = acc
+            keep = cs[: min(m, n - k)]  # the last sum (all n + 1 gaps) is the window's end
+            if math.isfinite(total) and total > 0:
+                frac = keep / total
+            else:  # every gap underflowed to 0 (tiny Gamma shapes): spread evenly
+                frac = np.arange(k + 1, k + 1 + keep.size) / count
+            # keep every arrival inside [lo, hi) whatever the rounding
+            yield np.minimum(lo + (hi - lo) * frac, last)
+
     def times(self, rng: np.random.Generator, rate: float, chunk: int) -> Iterator[np.ndarray]:
-        """Endless chunks of *chunk* increasing absolute arrival times (s) at long-run mean *rate*."""
+        """Endless chunks of *chunk* increasing absolute arrival times (s) at long-run mean *rate*.
+
+        Whole passes without an arrival (a rate so low that the expected arrivals per pass
+        are far below one) are skipped with one multiplication once more than
+        :data:`SKIP_PASSES` of them follow each other.
+        """
         if not (math.isfinite(rate) and rate > 0):
             raise ValueError(f"rate must be a finite number > 0, got {rate!r}")
         if chunk < 1:
             raise ValueError(f"chunk must be >= 1, got {chunk!r}")
+        return _exact_chunks(self._pieces(rng, rate), chunk)
+
+    def _pieces(self, rng: np.random.Generator, rate: float) -> Iterator[np.ndarray]:
+        """Arrival times in time order, in pieces of at most :data:`MAX_DRAW`."""
         expected = self.expected_counts(rate)
         cum_expected = np.cumsum(expected)
+        per_pass = float(cum_expected[-1])
         edges0 = np.concatenate([[0.0], np.cumsum(self._durations())])
         period = float(edges0[-1])
         carry = 0.0  # expected arrivals not yet generated (rounding remainder), in [-0.5, 0.5)
-        pending: list[np.ndarray] = []
-        have = 0
+        if not (per_pass > 0 and math.isfinite(0.5 / per_pass)):
+            raise SamplingError(f"at {rate!r} requests/s the expected arrivals per pass ({per_pass!r}) underflow", self)
         cycle = 0
         while True:
+            # the next passes are empty while carry + per_pass stays below 0.5 (counts round to 0)
+            empty = math.ceil((0.5 - carry) / per_pass) - 1
+            if empty > SKIP_PASSES:
+                carry += empty * per_pass
+                cycle += empty
             reach = carry + cum_expected
             rounded = np.floor(reach + 0.5)
             counts = np.diff(rounded, prepend=0.0).astype(np.int64)
             carry = float(reach[-1] - rounded[-1])
             edges = edges0 + cycle * period
             for i in np.flatnonzero(counts > 0).tolist():
-                n = int(counts[i])
-                cs = np.cumsum(self._gaps(rng, i, n + 1))
-                total = cs[-1]
-                if math.isfinite(total) and total > 0:
-                    frac = cs[:-1] / total
-                else:  # every gap underflowed to 0 (tiny Gamma shapes): spread evenly
-                    frac = np.arange(1, n + 1) / (n + 1)
-                lo, hi = edges[i], edges[i + 1]
-                # keep every arrival inside [lo, hi) whatever the rounding
-                pending.append(np.minimum(lo + (hi - lo) * frac, np.nextafter(hi, -np.inf)))
-                have += n
-                if have >= chunk:
-                    allt = np.concatenate(pending)
-                    k = 0
-                    while have - k >= chunk:
-                        yield allt[k : k + chunk]
-                        k += chunk
-                    pending = [allt[k:]]
-                    have -= k
+                yield from self._window(rng, i, int(counts[i]), edges[i], edges[i + 1])
             cycle += 1
+
+
+def _exact_chunks(pieces: Iterator[np.ndarray], chunk: int) -> Iterator[np.ndarray]:
+    """Arrays of exactly *chunk* values from the concatenation of *pieces*, holding at most
+    *chunk* plus one piece at a time."""
+    pending: list[np.ndarray] = []
+    have = 0
+    for piece in pieces:
+        pending.append(piece)
+        have += piece.size
+        if have >= chunk:
+            allt = np.concatenate(pending)
+            k = 0
+            while have - k >= chunk:
+                yield allt[k : k + chunk]
+                k += chunk
+            pending = [allt[k:]]
+            have -= k
 
 
 # --------------------------------------------------------------------------- trace files
@@ -473,7 +536,7 @@ def _numbers(items: list[Any], what: str) -> np.ndarray:
     return arr
 
 
-def _finite(x: int | float) -> bool:
+def _finite(x: float) -> bool:
     try:
         return math.isfinite(x)
     except OverflowError:

@@ -138,7 +138,8 @@ class WorkloadSources:
         if self.traces:  # the trace module loads pandas: only when there is a trace
             from simpy_llm.workload.traces import trace_rows
 
-            out += [({}, trace_rows(trace, src)) for src, trace in self.traces]
+            # each trace its own prefix-block namespace: block ids are only comparable within a trace
+            out += [({}, trace_rows(trace, src, namespace=i)) for i, (src, trace) in enumerate(self.traces)]
         return out
 
     def __repr__(self) -> str:

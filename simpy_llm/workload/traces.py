@@ -58,7 +58,11 @@ import pandas as pd
 import yaml
 
 from simpy_llm.config.errors import ScenarioError
-from simpy_llm.workload.prefix import PREFIX_BLOCK_TOKENS
+from simpy_llm.workload.prefix import (
+    MAX_TRACE_BLOCK_ID,
+    PREFIX_BLOCK_TOKENS,
+    namespaced_blocks,
+)
 
 if TYPE_CHECKING:
     from simpy_llm.config.schema import TraceSource
@@ -978,10 +982,11 @@ def read_mooncake(path: Path | str) -> Trace:
 
     ``arrival_time_us`` = ``timestamp`` x 1000 (already relative to the trace
     start; fractional milliseconds are rounded to the microsecond).
-    ``hash_ids`` (optional) become the column ``prefix_blocks``: the ids as
-    decimal text separated by single spaces (``"0 1 2"``); each covers
+    ``hash_ids`` (optional; whole numbers in [0, 2**63)) become the column ``prefix_blocks``:
+    the ids as decimal text separated by single spaces (``"0 1 2"``); each covers
     :data:`MOONCAKE_BLOCK_TOKENS` prompt tokens (``header["prefix_block_tokens"]``),
-    equal ids = the same prompt prefix. ``prefix_group`` is the first id
+    equal ids = the same prompt prefix within this trace (a replay keeps each trace's ids
+    apart: :func:`trace_rows`). ``prefix_group`` is the first id
     (requests in one group share at least their first block; ``""`` without
     ids). Blank lines are skipped; other keys are ignored.
     """
@@ -1025,8 +1030,11 @@ def read_mooncake(path: Path | str) -> Trace:
                     if not _is_int(v) or v < 0:
                         problems.add(f"{where}, key {key}", f"must be a whole number >= 0, got {v!r}")
                         bad = True
-                if not isinstance(ids, list) or not all(_is_int(h) for h in ids):
-                    problems.add(f"{where}, key hash_ids", f"must be a list of integers, got {str(ids)[:60]}")
+                if not isinstance(ids, list) or not all(_is_int(h) and 0 <= h <= MAX_TRACE_BLOCK_ID for h in ids):
+                    problems.add(
+                        f"{where}, key hash_ids",
+                        f"must be a list of whole numbers in [0, 2**63) (block ids), got {str(ids)[:60]}",
+                    )
                     bad = True
                 if bad:
                     continue
@@ -1454,7 +1462,9 @@ def _prefix_groups(header: Mapping[str, Any], source: TraceSource | None) -> dic
     return out
 
 
-def trace_rows(trace: Trace, source: TraceSource | None = None) -> Iterator[tuple[float, int, int, dict[str, Any]]]:
+def trace_rows(
+    trace: Trace, source: TraceSource | None = None, namespace: int = 0
+) -> Iterator[tuple[float, int, int, dict[str, Any]]]:
     """The trace as a workload-generator source: rows ``(arrival_s, prompt_tokens,
     output_tokens, fields)`` in arrival order (see :mod:`simpy_llm.workload.generator`).
 
@@ -1464,7 +1474,9 @@ def trace_rows(trace: Trace, source: TraceSource | None = None) -> Iterator[tupl
     1-token response. *fields* carries the request's identity, session,
     prefix group, modality and reasoning fields, and, when the trace has
     prefix blocks, ``prefix_blocks`` with ``prefix_block_tokens`` from the
-    header (default 16). The header's ``warm_up_requests`` requests with the smallest ids (the
+    header (default 16), moved to the range of the trace's *namespace* (its index in the
+    workload's ``traces``: :func:`~simpy_llm.workload.prefix.namespaced_blocks`), so the
+    blocks of two traces replayed together never match each other. The header's ``warm_up_requests`` requests with the smallest ids (the
     first the observer generated) are marked ``warm_up``: simulated, left out of the summary. Blank client ids take ``source.client_id`` (or the
     file's stem), blank tenants the client id, blank SLO classes
     ``source.slo_class`` (``"default"`` without a source). A row of a prefix group that the
@@ -1503,7 +1515,7 @@ def trace_rows(trace: Trace, source: TraceSource | None = None) -> Iterator[tupl
             "reason_ratio": r.reason_ratio,
         }
         if r.prefix_blocks:
-            fields["prefix_blocks"] = r.prefix_blocks
+            fields["prefix_blocks"] = namespaced_blocks(r.prefix_blocks, namespace)
             fields["prefix_block_tokens"] = block_tokens
         elif r.prefix_group in groups:
             fields.update(groups[r.prefix_group])

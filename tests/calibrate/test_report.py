@@ -213,16 +213,15 @@ def test_the_same_report_written_twice_gives_byte_identical_files(written, tmp_p
 
 
 # --- without matplotlib -----------------------------------------------------------------------
-def test_without_matplotlib_the_report_is_written_and_says_plots_need_the_extra(tmp_path, monkeypatch):
-    """With matplotlib not importable, report.json and report.md are written, no PNG, and
-    report.md says the plots need the plots extra."""
+def test_without_matplotlib_writing_a_report_fails_before_writing_anything(tmp_path, monkeypatch):
+    """matplotlib is a dependency: with it not importable (a broken install) write_report raises
+    ImportError and writes nothing, rather than a report without its plots."""
     for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
         monkeypatch.setitem(sys.modules, name, None)
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    written = write_report(_report(), _samples(), tmp_path)
-    assert [p.name for p in written] == ["report.json", "report.md"]
-    assert not list(tmp_path.glob("*.png"))
-    assert "Plots need matplotlib, the `plots` extra" in (tmp_path / "report.md").read_text()
+    with pytest.raises(ImportError):
+        write_report(_report(), _samples(), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
 
 
 # --- terminal ---------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""Progress bars: when they show (a pure decision), and that Simulation.run and the
-command line share one implementation."""
+"""Progress of long runs: when it shows (a pure decision), that Simulation.run and the command
+line share one implementation, plain lines without a terminal, and the projection of a run's
+wall time and memory (a fake wall clock and fake memory readings: nothing is timed)."""
 
 from __future__ import annotations
 
@@ -124,9 +125,10 @@ def test_run_progress_false_never_touches_rich(monkeypatch):
 
 
 def test_run_progress_true_draws_the_shared_bar_without_changing_records(monkeypatch):
-    """run(progress=True) opens the shared bar with the request total, advances it to the
-    end, and gives the same records as a run without it."""
+    """On a terminal, run(progress=True) opens the shared bar with the request total, advances
+    it to the end, and gives the same records as a run without it."""
     calls: list = []
+    monkeypatch.setattr(simulation_module, "watched", lambda: (True, False))
     monkeypatch.setattr(simulation_module, "rich_progress", _recording_bar(calls))
     with_bar = _sim().run(progress=True)
     plain = _sim().run(progress=False)
@@ -175,8 +177,10 @@ def test_the_real_bar_runs_on_a_console(monkeypatch):
 
 
 def test_cli_run_uses_the_shared_bar(monkeypatch, quickstart_path, capsys):
-    """`simpy-llm run --progress on` draws the same bar as Simulation.run (one implementation)."""
+    """On a terminal, `simpy-llm run --progress on` draws the same bar as Simulation.run (one
+    implementation)."""
     calls: list = []
+    monkeypatch.setattr(simulation_module, "watched", lambda: (True, False))
     monkeypatch.setattr(simulation_module, "rich_progress", _recording_bar(calls))
     assert main(["run", str(quickstart_path), "--set", "workload.num_requests=100", "--progress", "on"]) == 0
     assert calls[0] == ("open", 100)
@@ -184,3 +188,130 @@ def test_cli_run_uses_the_shared_bar(monkeypatch, quickstart_path, capsys):
     assert main(["run", str(quickstart_path), "--set", "workload.num_requests=100", "--progress", "off"]) == 0
     assert calls == []
     capsys.readouterr()
+
+
+# --- plain lines without a terminal ----------------------------------------------------
+class FakeClock:
+    """A wall clock that advances *step_s* seconds each time it is read."""
+
+    def __init__(self, step_s: float) -> None:
+        self.step_s = step_s
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += self.step_s
+        return self.now
+
+
+def test_plain_lines_come_at_a_steady_wall_interval():
+    """Read every 3 s over 40 s, a 10 s interval gives a line at the first call at least 10 s
+    after the previous one (9 s is too soon: 12, 24, 36 s), each with the requests done, the
+    rate since the start and the time left; close adds the last line."""
+    import io
+
+    out = io.StringIO()
+    clock = FakeClock(3.0)  # read at 3 (start), 6, 9, ...
+    lines = progress_module.PlainProgress(1200, stream=out, every_s=10.0, clock=clock)
+    for k in range(1, 13):  # calls at 6 .. 39 s; k x 100 requests done
+        lines(k * 100, 1200, 10.0 * k)
+    lines.close()
+    text = out.getvalue().splitlines()
+    # lines at 15 s (k=4, 12 s after the start), 27 s (k=8) and 39 s (k=12): 400 / 12 s ...
+    assert text == [
+        "simulating: t=40 s, 400/1,200 requests (33.3%), 33.3 requests/s, 24 s left",
+        "simulating: t=80 s, 800/1,200 requests (66.7%), 33.3 requests/s, 12 s left",
+        "simulating: t=120 s, 1,200/1,200 requests (100.0%), 33.3 requests/s, 0.0 s left",
+        "simulated: t=120 s, 1,200 requests in 39 s (30.8 requests/s)",
+    ]
+
+
+def test_run_progress_true_without_a_terminal_prints_plain_lines(monkeypatch, capsys):
+    """Without a terminal (a log, a pipe), run(progress=True) writes plain lines on standard
+    error at the steady interval, and a last line with the requests simulated; the records are
+    those of a run without progress."""
+    monkeypatch.setattr(simulation_module, "watched", lambda: (False, False))
+    monkeypatch.setattr(progress_module, "wall_clock", FakeClock(4.0))
+    monkeypatch.setattr(simulation_module, "rich_progress", lambda *_a: pytest.fail("a bar without a terminal"))
+    with_lines = _sim().run(progress=True)
+    err = capsys.readouterr().err.splitlines()
+    progress_lines = [line for line in err if line.startswith("simulating: ")]
+    assert progress_lines and all("/300 requests" in line and "requests/s" in line for line in progress_lines)
+    assert err[-1].startswith("simulated: ") and ", 300 requests in " in err[-1]
+    assert columns_equal(_sim().run(progress=False), with_lines) == []
+
+
+def test_cli_progress_on_into_a_pipe_prints_lines(monkeypatch, quickstart_path, capsys):
+    """`simpy-llm run --progress on` with standard error not a terminal prints progress lines
+    (a rich bar there would print nothing)."""
+    monkeypatch.setattr(progress_module, "wall_clock", FakeClock(4.0))
+    assert main(["run", str(quickstart_path), "--set", "workload.num_requests=200", "--progress", "on"]) == 0
+    err = capsys.readouterr().err
+    assert "simulating: " in err and "simulated: " in err and "200 requests in" in err
+
+
+# --- the projection ---------------------------------------------------------------------
+class _Stop(Exception):
+    pass
+
+
+def test_an_absurd_run_projects_its_time_and_memory_and_warns(monkeypatch, capsys):
+    """num_requests = 2e9: after the two-second warm-up (a clock read every half second) the run
+    prints its projected wall time and memory, and warns that the memory exceeds the machine's.
+    Memory grows by 500 bytes per request generated (a fake reading), so the whole run needs
+    2e9 x 500 B + 50 MB = 1.0 TB, more than the machine's 8 GB. (The progress callback stops
+    the run once the projection is out.)"""
+    sim = Simulation(load_scenario("scenarios/quickstart.yaml", ["workload.num_requests=2000000000"]))
+    monkeypatch.setattr(progress_module, "wall_clock", FakeClock(0.5))
+    monkeypatch.setattr(progress_module, "resident_memory_bytes", lambda: 50_000_000 + 500 * sim.generator.generated)
+    monkeypatch.setattr(progress_module, "machine_memory_bytes", lambda: 8_000_000_000)
+    seen = []
+
+    def stop_after_the_projection(done, total, now):
+        seen.append(capsys.readouterr().err)
+        if "projection:" in seen[-1]:
+            raise _Stop
+        assert len(seen) < 200, "no projection after 200 slices (100 s on the clock)"
+
+    with pytest.raises(_Stop):
+        sim.run(progress=stop_after_the_projection, progress_every_s=1.0)
+    assert len(seen) <= 6  # the warm-up: 2 s on the clock, half a second per slice
+    projection, warning = seen[-1].splitlines()
+    assert projection.startswith("projection: the whole run would take about ")
+    assert " of wall time and 1.0 TB of memory (measured over its first 2." in projection
+    assert warning == (
+        "warning: 1.0 TB is more memory than this machine has (8.0 GB): the run would fail or swap long before it ends"
+    )
+
+
+@pytest.mark.parametrize(("step_s", "printed"), [(1000.0, True), (0.01, False)], ids=["long", "short"])
+def test_left_automatic_a_long_run_prints_its_projection_only_when_long(monkeypatch, capsys, step_s, printed):
+    """With progress automatic and nobody watching, a run expected to be long (2e9 requests,
+    stopped by simulation.until_s = 100 s) prints its projection when it projects a minute or
+    more (a clock read every 1000 s), and nothing when it projects less (every 10 ms); its
+    records are those of a run without progress."""
+    overrides = ["workload.num_requests=2000000000", "simulation.until_s=100"]
+    monkeypatch.setattr(simulation_module, "watched", lambda: (False, False))
+    monkeypatch.setattr(progress_module, "wall_clock", FakeClock(step_s))
+    results = Simulation(load_scenario("scenarios/quickstart.yaml", overrides)).run()
+    err = capsys.readouterr().err
+    assert ("projection: the whole run would take about" in err) is printed
+    assert "warning:" not in err
+    plain = Simulation(load_scenario("scenarios/quickstart.yaml", overrides)).run(progress=False)
+    assert columns_equal(plain, results) == []
+
+
+def test_progress_false_makes_no_projection(monkeypatch, capsys):
+    """run(progress=False) never projects, however long the run would be."""
+    monkeypatch.setattr(progress_module, "wall_clock", lambda: pytest.fail("the wall clock was read"))
+    Simulation(load_scenario("scenarios/quickstart.yaml", ["workload.num_requests=2000000000", "simulation.until_s=20"])).run(progress=False)
+    assert capsys.readouterr().err == ""
+
+
+def test_a_callable_sees_slices_fixed_in_simulated_time(monkeypatch):
+    """A progress callable is called every 1/200 of the expected duration (300 requests at
+    20/s: every 0.075 simulated seconds), whatever the wall clock says: a callback that acts on
+    what it sees (a capacity probe stopping an overloaded run) acts the same on any machine."""
+    monkeypatch.setattr(progress_module, "wall_clock", FakeClock(1000.0))
+    seen: list[float] = []
+    _sim().run(progress=lambda done, total, now: seen.append(now))
+    assert seen[:4] == pytest.approx([0.075, 0.15, 0.225, 0.3], rel=1e-12)

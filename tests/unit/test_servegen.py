@@ -22,6 +22,7 @@ import pytest
 from simpy_llm.config import ScenarioError
 from simpy_llm.config.errors import FieldValueError
 from simpy_llm.config.schema import ServeGenConfig
+from simpy_llm.workload import servegen
 from simpy_llm.workload.arrivals import arrival_processes
 from simpy_llm.workload.distributions import Empirical
 from simpy_llm.workload.servegen import ServeGenWindows, load_servegen, read_trace
@@ -207,6 +208,73 @@ def test_same_seed_same_times():
     a = next(process.times(np.random.default_rng(8), 2.0, 5000))
     b = next(process.times(np.random.default_rng(8), 2.0, 5000))
     assert np.array_equal(a, b)
+
+
+class _CountingRng:
+    """A numpy Generator recording the number of values of every draw (its bit generator shared)."""
+
+    def __init__(self, seed: int) -> None:
+        self._rng = np.random.default_rng(seed)
+        self.bit_generator = self._rng.bit_generator
+        self.sizes: list[int] = []
+
+    def __getattr__(self, name: str):
+        method = getattr(self._rng, name)
+
+        def counted(*args, **kwargs):
+            out = method(*args, **kwargs)
+            self.sizes.append(int(np.size(out)))
+            return out
+
+        return counted
+
+
+def _whole_window(seed: int, n: int, shape: float, scale: float, lo: float, hi: float) -> np.ndarray:
+    """The documented rule in one piece: n + 1 gamma gaps drawn at once, rescaled to span [lo, hi)."""
+    cs = np.cumsum(np.random.default_rng(seed).gamma(shape, scale, n + 1))
+    return np.minimum(lo + (hi - lo) * (cs[:-1] / cs[-1]), np.nextafter(hi, -np.inf))
+
+
+@pytest.mark.parametrize("bound", [1000, servegen.MAX_DRAW])
+def test_a_busy_window_is_drawn_in_bounded_pieces_with_the_times_of_one_draw(monkeypatch, bound):
+    """A window of 3.5 x the draw bound arrivals (a 600 s window at 465/s x 100 holds 28 million)
+    never draws more than the bound at once, never hands out more than a chunk, and its times are,
+    to the bit, the n + 1 gaps drawn in one piece and rescaled to the window."""
+    monkeypatch.setattr(servegen, "MAX_DRAW", bound)
+    n = int(3.5 * bound)
+    process = ServeGenWindows(rates=(n / 600.0,), patterns=("Gamma",), shapes=(0.4,), scales=(2.0,))
+    rng = _CountingRng(21)
+    gen = process.times(rng, rate=n / 600.0, chunk=700)
+    chunks = [next(gen) for _ in range(-(-n // 700))]
+    assert max(rng.sizes) <= bound
+    assert all(len(c) == 700 for c in chunks)
+    got = np.concatenate(chunks)[:n]
+    assert np.array_equal(got, _whole_window(21, n, 0.4, 2.0, 0.0, 600.0))
+
+
+def test_passes_without_an_arrival_are_skipped_at_once(monkeypatch):
+    """At 1e-7 expected arrivals per 600 s pass, the k-th arrival falls in the pass where the
+    rounded cumulative expectation first reaches k, ceil((k - 0.5) / 1e-7) - 1 (the counts'
+    rounding rule), and finding five arrivals computes a handful of passes, not 45 million."""
+    per_pass = 1e-7
+    process = ServeGenWindows(rates=(1.0,), patterns=("Weibull",), shapes=(1.5,), scales=(1.0,))
+    passes = []
+    real_floor = np.floor
+
+    class CountingNumpy:
+        def __getattr__(self, name):
+            return getattr(np, name)
+
+        @staticmethod
+        def floor(x):
+            passes.append(1)  # one rounding of the counts per pass computed
+            assert len(passes) < 100, "every empty pass computed one by one"
+            return real_floor(x)
+
+    monkeypatch.setattr(servegen, "np", CountingNumpy())
+    t = next(process.times(np.random.default_rng(3), rate=per_pass / 600.0, chunk=5))
+    expected = [math.ceil((k - 0.5) / per_pass) - 1 for k in range(1, 6)]
+    assert (t // 600.0).astype(int).tolist() == expected
 
 
 def test_process_is_registered_and_validated():

@@ -32,6 +32,7 @@ import attrs
 from aiohttp import web
 
 from simpy_llm.config.schema import TraceSource, WorkloadConfig
+from simpy_llm.entities import Request
 from simpy_llm.observe.emulate.clock import RealtimeDriver
 from simpy_llm.observe.emulate.protocol import (
     ParsedRequest,
@@ -44,9 +45,9 @@ from simpy_llm.observe.emulate.protocol import (
     stream_chunk,
     usage_chunk,
 )
-from simpy_llm.entities import Request
 from simpy_llm.simulation import Simulation
-from simpy_llm.workload.distributions import to_tokens
+from simpy_llm.workload.distributions import SamplingError, draw_tokens
+from simpy_llm.workload.generator import sampling_scenario_error
 from simpy_llm.workload.traces import TraceV2Writer, emulated_server_block, us_from_s
 
 if TYPE_CHECKING:
@@ -302,13 +303,21 @@ class EmulatedServer:
         for p in self._pending.values():
             p.changed.set()
 
+    def _failure(self) -> str:
+        """Why the simulation stopped: a scenario distribution's bad draw as the command line
+        reports it (:func:`~simpy_llm.workload.generator.sampling_scenario_error`), else the error."""
+        error = self.driver.error if self.driver is not None else None
+        if isinstance(error, SamplingError):
+            return f"the simulation failed: {sampling_scenario_error(error, self.scenario)}"
+        return f"the simulation failed: {error}"
+
     async def _next_token(self, p: _Pending, have: int) -> None:
         """Wait until *p* has more than *have* tokens; raises if the simulation failed."""
         driver = self.driver
         assert driver is not None
         while len(p.times_s) <= have:
             if driver.error is not None:
-                raise RuntimeError(f"the simulation failed: {driver.error}")
+                raise RuntimeError(self._failure())
             p.changed.clear()
             await p.changed.wait()
 
@@ -334,7 +343,7 @@ class EmulatedServer:
         if parsed.max_tokens is not None:
             output, finish = parsed.max_tokens, "length"
         elif self._output is not None:
-            drawn = int(to_tokens(self._output.sample(self._output_rng, 1))[0])
+            drawn = int(draw_tokens(self._output, self._output_rng, 1)[0])  # SamplingError: see _errors
             # A real server stops at the context limit when no max_tokens is given.
             output, finish = max(min(drawn, self.max_model_len - parsed.prompt_tokens), 1), "stop"
         else:
@@ -418,6 +427,12 @@ class EmulatedServer:
             return await handler(request)
         except RequestError as exc:
             return web.json_response(exc.body(), status=exc.status)
+        except SamplingError as exc:
+            # The scenario's distribution drew NaN or an infinity: the scenario is at fault, not
+            # the request. Answer as the command line reports it, and go on serving.
+            message = str(sampling_scenario_error(exc, self.scenario))
+            _log.warning("%s %s: %s", request.method, request.path, message)
+            return web.json_response(error_body(message, type="server_error", code="scenario_error"), status=500)
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
@@ -437,7 +452,7 @@ class EmulatedServer:
         driver = self.driver
         assert driver is not None
         if driver.error is not None:
-            raise RuntimeError(f"the simulation failed: {driver.error}")
+            raise RuntimeError(self._failure())
         raw = await request.read()
         try:
             body = json.loads(raw)
