@@ -68,6 +68,7 @@ import numpy as np
 from simpy_llm.config.loader import Overrides, _ordered_overrides, load_plugins, load_scenario
 from simpy_llm.explore.search import RandomSearch
 from simpy_llm.simulation import Simulation
+from simpy_llm.workload.checks import check_spec_files
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -546,8 +547,8 @@ class _State:
         # others while its workers start.
         per_point = len(self.seed_list or [None])
         check = [i for i in range(len(jobs)) if i % per_point == 0 or i < per_point]
-        if jobs:
-            load_scenario(self.scenario, jobs[0])
+        if jobs:  # with the files it references (a trace's header), as every run will read them
+            check_spec_files(load_scenario(self.scenario, jobs[0]), str(self.scenario))
         self.runner.prepare(len(todo))
         for i in check[1:]:
             load_scenario(self.scenario, jobs[i])
