@@ -1280,6 +1280,10 @@ def check_trace_files(source: TraceSource) -> TraceFileInfo:
     ScenarioError
         Naming the file and the line (or header key) of the first problem.
 
+    The last :data:`CHECKED_TRACES_KEPT` results are kept, keyed by the source and its files'
+    modification times and sizes: a fit or a sweep builds many simulations of one trace, and
+    each checks it.
+
     Examples
     --------
     >>> from simpy_llm.config.schema import TraceSource
@@ -1292,10 +1296,43 @@ def check_trace_files(source: TraceSource) -> TraceFileInfo:
     simpy_llm.config.errors.ScenarioError: data/azure_llm_2023/AzureLLMInferenceTrace_code.csv: 1 problem(s) in trace
       line 1: missing column(s) Timestamp, Request tokens, Response tokens; the header has: TIMESTAMP, ContextTokens, GeneratedTokens
     """
-    try:
-        return _check_trace_files(source)
-    except ScenarioError as exc:
-        raise ScenarioError(exc.source, exc.problems, "trace") from None
+    key = (repr(source), _file_stats(source))
+    with _checked_lock:
+        kept = _checked.get(key)
+        if kept is not None:
+            _checked.move_to_end(key)
+    if kept is None:
+        try:
+            kept = _check_trace_files(source)
+        except ScenarioError as exc:
+            raise ScenarioError(exc.source, exc.problems, "trace") from None
+        with _checked_lock:
+            _checked[key] = kept
+            while len(_checked) > CHECKED_TRACES_KEPT:
+                _checked.popitem(last=False)
+    return TraceFileInfo(copy.deepcopy(kept.header), kept.fields)
+
+
+CHECKED_TRACES_KEPT = 64
+"""How many results of :func:`check_trace_files` are kept for the next check of the same
+source and unchanged files."""
+
+_checked: OrderedDict[tuple[str, tuple[tuple[str, int, int] | None, ...]], TraceFileInfo] = OrderedDict()
+_checked_lock = threading.Lock()  # sweeps may build simulations from threads
+
+
+def _file_stats(source: TraceSource) -> tuple[tuple[str, int, int] | None, ...]:
+    """``(path, modification time in ns, size)`` of each file *source* reads (None for one not there)."""
+    paths = trace_v2_paths(source.path) if source.format == "trace_v2" else (Path(source.path),)
+    out: list[tuple[str, int, int] | None] = []
+    for path in paths:
+        try:
+            stat = path.stat()
+        except OSError:
+            out.append(None)
+        else:
+            out.append((str(path), stat.st_mtime_ns, stat.st_size))
+    return tuple(out)
 
 
 def _check_trace_files(source: TraceSource) -> TraceFileInfo:

@@ -168,6 +168,18 @@ def test_the_check_reads_no_row(tmp_path: Path) -> None:
         load_trace(source)
 
 
+def test_a_file_changed_since_its_last_check_is_checked_again(tmp_path: Path) -> None:
+    """Checks are kept per source and file state: a file rewritten without a needed column
+    fails its next check."""
+    f = tmp_path / "az.csv"
+    f.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:00,4,3\n")
+    source = TraceSource(path=str(f), format="azure")
+    assert check_trace_files(source) == check_trace_files(source)
+    f.write_text("TIMESTAMP,ContextTokens\n2023-11-16 18:00:00,4\n")
+    with pytest.raises(ScenarioError, match="missing column.s. GeneratedTokens"):
+        check_trace_files(source)
+
+
 def test_a_bad_row_stops_run_with_the_line_and_no_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``run`` on a trace whose third line is bad exits 2 printing the file and the line, not a
     traceback; ``validate`` (header only) says ok."""
