@@ -86,7 +86,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import numpy as np
 
-from simpy_llm.workload.checks import request_slo_classes
+from simpy_llm.workload.checks import check_spec_files, request_slo_classes
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -243,6 +243,13 @@ def check_slo_classes(criteria: StabilityCriteria, scenario: Scenario) -> None:
             raise ValueError(
                 f"SLO {target.name!r}: unknown SLO class {target.slo_class!r}; the scenario's requests have: {', '.join(known)}"
             )
+
+
+def _check_before_probes(criteria: StabilityCriteria, scenario: Scenario) -> None:
+    """The files *scenario* references (:func:`~simpy_llm.workload.checks.check_spec_files`)
+    and the classes its SLO targets name, before the first probe."""
+    check_spec_files(scenario)
+    check_slo_classes(criteria, scenario)
 
 
 def _fraction_or_none(_instance: Any, attribute: Any, value: float | None) -> None:
@@ -1148,7 +1155,7 @@ def max_stable_load(
         raise ValueError(f"high ({high:g}) must be above low ({low:g})")
     fixed = {**dict(overrides or {}), **window.overrides()}
     loaded = _build(scenario, fixed)
-    check_slo_classes(criteria, loaded)
+    _check_before_probes(criteria, loaded)
     if low is None:
         current = _value_at(loaded, load_key)
         if isinstance(current, bool) or not isinstance(current, (int, float)) or not current > 0:
@@ -1244,7 +1251,7 @@ def min_replicas(
     if load is not None:
         fixed[load_key] = load
     loaded = _build(scenario, fixed)
-    check_slo_classes(criteria, loaded)
+    _check_before_probes(criteria, loaded)
     if load is None:
         current = _value_at(loaded, load_key)
         if isinstance(current, bool) or not isinstance(current, (int, float)) or not current > 0:

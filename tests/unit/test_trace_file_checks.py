@@ -6,6 +6,8 @@ file and line, never a traceback."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +73,40 @@ def test_a_missing_column_in_the_header_names_the_trace_key_and_the_file(tmp_pat
         f"{AZURE}: line 1: missing column(s) Timestamp, Request tokens, Response tokens; the header has: "
         "TIMESTAMP, ContextTokens, GeneratedTokens"
     ) in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["sweep", "--grid", "seed=1,2", "--workers", "1"],
+        ["capacity", "--slo", "ttft_p99=0.5", "--quiet"],
+        ["workload", "--out", "OUT"],
+    ],
+)
+def test_every_command_refuses_a_missing_trace_with_its_key_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    """sweep, capacity and workload exit 2 on a missing trace with the scenario file, the
+    reference's key path and the file, before any run (no traceback, no output)."""
+    path = _scenario_file(tmp_path, {"path": "nope.csv", "format": "azure"})
+    args = [command[0], str(path), *(str(tmp_path / "out") if a == "OUT" else a for a in command[1:])]
+    assert main(args) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "Traceback" not in err
+    assert f"workload.traces[0].path: {tmp_path / 'nope.csv'}: file not found" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_serve_refuses_a_missing_trace_instead_of_serving(tmp_path: Path) -> None:
+    """``serve`` exits 2 with the message (it used to start serving a scenario ``validate``
+    refuses). Run as a command, stopped after two minutes if it serves."""
+    path = _scenario_file(tmp_path, {"path": "nope.csv", "format": "azure"})
+    done = subprocess.run(
+        [sys.executable, "-m", "simpy_llm.cli", "serve", str(path), "--port", "0"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert f"workload.traces[0].path: {tmp_path / 'nope.csv'}: file not found" in done.stderr
 
 
 def test_simulation_building_checks_the_files_first(tmp_path: Path) -> None:
