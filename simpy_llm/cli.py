@@ -3,18 +3,22 @@
 ``simpy-llm run SCENARIO [--out DIR] [--set dotted.key=value ...] [--seed N]``
 runs a scenario, prints the summary as a table and, last, how many requests
 were simulated in how many wall seconds. Files are written only with
-``--out``. ``simpy-llm validate FILE ...`` checks scenario files without
-running them. ``simpy-llm serve SCENARIO [--host H] [--port P]`` runs the
-emulated OpenAI-compatible server (docs/emulate.md) until SIGINT or SIGTERM.
+``--out``, which every command checks it can write before it simulates or sends
+anything. ``simpy-llm validate FILE ...`` checks scenario files and bare workload
+specs without running them (``PATH: ok``, ``PATH: ok: workload spec``), with the
+files they reference (:func:`~simpy_llm.workload.checks.check_spec_files`, which
+every command that runs also calls first). ``simpy-llm serve SCENARIO [--host H]
+[--port P]`` runs the emulated OpenAI-compatible server (docs/emulate.md) until
+SIGINT or SIGTERM.
 ``simpy-llm workload SPEC --out DIR`` writes the requests of a workload without
 simulating them. ``simpy-llm observe SPEC --url URL [--model M] [--api
 chat|completions] [--out DIR] [--server-type T] [--server-config FILE]`` sends a
 workload to a real server and records it as a trace v2 (docs/observe.md);
-Ctrl-C stops it cleanly. ``workload`` and ``observe`` take a bare workload spec
-(a workload at the top of the file) or a scenario (a mapping with ``serving`` or
-``workload`` at the top), told apart by content; ``run``, ``serve`` and
-``validate`` take scenarios, whose workload may be a reference, ``workload:
-{file: PATH}``. Every command that reads a scenario takes ``--set KEY=VALUE``
+Ctrl-C stops it cleanly. ``workload``, ``observe`` and ``validate`` take a bare
+workload spec (a workload at the top of the file) or a scenario (a mapping with
+``serving`` or ``workload`` at the top), told apart by content; ``run`` and
+``serve`` take scenarios, whose workload may be a reference, ``workload: {file:
+PATH}``. Every command that reads a scenario takes ``--set KEY=VALUE``
 overrides (for a bare workload spec relative to the workload) and ``--plugin
 MODULE_OR_FILE`` (modules or Python files imported first, so the policies they
 register can be named in the scenario). ``simpy-llm calibrate compare | fit OBSERVED``
@@ -25,7 +29,8 @@ cluster (:mod:`simpy_llm.explore.cli`, docs/sweeps.md); ``simpy-llm capacity SCE
 --slo METRIC=TARGET ...`` finds the largest load it carries, or with ``--replicas --load
 L`` the fewest replicas for a load (:mod:`simpy_llm.explore.capacity_cli`,
 docs/capacity.md). ``simpy-llm --version`` prints the version. Exit status: 0 ok, 2 bad
-input.
+input (a :class:`~simpy_llm.config.ScenarioError`, also one raised while a run reads its
+files or draws its values, is printed as its message, without a traceback).
 """
 
 from __future__ import annotations
@@ -137,9 +142,14 @@ def _parser() -> argparse.ArgumentParser:
     _add_scenario_options(srv)
     srv.add_argument("--seed", type=int, help=_SEED_HELP)
 
-    val = sub.add_parser("validate", help="check scenario files without running them")
-    val.add_argument("files", nargs="+", help="scenario YAML files")
-    _add_scenario_options(val)
+    val = sub.add_parser("validate", help="check scenario files and bare workload specs without running them")
+    val.add_argument(
+        "files",
+        nargs="+",
+        help="scenario or bare workload spec YAML files (told apart by content, as workload and observe do); "
+        "the files they reference are checked too (their headers and columns)",
+    )
+    _add_scenario_options(val, workload_keys=True)
 
     from simpy_llm.calibrate.cli import add_parser as add_calibrate
     from simpy_llm.explore.capacity_cli import add_parser as add_capacity
@@ -249,12 +259,32 @@ def _overrides(args: argparse.Namespace) -> list[str]:
 
 
 def _load(args: argparse.Namespace) -> Scenario | None:
-    """The scenario the arguments name (with their overrides), or None after printing why it is bad."""
+    """The scenario the arguments name (with their overrides), its referenced files checked
+    (:func:`~simpy_llm.workload.checks.check_spec_files`), or None after printing why it is bad."""
+    from simpy_llm.workload.checks import check_spec_files
+
     try:
-        return load_scenario(args.scenario, _overrides(args))
+        scenario = load_scenario(args.scenario, _overrides(args))
+        check_spec_files(scenario, args.scenario)
     except ScenarioError as exc:
         print(exc, file=sys.stderr)
         return None
+    return scenario
+
+
+def _out_ok(path: str | None) -> bool:
+    """Whether the command can write its ``--out`` directory *path*, checked before any work
+    (:func:`~simpy_llm.output_paths.check_output_dir`); prints why not. True without one."""
+    from simpy_llm.output_paths import OutputPathError, check_output_dir
+
+    if path is None:
+        return True
+    try:
+        check_output_dir(path)
+    except OutputPathError as exc:
+        print(exc, file=sys.stderr)
+        return False
+    return True
 
 
 def _workload(args: argparse.Namespace) -> int:
@@ -263,12 +293,20 @@ def _workload(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from simpy_llm.config import load_workload_or_scenario
+    from simpy_llm.workload.checks import check_spec_files
     from simpy_llm.workload.export import generate_requests, plot_histograms, workload_summary
     from simpy_llm.workload.sources import spec_workload
     from simpy_llm.workload.traces import write_generated_trace
 
     try:
         spec = load_workload_or_scenario(args.spec, _overrides(args))
+        check_spec_files(spec, args.spec)
+    except ScenarioError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    if not _out_ok(args.out):
+        return 2
+    try:
         wall0 = time.perf_counter()
         frame = generate_requests(spec)
     except ScenarioError as exc:
@@ -315,6 +353,16 @@ def _observe(args: argparse.Namespace) -> int:
         return 2
     if args.warm_up_requests < 0:
         print(f"--warm-up-requests must be at least 0, got {args.warm_up_requests}", file=sys.stderr)
+        return 2
+    from simpy_llm.config import load_workload_or_scenario
+    from simpy_llm.workload.checks import check_spec_files
+
+    try:  # the spec and its files, and the output directory, before anything is sent
+        check_spec_files(load_workload_or_scenario(args.workload, overrides), args.workload)
+    except ScenarioError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    if not _out_ok(args.out):
         return 2
     try:
         summary = observe(
@@ -392,15 +440,21 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
+    """Check each file: a scenario (``PATH: ok``) or a bare workload spec (``PATH: ok:
+    workload spec``), told apart by content, with the files it references."""
+    from simpy_llm.config import WorkloadConfig, load_workload_or_scenario
+    from simpy_llm.workload.checks import check_spec_files
+
     status = 0
     for path in args.files:
         try:
-            load_scenario(path, args.overrides)
+            spec = load_workload_or_scenario(path, args.overrides)
+            check_spec_files(spec, path)
         except ScenarioError as exc:
             print(exc, file=sys.stderr)
             status = 2
         else:
-            print(f"{path}: ok")
+            print(f"{path}: ok: workload spec" if isinstance(spec, WorkloadConfig) else f"{path}: ok")
     return status
 
 
@@ -410,13 +464,17 @@ def _run(args: argparse.Namespace) -> int:
     from simpy_llm.simulation import Simulation
 
     scenario = _load(args)
-    if scenario is None:
+    if scenario is None or not _out_ok(args.out):
         return 2
 
     console = Console(soft_wrap=True)
-    sim = Simulation(scenario)
-    # auto: the same rule as in Python (simpy_llm.progress): a terminal and a long run.
-    results = sim.run(progress={"auto": None, "on": True, "off": False}[args.progress])
+    try:  # a bad row of a replayed file, a distribution drawing NaN: the message, not a traceback
+        sim = Simulation(scenario)
+        # auto: the same rule as in Python (simpy_llm.progress): a terminal and a long run.
+        results = sim.run(progress={"auto": None, "on": True, "off": False}[args.progress])
+    except ScenarioError as exc:
+        print(exc, file=sys.stderr)
+        return 2
 
     summary = results.summary()
     console.print(_summary_table(summary, scenario.name or args.scenario))

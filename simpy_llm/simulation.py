@@ -60,6 +60,7 @@ from simpy_llm.speculative.draft import DraftFleet
 from simpy_llm.speculative.verify import VerifyServer
 from simpy_llm.wire import Wire
 from simpy_llm.workload.distributions import SamplingError
+from simpy_llm.workload.checks import check_spec_files, warn_unknown_trace_classes
 from simpy_llm.workload.generator import ClientSource, WorkloadGenerator, sampling_scenario_error
 from simpy_llm.workload.sessions import ReplayedContexts, SessionRegistry
 from simpy_llm.workload.sources import WorkloadSources, build_sources, workload_seed
@@ -163,10 +164,11 @@ class Simulation:
             self.workload_streams = RandomStreams(workload_seed(wl, scenario.seed))
             self.sources: list[ClientSource] = []
         else:
+            check_spec_files(scenario)  # before a file is read whole: a bad one named by its key path
             workload_sources = self.workload_sources = build_sources(wl, default_seed=scenario.seed, stacklevel=2)
+            warn_unknown_trace_classes(scenario, workload_sources.traces, stacklevel=2)
             self.workload_streams = workload_sources.streams
             self.sources = workload_sources.clients
-            self._check_server_blocks(workload_sources)
         self.ids = itertools.count()
         arrivals = self.arrivals = Wire(env)
         needs_sessions = any(s.workflow is not None for s in self.sources)
@@ -424,33 +426,6 @@ class Simulation:
             if not self._active():
                 return
             yield env.timeout(every_s)
-
-    def _check_server_blocks(self, workload_sources: WorkloadSources) -> None:
-        """Each replayed trace v2 whose header describes the observed server (its ``server``
-        block) must agree with every replica group's engine, unless its source says
-        ``server_block: ignore``.
-
-        Raises
-        ------
-        ScenarioError
-            Naming the trace file and, per differing setting, the engine key and both values.
-        """
-        if not workload_sources.traces:
-            return  # nothing to check (and no need to import the trace module, which loads pandas)
-        from simpy_llm.config.errors import ScenarioError
-        from simpy_llm.workload.traces import server_block_mismatches
-
-        serving = self.scenario.serving
-        for i, (src, trace) in enumerate(workload_sources.traces):
-            if src.server_block != "check":
-                continue
-            problems = [
-                (f"serving.{prefix}engine.{key}", f"{msg}; match it, or set workload.traces[{i}].server_block: ignore")
-                for prefix, group in zip(serving.group_paths(), serving.groups(), strict=True)
-                for key, msg in server_block_mismatches(trace.header, group.engine)
-            ]
-            if problems:
-                raise ScenarioError(str(src.path), problems)
 
     def _on_request(self, req: Request, source_index: int) -> None:
         """A new request: a client's opens its session; a replayed one gets its session's context."""

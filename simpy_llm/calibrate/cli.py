@@ -71,6 +71,22 @@ def main(args: argparse.Namespace) -> int:
     if args.warm_up_requests is not None and args.warm_up_requests < 0:
         print(f"--warm-up-requests must be >= 0, got {args.warm_up_requests}", file=sys.stderr)
         return 2
+    from simpy_llm.output_paths import (
+        OutputPathError,
+        check_output_dir,
+        check_output_file,
+    )
+
+    try:  # before any replay: an output it cannot write would lose the fit or the comparison
+        if args.calibrate_command == "fit":
+            check_output_file(args.out)
+            if args.report is not None:
+                check_output_dir(args.report, "--report")
+        elif args.out is not None:
+            check_output_dir(args.out)
+    except OutputPathError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     try:
         scenario = load_scenario(args.scenario, list(args.overrides)) if args.scenario else None
         if scenario is None and args.overrides:

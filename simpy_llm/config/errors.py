@@ -33,6 +33,11 @@ class ScenarioError(ValueError):
         """The key paths of all problems, in the order found."""
         return [p for p, _ in self.problems]
 
+    def __reduce__(self) -> tuple[type[ScenarioError], tuple[str, list[tuple[str, str]], str]]:
+        # Rebuilt from its fields, not its message: an error raised in a worker process (a
+        # sweep's, a capacity study's) reaches the caller as the same ScenarioError.
+        return type(self), (self.source, self.problems, self.what)
+
 
 class FieldValueError(ValueError):
     """Raised by config validators: a field's value is outside what is allowed.

@@ -447,7 +447,7 @@ class ClientConfig:
     tenant_id: str = ""
     """Tenant the client belongs to (defaults to the client id)."""
     slo_class: str = "default"
-    """SLO class used for goodput (a key of ``Scenario.slo``)."""
+    """SLO class used for goodput: a key of ``Scenario.slo`` when the scenario has one."""
     priority: PriorityField = attrs.field(default=0, validator=_priority_value)
     """User priority carried on each request (higher is more important): an integer in
     [-MAX_PRIORITY, MAX_PRIORITY], or a length distribution (``{type: empirical, params:
@@ -520,7 +520,7 @@ class ServeGenConfig:
     max_clients: int | None = attrs.field(default=None, validator=optional(all_of(at_least(1), at_most(MAX_REQUESTS))))
     """Keep only the clients with the most requests."""
     slo_class: str = "default"
-    """SLO class of the loaded clients."""
+    """SLO class of the loaded clients: a key of ``Scenario.slo`` when the scenario has one."""
 
 
 @attrs.frozen(kw_only=True)
@@ -542,7 +542,10 @@ class TraceSource:
     client_id: str = ""
     """Client id for rows without one (default: the file's stem)."""
     slo_class: str = "default"
-    """SLO class for rows without one."""
+    """SLO class for rows without one. A file with no class of its own (``azure``,
+    ``mooncake``, ``burstgpt``, a file without an ``slo_class`` column) gives every row this
+    class, which must then be a key of ``Scenario.slo`` when the scenario has one (checked
+    with the file's header)."""
     max_requests: int | None = attrs.field(default=None, validator=optional(all_of(at_least(1), at_most(MAX_REQUESTS))))
     """Replay only the first requests."""
     arrival_column: str = attrs.field(default="arrival_time_us", validator=one_of(("arrival_time_us", "send_time_us")))
@@ -555,6 +558,15 @@ class TraceSource:
     ``enable_prefix_caching``; for a ``type: llamacpp`` block ``n_parallel``,
     ``n_batch``, ``ctx_per_slot``, ``cache_prompt``) differ from the scenario's engine;
     ``ignore`` replays the trace on the scenario's engine as it is."""
+
+    def __attrs_post_init__(self) -> None:
+        # Settings that only one format reads: given with another one, they would be ignored.
+        if self.columns and self.format != "csv":
+            raise FieldValueError("columns", f"only used with format csv, not {self.format}")
+        if self.arrival_column != "arrival_time_us" and self.format != "trace_v2":
+            raise FieldValueError("arrival_column", f"only a trace_v2 has send times, not {self.format}")
+        if self.server_block != "check" and self.format != "trace_v2":
+            raise FieldValueError("server_block", f"only a trace_v2 header has a server block, not {self.format}")
 
 
 @attrs.frozen(kw_only=True)
@@ -1325,6 +1337,11 @@ class SLOTarget:
     """Time to verified tokens (speculative decoding): a request's longest round, seconds
     (requests without verify rounds cannot miss it); also the verify pool's EDF deadline."""
 
+    def __attrs_post_init__(self) -> None:
+        # A class without a target would count every one of its requests as meeting it.
+        if self.ttft_s is None and self.tpot_s is None and self.e2e_s is None and self.tvt_s is None:
+            raise FieldValueError("", "give at least one target: ttft_s, tpot_s, e2e_s or tvt_s")
+
 
 @attrs.frozen(kw_only=True)
 class SimulationConfig:
@@ -1380,7 +1397,9 @@ class Scenario:
     name: str = ""
     """Free-form label."""
     slo: dict[str, SLOTarget] = attrs.field(factory=dict)
-    """SLO targets per class name."""
+    """SLO targets per class name. When given, every ``slo_class`` of a client or of
+    ``servegen_data`` must be one of its keys (and a replayed trace's classes are checked
+    when its file is read; see ``docs/scenarios.md``, "SLO classes")."""
     simulation: SimulationConfig = attrs.field(factory=SimulationConfig)
     speculation: SpeculationConfig | None = None
     """Speculative decoding: draft devices run the requests, the fleet verifies
@@ -1398,10 +1417,24 @@ class Scenario:
     against its directory); None when built from data."""
 
     def __attrs_post_init__(self) -> None:
+        if self.slo:
+            self._check_slo_classes()
         if self.speculation is not None:
             self._check_speculation()
         if self.planner is not None:
             check_planner(self)
+
+    def _check_slo_classes(self) -> None:
+        """With an ``slo`` section, every SLO class the scenario names is one of its keys: a
+        request of a class without targets would count as meeting them. (A replayed trace's
+        classes are in its file: they are checked when the file is read.)"""
+        wl = self.workload
+        named = [(f"workload.clients[{i}].slo_class", c.slo_class) for i, c in enumerate(wl.clients)]
+        if wl.servegen_data is not None:
+            named.append(("workload.servegen_data.slo_class", wl.servegen_data.slo_class))
+        for path, name in named:
+            if name not in self.slo:
+                raise FieldValueError(path, f"unknown SLO class {name!r}; the slo section defines: {', '.join(sorted(self.slo))}")
 
     def _check_speculation(self) -> None:
         """What speculative decoding cannot run with, and the draft groups' clients."""
@@ -1443,6 +1476,11 @@ class Scenario:
                 claimed[cid] = group.name
         if len([g for g in self.speculation.drafts if not g.clients]) > 1:
             raise FieldValueError("speculation.drafts", "at most one draft group may leave clients empty (it takes every other client)")
+
+    @property
+    def loaded_from(self) -> str | None:
+        """The file the scenario was loaded from (absolute), or None when it was built from data."""
+        return self._loaded_from
 
     def replace(self, **changes: Any) -> Scenario:
         """A new scenario with *changes* applied, validated as a loaded one is.

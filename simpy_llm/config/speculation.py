@@ -30,7 +30,7 @@ import attrs
 from simpy_llm.config.errors import FieldValueError
 from simpy_llm.config.paths import resolve_path
 from simpy_llm.config.validators import (
-    MAX_REPLICAS,
+    MAX_DRAFT_DEVICES,
     MAX_TIME_S,
     all_of,
     at_least,
@@ -131,8 +131,8 @@ class DraftGroupConfig:
 
     name: str = attrs.field(validator=non_empty)
     """Group name (records, fairness classes)."""
-    count: int = attrs.field(default=1, validator=all_of(at_least(1), at_most(MAX_REPLICAS * 100)))
-    """Devices in the group."""
+    count: int = attrs.field(default=1, validator=all_of(at_least(1), at_most(MAX_DRAFT_DEVICES)))
+    """Devices in the group (at most ``MAX_DRAFT_DEVICES`` over all groups)."""
     drafters: tuple[DrafterConfig, ...] = attrs.field(converter=tuple)
     """Draft models, smallest first; a request starts on the first (the portfolio's escalation
     moves it to the next)."""
@@ -263,6 +263,9 @@ class SpeculationConfig:
         names = [g.name for g in self.drafts]
         if len(set(names)) != len(names):
             raise FieldValueError("drafts", f"draft group names must be unique, got {names}")
+        devices = sum(g.count for g in self.drafts)
+        if devices > MAX_DRAFT_DEVICES:
+            raise FieldValueError("drafts", f"{devices} draft devices over all groups; at most {MAX_DRAFT_DEVICES} (each is a process with its own links)")
         if (self.mode == "hybrid") != (self.mode_selector is not None):
             raise FieldValueError("mode_selector", "required with mode: hybrid" if self.mode == "hybrid" else "applies only with mode: hybrid")
         needs_fused = self.mode != "distributed" or self.verify.kv_spill == "fused"

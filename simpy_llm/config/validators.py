@@ -22,6 +22,7 @@ from simpy_llm.config.errors import FieldValueError
 
 __all__ = [
     "MAX_BANDWIDTH_MBPS",
+    "MAX_DRAFT_DEVICES",
     "MAX_ITEMS_PER_REQUEST",
     "MAX_KV_BLOCKS",
     "MAX_KV_BLOCK_SIZE",
@@ -60,6 +61,11 @@ few thousand; the generator expands every item of a chunk of requests in one vec
 
 MAX_REPLICAS = 100_000
 """Most replicas: each is a SimPy process with its own queues and statistics in memory."""
+
+MAX_DRAFT_DEVICES = 100_000
+"""Most draft devices of a speculative scenario, over all its draft groups: each is a SimPy
+process with its own links, queues and statistics, about 9 KB and 0.2 ms to build (measured:
+100,000 devices take 0.85 GB and 18 s before the first event)."""
 
 MAX_KV_BLOCKS = 2**31
 """Most KV-cache blocks on a replica (block counts stay far inside int64 even times the block size)."""

@@ -106,6 +106,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import numpy as np
 
+from simpy_llm.workload.checks import check_spec_files, request_slo_classes
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -118,6 +120,7 @@ __all__ = [
     "ReplicaCard",
     "SloTarget",
     "StabilityCriteria",
+    "check_slo_classes",
     "max_stable_load",
     "min_replicas",
 ]
@@ -231,6 +234,42 @@ def _slo_targets(value: Any) -> tuple[SloTarget, ...]:
     for item in value:
         out.append(item if isinstance(item, SloTarget) else SloTarget.parse(item))
     return tuple(out)
+
+
+def check_slo_classes(criteria: StabilityCriteria, scenario: Scenario) -> None:
+    """Each SLO target that names a class (``ttft_p99[interactive]``) names one that
+    *scenario*'s requests can carry (:func:`~simpy_llm.workload.checks.request_slo_classes`):
+    a class no request has would judge no request, and pass every load.
+
+    Raises
+    ------
+    ValueError
+        Naming the target, the unknown class and the scenario's classes.
+
+    Examples
+    --------
+    >>> from simpy_llm.config import load_scenario
+    >>> check_slo_classes(StabilityCriteria(slo="ttft_p99[interactve]=0.5"), load_scenario("scenarios/quickstart.yaml"))
+    Traceback (most recent call last):
+    ...
+    ValueError: SLO 'ttft_p99[interactve]': unknown SLO class 'interactve'; the scenario's requests have: batch, interactive
+    """
+    named = [t for t in criteria.slo if t.slo_class is not None]
+    if not named:
+        return
+    known = request_slo_classes(scenario)
+    for target in named:
+        if target.slo_class not in known:
+            raise ValueError(
+                f"SLO {target.name!r}: unknown SLO class {target.slo_class!r}; the scenario's requests have: {', '.join(known)}"
+            )
+
+
+def _check_before_probes(criteria: StabilityCriteria, scenario: Scenario) -> None:
+    """The files *scenario* references (:func:`~simpy_llm.workload.checks.check_spec_files`)
+    and the classes its SLO targets name, before the first probe."""
+    check_spec_files(scenario)
+    check_slo_classes(criteria, scenario)
 
 
 def _fraction_or_none(_instance: Any, attribute: Any, value: float | None) -> None:
@@ -1191,6 +1230,7 @@ def max_stable_load(
         raise ValueError(f"high ({high:g}) must be above low ({low:g})")
     fixed = {**dict(overrides or {}), **window.overrides()}
     loaded = _build(scenario, fixed)
+    _check_before_probes(criteria, loaded)
     if low is None:
         current = _value_at(loaded, load_key)
         if isinstance(current, bool) or not isinstance(current, (int, float)) or not current > 0:
@@ -1286,6 +1326,7 @@ def min_replicas(
     if load is not None:
         fixed[load_key] = load
     loaded = _build(scenario, fixed)
+    _check_before_probes(criteria, loaded)
     if load is None:
         current = _value_at(loaded, load_key)
         if isinstance(current, bool) or not isinstance(current, (int, float)) or not current > 0:

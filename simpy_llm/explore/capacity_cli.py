@@ -80,6 +80,13 @@ def main(args: argparse.Namespace) -> int:
         return _fail("--low and --high bound a load search; with --replicas give the load with --load")
     if not args.replicas and args.load is not None:
         return _fail("--load is the fixed load of a --replicas search; to search the load give --low/--high")
+    if args.out is not None:  # before any probe: a directory it cannot write would lose the search
+        from simpy_llm.output_paths import OutputPathError, check_output_dir
+
+        try:
+            check_output_dir(args.out)
+        except OutputPathError as exc:
+            return _fail(str(exc))
     try:
         criteria = StabilityCriteria(
             slo=list(args.slo),

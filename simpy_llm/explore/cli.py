@@ -152,6 +152,14 @@ def main(args: argparse.Namespace) -> int:
     if args.scheduler and args.workers is not None:
         print("--workers and --scheduler exclude each other (the cluster has its own workers)", file=sys.stderr)
         return 2
+    if args.out is not None:  # before any run: a directory it cannot write would lose every run
+        from simpy_llm.output_paths import OutputPathError, check_output_dir
+
+        try:
+            check_output_dir(args.out)
+        except OutputPathError as exc:
+            print(exc, file=sys.stderr)
+            return 2
 
     client = None
     if args.scheduler:

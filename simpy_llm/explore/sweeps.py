@@ -95,6 +95,7 @@ from simpy_llm.explore.search import RandomSearch
 from simpy_llm.metrics.diagnostics import overload_judged
 from simpy_llm.metrics.summary import flatten_summary
 from simpy_llm.simulation import Simulation
+from simpy_llm.workload.checks import check_spec_files
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -694,8 +695,8 @@ class _State:
         # others while its workers start.
         per_point = len(self.seed_list or [None])
         check = [i for i in range(len(jobs)) if i % per_point == 0 or i < per_point]
-        if jobs:
-            self._load(runs[0], jobs[0])
+        if jobs:  # with the files it references (a trace's header), as every run will read them
+            self._load(runs[0], jobs[0], files=True)
         self.runner.prepare(len(todo))
         for i in check[1:]:
             self._load(runs[i], jobs[i])
@@ -743,10 +744,13 @@ class _State:
             out[SEED_COLUMN] = seed
         return out
 
-    def _load(self, run: tuple[tuple[Any, ...], int | None], job: dict[str, Any]) -> None:
-        """Load one run's scenario, as a check; a bad one raises :class:`SweepPointError`."""
+    def _load(self, run: tuple[tuple[Any, ...], int | None], job: dict[str, Any], files: bool = False) -> None:
+        """Load one run's scenario, as a check (with *files*, the files it references too); a
+        bad one raises :class:`SweepPointError`."""
         try:
-            load_scenario(self.scenario, job)
+            scenario = load_scenario(self.scenario, job)
+            if files:
+                check_spec_files(scenario, str(self.scenario))
         except ScenarioError as exc:
             raise SweepPointError(exc, self._point(run), _block_hint(exc, self.keys, run[0])) from None
 

@@ -149,6 +149,11 @@ class SampledServiceTimes:
             except _Problems as exc:
                 where, msg = exc.problems[0]
                 raise FieldValueError(f"distribution.{where}".rstrip("."), msg) from None
+        elif not (callable(getattr(distribution, "sample", None)) and hasattr(distribution, "mean")):
+            # Any other shape (a number, a list, a string) would fail at the first draw, mid-run.
+            raise FieldValueError(
+                "distribution", f"must be a length distribution {{type: NAME, params: {{...}}}} (of seconds), got {distribution!r}"
+            )
         self.distribution = distribution
         self.rng = rng if rng is not None else np.random.default_rng(0)
         self._draws = Draws(self.distribution, self.rng, tokens=False, chunk=self._CHUNK)

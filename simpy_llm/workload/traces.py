@@ -77,7 +77,9 @@ __all__ = [
     "V2_COLUMNS",
     "Trace",
     "TraceRequest",
+    "TraceFileInfo",
     "TraceV2Writer",
+    "check_trace_files",
     "load_trace",
     "normalize_frame",
     "read_azure",
@@ -206,6 +208,12 @@ CSV_FIELDS: tuple[str, ...] = (
 )
 """Trace fields :func:`read_csv_mapped` can map a column to (exactly one ``arrival_*``)."""
 _ARRIVAL_FIELDS = ("arrival_time_s", "arrival_time_ms", "arrival_time_us", "arrival_datetime")
+_AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+"""The columns :func:`read_azure` needs."""
+_BURSTGPT_COLUMNS = ("Timestamp", "Request tokens", "Response tokens")
+"""The columns :func:`read_burstgpt` needs."""
+_MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")
+"""The keys every object of a Mooncake JSONL trace has."""
 
 
 def us_from_s(seconds: float) -> int:
@@ -441,10 +449,14 @@ def _read_csv_strings(path: Path | str) -> tuple[pd.DataFrame, np.ndarray]:
     return df, lines
 
 
-def _require_columns(df: pd.DataFrame, columns: tuple[str, ...] | list[str], problems: _Problems, what: str = "") -> None:
-    missing = [c for c in columns if c not in df.columns]
+def _require_columns(
+    df: pd.DataFrame | list[str], columns: tuple[str, ...] | list[str], problems: _Problems, what: str = ""
+) -> None:
+    """Fail with the columns of *columns* that *df* (a frame, or the header's column names) lacks."""
+    names = list(df.columns) if isinstance(df, pd.DataFrame) else list(df)
+    missing = [c for c in columns if c not in names]
     if missing:
-        have = ", ".join(df.columns) or "(none)"
+        have = ", ".join(names) or "(none)"
         problems.fail("line 1", f"missing column(s) {', '.join(missing)}{what}; the header has: {have}")
 
 
@@ -959,7 +971,7 @@ def read_azure(path: Path | str) -> Trace:
     """
     df, lines = _read_csv_strings(path)
     problems = _Problems(path)
-    _require_columns(df, ("TIMESTAMP", "ContextTokens", "GeneratedTokens"), problems)
+    _require_columns(df, _AZURE_COLUMNS, problems)
     inputs = _parse_int(df["ContextTokens"], lines, "ContextTokens", problems, non_negative=True)
     outputs = _parse_int(df["GeneratedTokens"], lines, "GeneratedTokens", problems, non_negative=True)
     problems.raise_if_any()
@@ -1072,7 +1084,7 @@ def read_burstgpt(path: Path | str) -> Trace:
     """
     df, lines = _read_csv_strings(path)
     problems = _Problems(path)
-    _require_columns(df, ("Timestamp", "Request tokens", "Response tokens"), problems)
+    _require_columns(df, _BURSTGPT_COLUMNS, problems)
     seconds = _parse_float(df["Timestamp"], lines, "Timestamp", problems, low=0.0)
     inputs = _parse_int(df["Request tokens"], lines, "Request tokens", problems, non_negative=True)
     outputs = _parse_int(df["Response tokens"], lines, "Response tokens", problems, non_negative=True)
@@ -1089,6 +1101,28 @@ def read_burstgpt(path: Path | str) -> Trace:
         if column in df.columns:
             frame[name] = _strings(df[column])
     return Trace(_imported_header(path, "burstgpt"), frame)
+
+
+def _column_mapping(names: list[str], columns: Mapping[str, str] | None, problems: _Problems) -> dict[str, str]:
+    """The field -> column mapping :func:`read_csv_mapped` uses for a CSV whose header has the
+    column *names*: *columns*, or every field that is a column name; fails (through
+    *problems*) unless it maps known fields, exactly one arrival time and both lengths to
+    columns the header has."""
+    mapping = dict(columns or {})
+    if not mapping:
+        mapping = {f: f for f in CSV_FIELDS if f in names}
+    for field in mapping:
+        if field not in CSV_FIELDS:
+            problems.add(f"columns.{field}", f"unknown trace field; allowed: {', '.join(CSV_FIELDS)}")
+    arrival = [f for f in _ARRIVAL_FIELDS if f in mapping]
+    if len(arrival) != 1:
+        problems.add("columns", f"map exactly one of {', '.join(_ARRIVAL_FIELDS)}, got {len(arrival)}")
+    for field in ("input_tokens", "output_tokens"):
+        if field not in mapping:
+            problems.add("columns", f"map {field} to a column")
+    problems.raise_if_any()
+    _require_columns(names, list(dict.fromkeys(mapping.values())), problems, " (named in the column mapping)")
+    return mapping
 
 
 def read_csv_mapped(path: Path | str, columns: Mapping[str, str] | None = None) -> Trace:
@@ -1115,22 +1149,9 @@ def read_csv_mapped(path: Path | str, columns: Mapping[str, str] | None = None) 
     """
     source = str(path)
     df, lines = _read_csv_strings(path)
-    mapping = dict(columns or {})
-    if not mapping:
-        mapping = {f: f for f in CSV_FIELDS if f in df.columns}
     problems = _Problems(source)
-    for field in mapping:
-        if field not in CSV_FIELDS:
-            problems.add(f"columns.{field}", f"unknown trace field; allowed: {', '.join(CSV_FIELDS)}")
+    mapping = _column_mapping(list(df.columns), columns, problems)
     arrival = [f for f in _ARRIVAL_FIELDS if f in mapping]
-    if len(arrival) != 1:
-        problems.add("columns", f"map exactly one of {', '.join(_ARRIVAL_FIELDS)}, got {len(arrival)}")
-    for field in ("input_tokens", "output_tokens"):
-        if field not in mapping:
-            problems.add("columns", f"map {field} to a column")
-    problems.raise_if_any()
-    wanted = list(dict.fromkeys(mapping.values()))
-    _require_columns(df, wanted, problems, " (named in the column mapping)")
     field_map = {f: c for f, c in mapping.items() if f not in _ARRIVAL_FIELDS}
     data = _parse_columns(df, lines, field_map, problems)
     (afield,) = arrival
@@ -1147,6 +1168,211 @@ def read_csv_mapped(path: Path | str, columns: Mapping[str, str] | None = None) 
         data["arrival_time_us"] = np.rint(values * scale).astype(np.int64)
     problems.raise_if_any()
     return Trace(_imported_header(path, "csv", **extra_header), data)
+
+
+# --------------------------------------------------------------------------- header and column checks
+
+
+class TraceFileInfo(NamedTuple):
+    """What :func:`check_trace_files` learnt from a trace's header, without reading its rows."""
+
+    header: dict[str, Any]
+    """A trace v2's YAML header (empty for the other formats, whose header is made on reading)."""
+    fields: frozenset[str]
+    """The trace fields the file gives each row (``slo_class`` among them when rows carry a class)."""
+
+
+def _csv_header(path: Path | str) -> list[str]:
+    """The column names on the first line of the CSV at *path* (whitespace stripped), read as
+    :func:`_read_csv_strings` reads them but without reading any other line."""
+    source = str(path)
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            first = next(csv.reader(f), None)
+    except FileNotFoundError:
+        raise ScenarioError(source, [("", "file not found")]) from None
+    except IsADirectoryError:
+        raise ScenarioError(source, [("", "is a directory, expected a CSV file")]) from None
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(source, [("line 1", f"not UTF-8 text: {exc}")]) from None
+    except csv.Error as exc:
+        raise ScenarioError(source, [("line 1", f"malformed CSV: {exc}")]) from None
+    except OSError as exc:
+        raise ScenarioError(source, [("", f"cannot read: {exc.strerror or exc}")]) from None
+    if first is None:
+        raise ScenarioError(source, [("line 1", "empty file: expected a header line")])
+    names = [c.strip() for c in first]
+    if not any(names):
+        raise ScenarioError(source, [("line 1", "blank header line: expected the column names")])
+    duplicated = sorted({c for c in names if names.count(c) > 1})
+    if duplicated:
+        raise ScenarioError(source, [("line 1", f"duplicate column name(s): {', '.join(duplicated)}")])
+    return names
+
+
+def _first_jsonl_object(path: Path | str) -> dict[str, Any]:
+    """The first object of the JSONL file at *path* (blank lines skipped), reading no further."""
+    source = str(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if line.strip():
+                    break
+            else:
+                raise ScenarioError(source, [("", "empty file: expected one JSON object a line")])
+    except FileNotFoundError:
+        raise ScenarioError(source, [("", "file not found")]) from None
+    except IsADirectoryError:
+        raise ScenarioError(source, [("", "is a directory, expected a JSONL file")]) from None
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(source, [("", f"not UTF-8 text: {exc}")]) from None
+    except OSError as exc:
+        raise ScenarioError(source, [("", f"cannot read: {exc.strerror or exc}")]) from None
+    where = f"line {lineno}"
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ScenarioError(source, [(where, f"not valid JSON: {exc.msg} (column {exc.colno})")]) from None
+    if not isinstance(obj, dict):
+        raise ScenarioError(source, [(where, f"must be a JSON object, got {type(obj).__name__}")])
+    missing = [k for k in _MOONCAKE_KEYS if k not in obj]
+    if missing:
+        raise ScenarioError(source, [(where, f"missing key(s) {', '.join(missing)}; the first object has: {', '.join(map(str, obj)) or '(none)'}")])
+    return obj
+
+
+def _whole(value: Any, low: int) -> bool:
+    return _is_int(value) and value >= low
+
+
+def _replay_header_problems(header: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Problems with the keys of a trace v2 header that the replay reads (``prefix_block_tokens``,
+    ``prefix_groups``, ``seed``, ``warm_up_requests``), as :func:`trace_rows` would find them."""
+    out = []
+    if "prefix_block_tokens" in header and not _whole(header["prefix_block_tokens"], 1):
+        out.append(("prefix_block_tokens", f"must be a whole number of tokens >= 1, got {header['prefix_block_tokens']!r}"))
+    groups = header.get("prefix_groups") or {}
+    if not isinstance(groups, Mapping):
+        out.append(("prefix_groups", f"must be a mapping of group names to prefix tokens, got {groups!r}"))
+    else:
+        out += [
+            (f"prefix_groups.{group}", f"must be a whole number of tokens >= 0, got {tokens!r}")
+            for group, tokens in groups.items()
+            if not _whole(tokens, 0)
+        ]
+    if not _whole(header.get("seed", 0), 0):
+        out.append(("seed", f"must be a whole number >= 0, got {header['seed']!r}"))
+    if not _whole(header.get("warm_up_requests", 0) or 0, 0):
+        out.append(("warm_up_requests", f"must be a whole number >= 0, got {header['warm_up_requests']!r}"))
+    return out
+
+
+def check_trace_files(source: TraceSource) -> TraceFileInfo:
+    """Check the file(s) a scenario's :class:`~simpy_llm.config.schema.TraceSource` names
+    without reading their rows: each exists and can be read, a CSV's header line has the
+    columns its format needs (without duplicates), a Mooncake file's first object has the
+    keys every row needs, and a trace v2's YAML header is valid (``trace_version``,
+    ``time_unit``, ``mode``, and the keys the replay reads: ``prefix_block_tokens``,
+    ``prefix_groups``, ``seed``, ``warm_up_requests``). Replaying at ``send_time_us`` needs
+    that column.
+
+    The rows are read, and checked, when the trace is loaded (:func:`load_trace`).
+
+    Returns
+    -------
+    TraceFileInfo
+        The trace v2 header (empty for the other formats) and the fields rows carry.
+
+    Raises
+    ------
+    ScenarioError
+        Naming the file and the line (or header key) of the first problem.
+
+    The last :data:`CHECKED_TRACES_KEPT` results are kept, keyed by the source and its files'
+    modification times and sizes: a fit or a sweep builds many simulations of one trace, and
+    each checks it.
+
+    Examples
+    --------
+    >>> from simpy_llm.config.schema import TraceSource
+    >>> info = check_trace_files(TraceSource(path="data/azure_llm_2023/AzureLLMInferenceTrace_code.csv", format="azure"))
+    >>> sorted(info.fields)
+    ['arrival_time_us', 'input_tokens', 'output_tokens']
+    >>> check_trace_files(TraceSource(path="data/azure_llm_2023/AzureLLMInferenceTrace_code.csv", format="burstgpt"))
+    Traceback (most recent call last):
+    ...
+    simpy_llm.config.errors.ScenarioError: data/azure_llm_2023/AzureLLMInferenceTrace_code.csv: 1 problem(s) in trace
+      line 1: missing column(s) Timestamp, Request tokens, Response tokens; the header has: TIMESTAMP, ContextTokens, GeneratedTokens
+    """
+    key = (repr(source), _file_stats(source))
+    with _checked_lock:
+        kept = _checked.get(key)
+        if kept is not None:
+            _checked.move_to_end(key)
+    if kept is None:
+        try:
+            kept = _check_trace_files(source)
+        except ScenarioError as exc:
+            raise ScenarioError(exc.source, exc.problems, "trace") from None
+        with _checked_lock:
+            _checked[key] = kept
+            while len(_checked) > CHECKED_TRACES_KEPT:
+                _checked.popitem(last=False)
+    return TraceFileInfo(copy.deepcopy(kept.header), kept.fields)
+
+
+CHECKED_TRACES_KEPT = 64
+"""How many results of :func:`check_trace_files` are kept for the next check of the same
+source and unchanged files."""
+
+_checked: OrderedDict[tuple[str, tuple[tuple[str, int, int] | None, ...]], TraceFileInfo] = OrderedDict()
+_checked_lock = threading.Lock()  # sweeps may build simulations from threads
+
+
+def _file_stats(source: TraceSource) -> tuple[tuple[str, int, int] | None, ...]:
+    """``(path, modification time in ns, size)`` of each file *source* reads (None for one not there)."""
+    paths = trace_v2_paths(source.path) if source.format == "trace_v2" else (Path(source.path),)
+    out: list[tuple[str, int, int] | None] = []
+    for path in paths:
+        try:
+            stat = path.stat()
+        except OSError:
+            out.append(None)
+        else:
+            out.append((str(path), stat.st_mtime_ns, stat.st_size))
+    return tuple(out)
+
+
+def _check_trace_files(source: TraceSource) -> TraceFileInfo:
+    fmt = source.format
+    if fmt == "mooncake":
+        _first_jsonl_object(source.path)
+        return TraceFileInfo({}, frozenset(("arrival_time_us", "input_tokens", "output_tokens", "prefix_group", "prefix_blocks")))
+    if fmt == "trace_v2":
+        header_path, csv_path = trace_v2_paths(source.path)
+        header = _read_header(header_path)
+        problems = _Problems(header_path)
+        for key, message in _replay_header_problems(header):
+            problems.add(f"key {key}", message)
+        problems.raise_if_any()
+        names = _csv_header(csv_path)
+        problems = _Problems(csv_path)
+        _require_columns(names, _REQUIRED, problems)
+        if source.arrival_column == "send_time_us":
+            _require_columns(names, ("send_time_us",), problems, " (arrival_column: send_time_us replays the send times)")
+        return TraceFileInfo(header, frozenset(c for c in names if c in _KINDS))
+    names = _csv_header(source.path)
+    problems = _Problems(source.path)
+    if fmt == "azure":
+        _require_columns(names, _AZURE_COLUMNS, problems)
+        return TraceFileInfo({}, frozenset(("arrival_time_us", "input_tokens", "output_tokens")))
+    if fmt == "burstgpt":
+        _require_columns(names, _BURSTGPT_COLUMNS, problems)
+        return TraceFileInfo({}, frozenset(("arrival_time_us", "input_tokens", "output_tokens", "status", "error_message")))
+    if fmt == "csv":
+        mapping = _column_mapping(names, source.columns, problems)
+        return TraceFileInfo({}, frozenset("arrival_time_us" if f in _ARRIVAL_FIELDS else f for f in mapping))
+    raise ScenarioError(str(source.path), [("format", f"must be one of trace_v2, azure, mooncake, burstgpt, csv, got {fmt!r}")])
 
 
 # --------------------------------------------------------------------------- replay
@@ -1226,13 +1452,7 @@ def load_trace(source: TraceSource) -> Trace:
 
 def _load_trace(source: TraceSource) -> Trace:
     """:func:`load_trace` without the kept traces."""
-    fmt = source.format
-    if source.columns and fmt != "csv":
-        raise ScenarioError(str(source.path), [("columns", f"only used with format csv, not {fmt}")])
-    if source.arrival_column != "arrival_time_us" and fmt != "trace_v2":
-        raise ScenarioError(str(source.path), [("arrival_column", f"only trace_v2 has send times, not {fmt}")])
-    if source.server_block != "check" and fmt != "trace_v2":
-        raise ScenarioError(str(source.path), [("server_block", f"only a trace_v2 header has a server block, not {fmt}")])
+    fmt = source.format  # (settings of another format are refused by TraceSource itself)
     readers: dict[str, Callable[[Any], Trace]] = {
         "trace_v2": read_trace_v2,
         "azure": read_azure,
@@ -1246,6 +1466,10 @@ def _load_trace(source: TraceSource) -> Trace:
     frame = trace.frame
     if source.arrival_column == "send_time_us":
         sent = frame["send_time_us"]
+        if len(frame) and not sent.notna().any():  # a generated trace: replaying it would send nothing
+            raise ScenarioError(
+                str(source.path), [("column send_time_us", "no row has a send time (not an observed trace): replay it at arrival_time_us")], "trace"
+            )
         frame = frame[sent.notna()].copy()
         frame["arrival_time_us"] = frame["send_time_us"].astype(np.int64)
     t = frame["arrival_time_us"].to_numpy()

@@ -111,7 +111,8 @@ def scenarios(draw, allow_until: bool = False):
             },
         },
     }
-    data["slo"] = {"fast": {"ttft_s": 0.02}}
+    # Client a's class is "default": its target is edf's default_ttft_s (a class without an entry is refused).
+    data["slo"] = {"fast": {"ttft_s": 0.02}, "default": {"ttft_s": 0.05}}
     if allow_until and draw(st.booleans()):
         data["simulation"] = {"until_s": draw(st.floats(0.01, 1.0))}
     return data

@@ -12,7 +12,10 @@ it. If the loader accepts the result the scenario is built and run. Nothing but 
 Every run is also capped at a number of SimPy events (a mutation may legitimately ask for
 a long run); reaching the cap ends the example as a success. Set
 ``SIMPY_LLM_FUZZ_EXAMPLES`` to run more examples than the suite's default, e.g.
-``SIMPY_LLM_FUZZ_EXAMPLES=3000 pytest tests/property/test_scenario_mutation_fuzz.py``.
+``SIMPY_LLM_FUZZ_EXAMPLES=3000 pytest tests/property/test_scenario_mutation_fuzz.py
+--hypothesis-seed=1``: such a run is not derandomized (the suite's default run is, as every
+test is), so each ``--hypothesis-seed`` tries other examples, and a run without one reports
+the seed that reproduces a failure.
 """
 
 from __future__ import annotations
@@ -52,6 +55,9 @@ SCENARIOS: dict[str, Any] = {p.name: _read(p) for p in sorted(SCENARIO_DIR.glob(
 
 EXAMPLES = int(os.environ.get("SIMPY_LLM_FUZZ_EXAMPLES", "800"))
 """Examples per run of the test (the suite's default keeps it to well under a minute)."""
+LONG_RUN = "SIMPY_LLM_FUZZ_EXAMPLES" in os.environ
+"""A run asked for by its example count: its examples come from ``--hypothesis-seed`` (or a
+random seed), not from the test's digest (a derandomized run ignores the seed)."""
 
 SHORT_REQUESTS = 20
 SHORT_HORIZON_S = 20.0
@@ -171,24 +177,30 @@ def _segments(path: str) -> list[Any]:
 def _names_real_key(data: Any, path: str) -> bool:
     """Whether *path* leads through *data* to a key that is there, or to a missing key of a
     mapping that is there (a required key left out), or to a parameter of a registered
-    class that a policy's ``params`` mapping leaves out."""
-    node = data
+    class that a policy's ``params`` mapping leaves out. A mapping's key may itself hold
+    dots (``planner.constraints.latency_s.ttft.p95`` names the key ``latency_s.ttft.p95``)."""
     segments = _segments(path)
+    return bool(segments) and _leads_to_key(data, segments, None)
+
+
+def _leads_to_key(node: Any, segments: list[Any], previous: Any) -> bool:
+    """:func:`_names_real_key` from *node* along the remaining *segments* (*previous*: the
+    segment that led to *node*)."""
     if not segments:
-        return False
-    for i, seg in enumerate(segments):
-        last = i == len(segments) - 1
-        if isinstance(node, dict) and seg in node:
-            node = node[seg]
-        elif isinstance(node, list) and isinstance(seg, int) and seg < len(node):
-            node = node[seg]
-        elif isinstance(node, dict) and last:
+        return True
+    seg, rest = segments[0], segments[1:]
+    if isinstance(node, list):
+        return isinstance(seg, int) and seg < len(node) and _leads_to_key(node[seg], rest, seg)
+    if isinstance(node, dict):
+        for n in range(len(segments), 0, -1):  # the longest dotted key first
+            head = segments[:n]
+            key = ".".join(map(str, head))
+            if all(isinstance(h, str) for h in head) and key in node and _leads_to_key(node[key], segments[n:], head[-1]):
+                return True
+        if not rest and isinstance(seg, str):
             return True  # a missing key of a mapping that is there
-        elif isinstance(seg, str) and i > 0 and segments[i - 1] == "params" and node is not None:
-            return last
-        else:
-            return False
-    return True
+    # a parameter of a registered class that a policy's params mapping leaves out
+    return isinstance(seg, str) and previous == "params" and node is not None and not rest
 
 
 def _named_files(data: Any) -> list[Path]:
@@ -249,7 +261,9 @@ def _load_and_run(name: str, data: dict[str, Any]) -> str:
     return "ran to the end"
 
 
-@settings(max_examples=EXAMPLES, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=EXAMPLES, derandomize=not LONG_RUN, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 @given(mutated_scenarios())
 def test_mutated_scenarios_run_or_raise_scenario_error(case: tuple[str, dict[str, Any], list[str]]) -> None:
     """A shipped scenario with extreme or odd values in one to three leaves either loads and runs
@@ -275,3 +289,13 @@ def test_names_real_key_follows_the_data() -> None:
     assert not _names_real_key(data, "workload.clients[3].id")
     assert not _names_real_key(data, "workload.nothing.here")
     assert not _names_real_key(data, "")
+
+
+def test_names_real_key_takes_keys_with_dots() -> None:
+    """A mapping key holding dots (a planner constraint's summary path) is a real key, and a
+    path through it goes on below it."""
+    data = {"planner": {"constraints": {"latency_s.ttft.p95": 0.5}, "x": {"a.b": {"c": 1}}}}
+    assert _names_real_key(data, "planner.constraints.latency_s.ttft.p95")
+    assert _names_real_key(data, "planner.x.a.b.c")
+    assert not _names_real_key(data, "planner.constraints.latency_s.ttft.p95.more")
+    assert not _names_real_key(data, "planner.x.a.c.d")

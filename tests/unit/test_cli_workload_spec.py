@@ -1,6 +1,6 @@
 """The command line with bare workload specs: ``simpy-llm workload`` takes one as it is and writes
-what it writes for a scenario with the same workload; ``run``, ``validate`` and ``serve`` take a
-scenario whose workload is a file reference."""
+what it writes for a scenario with the same workload; ``validate`` checks one as a workload spec;
+``run``, ``validate`` and ``serve`` take a scenario whose workload is a file reference."""
 
 from __future__ import annotations
 
@@ -80,11 +80,27 @@ def test_run_and_validate_take_a_scenario_referencing_a_workload_file(tmp_path: 
 
 
 def test_run_on_a_bare_spec_says_how_to_simulate_it(capsys: pytest.CaptureFixture[str]) -> None:
-    """``run`` and ``validate`` on a bare workload spec exit 2 saying it is one and how to reference it."""
+    """``run`` on a bare workload spec exits 2 saying it is one and how to reference it."""
     assert main(["run", BARE, "--progress", "off"]) == 2
-    assert main(["validate", BARE]) == 2
     err = capsys.readouterr().err
-    assert err.count("this is a bare workload spec") == 2 and "workload: {file: PATH}" in err
+    assert err.count("this is a bare workload spec") == 1 and "workload: {file: PATH}" in err
+
+
+def test_validate_checks_a_bare_spec_as_a_workload_spec(quickstart_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``validate`` takes a bare workload spec as ``workload`` and ``observe`` do, saying what
+    it checked it as: ``PATH: ok: workload spec`` beside a scenario's ``PATH: ok``."""
+    assert main(["validate", BARE, str(quickstart_path)]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines() == [f"{BARE}: ok: workload spec", f"{quickstart_path}: ok"] and err == ""
+
+
+def test_validate_reports_a_bad_bare_spec_with_keys_relative_to_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """A bare spec's problem is reported as one of a workload spec, ``--set`` keys relative to
+    the workload with or without the ``workload.`` prefix."""
+    assert main(["validate", BARE, "--set", "workload.aggregate_rate=-1"]) == 2
+    assert main(["validate", BARE, "--set", "aggregate_rate=-1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count(f"{BARE}: 1 problem(s) in workload spec\n  aggregate_rate: must be > 0") == 2
 
 
 def test_workload_and_observe_help_say_how_the_file_is_read(capsys: pytest.CaptureFixture[str]) -> None:

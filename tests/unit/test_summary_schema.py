@@ -101,7 +101,7 @@ def _rich_scenario() -> dict:
                 {"name": "small", "count": 1, "engine": engine, "latency_model": latency},
             ],
         },
-        "slo": {"gold": {"ttft_s": 0.5}, "silver": {"e2e_s": 5.0}},
+        "slo": {"gold": {"ttft_s": 0.5}, "silver": {"e2e_s": 5.0}, "bronze": {"e2e_s": 30.0}},
     }
 
 

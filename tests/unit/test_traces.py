@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 
 from simpy_llm import Simulation, scenario_from_dict
-from simpy_llm.config import ScenarioError
+from simpy_llm.config import FieldValueError, ScenarioError
 from simpy_llm.config.schema import TraceSource
 from simpy_llm.workload.traces import (
     V2_COLUMNS,
@@ -384,10 +384,11 @@ def test_load_trace_fills_client_tenant_and_slo(tmp_path: Path) -> None:
 
 
 def test_columns_only_with_csv_format() -> None:
-    """A column mapping given for a format other than csv is a ScenarioError."""
-    with pytest.raises(ScenarioError) as info:
-        load_trace(TraceSource(path=str(AZURE_FILES[0]), format="azure", columns={"input_tokens": "x"}))
-    assert info.value.paths == ["columns"]
+    """A column mapping given for a format other than csv is refused when the source is made
+    (in a scenario: a ScenarioError at the source's ``columns`` when it is loaded)."""
+    with pytest.raises(FieldValueError) as info:
+        TraceSource(path=str(AZURE_FILES[0]), format="azure", columns={"input_tokens": "x"})
+    assert info.value.field == "columns"
 
 
 # --------------------------------------------------------------------------- BurstGPT and generic CSV
@@ -623,11 +624,12 @@ def test_replay_from_send_times_skips_unsent_rows(tmp_path: Path) -> None:
 
 
 def test_send_time_replay_needs_trace_v2(tmp_path: Path) -> None:
-    """Asking for send times from a format without them is a ScenarioError naming the key."""
+    """Asking for send times from a format without them is refused naming the key, when the
+    source is made."""
     path = tmp_path / "azure.csv"
     path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,10,5\n")
-    with pytest.raises(ScenarioError, match="arrival_column"):
-        load_trace(TraceSource(path=str(path), format="azure", arrival_column="send_time_us"))
+    with pytest.raises(FieldValueError, match="arrival_column"):
+        TraceSource(path=str(path), format="azure", arrival_column="send_time_us")
 
 
 def _small_v2(tmp_path: Path, output_tokens: int) -> Path:
