@@ -1129,7 +1129,11 @@ class Results:
         :meth:`links`), ``spec_rounds.csv`` and ``drafter_switches.csv`` (speculative decoding),
         ``summary.json`` and ``manifest.json`` (with the SHA-256 of every data file the
         scenario reads: :func:`~simpy_llm.metrics.manifest.input_files`) into *directory*;
-        return *directory*. A *written* list gets the path of each file written, in order."""
+        return *directory*. A *written* list gets the path of each file written, in order.
+
+        ``summary.json`` is strict JSON (RFC 8259, which has no NaN or infinity): a figure
+        that :meth:`summary` gives as NaN or an infinity (nothing to take it over, a window
+        of zero length) is written as ``null``."""
         from simpy_llm.config.loader import scenario_hash, scenario_to_dict
 
         out = Path(directory)
@@ -1169,7 +1173,7 @@ class Results:
             self.drafter_switches().to_csv(put("drafter_switches.csv"), index=False)
         if self.planner_log is not None:
             self.planner_decisions().to_csv(put("planner_decisions.csv"), index=False)
-        put("summary.json").write_text(json.dumps(self.summary(), indent=2, default=_json_default) + "\n")
+        put("summary.json").write_text(json.dumps(_strict_json(self.summary()), indent=2, allow_nan=False, default=_json_default) + "\n")
         manifest = {
             "seed": self.scenario.seed,
             "scenario_sha256": scenario_hash(self.scenario),
@@ -1293,6 +1297,21 @@ def _summary_html(s: Summary, name: str, wall_s: float) -> str:
         f"<div><table><caption>{escape(title)}latency (TTFT, TPOT, ITL over streaming requests)</caption>"
         + "".join(lat) + f"</table><table><caption>{escape(title)}run</caption>" + "".join(run) + "</table></div>"
     )
+
+
+def _strict_json(obj: Any) -> Any:
+    """*obj* with every float that is NaN or infinite replaced by None (strict JSON has neither).
+
+    >>> _strict_json({"a": [1.0, float("nan")], "b": {"c": float("inf"), "d": "x"}})
+    {'a': [1.0, None], 'b': {'c': None, 'd': 'x'}}
+    """
+    if isinstance(obj, (float, np.floating)):
+        return float(obj) if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _strict_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_strict_json(v) for v in obj]
+    return obj
 
 
 def _json_default(obj: Any) -> Any:

@@ -385,3 +385,22 @@ def test_summary_is_strict_json():
     rec.on_preemption(_request(2), 1, 0.5, mode="swap")
     text = json.dumps(_results(rec, replica_groups=["g", "g"]).summary(), allow_nan=False)
     assert json.loads(text)["prefix_cache"]["cached_tokens"] == 10
+
+
+def test_saved_summary_is_strict_json_when_figures_are_nan(tmp_path):
+    """Every request arriving at once leaves the arrival window without length, so the
+    summary's windowed rates are NaN; ``summary.json`` writes them as null, so that a strict
+    parser reads the file."""
+    rec = Recorder(num_replicas=1)
+    _completed(rec, 0, 1.0)
+    _completed(rec, 1, 2.0)
+    results = _results(rec)
+    assert math.isnan(results.summary()["throughput"]["requests_per_s"])
+    results.save(tmp_path)
+
+    def refuse(token: str) -> None:
+        raise AssertionError(f"summary.json holds {token}")
+
+    saved = json.loads((tmp_path / "summary.json").read_text(), parse_constant=refuse)
+    assert saved["throughput"]["requests_per_s"] is None
+    assert saved["throughput"]["whole_run_requests_per_s"] == pytest.approx(2 / 10.0)
