@@ -477,7 +477,7 @@ def _run(args: argparse.Namespace) -> int:
         return 2
 
     summary = results.summary()
-    console.print(_summary_table(summary, scenario.name or args.scenario))
+    console.print(_summary_table(summary, scenario.name or args.scenario, has_slo=bool(scenario.slo)))
     if args.out:
         written: list[Path] = []
         out = results.save(args.out, written=written)
@@ -499,7 +499,9 @@ def _known(value: float) -> float | None:
     return None if math.isnan(value) else value
 
 
-def _summary_table(s: dict[str, Any], title: str) -> Any:
+def _summary_table(s: dict[str, Any], title: str, *, has_slo: bool = True) -> Any:
+    """The run's summary as rich tables (*has_slo*: the scenario has SLO targets; without
+    them goodput counts every completed request, and the table says so)."""
     from rich.console import Group
     from rich.table import Table
 
@@ -538,7 +540,8 @@ def _summary_table(s: dict[str, Any], title: str) -> Any:
         *rate_lines(s),  # each rate with the window it divides by
         ("goodput", (f"{_fmt(_known(gp['requests_per_s']))} req/s in the arrival window, "
                      f"{_fmt(_known(gp['whole_run_requests_per_s']))} over the whole run "
-                     f"({_fmt(_known(gp['fraction']), 100, 1)}% met their SLO)")),
+                     + (f"({_fmt(_known(gp['fraction']), 100, 1)}% met their SLO)" if has_slo
+                        else "(no slo section: every completed request counts)"))),
         ("preemptions", f"{s['preemptions']['total']} ({s['preemptions']['requests_preempted']} requests)"),
         ("KV utilisation", f"{_fmt(s['kv_utilization']['time_weighted_mean'], 100, 1)}% (time-weighted mean)"),
         ("GPU utilisation", f"{_fmt(s['gpu_utilization']['mean'], 100, 1)}% busy (mean over replicas)"),

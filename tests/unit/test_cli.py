@@ -196,3 +196,14 @@ def test_run_prints_an_overload_warning(quickstart_path: Path, capsys: pytest.Ca
     assert main(["run", str(quickstart_path), "--set", "workload.num_requests=3000"]) == 0
     out, _ = capsys.readouterr()
     assert "Overload" not in out
+
+
+def test_run_without_slo_section_says_goodput_counts_every_completion(
+    quickstart_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With no slo section there is no target to meet: the run table says that goodput counts
+    every completed request instead of claiming that all of them met their SLO."""
+    assert main(["run", str(quickstart_path), "--set", "workload.num_requests=50", "--set", "slo={}"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "no slo section: every completed request counts" in out
+    assert "met their SLO" not in out
