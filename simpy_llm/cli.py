@@ -287,6 +287,24 @@ def _out_ok(path: str | None) -> bool:
     return True
 
 
+def _trace_ok(path: str | None) -> bool:
+    """Whether ``serve --trace PATH`` can write the trace's header and CSV
+    (:func:`~simpy_llm.workload.traces.trace_v2_paths`), checked before serving; prints why
+    not. True without one."""
+    from simpy_llm.output_paths import OutputPathError, check_output_file
+    from simpy_llm.workload.traces import trace_v2_paths
+
+    if path is None:
+        return True
+    try:
+        for file in trace_v2_paths(path):
+            check_output_file(file, option="--trace")
+    except OutputPathError as exc:
+        print(exc, file=sys.stderr)
+        return False
+    return True
+
+
 def _workload(args: argparse.Namespace) -> int:
     import json
     import time
@@ -419,7 +437,7 @@ def _serve(args: argparse.Namespace) -> int:
     from simpy_llm.observe.emulate.server import EmulatedServer, serve_until_signalled
 
     scenario = _load(args)
-    if scenario is None:
+    if scenario is None or not _trace_ok(args.trace):
         return 2
     try:
         server = EmulatedServer(scenario, model=args.model, host=args.host, port=args.port, trace=args.trace)

@@ -207,3 +207,16 @@ def test_run_without_slo_section_says_goodput_counts_every_completion(
     out = " ".join(re.sub("[│┃]", " ", capsys.readouterr().out).split())  # the table's cells, unwrapped
     assert "no slo section: every completed request counts" in out
     assert "met their SLO" not in out
+
+
+def test_serve_refuses_an_unwritable_trace_before_serving(
+    tmp_path: Path, quickstart_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """serve --trace under a path whose parent is a file exits 2 naming --trace and the path,
+    before any server starts."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert main(["serve", str(quickstart_path), "--port", "0", "--trace", str(blocker / "trace")]) == 2
+    out, err = capsys.readouterr()
+    assert "--trace" in err and str(blocker) in err
+    assert "serving" not in out
