@@ -525,8 +525,11 @@ class Replica:
                 step_s += self._restores * self._restore_s
             if self.throttle is not None and self._clock >= self._busy_since + self.throttle[0]:
                 step_s /= self.throttle[1]
-            # Whole nanoseconds: step ends are exact multiples (see "Clock" in docs/model.md).
-            d_ns = step_ns(step_s)
+            # Whole nanoseconds: step ends are exact multiples (see "Clock" in docs/model.md;
+            # step_ns inlined).
+            d_ns = round(step_s * NS_PER_S)
+            if not d_ns and step_s > 0.0:
+                d_ns = 1
             if chunks or self._changed or d_ns != self._seg_step_ns:
                 self._seg_start_ns = self._clock_ns
                 self._seg_start_s = self._clock
@@ -541,7 +544,7 @@ class Replica:
                 # A mixed step, the reference mode, or a step after a preemption
                 # (whose victims may be readmitted next step): one event.
                 self._stretch = (done, 1, n_decode, step_s)
-                yield _StepEnd(env, self._step_end_s(done + 1))
+                yield _StepEnd(env, (self._seg_start_ns + (done + 1) * d_ns) / NS_PER_S if d_ns else self._seg_start_s)
                 self._stretch = None
                 self._settle_step(chunks, n_decode, prefill_tokens, kv_used, step_s)
                 continue
@@ -557,7 +560,7 @@ class Replica:
                     k = m
             self._cuttable = len(running) < self.config.max_num_seqs
             self._stretch = (done, k, n_decode, step_s)
-            yield _StepEnd(env, self._step_end_s(done + k))
+            yield _StepEnd(env, (self._seg_start_ns + (done + k) * d_ns) / NS_PER_S if d_ns else self._seg_start_s)
             k = self._stretch[1]
             self._cuttable = False
             self._stretch = None
@@ -664,12 +667,12 @@ class Replica:
         d_ns = self._seg_step_ns
         if d_ns == 0:  # steps that take no time: all end at the segment's start
             return 1 if self._seg_start_s >= t else _NEVER
-        guess = int((t * NS_PER_S - self._seg_start_ns) / d_ns)
-        j = done + 1 + max(guess - done - 1, 0)
-        end = self._step_end_s
-        while end(j) < t:
+        start_ns = self._seg_start_ns
+        j = done + 1 + max(int((t * NS_PER_S - start_ns) / d_ns) - done - 1, 0)
+        # The same arithmetic as the step ends themselves (_step_end_s).
+        while (start_ns + j * d_ns) / NS_PER_S < t:
             j += 1
-        while j > done + 1 and end(j - 1) >= t:
+        while j > done + 1 and (start_ns + (j - 1) * d_ns) / NS_PER_S >= t:
             j -= 1
         return j - done
 

@@ -25,9 +25,9 @@ costs O(segments), not O(blocks):
   its blocks; a lookup that matches only part of a node splits it where the
   new holder's reference ends;
 * the free queue is a count of fresh blocks at its head followed by an ordered
-  dict of released runs: a tree node whose count dropped to zero, a run of
-  cached blocks no lookup can find (:class:`_Anonymous`), or a run of empty
-  blocks (:class:`_Empty`: released partial blocks). A released chain joins it
+  dict of released runs: a tree node whose count dropped to zero, or a
+  :class:`_Run` of blocks outside the tree (a released partial block, empty,
+  followed by cached blocks no lookup can find). A released chain joins it
   deepest node first (a request releases tail first), and a node is only ever
   referenced together with its ancestors, so a node's descendants are never
   released after it: the first tree node in the queue is always a leaf and the
@@ -76,25 +76,16 @@ class _Node:
         """Holders referencing the node (each references its whole chain from the root)."""
 
 
-class _Anonymous:
-    """Cached blocks no lookup can find (a finished request's own content): they only
-    wait in the free queue for their turn to be evicted."""
+class _Run:
+    """Released blocks outside the tree, in queue order: ``empty`` empty blocks (a request's
+    partial last block, private blocks), then ``n - empty`` cached blocks no lookup can find
+    (a finished request's own content). They only wait in the free queue for their turn."""
 
-    __slots__ = ("n", "parent")
+    __slots__ = ("empty", "n", "parent")
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, empty: int) -> None:
         self.n = n
-        self.parent = None
-
-
-class _Empty:
-    """Empty blocks released together (a request's partial last block, or private blocks):
-    they wait in the free queue in their release order like any released block."""
-
-    __slots__ = ("n", "parent")
-
-    def __init__(self, n: int) -> None:
-        self.n = n
+        self.empty = empty
         self.parent = None
 
 
@@ -192,7 +183,7 @@ class PrefixCache:
         self._fresh = num_blocks
         """Empty blocks at the head of the free queue: never used yet, or given back unused
         (a copy whose content was already cached, :meth:`register`)."""
-        self._lru: OrderedDict[_Node | _Anonymous | _Empty, None] = OrderedDict()
+        self._lru: OrderedDict[_Node | _Run, None] = OrderedDict()
         """The rest of the free queue, in release order: the head is popped first."""
 
     # --- counting (PagedKVCache's interface) -----------------------------
@@ -209,7 +200,7 @@ class PrefixCache:
     @property
     def cached_blocks(self) -> int:
         """Blocks with a content identity (referenced or evictable)."""
-        total = sum(node.n for node in self._lru if type(node) is _Anonymous)
+        total = sum(node.n - node.empty for node in self._lru if type(node) is _Run)
         stack = [self.root]
         while stack:
             node = stack.pop()
@@ -221,36 +212,48 @@ class PrefixCache:
     def allocate(self, n: int) -> None:
         """Take *n* blocks from the head of the free queue: fresh blocks first, then released
         runs in release order, evicting the cached blocks among them (a run's tail first)."""
-        if n < 0:
-            raise KVCacheError(f"asked for {n} blocks")
         fresh = self._fresh
         if n <= fresh:
+            if n < 0:
+                raise KVCacheError(f"asked for {n} blocks")
             self._fresh = fresh - n
             self.empty -= n
         else:
-            if n > self.empty + self.evictable:
-                raise KVCacheError(f"asked for {n} blocks with {self.empty + self.evictable} free")
-            self._fresh = 0
-            self.empty -= fresh
+            empty = self.empty
+            evictable = self.evictable
+            if n > empty + evictable:
+                raise KVCacheError(f"asked for {n} blocks with {empty + evictable} free")
+            if fresh:
+                self._fresh = 0
+                empty -= fresh
             need = n - fresh
             lru = self._lru
             while need:
                 node = next(iter(lru))
                 m = node.n
-                take = min(m, need)
-                if type(node) is _Empty:
-                    self.empty -= take
+                if m > need:  # part of the entry: the blocks at the queue's front go first
+                    node.n = m - need  # (a tree node's tail, released first; a run's head)
+                    m = need
                 else:
-                    self.evictable -= take
-                need -= take
-                if take < m:
-                    node.n = m - take  # the run's tail blocks go first
-                    break
-                node.n = 0
-                del lru[node]
-                if node.parent is not None:  # a tree leaf (not an anonymous or empty run)
-                    del node.parent.children[node.key]
-                    node.parent = None
+                    del lru[node]
+                    node.n = 0
+                    if node.parent is not None:  # a tree leaf (not a run)
+                        del node.parent.children[node.key]
+                        node.parent = None
+                need -= m
+                if node.__class__ is _Run:
+                    e = node.empty
+                    if e:
+                        if e > m:
+                            node.empty = e - m
+                            e = m
+                        else:
+                            node.empty = 0
+                        empty -= e
+                        m -= e
+                evictable -= m
+            self.empty = empty
+            self.evictable = evictable
         used = self.num_blocks - self.empty - self.evictable
         if used > self.peak_used_blocks:
             self.peak_used_blocks = used
@@ -261,7 +264,7 @@ class PrefixCache:
         if n < 0 or n > self.num_blocks - self.empty - self.evictable:
             raise KVCacheError(f"released {n} blocks with {self.used_blocks} used")
         if n:
-            self._lru[_Empty(n)] = None
+            self._lru[_Run(n, n)] = None
             self.empty += n
 
     # --- requests ----------------------------------------------------------
@@ -282,7 +285,8 @@ class PrefixCache:
             if seg_id not in own_ids:
                 break
             own += tokens
-        shared = sum(t for _, t in segs) - own
+        h = Holder(segs, shared_tokens=0)
+        shared = h.total - own
         if reusable_prompt_tail is not None:
             prefix = 0
             for seg_id, tokens in segs:
@@ -290,7 +294,7 @@ class PrefixCache:
                     break
                 prefix += tokens
             shared = min(shared, max(req.prompt_tokens - reusable_prompt_tail, prefix))
-        h = Holder(segs, shared_tokens=shared)
+        h.shared_tokens = shared
         h.deepest = self.root
         return h
 
@@ -300,13 +304,11 @@ class PrefixCache:
         stay findable: :meth:`unref` with ``findable=False`` for such a request, without a
         :class:`Holder`. Its partial last block joins the free queue empty, then its full
         blocks, cached as one anonymous run (no lookup could find them)."""
-        lru = self._lru
-        if tokens % self.block_size:
-            lru[_Empty(1)] = None
-            self.empty += 1
+        partial = 1 if tokens % self.block_size else 0
         own = tokens // self.block_size
-        if own > 0:
-            lru[_Anonymous(own)] = None
+        if partial or own:
+            self._lru[_Run(partial + own, partial)] = None
+            self.empty += partial
             self.evictable += own
 
     def _block_key(self, h: Holder, b: int, limit: int) -> tuple[object, int | None, int, int, int]:
@@ -490,12 +492,13 @@ class PrefixCache:
             self.register(h, computed_tokens if findable_tokens is None else min(computed_tokens, findable_tokens))
         else:
             self.register_shared(h, computed_tokens)  # shared blocks may match others'
-        if computed_tokens % self.block_size:
-            lru[_Empty(1)] = None
-            self.empty += 1
+        partial = 1 if computed_tokens % self.block_size else 0
         own = computed_tokens // self.block_size - h.blocks
-        if own > 0:
-            lru[_Anonymous(own)] = None
+        if own < 0:
+            raise KVCacheError(f"released {computed_tokens} tokens holding {h.blocks} registered blocks")
+        if partial or own:
+            lru[_Run(partial + own, partial)] = None
+            self.empty += partial
             self.evictable += own
         node = h.deepest
         root = self.root

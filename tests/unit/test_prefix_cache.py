@@ -76,6 +76,23 @@ def test_a_request_arriving_during_a_chunked_prefill_finds_the_chunk_being_compu
     assert b.cached_tokens == 1488
 
 
+@pytest.mark.parametrize("fast", [True, False])
+def test_requests_sharing_a_context_find_it_as_the_first_one_computes_it(fast):
+    """Two parallel calls carrying the same 48-token context (an earlier request's prompt
+    and answer, no longer cached) and 10 tokens of their own reach an idle replica at once:
+    the first computes the context and its 3 blocks of 16 are findable as that step is
+    scheduled, so the second, admitted next in the same step, finds all 48 tokens."""
+    engine = EngineConfig(max_num_seqs=4, max_num_batched_tokens=256, kv_block_size=16, kv_num_blocks=64)
+    context = ((-100, 40), (-99, 8))  # request 49's prompt tail and answer
+    a, b = (
+        Request(id=i, client_id="c", prompt_tokens=58, output_tokens=2, arrival_s=0.0, context=context)
+        for i in (0, 1)
+    )
+    rec = _run(engine, [(a, 0.0), (b, 0.0)], fast)
+    assert (a.cached_tokens, b.cached_tokens) == (0, 48)
+    assert rec.prefill_tokens[0] == 58 + 10
+
+
 def _shared(rid: int, prompt: int) -> Request:
     """A request whose first 8 tokens are the trace blocks 5 and 6 (4 tokens each)."""
     return Request(
