@@ -82,17 +82,6 @@ def to_ns(t_s: float) -> int:
     """
     return round(t_s * NS_PER_S)
 
-
-def step_ns(step_s: float) -> int:
-    """A step of *step_s* seconds in whole nanoseconds: the nearest, at least 1 for a step
-    of any positive length (a step takes time).
-
-    >>> step_ns(0.0051), step_ns(1e-12), step_ns(0.0)
-    (5100000, 1, 0)
-    """
-    n = round(step_s * NS_PER_S)
-    return 1 if n == 0 and step_s > 0.0 else n
-
 TokenListener = Callable[[Request, int, float], None]
 """Called as ``listener(request, tokens, visible_s)`` each time *request* produces an output
 token: *tokens* is its output tokens so far, *visible_s* when the client sees that token
@@ -525,8 +514,8 @@ class Replica:
                 step_s += self._restores * self._restore_s
             if self.throttle is not None and self._clock >= self._busy_since + self.throttle[0]:
                 step_s /= self.throttle[1]
-            # Whole nanoseconds: step ends are exact multiples (see "Clock" in docs/model.md;
-            # step_ns inlined).
+            # Whole nanoseconds, so step ends are exact multiples (see "Clock" in
+            # docs/model.md): the nearest, at least 1 for a step that takes any time.
             d_ns = round(step_s * NS_PER_S)
             if not d_ns and step_s > 0.0:
                 d_ns = 1
