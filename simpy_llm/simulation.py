@@ -212,7 +212,7 @@ class Simulation:
                 fast=fast, completions=completions, token_listener=token_listener,
                 scheduler=schedulers[plan.group], group=plan.group,
                 role=plan.role, handoffs=handoffs if plan.role == "prefill" else None,
-                **_device_settings(plan),
+                until_s=scenario.simulation.until_s, **_device_settings(plan),
             )
             if plan.batch_server is None
             else BatchServer(

@@ -29,16 +29,19 @@ plan every step; it is the reference the fast mode is tested against
 hears of every output token as its step ends (the emulated server streams with
 it).
 
-Step ends are scheduled at their exact absolute times (``segment_start + k *
-step_s``, see "Clock" in ``docs/model.md``) and at a SimPy priority after every
-ordinary event, and an idle engine wakes at that same priority, so every
-request entering the waiting queue at a step's start time is visible to that
-step's plan.
+Step ends are counted in whole nanoseconds (``segment_start_ns + k *
+step_ns``, see "Clock" in ``docs/model.md``), so a step end that decimal
+arithmetic puts at an arrival's time is that time to the bit; they are scheduled
+at those exact absolute times and at a SimPy priority after every ordinary
+event, and an idle engine wakes at that same priority, so every request
+entering the waiting queue at a step's start time is visible to that step's
+plan.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 from bisect import bisect_left, insort
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -65,6 +68,20 @@ __all__ = ["LATE", "Replica", "ReplicaStats", "TokenListener"]
 LATE = 2
 """SimPy priority of step-end and wake-up events: after NORMAL (1) events at the same instant."""
 
+NS_PER_S = 1_000_000_000
+"""The engine's clock unit: step boundaries are whole nanoseconds."""
+_NEVER = 1 << 62
+"""Steps until a time that steps taking no time never reach."""
+
+
+def to_ns(t_s: float) -> int:
+    """*t_s* seconds as the nearest whole number of nanoseconds.
+
+    >>> to_ns(0.0011), to_ns(35.488384), to_ns(2.5e-10)
+    (1100000, 35488384000, 0)
+    """
+    return round(t_s * NS_PER_S)
+
 TokenListener = Callable[[Request, int, float], None]
 """Called as ``listener(request, tokens, visible_s)`` each time *request* produces an output
 token: *tokens* is its output tokens so far, *visible_s* when the client sees that token
@@ -77,8 +94,8 @@ def _schedule_at(env: simpy.Environment, event: Event, at_s: float) -> None:
     """Schedule the triggered *event* at the absolute time *at_s* with LATE priority.
 
     ``env.schedule`` takes a delay and adds it to ``now``, which can land one ulp
-    away from the engine's exact ``segment_start + k * step_s``; the queue entry is
-    the one ``env.schedule`` would make, with the exact time.
+    away from the engine's exact step ends (whole nanoseconds, see :func:`to_ns`); the
+    queue entry is the one ``env.schedule`` would make, with the exact time.
     """
     heapq.heappush(env._queue, (at_s, LATE, next(env._eid), event))  # noqa: SLF001 - see docstring
 
@@ -174,6 +191,11 @@ class Replica:
         ``(after_s, factor)``: thermal throttling; once the replica has been busy without a
         break for ``after_s``, its steps take ``1 / factor`` times as long, until it idles.
         The speed is decided when a step or stretch of steps is planned.
+    until_s
+        The time the run stops (``simulation.until_s``; None: it runs to the end). A request
+        whose last token is computed before it but whose answer reaches the client at or
+        after it (per-token post-processing) is not recorded completed: it stays in flight
+        (``docs/model.md``, "Stopping early").
     """
 
     def __init__(
@@ -195,6 +217,7 @@ class Replica:
         load_s: float = 0.0,
         warm_retention_s: float | None = None,
         throttle: tuple[float, float] | None = None,
+        until_s: float | None = None,
     ) -> None:
         if role not in ("both", "prefill", "decode"):
             raise ValueError(f"role must be both, prefill or decode, not {role!r}")
@@ -292,9 +315,21 @@ class Replica:
         self.step = 0
         """Engine step counter: steps completed so far."""
         self._clock = 0.0
-        self._seg_start = 0.0
+        """The engine's time, s: the start of the step being planned."""
+        self._clock_ns = 0
+        """The grid point the next step's end is counted from, ns: ``_clock`` in whole
+        nanoseconds (rounded once, when the engine starts after idle)."""
+        self._seg_start_ns = 0
+        self._seg_start_s = 0.0
+        """The segment's start, s (where its steps end if they take no time)."""
+        self._seg_step_ns = -1
         self._seg_step_s = -1.0
+        """The segment's step duration, ``_seg_step_ns`` in seconds."""
         self._seg_steps = 0
+        self._until_s = math.inf if until_s is None else until_s
+        self._seen_after_cut: list[Request] = []
+        """Requests whose answer reaches the client at or after ``until_s`` although their
+        last token was computed before it: left in flight (see :meth:`settle`)."""
         self._changed = True
         self._preempted_now = False
         self._idle_signal: Event | None = None
@@ -452,6 +487,7 @@ class Replica:
                 yield self._idle_signal
                 self._idle_signal = None
                 self._clock = self._busy_since = env.now
+                self._clock_ns = to_ns(self._clock)
                 self._changed = True
                 if self.load_s and self._must_load():
                     yield from self._load()
@@ -478,19 +514,26 @@ class Replica:
                 step_s += self._restores * self._restore_s
             if self.throttle is not None and self._clock >= self._busy_since + self.throttle[0]:
                 step_s /= self.throttle[1]
-            if chunks or self._changed or step_s != self._seg_step_s:
-                self._seg_start = self._clock
-                self._seg_step_s = step_s
+            # Whole nanoseconds, so step ends are exact multiples (see "Clock" in
+            # docs/model.md): the nearest, at least 1 for a step that takes any time.
+            d_ns = round(step_s * NS_PER_S)
+            if not d_ns and step_s > 0.0:
+                d_ns = 1
+            if chunks or self._changed or d_ns != self._seg_step_ns:
+                self._seg_start_ns = self._clock_ns
+                self._seg_start_s = self._clock
+                self._seg_step_ns = d_ns
+                self._seg_step_s = d_ns / NS_PER_S
                 self._seg_steps = 0
+            step_s = self._seg_step_s
             self._changed = False
-            seg_start = self._seg_start
             done = self._seg_steps
 
             if chunks or not self.fast or self._preempted_now:
                 # A mixed step, the reference mode, or a step after a preemption
                 # (whose victims may be readmitted next step): one event.
                 self._stretch = (done, 1, n_decode, step_s)
-                yield _StepEnd(env, seg_start + (done + 1) * step_s)
+                yield _StepEnd(env, (self._seg_start_ns + (done + 1) * d_ns) / NS_PER_S if d_ns else self._seg_start_s)
                 self._stretch = None
                 self._settle_step(chunks, n_decode, prefill_tokens, kv_used, step_s)
                 continue
@@ -501,12 +544,12 @@ class Replica:
             if self.throttle is not None and self._clock < self._busy_since + self.throttle[0]:
                 # End the stretch where throttling begins: the steps after it are planned
                 # slower, at the boundary where the one-event-per-step mode slows down too.
-                m = self._steps_to(self._busy_since + self.throttle[0], done, step_s)
+                m = self._steps_to(self._busy_since + self.throttle[0], done)
                 if m < k:
                     k = m
             self._cuttable = len(running) < self.config.max_num_seqs
             self._stretch = (done, k, n_decode, step_s)
-            yield _StepEnd(env, seg_start + (done + k) * step_s)
+            yield _StepEnd(env, (self._seg_start_ns + (done + k) * d_ns) / NS_PER_S if d_ns else self._seg_start_s)
             k = self._stretch[1]
             self._cuttable = False
             self._stretch = None
@@ -527,6 +570,7 @@ class Replica:
         self._loaded = True
         self.cold_starts += 1
         self._clock = self.env.now
+        self._clock_ns = to_ns(self._clock)
         self.recorder.on_cold_start(self.index, start, self.env.now)
 
     def _passes_time_s(self, chunks: list[tuple[Request, int]], n_decode: int, ubatch: int) -> float:
@@ -587,24 +631,37 @@ class Replica:
         proc = self.process
         resume = proc._resume  # noqa: SLF001 - see docstring
         proc._target.callbacks.remove(resume)  # noqa: SLF001
-        boundary = _StepEnd(self.env, self._seg_start + (done + m) * step_s)
+        boundary = _StepEnd(self.env, self._step_end_s(done + m))
         boundary.callbacks.append(resume)
         proc._target = boundary  # noqa: SLF001
+
+    def _step_end_s(self, j: int) -> float:
+        """When step *j* of the current segment ends, s: its start plus *j* durations,
+        counted in nanoseconds and divided once (exact to the nanosecond grid); steps that
+        take no time end where the segment starts."""
+        d_ns = self._seg_step_ns
+        if d_ns == 0:
+            return self._seg_start_s
+        return (self._seg_start_ns + j * d_ns) / NS_PER_S
 
     def _steps_until(self, t: float) -> int:
         """The smallest ``m >= 1`` such that step ``done + m`` of the current segment (``done``
         as the stretch in progress began) ends at or after *t*, by the same arithmetic as the
         step ends themselves."""
-        return self._steps_to(t, self._stretch[0], self._seg_step_s)
+        return self._steps_to(t, self._stretch[0])
 
-    def _steps_to(self, t: float, done: int, step_s: float) -> int:
+    def _steps_to(self, t: float, done: int) -> int:
         """The smallest ``m >= 1`` such that step ``done + m`` of the current segment ends at or
         after *t*, by the same arithmetic as the step ends themselves."""
-        seg_start = self._seg_start
-        j = done + 1 + max(int((t - seg_start) / step_s) - done - 1, 0)
-        while seg_start + j * step_s < t:
+        d_ns = self._seg_step_ns
+        if d_ns == 0:  # steps that take no time: all end at the segment's start
+            return 1 if self._seg_start_s >= t else _NEVER
+        start_ns = self._seg_start_ns
+        j = done + 1 + max(int((t * NS_PER_S - start_ns) / d_ns) - done - 1, 0)
+        # The same arithmetic as the step ends themselves (_step_end_s).
+        while (start_ns + j * d_ns) / NS_PER_S < t:
             j += 1
-        while j > done + 1 and seg_start + (j - 1) * step_s >= t:
+        while j > done + 1 and (start_ns + (j - 1) * d_ns) / NS_PER_S >= t:
             j -= 1
         return j - done
 
@@ -641,6 +698,12 @@ class Replica:
         if need <= kv.free_blocks:
             if need:
                 kv.allocate(need)
+            cache = self.prefix_cache
+            if cache is not None:
+                # Full blocks are findable once the step computing them is scheduled.
+                for req, chunk in chunks:
+                    if req.kv_holder is not None:  # without one, nothing is shared
+                        cache.register_shared(req.kv_holder, req.kv_tokens + chunk)
             self._preempted_now = False
             budget = self._admit(chunks, budget)
         else:
@@ -665,7 +728,7 @@ class Replica:
             req = entry[2]
             holder = req.kv_holder
             if holder is None and cache is not None and (req.context or req.prefix_blocks):
-                holder = req.kv_holder = cache.holder(req)
+                holder = req.kv_holder = cache.holder(req, self._reusable_tail)
             if holder is not None:
                 match = cache.match(holder, (req.prefill_target - 1) // bs)
                 hits = match.blocks
@@ -692,6 +755,8 @@ class Replica:
                 if hits:
                     self._restores += 1
             kv.allocate(new_blocks)
+            if holder is not None:
+                cache.register_shared(holder, computed + chunk)
             if swapped:
                 if swapped > cached:
                     self._swap_tokens += swapped - cached
@@ -753,6 +818,8 @@ class Replica:
                 break
             kv.allocate(need)
             if chunk:
+                if req.kv_holder is not None:
+                    self.prefix_cache.register_shared(req.kv_holder, req.kv_tokens + chunk)
                 chunks.append((req, chunk))
                 budget -= chunk
             else:
@@ -810,7 +877,7 @@ class Replica:
             if not findable:
                 cache.release_own(tokens)
                 return
-            holder = req.kv_holder = cache.holder(req)
+            holder = req.kv_holder = cache.holder(req, self._reusable_tail)
         # A finished request leaves findable its prompt less the reusable tail (llama.cpp's checkpoints).
         keep = max(req.prompt_tokens - self._reusable_tail, 0) if done and self._reusable_tail is not None else None
         cache.unref(holder, tokens, findable=findable, findable_tokens=keep)
@@ -847,10 +914,12 @@ class Replica:
         return k_finish if k_finish < k_kv else k_kv
 
     # --- settling -----------------------------------------------------------
-    def _advance(self, steps: int, step_s: float) -> float:
+    def _advance(self, steps: int) -> float:
         self.step += steps
         self._seg_steps += steps
-        self._clock = self._seg_start + self._seg_steps * step_s
+        if self._seg_step_ns:  # steps that take no time leave the clock where it is
+            self._clock_ns = ns = self._seg_start_ns + self._seg_steps * self._seg_step_ns
+            self._clock = ns / NS_PER_S
         return self._clock
 
     def _settle_decode_stretch(self, k: int, n_decode: int, kv_used: int, step_s: float) -> None:
@@ -872,7 +941,7 @@ class Replica:
         self.recorder.on_steps(self.index, step_s, k, n_decode, 0, n_decode, step_s * (kv_used * k + weighted))
         self.recorder.on_token_gaps(step_s + self._alpha2, self._measured_streamers * k)
         last = s0 + k - 1
-        end = self._advance(k, step_s)
+        end = self._advance(k)
         self._finish_decoders(last, end)
 
     def _settle_step(
@@ -889,7 +958,7 @@ class Replica:
         self.recorder.on_steps(self.index, step_s, 1, batch, prefill_tokens, n_decode, step_s * kv_used)
         if self._measured_streamers:
             self.recorder.on_token_gaps(step_s + self._alpha2, self._measured_streamers)
-        end = self._advance(1, step_s)
+        end = self._advance(1)
         listener = self.token_listener
         if n_decode:
             if listener is not None:
@@ -897,12 +966,9 @@ class Replica:
             self._finish_decoders(s, end)
         bs = self.kv.block_size
         alpha2 = self._alpha2
-        cache = self.prefix_cache
         for req, chunk in chunks:
             req.kv_tokens += chunk
             self.queued_prompt_tokens -= chunk
-            if cache is not None and req.kv_holder is not None:  # without one, nothing is shared
-                cache.register_shared(req.kv_holder, req.kv_tokens)
             if req.kv_tokens < req.prefill_target:
                 continue
             # Prefill complete: this step emitted a token.
@@ -975,11 +1041,14 @@ class Replica:
         order.pop(bisect_left(order, (*req.sched_key, req)))
         self._release_kv(req, tokens, done=True)
         req.kv_holder = None
-        req.completion_s = end + req.output_tokens * self._alpha2
+        req.completion_s = completion_s = end + req.output_tokens * self._alpha2
         self.departed += 1
         self.departed_tokens += req.prompt_tokens
         self._changed = True
-        self.recorder.on_complete(req)
+        if completion_s < self._until_s:
+            self.recorder.on_complete(req)
+        else:  # its answer reaches the client after the run stops: still in flight there
+            self._seen_after_cut.append(req)
         self.recorder.on_departure(end)
         if self.completions is not None:
             self.completions.put(req)
@@ -987,7 +1056,10 @@ class Replica:
     # --- stopping early ---------------------------------------------------------
     def settle(self, until_s: float) -> None:
         """Account the state at *until_s* when the run stops there: the steps of a stretch
-        in progress that ended before *until_s*, and each decoding request's tokens.
+        in progress that ended before *until_s*, each decoding request's tokens, and the
+        client-side times at or after *until_s* (a token's post-processing ending after the
+        cut), which did not happen: those first-token and completion times become NaN (the
+        requests concerned were left in flight, see ``until_s``).
 
         Called once, after the environment stopped; the replica must not run afterwards.
         """
@@ -1005,3 +1077,9 @@ class Replica:
                 req.generated_tokens += steps
                 req.kv_tokens += steps
                 req.decode_anchor_step = self.step
+        nan = math.nan
+        for req in (*self._seen_after_cut, *(r for _k, _q, r in self._order), *(r for _k, _q, r in self.waiting)):
+            if req.first_token_s >= until_s:
+                req.first_token_s = nan
+            if req.completion_s >= until_s:
+                req.completion_s = nan

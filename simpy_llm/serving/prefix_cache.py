@@ -1,11 +1,14 @@
 """A paged KV cache with automatic prefix caching, as a radix tree of block runs.
 
 The semantics are those of ``docs/model.md`` ("Free blocks, prefix caching and
-eviction"), stated there block by block: full blocks are cached under their
-content identity, a request reuses the cached blocks of its longest cached
-prefix, cached blocks nobody references are *evictable* and are evicted least
-recently released first (a request's tail before its head) only when empty
-blocks run out.
+eviction"), stated there block by block and following vLLM's V1 engine: full
+blocks are cached under their content identity from the moment the step that
+computes them is scheduled, a request reuses the cached blocks of its longest
+cached prefix, and every block nobody holds waits in **one** LRU free queue: the
+blocks never used yet at its head, then every released block in release order
+(a request releases its partial last block, then its full blocks from last to
+first). Allocating pops the queue's head; a popped cached block loses its
+identity (it is evicted).
 
 Doing that block by block would cost a hash and a dictionary entry per block
 (a 1,000-token prompt is 63 blocks of 16). Here a request's content is a short
@@ -21,12 +24,15 @@ costs O(segments), not O(blocks):
   the root to its *deepest* node, so a node's reference count is uniform over
   its blocks; a lookup that matches only part of a node splits it where the
   new holder's reference ends;
-* a node whose count drops to zero joins an LRU list in release order
-  (deepest first, since a request releases tail first). Because a node is
-  only ever referenced together with its ancestors, a node's descendants are
-  never released after it, so the LRU front is always a leaf and the cache
-  stays prefix-closed; eviction trims that leaf's tail block by block, which
-  is exactly block-level LRU.
+* the free queue is a count of fresh blocks at its head followed by an ordered
+  dict of released runs: a tree node whose count dropped to zero, or a
+  :class:`_Run` of blocks outside the tree (a released partial block, empty,
+  followed by cached blocks no lookup can find). A released chain joins it
+  deepest node first (a request releases tail first), and a node is only ever
+  referenced together with its ancestors, so a node's descendants are never
+  released after it: the first tree node in the queue is always a leaf and the
+  cache stays prefix-closed. Popping the queue's head trims that entry's tail
+  block by block, which is exactly the block-level queue.
 
 The cache also counts the blocks themselves (``empty``, evictable, used) and
 offers :class:`~simpy_llm.serving.kv_cache.PagedKVCache`'s interface
@@ -70,14 +76,16 @@ class _Node:
         """Holders referencing the node (each references its whole chain from the root)."""
 
 
-class _Anonymous:
-    """Cached blocks no lookup can find (a finished request's own content): they only
-    wait in the LRU list for their turn to be evicted."""
+class _Run:
+    """Released blocks outside the tree, in queue order: ``empty`` empty blocks (a request's
+    partial last block, private blocks), then ``n - empty`` cached blocks no lookup can find
+    (a finished request's own content). They only wait in the free queue for their turn."""
 
-    __slots__ = ("n", "parent")
+    __slots__ = ("empty", "n", "parent")
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, empty: int) -> None:
         self.n = n
+        self.empty = empty
         self.parent = None
 
 
@@ -90,20 +98,22 @@ class Holder:
 
     __slots__ = ("blocks", "deepest", "ids", "run_end", "shared_tokens", "starts", "total")
 
-    def __init__(self, segs: list[Segment]) -> None:
+    def __init__(self, segs: list[Segment], shared_tokens: int | None = None) -> None:
         self.ids = [s for s, _ in segs]
         self.starts = [0, *accumulate(t for _, t in segs)]
         """Absolute start of each segment, plus the end of the last."""
         self.total = self.starts[-1]
-        shared = 0
-        for seg_id, tokens in segs:
-            if seg_id < 0:
-                break
-            shared += tokens
-        self.shared_tokens = shared
-        """Leading tokens from shared segments (a prefix group's or a trace's blocks), which
-        other running requests may look up; the rest is this request's (and its session's)
-        alone, so its blocks can be registered when it releases them."""
+        if shared_tokens is None:
+            shared_tokens = 0
+            for seg_id, tokens in segs:
+                if seg_id < 0:
+                    break
+                shared_tokens += tokens
+        self.shared_tokens = shared_tokens
+        """Leading tokens other running requests may look up (a prefix group's or a trace's
+        blocks, the context of an earlier round; by default the leading segments with
+        non-negative ids). The rest is this request's own content, which nobody can look up
+        while it runs, so its blocks can be registered when it releases them."""
         self.deepest: _Node | None = None
         self.blocks = 0
         self.run_end = 0
@@ -159,18 +169,22 @@ class PrefixCache:
     (0, 16, 2)
     """
 
-    __slots__ = ("_lru", "block_size", "empty", "evictable", "num_blocks", "peak_used_blocks", "root")
+    __slots__ = ("_fresh", "_lru", "block_size", "empty", "evictable", "num_blocks", "peak_used_blocks", "root")
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.empty = num_blocks
-        """Blocks holding nothing."""
+        """Blocks holding nothing (in the free queue's head run or in released empty runs)."""
         self.evictable = 0
         """Cached blocks nobody references."""
         self.peak_used_blocks = 0
         self.root = _Node(None, None, None, 0, 0, 0)
-        self._lru: OrderedDict[_Node, None] = OrderedDict()
+        self._fresh = num_blocks
+        """Empty blocks at the head of the free queue: never used yet, or given back unused
+        (a copy whose content was already cached, :meth:`register`)."""
+        self._lru: OrderedDict[_Node | _Run, None] = OrderedDict()
+        """The rest of the free queue, in release order: the head is popped first."""
 
     # --- counting (PagedKVCache's interface) -----------------------------
     @property
@@ -186,7 +200,7 @@ class PrefixCache:
     @property
     def cached_blocks(self) -> int:
         """Blocks with a content identity (referenced or evictable)."""
-        total = sum(node.n for node in self._lru if isinstance(node, _Anonymous))
+        total = sum(node.n - node.empty for node in self._lru if type(node) is _Run)
         stack = [self.root]
         while stack:
             node = stack.pop()
@@ -196,43 +210,91 @@ class PrefixCache:
         return total
 
     def allocate(self, n: int) -> None:
-        """Take *n* blocks: empty ones first, then evict least recently released ones."""
-        if n > self.empty:
-            if n > self.empty + self.evictable:
-                raise KVCacheError(f"asked for {n} blocks with {self.empty + self.evictable} free")
-            # Evict n - empty blocks from the LRU front (always a leaf), tail first.
+        """Take *n* blocks from the head of the free queue: fresh blocks first, then released
+        runs in release order, evicting the cached blocks among them (a run's tail first)."""
+        fresh = self._fresh
+        if n <= fresh:
+            if n < 0:
+                raise KVCacheError(f"asked for {n} blocks")
+            self._fresh = fresh - n
+            self.empty -= n
+        else:
+            empty = self.empty
+            evictable = self.evictable
+            if n > empty + evictable:
+                raise KVCacheError(f"asked for {n} blocks with {empty + evictable} free")
+            if fresh:
+                self._fresh = 0
+                empty -= fresh
+            need = n - fresh
             lru = self._lru
-            need = n - self.empty
-            self.evictable -= need
-            self.empty += need
             while need:
                 node = next(iter(lru))
-                if node.n > need:
-                    node.n -= need
-                    break
-                need -= node.n
-                node.n = 0
-                del lru[node]
-                if node.parent is not None:  # a tree leaf (not an anonymous run)
-                    del node.parent.children[node.key]
-                    node.parent = None
-        elif n < 0:
-            raise KVCacheError(f"asked for {n} blocks")
-        self.empty -= n
+                m = node.n
+                if m > need:  # part of the entry: the blocks at the queue's front go first
+                    node.n = m - need  # (a tree node's tail, released first; a run's head)
+                    m = need
+                else:
+                    del lru[node]
+                    node.n = 0
+                    if node.parent is not None:  # a tree leaf (not a run)
+                        del node.parent.children[node.key]
+                        node.parent = None
+                need -= m
+                if node.__class__ is _Run:
+                    e = node.empty
+                    if e:
+                        if e > m:
+                            node.empty = e - m
+                            e = m
+                        else:
+                            node.empty = 0
+                        empty -= e
+                        m -= e
+                evictable -= m
+            self.empty = empty
+            self.evictable = evictable
         used = self.num_blocks - self.empty - self.evictable
         if used > self.peak_used_blocks:
             self.peak_used_blocks = used
 
     def release(self, n: int) -> None:
-        """Return *n* private blocks (partial blocks, blocks of requests without a holder)."""
+        """Return *n* private blocks (blocks of a request without a :class:`Holder`): they
+        join the free queue's tail, empty."""
         if n < 0 or n > self.num_blocks - self.empty - self.evictable:
             raise KVCacheError(f"released {n} blocks with {self.used_blocks} used")
-        self.empty += n
+        if n:
+            self._lru[_Run(n, n)] = None
+            self.empty += n
 
     # --- requests ----------------------------------------------------------
-    def holder(self, req: Request) -> Holder:
-        """A fresh :class:`Holder` for *req* (referencing nothing: the root)."""
-        h = Holder(content_segments(req))
+    def holder(self, req: Request, reusable_prompt_tail: int | None = None) -> Holder:
+        """A fresh :class:`Holder` for *req* (referencing nothing: the root).
+
+        Its shared tokens are everything before its own segments (its own prompt tail and
+        its output, see :func:`content_segments`): a shared prefix, or an earlier round's
+        content carried as context, which a concurrent request may hold too (the parallel
+        calls of an agentic step share one context). With a *reusable_prompt_tail* ``k``
+        (``EngineConfig.reusable_prompt_tail``) they stop at ``max(P - k, S)`` tokens (``P``
+        its prompt, ``S`` its leading shared-prefix tokens): the blocks past that become
+        unfindable when it completes, so they are only registered if it is preempted."""
+        segs = content_segments(req)
+        own_ids = (-(2 * req.id + 2), -(2 * req.id + 1))
+        own = 0
+        for seg_id, tokens in reversed(segs):
+            if seg_id not in own_ids:
+                break
+            own += tokens
+        h = Holder(segs, shared_tokens=0)
+        shared = h.total - own
+        if reusable_prompt_tail is not None:
+            prefix = 0
+            for seg_id, tokens in segs:
+                if seg_id < 0:
+                    break
+                prefix += tokens
+            shared = min(shared, max(req.prompt_tokens - reusable_prompt_tail, prefix))
+        h.shared_tokens = shared
         h.deepest = self.root
         return h
 
@@ -240,14 +302,14 @@ class PrefixCache:
         """Release the blocks of a request that holds *tokens* tokens of its own content
         only (no context, no shared prefix), referenced nothing in the tree and need not
         stay findable: :meth:`unref` with ``findable=False`` for such a request, without a
-        :class:`Holder`. Its full blocks stay cached (one anonymous run, evicted in LRU
-        order); its partial last block becomes empty."""
+        :class:`Holder`. Its partial last block joins the free queue empty, then its full
+        blocks, cached as one anonymous run (no lookup could find them)."""
+        partial = 1 if tokens % self.block_size else 0
         own = tokens // self.block_size
-        if own > 0:
-            self._lru[_Anonymous(own)] = None
+        if partial or own:
+            self._lru[_Run(partial + own, partial)] = None
+            self.empty += partial
             self.evictable += own
-        if tokens % self.block_size:
-            self.empty += 1
 
     def _block_key(self, h: Holder, b: int, limit: int) -> tuple[object, int | None, int, int, int]:
         """Content key of block *b* of *h* and the run it starts: ``(key, seg, off, run,
@@ -327,7 +389,7 @@ class PrefixCache:
 
     def _split(self, node: _Node, m: int) -> _Node:
         """Split *node* after its first *m* blocks; return the new head node (the original
-        object keeps the tail, its children, and its place in the LRU list)."""
+        object keeps the tail, its children, and its place in the free queue)."""
         bs = self.block_size
         head = _Node(node.parent, node.key, node.seg, node.off, m, node.refs)
         node.parent.children[node.key] = head
@@ -342,7 +404,9 @@ class PrefixCache:
 
     def register_shared(self, h: Holder, computed_tokens: int) -> None:
         """Register *h*'s full blocks among its first *computed_tokens* tokens that lie in its
-        shared segments (see :attr:`Holder.shared_tokens`), as a prefill step computes them.
+        shared tokens (see :attr:`Holder.shared_tokens`), when the step computing them is
+        scheduled (vLLM caches a full block in ``allocate_slots``, so a request scheduled
+        after it in the same step finds it).
 
         Only those can be looked up or duplicated by another request while *h* runs; the
         blocks of its own content are registered by :meth:`unref`, which gives the same
@@ -356,8 +420,8 @@ class PrefixCache:
     def register(self, h: Holder, computed_tokens: int) -> int:
         """Cache the full blocks among *h*'s first *computed_tokens* tokens that it does not
         reference yet. Blocks whose content is already cached are adopted instead (the
-        request references the cached block; its own copy becomes empty). Returns the
-        number of blocks adopted (already returned to the empty blocks)."""
+        request references the cached block; its own copy, never used, goes back to the
+        head of the free queue). Returns the number of blocks adopted."""
         limit = computed_tokens // self.block_size
         b = h.blocks
         if b >= limit:
@@ -402,21 +466,23 @@ class PrefixCache:
         h.deepest = node
         h.blocks = b
         if adopted:
+            self._fresh += adopted
             self.empty += adopted
         return adopted
 
     def unref(self, h: Holder, computed_tokens: int, *, findable: bool = True, findable_tokens: int | None = None) -> None:
         """Release *h*'s blocks (completion or preemption) holding *computed_tokens* tokens.
 
-        Its remaining full blocks are registered first (decoded output is registered
-        here, lazily: nobody else can look it up while the request runs), its partial
-        last block becomes empty, and its references are dropped from the deepest node
-        up, so a released chain joins the LRU list tail first.
+        Its remaining full blocks are registered first (its own content is registered
+        here, lazily: nobody else can look it up while the request runs). Then its blocks
+        join the free queue in vLLM's order, from its last block to its first: its partial
+        last block (empty), the full blocks past the tree, and its references dropped from
+        the deepest node up (a node joins the queue when its count reaches zero).
 
         With ``findable=False`` (a finished request that no later request can continue:
         no session, no recompute) the blocks of its own content (past its shared
-        segments) are cached without an entry in the tree: one anonymous run in the LRU
-        list, evicted in the same order. Their content is unique to the request, so no
+        segments) are cached without an entry in the tree: one anonymous run in the free
+        queue, evicted in the same order. Their content is unique to the request, so no
         lookup could find them anyway. *findable_tokens* limits what stays findable to
         the full blocks among the first that many tokens (``EngineConfig.reusable_prompt_tail``);
         the blocks past them that *h* does not reference in the tree yet become such a run.
@@ -426,12 +492,14 @@ class PrefixCache:
             self.register(h, computed_tokens if findable_tokens is None else min(computed_tokens, findable_tokens))
         else:
             self.register_shared(h, computed_tokens)  # shared blocks may match others'
+        partial = 1 if computed_tokens % self.block_size else 0
         own = computed_tokens // self.block_size - h.blocks
-        if own > 0:
-            lru[_Anonymous(own)] = None
+        if own < 0:
+            raise KVCacheError(f"released {computed_tokens} tokens holding {h.blocks} registered blocks")
+        if partial or own:
+            lru[_Run(partial + own, partial)] = None
+            self.empty += partial
             self.evictable += own
-        if computed_tokens % self.block_size:
-            self.empty += 1
         node = h.deepest
         root = self.root
         while node is not root:

@@ -85,15 +85,20 @@ def test_hit_rate_with_a_cache_that_never_evicts_equals_the_offline_count():
 
 def test_hits_with_a_small_cache_equal_an_lru_replay_of_the_block_accesses():
     """With a KV cache of 80 blocks, cached prompt tokens per request equal an independent
-    replay: an LRU list of unreferenced cached blocks, empty blocks used before any eviction,
-    and each finished request's blocks released from its last to its first."""
+    replay of vLLM's free queue: one queue of every block nobody holds, the never-used
+    blocks first, then each released block in release order (a finished request releases
+    its partial last block, then its full blocks from its last to its first); allocation
+    pops the head, evicting a cached block it pops, even when an empty block waits behind.
+    The blocks still cached at the end agree too."""
     n, capacity = 300, 80
     rows = _rows(n)
-    _results, frame = _run(n, kv_blocks=capacity)
-    lru: OrderedDict[object, None] = OrderedDict()
-    empty = capacity
+    sim = Simulation(scenario_from_dict(_scenario(n, capacity)))
+    frame = sim.run().to_dataframe()
+    queue: OrderedDict[object, None] = OrderedDict((("fresh", b), None) for b in range(capacity))
+    cached: set[object] = set()
     expected = []
     evictions = 0
+    evictions_past_an_empty_block = 0
     for i, (row, status) in enumerate(zip(rows, frame["status"], strict=True)):
         p, o = row["input_length"], row["output_length"]
         if status == "dropped":  # longer than the cache holds: never touches it
@@ -103,27 +108,32 @@ def test_hits_with_a_small_cache_equal_an_lru_replay_of_the_block_accesses():
         prompt_blocks = _identities(row)
         hits = []
         for ident in prompt_blocks[: (p - 1) // BS]:
-            if ident not in lru:
+            if ident not in cached:
                 break
             hits.append(ident)
         for ident in hits:
-            del lru[ident]  # pinned
+            del queue[ident]  # pinned
         expected.append(len(hits) * BS)
         kv_tokens = p + o - 1
         need = -(-kv_tokens // BS) - len(hits)
-        take = min(need, empty)
-        empty -= take
-        for _ in range(need - take):
-            lru.popitem(last=False)  # evict the least recently released
-            evictions += 1
+        for _ in range(need):
+            key, _ = queue.popitem(last=False)
+            if key in cached:
+                cached.discard(key)  # evicted
+                evictions += 1
+                if any(k[0] == "partial" for k in queue):
+                    evictions_past_an_empty_block += 1
         full = kv_tokens // BS
         own = prompt_blocks[: min(full, p // BS)] + [("out", i, b) for b in range(p // BS, full)]
         if kv_tokens % BS:
-            empty += 1
+            queue[("partial", i)] = None
         for ident in reversed(own):
-            lru[ident] = None
+            queue[ident] = None
+            cached.add(ident)
     assert evictions > 100  # the cache is small enough to matter
+    assert evictions_past_an_empty_block > 10  # and the queue's order matters
     assert frame["cached_tokens"].tolist() == expected
+    assert sim.replicas[0].statistics().kv_cached_blocks == len(cached)  # the blocks still cached
     assert np.array_equal(frame["num_preemptions"].to_numpy(), np.zeros(n))
 
 

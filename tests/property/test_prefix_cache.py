@@ -2,15 +2,18 @@
 
 The model keeps one entry per cached block, keyed by the block's full token identity
 (every token as ``(segment id, offset)`` from the start of the sequence), a reference
-count per block, an ordered dict of unreferenced blocks in release order, and a count
-of empty blocks. Random admissions, growth and releases of requests whose contents
-share prefixes must give the same lookups and the same block counts in both, with no
-reference count below zero and shared blocks counted once.
+count per block, and vLLM's free queue: one ordered dict of every block nobody holds,
+head first (the blocks never used, then each released block in release order, empty or
+cached; a copy given back unused goes to the head). Allocation pops the head, evicting a
+cached block. Random admissions, growth and releases of requests whose contents share
+prefixes must give the same lookups and the same block counts in both, with no reference
+count below zero and shared blocks counted once.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from itertools import count
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -19,7 +22,7 @@ from simpy_llm.serving.kv_cache import blocks_for
 from simpy_llm.serving.prefix_cache import Holder, PrefixCache
 
 BS = 4
-BLOCKS = 24
+BLOCKS = 16
 # Content templates sharing prefixes: (segment id, tokens) lists; each request appends
 # its own unique tail.
 TEMPLATES = [
@@ -38,9 +41,13 @@ class BlockModel:
 
     def __init__(self) -> None:
         self.refs: dict[tuple, int] = {}
-        self.lru: OrderedDict[tuple, None] = OrderedDict()
-        self.empty = BLOCKS
+        self._names = count()
+        self.queue: OrderedDict[tuple, None] = OrderedDict((self._empty(), None) for _ in range(BLOCKS))
+        """Free blocks, head first: an identity (cached, evictable) or an empty block's name."""
         self.held: dict[int, list[tuple]] = {}
+
+    def _empty(self) -> tuple:
+        return ("empty", next(self._names))
 
     @staticmethod
     def tokens(segs):
@@ -62,18 +69,25 @@ class BlockModel:
         return hits
 
     def free(self):
-        return self.empty + len(self.lru)
+        return len(self.queue)
+
+    @property
+    def empty(self):
+        return sum(1 for key in self.queue if key[0] == "empty")
+
+    @property
+    def evictable(self):
+        return self.free() - self.empty
 
     def allocate(self, n):
-        take = min(n, self.empty)
-        self.empty -= take
-        for _ in range(n - take):
-            victim, _ = self.lru.popitem(last=False)
-            del self.refs[victim]
+        for _ in range(n):
+            key, _ = self.queue.popitem(last=False)
+            if key[0] != "empty":
+                del self.refs[key]  # evicted
 
     def ref(self, i):
         if self.refs[i] == 0:
-            del self.lru[i]
+            del self.queue[i]
         self.refs[i] += 1
 
     def register(self, rid, segs, computed):
@@ -82,7 +96,9 @@ class BlockModel:
             i = self.ident(segs, b)
             if i in self.refs:
                 self.ref(i)
-                self.empty += 1  # the request's own copy
+                copy = self._empty()  # the request's own copy, never used: to the queue's head
+                self.queue[copy] = None
+                self.queue.move_to_end(copy, last=False)
             else:
                 self.refs[i] = 1
             held.append(i)
@@ -90,16 +106,16 @@ class BlockModel:
     def release(self, rid, segs, computed):
         self.register(rid, segs, computed)
         if computed % BS:
-            self.empty += 1
+            self.queue[self._empty()] = None  # its partial last block first
         for i in reversed(self.held.pop(rid)):
             self.refs[i] -= 1
             assert self.refs[i] >= 0
             if self.refs[i] == 0:
-                self.lru[i] = None
+                self.queue[i] = None
 
     @property
     def used(self):
-        return BLOCKS - self.empty - len(self.lru)
+        return BLOCKS - self.free()
 
 
 ops = st.lists(
@@ -180,7 +196,7 @@ def test_radix_cache_equals_the_per_block_model(script):
                 model.release(rid, segs, computed)
                 del running[rid]
         assert cache.empty == model.empty
-        assert cache.evictable == len(model.lru)
+        assert cache.evictable == model.evictable
         assert cache.used_blocks == model.used
         assert cache.cached_blocks == len(model.refs)
         assert all(r >= 0 for r in model.refs.values())

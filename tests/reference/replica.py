@@ -6,9 +6,16 @@ by step; every step is planned in the five parts of the specification
 (budget, chunks, KV need, fit or preempt, admission), then ended in the
 specified order. Blocks are explicit objects: each request holds a list of
 them (its block table); the prefix cache maps a block's *identity* to the
-block (a request that fills a block whose identity is cached already takes
-the cached one and gives its own back); evictable blocks sit in an
-``OrderedDict`` in release order, the least recently released first.
+block, and a full block gets its identity when the step that fills it is
+scheduled (a request that fills a block whose identity is cached already
+takes the cached one and gives its own back, to the head of the free queue).
+Every block nobody holds sits in one ``OrderedDict``, the free queue: the
+blocks never used first, then every released block in release order;
+allocation pops its head and a popped cached block loses its identity.
+
+Time is kept as the specification's clock: step ends are whole nanoseconds
+(``segment start + k * duration``, each in integer nanoseconds), converted to
+seconds by one division.
 
 A block identity is the request's token sequence ``[0, (b + 1) * bs)``
 written as its segments cut to that length: a tuple of ``(segment id,
@@ -29,8 +36,8 @@ A lone request: one prefill step, then one decode step per further token.
 >>> rec = out.requests[0]
 >>> rec.status, rec.generated_tokens, out.steps
 ('completed', 3, 3)
->>> d = (1000.0 + 10.0 * 10) * 1e-6  # the prefill step; each decode step takes as long
->>> rec.first_token_s == d and rec.completion_s == d + 2 * d
+>>> d_ns = 1000 * 1000 + 10 * 10 * 1000  # the prefill step in ns; each decode step takes as long
+>>> rec.first_token_s == d_ns / NS and rec.completion_s == 3 * d_ns / NS
 True
 """
 
@@ -64,6 +71,8 @@ __all__ = [
 ]
 
 NAN = math.nan
+NS = 1_000_000_000
+"""Nanoseconds per second: the clock's grid."""
 
 Segment = tuple[Hashable, int]
 """(segment id, tokens): a run of tokens from one fixed token stream."""
@@ -233,56 +242,56 @@ class _Block:
 
 
 class _Pool:
-    """The replica's blocks: empty ones, the prefix cache and the evictable LRU."""
+    """The replica's blocks: the free queue and the prefix cache."""
 
     def __init__(self, num_blocks: int) -> None:
-        self.empty: list[_Block] = [_Block(i) for i in range(num_blocks)]
-        self.evictable: OrderedDict[int, _Block] = OrderedDict()
-        """Cached blocks nobody references, least recently released first."""
+        self.queue: OrderedDict[int, _Block] = OrderedDict((i, _Block(i)) for i in range(num_blocks))
+        """Every block no request holds, head first: the blocks never used, then each
+        released block in release order (empty ones and evictable cached ones alike)."""
         self.cache: dict[tuple, _Block] = {}
         """identity -> cached block (referenced or evictable)."""
 
     def free(self) -> int:
-        return len(self.empty) + len(self.evictable)
+        return len(self.queue)
 
     def allocate(self, table: list[_Block], n: int) -> None:
-        """Append *n* private blocks to *table*: empty ones first, then evict the LRU."""
+        """Append *n* blocks popped from the head of the free queue to *table*; a cached
+        block popped loses its identity (it is evicted)."""
         if n > self.free():
             raise AssertionError("allocating more blocks than are free")
         for _ in range(n):
-            if self.empty:
-                blk = self.empty.pop()
-            else:
-                _, blk = self.evictable.popitem(last=False)
+            _, blk = self.queue.popitem(last=False)
+            if blk.identity is not None:
                 del self.cache[blk.identity]
                 blk.identity = None
             blk.refs = 0
             table.append(blk)
 
     def pin(self, table: list[_Block], blocks: Iterable[_Block]) -> None:
-        """Append cached *blocks* to *table*, one reference each."""
+        """Append cached *blocks* to *table*, one reference each (an unreferenced one leaves
+        the free queue)."""
         for blk in blocks:
             if blk.refs == 0:
-                del self.evictable[blk.number]
+                del self.queue[blk.number]
             blk.refs += 1
             table.append(blk)
 
     def release(self, table: list[_Block]) -> None:
-        """Drop a request's blocks, last block first: private ones become empty, cached
-        ones lose a reference and become evictable at zero."""
+        """Drop a request's blocks, last block first: private ones join the free queue's tail
+        empty, cached ones lose a reference and join it (keeping their identity) at zero."""
         for blk in reversed(table):
             if blk.identity is None:
-                self.empty.append(blk)
+                self.queue[blk.number] = blk
             else:
                 blk.refs -= 1
                 if blk.refs == 0:
-                    self.evictable[blk.number] = blk
+                    self.queue[blk.number] = blk
         table.clear()
 
     def register(self, table: list[_Block], b: int, identity: tuple) -> None:
         """Block *b* of *table* became full. It becomes cached under *identity*; if a cached
         block has that identity already, the table references that one instead and its
-        own copy becomes empty."""
+        own copy, unused, goes back to the head of the free queue."""
         blk = table[b]
         other = self.cache.get(identity)
         if other is None:
@@ -291,10 +300,11 @@ class _Pool:
             self.cache[identity] = blk
             return
         if other.refs == 0:
-            del self.evictable[other.number]
+            del self.queue[other.number]
         other.refs += 1
         table[b] = other
-        self.empty.append(blk)
+        self.queue[blk.number] = blk
+        self.queue.move_to_end(blk.number, last=False)
 
 
 def _identity(segments: Sequence[Segment], length: int) -> tuple:
@@ -336,8 +346,6 @@ class _Live:
         self.emitted = 0
         self.decoding = False
         self.table: list[_Block] = []
-        self.found_blocks = 0
-        """Blocks found cached at its last admission."""
         self.swapped: int | None = None
         """Tokens held in CPU swap space while waiting (None: not swapped out)."""
         self.admitted = False
@@ -406,6 +414,7 @@ class _Replica:
     # --- preemption ------------------------------------------------------------------
     def _preempt(self, victim: _Live, now_s: float) -> None:
         self.running.remove(victim)
+        self._register_rest(victim, findable=True)
         self.pool.release(victim.table)
         victim.target = victim.inp.prompt_tokens + victim.emitted
         mode = "recompute"
@@ -437,29 +446,51 @@ class _Replica:
             found.append(blk)
         return found
 
+    def _shared_prefix(self, r: _Live) -> int:
+        """Its leading shared-prefix tokens (``S``)."""
+        return sum(n for seg, n in itertools.takewhile(lambda sn: sn[0][0] == "prefix", r.segments))
+
+    def _scheduled_limit(self, r: _Live) -> float:
+        """Tokens whose full blocks are cached when the step filling them is scheduled:
+        all, or with a reusable tail k the first max(P - k, S) (the rest at its release)."""
+        tail = self.s.reusable_prompt_tail
+        if tail is None:
+            return math.inf
+        return max(r.inp.prompt_tokens - tail, self._shared_prefix(r))
+
     def _register(self, r: _Live, old: int, new: int) -> None:
+        """A step filling *r*'s tokens [old, new) is scheduled: its full blocks are cached."""
         if not self.s.prefix_caching:
             return
+        limit = self._scheduled_limit(r)
         for b in range(old // self.bs, new // self.bs):
             if r.table[b].identity is not None:
                 raise AssertionError("a block filled in this step was already cached")
-            self.pool.register(r.table, b, r.identity(b, self.bs))
+            if (b + 1) * self.bs <= limit:
+                self.pool.register(r.table, b, r.identity(b, self.bs))
+
+    def _register_rest(self, r: _Live, findable: bool) -> None:
+        """At its release, *r*'s full blocks not cached yet (past its scheduled limit) are:
+        under their identity (*findable*, a preemption), or under one nobody else has (a
+        completion: a later request may not find them)."""
+        if not self.s.prefix_caching:
+            return
+        for b in range(r.computed // self.bs):
+            if r.table[b].identity is None:
+                if findable:
+                    self.pool.register(r.table, b, r.identity(b, self.bs))
+                else:
+                    blk = r.table[b]
+                    blk.identity = ("unfindable", r.inp.request_id, b)
+                    blk.refs = 1
+                    self.pool.cache[blk.identity] = blk
 
     def _complete(self, r: _Live, end_s: float) -> None:
         self.running.remove(r)
-        tail = self.s.reusable_prompt_tail
-        if tail is not None and self.s.prefix_caching:
-            # Past the first max(prompt - tail, shared prefix) tokens, the blocks this request
-            # computed (not found cached, referenced by it alone) stay cached but can no longer
-            # be found: each gets an identity nobody else can have.
-            shared = sum(n for seg, n in itertools.takewhile(lambda sn: sn[0][0] == "prefix", r.segments))
-            keep = max(r.inp.prompt_tokens - tail, shared)
-            for b in range(max(keep // self.bs, r.found_blocks), len(r.table)):
-                blk = r.table[b]
-                if blk.identity is not None and blk.refs == 1:
-                    del self.pool.cache[blk.identity]
-                    blk.identity = ("unfindable", r.inp.request_id, b)
-                    self.pool.cache[blk.identity] = blk
+        # With a reusable tail k, past the first max(P - k, S) tokens the blocks this request
+        # computed were not cached while it ran: now they are, each under an identity nobody
+        # else can have (they keep their place in the free queue but can no longer be found).
+        self._register_rest(r, findable=False)
         self.pool.release(r.table)
         r.completed = True
         r.completion_s = end_s + r.inp.output_tokens * self.lat.alpha2_s
@@ -493,6 +524,11 @@ class _Replica:
             for r in running:
                 if r in need:
                     pool.allocate(r.table, need[r])
+            # the blocks this step fills are cached as it is scheduled (after all of the
+            # running requests' blocks were allocated), in key order
+            for r in running:
+                if r in need:
+                    self._register(r, r.computed, r.computed + (1 if r.decoding else r.chunk))
             runs_decode = decoding
         else:
             # 4. the walk
@@ -528,6 +564,7 @@ class _Replica:
                 if gone:
                     break
                 pool.allocate(r.table, n)
+                self._register(r, r.computed, r.computed + (1 if r.decoding else c))
                 if r.decoding:
                     runs_decode.append(r)
                 else:
@@ -552,7 +589,6 @@ class _Replica:
                 if new_blocks + pin_unreferenced > pool.free():
                     break
                 self.waiting.remove(h)
-                h.found_blocks = len(found)
                 if found:
                     self.step_restores += 1
                 pool.pin(h.table, found)
@@ -564,6 +600,8 @@ class _Replica:
                 h.computed = cached
                 h.incoming = start - cached
                 h.chunk = c
+                # its blocks filled by swapped-in tokens and by its chunk are cached now
+                self._register(h, cached, start + c)
                 budget -= c
                 if not h.admitted:
                     h.admitted = True
@@ -581,11 +619,8 @@ class _Replica:
         changed = False
         # 1. decoders
         for r in decoders:
-            old = r.computed
+            # (a block its token fills was registered when the step was scheduled)
             r.computed += 1
-            # a block filled by a decode token is registered too ("a request's full blocks
-            # are always cached blocks it references"), before the request's release
-            self._register(r, old, r.computed)
             r.emitted += 1
             r.entity.generated_tokens = r.emitted
         for r in decoders:
@@ -594,11 +629,9 @@ class _Replica:
                 changed = True
         # 2. chunks in hand-out order, each request in turn
         for r in chunked:
-            old = r.computed
             r.computed += r.incoming + r.chunk
             r.incoming = 0
             r.chunk = 0
-            self._register(r, old, r.computed)
             if r.computed == r.target:
                 r.emitted += 1
                 r.entity.generated_tokens = r.emitted
@@ -668,9 +701,11 @@ class _Replica:
                 self._enter_waiting(r, enq)
 
         last_end = NAN
+        last_end_ns = 0
         idle = True
-        prev_d = NAN
+        prev_d_ns = -1
         changed_before = False
+        seg_start_ns = 0
         seg_start = NAN
         seg_k = 0
         while True:
@@ -695,12 +730,20 @@ class _Replica:
             if self.step_restores:
                 # each request admitted onto a cached prefix costs the model's restore time
                 d = d + self.step_restores * self.lat.cache_restore_s
-            if idle or chunked or preempted or d != prev_d or changed_before:
+            # the clock counts whole nanoseconds: the duration rounded to the nearest (at
+            # least 1 for a positive one), a segment's start after idle rounded likewise;
+            # steps that take no time end where they start
+            d_ns = round(d * NS)
+            if d_ns == 0 and d > 0:
+                d_ns = 1
+            if idle or chunked or preempted or d_ns != prev_d_ns or changed_before:
+                seg_start_ns = round(T * NS) if idle else last_end_ns
                 seg_start = T
                 seg_k = 1
             else:
                 seg_k += 1
-            end = seg_start + seg_k * d
+            end_ns = seg_start_ns + seg_k * d_ns
+            end = end_ns / NS if d_ns else seg_start
             if self.trace is not None:
                 self.trace.append({
                     "start_s": T,
@@ -716,10 +759,11 @@ class _Replica:
             if until is not None and end >= until:
                 break
             out.steps += 1
-            out.busy_s += d
+            out.busy_s += d_ns / NS
             changed_before = self._end_step(end, decoders, chunked)
-            prev_d = d
+            prev_d_ns = d_ns
             last_end = end
+            last_end_ns = end_ns
             idle = not self.running and not self.waiting and not (
                 next_arrival < len(arrivals) and arrivals[next_arrival][0] <= end
             )
@@ -729,13 +773,17 @@ class _Replica:
             next_arrival += 1
             r.enqueue_s = enq
         for r in lives:
+            # A client-side time at or after the cut (tokens post-processed after it) has not
+            # happened: no first token, and a request whose answer comes after it is in flight.
+            seen_first = r.first_token_s if until is None or r.first_token_s < until else NAN
+            done = r.completed and (until is None or r.completion_s < until)
             out.requests[r.inp.request_id] = RequestOutcome(
                 request_id=r.inp.request_id,
-                status="completed" if r.completed else "in_flight",
+                status="completed" if done else "in_flight",
                 enqueue_s=r.enqueue_s,
                 first_scheduled_s=r.first_scheduled_s,
-                first_token_s=r.first_token_s,
-                completion_s=r.completion_s,
+                first_token_s=seen_first,
+                completion_s=r.completion_s if done else NAN,
                 generated_tokens=r.emitted,
                 num_preemptions=len(r.preemptions),
                 cached_tokens=r.cached_tokens,

@@ -220,3 +220,98 @@ def test_a_fully_cached_prompt_still_computes_its_last_block(fast):
     assert a.cached_tokens == 0 and b.cached_tokens == 4
     assert b.first_token_s == pytest.approx(1.0 + (1000 + 10 * 4) * 1e-6)
     assert rec.prefill_tokens[0] == 8 + 4
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_an_arrival_exactly_at_a_step_end_joins_the_step_planned_there(fast):
+    """Steps of 5 ms (4,900 µs + 1 µs per prompt token of a 100-token prompt, or + 100 µs
+    per decode token): A enters at 35.448384 s, its prefill ends at 35.453384 s and its
+    seventh decode step at 35.488384 s, exactly when B enters. B is planned into the step
+    starting there. (In floating point 35.453384 + 7 x 0.005 is 35.488383999999996, a step
+    end one ulp before B's entry, which would make B wait a whole step.)"""
+    latency = BlisLinearLatency(beta0_us=4900.0, beta1_us=1.0, beta2_us=100.0)
+    env, inbox, rec, rep = _replica(ENGINE, latency, fast)
+    a = Request(id=0, client_id="c", prompt_tokens=100, output_tokens=20, arrival_s=0.0)
+    b = Request(id=1, client_id="c", prompt_tokens=10, output_tokens=1, arrival_s=0.0)
+    _send(env, inbox, rec, rep, a, 35.448384)
+    _send(env, inbox, rec, rep, b, 35.488384)
+    env.run()
+    assert 35.453384 + 7 * 0.005 < 35.488384  # the float sum really falls short
+    assert a.first_token_s == 35.453384
+    assert b.enqueue_s == 35.488384
+    assert b.first_scheduled_s == 35.488384
+    # The mixed step: A's decode token and B's 10 prompt tokens, 4,900 + 10 + 100 µs.
+    assert b.completion_s == 35.493394
+
+
+@pytest.mark.parametrize("fast", [True, False])
+@pytest.mark.parametrize("output", [2, 3, 8, 9, 13])
+def test_step_ends_are_whole_step_durations_counted_in_nanoseconds(fast, output):
+    """A lone request entering at 0.3 s: a 1.1 ms prefill step, then 1.1 ms decode steps;
+    its last token's step ends at 0.3 s + *output* x 1.1 ms exactly as written in decimal
+    (for these outputs the floating-point 0.3011 + k x 0.0011 is one ulp off it)."""
+    latency = BlisLinearLatency(beta0_us=1000.0, beta1_us=10.0, beta2_us=100.0)
+    env, inbox, rec, rep = _replica(ENGINE, latency, fast)
+    req = Request(id=0, client_id="c", prompt_tokens=10, output_tokens=output, arrival_s=0.0)
+    _send(env, inbox, rec, rep, req, 0.3)
+    env.run()
+    exact = (300_000 + 1_100 * output) / 1_000_000  # microseconds, divided once
+    assert (0.3 + 0.0011) + (output - 1) * 0.0011 != exact  # the float sum is off
+    assert req.first_token_s == 0.3011
+    assert req.completion_s == exact
+
+
+def _post_processed(until_s: float, mode: str) -> dict:
+    """One request entering at 1 s (P = 10, O = 5), 1 ms steps, 0.1 s of post-processing per
+    output token: its last token is computed at 1.005 s, its first reaches the client at
+    1.001 + 0.1 s and its whole answer at 1.005 + 5 x 0.1 s; the run stops at *until_s*."""
+    data = tiny_scenario()
+    data["workload"] = {
+        "aggregate_rate": 1.0,
+        "num_requests": 1,
+        "clients": [{
+            "id": "c0", "rate_fraction": 1.0, "arrival": {"process": "constant"},
+            "input_distribution": {"type": "constant", "params": {"value": 10}},
+            "output_distribution": {"type": "constant", "params": {"value": 5}},
+        }],
+    }
+    data["serving"]["latency_model"]["params"] = {
+        "beta0_us": 1000.0, "beta1_us": 0.0, "beta2_us": 0.0, "alpha2_us": 100_000.0,
+    }
+    data["simulation"] = {"until_s": until_s, "mode": mode}
+    return data
+
+
+@pytest.mark.parametrize("mode", ["event_per_change", "event_per_step"])
+def test_a_completion_post_processed_after_until_is_in_flight(mode):
+    """With until_s = 1.3 s the request's tokens were all computed (1.005 s) but its answer
+    reaches the client at 1.505 s, after the cut: it is recorded in flight with its 5 tokens
+    and its first token (1.101 s), without a completion time, and the summary counts it so."""
+    res = run(_post_processed(1.3, mode))
+    c = res.columns
+    assert c["arrival_s"].tolist() == [1.0]
+    assert c["status"].tolist() == ["in_flight"]
+    assert c["generated_tokens"].tolist() == [5]
+    assert c["first_token_s"].tolist() == [1.101]
+    assert math.isnan(c["completion_s"][0])
+    counts = res.summary()["requests"]
+    assert (counts["completed"], counts["in_flight"]) == (0, 1)
+
+
+@pytest.mark.parametrize("mode", ["event_per_change", "event_per_step"])
+def test_a_first_token_post_processed_after_until_is_not_recorded(mode):
+    """With until_s = 1.05 s the first token (computed at 1.001 s, seen at 1.101 s) has not
+    reached the client: the in-flight record has no first_token_s."""
+    c = run(_post_processed(1.05, mode)).columns
+    assert c["status"].tolist() == ["in_flight"]
+    assert c["generated_tokens"].tolist() == [5]
+    assert math.isnan(c["first_token_s"][0]) and math.isnan(c["completion_s"][0])
+
+
+@pytest.mark.parametrize("mode", ["event_per_change", "event_per_step"])
+def test_a_completion_post_processed_before_until_is_completed(mode):
+    """With until_s = 1.6 s the answer (1.505 s) arrived before the cut: completed."""
+    c = run(_post_processed(1.6, mode)).columns
+    assert c["status"].tolist() == ["completed"]
+    assert c["completion_s"].tolist() == [1.505]
+    assert c["first_token_s"].tolist() == [1.101]
