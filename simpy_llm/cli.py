@@ -635,16 +635,28 @@ def _workflow_table(workflows: dict[str, Any], title: str) -> Any:
 
 
 def _batch_server_table(servers: dict[str, Any], groups: list[str] | None, title: str) -> Any:
-    """One row per request-level batch server (``summary()["batch_servers"]``)."""
+    """One row per request-level batch server (``summary()["batch_servers"]``).
+
+    ``SLA miss`` is "-" for a fixed-B server without a ``d_sla_s``; ``target`` is the
+    dynamic batcher's settled ``b_target`` and, in brackets, when it settled ("-" with a
+    fixed B or too few batches to tell, "unsettled" when it never stayed in its band)."""
     from rich.table import Table
 
     table = Table(title=f"{title}: batch servers", header_style="bold")
-    for col in ("server", "batches", "req/s", "c_max", "size", "p95 s", "SLA miss", "KV peak"):
+    for col in ("server", "batches", "req/s", "c_max", "size", "p95 s", "SLA miss", "KV peak", "target"):
         table.add_column(col, justify="left" if col == "server" else "right")
     for index, b in servers.items():
         size = b["batch_size"]
         memory = b["memory"]
         limit = memory["limit_tokens"]
+        controller = b["controller"]
+        settled = controller["settled_b_target"]
+        if settled is None:
+            target = "-"
+        elif controller["convergence_s"] is None:
+            target = f"{settled:g} (unsettled)"
+        else:
+            target = f"{settled:g} ({controller['convergence_s']:.0f} s)"
         table.add_row(
             f"{groups[int(index)]}/{index}" if groups else index,
             str(b["batches"]),
@@ -654,6 +666,7 @@ def _batch_server_table(servers: dict[str, Any], groups: list[str] | None, title
             _fmt(b["service_s"]["p95"], 1.0, 2),
             "-" if b["sla"]["violation_rate"] is None else f"{b['sla']['violation_rate']:.1%}",
             f"{memory['peak_tokens']}/{limit if limit is not None else '-'}",
+            target,
         )
     return table
 

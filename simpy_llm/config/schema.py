@@ -885,6 +885,9 @@ class MemoryLimitConfig:
     """KV cache bytes per token."""
     safety_fraction: float = attrs.field(default=0.1, validator=in_range(0.0, 0.99))
     """Safety buffer L0 as a share of eta, kept free by the batch-size choice."""
+    window_batches: int | None = attrs.field(default=None, validator=optional(all_of(at_least(1), at_most(MAX_REQUESTS))))
+    """``b_mem``'s mean prompt and output lengths are over the requests of the last this
+    many finished batches (seed 001 §2.2's "recent batches"); None: over every finished batch."""
 
     def __attrs_post_init__(self) -> None:
         derived = (self.gpu_memory_gb, self.model_memory_gb, self.kv_bytes_per_token)
@@ -905,6 +908,10 @@ class MemoryLimitConfig:
         return int((self.gpu_memory_gb - self.model_memory_gb) * 1e9 // self.kv_bytes_per_token)
 
 
+SLA_CONTROLLER_KINDS = ("corrected", "seed")
+"""The SLA controllers of dynamic batching (``simpy_llm.policies.batching.SLA_CONTROLLERS``)."""
+
+
 @attrs.frozen(kw_only=True)
 class DynamicBatchingConfig:
     """Dynamic batch sizes ``b_target = min(b_mem, b_SLA)`` (seed 001 §2), formed when the server is free."""
@@ -912,15 +919,26 @@ class DynamicBatchingConfig:
     d_sla_s: float = attrs.field(validator=all_of(greater_than(0), at_most(MAX_TIME_S)))
     """Target batch latency D_SLA, s (a request whose batch takes longer violates the SLA)."""
     eps_d_s: float | None = attrs.field(default=None, validator=optional(all_of(at_least(0), at_most(MAX_TIME_S))))
-    """Tolerance band around D_SLA, s (default 10% of it)."""
+    """Tolerance, s (default 10% of D_SLA): for ``seed``, the band around D_SLA in which the
+    interval is re-centred; for ``corrected``, how much faster the largest size known to
+    meet D_SLA must become before larger sizes are tried again."""
+    sla_controller: str = attrs.field(default="corrected", validator=one_of(SLA_CONTROLLER_KINDS))
+    """``corrected`` (default): finds the largest batch size whose latency meets D_SLA and
+    re-opens its interval when the SLA is missed at its lower end; ``seed``: seed 001 §2.3
+    step for step, which can lock on a size above the target (``docs/batching.md``)."""
     b_min: int = attrs.field(default=1, validator=all_of(at_least(1), at_most(MAX_TOKENS)))
     """Smallest batch size the controller chooses."""
     b_max: int = attrs.field(default=128, validator=all_of(at_least(1), at_most(MAX_TOKENS)))
     """Largest batch size."""
     max_candidates: int = attrs.field(default=256, validator=all_of(at_least(1), at_most(MAX_TOKENS)))
     """Requests pulled from the selected bin as candidates; a batch is at most this many."""
-    ema_alpha: float = attrs.field(default=0.2, validator=in_range(0.001, 1.0))
-    """Weight of the newest batch in the controller's moving averages."""
+    ema_alpha: float | None = attrs.field(default=None, validator=optional(in_range(0.001, 1.0)))
+    """Weight of the newest batch in the controller's moving averages (default 0.2; not
+    with ``window_batches``)."""
+    window_batches: int | None = attrs.field(default=None, validator=optional(all_of(at_least(1), at_most(MAX_REQUESTS))))
+    """The controller's averages are plain means over the last this many batches (per
+    batch size for ``corrected``) instead of moving averages (seed 001 §2.2's "recent
+    batches"); None: moving averages with ``ema_alpha``."""
     memory: MemoryLimitConfig | None = None
     """KV memory limit (None: none, ``b_mem = b_max``)."""
     bin_selection: BinSelectorSpec = attrs.field(factory=lambda: PolicySpec(kind="round_robin"))
@@ -929,11 +947,18 @@ class DynamicBatchingConfig:
     def __attrs_post_init__(self) -> None:
         if self.b_min > self.b_max:
             raise FieldValueError("b_min", f"must not exceed b_max ({self.b_max}); got {self.b_min}")
+        if self.ema_alpha is not None and self.window_batches is not None:
+            raise FieldValueError("ema_alpha", "give ema_alpha (moving averages) or window_batches (means of the last batches), not both")
 
     @property
     def tolerance_s(self) -> float:
         """``eps_d_s``, or its default of 10% of ``d_sla_s``."""
         return self.eps_d_s if self.eps_d_s is not None else 0.1 * self.d_sla_s
+
+    @property
+    def alpha(self) -> float:
+        """``ema_alpha``, or its default of 0.2."""
+        return self.ema_alpha if self.ema_alpha is not None else 0.2
 
 
 @attrs.frozen(kw_only=True)
@@ -960,12 +985,24 @@ class BatchServerConfig:
     """With a fixed B: when the server is free and no full batch is formed, a bin whose
     oldest request has waited this long gives it a smaller batch of all it holds (None,
     the theory's setting: only full batches)."""
+    d_sla_s: float | None = attrs.field(default=None, validator=optional(all_of(greater_than(0), at_most(MAX_TIME_S))))
+    """With a fixed B: the batch latency D_SLA its batches are judged against, s (the
+    summary's ``sla.violation_rate``; it changes nothing that is simulated). None: no
+    target, no violation rate. A dynamic batcher's target is ``dynamic.d_sla_s``."""
 
     def __attrs_post_init__(self) -> None:
         if (self.batch_size is None) == (self.dynamic is None):
             raise FieldValueError("batch_size", "give exactly one of batch_size (a fixed B) and dynamic")
         if self.max_wait_s is not None and self.dynamic is not None:
             raise FieldValueError("max_wait_s", "applies only with a fixed batch_size (dynamic batches form when the server is free)")
+        if self.d_sla_s is not None and self.dynamic is not None:
+            raise FieldValueError("d_sla_s", "applies only with a fixed batch_size (a dynamic batcher's target is dynamic.d_sla_s)")
+
+    @property
+    def sla_target_s(self) -> float | None:
+        """The batch latency target its batches are judged against, s: ``dynamic.d_sla_s``
+        or, with a fixed B, ``d_sla_s`` (None: none given)."""
+        return self.dynamic.d_sla_s if self.dynamic is not None else self.d_sla_s
 
 
 def _device_path(value: Any) -> Any:

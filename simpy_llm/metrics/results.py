@@ -158,19 +158,36 @@ def _mean_of_known(values: list[float]) -> float:
     return float(np.mean(known)) if known else math.nan
 
 
-def _controller_stats(targets: np.ndarray, starts: np.ndarray) -> dict[str, Any]:
-    """``final_b_target`` and ``convergence_s`` of a dynamic batcher's targets (see
-    :class:`~simpy_llm.metrics.summary.BatchController`)."""
+CONVERGENCE_WINDOW_BATCHES = 50
+"""Consecutive batches a dynamic batcher's target must stay within its band to count as settled."""
+
+
+def _controller_stats(targets: np.ndarray, starts: np.ndarray, window: int = CONVERGENCE_WINDOW_BATCHES) -> dict[str, Any]:
+    """``final_b_target``, ``settled_b_target`` and ``convergence_s`` of a dynamic batcher's
+    targets (per batch, in order) and the batches' start times (see
+    :class:`~simpy_llm.metrics.summary.BatchController`).
+
+    >>> targets = np.array([9, 7, 5, 4, 4, 5, 4, 4, 4, 4], dtype=float)
+    >>> _controller_stats(targets, np.arange(10.0), window=4)  # band: 4 +- max(0.4, 1)
+    {'final_b_target': 4, 'settled_b_target': 4.0, 'convergence_s': 2.0}
+    >>> _controller_stats(targets[:3], np.arange(3.0), window=4)["convergence_s"] is None  # too short to tell
+    True
+    """
     if targets.size == 0:
-        return {"final_b_target": None, "convergence_s": None}
+        return {"final_b_target": None, "settled_b_target": None, "convergence_s": None}
     final = int(targets[-1])
-    if targets.size < 10:
-        return {"final_b_target": final, "convergence_s": None}
-    settled = float(np.median(targets[targets.size // 2 :]))
+    if targets.size < window:
+        return {"final_b_target": final, "settled_b_target": None, "convergence_s": None}
+    settled = float(np.median(targets[-window:]))
     band = max(0.1 * settled, 1.0)
-    outside = np.flatnonzero(np.abs(targets - settled) > band)
-    first = int(outside[-1]) + 1 if outside.size else 0
-    return {"final_b_target": final, "convergence_s": float(starts[first]) if first < targets.size else None}
+    inside = np.concatenate(([0], np.cumsum(np.abs(targets - settled) <= band)))
+    # A run of `window` batches in the band starts at i when inside[i + window] - inside[i] == window.
+    runs = np.flatnonzero(inside[window:] - inside[:-window] == window)
+    return {
+        "final_b_target": final,
+        "settled_b_target": settled,
+        "convergence_s": float(starts[runs[0]]) if runs.size else None,
+    }
 
 
 def _stats(values: np.ndarray) -> dict[str, float | None]:
@@ -476,6 +493,7 @@ class Results:
                     "e2e_s": _stats(e2e[in_bin]),
                 }
             dyn = cfg.dynamic
+            target_s = cfg.sla_target_s
             limit = dyn.memory.eta_tokens if dyn is not None and dyn.memory is not None else None
             hist = dict(sorted(Counter(size.tolist()).items()))
             c_max = None
@@ -502,10 +520,8 @@ class Results:
                 "service_s": _stats(service),
                 "by_bin": by_bin,
                 "sla": {
-                    "d_sla_s": dyn.d_sla_s if dyn is not None else None,
-                    "violation_rate": (
-                        float(size[service > dyn.d_sla_s].sum() / size.sum()) if dyn is not None and size.sum() else None
-                    ),
+                    "d_sla_s": target_s,
+                    "violation_rate": float(size[service > target_s].sum() / size.sum()) if target_s is not None and size.sum() else None,
                 },
                 "memory": {
                     "limit_tokens": limit,
@@ -513,7 +529,11 @@ class Results:
                     "time_weighted_mean_tokens": float(np.dot(memory, service) / duration_s) if duration_s > 0 else None,
                     "overflows": int((memory > limit).sum()) if limit is not None else 0,
                 },
-                "controller": _controller_stats(mine[:, 7], mine[:, 5]) if dyn is not None else {"final_b_target": None, "convergence_s": None},
+                "controller": (
+                    _controller_stats(mine[:, 7], mine[:, 5])
+                    if dyn is not None
+                    else {"final_b_target": None, "settled_b_target": None, "convergence_s": None}
+                ),
                 "c_max_requests_per_s": c_max,
             }
         return out

@@ -526,12 +526,14 @@ class BinStats(TypedDict):
 
 
 class BatchSla(TypedDict):
-    """The dynamic batcher's latency target and how often batches missed it."""
+    """The batch latency target and how often batches missed it."""
 
     d_sla_s: float | None
-    """Target batch latency D_SLA, s (``None`` with a fixed batch size)."""
+    """Target batch latency D_SLA, s: the dynamic batcher's ``dynamic.d_sla_s``, or with a
+    fixed batch size the server's ``d_sla_s`` (``None`` when a fixed-B server has none)."""
     violation_rate: float | None
-    """Share of served requests whose batch took longer than ``d_sla_s``."""
+    """Share of served requests whose batch took longer than ``d_sla_s`` (``None`` without
+    a target or before any batch ended)."""
 
 
 class BatchMemory(TypedDict):
@@ -548,14 +550,21 @@ class BatchMemory(TypedDict):
 
 
 class BatchController(TypedDict):
-    """The dynamic batcher's target size over time (``None`` with a fixed batch size)."""
+    """The dynamic batcher's target size over time (``None`` with a fixed batch size).
+
+    With W = 50 batches (``CONVERGENCE_WINDOW_BATCHES``) and the band ``settled_b_target
+    +- max(10 %, 1)``: the target has settled at the start of the first W consecutive
+    batches whose targets all lie in the band. Fewer than W batches are too few to tell
+    (``settled_b_target`` and ``convergence_s`` are ``None``); a target that never stays
+    in the band for W batches has not settled (``convergence_s`` is ``None``)."""
 
     final_b_target: int | None
     """``b_target`` of the last batch."""
+    settled_b_target: float | None
+    """Median ``b_target`` of the last W batches."""
     convergence_s: float | None
-    """Start of the first batch from which every later ``b_target`` stays within 10%
-    (at least 1) of the median target of the run's second half; ``None`` with fewer
-    than 10 batches."""
+    """Start of the first of W consecutive batches whose ``b_target`` all lie within
+    ``max(10 %, 1)`` of ``settled_b_target``, s."""
 
 
 class BatchServerStats(TypedDict):

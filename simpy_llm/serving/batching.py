@@ -54,6 +54,12 @@ from simpy.resources.base import BaseResource, Get
 from simpy_llm.config.errors import FieldValueError
 from simpy_llm.config.validators import MAX_TIME_S, at_least, at_most
 from simpy_llm.entities import Batch
+from simpy_llm.policies.batching import (
+    SLA_CONTROLLERS,
+    DynamicBatchSizer,
+    RoundRobinBins,
+    bin_selectors,
+)
 from simpy_llm.registry import Registry
 from simpy_llm.serving.kv_cache import TokenMemory
 from simpy_llm.wire import WirePut
@@ -66,7 +72,7 @@ if TYPE_CHECKING:
     from simpy_llm.config.schema import BatchServerConfig
     from simpy_llm.entities import Request
     from simpy_llm.metrics.recorder import Recorder
-    from simpy_llm.policies.batching import BinSelector, DynamicBatchSizer
+    from simpy_llm.policies.batching import BinSelector
     from simpy_llm.policies.predictors import OutputPredictor
     from simpy_llm.wire import Wire
 
@@ -348,8 +354,6 @@ class BinQueue(BaseResource):
         if (batch_size is None) == (sizer is None):
             raise ValueError("give a fixed batch_size or a sizer (dynamic), not both or neither")
         if sizer is not None and selector is None:
-            from simpy_llm.policies.batching import RoundRobinBins
-
             selector = RoundRobinBins()
         if boundaries is not None and len(boundaries) != bins - 1:
             raise ValueError(f"{bins} bins need {bins - 1} inner boundaries; got {len(boundaries)}")
@@ -598,19 +602,20 @@ class BatchServer:
         limit = None
         if dyn is not None:
             from simpy_llm.config.loader import build_policy
-            from simpy_llm.policies.batching import DynamicBatchSizer, SLAController, bin_selectors
 
             if selector is None:
                 selector = build_policy(dyn.bin_selection, bin_selectors)
             if sizer is None:
-                controller = SLAController(
-                    d_sla_s=dyn.d_sla_s, eps_d_s=dyn.tolerance_s, b_min=dyn.b_min, b_max=dyn.b_max, alpha=dyn.ema_alpha
+                controller = SLA_CONTROLLERS[dyn.sla_controller](
+                    d_sla_s=dyn.d_sla_s, eps_d_s=dyn.tolerance_s, b_min=dyn.b_min, b_max=dyn.b_max, alpha=dyn.alpha,
+                    window_batches=dyn.window_batches,
                 )
                 memory = dyn.memory
                 sizer = DynamicBatchSizer(
                     controller,
                     memory.eta_tokens if memory is not None else None,
                     memory.safety_fraction if memory is not None else 0.1,
+                    memory.window_batches if memory is not None else None,
                 )
             if dyn.memory is not None:
                 limit = dyn.memory.eta_tokens

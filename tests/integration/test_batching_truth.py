@@ -261,3 +261,71 @@ def test_multi_bin_dynamic_serves_more_than_either_approach_alone():
     assert both["throughput"] > 1.2 * dynamic_only["throughput"]
     assert both["throughput"] > 1.2 * multi_bin_only["throughput"]
     assert both["violation"] < dynamic_only["violation"]
+
+
+# --- the SLA controller in a simulation --------------------------------------------------------
+def _lock_up_case(sla_controller: str) -> dict:
+    """Saturating arrivals (50 requests/s) of equal requests (100 + 100 tokens) to a dynamic
+    server with seed 001 §5.1's linear model: a batch of n takes 0.0527 + 0.4 (1 + 4 (n - 1) / n)
+    s, so 3 requests take 1.519 s and 4 take 1.653 s against D_SLA = 1.55 s (eps 0.07 s)."""
+    return {
+        "seed": 1,
+        "workload": {"aggregate_rate": 50.0, "num_requests": 3000, "clients": [{
+            "id": "c", "arrival": {"process": "poisson"},
+            "input_distribution": {"type": "constant", "params": {"value": 100}},
+            "output_distribution": {"type": "constant", "params": {"value": 100}}}]},
+        "serving": {"batch_server": {
+            "service": {"kind": "linear", "params": {"base_s": 0.0527, "seq_len_coeff_s": 0.002, "batch_penalty": 4.0}},
+            "dynamic": {"d_sla_s": 1.55, "eps_d_s": 0.07, "b_min": 1, "b_max": 48, "sla_controller": sla_controller}}},
+    }
+
+
+def _lock_up_latency(n: int) -> float:
+    return 0.0527 + 0.4 * (1 + 4 * (n - 1) / n)
+
+
+def test_the_corrected_controller_settles_on_the_largest_sla_meeting_size_in_a_run():
+    """In a simulated run the default controller settles on 3 requests per batch (the largest
+    size within 1.55 s, by hand): after a few probes every target is 3 and every batch meets
+    the SLA. Every batch takes the hand-computed time of its size, and the violation rate
+    counts exactly the requests of the batches of 4 or more."""
+    results, frame = _run(_lock_up_case("corrected"))
+    stats = results.summary()["batch_servers"]["0"]
+    assert frame["service_s"].to_numpy() == pytest.approx([_lock_up_latency(n) for n in frame["size"]], abs=1e-9)
+    assert stats["controller"]["settled_b_target"] == 3.0
+    after = frame[frame["start_s"] >= stats["controller"]["convergence_s"]]
+    assert ((after["b_target"] - 3).abs() <= 1).all()  # the band: 3 +- max(0.3, 1)
+    big = frame["size"] >= 4
+    last_probe = int(np.flatnonzero(big)[-1])
+    assert last_probe < 10 and (frame["b_target"].iloc[last_probe + 1 :] == 3).all() and len(frame) - last_probe > 500
+    assert stats["sla"]["violation_rate"] == frame.loc[big, "size"].sum() / frame["size"].sum() < 0.02
+
+
+def test_the_seed_controller_locks_above_the_sla_meeting_size_in_a_run():
+    """``sla_controller: seed`` in the same run settles on 22 requests per batch: each such
+    batch takes 1.98 s (by hand), above the 1.55 s target, and almost every request misses."""
+    results, frame = _run(_lock_up_case("seed"))
+    stats = results.summary()["batch_servers"]["0"]
+    assert stats["controller"]["settled_b_target"] == 22.0
+    after = frame[(frame["start_s"] >= stats["controller"]["convergence_s"]) & (frame["size"] == 22)]
+    assert len(after) > 100
+    assert after["service_s"].to_numpy() == pytest.approx(_lock_up_latency(22), abs=1e-9)
+    assert _lock_up_latency(22) > 1.55 + 0.07
+    assert stats["sla"]["violation_rate"] > 0.99
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["dynamic_only.yaml", "multi_bin_dynamic.yaml"])
+def test_the_shipped_dynamic_scenarios_settle_and_judge_every_server(name):
+    """Run as shipped, every dynamic server's target settles (convergence_s is a time within the
+    run) and every fixed-B server is judged against the same 10 s D_SLA."""
+    from simpy_llm import load_scenario
+
+    results = Simulation(load_scenario(f"scenarios/{name}")).run(progress=False)
+    configs = {group.name: group.batch_server for group in results.scenario.serving.groups()}
+    servers = results.summary()["batch_servers"]
+    assert len(servers) == len(configs)
+    for index, stats in servers.items():
+        assert stats["sla"]["d_sla_s"] == 10.0 and stats["sla"]["violation_rate"] is not None
+        if configs[results.replica_groups[int(index)]].dynamic is not None:
+            assert 0.0 <= stats["controller"]["convergence_s"] < results.end_s

@@ -9,8 +9,21 @@ import numpy as np
 import pytest
 
 from simpy_llm import ScenarioError, Simulation, load_scenario, scenario_from_dict
-from simpy_llm.config.schema import BatchServerConfig, BinsConfig, DynamicBatchingConfig, MemoryLimitConfig, PolicySpec
+from simpy_llm.config.schema import (
+    SLA_CONTROLLER_KINDS,
+    BatchServerConfig,
+    BinsConfig,
+    DynamicBatchingConfig,
+    MemoryLimitConfig,
+    PolicySpec,
+)
 from simpy_llm.entities import Request
+from simpy_llm.metrics.results import CONVERGENCE_WINDOW_BATCHES, _controller_stats
+from simpy_llm.policies.batching import (
+    SLA_CONTROLLERS,
+    CorrectedSLAController,
+    SLAController,
+)
 from simpy_llm.policies.predictors import OutputPredictor
 from simpy_llm.serving.batching import LatencyModelBatches, LinearBatchModel, SampledServiceTimes
 from simpy_llm.serving.latency import BlisLinearLatency
@@ -93,6 +106,49 @@ def test_dynamic_settings_are_checked():
     )
     twice = {"d_sla_s": 1.0, "memory": {"capacity_tokens": 100, "gpu_memory_gb": 80.0}}
     assert _problem({**base, "serving.batch_server.dynamic": twice})[0][0] == "serving.batch_server.dynamic.memory.gpu_memory_gb"
+
+
+def test_sla_controller_and_averaging_settings_are_checked():
+    """An unknown sla_controller names the allowed ones; ema_alpha with window_batches (one of
+    them would be ignored) and a batch server's own d_sla_s with dynamic batching are errors."""
+    base = {"serving.batch_server.batch_size": None}
+    (problem,) = _problem({**base, "serving.batch_server.dynamic": {"d_sla_s": 1.0, "sla_controller": "pid"}})
+    assert problem[0] == "serving.batch_server.dynamic.sla_controller" and "corrected, seed" in problem[1]
+    (problem,) = _problem({**base, "serving.batch_server.dynamic": {"d_sla_s": 1.0, "ema_alpha": 0.3, "window_batches": 8}})
+    assert problem[0] == "serving.batch_server.dynamic.ema_alpha" and "window_batches" in problem[1]
+    (problem,) = _problem({**base, "serving.batch_server.dynamic": {"d_sla_s": 1.0}, "serving.batch_server.d_sla_s": 2.0})
+    assert problem[0] == "serving.batch_server.d_sla_s" and "dynamic.d_sla_s" in problem[1]
+    (problem,) = _problem({**base, "serving.batch_server.dynamic": {"d_sla_s": 1.0, "window_batches": 0}})
+    assert problem[0] == "serving.batch_server.dynamic.window_batches"
+    memory = {"capacity_tokens": 100, "window_batches": 0}
+    (problem,) = _problem({**base, "serving.batch_server.dynamic": {"d_sla_s": 1.0, "memory": memory}})
+    assert problem[0] == "serving.batch_server.dynamic.memory.window_batches"
+
+
+@pytest.mark.parametrize(
+    ("settings", "kind", "averaging"),
+    [
+        ({}, CorrectedSLAController, {"alpha": 0.2, "window_batches": None}),
+        ({"sla_controller": "seed", "ema_alpha": 0.5}, SLAController, {"alpha": 0.5, "window_batches": None}),
+        ({"sla_controller": "corrected", "window_batches": 7}, CorrectedSLAController, {"window_batches": 7}),
+    ],
+)
+def test_the_server_builds_the_named_controller_with_its_averaging(settings, kind, averaging):
+    """``corrected`` is the default; ``seed`` builds seed 001's controller; ema_alpha (default
+    0.2), window_batches, eps_d_s and the memory window reach the objects that use them."""
+    memory = MemoryLimitConfig(capacity_tokens=1000, window_batches=3)
+    config = BatchServerConfig(service=SPEC, dynamic=DynamicBatchingConfig(d_sla_s=4.0, memory=memory, **settings))
+    _, _, server = serve(config, [0.0], [1.0])
+    controller = server.sizer.controller
+    assert type(controller) is kind
+    assert {name: getattr(controller, name) for name in averaging} == averaging
+    assert controller.eps_d_s == pytest.approx(0.4)
+    assert server.sizer.memory_window_batches == 3
+
+
+def test_the_controller_names_match_the_config():
+    """The names the config accepts are exactly the built-in controllers."""
+    assert set(SLA_CONTROLLER_KINDS) == set(SLA_CONTROLLERS)
 
 
 def test_memory_capacity_follows_from_device_figures():
@@ -216,6 +272,93 @@ def test_bin_selection_longest_queue_takes_the_fullest_bin():
     requests, recorder, _ = serve(config, [0.0, 0.1, 0.2, 0.3, 0.4, 0.5], [1.0, 1.0, 3.0, 3.0, 1.0, 3.0])
     assert [b[2] for b in recorder.batches] == [0, 1, 0]
     assert [b[3] for b in recorder.batches] == [1, 3, 2]
+
+
+# --- SLA and controller figures of the summary ------------------------------------------------
+def _two_length_fleet(d_sla_s: float | None) -> dict:
+    """A fixed B = 1 server with the linear service (0.1 s + 0.01 s per token of the longest
+    sequence): a short client's requests (100 tokens) take 1.1 s, a long client's (300) 3.1 s."""
+    server = {"service": {"kind": "linear", "params": {"base_s": 0.1, "seq_len_coeff_s": 0.01}}, "batch_size": 1}
+    if d_sla_s is not None:
+        server["d_sla_s"] = d_sla_s
+    clients = [
+        {"id": name, "rate_fraction": share, "arrival": {"process": "poisson"},
+         "input_distribution": {"type": "constant", "params": {"value": tokens // 2}},
+         "output_distribution": {"type": "constant", "params": {"value": tokens // 2}}}
+        for name, share, tokens in (("short", 0.7, 100), ("long", 0.3, 300))
+    ]
+    return {"seed": 4, "workload": {"aggregate_rate": 0.2, "num_requests": 400, "clients": clients},
+            "serving": {"batch_server": server}}
+
+
+def test_a_fixed_b_server_reports_its_violation_rate_against_its_d_sla():
+    """With ``d_sla_s`` a fixed-B server's summary judges its batches like a dynamic batcher's:
+    at 2 s every long request (3.1 s) misses and no short one (1.1 s) does, so the violation
+    rate is the long client's share of the completed requests, counted from the records."""
+    results = Simulation(scenario_from_dict(_two_length_fleet(2.0))).run()
+    frame = results.to_dataframe()
+    done = frame[frame.status == "completed"]
+    sla = results.summary()["batch_servers"]["0"]["sla"]
+    assert sla["d_sla_s"] == 2.0
+    assert sla["violation_rate"] == (done.client_id == "long").sum() / len(done)
+    assert 0.2 < sla["violation_rate"] < 0.4
+
+
+def test_a_fixed_b_server_without_a_target_reports_no_violation_rate():
+    """Without ``d_sla_s`` there is nothing to judge a fixed-B server's batches against: the
+    target and the rate are None (not 0)."""
+    results = Simulation(scenario_from_dict(_two_length_fleet(None))).run()
+    assert results.summary()["batch_servers"]["0"]["sla"] == {"d_sla_s": None, "violation_rate": None}
+
+
+def test_convergence_is_the_start_of_the_first_window_in_the_settled_band():
+    """The settled target is the median of the last W targets; convergence_s is the start of
+    the first W consecutive batches all within max(10 %, 1) of it. A short early visit to
+    the band does not count.
+
+    Targets: 20 for 3 batches, 40 for 5, then 19, 20, 21 repeating 20 times; batch i starts at
+    10 i s. The last 50 are 20, 21 and 16 more rounds: sixteen 19s, seventeen 20s and 21s, so
+    their median is 20 and the band 18 to 22. The first three batches are in it but only the
+    window from batch 8 (80 s) holds 50."""
+    targets = np.array([20] * 3 + [40] * 5 + [19, 20, 21] * 20, dtype=float)
+    stats = _controller_stats(targets, 10.0 * np.arange(targets.size))
+    assert CONVERGENCE_WINDOW_BATCHES == 50
+    assert stats == {"final_b_target": 21, "settled_b_target": 20.0, "convergence_s": 80.0}
+
+
+def test_a_target_that_never_stays_in_its_band_has_not_settled():
+    """Targets alternating 10 and 30: the median of the last 50 is 20, no target lies within 2
+    of it, so there is a settled value but no convergence time; with fewer than W batches
+    there is neither."""
+    targets = np.array([10, 30] * 40, dtype=float)
+    stats = _controller_stats(targets, np.arange(targets.size, dtype=float))
+    assert stats == {"final_b_target": 30, "settled_b_target": 20.0, "convergence_s": None}
+    short = _controller_stats(targets[:49], np.arange(49, dtype=float))
+    assert short == {"final_b_target": 10, "settled_b_target": None, "convergence_s": None}
+
+
+def test_the_cli_table_shows_each_servers_sla_miss_and_settled_target():
+    """``simpy-llm run``'s batch-server table gives the static server its violation rate and
+    the dynamic one its settled target with the time it settled (or "unsettled")."""
+    import copy
+
+    from simpy_llm.cli import _batch_server_table
+
+    results = Simulation(load_scenario("scenarios/dynamic_only.yaml", {"workload.num_requests": 3000})).run()
+    servers = results.summary()["batch_servers"]
+
+    def rows(data):
+        table = _batch_server_table(data, results.replica_groups, "t")
+        columns = [list(column.cells) for column in table.columns]
+        return {name: [cells[i] for cells in columns] for i, name in enumerate(data)}
+
+    controller = servers["0"]["controller"]
+    dynamic, static = rows(servers)["0"], rows(servers)["1"]
+    assert dynamic[-1] == f"{controller['settled_b_target']:g} ({controller['convergence_s']:.0f} s)"
+    assert static[-1] == "-" and static[6] == f"{servers['1']['sla']['violation_rate']:.1%}"
+    unsettled = copy.deepcopy(servers)
+    unsettled["0"]["controller"]["convergence_s"] = None
+    assert rows(unsettled)["0"][-1] == f"{controller['settled_b_target']:g} (unsettled)"
 
 
 # --- in a fleet ----------------------------------------------------------------------------
