@@ -305,24 +305,32 @@ def _trace_ok(path: str | None) -> bool:
     return True
 
 
+def _checked_spec(path: str, overrides: list[str], out: str | None) -> Any:
+    """The workload spec or scenario at *path* (with *overrides*), its files checked and the
+    output directory *out* found writable; None after printing why not."""
+    from simpy_llm.config import load_workload_or_scenario
+    from simpy_llm.workload.checks import check_spec_files
+
+    try:
+        spec = load_workload_or_scenario(path, overrides)
+        check_spec_files(spec, path)
+    except ScenarioError as exc:
+        print(exc, file=sys.stderr)
+        return None
+    return spec if _out_ok(out) else None
+
+
 def _workload(args: argparse.Namespace) -> int:
     import json
     import time
     from pathlib import Path
 
-    from simpy_llm.config import load_workload_or_scenario
-    from simpy_llm.workload.checks import check_spec_files
     from simpy_llm.workload.export import generate_requests, plot_histograms, workload_summary
     from simpy_llm.workload.sources import spec_workload
     from simpy_llm.workload.traces import write_generated_trace
 
-    try:
-        spec = load_workload_or_scenario(args.spec, _overrides(args))
-        check_spec_files(spec, args.spec)
-    except ScenarioError as exc:
-        print(exc, file=sys.stderr)
-        return 2
-    if not _out_ok(args.out):
+    spec = _checked_spec(args.spec, _overrides(args), args.out)
+    if spec is None:
         return 2
     try:
         wall0 = time.perf_counter()
@@ -372,15 +380,7 @@ def _observe(args: argparse.Namespace) -> int:
     if args.warm_up_requests < 0:
         print(f"--warm-up-requests must be at least 0, got {args.warm_up_requests}", file=sys.stderr)
         return 2
-    from simpy_llm.config import load_workload_or_scenario
-    from simpy_llm.workload.checks import check_spec_files
-
-    try:  # the spec and its files, and the output directory, before anything is sent
-        check_spec_files(load_workload_or_scenario(args.workload, overrides), args.workload)
-    except ScenarioError as exc:
-        print(exc, file=sys.stderr)
-        return 2
-    if not _out_ok(args.out):
+    if _checked_spec(args.workload, overrides, args.out) is None:  # before anything is sent
         return 2
     try:
         summary = observe(
