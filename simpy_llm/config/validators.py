@@ -91,14 +91,15 @@ MIN_RATE = 1e-9
 sends nothing a run can reach, and gaps of 1 / rate leave float64's range."""
 
 MAX_SCALE = 100.0
-"""Largest rate or time multiplier of recorded traffic (``rate_scale``, ``time_scale``).
-A ServeGen window's arrivals are drawn in one vector: the busiest shipped window (465
-requests/s for 600 s) scaled a hundredfold is 28 million arrivals, about 220 MB."""
+"""Largest rate or time multiplier of recorded traffic (``rate_scale``, ``time_scale``):
+a hundredfold speed-up. A ServeGen window is drawn in pieces of bounded size, so the bound
+is not one of memory: at this scale the busiest shipped window (465 requests/s for 600 s)
+already asks for 28 million arrivals per window."""
 
 MIN_SCALE = 1e-3
 """Smallest rate or time multiplier, a thousandfold slow-down. Recorded windows are
-replayed cycle after cycle until they give a chunk of arrivals; at this scale the quietest
-shipped ServeGen clients already take seconds of cycling to start."""
+replayed cycle after cycle until they give arrivals (long runs of empty passes are
+skipped at once, see ``simpy_llm.workload.servegen``)."""
 
 MAX_REQUESTS = 2**31
 """Most requests (or rounds) a count may ask for: at tens of thousands of requests per
