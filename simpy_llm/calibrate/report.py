@@ -401,9 +401,18 @@ def _plain_value(v: Any) -> str:
     return "-" if v is None else str(v)
 
 
+def _fit_warnings(report: CalibrationReport) -> list[str]:
+    """The warnings of the fit the report comes from (its ``fit.warnings``): shown first."""
+    warnings = (report.fit or {}).get("warnings")
+    return [str(w) for w in warnings] if isinstance(warnings, list) else []
+
+
 def _markdown(report: CalibrationReport, plots: list[str]) -> str:
     """The text of ``report.md``; *plots* are the plot files' names."""
     lines: list[str] = ["# Calibration report", ""]
+    lines += [f"> **Fit warning:** {w}" for w in _fit_warnings(report)]
+    if _fit_warnings(report):
+        lines.append("")
     t = report.trace
     lines += ["## Summary", ""]
     lines.append(
@@ -634,9 +643,10 @@ def write_report(report: CalibrationReport, samples: Mapping[str, Any], out_dir:
 
 # --- terminal ----------------------------------------------------------------------
 def report_table(report: CalibrationReport) -> Any:
-    """A :mod:`rich` renderable of *report*: one row per metric (n, observed and simulated
-    p50 and p99, MAPE with its interval, Pearson r, KS D, bias, rating; times in ms below
-    1 s, else s), then the request summary, the warnings and the known limitations."""
+    """A :mod:`rich` renderable of *report*: the warnings of the fit it comes from (first),
+    one row per metric (n, observed and simulated p50 and p99, MAPE with its interval,
+    Pearson r, KS D, bias, rating; times in ms below 1 s, else s), then the request summary,
+    the warnings and the known limitations."""
     from rich import box
     from rich.console import Group
     from rich.table import Table
@@ -661,7 +671,8 @@ def report_table(report: CalibrationReport) -> Any:
             _bias(c),
             Text(c.rating or "-", style=_RATING_STYLE.get(c.rating or "", "")),
         )
-    parts: list[Any] = [table, Text(f"{_requests_line(report)}; warm-up left out: {_warm_up_line(report)}")]
+    parts: list[Any] = [Text(f"fit warning: {w}", style="bold red") for w in _fit_warnings(report)]
+    parts += [table, Text(f"{_requests_line(report)}; warm-up left out: {_warm_up_line(report)}")]
     notes = list(report.warnings) + [f"{m}: {w}" for m, c in report.metrics.items() for w in c.warnings]
     parts += [Text(f"warning: {w}", style="bold yellow") for w in notes]
     parts += [Text(f"limitation: {x}", style="cyan") for x in report.known_limitations]
