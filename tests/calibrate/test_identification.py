@@ -168,15 +168,19 @@ def test_an_overloaded_trace_cannot_give_the_base_costs(overloaded_trace):
     assert result.sources["alpha0_us"] == result.sources["prefill_only_step_us"] == "default"
 
 
-def test_an_overloaded_trace_takes_the_base_costs_from_the_priors(overloaded_trace, prior_file, tmp_path):
-    """With priors the base costs come from them, the warning says so, and the report written
-    by ``calibrate fit --report`` opens with it."""
+def test_an_overloaded_trace_takes_the_base_costs_from_the_priors(overloaded_trace, prior_file, tmp_path, capsys):
+    """With priors the base costs come from them, the warning says so, and the report of
+    ``calibrate fit --report`` opens with it, on the terminal and in report.md."""
     result = fit(overloaded_trace, priors=prior_file, refine=False)
     params = PRIOR["latency_model"]["params"]
     assert (result.params["alpha0_us"], result.params["prefill_only_step_us"]) == (params["alpha0_us"], params["prefill_only_step_us"])
     assert result.sources["alpha0_us"] == "prior" and result.warnings[0].endswith("they come from the priors")
     assert main(["calibrate", "fit", str(overloaded_trace), "--out", str(tmp_path / "p.yaml"), "--no-refine",
                  "--report", str(tmp_path / "rep"), "--resamples", "20"]) == 0
+    lines = [line.strip() for line in capsys.readouterr().out.splitlines() if line.strip()]
+    first = next(i for i, line in enumerate(lines) if line.startswith("fit warning:"))
+    assert lines[first - 1].startswith("prefill_pair_us")  # the coefficients' last row: the report begins here
+    assert lines[first].startswith("fit warning: overloaded trace: no request found an idle server")
     lines = (tmp_path / "rep" / "report.md").read_text().splitlines()
     assert lines[0] == "# Calibration report"
     assert lines[2].startswith("> **Fit warning:** overloaded trace: no request found an idle server")
@@ -208,3 +212,42 @@ def test_a_written_profile_keeps_intervals_sources_and_ranges(short_with_prior, 
     assert len(block["intervals"]["decode_step_us"]) == len(block["sources"]["decode_step_us"]) == 4
     assert block["ranges"]["prompt_tokens"][0] >= 20 and block["ranges"]["prompt_tokens"][1] <= 120
     assert block["ranges"]["decoders"] == [1, 4] and isinstance(block["warnings"], list)
+
+
+def test_a_prior_the_trace_rules_out_is_moved_and_warned_of(short_trace, tmp_path):
+    """A prior from another server: its alpha0 (2 s) lies above every value the trace allows,
+    so alpha0 is held at the largest it allows instead (source trace) with a warning; its
+    per-token cost's interval (100-200 µs) misses the trace's, which is used, with a warning."""
+    prior = {"profile_version": 1, "latency_model": {"kind": "batch_table", "params": {
+        "decode_step_us": [21000.0], "prefill_token_us": 150.0, "alpha0_us": 2_000_000.0, "prefill_pair_us": 0.44}},
+        "fit": {"method": "probe", "intervals": {"prefill_token_us": [100.0, 200.0]}}}
+    path = tmp_path / "other_server.yaml"
+    path.write_text(yaml.safe_dump(prior))
+    result = fit(short_trace, priors=path, refine=False)
+    assert result.sources["alpha0_us"] == "trace" and result.intervals["alpha0_us"] is None
+    assert 0 < result.params["alpha0_us"] < 100_000
+    held = next(w for w in result.warnings if w.startswith("alpha0_us is not determined by this trace"))
+    assert f"held at {result.params['alpha0_us']:.6g} µs" in held and "rather than the prior 2e+06 µs, which it rules out" in held
+    low, high = result.intervals["prefill_token_us"]
+    assert result.sources["prefill_token_us"] == "trace" and low <= TRUTH["prefill_token_us"] <= high
+    assert (f"prior disagrees with the trace: prefill_token_us is {low:.6g}-{high:.6g} µs here (95 % interval), "
+            "100-200 µs in the prior") in result.warnings[-1]
+    assert result.params["prefill_pair_us"] == 0.44 and result.sources["prefill_pair_us"] == "prior"
+
+
+def test_without_identification_the_profile_has_no_intervals_or_sources(short_trace):
+    """identify=False fits every coefficient as the estimate gives it (the attention term too,
+    undetermined as it is) and leaves intervals and sources out of the profile (unknown)."""
+    result = fit(short_trace, refine=False, identify=False)
+    direct, _ = direct_estimate(short_trace, max_decoders=4, ubatch_tokens=512, prefill_breaks=(516, 4), budget_tokens=2048)
+    assert result.params == direct
+    assert result.intervals is None and result.sources is None
+    assert "intervals" not in result.profile()["fit"] and "sources" not in result.profile()["fit"]
+    assert result.statistics["identification_replays"] == 0
+
+
+def test_calibrate_fit_with_a_missing_priors_file_fails_cleanly(short_trace, tmp_path, capsys):
+    """``--priors`` naming no file: exit status 2, the file named, no profile written."""
+    assert main(["calibrate", "fit", str(short_trace), "--out", str(tmp_path / "p.yaml"), "--priors",
+                 str(tmp_path / "nope.yaml")]) == 2
+    assert "nope.yaml" in capsys.readouterr().err and not (tmp_path / "p.yaml").exists()
