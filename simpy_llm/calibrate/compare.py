@@ -581,6 +581,7 @@ def _report(
             "server": header.get("server"),
             "hardware": header.get("hardware"),
             "network": header.get("network"),
+            "load_generator": header.get("load_generator"),
             "server_config_provided": bool(header.get("server")),
         },
         request_summary={

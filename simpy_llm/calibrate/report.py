@@ -75,7 +75,7 @@ REQUEST_SUMMARY_KEYS = (
 """The keys of :attr:`CalibrationReport.request_summary`, all request counts."""
 
 _TRACE_REQUIRED = ("path", "num_requests", "duration_s", "server_config_provided")
-_TRACE_OPTIONAL = ("server", "hardware", "network")
+_TRACE_OPTIONAL = ("server", "hardware", "network", "load_generator")
 _WARM_UP_KEYS = ("requests", "seconds")
 _EXCLUDED = re.compile(r"excluded_[a-z0-9_]+")
 _THROUGHPUT_KEYS = ("output_tokens_per_s", "requests_per_s")
@@ -277,7 +277,8 @@ class CalibrationReport:
     trace: dict[str, Any] = attrs.field(converter=_trace)
     """The observed trace: ``path``, ``num_requests``, ``duration_s`` (s, first send to last
     answer), ``server_config_provided`` (bool: the trace header described the server), and
-    the header's ``server``, ``hardware`` and ``network`` blocks when it has them."""
+    the header's ``server``, ``hardware``, ``network`` and ``load_generator`` (the observer's
+    load statistics) blocks when it has them."""
     request_summary: dict[str, int] = attrs.field(converter=_request_summary)
     """Request counts (:data:`REQUEST_SUMMARY_KEYS`): ``total`` = ``ok + error + timeout +
     cancelled``; ``excluded_warm_up`` and ``excluded_failed`` were left out of the
@@ -449,9 +450,10 @@ def _markdown(report: CalibrationReport, plots: list[str]) -> str:
         f"- Trace `{t['path']}`: {t['num_requests']} requests over {t['duration_s']:g} s; "
         f"server config {'provided' if t['server_config_provided'] else 'not provided'}."
     )
-    for key in ("server", "hardware", "network"):
+    for key in _TRACE_OPTIONAL:
         if t.get(key):
-            lines.append(f"- {key.capitalize()}: " + ", ".join(f"{k}={_plain_value(v)}" for k, v in t[key].items()))
+            label = key.replace("_", " ").capitalize()
+            lines.append(f"- {label}: " + ", ".join(f"{k}={_plain_value(v)}" for k, v in t[key].items()))
     lines.append(f"- {_requests_line(report)[:1].upper()}{_requests_line(report)[1:]}.")
     lines.append(f"- Warm-up left out: {_warm_up_line(report)}.")
     if report.scenario.get("name"):

@@ -169,3 +169,19 @@ def test_a_replay_of_the_emulated_server_off_by_more_than_its_timing_error(tmp_p
         "trace was recorded: these errors measure that, not the model."
     ) in _warnings(path)
     assert not [w for w in _warnings(path, profile=PROFILE) if "emulated" in w]
+
+
+def test_the_load_statistics_are_in_the_reports_trace_part(tmp_path: Path) -> None:
+    """The header's load_generator block is carried into the report's trace part and report.md's
+    summary; a trace without one has null there."""
+    from simpy_llm.calibrate.report import write_report
+
+    stats = {"requested_rate": 2.0, "achieved_rate": 2.0, "schedule_delay_p99_s": 0.001, "lagging": False, "concurrency": 3}
+    cal = compare(_trace(tmp_path / "a", load_generator=stats), n_resamples=50)
+    assert cal.report.trace["load_generator"] == stats
+    write_report(cal.report, cal.samples, tmp_path / "out")
+    md = (tmp_path / "out" / "report.md").read_text()
+    line = next(x for x in md.splitlines() if x.startswith("- Load generator: "))
+    assert sorted(line.removeprefix("- Load generator: ").split(", ")) == sorted(
+        ["requested_rate=2.0", "achieved_rate=2.0", "schedule_delay_p99_s=0.001", "lagging=False", "concurrency=3"])
+    assert compare(_trace(tmp_path / "b"), n_resamples=50).report.trace["load_generator"] is None

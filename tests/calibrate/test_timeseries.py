@@ -163,3 +163,31 @@ def test_a_metrics_file_without_known_series_or_missing_is_a_warning(tmp_path: P
     with pytest.raises(ScenarioError) as info:
         compare(obs, n_resamples=50)
     assert str(obs / "metrics.csv") in str(info.value) and "missing column(s) time_s, metric, value" in str(info.value)
+
+
+def test_the_terminal_table_gives_each_series_mae(calibration) -> None:
+    """report_table (simpy-llm calibrate's output) has a line per series with its MAE, the scrapes
+    and the two means."""
+    from rich.console import Console
+
+    from simpy_llm.calibrate.report import report_table
+
+    _, cal = calibration
+    console = Console(record=True, width=220, color_system=None)
+    console.print(report_table(cal.report))
+    text = console.export_text()
+    assert ("time series running_batch: MAE 0.167 over 6 scrapes (llamacpp:requests_processing against simulated "
+            "running; means 0.833 and 0.667)") in text
+
+
+def test_a_malformed_time_series_is_an_error_naming_it(calibration) -> None:
+    """The report checks its time series: an unknown series name, or points that do not number n,
+    raise naming the field and what is allowed."""
+    import attrs
+
+    _, cal = calibration
+    running = cal.report.timeseries["running_batch"]
+    with pytest.raises(ValueError, match=r"CalibrationReport.timeseries: unknown key\(s\) batch; allowed: queue_depth, running_batch, kv_usage"):
+        attrs.evolve(cal.report, timeseries={"batch": running})
+    with pytest.raises(ValueError, match=r"CalibrationReport.timeseries.running_batch: time_s, observed and simulated must be lists of n = 6"):
+        attrs.evolve(cal.report, timeseries={"running_batch": {**running, "observed": running["observed"][:3]}})
