@@ -70,6 +70,20 @@ def common_prefix_tokens(a: Sequence[Segment], b: Sequence[Segment]) -> int:
     return pos
 
 
+def _head(segments: Sequence[Segment]) -> tuple[int | None, int, int | None]:
+    """A content's first segment id and length and its second segment id (None where there is
+    none). Two contents with the same first id whose heads differ otherwise, each with two
+    segments or more, share exactly the shorter first segment, which is shorter than either:
+    the host cache settles most comparisons from the heads alone.
+
+    >>> _head([(7, 120), (-2, 50), (-1, 9)]), _head([(7, 3)]), _head([])
+    ((7, 120, -2), (7, 3, None), (None, 0, None))
+    """
+    if not segments:
+        return (None, 0, None)
+    return (segments[0][0], segments[0][1], segments[1][0] if len(segments) > 1 else None)
+
+
 def cut_segments(segments: Sequence[Segment], tokens: int) -> tuple[Segment, ...]:
     """The first *tokens* tokens of *segments*.
 
@@ -94,12 +108,17 @@ class SlotContext:
     ``c`` gives back the context's first ``c - 1`` tokens (``c`` for ``c = 1``).
     """
 
-    __slots__ = ("checkpoints", "segments", "tokens")
+    __slots__ = ("checkpoints", "head", "segments", "seq", "tokens")
 
     def __init__(self, segments: tuple[Segment, ...] = (), tokens: int = 0, checkpoints: tuple[int, ...] = ()) -> None:
         self.segments = segments
         self.tokens = tokens
         self.checkpoints = checkpoints
+        self.head = _head(segments)
+        """``(first segment id, its tokens, second segment id)``: two contents whose heads
+        differ in the second id share at most their first segment (:func:`_head`)."""
+        self.seq = -1
+        """When it was saved to the host cache (its order there)."""
 
     def __repr__(self) -> str:
         return f"SlotContext(tokens={self.tokens}, checkpoints={self.checkpoints})"
@@ -119,11 +138,23 @@ class _Slot:
         """Order of its last release (-1: never used), as llama.cpp's ``t_last_used``."""
 
 
+class _Save:
+    """Saving *context* to the host cache: the saved contexts it contains go (*dropped*), then
+    the oldest ones until it fits (*evicted*), and it is appended."""
+
+    __slots__ = ("context", "dropped", "evicted")
+
+    def __init__(self, context: SlotContext, dropped: list[SlotContext], evicted: list[SlotContext]) -> None:
+        self.context = context
+        self.dropped = dropped
+        self.evicted = evicted
+
+
 class SlotPlan:
     """What admitting a request would do (:meth:`SlotCache.plan`); :meth:`SlotCache.admit`
     carries it out."""
 
-    __slots__ = ("by_similarity", "cached", "checkpoints", "clear", "host", "restore", "slot", "update")
+    __slots__ = ("by_similarity", "cached", "checkpoints", "clear", "restore", "save", "slot", "update")
 
     def __init__(self) -> None:
         self.slot: _Slot | None = None
@@ -131,8 +162,8 @@ class SlotPlan:
         """Chosen for the prompt it shares (else: least recently used)."""
         self.update = False
         """The slot's context is saved to the host cache and a better one looked for."""
-        self.host: list[SlotContext] = []
-        """The host cache once the slot's context is saved (before the restore)."""
+        self.save: _Save | None = None
+        """Saving the slot's context (None: nothing to save, or nothing changes)."""
         self.restore: SlotContext | None = None
         """The saved context restored into the slot (None: none)."""
         self.clear = False
@@ -188,11 +219,14 @@ class SlotCache:
         self.config = config
         self.slots = [_Slot(i) for i in range(slots)]
         self.breaks = tuple(sorted(breaks, reverse=True)) if config.checkpoints else ()
-        self.host: list[SlotContext] = []
-        """The host-memory cache, oldest first."""
-        self._in_host: set[SlotContext] = set()
-        """The contexts in ``host`` (a context is never changed once a slot holds it, so one
-        saved before and still there is contained in the host cache without a scan)."""
+        self._host: dict[SlotContext, None] = {}
+        """The host-memory cache, oldest first (an ordered set)."""
+        self._by_first: dict[int | None, dict[SlotContext, None]] = {}
+        """The saved contexts by first segment id, oldest first: only those can share anything
+        with a content starting with that segment."""
+        self._by_head: dict[tuple[int | None, int, int | None], dict[SlotContext, None]] = {}
+        """The saved contexts with two segments or more by head (:func:`_head`), oldest first."""
+        self._seq = 0
         self.host_tokens = 0
         """Tokens of the contexts in the host cache."""
         self._running: dict[int, tuple[_Slot, tuple[int, ...]]] = {}
@@ -204,38 +238,75 @@ class SlotCache:
         """Contexts saved to the host cache so far."""
 
     # --- the host cache ------------------------------------------------------------------
-    def _saved(self, host: list[SlotContext], ctx: SlotContext) -> list[SlotContext]:
-        """The host cache *host* after saving *ctx* (a new list if it changes, else *host*):
-        nothing if it is empty, already contained in a saved context, or larger than the
-        cache; otherwise the saved contexts it contains are dropped, then the oldest until
-        it fits, and it joins the end."""
+    @property
+    def host(self) -> list[SlotContext]:
+        """The host-memory cache, oldest first."""
+        return list(self._host)
+
+    def _sharing(self, head: tuple[int | None, int, int | None]) -> list[SlotContext]:
+        """The saved contexts whose common prefix with a content of *head* is not settled by
+        the heads alone (:func:`_head`), oldest first: those starting like it, and those of a
+        single segment with its first id (every one with its first id if it has one segment)."""
+        first = self._by_first.get(head[0])
+        if not first:
+            return []
+        if head[2] is None:
+            return list(first)
+        same = list(self._by_head.get(head, ()))
+        odd = [e for e in first if e.head[2] is None]
+        if odd:
+            same = sorted(same + odd, key=lambda e: e.seq)
+        return same
+
+    def _save_of(self, ctx: SlotContext) -> _Save | None:
+        """What saving *ctx* would do (None: nothing): it is empty, larger than the cache, or
+        contained in a saved context (their common prefix is the whole of it); otherwise the
+        saved contexts it contains go, then the oldest until it fits, and it joins the end."""
         limit = self.config.host_cache_tokens
         n = ctx.tokens
-        if n == 0 or n > limit or (host is self.host and ctx in self._in_host):
-            return host
+        if n == 0 or n > limit or ctx in self._host:
+            return None
         segs = ctx.segments
-        for e in host:
-            if common_prefix_tokens(e.segments, segs) >= n:
-                return host
-        kept = [e for e in host if common_prefix_tokens(e.segments, segs) < e.tokens]
-        total = sum(e.tokens for e in kept)
-        drop = 0
-        while drop < len(kept) and total + n > limit:
-            total -= kept[drop].tokens
-            drop += 1
-        kept = kept[drop:]
-        kept.append(ctx)
-        return kept
+        dropped = []
+        for e in self._sharing(ctx.head):  # a context with another head neither contains nor is contained in it
+            common = common_prefix_tokens(e.segments, segs)
+            if common >= n:
+                return None
+            if common >= e.tokens:
+                dropped.append(e)
+        total = self.host_tokens - sum(e.tokens for e in dropped)
+        evicted = []
+        if total + n > limit:
+            gone = set(dropped)
+            for e in self._host:
+                if total + n <= limit:
+                    break
+                if e not in gone:
+                    evicted.append(e)
+                    total -= e.tokens
+        return _Save(ctx, dropped, evicted)
 
-    def _install(self, host: list[SlotContext]) -> None:
-        if host is not self.host:
-            self._set_host(host)
-            self.saves += 1
+    def _apply(self, save: _Save | None) -> None:
+        if save is None:
+            return
+        for e in (*save.dropped, *save.evicted):
+            self._remove(e)
+        ctx = save.context
+        ctx.seq = self._seq
+        self._seq += 1
+        self._host[ctx] = None
+        self._by_first.setdefault(ctx.head[0], {})[ctx] = None
+        if ctx.head[2] is not None:
+            self._by_head.setdefault(ctx.head, {})[ctx] = None
+        self.host_tokens += ctx.tokens
+        self.saves += 1
 
-    def _set_host(self, host: list[SlotContext]) -> None:
-        self.host = host
-        self._in_host = set(host)
-        self.host_tokens = sum(e.tokens for e in host)
+    def _remove(self, ctx: SlotContext) -> None:
+        del self._host[ctx]
+        del self._by_first[ctx.head[0]][ctx]
+        if ctx.head[2] is not None:
+            del self._by_head[ctx.head][ctx]
+        self.host_tokens -= ctx.tokens
 
     # --- admission -----------------------------------------------------------------------
     def plan(self, req: Request) -> SlotPlan | None:
@@ -267,9 +338,8 @@ class SlotCache:
             plan.update = True
         plan.slot = chosen
         ctx = chosen.context
-        plan.host = self.host
         if plan.update and cfg.host_cache_tokens > 0:
-            plan.host = self._saved(self.host, ctx)
+            plan.save = self._save_of(ctx)
             ctx = self._load(plan, ctx, prompt, p)
         lcp = common_prefix_tokens(ctx.segments, prompt) if ctx.tokens else 0
         if self.config.checkpoints:
@@ -289,16 +359,34 @@ class SlotCache:
         return plan
 
     def _load(self, plan: SlotPlan, ctx: SlotContext, prompt: tuple[Segment, ...], p: int) -> SlotContext:
-        """The context the slot holds after looking for a better one in the host cache (as
-        saved by ``plan.host``): a saved context keeping at least a quarter of itself that
-        keeps a larger fraction of itself and shares more of the prompt than the slot's
-        (the best so far, oldest first); else the slot's, or nothing when that shares no
-        more than ``prompt_similarity`` of the prompt."""
+        """The context the slot holds after looking for a better one in the host cache (once
+        ``plan.save`` is done): walking the saved contexts oldest first, one keeping at least
+        a quarter of itself that keeps a larger fraction of itself and shares more of the
+        prompt than the best so far (at first the slot's own); the last one found is
+        restored. Without one: the slot's, or nothing when that shares less than
+        ``prompt_similarity`` of the prompt.
+
+        Only contexts that can share more than the slot's are walked: with the slot already
+        sharing the prompt's first segment, those starting like the prompt (any other shares
+        at most that segment, :func:`_head`); else those with the prompt's first segment
+        (any other shares nothing). The slot's own context, saved just before, is never
+        better than itself, and a saved context it contains shares no more than it does.
+        """
         base = common_prefix_tokens(ctx.segments, prompt) if ctx.tokens else 0
         keep_n, keep_d = (base, ctx.tokens) if ctx.tokens else (-1, 1)  # an empty slot: any context wins
         best = None
-        for e in plan.host:
-            lcp = common_prefix_tokens(e.segments, prompt)
+        head = _head(prompt)
+        p0, p1, p2 = head
+        gone = {*plan.save.dropped, *plan.save.evicted} if plan.save is not None else set()
+        walk = self._sharing(head) if p2 is not None and base >= p1 else list(self._by_first.get(p0, ()))
+        for e in walk:
+            if e in gone:
+                continue
+            _, e1, e2 = e.head  # the first id is the prompt's (see walk)
+            if e2 is None or p2 is None or (e1 == p1 and e2 == p2):
+                lcp = common_prefix_tokens(e.segments, prompt)
+            else:  # different heads: the shorter first segment only (see _head)
+                lcp = min(e1, p1)
             if 4 * lcp < e.tokens:  # would keep less than a quarter of itself
                 continue
             if keep_n * e.tokens < lcp * keep_d and base < lcp:
@@ -329,15 +417,15 @@ class SlotCache:
     def admit(self, req: Request, plan: SlotPlan) -> None:
         """Give *req* the slot *plan* (from :meth:`plan`, on the same state) chose."""
         slot = plan.slot
-        self._install(plan.host)
+        self._apply(plan.save)
         if plan.restore is not None:
-            self._set_host([e for e in self.host if e is not plan.restore])
+            self._remove(plan.restore)
             self.restores += 1
         slot.busy = True
         if self.config.cache_idle_slots:
             for s in self.slots:
                 if not s.busy:
-                    self._install(self._saved(self.host, s.context))
+                    self._apply(self._save_of(s.context))
         slot.context = EMPTY  # it holds the running request's tokens, which nobody can look up
         self._running[req.id] = (slot, plan.checkpoints)
 
