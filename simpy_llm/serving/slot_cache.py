@@ -194,9 +194,9 @@ class SlotCache:
 
     Examples
     --------
-    Two conversations sharing a 120-token system prompt, one slot, no host cache: the
-    second finds nothing (its slot's checkpoints lie past the common prefix), and the first
-    one's next round, given that slot again, neither.
+    One slot, no host cache, a conversation opening with a 120-token system prompt: a second
+    conversation with that system prompt would find nothing (the slot's only checkpoint lies
+    past the common prefix); the first one's next round finds its prompt less 5 tokens.
 
     >>> from simpy_llm.config.schema import SlotCacheConfig
     >>> from simpy_llm.entities import Request
