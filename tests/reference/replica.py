@@ -619,8 +619,9 @@ class _Replica:
                 if c - 1 <= lcp:
                     cached = min(lcp, max(1, c - 1))
                     break
-            cached = min(cached, p - 1)
+            # the checkpoints past the restored position go, then the cap at P - 1
             points = [c for c in ctx.checkpoints if c - 1 <= cached]
+            cached = min(cached, p - 1)
             taken = ([cached] if cached > 0 else []) + [p - b for b in sorted(self.s.prefill_breaks, reverse=True) if p - b > cached]
             for c in taken:
                 if c in points:

@@ -119,6 +119,17 @@ def test_an_identical_prompt_still_computes_one_token():
     assert cache.plan(again).cached == 318
 
 
+def test_a_prompt_ending_at_a_checkpoint_computes_its_last_token_and_keeps_that_checkpoint():
+    """A prompt equal to the first 295 tokens of a context with a checkpoint at 296 restores
+    it (295 tokens), all of the prompt: one token is computed again (294 cached); the
+    checkpoint at 296 is not past the restored position and stays, beside the new one at 294."""
+    cache = SlotCache(1, NO_HOST, BREAKS)
+    x0 = first(0, 300)
+    run(cache, x0)
+    plan = cache.plan(after(1, x0, 295))
+    assert (plan.cached, plan.checkpoints) == (294, (296, 294))
+
+
 # --- choosing the slot ----------------------------------------------------------------------
 
 
