@@ -779,7 +779,7 @@ class Replica:
                 if hits:
                     self._restores += 1
             kv.allocate(new_blocks)
-            if holder is not None and slots is None:
+            if holder is not None:  # (never with a slot cache: nothing is shared)
                 cache.register_shared(holder, computed + chunk)
             if swapped:
                 if swapped > cached:
