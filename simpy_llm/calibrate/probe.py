@@ -8,80 +8,108 @@ shows on its own; it takes about a minute (``max_seconds``) and writes a profile
 whose values and 95 % intervals ``calibrate fit --priors`` combines with an observed
 trace (``docs/calibration.md``, "Probe").
 
-Phases, in this order (each request's ``client_id`` in the trace names its phase):
+Phases, in this order (each request's ``client_id`` in the trace names its phase; every
+request is streamed with ``ignore_eos``):
 
 ``warm_up``
-    Two requests (a short prompt with 8 output tokens, a prompt of 256 tokens with one)
+    Two requests (a 16-token prompt with 8 output tokens, a prompt of 256 tokens with one)
     that also size the design: their TTFTs and token gaps estimate the time per prompt
-    token and per decode step, from which the longest isolated prompt and the decode
-    phase's output length are chosen to fit the budget (:func:`plan_design`). Left out
-    of the estimates (the header's ``warm_up_requests``).
+    token and per decode step, from which the longest isolated prompt, the decode
+    phase's output length and the other phases' sizes are chosen to fit the budget
+    (:func:`plan_design`). Left out of the estimates (the header's ``warm_up_requests``).
 ``isolated``
     Prompts across lengths (4 tokens, then 7 lengths log-spaced from 32 to at most 1,600
     tokens, the slot's context and the budget permitting), each twice, one at a time,
-    with the prompt cache off (``cache_prompt: false`` for llama.cpp) and 4 output tokens.
+    with the prompt cache off (``cache_prompt: false`` for llama.cpp) and 2 output tokens.
     The engine cuts a prompt of ``P`` tokens into steps (``prefill_breaks``) and forward
     passes (``ubatch_tokens``) as :func:`~simpy_llm.calibrate.fit._prompt_chunks` does, so
     on an idle server ``TTFT = alpha0 + RTT + (prefill_step + prefill_only_step) x passes
     + prefill_token x P + prefill_pair x pairs(P)`` (``pairs`` as
     :func:`~simpy_llm.calibrate.fit._chunk_pairs`): an ordinary least-squares fit with
-    standard errors. Their three decode gaps each, at contexts from 4 to 1,600 tokens,
-    give ``decode_context`` (the slope of gap on context, least squares).
+    standard errors. Each one's decode gap, a step of one decoder whose context is its
+    prompt (4 to 1,600 tokens), gives ``decode_context`` (the slope of gap on context,
+    least squares).
 ``decode.N``
     For each batch size ``N = 1 .. parallel``, ``N`` requests with 8-token prompts and
     enough output tokens sent together: once all ``N`` decode (after the last one's first
     token, before the first one's last token), every token gap is a pure-decode step of
-    ``N`` decoders. ``D(N)`` is the median gap, less ``decode_context`` x the decoders'
-    context, with the distribution-free 95 % interval of a median (order statistics).
-    Above 8 slots, sizes 1-8 and then doubling sizes are measured and the others
-    interpolated.
+    ``N`` decoders. ``D(N)`` is the median of one request's gaps in that window, less
+    ``decode_context`` x the decoders' context, with the distribution-free 95 % interval of
+    a median (order statistics; none below 6 gaps). Above 8 slots, sizes 1-8, then
+    doubling sizes and the slot count are measured and the others interpolated (no interval).
 ``mixed``
-    One request decoding alone (``mixed.decoder``) while prompts of 40-300 tokens join it
-    one after another (``mixed.joiner``, one output token). The decoder's gaps that hold a
-    joiner's prompt chunks are ``D(1) + prefill_step + prefill_token x c + prefill_pair x
-    q``; against its own pure gaps they give ``prefill_step``, and with the isolated
-    phase's per-pass cost, ``prefill_only_step = per-pass cost - prefill_step``. Skipped
-    with one slot (a prompt cannot join a decoding request).
+    One request decoding alone (``mixed.decoder``, a 16-token prompt) while prompts of 40
+    to 300 tokens (40 to 180 on a small design; each within one forward pass with the
+    decoder) join it one after another, each sent once the decoder has emitted 3 tokens
+    since the previous one ended (``mixed.joiner``, one output token). The decoder's gaps
+    that hold a joiner's prompt chunks (the steps ending at the joiner's first token and
+    just before, one per chunk) are ``D(1) + prefill_step + prefill_token x c +
+    prefill_pair x q``; against the median of its pure gaps they give ``prefill_step`` (the
+    mean), and with the isolated phase's per-pass cost, ``prefill_only_step = per-pass cost
+    - prefill_step``. Skipped with one slot (a prompt cannot join a decoding request).
 ``extension``
-    A prompt (``extension.base``, 200 tokens), then the same prompt extended by 60 tokens
-    (``extension``), the prompt cache on. The extension computes only its uncached tokens
-    (``prompt - cached``, as the server reports them), after the cached prefix: its TTFT
-    less what the isolated fit predicts for a fresh prompt of that many tokens at that
+    A prompt (``extension.base``, 100 tokens), then the same prompt extended by 60 tokens
+    (``extension``), twice, the prompt cache on. The extension computes only its uncached
+    tokens (``prompt - cached``, as the server reports them), after the cached prefix: its
+    TTFT less what the isolated fit predicts for a fresh start of that many tokens at that
     offset is the cost of starting from a cached prefix still in its slot.
 ``restore``
-    llama.cpp with a host-memory prompt cache (``--cache-ram``, ``cache_ram_mib`` > 0): a
+    llama.cpp with a host-memory prompt cache (``--cache-ram``: ``cache_ram_mib`` not 0): a
     prompt (``restore.base``), then ``parallel`` other prompts at once (``restore.fill``)
     so that every slot is taken and the first prompt's state is saved to host memory,
     then its extension (``restore``): the same residual measures a restore from host
     memory.
 
-``cache_restore_us`` is the restore's residual when that phase ran, else the extension's;
-both figures are in the profile (``fit.probe``). A server that cannot (no prompt cache,
-the emulated server, which caches nothing across requests, or no host cache for the
-restore) has the phase skipped, the reason among the warnings, ``cache_restore_us`` at
-its default and ``null`` interval. A prompt's exact token count comes from the server's
-``/tokenize`` (and ``/apply-template`` for chat) when it has them (llama.cpp), else from
-the counts its ``usage`` reported for the warm-up requests; either way the estimates use
-the counts ``usage`` reports per request. Prompts are synthetic words drawn per request
-(seeded by ``seed`` and the request id), so no two share a prefix by accident.
+``cache_restore_us`` is the restore's residual when that phase ran, else the extension's
+(the latency model has one cost for any start from a cached prefix); both figures are in
+the profile (``fit.probe.cached_prefix_us``). A phase the server cannot run (no slot for a
+joiner; no prompt cache: the emulated server caches nothing across requests, a vLLM or
+SGLang server with ``enable_prefix_caching: false``; no host-memory slot restore: any
+server but llama.cpp, or ``cache_ram_mib: 0``) is skipped, with the reason in the header
+(``probe.skipped``) and the warnings; a request that finds nothing cached is left out.
+With neither, ``cache_restore_us`` keeps its default 0 with a null interval.
 
-Not every coefficient is identifiable on every engine: without prompt breaks or passes
-(a vLLM-like engine computes any probe prompt in one step) every isolated prompt pays
-one fixed cost, so ``alpha0`` stays at its default 0 and the whole fixed cost is
-``prefill_only_step``; without the mixed phase ``prefill_step`` is the per-pass cost and
-``prefill_only_step`` its default 0. Coefficients are not negative: an estimate below 0
-is held at 0 (with a warning) and intervals are clipped at 0. ``alpha0`` is the
-intercept less the trace header's measured round trip, which ``calibrate compare`` adds
-back to every simulated TTFT.
+**Budget.** :func:`plan_design` takes the largest of a few design sizes whose planned
+duration (a cost model from the warm-up, times :data:`_SAFETY`) fits the time left; an
+optional phase (mixed, extension, restore) is skipped when its planned time exceeds the
+time left when it is due; the isolated phase's second round and the decode phase's sizes
+above 1 stop when the budget is spent. What a profile needs (one round of isolated
+prompts, ``D(1)``) is always sent, so a budget too short for the smallest design is
+overrun, with a warning.
+
+**Prompts** are synthetic words drawn per request (seeded by ``seed`` and a key of the
+phase and request), so no two share a prefix by accident. Their exact token counts come
+from the server's ``/tokenize`` (and ``/apply-template`` for chat), llama.cpp's endpoints,
+when it answers them, else one token per word; either way corrected by the difference
+the first warm-up request's ``usage`` showed; the estimates use the counts ``usage``
+reports per request. Each request carries ``user: simpy-llm-probe/<request id>`` (the
+emulated server records it as the client) and, for llama.cpp, ``cache_prompt``.
+
+**Conventions.** Tokens of different requests less than a quarter of the median token gap
+apart end the same engine step. The decoders' context of a pure-decode step is counted
+as the simulator's engine counts it, at the start of the stretch of identical steps (when
+the batch last changed): a real server's grows by one token per decoder and step, a
+difference of ``decode_context`` x decoders x steps, well under a percent of a step on
+the servers measured. Not every coefficient is identifiable on every engine: without
+prompt breaks or passes (a vLLM-like engine computes any probe prompt in one step) every
+isolated prompt pays one fixed cost, so ``alpha0`` stays at its default 0 and the whole
+fixed cost is ``prefill_only_step``; without the mixed phase ``prefill_step`` is the
+per-pass cost and ``prefill_only_step`` its default 0. Coefficients are not negative: a
+least-squares term that comes out below 0 is dropped from the fit and held at 0, and any
+other estimate below 0 is held at 0, each with a warning; intervals are clipped at 0.
+``alpha0`` is the intercept less the trace header's measured round trip
+(``network.measured_rtt_ms``), which ``calibrate compare`` adds back to every simulated
+TTFT. A difference of two estimates (``prefill_only_step``) takes the root sum of their
+squared standard errors and the smaller degrees of freedom.
 
 Outputs (:func:`run_probe`): ``trace.yaml`` / ``trace.csv`` in *out* (a trace v2 with the
-observer's columns and a header with the server, hardware and network blocks as
-``simpy-llm observe --server-type`` writes them, plus ``probe``: budget, slots, seed),
-and ``profile.yaml`` (:meth:`ProbeResult.profile`): ``latency_model`` with every
-coefficient, ``server``, and ``fit`` with ``method: probe``, ``intervals``, ``sources``
-(``probe`` for measured, ``default`` otherwise), ``ranges`` (what the probe covered),
-``warnings`` and the phases' statistics (``probe``). :func:`probe_estimate` recomputes
-the result from a probe's trace alone.
+observer's columns, written as requests end, and a header with the server, hardware and
+network blocks as ``simpy-llm observe --server-type`` writes them, plus ``probe``: budget,
+slots, seed, phases skipped), and ``profile.yaml`` (:meth:`ProbeResult.profile`):
+``latency_model`` with every coefficient, ``server``, and ``fit`` with ``method: probe``,
+``trace``, ``intervals``, ``sources`` (``probe`` for measured, ``default`` otherwise),
+``ranges`` (what the probe covered), ``warnings`` and the phases' statistics (``probe``).
+:func:`probe_estimate` recomputes the result from a probe's trace alone.
 """
 
 from __future__ import annotations
@@ -524,8 +552,10 @@ class _Estimator:
         self.stats: dict[str, Any] = {}
         self.est: dict[str, _Estimate] = {}
         gaps = np.concatenate([np.diff(r["times"]) for r in self.req.rows if len(r["times"]) > 1] or [np.empty(0)])
-        self.eps = min(0.25 * float(np.median(gaps)), 0.005) if gaps.size else 0.001
-        """Tokens of different requests less than this apart end the same step, s."""
+        self.eps = 0.25 * float(np.median(gaps)) if gaps.size else 0.001
+        """Tokens of different requests less than this apart end the same step (a quarter of the
+        median gap: steps are at least a decode step apart, and a loaded client reads the tokens
+        of one step several milliseconds apart), s."""
 
     # --- isolated prompts: alpha0, per-pass cost, prefill_token, prefill_pair; decode_context
     def isolated(self) -> None:
@@ -760,9 +790,9 @@ class _Estimator:
             if clip and value < 0:
                 self.warnings.append(f"{name} came out at {value * 1e6:.4g} µs: held at 0")
                 value = 0.0
-            params[name] = value * 1e6
+            params[name] = float(value * 1e6)
             b = est.bounds()
-            intervals[name] = None if b is None else [max(b[0], 0.0) * 1e6, max(b[1], 0.0) * 1e6]
+            intervals[name] = None if b is None else [float(max(b[0], 0.0) * 1e6), float(max(b[1], 0.0) * 1e6)]
             sources[name] = "probe"
 
         size = int(parallel or max(self.decode_table))
@@ -770,8 +800,8 @@ class _Estimator:
         if any(n not in self.decode_table for n in range(1, size + 1)):
             missing = [n for n in range(1, size + 1) if n not in self.decode_table]
             self.warnings.append(f"D(n) for n = {_ranges_text(missing)} interpolated between the measured sizes (no interval)")
-        params["decode_step_us"] = [v * 1e6 for v in table]
-        intervals["decode_step_us"] = [None if iv is None else [iv[0] * 1e6, iv[1] * 1e6] for iv in table_iv]
+        params["decode_step_us"] = [float(v * 1e6) for v in table]
+        intervals["decode_step_us"] = [None if iv is None else [float(iv[0] * 1e6), float(iv[1] * 1e6)] for iv in table_iv]
         sources["decode_step_us"] = table_src
 
         per_pass = self.est.get("pass")
@@ -834,6 +864,21 @@ class _Estimator:
             "concurrency": [1, max(most, 1)],
             "cached_fraction": [min(cached), max(cached)],
         }
+
+
+def _native(value: Any) -> Any:
+    """*value* with numpy numbers as Python's (mappings and lists recursively).
+
+    >>> _native({"a": [np.int64(2), np.float64(0.5)]})
+    {'a': [2, 0.5]}
+    """
+    if isinstance(value, Mapping):
+        return {k: _native(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_native(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
 
 
 def _size(name: str) -> int:
@@ -916,8 +961,8 @@ def probe_estimate(trace: Path | str | Trace, *, parallel: int | None = None) ->
     params, intervals, sources = est.run(parallel)
     server = trace.header.get("server")
     return ProbeResult(
-        params=params, intervals=intervals, sources=sources, ranges=est.ranges(), warnings=est.warnings,
-        statistics={"rtt_ms": est.rtt_s * 1e3, "tolerance_ms": est.eps * 1e3, **est.stats},
+        params=params, intervals=intervals, sources=sources, ranges=_native(est.ranges()), warnings=est.warnings,
+        statistics=_native({"rtt_ms": est.rtt_s * 1e3, "tolerance_ms": est.eps * 1e3, **est.stats}),
         trace=csv_path, server=dict(server) if isinstance(server, Mapping) else None,
     )
 
