@@ -204,6 +204,9 @@ def _probe(args: argparse.Namespace) -> int:
     except (aiohttp.ClientError, OSError) as exc:
         print(f"cannot reach {args.url}: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(f"interrupted: the requests answered so far are in {Path(args.out) / 'trace.csv'}", file=sys.stderr)
+        return 130
     console = Console(soft_wrap=True)
     console.print(probe_table(result))
     for warning in result.warnings:

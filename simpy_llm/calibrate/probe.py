@@ -36,7 +36,8 @@ request is streamed with ``ignore_eos``):
     ``N`` decoders. ``D(N)`` is the median of one request's gaps in that window, less
     ``decode_context`` x the decoders' context, with the distribution-free 95 % interval of
     a median (order statistics; none below 6 gaps). Above 8 slots, sizes 1-8, then
-    doubling sizes and the slot count are measured and the others interpolated (no interval).
+    doubling sizes and the slot count are measured and the others interpolated (no interval;
+    flat beyond the largest size measured, should the budget cut the phase short).
 ``mixed``
     One request decoding alone (``mixed.decoder``, a 16-token prompt) while prompts of 40
     to 300 tokens (40 to 180 on a small design; each within one forward pass with the
@@ -314,6 +315,7 @@ def plan_design(
     cap = max(min(MAX_PROMPT_TOKENS, max_prompt_tokens), 8)
     sizes = _decode_sizes(parallel)
     joiner_cap = (ubatch_tokens + 3) if ubatch_tokens is not None else 300
+
     def ttft(tokens: float) -> float:  # the cost model's prompt on an idle server
         return short_ttft_s + token_s * tokens
 
@@ -782,12 +784,12 @@ class _Estimator:
         intervals: dict[str, Any] = {}
         sources: dict[str, Any] = {}
 
-        def put(name: str, est: _Estimate | None, *, clip: bool = True) -> None:
+        def put(name: str, est: _Estimate | None) -> None:
             if est is None:
                 params[name], intervals[name], sources[name] = DEFAULTS_US[name], None, "default"
                 return
             value = est.value
-            if clip and value < 0:
+            if value < 0:
                 self.warnings.append(f"{name} came out at {value * 1e6:.4g} µs: held at 0")
                 value = 0.0
             params[name] = float(value * 1e6)
@@ -799,7 +801,8 @@ class _Estimator:
         table, table_iv, table_src = _decode_table(self.decode_table, size)
         if any(n not in self.decode_table for n in range(1, size + 1)):
             missing = [n for n in range(1, size + 1) if n not in self.decode_table]
-            self.warnings.append(f"D(n) for n = {_ranges_text(missing)} interpolated between the measured sizes (no interval)")
+            self.warnings.append(f"D(n) for n = {_ranges_text(missing)} interpolated between the measured sizes, flat beyond "
+                                 "them (no interval)")
         params["decode_step_us"] = [float(v * 1e6) for v in table]
         intervals["decode_step_us"] = [None if iv is None else [float(iv[0] * 1e6), float(iv[1] * 1e6)] for iv in table_iv]
         sources["decode_step_us"] = table_src
@@ -810,25 +813,23 @@ class _Estimator:
         put("prefill_token_us", self.est["prefill_token"])
         put("prefill_pair_us", self.est.get("prefill_pair"))
         put("decode_context_us", self.est.get("decode_context"))
+        # With passes that vary, the intercept is alpha0 (less the round trip) and the per-pass
+        # cost is prefill_step + prefill_only_step; with one pass per prompt, the intercept is
+        # the whole fixed cost and alpha0 keeps its default (module docstring).
+        fixed = _Estimate(intercept.value - self.rtt_s, intercept.se, intercept.df)
         if per_pass is not None:
-            put("alpha0_us", _Estimate(intercept.value - self.rtt_s, intercept.se, intercept.df))
-            if step is None:
-                put("prefill_step_us", per_pass)
-                put("prefill_only_step_us", None)
-                self.warnings.append("no prompt joined a decoding request: prefill_step_us is the whole per-pass cost, "
-                                     "prefill_only_step_us at its default 0")
-            else:
-                put("prefill_step_us", step)
-                put("prefill_only_step_us", _difference(per_pass, step))
+            put("alpha0_us", fixed)
         else:
             put("alpha0_us", None)
-            fixed = _Estimate(intercept.value - self.rtt_s, intercept.se, intercept.df)
-            if step is None:
-                put("prefill_step_us", fixed)
-                put("prefill_only_step_us", None)
-            else:
-                put("prefill_step_us", step)
-                put("prefill_only_step_us", _difference(fixed, step))
+            per_pass = fixed
+        if step is None:
+            put("prefill_step_us", per_pass)
+            put("prefill_only_step_us", None)
+            self.warnings.append("no prompt joined a decoding request: prefill_step_us is the whole fixed cost of a "
+                                 "prompt step on an idle server, prefill_only_step_us at its default 0")
+        else:
+            put("prefill_step_us", step)
+            put("prefill_only_step_us", _difference(per_pass, step))
         restore = res if res is not None else ext
         put("cache_restore_us", restore)
         if restore is None:
@@ -1258,7 +1259,7 @@ async def run_probe_async(
     salt = str(seed) if seed is not None else os.urandom(6).hex()
     started = time.perf_counter()
     deadline = started + float(max_seconds)
-    async with OpenAIClient(url, api_key=api_key, model=model, timeout_s=timeout_s or float(max_seconds)) as client:
+    async with OpenAIClient(url, api_key=api_key, model=model, timeout_s=timeout_s or max(float(max_seconds), 60.0)) as client:
         header: dict[str, Any] = {"mode": "real", "server_url": url, "api": api}
         header["model"] = await client.default_model()
         blocks = await describe_server(client, server_type=kind, config=server_cfg, model=header["model"], model_discovered=model is None)
@@ -1289,7 +1290,10 @@ async def run_probe_async(
             )
             await run.run(float(max_seconds))
             duration = client.now()
-    result = probe_estimate(out / "trace", parallel=slots)
+    try:
+        result = probe_estimate(out / "trace", parallel=slots)
+    except ProbeError as exc:
+        raise ProbeError(f"{exc} (the probe's requests are in {out / 'trace.csv'})") from None
     statistics = {
         **result.statistics,
         "budget_s": float(max_seconds),
@@ -1347,7 +1351,7 @@ def run_probe(
         Seeds the prompts' words (default: drawn afresh, so that a repeated probe finds
         nothing of an earlier one in the server's prompt cache); written to the header.
     timeout_s
-        Per-request limit (default: *max_seconds*).
+        Per-request limit (default: *max_seconds*, at least 60 s).
     loop
         ``auto`` (uvloop when installed), ``uvloop`` or ``asyncio``.
 

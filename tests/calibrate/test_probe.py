@@ -592,6 +592,26 @@ def test_cli_probe_of_one_slot_over_chat_skips_the_mixed_phase(fast_server, tmp_
     assert set(read_trace_v2(out / "trace").frame["client_id"]) == {"warm_up", "isolated", "decode.1"}
 
 
+def test_cli_probe_keeps_to_a_budget_shorter_than_its_smallest_design(fast_server, tmp_path, capsys):
+    """With a 0.05 s budget (the warm-up alone takes longer on this server), the probe warns that
+    its smallest design overruns, sends what a profile needs (one round of isolated prompts, D(1)),
+    cuts the isolated phase's second round and the decode sizes from 2 on, skips the mixed phase,
+    and still writes a profile whose D(2) is D(1) (flat beyond the sizes measured, no interval)."""
+    out = tmp_path / "probe"
+    assert main(["calibrate", "probe", "--url", fast_server.url, "--server-type", "emulated", "--out", str(out),
+                 "--max-seconds", "0.05"]) == 0
+    printed = capsys.readouterr().out
+    for text in ("the smallest design is planned to take", "isolated phase cut short by the budget after 1 round(s)",
+                 "decode phase cut short by the budget: batch sizes from 2 on not measured",
+                 "mixed phase skipped: the budget ran out", "D(n) for n = 2 interpolated"):
+        assert text in printed, text
+    phases = read_trace_v2(out / "trace").frame["client_id"].value_counts().to_dict()
+    assert phases == {"warm_up": 2, "isolated": 8, "decode.1": 1}
+    profile = yaml.safe_load((out / "profile.yaml").read_text())
+    d1, d2 = profile["latency_model"]["params"]["decode_step_us"]
+    assert d1 == d2 and profile["fit"]["intervals"]["decode_step_us"][1] is None
+
+
 def test_cli_probe_needs_a_slot_count(fast_server, tmp_path, capsys):
     """A server whose description gives no slot count (type ``other``) needs ``--parallel``: exit 2,
     saying so, before the probe sends anything but discovery."""
