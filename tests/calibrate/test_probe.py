@@ -31,14 +31,16 @@ from aiohttp.test_utils import TestServer
 from simpy_llm import Simulation, scenario_from_dict
 from simpy_llm.calibrate import simulated_observation
 from simpy_llm.calibrate.probe import (
-    COEFFICIENTS,
     DEFAULT_MAX_SECONDS,
-    ProbeError,
     _Prompts,
-    median_interval,
     plan_design,
-    probe_estimate,
     run_probe_async,
+)
+from simpy_llm.calibrate.probe_estimate import (
+    COEFFICIENTS,
+    ProbeError,
+    median_interval,
+    probe_estimate,
     write_probe_profile,
 )
 from simpy_llm.cli import main
@@ -176,6 +178,7 @@ def test_probe_profile_loads_as_a_latency_model(tmp_path):
     }))
     model = Simulation(load_scenario(scenario_file)).replicas[0].latency
     assert isinstance(model, BatchTableLatency)
+    assert model.step_time_s(300, 2, 600, 45_150) == pytest.approx(result.model().step_time_s(300, 2, 600, 45_150), rel=1e-5)
     assert model.prefill_token_us == pytest.approx(TRUTH["prefill_token_us"], rel=1e-4)
     assert list(model.decode_step_us) == pytest.approx(TRUTH["decode_step_us"], rel=1e-4)
 
@@ -573,6 +576,7 @@ def test_cli_probe_writes_the_trace_and_the_profile(fast_server, tmp_path, capsy
     profile = yaml.safe_load((out / "profile.yaml").read_text())
     assert profile["fit"]["method"] == "probe" and len(profile["latency_model"]["params"]["decode_step_us"]) == 2
     assert profile["fit"]["probe"]["duration_s"] <= 30.0
+    assert set(profile["fit"]["probe"]["warm_up"]) == {"short_ttft_s", "token_s", "step_s"}
     assert profile["fit"]["sources"]["cache_restore_us"] == "default"
 
 
