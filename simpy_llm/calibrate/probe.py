@@ -12,11 +12,12 @@ Phases, in this order (each request's ``client_id`` in the trace names its phase
 request is streamed with ``ignore_eos``):
 
 ``warm_up``
-    Two requests (a 16-token prompt with 8 output tokens, a prompt of 256 tokens with one)
-    that also size the design: their TTFTs and token gaps estimate the time per prompt
-    token and per decode step, from which the longest isolated prompt, the decode
-    phase's output length and the other phases' sizes are chosen to fit the budget
-    (:func:`plan_design`). Left out of the estimates (the header's ``warm_up_requests``).
+    Three requests: a 16-token prompt (the first request a server sees is often slow), a
+    256-token prompt and a 16-token prompt with 8 output tokens. The last two size the
+    design: their TTFTs and token gaps estimate the time per prompt token and per decode
+    step, from which the longest isolated prompt, the decode phase's output length and the
+    other phases' sizes are chosen to fit the budget (:func:`plan_design`). Left out of
+    the estimates (the header's ``warm_up_requests``).
 ``isolated``
     Prompts across lengths (4 tokens, then 7 lengths log-spaced from 32 to at most 1,600
     tokens, the slot's context and the budget permitting), each twice, one at a time,
@@ -136,7 +137,7 @@ __all__ = ["DEFAULT_MAX_SECONDS", "ProbeDesign", "plan_design", "run_probe", "ru
 DEFAULT_MAX_SECONDS = 75.0
 """The probe's default time budget, s."""
 
-WARM_UP_REQUESTS = 2
+WARM_UP_REQUESTS = 3
 """Requests sent first and left out of the estimates."""
 
 MAX_PROMPT_TOKENS = 1600
@@ -246,7 +247,9 @@ def plan_design(
         Whether those phases can run on this server.
 
     The cost model: a prompt of ``L`` tokens takes ``short_ttft + token_s x L``, a step of
-    ``n`` decoders at most ``n x step_s``; the sum is multiplied by :data:`_SAFETY`.
+    ``n`` decoders at most ``n x step_s``; the sum is multiplied by :data:`_SAFETY`. It is
+    conservative (a step of ``n`` decoders takes less than ``n`` single ones on every server
+    measured), so a probe usually ends before its budget.
 
     Examples
     --------
@@ -452,8 +455,11 @@ class _Run:
 
     # --- phases
     async def warm_up(self) -> dict[str, float]:
+        """Three requests: a short prompt (the first request a server sees is often slow), a
+        longer one and the short one again with 8 output tokens; the cost model of
+        :func:`plan_design` from the last two."""
         text, n = await self.prompts.make(16, "warm_up/0")
-        first = await self.send("warm_up", text, n, 8, cache=False)
+        first = await self.send("warm_up", text, n, 1, cache=False)
         if first.status != "ok":
             raise ProbeError(f"the first request failed: {first.error_message}")
         self.prompts.learn(n, first.prompt_tokens)
@@ -463,13 +469,18 @@ class _Run:
         second = await self.send("warm_up", text, m, 1, cache=False)
         if second.status != "ok":
             raise ProbeError(f"a {m}-token prompt failed: {second.error_message}")
-        p0 = first.prompt_tokens or n
-        p1 = second.prompt_tokens or m
-        gaps = first.itl_s
-        step = float(np.median(gaps)) if gaps else float(first.ttft_s)
-        token = max((second.ttft_s - first.ttft_s) / max(p1 - p0, 1), 1e-6)
+        await self.pause()
+        text, n = await self.prompts.make(16, "warm_up/2")
+        third = await self.send("warm_up", text, n, 8, cache=False)
+        if third.status != "ok":
+            raise ProbeError(f"a {n}-token prompt failed: {third.error_message}")
+        p_short = third.prompt_tokens or n
+        p_long = second.prompt_tokens or m
+        gaps = third.itl_s
+        step = float(np.median(gaps)) if gaps else float(third.ttft_s)
+        token = max((second.ttft_s - third.ttft_s) / max(p_long - p_short, 1), 1e-6)
         self.pause_s = min(max(step, 0.01), 0.1)
-        return {"short_ttft_s": float(first.ttft_s), "token_s": float(token), "step_s": step}
+        return {"short_ttft_s": float(third.ttft_s), "token_s": float(token), "step_s": step}
 
     async def isolated(self, d: ProbeDesign) -> None:
         for rep in range(d.isolated_repeats):

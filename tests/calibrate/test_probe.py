@@ -572,7 +572,7 @@ def test_cli_probe_writes_the_trace_and_the_profile(fast_server, tmp_path, capsy
     header = read_trace_v2(out / "trace").header
     assert header["server"]["type"] == "emulated" and header["server"]["max_num_seqs"] == 2
     assert header["probe"]["parallel"] == 2 and header["probe"]["budget_s"] == 30.0 and header["probe"]["seed"] == "5"
-    assert set(header["probe"]["skipped"]) == {"extension", "restore"} and header["warm_up_requests"] == 2
+    assert set(header["probe"]["skipped"]) == {"extension", "restore"} and header["warm_up_requests"] == 3
     profile = yaml.safe_load((out / "profile.yaml").read_text())
     assert profile["fit"]["method"] == "probe" and len(profile["latency_model"]["params"]["decode_step_us"]) == 2
     assert profile["fit"]["probe"]["duration_s"] <= 30.0
@@ -610,7 +610,7 @@ def test_cli_probe_keeps_to_a_budget_shorter_than_its_smallest_design(fast_serve
                  "mixed phase skipped: the budget ran out", "D(n) for n = 2 interpolated"):
         assert text in printed, text
     phases = read_trace_v2(out / "trace").frame["client_id"].value_counts().to_dict()
-    assert phases == {"warm_up": 2, "isolated": 8, "decode.1": 1}
+    assert phases == {"warm_up": 3, "isolated": 8, "decode.1": 1}
     profile = yaml.safe_load((out / "profile.yaml").read_text())
     d1, d2 = profile["latency_model"]["params"]["decode_step_us"]
     assert d1 == d2 and profile["fit"]["intervals"]["decode_step_us"][1] is None
