@@ -203,8 +203,9 @@ def load_server_config(config: str | os.PathLike[str] | Mapping[str, Any] | Serv
         message = _server_value_problem(str(key), value)
         if message:
             problems.append((f"server.{key}", message))
+    reported = {path for path, _ in problems}
     for key, value in blocks.get("network", {}).items():
-        message = _network_value_problem(str(key), value)
+        message = "" if f"network.{key}" in reported else _network_value_problem(str(key), value)
         if message:
             problems.append((f"network.{key}", message))
     if problems:
