@@ -1,4 +1,4 @@
-"""``simpy-llm calibrate compare | fit``: the calibrator on the command line.
+"""``simpy-llm calibrate compare | fit | probe``: the calibrator on the command line.
 
 ``simpy-llm calibrate compare OBSERVED [--scenario S] [--profile P] [--out DIR]``
 replays an observed trace (``simpy-llm observe``'s output directory, or a trace
@@ -11,7 +11,10 @@ their documented defaults), prints each coefficient's value, 95 % interval and
 source, then compares the fitted model with the same trace (its report opens
 with the fit's warnings). Without ``--scenario`` the
 serving system comes from the trace header (:func:`~simpy_llm.calibrate.scenario.scenario_from_trace`);
-``--profile`` applies a fitted latency profile to it.
+``--profile`` applies a fitted latency profile to it. ``simpy-llm calibrate probe --url URL
+--out DIR`` sends a short designed set of requests to a server and writes its trace and a
+profile of the coefficients it measured, with their intervals
+(:mod:`~simpy_llm.calibrate.probe`).
 """
 
 from __future__ import annotations
@@ -27,8 +30,9 @@ __all__ = ["add_parser", "coefficient_table", "main"]
 
 
 def add_parser(sub: Any, add_scenario_options: Any) -> None:
-    """Add ``calibrate`` with its ``compare`` and ``fit`` subcommands to the subparsers *sub*;
-    *add_scenario_options* adds ``--set`` and ``--plugin`` (as every command has them)."""
+    """Add ``calibrate`` with its ``compare``, ``fit`` and ``probe`` subcommands to the subparsers
+    *sub*; *add_scenario_options* adds ``--set`` and ``--plugin`` (as every command reading a
+    scenario has them)."""
     cal = sub.add_parser("calibrate", help="compare an observed trace with the simulator, or fit a latency profile to it")
     verbs = cal.add_subparsers(dest="calibrate_command", required=True)
 
@@ -45,6 +49,31 @@ def add_parser(sub: Any, add_scenario_options: Any) -> None:
     fit.add_argument("--max-evaluations", type=int, default=400, metavar="N", help="replays the refinement may run (default 400)")
     fit.add_argument("--priors", metavar="PROFILE",
                      help="a profile (a probe's, or a previous fit's) giving the coefficients this trace does not determine")
+
+    _add_probe(verbs)
+
+
+_SERVER_TYPES = ("vllm", "sglang", "llamacpp", "emulated", "other")
+"""simpy_llm.observe.server_info.SERVER_TYPES, written out so that starting the command does not import aiohttp."""
+
+
+def _add_probe(verbs: Any) -> None:
+    probe = verbs.add_parser(
+        "probe",
+        help="measure a server with a short designed set of requests and write a profile (the priors of calibrate fit)",
+    )
+    probe.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:8080 (without /v1)")
+    probe.add_argument("--out", metavar="DIR", required=True, help="write trace.yaml, trace.csv and profile.yaml here")
+    probe.add_argument("--model", help="model name to request (default: the first of the server's /v1/models)")
+    probe.add_argument("--api", choices=("completions", "chat"), default="completions", help="endpoint (default completions)")
+    probe.add_argument("--api-key", help="bearer token (default: the OPENAI_API_KEY environment variable)")
+    probe.add_argument("--server-type", choices=_SERVER_TYPES, help="what the server is (default: the server config's type, else other)")
+    probe.add_argument("--server-config", metavar="FILE", help="YAML with server, hardware and network settings (as for observe)")
+    probe.add_argument("--max-seconds", type=float, metavar="S", help="time budget, seconds (default 75)")
+    probe.add_argument("--parallel", type=int, metavar="N", help="the server's slots: batch sizes 1..N are measured (default: from the server's description)")
+    probe.add_argument("--seed", type=int, help="seed of the prompts' words (default: drawn afresh)")
+    probe.add_argument("--loop", choices=("auto", "uvloop", "asyncio"), default="auto", help="event loop (auto: uvloop)")
+    probe.set_defaults(plugins=[], overrides=[])  # it reads no scenario: no --set, no --plugin
 
 
 def _common(parser: argparse.ArgumentParser, add_scenario_options: Any) -> None:
@@ -87,7 +116,10 @@ def coefficient_table(result: Any) -> Any:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run the ``calibrate`` command *args* asks for; exit status 0, 2 on bad input."""
+    """Run the ``calibrate`` command *args* asks for; exit status 0, 2 on bad input (1 when
+    the probe cannot reach the server)."""
+    if args.calibrate_command == "probe":
+        return _probe(args)
     from rich.console import Console
 
     from simpy_llm.calibrate.compare import compare
@@ -166,3 +198,79 @@ def main(args: argparse.Namespace) -> int:
         written = write_report(report, cal.samples, Path(out))
         console.print(f"wrote {', '.join(p.name for p in written)} in {out}")
     return 0
+
+
+def _probe(args: argparse.Namespace) -> int:
+    """``calibrate probe``: checks its options and output directory before anything is sent."""
+    import math
+    import os
+
+    from simpy_llm.output_paths import OutputPathError, check_output_dir
+
+    if args.max_seconds is not None and not (math.isfinite(args.max_seconds) and args.max_seconds > 0):
+        print(f"--max-seconds must be a number > 0, got {args.max_seconds}", file=sys.stderr)
+        return 2
+    if args.parallel is not None and args.parallel < 1:
+        print(f"--parallel must be at least 1, got {args.parallel}", file=sys.stderr)
+        return 2
+    try:
+        check_output_dir(args.out)
+    except OutputPathError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    import aiohttp
+    from rich.console import Console
+
+    from simpy_llm.calibrate.probe import DEFAULT_MAX_SECONDS, ProbeError, run_probe
+    from simpy_llm.config import ScenarioError
+    from simpy_llm.observe.server_info import load_server_config
+
+    try:
+        load_server_config(args.server_config)  # a bad file is reported before anything is sent
+        result = run_probe(
+            args.url, args.out, model=args.model, api=args.api, api_key=args.api_key or os.environ.get("OPENAI_API_KEY"),
+            server_type=args.server_type, server_config=args.server_config,
+            max_seconds=DEFAULT_MAX_SECONDS if args.max_seconds is None else args.max_seconds,
+            parallel=args.parallel, seed=args.seed, loop=args.loop,
+        )
+    except (ScenarioError, ProbeError) as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    except (aiohttp.ClientError, OSError) as exc:
+        print(f"cannot reach {args.url}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"interrupted: the requests answered so far are in {Path(args.out) / 'trace.csv'}", file=sys.stderr)
+        return 130
+    console = Console(soft_wrap=True)
+    console.print(probe_table(result))
+    for warning in result.warnings:
+        console.print(f"warning: {warning}")
+    stats = result.statistics
+    console.print(f"probe took {stats['duration_s']:.1f} s of its {stats['budget_s']:.0f} s budget")
+    console.print(f"wrote trace.yaml, trace.csv and profile.yaml in {args.out}")
+    return 0
+
+
+def probe_table(result: Any) -> Any:
+    """The probe's coefficients as a ``rich`` table: value, 95 % interval and source (µs)."""
+    from rich.table import Table
+
+    table = Table(title="probed batch_table coefficients (µs)")
+    for column in ("coefficient", "value", "95 % interval", "source"):
+        table.add_column(column, justify="left" if column in ("coefficient", "source") else "right")
+
+    def fmt(v: float) -> str:
+        return f"{v:,.4g}" if abs(v) < 1000 else f"{v:,.0f}"
+
+    def row(name: str, value: float, interval: Any, source: str) -> None:
+        iv = "-" if interval is None else f"[{fmt(interval[0])}, {fmt(interval[1])}]"
+        table.add_row(name, fmt(value), iv, source)
+
+    for name, value in result.params.items():
+        if name == "decode_step_us":
+            for n, (v, iv, src) in enumerate(zip(value, result.intervals[name], result.sources[name], strict=True), 1):
+                row(f"decode_step_us D({n})", v, iv, src)
+        else:
+            row(name, value, result.intervals[name], result.sources[name])
+    return table

@@ -11,17 +11,36 @@ latency metric is compared request by request (:mod:`simpy_llm.calibrate.stats`)
 ========  =================================================  ==========================================
 metric    observed (client clock)                            simulated
 ========  =================================================  ==========================================
-``ttft``  first content chunk − send                         first token − arrival (+ measured RTT)
+``ttft``  first content chunk − send                         first token − arrival (+ network)
 ``itl``   gaps between content chunks (``itl_us``)           gaps between the token times, paired by position
 ``tpot``  (last content − first content) / (output − 1)     the same on the simulated token times
-``e2e``   last content chunk − send (done − send unstreamed) completion − arrival (+ measured RTT)
+``e2e``   last content chunk − send (done − send unstreamed) completion − arrival (+ network)
 ========  =================================================  ==========================================
 
 The last content chunk is the first plus the recorded gaps; traces written
-before gaps were recorded use ``last_chunk_time_us``. The header's
-``network.measured_rtt_ms`` (one round trip: the request up, the first bytes
-down) is added to the simulated TTFT and E2E, as seed 000 §10 does; bandwidth
-is not modelled.
+before gaps were recorded use ``last_chunk_time_us``.
+
+The network between the client and the server (seed 000 §10) is added to the
+simulated side from the header's ``network`` block: the measured round trip
+``measured_rtt_ms`` (the request up, the first bytes down) to TTFT and E2E,
+and, when the block gives the client's bandwidth ``bandwidth_mbps`` (megabits
+per second each way; ``bytes_per_token``, default 4, the bytes of a token on
+the wire), the transfer times: the prompt's upload
+(``input_tokens x bytes_per_token / bandwidth``) to TTFT and E2E; for a
+streamed answer, one token's download to the first and to the last token
+(tokens cross the link as they are made, as the simulator's own client network
+does, ``docs/network.md``), so TPOT and ITL are unchanged; for an answer sent
+in one piece, the whole answer's download (``output_tokens x bytes_per_token /
+bandwidth``) to E2E, as the seed writes it. Without a bandwidth, transfers
+take no time.
+
+With the server's scraped Prometheus samples (the header's ``metrics_file``,
+``simpy-llm observe --scrape-metrics``), the replay also samples its state at
+every scrape time, and the report compares queue depth, running batch and KV
+use (:mod:`simpy_llm.calibrate.timeseries`). The report's warnings about the
+run itself (no usage, a saturated load generator, one prefix group, few
+requests, a busy machine under the emulated server) are
+:mod:`simpy_llm.calibrate.caveats`.
 
 Excluded from the statistics (but simulated, since they loaded the server):
 requests that did not end ``ok`` (counted by status), the warm-up (the first
@@ -36,6 +55,7 @@ warnings and each quantity of the trace outside the ranges it was fitted on
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -44,11 +64,13 @@ import attrs
 import numpy as np
 import pandas as pd
 
+from simpy_llm.calibrate.caveats import run_warnings
 from simpy_llm.calibrate.ranges import profile_warnings
 from simpy_llm.calibrate.report import KNOWN_LIMITATIONS, CalibrationReport, throughput_comparison
 from simpy_llm.calibrate.scenario import apply_profile, replay_scenario, scenario_from_trace
 from simpy_llm.calibrate.stats import METRICS, MetricComparison, compare_metric
-from simpy_llm.config import Scenario
+from simpy_llm.calibrate.timeseries import compare_series, sample_at, scrape_times, scraped_series
+from simpy_llm.config import Scenario, ScenarioError
 from simpy_llm.workload.traces import (
     LLAMACPP_BLOCK_KEYS,
     SERVER_BLOCK_KEYS,
@@ -59,7 +81,87 @@ from simpy_llm.workload.traces import (
     trace_v2_paths,
 )
 
-__all__ = ["Calibration", "compare", "known_limitations", "observed_latencies", "simulate_trace"]
+__all__ = [
+    "Calibration",
+    "ClientNetwork",
+    "client_network",
+    "compare",
+    "known_limitations",
+    "observed_latencies",
+    "simulate_trace",
+]
+
+DEFAULT_BYTES_PER_TOKEN = 4.0
+"""Bytes of a token on the wire when the header's network block does not say (a 32-bit token
+id: seed 000 §10, and the simulator's client network default)."""
+
+
+@attrs.frozen(kw_only=True)
+class ClientNetwork:
+    """The client's network as the trace header's ``network`` block gives it (module docstring)."""
+
+    rtt_s: float = 0.0
+    """The measured round trip, s (0 when not measured)."""
+    bandwidth_bytes_per_s: float = math.inf
+    """Each way, bytes per second (inf: not given, transfers take no time)."""
+    bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN
+    """Bytes of a token on the wire."""
+
+    def token_s(self) -> float:
+        """Seconds to move one token's bytes (0 without a bandwidth)."""
+        return self.bytes_per_token / self.bandwidth_bytes_per_s
+
+
+def client_network(header: Mapping[str, Any], source: str = "<trace header>") -> ClientNetwork:
+    """The client's network of the trace *header* (its ``network`` block: ``measured_rtt_ms``,
+    ``bandwidth_mbps``, ``bytes_per_token``; each may be absent or null).
+
+    Raises
+    ------
+    ScenarioError
+        A value that is not a number in its range, naming *source* (the header file) and the
+        key path.
+
+    Examples
+    --------
+    >>> n = client_network({"network": {"measured_rtt_ms": 2.0, "bandwidth_mbps": 8.0}})
+    >>> n.rtt_s, n.bandwidth_bytes_per_s, n.token_s()
+    (0.002, 1000000.0, 4e-06)
+    >>> client_network({"network": {"bandwidth_mbps": 0}})
+    Traceback (most recent call last):
+    ...
+    simpy_llm.config.errors.ScenarioError: <trace header>: 1 problem(s) in trace header
+      network.bandwidth_mbps: must be a number > 0 (megabits per second, each way) or null, got 0
+    """
+    network = header.get("network")
+    if network is None:
+        return ClientNetwork()
+    if not isinstance(network, Mapping):
+        raise ScenarioError(source, [("network", f"must be a mapping, got {network!r}")], "trace header")
+    problems = []
+    values: dict[str, float | None] = {}
+    rules = {
+        "measured_rtt_ms": ("a number >= 0 (milliseconds)", 0.0, True),
+        "bandwidth_mbps": ("a number > 0 (megabits per second, each way)", 0.0, False),
+        "bytes_per_token": ("a number > 0 (bytes of a token on the wire)", 0.0, False),
+    }
+    for key, (allowed, low, inclusive) in rules.items():
+        v = network.get(key)
+        number = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        if v is None:
+            values[key] = None
+        elif number and (v >= low if inclusive else v > low):
+            values[key] = float(v)
+        else:
+            problems.append((f"network.{key}", f"must be {allowed} or null, got {v!r}"))
+    if problems:
+        raise ScenarioError(source, problems, "trace header")
+    rtt_ms, mbps, bpt = values["measured_rtt_ms"], values["bandwidth_mbps"], values["bytes_per_token"]
+    return ClientNetwork(
+        rtt_s=0.0 if rtt_ms is None else rtt_ms / 1e3,
+        bandwidth_bytes_per_s=math.inf if mbps is None else mbps * 1e6 / 8,
+        bytes_per_token=DEFAULT_BYTES_PER_TOKEN if bpt is None else bpt,
+    )
 
 @attrs.frozen(kw_only=True)
 class Calibration:
@@ -160,6 +262,20 @@ def simulate_trace(
     (seconds, as the client would see them) by observed request id. *latency_model*
     replaces the scenario's (the fitter passes candidate coefficients this way).
     """
+    records, by_trace_id, _ = _replay(scenario, trace_csv, per_token=per_token, latency_model=latency_model)
+    return records, by_trace_id
+
+
+def _replay(
+    scenario: Scenario,
+    trace_csv: str,
+    *,
+    per_token: bool = True,
+    latency_model: object = None,
+    sample_times_s: np.ndarray | None = None,
+) -> tuple[pd.DataFrame, dict[int, list[float]], pd.DataFrame]:
+    """:func:`simulate_trace`, and the replay's ``Results.timeseries()``: every replica's state at
+    each of *sample_times_s* (:func:`~simpy_llm.calibrate.timeseries.sample_at`; empty without)."""
     from simpy_llm.simulation import Simulation
 
     replay = replay_scenario(scenario, trace_csv, per_token=per_token)
@@ -173,14 +289,17 @@ def simulate_trace(
             times.setdefault(req.id, []).append(visible_s)
 
     sim = Simulation(replay, latency_model=latency_model, token_listener=listener)
-    records = sim.run(progress=False).to_dataframe()
+    if sample_times_s is not None and len(sample_times_s):
+        sim.env.process(sample_at(sim, sample_times_s))
+    results = sim.run(progress=False)
+    records = results.to_dataframe()
     if len(records) != len(rows):
         raise RuntimeError(f"the replay simulated {len(records)} requests for {len(rows)} sent rows")
     ids = rows["request_id"].to_numpy(dtype=np.int64)
     records = records.sort_values("request_id", kind="stable").reset_index(drop=True)
     records["trace_request_id"] = ids[records["request_id"].to_numpy()]
     by_trace_id = {int(ids[k]): v for k, v in times.items()}
-    return records, by_trace_id
+    return records, by_trace_id, results.timeseries()
 
 
 def known_limitations(trace: Trace, scenario: Scenario) -> list[str]:
@@ -188,8 +307,24 @@ def known_limitations(trace: Trace, scenario: Scenario) -> list[str]:
     out = list(KNOWN_LIMITATIONS)
     header = trace.header
     network = header.get("network") or {}
-    if isinstance(network, Mapping) and network.get("measured_rtt_ms") is not None:
-        out.append(f"Network: the measured round trip ({network['measured_rtt_ms']} ms) is added to the simulated TTFT and E2E; bandwidth and jitter are not modelled.")
+    measured = isinstance(network, Mapping) and network.get("measured_rtt_ms") is not None
+    bandwidth = network.get("bandwidth_mbps") if isinstance(network, Mapping) else None
+    if measured and bandwidth is not None:
+        out.append(
+            f"Network: the measured round trip ({network['measured_rtt_ms']} ms) and the transfer of each prompt and "
+            f"answer at {bandwidth} Mbit/s ({network.get('bytes_per_token') or DEFAULT_BYTES_PER_TOKEN:g} bytes per token) "
+            "are added to the simulated TTFT and E2E; jitter is not modelled."
+        )
+    elif measured:
+        out.append(
+            f"Network: the measured round trip ({network['measured_rtt_ms']} ms) is added to the simulated TTFT and E2E; "
+            "the header gives no bandwidth (network.bandwidth_mbps), so transfers take no time; jitter is not modelled."
+        )
+    elif bandwidth is not None:
+        out.append(
+            f"Network: no measured round trip; the transfer of each prompt and answer at {bandwidth} Mbit/s is added "
+            "to the simulated TTFT and E2E."
+        )
     else:
         out.append("Network not modelled: the trace has no measured round trip, so simulated latencies are server-side.")
     server = header.get("server") or {}
@@ -244,7 +379,9 @@ def compare(
     confidence_level: float = 0.95,
     latency_model: object = None,
 ) -> Calibration:
-    """Replay *trace* through *scenario* and compare, metric by metric (module docstring).
+    """Replay *trace* through *scenario* and compare, metric by metric, with the network the
+    header gives added to the simulated side; with scraped samples, compare the server's
+    time series too; warn about the run itself (module docstring).
 
     Parameters
     ----------
@@ -264,6 +401,12 @@ def compare(
     latency_model
         A latency model object used instead of the scenario's.
 
+    Raises
+    ------
+    ScenarioError
+        The header's ``network`` block holds a value out of range, or the metrics file it
+        names cannot be read (naming the file and the key or line).
+
     Examples
     --------
     >>> from simpy_llm.calibrate import compare
@@ -274,15 +417,21 @@ def compare(
     """
     if isinstance(trace, Trace):
         raise TypeError("compare reads the trace from its file: pass its path")
-    csv_path = str(trace_v2_paths(trace)[1])
+    header_path, csv = trace_v2_paths(trace)
+    csv_path = str(csv)
     observed = read_trace_v2(trace)
+    network = client_network(observed.header, str(header_path))
+    own_serving_system = scenario is None and profile is None and latency_model is None
     if scenario is None:
         scenario = scenario_from_trace(observed, profile=profile, trace_csv=csv_path)
     elif profile is not None:
         scenario = apply_profile(scenario, profile)
+    scraped, series_warnings = _scraped(observed.header, header_path)
     obs, obs_gaps = observed_latencies(observed)
-    records, sim_times = simulate_trace(scenario, csv_path, latency_model=latency_model)
-    joined = _join(obs, records, observed.header, warm_up_requests, warm_up_s)
+    records, sim_times, timeseries = _replay(
+        scenario, csv_path, latency_model=latency_model, sample_times_s=scrape_times(scraped)
+    )
+    joined = _join(obs, records, observed.header, warm_up_requests, warm_up_s, network)
     samples = _samples(joined, obs_gaps, sim_times)
     metrics = {
         m: compare_metric(m, *samples[m], seed=seed, n_resamples=n_resamples, confidence_level=confidence_level)
@@ -290,30 +439,72 @@ def compare(
     }
     n_warm = int(observed.header.get("warm_up_requests", 0) or 0) if warm_up_requests is None else warm_up_requests
     report = _report(observed, csv_path, scenario, joined, metrics, {"requests": n_warm, "seconds": warm_up_s})
-    # What the profile warns of (its fit's warnings, a trace outside its fitted ranges) comes first.
-    report = attrs.evolve(report, warnings=[*profile_warnings(profile, scenario, obs, observed.header, warm_up_requests=warm_up_requests,
-                                                              warm_up_s=warm_up_s), *report.warnings])
+    warnings = [
+        # What the profile warns of (its fit's warnings, a trace outside its fitted ranges) comes first.
+        *profile_warnings(profile, scenario, obs, observed.header, warm_up_requests=warm_up_requests, warm_up_s=warm_up_s),
+        *report.warnings,
+        *run_warnings(observed.header, observed.frame, joined, own_serving_system=own_serving_system),
+    ]
+    report = attrs.evolve(
+        report, timeseries=compare_series(scraped, timeseries), warnings=warnings + series_warnings
+    )
     return Calibration(report=report, requests=joined, samples=samples)
 
 
+def _scraped(header: Mapping[str, Any], header_path: Path) -> tuple[dict[str, Any], list[str]]:
+    """The series of the scraped metrics file the header names (``metrics_file``, relative to the
+    header's folder), and the warnings when it names one that cannot be compared."""
+    name = header.get("metrics_file")
+    if not name:
+        return {}, []
+    path = header_path.parent / str(name)
+    if not path.is_file():
+        return {}, [f"The trace names the metrics file {name!r}, which is not beside it: no time-series comparison."]
+    try:
+        frame = pd.read_csv(path, dtype={"metric": str, "labels": str, "error": str}, keep_default_na=False, na_values={"value": [""]})
+    except (OSError, ValueError, pd.errors.ParserError) as exc:
+        raise ScenarioError(str(path), [("", f"cannot read the scraped metrics: {exc}")], "metrics file") from None
+    missing = [c for c in ("time_s", "metric", "value") if c not in frame]
+    if missing:
+        raise ScenarioError(
+            str(path), [("line 1", f"missing column(s) {', '.join(missing)}; expected time_s, metric, labels, value, error")],
+            "metrics file",
+        )
+    series = scraped_series(frame)
+    if not series:
+        message = (
+            f"The metrics file {name!r} holds none of the series compared (queue depth, running batch, KV use: "
+            "vllm:, llamacpp: or sglang: names): no time-series comparison."
+        )
+        return {}, [message]
+    return series, []
+
+
 def _join(
-    obs: pd.DataFrame, records: pd.DataFrame, header: Mapping[str, Any], warm_up_requests: int | None, warm_up_s: float
+    obs: pd.DataFrame,
+    records: pd.DataFrame,
+    header: Mapping[str, Any],
+    warm_up_requests: int | None,
+    warm_up_s: float,
+    network: ClientNetwork | None = None,
 ) -> pd.DataFrame:
-    rtt_s = 0.0
-    network = header.get("network") or {}
-    if isinstance(network, Mapping) and network.get("measured_rtt_ms") is not None:
-        rtt_s = float(network["measured_rtt_ms"]) / 1e3
+    network = network if network is not None else client_network(header)
     sim = records.set_index("trace_request_id")
     joined = obs.set_index("request_id", drop=False).copy()
     sim = sim.reindex(joined.index)
     joined["simulated_status"] = sim["status"].astype(str).to_numpy()
     joined["cached_tokens_simulated"] = sim["cached_tokens"].to_numpy(dtype="float64")
-    # The simulated instants on the observer's clock: whole microseconds, the first and last
-    # tokens one round trip after the server produced them.
+    # The simulated instants on the observer's clock, in whole microseconds: the first and
+    # last tokens one round trip after the server produced them, plus the prompt's upload
+    # and the answer's download (module docstring).
+    streaming = joined["streaming"].to_numpy(dtype=bool)
+    token_s = network.token_s()
+    upload_s = joined["input_tokens"].to_numpy(dtype="float64") * token_s
+    download_s = np.where(streaming, token_s, joined["output_tokens"].to_numpy(dtype="float64") * token_s)
     send_us = np.rint(sim["arrival_s"].to_numpy(dtype="float64") * 1e6)
-    first_us = np.rint((sim["first_token_s"].to_numpy(dtype="float64") + rtt_s) * 1e6)
-    end_us = np.rint((sim["completion_s"].to_numpy(dtype="float64") + rtt_s) * 1e6)
-    simulated = _latencies(send_us, first_us, end_us, joined["output_tokens"].to_numpy(), joined["streaming"].to_numpy())
+    first_us = np.rint((sim["first_token_s"].to_numpy(dtype="float64") + network.rtt_s + upload_s + token_s) * 1e6)
+    end_us = np.rint((sim["completion_s"].to_numpy(dtype="float64") + network.rtt_s + upload_s + download_s) * 1e6)
+    simulated = _latencies(send_us, first_us, end_us, joined["output_tokens"].to_numpy(), streaming)
     for m, values in zip(("ttft_s", "tpot_s", "e2e_s"), simulated, strict=True):
         joined[m.replace("_s", "_observed_s")] = joined.pop(m)
         joined[m.replace("_s", "_simulated_s")] = values
@@ -400,6 +591,7 @@ def _report(
             "server": header.get("server"),
             "hardware": header.get("hardware"),
             "network": header.get("network"),
+            "load_generator": header.get("load_generator"),
             "server_config_provided": bool(header.get("server")),
         },
         request_summary={

@@ -2,8 +2,9 @@
 
 A :class:`CalibrationReport` gathers the trace's description, the requests
 compared and those left out, each metric's :class:`~simpy_llm.calibrate.stats.MetricComparison`,
-throughput, which server settings the scenario matched, the known limitations
-and any warnings (seed 000 §11). It is plain data: :func:`report_to_dict` gives
+throughput, the server's scraped time series against the simulated ones, which
+server settings the scenario matched, the known limitations and any warnings
+(seed 000 §11). It is plain data: :func:`report_to_dict` gives
 it as JSON-ready dicts, :func:`write_report` writes ``report.json``,
 ``report.md`` and the plots, :func:`report_table` lays it out for the terminal.
 
@@ -40,6 +41,7 @@ import numpy as np
 import yaml
 
 from simpy_llm.calibrate.stats import METRICS, PERCENTILES, MetricComparison, to_dict, valid_pairs
+from simpy_llm.calibrate.timeseries import SERIES
 
 __all__ = [
     "KNOWN_LIMITATIONS",
@@ -73,10 +75,15 @@ REQUEST_SUMMARY_KEYS = (
 """The keys of :attr:`CalibrationReport.request_summary`, all request counts."""
 
 _TRACE_REQUIRED = ("path", "num_requests", "duration_s", "server_config_provided")
-_TRACE_OPTIONAL = ("server", "hardware", "network")
+_TRACE_OPTIONAL = ("server", "hardware", "network", "load_generator")
 _WARM_UP_KEYS = ("requests", "seconds")
 _EXCLUDED = re.compile(r"excluded_[a-z0-9_]+")
 _THROUGHPUT_KEYS = ("output_tokens_per_s", "requests_per_s")
+_TIMESERIES_KEYS = (
+    "scraped_metric", "simulated_column", "n", "mae", "observed_mean", "simulated_mean", "time_s", "observed", "simulated",
+)
+_TIMESERIES_LABELS = {"queue_depth": "queue depth (requests)", "running_batch": "running batch (requests)",
+                      "kv_usage": "KV-cache use (fraction)"}
 _THROUGHPUT_SIDES = ("observed", "simulated", "relative_error")
 _RATING_STYLE = {"excellent": "bold green", "good": "green", "fair": "yellow", "poor": "bold red"}
 
@@ -214,6 +221,26 @@ def _throughput(value: Any) -> dict[str, Any]:
     return out
 
 
+def _timeseries(value: Any) -> dict[str, dict[str, Any]]:
+    where = "CalibrationReport.timeseries"
+    out = _keys(value, where, (), SERIES)
+    for name, series in out.items():
+        at = f"{where}.{name}"
+        _keys(series, at, _TIMESERIES_KEYS)
+        for key in ("scraped_metric", "simulated_column"):
+            if not isinstance(series[key], str):
+                raise TypeError(f"{at}.{key} must be a string, got {series[key]!r}")
+        n = _count(series["n"], f"{at}.n")
+        for key in ("mae", "observed_mean", "simulated_mean"):
+            _number(series[key], f"{at}.{key}", optional=True)
+        points = [series[key] for key in ("time_s", "observed", "simulated")]
+        if not all(isinstance(p, list) and len(p) == n for p in points):
+            raise ValueError(f"{at}: time_s, observed and simulated must be lists of n = {n} numbers each")
+        if not all(isinstance(v, (int, float)) for p in points for v in p):
+            raise ValueError(f"{at}: time_s, observed and simulated must hold numbers only (no null)")
+    return {k: out[k] for k in SERIES if k in out}  # the report's order
+
+
 def _config_match(value: Any) -> dict[str, list[str]]:
     out = _keys(value, "CalibrationReport.config_match", ("matched", "defaulted"))
     return {k: _strings(out[k], f"CalibrationReport.config_match.{k}") for k in ("matched", "defaulted")}
@@ -250,7 +277,8 @@ class CalibrationReport:
     trace: dict[str, Any] = attrs.field(converter=_trace)
     """The observed trace: ``path``, ``num_requests``, ``duration_s`` (s, first send to last
     answer), ``server_config_provided`` (bool: the trace header described the server), and
-    the header's ``server``, ``hardware`` and ``network`` blocks when it has them."""
+    the header's ``server``, ``hardware``, ``network`` and ``load_generator`` (the observer's
+    load statistics) blocks when it has them."""
     request_summary: dict[str, int] = attrs.field(converter=_request_summary)
     """Request counts (:data:`REQUEST_SUMMARY_KEYS`): ``total`` = ``ok + error + timeout +
     cancelled``; ``excluded_warm_up`` and ``excluded_failed`` were left out of the
@@ -264,6 +292,13 @@ class CalibrationReport:
     throughput: dict[str, Any] = attrs.field(factory=dict, converter=_throughput)
     """``output_tokens_per_s`` and ``requests_per_s``, each ``{observed, simulated,
     relative_error}`` (see :func:`throughput_comparison`); either may be absent."""
+    timeseries: dict[str, dict[str, Any]] = attrs.field(factory=dict, converter=_timeseries)
+    """The server's scraped time series against the simulated ones at the same instants
+    (:func:`~simpy_llm.calibrate.timeseries.compare_series`): per series of
+    :data:`~simpy_llm.calibrate.timeseries.SERIES` that the scrapes held, ``scraped_metric``, ``simulated_column``,
+    ``n`` (scrapes compared), ``mae`` (mean absolute error, in the series' unit: requests, or a
+    fraction of the KV cache), ``observed_mean``, ``simulated_mean``, and the points ``time_s``
+    (s, the trace's clock), ``observed``, ``simulated``. Empty without scraped samples."""
     config_match: dict[str, list[str]] = attrs.field(
         factory=lambda: {"matched": [], "defaulted": []}, converter=_config_match
     )
@@ -322,6 +357,7 @@ def report_to_dict(report: CalibrationReport) -> dict[str, Any]:
         "warm_up": report.warm_up,
         "metrics": {m: to_dict(c) for m, c in report.metrics.items()},
         "throughput": report.throughput,
+        "timeseries": report.timeseries,
         "config_match": report.config_match,
         "known_limitations": list(report.known_limitations),
         "scenario": report.scenario,
@@ -407,6 +443,10 @@ def _fit_warnings(report: CalibrationReport) -> list[str]:
     return [str(w) for w in warnings] if isinstance(warnings, list) else []
 
 
+def _plain_number(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3g}"
+
+
 def _markdown(report: CalibrationReport, plots: list[str]) -> str:
     """The text of ``report.md``; *plots* are the plot files' names."""
     lines: list[str] = ["# Calibration report", ""]
@@ -419,9 +459,10 @@ def _markdown(report: CalibrationReport, plots: list[str]) -> str:
         f"- Trace `{t['path']}`: {t['num_requests']} requests over {t['duration_s']:g} s; "
         f"server config {'provided' if t['server_config_provided'] else 'not provided'}."
     )
-    for key in ("server", "hardware", "network"):
+    for key in _TRACE_OPTIONAL:
         if t.get(key):
-            lines.append(f"- {key.capitalize()}: " + ", ".join(f"{k}={_plain_value(v)}" for k, v in t[key].items()))
+            label = key.replace("_", " ").capitalize()
+            lines.append(f"- {label}: " + ", ".join(f"{k}={_plain_value(v)}" for k, v in t[key].items()))
     lines.append(f"- {_requests_line(report)[:1].upper()}{_requests_line(report)[1:]}.")
     lines.append(f"- Warm-up left out: {_warm_up_line(report)}.")
     if report.scenario.get("name"):
@@ -466,6 +507,22 @@ def _markdown(report: CalibrationReport, plots: list[str]) -> str:
                 lines.append(f"| {label} | {obs} | {sim} | {_pct(tp['relative_error'], signed=True)} |")
         lines.append("")
 
+    if report.timeseries:
+        lines += ["## Time series", ""]
+        lines.append(
+            "The server's scraped samples against the simulated state at the same instants (the trace's clock); "
+            "MAE: mean absolute error over the scrapes, in the series' unit."
+        )
+        lines.append("")
+        lines += ["| series | scraped metric | simulated | n | MAE | observed mean | simulated mean |",
+                  "|---|---|---|---:|---:|---:|---:|"]
+        for name, ts in report.timeseries.items():
+            lines.append(
+                f"| {name} | `{ts['scraped_metric']}` | `{ts['simulated_column']}` | {ts['n']} | {_plain_number(ts['mae'])} | "
+                f"{_plain_number(ts['observed_mean'])} | {_plain_number(ts['simulated_mean'])} |"
+            )
+        lines.append("")
+
     lines += ["## Configuration match", ""]
     cm = report.config_match
     lines.append("- Matched: " + (", ".join(f"`{x}`" for x in cm["matched"]) or "none"))
@@ -489,7 +546,8 @@ def _markdown(report: CalibrationReport, plots: list[str]) -> str:
     if plots:
         lines.append(
             "QQ (quantiles at 100 evenly spaced probabilities), empirical CDFs and per-pair scatter, "
-            "each against y = x where it applies; log axes when the values span more than two decades."
+            "each against y = x where it applies; log axes when the values span more than two decades; "
+            "each scraped time series against the simulated one."
         )
         lines.append("")
         lines += [f"- [{name}]({name})" for name in plots]
@@ -569,6 +627,21 @@ def _plot_cdf(mpl: Any, metric: str, obs: np.ndarray, sim: np.ndarray, path: Pat
     _save(mpl, fig, path)
 
 
+def _plot_timeseries(mpl: Any, name: str, series: Mapping[str, Any], path: Path) -> None:
+    fig = mpl[0](figsize=(8, 3.5))
+    ax = fig.add_subplot()
+    t = np.asarray(series["time_s"], dtype=np.float64)
+    # Each scrape reads the state at its instant: steps that hold until the next scrape.
+    ax.step(t, series["observed"], where="post", label=f"observed ({series['scraped_metric']})")
+    ax.step(t, series["simulated"], where="post", linestyle="--", label=f"simulated ({series['simulated_column']})")
+    mae = "-" if series["mae"] is None else f"{series['mae']:.3g}"
+    ax.set_title(f"{_TIMESERIES_LABELS[name]}: MAE {mae} over {series['n']} scrapes")
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel(_TIMESERIES_LABELS[name])
+    ax.legend(loc="upper right", fontsize="small")
+    _save(mpl, fig, path)
+
+
 def _checked_samples(report: CalibrationReport, samples: Mapping[str, Any]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     if not isinstance(samples, Mapping):
         raise TypeError(f"samples must be a dict of (observed, simulated) pairs, got {type(samples).__name__}")
@@ -596,10 +669,11 @@ def write_report(report: CalibrationReport, samples: Mapping[str, Any], out_dir:
     """Write *report* into *out_dir* (created if need be); return the paths written.
 
     Files: ``report.json`` (:func:`report_to_dict`, indent 2), ``report.md`` (summary,
-    metrics, percentile errors, throughput, request summary, configuration match,
-    scenario, fit, known limitations, warnings) and, for each metric with data,
+    metrics, percentile errors, throughput, time series, request summary, configuration
+    match, scenario, fit, known limitations, warnings), for each metric with data,
     ``qq_<metric>.png`` (from the comparison's QQ points), ``cdf_<metric>.png`` and
-    ``scatter_<metric>.png`` (from *samples*).
+    ``scatter_<metric>.png`` (from *samples*), and for each time series with points,
+    ``timeseries_<series>.png`` (observed and simulated against time, from the report).
 
     Parameters
     ----------
@@ -636,6 +710,11 @@ def write_report(report: CalibrationReport, samples: Mapping[str, Any], out_dir:
             _plot_cdf(mpl, metric, obs, sim, out / f"cdf_{metric}.png")
             _plot_pairs(mpl, metric, obs, sim, out / f"scatter_{metric}.png", "scatter")
             plots += [out / f"cdf_{metric}.png", out / f"scatter_{metric}.png"]
+    for name, series in report.timeseries.items():
+        if series["n"]:
+            path = out / f"timeseries_{name}.png"
+            _plot_timeseries(mpl, name, series, path)
+            plots.append(path)
     md = _markdown(report, [p.name for p in plots])
     written[1].write_text(md, encoding="utf-8")
     return written + plots
@@ -646,7 +725,7 @@ def report_table(report: CalibrationReport) -> Any:
     """A :mod:`rich` renderable of *report*: the warnings of the fit it comes from (first),
     one row per metric (n, observed and simulated p50 and p99, MAPE with its interval,
     Pearson r, KS D, bias, rating; times in ms below 1 s, else s), then the request summary,
-    the warnings and the known limitations."""
+    each time series' MAE, the warnings and the known limitations."""
     from rich import box
     from rich.console import Group
     from rich.table import Table
@@ -673,6 +752,12 @@ def report_table(report: CalibrationReport) -> Any:
         )
     parts: list[Any] = [Text(f"fit warning: {w}", style="bold red") for w in _fit_warnings(report)]
     parts += [table, Text(f"{_requests_line(report)}; warm-up left out: {_warm_up_line(report)}")]
+    for name, ts in report.timeseries.items():
+        parts.append(Text(
+            f"time series {name}: MAE {_plain_number(ts['mae'])} over {ts['n']} scrapes ({ts['scraped_metric']} against "
+            f"simulated {ts['simulated_column']}; means {_plain_number(ts['observed_mean'])} and "
+            f"{_plain_number(ts['simulated_mean'])})"
+        ))
     notes = list(report.warnings) + [f"{m}: {w}" for m, c in report.metrics.items() for w in c.warnings]
     parts += [Text(f"warning: {w}", style="bold yellow") for w in notes]
     parts += [Text(f"limitation: {x}", style="cyan") for x in report.known_limitations]

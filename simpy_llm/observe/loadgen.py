@@ -293,6 +293,40 @@ class LoadGenerator:
         self._slots: asyncio.Semaphore | None = None
         self._columns = tuple(writer.columns) if writer is not None and hasattr(writer, "columns") else None
 
+    def statistics(self) -> dict[str, Any]:
+        """How the run kept its schedule, as plain data: the trace header's ``load_generator``
+        block (``observe`` writes it at the end of the run, adding ``measured_rtt_ms``).
+
+        Keys: ``requests`` and ``sent`` (counts), ``requested_rate`` and ``achieved_rate``
+        (sends per second between the first and last target / send; ``None`` with fewer
+        than two), ``schedule_delay_p50_s``, ``schedule_delay_p99_s`` and
+        ``schedule_delay_max_s`` (send - target, concurrency-limit waits included),
+        ``lag_p50_s`` (dispatch - target), ``lag_threshold_s`` and ``lagging`` (the median
+        lag exceeded it), ``concurrency`` (the limit; ``None``: open loop) and ``stopped``.
+
+        Raises
+        ------
+        RuntimeError
+            :meth:`run` has not finished.
+        """
+        s = self.summary
+        if s is None:
+            raise RuntimeError("the load generator has not run: no statistics yet")
+        return {
+            "requests": s.n_requests,
+            "sent": s.n_sent,
+            "requested_rate": s.requested_rate,
+            "achieved_rate": s.achieved_rate,
+            "schedule_delay_p50_s": s.schedule_delay_p50_s,
+            "schedule_delay_p99_s": s.schedule_delay_p99_s,
+            "schedule_delay_max_s": s.schedule_delay_max_s,
+            "lag_p50_s": s.lag_p50_s,
+            "lag_threshold_s": s.lag_threshold_s,
+            "lagging": s.lagging,
+            "concurrency": self.concurrency,
+            "stopped": s.stopped,
+        }
+
     def stop(self) -> None:
         """Ask the run to stop now: unfinished requests are cancelled and written as ``cancelled``."""
         self._stop.set()

@@ -8,7 +8,11 @@ rule (the trace's ``approx_input_tokens``; the server's own count is
 
 - :class:`SyntheticPrompts` (the default), rule ``words``: one token per
   whitespace-separated word. Its words are short, common English words, each
-  one token for the usual BPE vocabularies, drawn with the request id as seed.
+  one token for the usual BPE vocabularies, drawn with a generator seeded by
+  the workload's seed and the request id: the same workload and seed send the
+  same words, and workloads of different seeds share no prompt (nor a prefix
+  group's text), so a warm-up or an earlier workload leaves nothing in a
+  server's prefix cache that a later one could reuse by accident.
 - :class:`DatasetPrompts`, rule ``chars/4``: ``ceil(characters / 4)`` tokens
   (the usual rule of thumb for English text and GPT-style BPE tokenizers; it
   undercounts code and non-Latin scripts). A request of *n* tokens gets the
@@ -29,7 +33,6 @@ import bisect
 import json
 import math
 import random
-import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -49,6 +52,7 @@ __all__ = [
     "fit_text",
     "load_prompts",
     "prefix_text",
+    "request_seed",
     "synthetic_prompt",
 ]
 
@@ -78,30 +82,47 @@ _WORDS = (
 ).split()
 
 
-def synthetic_prompt(n_tokens: int, seed: int = 0) -> str:
+def synthetic_prompt(n_tokens: int, seed: int | str = 0) -> str:
     """About *n_tokens* tokens of synthetic text: *n_tokens* words drawn (seeded) from common words.
 
     Each word is about one token for BPE tokenizers, so the text is about
     *n_tokens* tokens; the server's count also includes its chat template
     (a few tokens) and may differ by a few percent. The words differ with
-    *seed* (use the request id), so prompts share no prefix that a server's
-    prefix cache could reuse.
+    *seed* (an integer, or a string: hashed with SHA-512 by :class:`random.Random`,
+    the same draw in every process), so prompts of different seeds share no
+    prefix that a server's prefix cache could reuse; the text of fewer tokens
+    is a prefix of the text of more with the same seed.
 
     >>> len(synthetic_prompt(5, seed=1).split()), synthetic_prompt(3, 7) == synthetic_prompt(3, 7)
     (5, True)
+    >>> synthetic_prompt(6, "4/request/0").startswith(synthetic_prompt(2, "4/request/0"))
+    True
     """
     rng = random.Random(seed)
     return " ".join(rng.choices(_WORDS, k=max(int(n_tokens), 1)))
 
 
-def prefix_text(group: str, n_tokens: int) -> str:
-    """The shared prefix of *group*: the same *n_tokens* words for every request of the group,
-    so a server's prefix cache can reuse it as it would a real system prompt.
+def request_seed(workload_seed: int, request_id: int) -> str:
+    """The seed of request *request_id*'s words in a workload of seed *workload_seed*.
+
+    >>> request_seed(4, 17)
+    '4/request/17'
+    """
+    return f"{workload_seed}/request/{request_id}"
+
+
+def prefix_text(group: str, n_tokens: int, seed: int = 0) -> str:
+    """The shared prefix of *group* in a workload of seed *seed*: the same *n_tokens* words for
+    every request of the group, so a server's prefix cache can reuse it as it would a real
+    system prompt; another group, or the same group in a workload of another seed, gets other
+    words.
 
     >>> prefix_text("sys", 4) == prefix_text("sys", 4) != prefix_text("other", 4)
     True
+    >>> prefix_text("sys", 4, seed=1) != prefix_text("sys", 4, seed=2)
+    True
     """
-    return synthetic_prompt(n_tokens, seed=zlib.crc32(group.encode()))
+    return synthetic_prompt(n_tokens, seed=f"{seed}/prefix/{group}")
 
 
 class PromptSource(Protocol):
@@ -125,22 +146,31 @@ class PromptSource(Protocol):
 
 @attrs.frozen
 class SyntheticPrompts:
-    """Synthetic words (:func:`synthetic_prompt`, :func:`prefix_text`), rule ``words``.
+    """Synthetic words (:func:`synthetic_prompt`, :func:`prefix_text`), rule ``words``, seeded
+    by the workload's *seed* and the request id (a prefix group's words: by *seed* and the
+    group's name).
 
-    >>> p = SyntheticPrompts()
-    >>> p.count(p.text(7, request_id=3)), p.prefix("sys", 4) == prefix_text("sys", 4)
+    ``observe`` passes the workload's seed; a :class:`~simpy_llm.observe.loadgen.LoadGenerator`
+    made without a prompt source uses seed 0.
+
+    >>> p = SyntheticPrompts(seed=4)
+    >>> p.count(p.text(7, request_id=3)), p.prefix("sys", 4) == prefix_text("sys", 4, seed=4)
     (7, True)
+    >>> p.text(7, request_id=3) == SyntheticPrompts(seed=5).text(7, request_id=3)
+    False
     """
 
+    seed: int = attrs.field(default=0, kw_only=True)
+    """The workload's seed."""
     token_rule: str = attrs.field(default="words", init=False)
 
     def text(self, n_tokens: int, request_id: int) -> str:
-        """:func:`synthetic_prompt` seeded by the request id."""
-        return synthetic_prompt(n_tokens, seed=request_id)
+        """:func:`synthetic_prompt` seeded by the workload's seed and the request id (:func:`request_seed`)."""
+        return synthetic_prompt(n_tokens, seed=request_seed(self.seed, request_id))
 
     def prefix(self, group: str, n_tokens: int) -> str:
-        """:func:`prefix_text` of *group*."""
-        return prefix_text(group, n_tokens)
+        """:func:`prefix_text` of *group* in the workload of :attr:`seed`."""
+        return prefix_text(group, n_tokens, seed=self.seed)
 
     def count(self, text: str) -> int:
         """Whitespace-separated words."""

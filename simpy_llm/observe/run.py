@@ -11,7 +11,10 @@ would (same seed, same streams), sends them with the :class:`LoadGenerator`
     workload spec and seed, ``warm_up_requests``, the load settings, the
     prefix groups' shared lengths (``prefix_groups``), the server's
     description (``server``, ``hardware``, ``network``:
-    :mod:`simpy_llm.observe.server_info`) and, when scraping, the metrics file.
+    :mod:`simpy_llm.observe.server_info`), when scraping, the metrics file, and,
+    rewritten when the run ends, the load generator's statistics
+    (``load_generator``: :meth:`~simpy_llm.observe.loadgen.LoadGenerator.statistics`
+    and the measured round trip).
 ``metrics.csv``
     With ``scrape_metrics``: the server's Prometheus samples over time
     (:mod:`simpy_llm.observe.scrape`), on the trace's clock.
@@ -25,8 +28,10 @@ would (same seed, same streams), sends them with the :class:`LoadGenerator`
     the latency report of :mod:`simpy_llm.observe.report`.
 
 Prompts are synthetic words unless a prompt dataset is given (*prompts*:
-:mod:`simpy_llm.observe.prompts`); the header's ``prompts`` entry names the
-source and the token rule that ``approx_input_tokens`` is measured by.
+:mod:`simpy_llm.observe.prompts`), drawn with the workload's seed and each
+request's id, so workloads of different seeds share no prompt; the header's
+``prompts`` entry names the source and the token rule that
+``approx_input_tokens`` is measured by.
 
 SIGINT (Ctrl-C) stops the run cleanly: requests in flight are cancelled and
 written as ``cancelled``, and every file above is complete.
@@ -180,7 +185,7 @@ def observe(
             "skipped": dataset.skipped,
         }
     else:
-        source = SyntheticPrompts()
+        source = SyntheticPrompts(seed=seed)
         prompts_header = {"source": "synthetic"}
     prompts_header["token_rule"] = source.token_rule
     requests = load_requests(generate_requests(spec))
@@ -261,6 +266,11 @@ def observe(
                             live_progress(gen.live, lambda: len(gen.requests), Console(file=sys.stderr))
                         )
                     summary = await run_task
+                    # Known only now: how the run kept its schedule, beside what it measured.
+                    network = header.get("network") or {}
+                    writer.update_header(
+                        {"load_generator": {**gen.statistics(), "measured_rtt_ms": network.get("measured_rtt_ms")}}
+                    )
                 finally:
                     if on_main:
                         loop_.remove_signal_handler(signal.SIGINT)

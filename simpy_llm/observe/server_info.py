@@ -147,7 +147,10 @@ def load_server_config(config: str | os.PathLike[str] | Mapping[str, Any] | Serv
     (``n_parallel``, ``max_num_seqs``, ...) whole numbers >= 1; ``cache_ram_mib`` a whole
     number >= 0; ``cache_prompt`` and ``enable_prefix_caching`` true or false;
     ``gpu_memory_utilization`` a number in (0, 1]; each may be null (unknown).
-    ``discovered`` and ``defaulted`` are the observer's to write.
+    ``discovered`` and ``defaulted`` are the observer's to write. In ``network``,
+    ``bandwidth_mbps`` (the client's, each way) and ``bytes_per_token`` are numbers > 0 and
+    ``measured_rtt_ms`` a number >= 0 (a calibration adds the round trip and each prompt's
+    and answer's transfer time to the simulated latencies).
 
     Raises
     ------
@@ -200,6 +203,11 @@ def load_server_config(config: str | os.PathLike[str] | Mapping[str, Any] | Serv
         message = _server_value_problem(str(key), value)
         if message:
             problems.append((f"server.{key}", message))
+    reported = {path for path, _ in problems}
+    for key, value in blocks.get("network", {}).items():
+        message = "" if f"network.{key}" in reported else _network_value_problem(str(key), value)
+        if message:
+            problems.append((f"network.{key}", message))
     if problems:
         raise ScenarioError(source, problems, "server config")
     return ServerConfig(source=source, **blocks)
@@ -245,6 +253,26 @@ def _server_value_problem(key: str, value: Any) -> str:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= 1
         return "" if ok else f"must be a number in (0, 1], got {reprlib.repr(value)}"
     return ""
+
+
+_NETWORK_NUMBERS = {
+    "measured_rtt_ms": ("a number >= 0 (milliseconds)", True),
+    "bandwidth_mbps": ("a number > 0 (megabits per second, each way)", False),
+    "bytes_per_token": ("a number > 0 (bytes of a token on the wire)", False),
+}
+"""The network keys a calibration reads (each may be null): the round trip, and the client's
+bandwidth and bytes per token, which add each prompt's and answer's transfer time."""
+
+
+def _network_value_problem(key: str, value: Any) -> str:
+    """What is wrong with *value* for the network key *key* ('' when nothing is)."""
+    if key not in _NETWORK_NUMBERS or value is None:
+        return ""
+    allowed, zero_ok = _NETWORK_NUMBERS[key]
+    number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if number and (value >= 0 if zero_ok else value > 0):
+        return ""
+    return f"must be {allowed} or null, got {reprlib.repr(value)}"
 
 
 def resolve_server_type(server_type: str | None, config: ServerConfig) -> str:

@@ -577,6 +577,10 @@ class BatchServer:
     prefix_cache = None
     """No prefix cache: a request-level batch server recomputes every prompt."""
 
+    def prefix_hit_tokens(self, request: Request) -> int:
+        """Prompt tokens a prefix cache would find: none (there is none)."""
+        return 0
+
     def __init__(
         self,
         env: simpy.Environment,

@@ -53,6 +53,7 @@ from simpy.events import Event
 from simpy_llm.entities import Request
 from simpy_llm.serving.kv_cache import PagedKVCache, blocks_for
 from simpy_llm.serving.prefix_cache import PrefixCache
+from simpy_llm.serving.slot_cache import SlotCache
 
 if TYPE_CHECKING:
     from collections.abc import Generator
@@ -255,10 +256,15 @@ class Replica:
 
         bs = config.kv_block_size
         num_blocks = config.kv_num_blocks
-        self.kv: PagedKVCache | PrefixCache = (
-            PrefixCache(num_blocks, bs) if config.prefix_caching else PagedKVCache(num_blocks, bs)
-        )
-        self.prefix_cache: PrefixCache | None = self.kv if config.prefix_caching else None
+        self.slot_cache: SlotCache | None = None
+        """llama.cpp's prompt cache, slot by slot (``EngineConfig.slot_cache``): then the KV
+        blocks are the slots' own, and the cached prefix comes from the slot a request is given."""
+        if config.slot_cache is not None:
+            self.slot_cache = SlotCache(config.max_num_seqs, config.slot_cache, config.prefill_breaks)
+            self.kv: PagedKVCache | PrefixCache = PagedKVCache(num_blocks, bs)
+        else:
+            self.kv = PrefixCache(num_blocks, bs) if config.prefix_caching else PagedKVCache(num_blocks, bs)
+        self.prefix_cache: PrefixCache | None = self.kv if config.prefix_caching and self.slot_cache is None else None
         capacity = num_blocks * bs
         limit = config.max_model_len if config.max_model_len is not None else capacity
         if not config.chunked_prefill:
@@ -276,7 +282,8 @@ class Replica:
         self._swap_tokens = 0
         """Tokens copied to or from CPU memory in the step being planned."""
         self._restores = 0
-        """Requests admitted in the step being planned with a cached prefix found."""
+        """Requests admitted in the step being planned with a cached prefix found (with a slot
+        cache: with a context restored from host memory)."""
         self._restore_s = getattr(latency, "cache_restore_s", 0.0)
 
         self.waiting: list[tuple[Any, int, Request]] = []
@@ -368,6 +375,12 @@ class Replica:
     @property
     def kv_free_blocks(self) -> int:
         return self.kv.free_blocks
+
+    def prefix_hit_tokens(self, req: Request) -> int:
+        """Prompt tokens of *req* the replica's prefix cache would find now (0 without one)."""
+        if self.slot_cache is not None:
+            return self.slot_cache.hit_tokens(req)
+        return 0 if self.prefix_cache is None else self.prefix_cache.hit_tokens(req)
 
     def statistics(self) -> ReplicaStats:
         """Current counters."""
@@ -723,21 +736,28 @@ class Replica:
         cache = self.prefix_cache
         bs = kv.block_size
         max_seqs = self.config.max_num_seqs
+        slots = self.slot_cache
         while waiting and budget > 0 and len(running) < max_seqs:
             entry = waiting[0]
             req = entry[2]
             holder = req.kv_holder
-            if holder is None and cache is not None and (req.context or req.prefix_blocks):
-                holder = req.kv_holder = cache.holder(req, self._reusable_tail)
-            if holder is not None:
-                match = cache.match(holder, (req.prefill_target - 1) // bs)
-                hits = match.blocks
-                pinned_free = match.evictable
-            else:
-                # Without a holder (no cache, or content all its own and never released by
-                # a preemption) no lookup can find anything: see _release_kv.
+            if slots is not None:
+                # llama.cpp: the slot chosen for it holds its cached prefix (no shared blocks)
+                plan = slots.plan(req)
+                cached = plan.cached
                 hits = pinned_free = 0
-            cached = hits * bs
+            else:
+                if holder is None and cache is not None and (req.context or req.prefix_blocks):
+                    holder = req.kv_holder = cache.holder(req, self._reusable_tail)
+                if holder is not None:
+                    match = cache.match(holder, (req.prefill_target - 1) // bs)
+                    hits = match.blocks
+                    pinned_free = match.evictable
+                else:
+                    # Without a holder (no cache, or content all its own and never released by
+                    # a preemption) no lookup can find anything: see _release_kv.
+                    hits = pinned_free = 0
+                cached = hits * bs
             swapped = req.swapped_tokens
             computed = cached if cached >= swapped else swapped
             received = req.kv_received_tokens
@@ -750,12 +770,16 @@ class Replica:
             if new_blocks + pinned_free > kv.free_blocks:
                 break
             heapq.heappop(waiting)
-            if holder is not None:
+            if slots is not None:
+                slots.admit(req, plan)
+                if plan.restored:
+                    self._restores += 1
+            elif holder is not None:
                 cache.pin(holder, match)
                 if hits:
                     self._restores += 1
             kv.allocate(new_blocks)
-            if holder is not None:
+            if holder is not None:  # (never with a slot cache: nothing is shared)
                 cache.register_shared(holder, computed + chunk)
             if swapped:
                 if swapped > cached:
@@ -829,6 +853,8 @@ class Replica:
     def _preempt(self, req: Request) -> None:
         """Take *req* (the largest key) out of the running batch, release its blocks, swap
         its KV out if it fits the swap space, and put it back into the waiting queue."""
+        if self.slot_cache is not None:  # EngineConfig refuses a slot cache whose slots could run out
+            raise RuntimeError(f"replica {self.index}: a slot cache never preempts, but request {req.id} ran out of KV")
         bs = self.kv.block_size
         now = self._clock
         entry = self._order.pop()
@@ -1029,6 +1055,8 @@ class Replica:
         order.pop(bisect_left(order, (*req.sched_key, req)))
         self._release_kv(req, req.kv_tokens, done=True)
         req.kv_holder = None
+        if self.slot_cache is not None:
+            self.slot_cache.release(req, req.kv_tokens)
         req.last_token_engine_s = end
         self.departed += 1
         self.departed_tokens += req.prompt_tokens
@@ -1041,6 +1069,8 @@ class Replica:
         order.pop(bisect_left(order, (*req.sched_key, req)))
         self._release_kv(req, tokens, done=True)
         req.kv_holder = None
+        if self.slot_cache is not None:
+            self.slot_cache.release(req, tokens)
         req.completion_s = completion_s = end + req.output_tokens * self._alpha2
         self.departed += 1
         self.departed_tokens += req.prompt_tokens

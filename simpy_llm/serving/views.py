@@ -95,8 +95,7 @@ class LiveView:
         return self._replica.kv.used_blocks / self.kv_total_blocks
 
     def prefix_hit_tokens(self, request: Request) -> int:
-        cache = self._replica.prefix_cache
-        return 0 if cache is None else cache.hit_tokens(request)
+        return self._replica.prefix_hit_tokens(request)
 
 
 class SnapshotView(LiveView):

@@ -173,6 +173,10 @@ class VerifyServer:
     prefix_cache = None
     """No prefix cache: each conversation's KV is its own."""
 
+    def prefix_hit_tokens(self, request: Request) -> int:
+        """Prompt tokens a prefix cache would find: none (there is none)."""
+        return 0
+
     def __init__(
         self,
         env: simpy.Environment,

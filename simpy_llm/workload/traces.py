@@ -922,6 +922,25 @@ class TraceV2Writer:
         if self._file is not None:
             self._file.flush()
 
+    def update_header(self, entries: Mapping[str, Any]) -> None:
+        """Add *entries* to the header (replacing keys it has) and, once the writer is open,
+        rewrite the header file: what is known only at the end of a run (e.g. the load
+        generator's statistics). The file is replaced in one step (written beside it, then
+        renamed), so a reader never sees half a header; the rows are not touched.
+
+        >>> import tempfile, os
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     with TraceV2Writer(os.path.join(d, "trace"), header={"seed": 1}) as w:
+        ...         w.update_header({"sent": 0})
+        ...     read_trace_v2(d).header["sent"]
+        0
+        """
+        self.header = _header_for_writing({**self.header, **entries}, "real")
+        if self._file is not None:
+            partial = self.header_path.with_name(self.header_path.name + ".partial")
+            _write_header(partial, self.header)
+            partial.replace(self.header_path)
+
     def close(self) -> None:
         """Flush and close (idempotent; opens first, so an empty trace is still written)."""
         if self._closed:

@@ -126,3 +126,57 @@ def test_the_measured_round_trip_is_added_to_the_simulated_latencies(tmp_path):
     assert np.allclose(shifted["ttft_simulated_s"] - base["ttft_simulated_s"], 0.007)
     assert np.allclose(shifted["e2e_simulated_s"] - base["e2e_simulated_s"], 0.007)
     pd.testing.assert_series_equal(shifted["tpot_simulated_s"], base["tpot_simulated_s"])
+
+
+def _half_streamed(tmp_path: Path) -> Path:
+    """A simulated observation whose requests are half streamed, half answered in one piece."""
+    s = _chat_scenario(**{"workload.clients.0.multi_turn": None, "workload.clients.0.streaming": 0.5,
+                          "workload.num_requests": 16})
+    simulated_observation(s, tmp_path / "t")
+    return tmp_path / "t"
+
+
+def test_the_clients_bandwidth_adds_each_prompts_upload_and_answers_download(tmp_path):
+    """With network {bandwidth_mbps: 8, bytes_per_token: 100} one token takes 100 B / 1 MB/s =
+    0.1 ms each way. By hand: a streamed request's TTFT and E2E grow by its prompt's upload plus
+    one token's download (tokens cross as they are made), so its TPOT is unchanged; a request
+    answered in one piece has its E2E grow by the upload plus the whole answer's download."""
+    trace = _half_streamed(tmp_path)
+    base = compare(trace, n_resamples=50).requests.set_index("request_id")
+    header = yaml.safe_load((tmp_path / "t.yaml").read_text())
+    header["network"] = {"measured_rtt_ms": 0.0, "bandwidth_mbps": 8, "bytes_per_token": 100}
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(header))
+    cal = compare(trace, n_resamples=50)
+    moved = cal.requests.set_index("request_id")
+    streamed = base["streaming"].to_numpy(dtype=bool)
+    assert streamed.any() and (~streamed).any()
+    token_s = 100 / (8e6 / 8)
+    upload = base["input_tokens"].to_numpy() * token_s
+    ttft_shift = (moved["ttft_simulated_s"] - base["ttft_simulated_s"]).to_numpy()
+    e2e_shift = (moved["e2e_simulated_s"] - base["e2e_simulated_s"]).to_numpy()
+    assert np.allclose(ttft_shift[streamed], upload[streamed] + token_s, atol=1.5e-6)
+    assert np.allclose(e2e_shift[streamed], upload[streamed] + token_s, atol=1.5e-6)
+    assert np.allclose(e2e_shift[~streamed], upload[~streamed] + base["output_tokens"].to_numpy()[~streamed] * token_s, atol=1.5e-6)
+    pd.testing.assert_series_equal(moved["tpot_simulated_s"], base["tpot_simulated_s"])
+    # Two requests by hand: 0 is streamed with 71 prompt tokens (7.1 ms up, 0.1 ms down);
+    # 1 is answered in one piece, 94 prompt and 6 output tokens (9.4 ms up, 0.6 ms down).
+    assert (base.loc[0, "streaming"], base.loc[0, "input_tokens"]) == (True, 71)
+    assert (base.loc[1, "streaming"], base.loc[1, "input_tokens"], base.loc[1, "output_tokens"]) == (False, 94, 6)
+    assert moved.loc[0, "ttft_simulated_s"] - base.loc[0, "ttft_simulated_s"] == pytest.approx(0.0072, abs=1.5e-6)
+    assert moved.loc[0, "e2e_simulated_s"] - base.loc[0, "e2e_simulated_s"] == pytest.approx(0.0072, abs=1.5e-6)
+    assert moved.loc[1, "e2e_simulated_s"] - base.loc[1, "e2e_simulated_s"] == pytest.approx(0.0100, abs=1.5e-6)
+    assert any("at 8 Mbit/s (100 bytes per token)" in x for x in cal.report.known_limitations)
+
+
+def test_a_bad_network_block_is_an_error_naming_the_header_and_key(tmp_path):
+    """A bandwidth that is not a positive number (or a bad bytes_per_token) stops the comparison
+    with a ScenarioError naming the header file and each key path."""
+    trace = _half_streamed(tmp_path)
+    header = yaml.safe_load((tmp_path / "t.yaml").read_text())
+    header["network"] = {"bandwidth_mbps": "fast", "bytes_per_token": -1}
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(header))
+    with pytest.raises(ScenarioError) as info:
+        compare(trace, n_resamples=50)
+    assert info.value.source == str(tmp_path / "t.yaml")
+    assert info.value.paths == ["network.bandwidth_mbps", "network.bytes_per_token"]
+    assert "must be a number > 0 (megabits per second, each way) or null, got 'fast'" in str(info.value)

@@ -77,8 +77,9 @@ def test_report_json_reads_back_with_every_part_and_the_comparisons_values(writt
     """report.json holds every part of the report; its values are the report's and the comparisons'."""
     report, out, _ = written
     data = json.loads((out / "report.json").read_text())
-    assert list(data) == ["trace", "request_summary", "warm_up", "metrics", "throughput", "config_match",
+    assert list(data) == ["trace", "request_summary", "warm_up", "metrics", "throughput", "timeseries", "config_match",
                           "known_limitations", "scenario", "fit", "warnings"]
+    assert data["timeseries"] == {}  # no scraped samples given
     assert data["trace"]["server"] == {"max_num_seqs": 4, "engine": "llama.cpp"}
     assert data["request_summary"] == _request_summary()
     assert list(data["metrics"]) == ["ttft", "itl", "tpot", "e2e"]

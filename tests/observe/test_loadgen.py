@@ -191,3 +191,56 @@ def test_prefix_groups_share_their_prompt_start() -> None:
         assert messages[0] == {"role": "system", "content": prefix_text("sys", 8)}
         assert len(messages[1]["content"].split()) == 12 + i - 8
     assert sum(len(b["messages"]) == 1 for b in bodies) == 2
+
+
+def test_statistics_need_a_finished_run(tmp_path: Path) -> None:
+    """LoadGenerator.statistics() before run() is an error that says so; after it, the block
+    holds the summary's figures and the concurrency limit."""
+
+    async def go() -> tuple[LoadGenerator, str]:
+        async with serve() as fake, OpenAIClient(fake.url, timeout_s=TIMEOUT_S) as client:
+            rows = [{"request_id": i, "arrival_time_s": i * 0.01, "input_tokens": 5, "output_tokens": 5} for i in range(3)]
+            gen = LoadGenerator(client, rows, None, concurrency=2, lag_threshold_s=QUIET)
+            with pytest.raises(RuntimeError) as info:
+                gen.statistics()
+            await gen.run()
+            return gen, str(info.value)
+
+    gen, message = asyncio.run(go())
+    assert "has not run" in message
+    stats, s = gen.statistics(), gen.summary
+    assert s is not None
+    assert (stats["requests"], stats["sent"], stats["concurrency"], stats["stopped"]) == (3, 3, 2, False)
+    assert (stats["achieved_rate"], stats["schedule_delay_max_s"], stats["lagging"]) == (s.achieved_rate, s.schedule_delay_max_s, s.lagging)
+
+
+def test_observe_writes_the_load_statistics_into_the_trace_header(tmp_path: Path) -> None:
+    """observe() rewrites the trace header at the end with a load_generator block whose rates and
+    schedule delays are the ones the trace's own rows give (targets in arrival_time_us, sends in
+    send_time_us, whole microseconds), with the concurrency limit and the measured round trip."""
+    import numpy as np
+    import yaml
+
+    from simpy_llm.observe.run import observe
+    from tests.helpers import tiny_scenario
+    from tests.observe.fake_thread import fake_server_thread
+
+    data = tiny_scenario(seed=3)
+    data["workload"]["num_requests"] = 12
+    data["workload"]["clients"][0]["output_distribution"] = {"type": "constant", "params": {"value": 5}}
+    spec = tmp_path / "w.yaml"
+    spec.write_text(yaml.safe_dump(data))
+    with fake_server_thread() as fake:
+        observe(spec, fake.url, tmp_path / "run", concurrency=3, timeout_s=5.0)
+    trace = read_trace_v2(tmp_path / "run" / "trace")
+    stats, f = trace.header["load_generator"], trace.frame
+    target = f.arrival_time_us.to_numpy(dtype=float) / 1e6
+    sent = f.send_time_us.to_numpy(dtype=float) / 1e6
+    delay = sent - target
+    assert (stats["requests"], stats["sent"], stats["concurrency"], stats["stopped"]) == (12, 12, 3, False)
+    assert stats["requested_rate"] == pytest.approx(11 / (target.max() - target.min()), rel=1e-4)
+    assert stats["achieved_rate"] == pytest.approx(11 / (sent.max() - sent.min()), rel=1e-4)
+    assert stats["schedule_delay_max_s"] == pytest.approx(delay.max(), abs=2e-6)
+    assert stats["schedule_delay_p50_s"] == pytest.approx(float(np.median(delay)), abs=2e-6)
+    assert stats["lag_threshold_s"] == 0.010 and isinstance(stats["lagging"], bool)
+    assert stats["measured_rtt_ms"] == trace.header["network"]["measured_rtt_ms"] is not None

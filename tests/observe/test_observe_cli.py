@@ -228,3 +228,23 @@ def test_sigint_stops_cleanly_with_every_row_written(tmp_path: Path) -> None:
     assert set(f.status) == {"ok", "cancelled"} and (f.status == "ok").sum() >= 5
     assert f.request_id.is_unique
     assert json.loads((out / "summary.json").read_text())["stopped"] is True
+
+
+def test_the_scraped_series_are_compared_with_the_replay(observed: Observed) -> None:
+    """The emulated server's scraped vLLM gauges (one label set per replica) become the report's
+    three time series, one point per successful scrape, on the replay of the observer's trace;
+    the header's load statistics are the run's."""
+    from simpy_llm.calibrate import compare
+
+    cal = compare(observed.out, load_scenario(observed.scenario), n_resamples=50)
+    metrics = read_metrics(observed.out / "metrics.csv")
+    scrapes = metrics[(metrics.error == "") & (metrics.metric == "vllm:num_requests_running")].time_s.nunique()
+    ts = cal.report.timeseries
+    assert [(name, s["scraped_metric"]) for name, s in ts.items()] == [
+        ("queue_depth", "vllm:num_requests_waiting"), ("running_batch", "vllm:num_requests_running"),
+        ("kv_usage", "vllm:kv_cache_usage_perc"),
+    ]
+    assert all(s["n"] == scrapes > 0 and s["mae"] is not None for s in ts.values())
+    stats = read_trace_v2(observed.out / "trace").header["load_generator"]
+    summary = json.loads((observed.out / "summary.json").read_text())
+    assert (stats["requests"], stats["sent"], stats["achieved_rate"]) == (summary["n_requests"], summary["n_sent"], summary["achieved_rate"])

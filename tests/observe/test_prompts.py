@@ -331,3 +331,63 @@ def test_observe_command_rejects_a_bad_dataset_before_sending(tmp_path: Path, ca
                  "--prompts", str(dataset)])
     assert code == 2 and "no prompt field" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+# ------------------------------------------------------------------ synthetic words and the workload's seed
+
+
+def _sent_texts(fake: FakeServer) -> list[str]:
+    """Every prompt text the server received (own texts and system prefixes; not the replies
+    that later rounds carry back)."""
+    return [m["content"] for b in fake.bodies for m in b["messages"] if m["role"] != "assistant"]
+
+
+def _observed_texts(tmp_path: Path, seed: int) -> list[str]:
+    tmp_path.mkdir()
+    scenario = _observe_scenario(tmp_path, seed=seed)
+    with fake_server_thread() as fake:
+        observe(scenario, fake.url, tmp_path / "run", timeout_s=5.0)
+    return _sent_texts(fake)
+
+
+def _common_words(a: str, b: str) -> int:
+    """How many leading words *a* and *b* share."""
+    n = 0
+    for x, y in zip(a.split(), b.split(), strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def test_workloads_of_different_seeds_share_no_prompt(tmp_path: Path) -> None:
+    """One workload spec observed with seeds 4 and 5 (the same clients, a prefix group among them,
+    and request ids 0..n in both): no text sent in one run, system prompt included, is sent in
+    the other, nor opens with the same 8 words as one of them, so a server's prefix cache finds
+    nothing of the first run in the second (by chance, 8 shared words out of the ~300 in use
+    would happen with a probability below 1e-17 per pair)."""
+    first = _observed_texts(tmp_path / "a", seed=4)
+    second = _observed_texts(tmp_path / "b", seed=5)
+    assert len(first) >= 8 and len(second) >= 8
+    assert not set(first) & set(second)
+    assert max(_common_words(a, b) for a in first for b in second) < 8
+
+
+def test_the_same_workload_and_seed_send_the_same_prompts(tmp_path: Path) -> None:
+    """Observing one workload twice with the same seed sends the same texts (synthetic words are
+    drawn from the workload's seed and the request id, nothing else), and a prefix group's
+    requests share one system prompt."""
+    first = _observed_texts(tmp_path / "a", seed=4)
+    second = _observed_texts(tmp_path / "b", seed=4)
+    assert sorted(first) == sorted(second)
+    assert SyntheticPrompts(seed=4).prefix("sys", 4) in first
+
+
+def test_synthetic_words_depend_on_the_seed_and_the_request_id() -> None:
+    """SyntheticPrompts(seed).text(n, id): the same for the same seed and id, different when
+    either changes; a prefix group's words differ between seeds and groups."""
+    four, five = SyntheticPrompts(seed=4), SyntheticPrompts(seed=5)
+    assert four.text(20, 3) == SyntheticPrompts(seed=4).text(20, 3)
+    assert four.text(20, 3) != five.text(20, 3)
+    assert four.text(20, 3) != four.text(20, 4)
+    assert four.prefix("sys", 20) != five.prefix("sys", 20) != five.prefix("other", 20)

@@ -21,7 +21,7 @@ from simpy_llm.config.schema import TraceSource
 from simpy_llm.observe.emulate import EmulatedServer
 from simpy_llm.observe.llamacpp import LlamaCppConfig
 from simpy_llm.observe.run import observe
-from simpy_llm.observe.server_info import LLAMACPP_DEFAULTS
+from simpy_llm.observe.server_info import LLAMACPP_DEFAULTS, load_server_config
 from simpy_llm.workload.traces import read_trace_v2
 from tests.observe.emulate.conftest import SLOW
 from tests.observe.fake_server import OK_TOKENS, FakeServer, serve_instance
@@ -306,3 +306,14 @@ def test_observe_runs_from_inside_a_running_event_loop(tmp_path: Path) -> None:
         summary = asyncio.run(in_a_kernel())
     assert summary.status_counts == {"ok": 3}
     assert (tmp_path / "run" / "trace.csv").exists()
+
+
+def test_the_network_keys_a_calibration_reads_are_checked() -> None:
+    """The server config's network bandwidth, bytes per token and round trip must be numbers in
+    range (or null): anything else is an error naming each key path; good values are kept."""
+    with pytest.raises(ScenarioError) as err:
+        load_server_config({"network": {"bandwidth_mbps": 0, "bytes_per_token": "four", "measured_rtt_ms": -1.0}})
+    assert err.value.paths == ["network.bandwidth_mbps", "network.bytes_per_token", "network.measured_rtt_ms"]
+    assert "network.bandwidth_mbps: must be a number > 0 (megabits per second, each way) or null, got 0" in str(err.value)
+    config = load_server_config({"network": {"bandwidth_mbps": 100, "bytes_per_token": 4, "link": "wifi"}})
+    assert config.network == {"bandwidth_mbps": 100, "bytes_per_token": 4, "link": "wifi"}

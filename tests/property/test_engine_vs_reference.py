@@ -111,8 +111,10 @@ def random_scenario(
     prefixes: bool | None = None,
     ties: bool | None = None,
     until: bool | None = None,
+    slots: bool = False,
 ) -> dict[str, Any]:
-    """A small scenario as plain data; a feature given as True/False is forced, else drawn."""
+    """A small scenario as plain data; a feature given as True/False is forced, else drawn.
+    With *slots* the engine is a llama.cpp server's: a slot cache (:func:`slot_engine`)."""
 
     def coin(forced: bool | None, p: float = 0.5) -> bool:
         return rnd.random() < p if forced is None else forced
@@ -227,7 +229,42 @@ def random_scenario(
     if coin(until, 0.2):
         # somewhere in the arrivals (or a little after them)
         data["simulation"] = {"until_s": rnd.uniform(0.05, 1.5) * num_requests / rate + 1e-3}
+    if slots:
+        data["serving"]["engine"] = slot_engine(rnd, engine["scheduler"])
     return data
+
+
+def slot_engine(rnd: random.Random, scheduler: dict[str, Any]) -> dict[str, Any]:
+    """An engine with llama.cpp's slot cache: few slots, each owning its whole context (KV
+    blocks for every slot's ``max_model_len``), a host cache from none to plenty, similarity
+    from off to strict, checkpoints or not, and few enough checkpoints kept to drop some."""
+    block = rnd.choice([1, 1, 2, 4, 8])
+    slots = rnd.randint(1, 4)
+    chunked = rnd.random() < 0.7
+    budget = rnd.randint(max(slots, 2), 48) if chunked else rnd.randint(max(slots, 24), 64)
+    model_len = rnd.randint(24, 120) if chunked else rnd.randint(24, budget)
+    engine: dict[str, Any] = {
+        "max_num_seqs": slots,
+        "max_num_batched_tokens": budget,
+        "chunked_prefill": chunked,
+        "kv_block_size": block,
+        "kv_num_blocks": max(slots * -(-model_len // block), -(-budget // block)) + rnd.choice([0, 0, 5]),
+        "max_model_len": model_len,
+        "scheduler": scheduler,
+    }
+    if chunked and rnd.random() < 0.6:
+        engine["prefill_breaks"] = sorted(rnd.sample(range(1, 30), rnd.randint(1, 2)), reverse=True)
+    if rnd.random() < 0.25:
+        engine["ubatch_tokens"] = rnd.randint(1, budget)
+    host = rnd.choice([0, 16, 64, 100_000])
+    engine["slot_cache"] = {
+        "prompt_similarity": rnd.choice([0.0, 0.1, 0.1, 0.3, 0.6]),
+        "host_cache_tokens": host,
+        "cache_idle_slots": host > 0 and rnd.random() < 0.7,
+        "checkpoints": rnd.random() < 0.75,
+        "max_checkpoints": rnd.choice([1, 2, 3, 32]),
+    }
+    return engine
 
 
 def scenarios(**forced: bool) -> st.SearchStrategy[dict[str, Any]]:
@@ -383,6 +420,23 @@ def test_engine_matches_reference_under_kv_pressure_with_swap(data):
 def test_engine_matches_reference_with_prefix_groups_and_sessions(data):
     """With shared prefixes (two lengths in one group) and multi-turn sessions, the prefix
     cache's hits (cached_tokens), evictions and their timing match."""
+    _check(data)
+
+
+@_settings(150)
+@given(scenarios(slots=True, prefixes=True, sessions=True))
+def test_engine_matches_reference_with_llamacpp_slots(data):
+    """With llama.cpp's slot cache (slot choice by shared prompt or least recent use, the host
+    cache's saves, restores and evictions, checkpoints), the cached tokens, the restore
+    costs and everything they move match, on shared prefixes and multi-turn sessions."""
+    _check(data)
+
+
+@_settings(60)
+@given(scenarios(slots=True))
+def test_engine_matches_reference_with_llamacpp_slots_anywhere(data):
+    """The slot cache on the other drawn workloads (with or without prefixes and sessions,
+    tied arrivals, early stops) matches the reference too."""
     _check(data)
 
 

@@ -50,12 +50,14 @@ import math
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, Protocol
 
 from simpy_llm.entities import Request
 
 __all__ = [
     "EngineSettings",
+    "SlotSettings",
     "LinearLatency",
     "RequestInput",
     "RequestOutcome",
@@ -99,6 +101,17 @@ class ReferenceStuck(RuntimeError):
 
 
 @dataclass(frozen=True)
+class SlotSettings:
+    """The slot cache's settings ("The prompt cache, slot by slot")."""
+
+    prompt_similarity: float = 0.1
+    host_cache_tokens: int = 262_144
+    cache_idle_slots: bool = True
+    checkpoints: bool = True
+    max_checkpoints: int = 32
+
+
+@dataclass(frozen=True)
 class EngineSettings:
     """The engine settings the specification uses (names as in the scenario's ``serving.engine``)."""
 
@@ -121,6 +134,8 @@ class EngineSettings:
     """Tokens-left counts at which a prefill chunk stops."""
     reusable_prompt_tail: int | None = None
     """A finished request's own blocks past ``prompt - tail`` tokens cannot be found."""
+    slot_cache: SlotSettings | None = None
+    """llama.cpp's prompt cache, slot by slot (then no block is cached)."""
 
     @property
     def model_len_limit(self) -> int:
@@ -322,6 +337,49 @@ def _identity(segments: Sequence[Segment], length: int) -> tuple:
     return tuple(out)
 
 
+# --- llama.cpp's slots ------------------------------------------------------------------------
+
+
+def _tokens(segments: Sequence[Segment], length: int) -> list[tuple[Hashable, int]]:
+    """The first *length* tokens, each as (segment id, offset in its segment)."""
+    out: list[tuple[Hashable, int]] = []
+    for seg_id, n in segments:
+        for k in range(n):
+            if len(out) == length:
+                return out
+            out.append((seg_id, k))
+    if len(out) < length:
+        raise AssertionError("tokens beyond the request's sequence")
+    return out
+
+
+def _common(a: Sequence[tuple[Hashable, int]], b: Sequence[tuple[Hashable, int]]) -> int:
+    """Leading positions at which two token lists hold the same token."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+class _Context:
+    """What a slot holds, or the host cache saved: tokens and checkpoints (oldest first)."""
+
+    def __init__(self, tokens: list[tuple[Hashable, int]], checkpoints: list[int]) -> None:
+        self.tokens = tokens
+        self.checkpoints = checkpoints
+
+
+class _Slot:
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.context = _Context([], [])
+        self.busy = False
+        self.released = -1
+        """Release order (-1: never used)."""
+
+
 # --- the model ---------------------------------------------------------------------------
 
 
@@ -355,6 +413,9 @@ class _Live:
         self.cached_tokens = 0
         self.preemptions: list[float] = []
         self.completed = False
+        self.slot: _Slot | None = None
+        self.slot_checkpoints: list[int] = []
+        """The checkpoints its slot holds once it is done."""
 
     def identity(self, b: int, bs: int) -> tuple:
         while len(self.identities) <= b:
@@ -392,6 +453,12 @@ class _Replica:
         self.step_swap_tokens = 0
         self.out = ReplicaOutcome()
         self.trace = trace
+        self.slot_mode = settings.slot_cache is not None
+        self.block_cache = settings.prefix_caching and not self.slot_mode
+        """Blocks are cached and shared (the block cache), not a slot's own."""
+        self.slots = [_Slot(i) for i in range(settings.max_num_seqs)] if self.slot_mode else []
+        self.host: list[_Context] = []
+        self.releases = 0
 
     # --- queue entries -------------------------------------------------------------
     def _enter_waiting(self, r: _Live, now_s: float) -> None:
@@ -413,6 +480,8 @@ class _Replica:
 
     # --- preemption ------------------------------------------------------------------
     def _preempt(self, victim: _Live, now_s: float) -> None:
+        if self.slot_mode:
+            raise AssertionError("slots own their whole context: nothing is preempted")
         self.running.remove(victim)
         self._register_rest(victim, findable=True)
         self.pool.release(victim.table)
@@ -435,7 +504,7 @@ class _Replica:
 
     # --- prefix cache ---------------------------------------------------------------------
     def _lookup(self, r: _Live) -> list[_Block]:
-        if not self.s.prefix_caching:
+        if not self.block_cache:
             return []
         found = []
         # Only blocks entirely within the first target - 1 tokens.
@@ -460,7 +529,7 @@ class _Replica:
 
     def _register(self, r: _Live, old: int, new: int) -> None:
         """A step filling *r*'s tokens [old, new) is scheduled: its full blocks are cached."""
-        if not self.s.prefix_caching:
+        if not self.block_cache:
             return
         limit = self._scheduled_limit(r)
         for b in range(old // self.bs, new // self.bs):
@@ -473,7 +542,7 @@ class _Replica:
         """At its release, *r*'s full blocks not cached yet (past its scheduled limit) are:
         under their identity (*findable*, a preemption), or under one nobody else has (a
         completion: a later request may not find them)."""
-        if not self.s.prefix_caching:
+        if not self.block_cache:
             return
         for b in range(r.computed // self.bs):
             if r.table[b].identity is None:
@@ -485,6 +554,99 @@ class _Replica:
                     blk.refs = 1
                     self.pool.cache[blk.identity] = blk
 
+    def _saved_to(self, host: list[_Context], ctx: _Context) -> list[_Context]:
+        """The host cache after saving *ctx* (a copy)."""
+        limit = self.s.slot_cache.host_cache_tokens
+        n = len(ctx.tokens)
+        if n == 0 or n > limit:
+            return list(host)
+        if any(_common(e.tokens, ctx.tokens) == n for e in host):
+            return list(host)  # contained in a saved context
+        kept = [e for e in host if _common(e.tokens, ctx.tokens) < len(e.tokens)]
+        while kept and sum(len(e.tokens) for e in kept) + n > limit:
+            kept.pop(0)
+        return kept + [ctx]
+
+    def _choose_slot(self, h: _Live) -> dict[str, Any]:
+        """What giving *h* a slot would do (nothing changes yet)."""
+        cfg = self.s.slot_cache
+        p = h.inp.prompt_tokens
+        prompt = _tokens(h.segments, p)
+        idle = [sl for sl in self.slots if not sl.busy]
+        chosen = None
+        update = False
+        if cfg.prompt_similarity > 0:
+            best = None
+            for sl in idle:
+                n = len(sl.context.tokens)
+                if n == 0:
+                    continue
+                lcp = _common(sl.context.tokens, prompt)
+                if lcp > 0 and lcp / p > cfg.prompt_similarity and (best is None or lcp > best):
+                    best, chosen = lcp, sl
+            if chosen is not None:
+                update = 2 * best < len(chosen.context.tokens)
+        if chosen is None:
+            # least recently used; among equals the higher slot
+            oldest = min(sl.released for sl in idle)
+            chosen = [sl for sl in idle if sl.released == oldest][-1]
+            update = True
+        ctx = chosen.context
+        host = list(self.host)
+        restore = None
+        clear = False
+        if update and cfg.host_cache_tokens > 0:
+            host = self._saved_to(host, ctx)
+            share = _common(ctx.tokens, prompt)
+            keep = Fraction(share, len(ctx.tokens)) if ctx.tokens else Fraction(-1)
+            base = share
+            for e in host:
+                lcp = _common(e.tokens, prompt)
+                if 4 * lcp < len(e.tokens):
+                    continue
+                # Reading: the fractions are compared exactly
+                if Fraction(lcp, len(e.tokens)) > keep and lcp > share:
+                    restore, keep, share = e, Fraction(lcp, len(e.tokens)), lcp
+            if restore is not None:
+                ctx = restore
+            elif base / p < cfg.prompt_similarity:
+                clear = True
+                ctx = _Context([], [])
+        lcp = _common(ctx.tokens, prompt)
+        if cfg.checkpoints:
+            cached = 0
+            for c in reversed(ctx.checkpoints):
+                if c - 1 <= lcp:
+                    cached = min(lcp, max(1, c - 1))
+                    break
+            # the checkpoints past the restored position go, then the cap at P - 1
+            points = [c for c in ctx.checkpoints if c - 1 <= cached]
+            cached = min(cached, p - 1)
+            taken = ([cached] if cached > 0 else []) + [p - b for b in sorted(self.s.prefill_breaks, reverse=True) if p - b > cached]
+            for c in taken:
+                if c in points:
+                    points.remove(c)
+                points.append(c)
+            points = points[-cfg.max_checkpoints:]
+        else:
+            cached = min(lcp, p - 1)
+            points = []
+        return {"slot": chosen, "host": host, "restore": restore, "clear": clear, "cached": cached, "checkpoints": points}
+
+    def _take_slot(self, h: _Live, choice: dict[str, Any]) -> None:
+        """Give *h* the slot *choice* chose: save, restore, and save the other idle slots."""
+        self.host = choice["host"]
+        if choice["restore"] is not None:
+            self.host = [e for e in self.host if e is not choice["restore"]]
+        slot = choice["slot"]
+        slot.busy = True
+        h.slot = slot
+        h.slot_checkpoints = choice["checkpoints"]
+        if self.s.slot_cache.cache_idle_slots:
+            for sl in self.slots:
+                if not sl.busy:
+                    self.host = self._saved_to(self.host, sl.context)
+
     def _complete(self, r: _Live, end_s: float) -> None:
         self.running.remove(r)
         # With a reusable tail k, past the first max(P - k, S) tokens the blocks this request
@@ -492,6 +654,12 @@ class _Replica:
         # else can have (they keep their place in the free queue but can no longer be found).
         self._register_rest(r, findable=False)
         self.pool.release(r.table)
+        if r.slot is not None:
+            # the slot keeps the request's computed tokens (prompt and output but the last)
+            r.slot.context = _Context(_tokens(r.segments, r.computed), r.slot_checkpoints)
+            r.slot.busy = False
+            r.slot.released = self.releases
+            self.releases += 1
         r.completed = True
         r.completion_s = end_s + r.inp.output_tokens * self.lat.alpha2_s
 
@@ -578,6 +746,10 @@ class _Replica:
                 h = min(self.waiting, key=lambda w: w.sort_key)
                 found = self._lookup(h)
                 cached = len(found) * self.bs
+                choice = None
+                if self.slot_mode:
+                    choice = self._choose_slot(h)
+                    cached = choice["cached"]
                 start = cached if h.swapped is None else max(cached, h.swapped)
                 c = self._chunk(h.target - start, budget)
                 if c == 0:
@@ -591,6 +763,10 @@ class _Replica:
                 self.waiting.remove(h)
                 if found:
                     self.step_restores += 1
+                if choice is not None:
+                    self._take_slot(h, choice)
+                    if choice["restore"] is not None:
+                        self.step_restores += 1
                 pool.pin(h.table, found)
                 pool.allocate(h.table, new_blocks)
                 if h.swapped is not None:
@@ -846,7 +1022,10 @@ def engine_settings(engine: Mapping[str, Any]) -> EngineSettings:
     """:class:`EngineSettings` from a scenario's ``serving.engine`` mapping (keys it does not
     give take the documented defaults)."""
     known = {f for f in EngineSettings.__dataclass_fields__}
-    return EngineSettings(**{k: v for k, v in engine.items() if k in known})
+    fields = {k: v for k, v in engine.items() if k in known}
+    if fields.get("slot_cache") is not None:
+        fields["slot_cache"] = SlotSettings(**fields["slot_cache"])
+    return EngineSettings(**fields)
 
 
 def linear_latency(params: Mapping[str, Any]) -> LinearLatency:

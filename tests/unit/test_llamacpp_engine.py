@@ -7,7 +7,12 @@ import pytest
 import simpy
 
 from simpy_llm.config import ScenarioError, load_scenario, scenario_from_dict
-from simpy_llm.config.schema import REUSABLE_PROMPT_TAIL, EngineConfig, LlamaCppPreset
+from simpy_llm.config.schema import (
+    REUSABLE_PROMPT_TAIL,
+    EngineConfig,
+    LlamaCppPreset,
+    SlotCacheConfig,
+)
 from simpy_llm.entities import Request
 from simpy_llm.metrics.recorder import Recorder
 from simpy_llm.serving.batch_table import BatchTableLatency
@@ -42,12 +47,33 @@ def _request(rid: int, prompt: int, output: int, **fields) -> Request:
 
 def test_preset_maps_llamacpp_options_onto_the_engine():
     """Slots are the batch, the slot context the model length, n_batch the step budget,
-    n_ubatch the forward pass; KV is one-token blocks for every slot plus the host cache."""
+    n_ubatch the forward pass; KV is one-token blocks for every slot; the prompt cache is
+    the slot cache, with the host cache's tokens and the server's defaults."""
     e = LlamaCppPreset(n_parallel=3, ctx_per_slot=1000, n_batch=256, n_ubatch=64, cache_ram_tokens=500).engine()
     assert (e.max_num_seqs, e.max_model_len, e.max_num_batched_tokens, e.ubatch_tokens) == (3, 1000, 256, 64)
-    assert (e.kv_block_size, e.kv_num_blocks, e.prefix_caching, e.chunked_prefill) == (1, 3500, True, True)
-    assert e.prefill_breaks == (68, 4) and e.reusable_prompt_tail == REUSABLE_PROMPT_TAIL
+    assert (e.kv_block_size, e.kv_num_blocks, e.prefix_caching, e.chunked_prefill) == (1, 3000, True, True)
+    assert e.prefill_breaks == (68, 4) and e.reusable_prompt_tail is None
+    assert e.slot_cache == SlotCacheConfig(prompt_similarity=0.1, host_cache_tokens=500, cache_idle_slots=True, checkpoints=True, max_checkpoints=32)
     assert e.scheduler.kind == "fcfs" and e.preemption_mode == "recompute"
+
+
+def test_preset_radix_cache_model_keeps_the_earlier_mapping():
+    """cache_model radix: no slot cache; one-token blocks for every slot plus the host cache,
+    shared by the radix prefix cache, and the reusable prompt tail of a checkpointed model."""
+    e = LlamaCppPreset(n_parallel=3, ctx_per_slot=1000, n_batch=256, n_ubatch=64, cache_ram_tokens=500, cache_model="radix").engine()
+    assert e.slot_cache is None and e.kv_num_blocks == 3 * 1000 + 500 and e.prefix_caching
+    assert e.prefill_breaks == (68, 4) and e.reusable_prompt_tail == REUSABLE_PROMPT_TAIL
+
+
+def test_preset_passes_the_slot_options_on():
+    """slot_prompt_similarity, cache_idle_slots and ctx_checkpoints reach the slot cache;
+    without checkpoints any common prefix is reusable; without host cache no idle slot is saved."""
+    e = LlamaCppPreset(n_parallel=2, ctx_per_slot=512, slot_prompt_similarity=0.5, cache_idle_slots=False, ctx_checkpoints=3).engine()
+    assert (e.slot_cache.prompt_similarity, e.slot_cache.cache_idle_slots, e.slot_cache.max_checkpoints) == (0.5, False, 3)
+    plain = LlamaCppPreset(n_parallel=2, ctx_per_slot=512, prompt_checkpoints=False).engine()
+    assert not plain.slot_cache.checkpoints and plain.prefill_breaks == ()
+    no_host = LlamaCppPreset(n_parallel=2, ctx_per_slot=512, cache_ram_tokens=0).engine()
+    assert no_host.slot_cache.host_cache_tokens == 0 and not no_host.slot_cache.cache_idle_slots
 
 
 def test_preset_clamps_batch_sizes_to_the_context_as_llamacpp_does():
@@ -83,6 +109,32 @@ def test_preset_in_a_scenario_and_its_errors():
         ({"preset": "vllm", "n_parallel": 2}, "serving.engine.n_parallel", "unknown key"),
         ({"chunked_prefill": False, "prefill_breaks": [4]}, "serving.engine.prefill_breaks", "needs chunked_prefill"),
         ({"prefill_breaks": [4, 0]}, "serving.engine.prefill_breaks[1]", "must be >= 1"),
+        ({"preset": "llamacpp", "cache_model": "lru"}, "serving.engine.cache_model", "must be one of slots, radix"),
+        ({"preset": "llamacpp", "cache_model": "radix", "slot_prompt_similarity": 0.2}, "serving.engine.slot_prompt_similarity",
+         "applies to the slots cache model only; here cache_model is radix"),
+        ({"preset": "llamacpp", "cache_prompt": False, "ctx_checkpoints": 4}, "serving.engine.ctx_checkpoints",
+         "applies to the slots cache model only; here cache_prompt is false"),
+        ({"preset": "llamacpp", "prompt_checkpoints": False, "ctx_checkpoints": 4}, "serving.engine.ctx_checkpoints",
+         "applies to a checkpointed model only"),
+        ({"preset": "llamacpp", "cache_ram_tokens": 0, "cache_idle_slots": True}, "serving.engine.cache_idle_slots", "needs cache_ram_tokens > 0"),
+        ({"preset": "llamacpp", "slot_prompt_similarity": 1.5}, "serving.engine.slot_prompt_similarity", "must be in [0.0, 1.0]"),
+        ({"max_num_seqs": 2, "max_num_batched_tokens": 64, "max_model_len": 100, "kv_num_blocks": 12, "slot_cache": {}},
+         "serving.engine.kv_num_blocks", "must hold every slot's whole context: max_num_seqs (2) x max_model_len (100) tokens = 14 blocks of 16; got 12"),
+        ({"max_num_seqs": 2, "max_num_batched_tokens": 64, "kv_num_blocks": 20, "slot_cache": {}}, "serving.engine.slot_cache", "needs max_model_len"),
+        ({"max_num_seqs": 2, "max_num_batched_tokens": 64, "max_model_len": 100, "kv_num_blocks": 20, "prefix_caching": False, "slot_cache": {}},
+         "serving.engine.slot_cache", "needs prefix_caching: true"),
+        ({"max_num_seqs": 2, "max_num_batched_tokens": 64, "max_model_len": 100, "kv_num_blocks": 20, "reusable_prompt_tail": 5, "slot_cache": {}},
+         "serving.engine.reusable_prompt_tail", "applies to the block cache"),
+        ({"max_num_seqs": 2, "max_num_batched_tokens": 64, "max_model_len": 100, "kv_num_blocks": 20, "preemption_mode": "swap",
+          "swap_space_blocks": 4, "slot_cache": {}}, "serving.engine.preemption_mode", "a slot cache never preempts"),
+        ({"max_num_seqs": 2, "max_num_batched_tokens": 64, "max_model_len": 100, "kv_num_blocks": "auto", "slot_cache": {}},
+         "serving.engine.kv_num_blocks", "must be a number with slot_cache"),
+        ({"max_num_seqs": 2, "max_num_batched_tokens": 64, "max_model_len": 100, "kv_num_blocks": 20,
+          "slot_cache": {"host_cache_tokens": 0, "cache_idle_slots": True}}, "serving.engine.slot_cache.cache_idle_slots", "needs host_cache_tokens > 0"),
+        ({"max_num_seqs": 2, "max_num_batched_tokens": 64, "max_model_len": 100, "kv_num_blocks": 20,
+          "slot_cache": {"max_checkpoints": 0}}, "serving.engine.slot_cache.max_checkpoints", "must be >= 1"),
+        ({"max_num_seqs": 2, "max_num_batched_tokens": 64, "max_model_len": 100, "kv_num_blocks": 20,
+          "slot_cache": {"ram": 1}}, "serving.engine.slot_cache.ram", "unknown key"),
     ]
     for engine, where, message in cases:
         with pytest.raises(ScenarioError) as info:

@@ -75,6 +75,13 @@ class RealtimeDriver:
         self._start = 0.0
         self._timer: asyncio.TimerHandle | None = None
         self._armed_s = math.inf
+        self.timer_fires = 0
+        """Times the timer fired (each processes the events due by then)."""
+        self.lateness_max_s = 0.0
+        """The most the timer fired after its event's wall-clock time: how far behind the
+        simulation the machine held the server (a busy machine's hold-ups land here)."""
+        self.lateness_total_s = 0.0
+        """Lateness summed over every firing (over :attr:`timer_fires`, the mean)."""
 
     # --- clock -----------------------------------------------------------
     def start(self) -> None:
@@ -162,7 +169,23 @@ class RealtimeDriver:
         if t != math.inf:
             self._timer = self.loop.call_at(self._start + t, self._fire)
 
+    def timing(self) -> dict[str, float | int]:
+        """How punctually the timer fired, as plain data (the served trace's ``emulator_timing``).
+
+        >>> import simpy
+        >>> RealtimeDriver(simpy.Environment()).timing()
+        {'timer_fires': 0, 'lateness_mean_ms': 0.0, 'lateness_max_ms': 0.0}
+        """
+        mean_s = self.lateness_total_s / self.timer_fires if self.timer_fires else 0.0
+        return {"timer_fires": self.timer_fires, "lateness_mean_ms": round(mean_s * 1e3, 4),
+                "lateness_max_ms": round(self.lateness_max_s * 1e3, 4)}
+
     def _fire(self) -> None:
+        late = self.loop.time() - (self._start + self._armed_s)
+        self.timer_fires += 1
+        self.lateness_total_s += late
+        if late > self.lateness_max_s:
+            self.lateness_max_s = late
         self._timer = None
         self._armed_s = math.inf
         try:

@@ -260,6 +260,8 @@ class EmulatedServer:
             self._record(p, "in_flight", "server stopped before the request completed")
         self._pending.clear()
         if self._writer is not None:
+            if self.driver is not None:
+                self._writer.update_header({"emulator_timing": self.driver.timing()})
             self._writer.close()
             self._writer = None
 
