@@ -4,9 +4,12 @@
 replays an observed trace (``simpy-llm observe``'s output directory, or a trace
 file) through a scenario and prints the per-metric comparison with its rating;
 ``--out`` writes ``report.json``, ``report.md`` and QQ, CDF and
-scatter plots. ``simpy-llm calibrate fit OBSERVED --out PROFILE`` fits a
-``batch_table`` latency model to the trace and writes it as a profile, then
-compares the fitted model with the same trace. Without ``--scenario`` the
+scatter plots. ``simpy-llm calibrate fit OBSERVED --out PROFILE [--priors P]`` fits a
+``batch_table`` latency model to the trace and writes it as a profile (the
+coefficients the trace does not determine from the priors profile ``P``, else
+their documented defaults), prints each coefficient's value, 95 % interval and
+source, then compares the fitted model with the same trace (its report opens
+with the fit's warnings). Without ``--scenario`` the
 serving system comes from the trace header (:func:`~simpy_llm.calibrate.scenario.scenario_from_trace`);
 ``--profile`` applies a fitted latency profile to it. ``simpy-llm calibrate probe --url URL
 --out DIR`` sends a short designed set of requests to a server and writes its trace and a
@@ -23,7 +26,7 @@ from typing import Any
 
 import attrs
 
-__all__ = ["add_parser", "main"]
+__all__ = ["add_parser", "coefficient_table", "main"]
 
 
 def add_parser(sub: Any, add_scenario_options: Any) -> None:
@@ -44,6 +47,8 @@ def add_parser(sub: Any, add_scenario_options: Any) -> None:
     fit.add_argument("--report", metavar="DIR", help="also write the fitted model's comparison report here")
     fit.add_argument("--no-refine", action="store_true", help="stop after the direct estimate (no simulation-based refinement)")
     fit.add_argument("--max-evaluations", type=int, default=400, metavar="N", help="replays the refinement may run (default 400)")
+    fit.add_argument("--priors", metavar="PROFILE",
+                     help="a profile (a probe's, or a previous fit's) giving the coefficients this trace does not determine")
 
     _add_probe(verbs)
 
@@ -85,6 +90,31 @@ def _common(parser: argparse.ArgumentParser, add_scenario_options: Any) -> None:
     add_scenario_options(parser)
 
 
+def _us(value: float) -> str:
+    return f"{value:,.1f}" if abs(value) >= 1 else f"{value:.3g}"
+
+
+def coefficient_table(result: Any) -> Any:
+    """A :mod:`rich` table of a :class:`~simpy_llm.calibrate.fit.FitResult`: each coefficient's
+    value (µs), its 95 % interval (``-`` when the trace does not determine it) and where the
+    value comes from (``trace``, ``prior``, ``default``)."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title="coefficients (µs)", header_style="bold", box=box.SIMPLE_HEAD)
+    for col, justify in (("coefficient", "left"), ("value", "right"), ("95 % interval", "right"), ("source", "left")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    intervals, sources = result.intervals or {}, result.sources or {}
+    rows = [(f"decode_step_us[{i}] ({i + 1} decoder{'s' if i else ''})", v,
+             (intervals.get("decode_step_us") or [None] * len(result.params["decode_step_us"]))[i],
+             (sources.get("decode_step_us") or ["-"] * len(result.params["decode_step_us"]))[i])
+            for i, v in enumerate(result.params["decode_step_us"])]
+    rows += [(name, v, intervals.get(name), sources.get(name, "-")) for name, v in result.params.items() if name != "decode_step_us"]
+    for name, value, interval, source in rows:
+        table.add_row(name, _us(value), "-" if interval is None else f"{_us(interval[0])} - {_us(interval[1])}", source)
+    return table
+
+
 def main(args: argparse.Namespace) -> int:
     """Run the ``calibrate`` command *args* asks for; exit status 0, 2 on bad input (1 when
     the probe cannot reach the server)."""
@@ -94,6 +124,7 @@ def main(args: argparse.Namespace) -> int:
 
     from simpy_llm.calibrate.compare import compare
     from simpy_llm.calibrate.fit import fit, write_profile
+    from simpy_llm.calibrate.ranges import PROFILE_FIT_WARNING
     from simpy_llm.calibrate.report import report_table, write_report
     from simpy_llm.config import ScenarioError, load_scenario
 
@@ -128,14 +159,17 @@ def main(args: argparse.Namespace) -> int:
             if args.max_evaluations < 1:
                 print(f"--max-evaluations must be >= 1, got {args.max_evaluations}", file=sys.stderr)
                 return 2
-            result = fit(args.observed, scenario, refine=not args.no_refine, max_evaluations=args.max_evaluations)
+            result = fit(args.observed, scenario, priors=args.priors, refine=not args.no_refine,
+                         max_evaluations=args.max_evaluations)
             path = write_profile(result, args.out)
             console.print(f"wrote {path}")
             stats = result.statistics
             console.print(
-                f"fit: {stats['method']}, {stats['evaluations']} replays, loss {stats['loss_direct']:.4f} (direct)"
+                f"fit: {stats['method']}, {stats['evaluations']} replays ({stats['identification_replays']} to identify), "
+                f"loss {stats['loss_direct']:.4f} (direct)"
                 + (f" -> {stats['loss_refined']:.4f} (refined)" if "loss_refined" in stats else "")
             )
+            console.print(coefficient_table(result))
             profile: Any = path
         else:
             profile = args.profile
@@ -155,8 +189,9 @@ def main(args: argparse.Namespace) -> int:
         print(f"cannot calibrate {args.observed}: {exc}", file=sys.stderr)
         return 2
     report = cal.report
-    if args.calibrate_command == "fit":  # the report says where its latency model came from
-        report = attrs.evolve(report, fit=result.profile()["fit"])
+    if args.calibrate_command == "fit":  # the report says where its latency model came from, its warnings first
+        report = attrs.evolve(report, fit=result.profile()["fit"],
+                              warnings=[w for w in report.warnings if not w.startswith(PROFILE_FIT_WARNING)])
     console.print(report_table(report))
     out = args.report if args.calibrate_command == "fit" else args.out
     if out:

@@ -47,6 +47,10 @@ requests that did not end ``ok`` (counted by status), the warm-up (the first
 ``warm_up_requests`` by request id, from the header unless given, and/or those
 sent in the first ``warm_up_s`` seconds), and requests the simulation did not
 complete (e.g. dropped as longer than the engine's ``max_model_len``; counted).
+
+With a fitted profile, the report's warnings open with the profile's own fit
+warnings and each quantity of the trace outside the ranges it was fitted on
+(:func:`~simpy_llm.calibrate.ranges.profile_warnings`).
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ import numpy as np
 import pandas as pd
 
 from simpy_llm.calibrate.caveats import run_warnings
+from simpy_llm.calibrate.ranges import profile_warnings
 from simpy_llm.calibrate.report import KNOWN_LIMITATIONS, CalibrationReport, throughput_comparison
 from simpy_llm.calibrate.scenario import apply_profile, replay_scenario, scenario_from_trace
 from simpy_llm.calibrate.stats import METRICS, MetricComparison, compare_metric
@@ -434,7 +439,12 @@ def compare(
     }
     n_warm = int(observed.header.get("warm_up_requests", 0) or 0) if warm_up_requests is None else warm_up_requests
     report = _report(observed, csv_path, scenario, joined, metrics, {"requests": n_warm, "seconds": warm_up_s})
-    warnings = [*report.warnings, *run_warnings(observed.header, observed.frame, joined, own_serving_system=own_serving_system)]
+    warnings = [
+        # What the profile warns of (its fit's warnings, a trace outside its fitted ranges) comes first.
+        *profile_warnings(profile, scenario, obs, observed.header, warm_up_requests=warm_up_requests, warm_up_s=warm_up_s),
+        *report.warnings,
+        *run_warnings(observed.header, observed.frame, joined, own_serving_system=own_serving_system),
+    ]
     report = attrs.evolve(
         report, timeseries=compare_series(scraped, timeseries), warnings=warnings + series_warnings
     )

@@ -437,6 +437,12 @@ def _plain_value(v: Any) -> str:
     return "-" if v is None else str(v)
 
 
+def _fit_warnings(report: CalibrationReport) -> list[str]:
+    """The warnings of the fit the report comes from (its ``fit.warnings``): shown first."""
+    warnings = (report.fit or {}).get("warnings")
+    return [str(w) for w in warnings] if isinstance(warnings, list) else []
+
+
 def _plain_number(v: float | None) -> str:
     return "-" if v is None else f"{v:.3g}"
 
@@ -444,6 +450,9 @@ def _plain_number(v: float | None) -> str:
 def _markdown(report: CalibrationReport, plots: list[str]) -> str:
     """The text of ``report.md``; *plots* are the plot files' names."""
     lines: list[str] = ["# Calibration report", ""]
+    lines += [f"> **Fit warning:** {w}" for w in _fit_warnings(report)]
+    if _fit_warnings(report):
+        lines.append("")
     t = report.trace
     lines += ["## Summary", ""]
     lines.append(
@@ -713,10 +722,10 @@ def write_report(report: CalibrationReport, samples: Mapping[str, Any], out_dir:
 
 # --- terminal ----------------------------------------------------------------------
 def report_table(report: CalibrationReport) -> Any:
-    """A :mod:`rich` renderable of *report*: one row per metric (n, observed and simulated
-    p50 and p99, MAPE with its interval, Pearson r, KS D, bias, rating; times in ms below
-    1 s, else s), then the request summary, each time series' MAE, the warnings and the known
-    limitations."""
+    """A :mod:`rich` renderable of *report*: the warnings of the fit it comes from (first),
+    one row per metric (n, observed and simulated p50 and p99, MAPE with its interval,
+    Pearson r, KS D, bias, rating; times in ms below 1 s, else s), then the request summary,
+    each time series' MAE, the warnings and the known limitations."""
     from rich import box
     from rich.console import Group
     from rich.table import Table
@@ -741,7 +750,8 @@ def report_table(report: CalibrationReport) -> Any:
             _bias(c),
             Text(c.rating or "-", style=_RATING_STYLE.get(c.rating or "", "")),
         )
-    parts: list[Any] = [table, Text(f"{_requests_line(report)}; warm-up left out: {_warm_up_line(report)}")]
+    parts: list[Any] = [Text(f"fit warning: {w}", style="bold red") for w in _fit_warnings(report)]
+    parts += [table, Text(f"{_requests_line(report)}; warm-up left out: {_warm_up_line(report)}")]
     for name, ts in report.timeseries.items():
         parts.append(Text(
             f"time series {name}: MAE {_plain_number(ts['mae'])} over {ts['n']} scrapes ({ts['scraped_metric']} against "

@@ -25,7 +25,9 @@ A profile file is YAML::
     fit: {...}           # how: method, trace, requests, losses, errors per metric
 
 and a scenario can name one in place of a latency model: ``latency_model:
-{profile: path/to/profile.yaml}`` (relative to the scenario file).
+{profile: path/to/profile.yaml}`` (relative to the scenario file). The scenario's
+latency model then carries the ranges the profile was fitted on (``fitted_ranges``,
+from ``fit.ranges``), and a run outside them warns.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from simpy_llm.config import Scenario, ScenarioError, scenario_from_dict, scenario_to_dict
-from simpy_llm.config.profile import PROFILE_VERSION, load_profile
+from simpy_llm.config.profile import PROFILE_VERSION, load_profile, profile_latency_model
 from simpy_llm.workload.traces import SERVER_BLOCK_KEYS, Trace, read_trace_v2, trace_v2_paths
 
 __all__ = ["PROFILE_VERSION", "apply_profile", "load_profile", "replay_scenario", "scenario_from_trace"]
@@ -114,7 +116,7 @@ def scenario_from_trace(
         serving = {"replicas": 1, "engine": _engine_from_server(server)}
     if profile is not None:
         serving.pop("replica_groups", None)
-        serving["latency_model"] = dict(profile["latency_model"])
+        serving["latency_model"] = profile_latency_model(profile)
     elif "latency_model" not in serving and "replica_groups" not in serving:
         raise ScenarioError(
             csv_path,
@@ -126,11 +128,12 @@ def scenario_from_trace(
 
 
 def apply_profile(scenario: Scenario, profile: Mapping[str, Any] | Path | str) -> Scenario:
-    """*scenario* with every replica's latency model replaced by the profile's."""
+    """*scenario* with every replica's latency model replaced by the profile's (with the ranges it
+    was fitted on, when it records them: ``fitted_ranges``)."""
     if isinstance(profile, (str, Path)):
         profile = load_profile(profile)
     data = scenario_to_dict(scenario)
-    model = dict(profile["latency_model"])
+    model = profile_latency_model(profile)
     if data["serving"].get("replica_groups"):
         for group in data["serving"]["replica_groups"]:
             group["latency_model"] = model

@@ -47,7 +47,7 @@ from cattrs.errors import (
 
 from simpy_llm.config.errors import FieldValueError, ScenarioError
 from simpy_llm.config.paths import base_dir, resolve_path
-from simpy_llm.config.profile import load_profile
+from simpy_llm.config.profile import FittedLatencySpec, check_ranges, load_profile, profile_latency_model
 from simpy_llm.config.speculation import GammaSpec, ModeSelectorSpec
 from simpy_llm.config.schema import (
     ENGINE_PRESETS,
@@ -581,8 +581,9 @@ _latency_spec = _policy_hook(_latencies, injected=("rng",))
 
 
 def _latency(value: Any, t: Any) -> PolicySpec:
-    """A latency model: ``{kind, params}``, or ``{profile: FILE}`` naming a latency profile
-    (:mod:`simpy_llm.config.profile`; relative to the scenario file) whose model is used."""
+    """A latency model: ``{kind, params}`` (with ``fitted_ranges``: a :class:`FittedLatencySpec`),
+    or ``{profile: FILE}`` naming a latency profile (:mod:`simpy_llm.config.profile`; relative
+    to the scenario file) whose model, and the ranges it was fitted on, are used."""
     if isinstance(value, Mapping) and "profile" in value:
         extra = sorted(set(value) - {"profile"}, key=str)
         if extra:
@@ -595,9 +596,19 @@ def _latency(value: Any, t: Any) -> PolicySpec:
         except ScenarioError as exc:
             raise _Problems([("profile", f"{exc.source}: {msg if not where else where + ': ' + msg}") for where, msg in exc.problems]) from None
         try:
-            return _latency_spec(profile["latency_model"], t)
+            return _latency(profile_latency_model(profile), t)
         except _Problems as exc:
             raise _Problems([("profile", f"{path}: latency_model.{where}: {msg}") for where, msg in exc.problems]) from None
+    if isinstance(value, Mapping):
+        extra = sorted(set(value) - {"kind", "params", "fitted_ranges"}, key=str)
+        if extra:
+            raise _Problems([(str(extra[0]), "unknown key; allowed: kind, params, fitted_ranges (or profile alone)")])
+    if isinstance(value, Mapping) and "fitted_ranges" in value:
+        ranges, problems = check_ranges(value["fitted_ranges"])
+        if problems:
+            raise _Problems([(f"fitted_ranges.{where}" if where else "fitted_ranges", msg) for where, msg in problems])
+        spec = _latency_spec({k: v for k, v in value.items() if k != "fitted_ranges"}, t)
+        return FittedLatencySpec(kind=spec.kind, params=spec.params, fitted_ranges=ranges)
     return _latency_spec(value, t)
 
 

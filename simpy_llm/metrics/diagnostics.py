@@ -19,6 +19,9 @@ code                          severity fires when
 ``post_processing_dominates`` warning  the per-output-token overhead (BLIS's
                                        ``alpha2``) exceeds the decode step at the
                                        run's mean batch
+``outside_fitted_range``      warning  the workload goes outside the operating ranges
+                                       the scenario's fitted latency profile was
+                                       fitted on (:func:`outside_fitted_ranges`)
 ``idle_engine``               info     the engines were busy less than 5 % of the run
 ============================= ======== ================================================
 
@@ -38,11 +41,13 @@ Post-processing dominates TPOT (group 'default'): the latency model adds 6.00 ms
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
 import numpy as np
+
+from simpy_llm.config.profile import RANGE_QUANTITIES
 
 if TYPE_CHECKING:
     from simpy_llm.metrics.results import Results
@@ -56,9 +61,14 @@ __all__ = [
     "Diagnostic",
     "diagnose",
     "idle_engine",
+    "in_flight_at",
     "latency_model_oddities",
+    "outside_fitted_ranges",
+    "outside_ranges",
     "overload",
     "overload_judged",
+    "range_message",
+    "run_range_values",
 ]
 
 OVERLOAD_EXCESS_SHARE = 0.05
@@ -80,7 +90,7 @@ class Diagnostic:
 
     code: str
     """Stable identifier (``overload``, ``step_below_weight_read``, ``post_processing_dominates``,
-    ``idle_engine``)."""
+    ``outside_fitted_range``, ``idle_engine``)."""
     severity: str = attrs.field(validator=attrs.validators.in_(_SEVERITIES))
     """``warning`` (the figures do not mean what they seem) or ``info``."""
     message: str
@@ -104,7 +114,8 @@ class Diagnostic:
 
 def diagnose(results: Results, *, plans: Sequence[ReplicaPlan] | None = None) -> list[Diagnostic]:
     """Everything worth warning about in *results*, in a fixed order: overload, the
-    latency models' oddities (group by group), idle engines.
+    latency models' oddities (group by group), workloads outside the ranges a fitted
+    profile was fitted on (group by group), idle engines.
 
     *plans* is the fleet the run used (``Simulation.plans``); by default it is planned
     again from ``results.scenario`` (so a latency model passed to ``Simulation`` in
@@ -124,6 +135,7 @@ def diagnose(results: Results, *, plans: Sequence[ReplicaPlan] | None = None) ->
             # own figures are still worth diagnosing.
             plans = []
     found.extend(latency_model_oddities(results, plans))
+    found.extend(outside_fitted_ranges(results))
     idle = idle_engine(results)
     if idle is not None:
         found.append(idle)
@@ -366,6 +378,158 @@ def latency_model_oddities(results: Results, plans: Sequence[ReplicaPlan]) -> li
                         },
                     )
                 )
+    return found
+
+
+# --- fitted ranges -----------------------------------------------------------------
+def in_flight_at(start_s: np.ndarray, end_s: np.ndarray, at_s: np.ndarray) -> np.ndarray:
+    """How many of the intervals ``[start_s[i], end_s[i])`` hold each instant of *at_s*
+    (every end at or after its start; an infinite end: still open).
+
+    Examples
+    --------
+    >>> in_flight_at(np.array([0.0, 1.0, 2.0]), np.array([3.0, 2.0, np.inf]), np.array([0.0, 1.0, 2.0, 5.0]))
+    array([1, 2, 2, 1])
+    """
+    starts = np.sort(np.asarray(start_s, dtype=np.float64))
+    ends = np.sort(np.asarray(end_s, dtype=np.float64))
+    at = np.asarray(at_s, dtype=np.float64)
+    return np.searchsorted(starts, at, side="right") - np.searchsorted(ends, at, side="right")
+
+
+def outside_ranges(
+    fitted: Mapping[str, Sequence[float]], seen: Mapping[str, np.ndarray]
+) -> list[dict[str, Any]]:
+    """The quantities whose values in *seen* go outside their range in *fitted*
+    (``{quantity: (min, max)}``; a quantity missing on either side is not judged), in the
+    order of *fitted*: each ``{quantity, fitted: (min, max), seen: (min, max), outside:
+    values outside, values: values judged}``. A share (``cached_fraction``) may exceed its
+    range by 1e-9 (rounding); counts are compared exactly.
+
+    Examples
+    --------
+    >>> found = outside_ranges({"prompt_tokens": (20, 286), "decoders": (1, 4)},
+    ...                        {"prompt_tokens": np.array([35, 300, 1210]), "decoders": np.array([1, 2])})
+    >>> [(f["quantity"], f["seen"], f["outside"]) for f in found]
+    [('prompt_tokens', (35.0, 1210.0), 2)]
+    """
+    found = []
+    for quantity, (lo, hi) in fitted.items():
+        values = np.asarray(seen.get(quantity, ()), dtype=np.float64)
+        values = values[np.isfinite(values)]
+        if values.size == 0:
+            continue
+        slack = 1e-9 if quantity == "cached_fraction" else 0.0
+        outside = int(np.count_nonzero((values < lo - slack) | (values > hi + slack)))
+        if outside:
+            found.append({"quantity": quantity, "fitted": (float(lo), float(hi)),
+                          "seen": (float(values.min()), float(values.max())), "outside": outside, "values": int(values.size)})
+    return found
+
+
+def range_message(finding: Mapping[str, Any]) -> str:
+    """One finding of :func:`outside_ranges` in words: the quantity, the fitted range, the
+    range seen and how many values lie outside.
+
+    Examples
+    --------
+    >>> range_message({"quantity": "prompt_tokens", "fitted": (20.0, 286.0), "seen": (35.0, 1210.0),
+    ...                "outside": 2, "values": 3})
+    'prompt_tokens 35-1210 outside the fitted range 20-286 (prompt tokens per request; 2 of 3 values outside)'
+    """
+    q = finding["quantity"]
+    (lo, hi), (slo, shi) = finding["fitted"], finding["seen"]
+    return (f"{q} {slo:.4g}-{shi:.4g} outside the fitted range {lo:.4g}-{hi:.4g} "
+            f"({RANGE_QUANTITIES.get(q, q)}; {finding['outside']} of {finding['values']} values outside)")
+
+
+def run_range_values(results: Results, replicas: Sequence[int] | None = None) -> dict[str, np.ndarray]:
+    """The values of each operating-range quantity (:data:`~simpy_llm.config.profile.RANGE_QUANTITIES`)
+    in a run, over the requests served by *replicas* (default: all), as a profile's
+    ``fit.ranges`` count them on an observed trace:
+
+    * ``prompt_tokens``, ``output_tokens``, ``uncached_prompt_tokens`` (prompt less cached
+      tokens) and ``cached_fraction`` (cached / prompt tokens): one value per completed request;
+    * ``concurrency``: at each completed request's arrival, the requests on its replica that
+      arrived and are not complete (itself included; one still running at the end counts as
+      in flight);
+    * ``decoders``: at each first token of a completed request with two or more output tokens,
+      the requests on its replica between their first token and their completion (itself
+      included): the decoders of the step that follows.
+    """
+    c = results.columns
+    replica = np.asarray(c["replica"], dtype=np.int64)
+    done = np.asarray(c["status"] == "completed")
+    mine = np.isin(replica, np.asarray(replicas, dtype=np.int64)) if replicas is not None else np.ones(replica.size, dtype=bool)
+    kept = done & mine
+    prompt = np.asarray(c["prompt_tokens"], dtype=np.float64)
+    cached = np.asarray(c["cached_tokens"], dtype=np.float64)
+    output = np.asarray(c["output_tokens"], dtype=np.float64)
+    arrival = np.asarray(c["arrival_s"], dtype=np.float64)
+    first = np.asarray(c["first_token_s"], dtype=np.float64)
+    completion = np.asarray(c["completion_s"], dtype=np.float64)
+    end = np.where(np.isfinite(completion), completion, np.inf)
+    concurrency, decoders = [], []
+    for r in np.unique(replica[kept]):
+        on = mine & (replica == r) & np.isfinite(arrival)
+        concurrency.append(in_flight_at(arrival[on], np.maximum(end[on], arrival[on]), arrival[kept & (replica == r)]))
+        started = on & np.isfinite(first)
+        decoding = kept & (replica == r) & np.isfinite(first) & (output >= 2)
+        decoders.append(in_flight_at(first[started], np.maximum(end[started], first[started]), first[decoding]))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        fraction = np.where(prompt[kept] > 0, cached[kept] / prompt[kept], np.nan)
+    return {
+        "prompt_tokens": prompt[kept],
+        "uncached_prompt_tokens": prompt[kept] - cached[kept],
+        "output_tokens": output[kept],
+        "decoders": np.concatenate(decoders) if decoders else np.empty(0),
+        "concurrency": np.concatenate(concurrency) if concurrency else np.empty(0),
+        "cached_fraction": fraction,
+    }
+
+
+def outside_fitted_ranges(results: Results) -> list[Diagnostic]:
+    """``outside_fitted_range`` for each replica group whose latency model carries the
+    ranges it was fitted on (``latency_model: {profile: FILE}`` with a profile that records
+    ``fit.ranges``, or ``fitted_ranges`` given beside ``kind`` and ``params``) and whose
+    requests go outside one of them (:func:`run_range_values`, :func:`outside_ranges`).
+
+    A fitted profile knows the lengths, batch sizes, load and cache hits its trace showed;
+    beyond them its coefficients are extrapolated (a per-pair attention cost fitted on
+    short prompts, a decode step for more decoders than the trace had), and the run's
+    figures may be far off without any other sign. The message names each quantity, the
+    fitted range and the range the run reached.
+    """
+    found: list[Diagnostic] = []
+    first_replica = 0
+    for group in results.scenario.serving.groups():
+        replicas = range(first_replica, first_replica + group.count)
+        first_replica += group.count
+        ranges = getattr(group.latency_model, "fitted_ranges", None)
+        if not ranges:
+            continue
+        findings = outside_ranges(ranges, run_range_values(results, list(replicas)))
+        if not findings:
+            continue
+        figures: dict[str, float] = {}
+        for f in findings:
+            q = f["quantity"]
+            figures.update({f"{q}_min": f["seen"][0], f"{q}_max": f["seen"][1], f"fitted_{q}_min": f["fitted"][0],
+                            f"fitted_{q}_max": f["fitted"][1], f"{q}_outside": float(f["outside"])})
+        found.append(
+            Diagnostic(
+                code="outside_fitted_range",
+                severity="warning",
+                message=(
+                    f"Outside the fitted range (group {group.name!r}): the latency profile was fitted on a narrower "
+                    f"workload than this run's, so its coefficients are extrapolated here: "
+                    + "; ".join(range_message(f) for f in findings)
+                    + ". Fit on a trace that covers this workload, or give the fit priors from a probe."
+                ),
+                group=group.name,
+                figures=figures,
+            )
+        )
     return found
 
 
