@@ -6,7 +6,15 @@ Beside the simulation core (pandas and scipy; nothing in the core imports it):
   and compares TTFT, ITL, TPOT and E2E request by request (:mod:`~simpy_llm.calibrate.stats`),
   with a quality rating and the known limitations (:mod:`~simpy_llm.calibrate.report`);
 * :func:`fit` estimates a ``batch_table`` latency model from a trace
-  (:mod:`~simpy_llm.calibrate.fit`) and :func:`write_profile` saves it for any scenario;
+  (:mod:`~simpy_llm.calibrate.fit`), says which coefficients the trace determines and takes
+  the others from priors (:mod:`~simpy_llm.calibrate.identify`), records the ranges it was
+  fitted on (:mod:`~simpy_llm.calibrate.ranges`), and :func:`write_profile` saves it for any
+  scenario;
+* :mod:`~simpy_llm.calibrate.probe` measures a server with a short designed set of requests
+  and writes a profile with intervals (:mod:`~simpy_llm.calibrate.probe_estimate`): the
+  priors of a fit;
+* :mod:`~simpy_llm.calibrate.caveats` and :mod:`~simpy_llm.calibrate.timeseries` add the
+  report's warnings about the observed run and its time series against the scraped metrics;
 * :func:`scenario_from_trace` builds the serving system a trace header describes;
 * :func:`simulated_observation` writes a simulated run as an observed trace (ground truth).
 

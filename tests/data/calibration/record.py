@@ -13,7 +13,14 @@ every slot (not recorded), with 5 warm-up requests, and the server's Prometheus 
 scraped every second:
 
 * ``llamacpp_open_loop/``: ``workloads/open_loop.yaml``, completions, prompt cache off;
-* ``llamacpp_multi_turn/``: ``workloads/multi_turn.yaml``, chat, prompt cache on.
+* ``llamacpp_multi_turn/``: ``workloads/multi_turn.yaml``, chat, prompt cache on;
+* ``llamacpp_short_prompts/``: ``workloads/short_prompts.yaml``, completions, prompt cache
+  off, and ``llamacpp_held_out_chat/``: ``workloads/held_out_chat.yaml``, chat, prompt cache
+  on (the held-out test of ``docs/calibration.md``, recorded with the probe, one after the
+  other: ``--only held_out`` records the three);
+* ``llamacpp_probe/``: ``simpy-llm calibrate probe`` of the same server, prompt cache and
+  host-memory cache on (its trace and ``profile.yaml``, the priors of the fits in
+  ``docs/calibration.md``).
 
 Then it fits a profile to the open-loop trace (``llamacpp_open_loop_profile.yaml``, as
 ``simpy-llm calibrate fit`` does). The tests read the committed files; they never record.
@@ -30,6 +37,8 @@ HERE = Path(__file__).resolve().parent
 RUNS = {
     "open_loop": {"workload": "open_loop.yaml", "api": "completions", "cache_prompt": False},
     "multi_turn": {"workload": "multi_turn.yaml", "api": "chat", "cache_prompt": True},
+    "short_prompts": {"workload": "short_prompts.yaml", "api": "completions", "cache_prompt": False},
+    "held_out_chat": {"workload": "held_out_chat.yaml", "api": "chat", "cache_prompt": True},
 }
 WARM_UP_REQUESTS = 5
 
@@ -59,6 +68,23 @@ def record(name: str, out: Path) -> Path:
     return target
 
 
+def record_probe(out: Path) -> Path:
+    """Probe a fresh server (as ``simpy-llm calibrate probe`` does, its default budget) into
+    ``out/llamacpp_probe``; returns that directory."""
+    from simpy_llm.calibrate.probe import run_probe
+    from simpy_llm.observe.llamacpp import LlamaCppConfig, LlamaCppServer
+
+    config = LlamaCppConfig(port=0, parallel=4, threads=1, cache_prompt=True)
+    target = out / "llamacpp_probe"
+    with LlamaCppServer(config) as server:
+        _prewarm(server)
+        # named relative to the working directory (the repository root), as the profile records it
+        result = run_probe(server.url, os.path.relpath(target), server_type="llamacpp",
+                           server_config={"server": config.server_block()})
+    print(f"probe: {result.statistics['duration_s']:.0f} s, warnings: {result.warnings}")
+    return target
+
+
 def _prewarm(server: object) -> None:
     """Load every slot for a while before recording: a fresh server's first minute of steps
     ran up to a third slower in the first recordings (first use of its buffers and the
@@ -85,12 +111,17 @@ def _prewarm(server: object) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", choices=sorted(RUNS), help="record one workload only")
+    parser.add_argument("--only", choices=sorted([*RUNS, "probe", "held_out"]),
+                        help="record one workload (or the probe, or held_out: the probe, short_prompts and held_out_chat) only")
     parser.add_argument("--out", type=Path, default=HERE, help="where to write (default: this folder)")
     args = parser.parse_args()
-    names = [args.only] if args.only else list(RUNS)
+    held_out = ["probe", "short_prompts", "held_out_chat"]
+    names = held_out if args.only == "held_out" else [args.only] if args.only else [*RUNS, "probe"]
     for name in names:
-        record(name, args.out)
+        if name == "probe":
+            record_probe(args.out)
+        else:
+            record(name, args.out)
     if "open_loop" in names:
         from simpy_llm.calibrate.fit import fit, write_profile
 

@@ -1,0 +1,86 @@
+"""Real data, deterministic: a probe of the llama.cpp server as the priors of a fit, and a
+workload the fit has not seen (``tests/data/calibration``, recorded by its ``record.py``).
+
+The probe (``llamacpp_probe``), the fitting workload of short prompts (``llamacpp_short_prompts``,
+40-280 tokens, prompt cache off) and the held-out one (``llamacpp_held_out_chat``: bursty
+three-round chat sessions, prompts up to 1,288 tokens, prompt cache on) were recorded one after
+the other on the same server. The open-loop, multi-turn and shared-prefix traces were recorded on
+an earlier day, when the machine ran the server about twice as fast; fitted with this probe's
+priors, the open-loop fit says so. Every figure asserted is the figure reached
+(``docs/calibration.md``, "Predicting a workload the fit has not seen").
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from simpy_llm.calibrate import compare, fit
+from simpy_llm.calibrate.probe_estimate import probe_estimate
+from simpy_llm.config.profile import load_profile
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "calibration"
+PROBE = DATA / "llamacpp_probe"
+SHORT = DATA / "llamacpp_short_prompts"
+HELD_OUT = DATA / "llamacpp_held_out_chat"
+
+
+@pytest.fixture(scope="module")
+def short_with_probe():
+    """The fit of the short-prompt trace with the probe's profile as priors."""
+    return fit(SHORT, priors=PROBE / "profile.yaml")
+
+
+def test_the_probe_profile_is_what_its_trace_gives():
+    """Estimating the committed probe trace again gives the committed profile's coefficients,
+    intervals and sources exactly."""
+    committed = load_profile(PROBE / "profile.yaml")
+    ours = probe_estimate(PROBE / "trace").profile()
+    assert ours["latency_model"] == committed["latency_model"]
+    assert ours["fit"]["intervals"] == committed["fit"]["intervals"] and ours["fit"]["sources"] == committed["fit"]["sources"]
+
+
+def test_what_short_prompts_cannot_determine_comes_from_the_probe(short_with_probe):
+    """Over prompts of 43-275 tokens the trace determines the decode table and the prompt costs
+    but not the attention term, the context term, the base costs or the restore cost: each of
+    those is the probe's value, and the sources say so."""
+    probe = load_profile(PROBE / "profile.yaml")["latency_model"]["params"]
+    sources = short_with_probe.sources
+    assert sources["decode_step_us"] == ["trace"] * 4
+    assert sources["prefill_token_us"] == sources["prefill_step_us"] == "trace"
+    for name in ("prefill_pair_us", "decode_context_us", "alpha0_us", "prefill_only_step_us", "cache_restore_us"):
+        assert sources[name] == "prior" and short_with_probe.params[name] == probe[name], name
+    assert short_with_probe.ranges["prompt_tokens"] == [43, 275]
+
+
+def test_the_held_out_prediction_warns_of_its_ranges_and_reaches_its_figures(short_with_probe):
+    """Predicting the held-out chat from the short-prompt fit: the report warns that its prompts
+    (153-1,288 tokens), computed prompt tokens and cached shares lie outside what the fit saw,
+    and the prediction reaches E2E MAPE 25.7 % and TTFT 36.3 %, under-predicting both (the goal of
+    10 % and 15 % is missed: docs/calibration.md says what the traces show)."""
+    cal = compare(HELD_OUT, profile=short_with_probe.profile(), n_resamples=50)
+    outside = [w for w in cal.report.warnings if w.startswith("workload outside the profile's fitted range")]
+    assert [w.split(":")[1].split()[0] for w in outside] == [
+        "prompt_tokens", "concurrency", "uncached_prompt_tokens", "cached_fraction"]
+    assert "prompt_tokens 153-1288 outside the fitted range 43-275" in outside[0]
+    e2e, ttft = cal.metrics["e2e"], cal.metrics["ttft"]
+    assert (e2e.mape, ttft.mape) == pytest.approx((0.257, 0.363), abs=0.0005)
+    assert e2e.bias < 0 and ttft.bias < 0
+
+
+def test_a_probe_of_a_slower_machine_is_contradicted_by_the_open_loop_trace():
+    """Fitting the open-loop trace (recorded when the machine ran the server twice as fast) with
+    this probe's priors: every decode step and the per-token cost come from the trace, each with
+    a warning that the prior's interval misses the trace's; the attention term is held at the
+    least the trace allows (0.68 µs) rather than the probe's 0.40 µs, with a warning; and the
+    multi-turn trace is predicted with E2E MAPE 7.4 % and TTFT 13.1 %."""
+    result = fit(DATA / "llamacpp_open_loop", priors=PROBE / "profile.yaml")
+    disagree = [w.split(":")[1].split()[0] for w in result.warnings if w.startswith("prior disagrees with the trace")]
+    assert disagree == [f"decode_step_us[{i}]" for i in range(4)] + ["prefill_token_us"]
+    assert result.sources["prefill_pair_us"] == "trace"
+    assert result.params["prefill_pair_us"] == pytest.approx(0.679, abs=0.001)
+    assert any(w.startswith("prefill_pair_us is not determined by this trace") and "rather than the prior 0.397357 µs" in w
+               for w in result.warnings)
+    cal = compare(DATA / "llamacpp_multi_turn", profile=result.profile(), n_resamples=50)
+    assert (cal.metrics["e2e"].mape, cal.metrics["ttft"].mape) == pytest.approx((0.074, 0.131), abs=0.0005)
