@@ -38,7 +38,7 @@ or their documented defaults:
    (:mod:`simpy_llm.calibrate.identify`: the replay loss along a ladder of its
    values, the others re-estimated from the steps for each value, a paired test
    per value against the estimate); one the trace does not determine takes the
-   prior's value (``priors``) or its documented default (:data:`DEFAULTS_US`;
+   prior's value (``priors``) or its documented default (:data:`~simpy_llm.calibrate.batch_steps.DEFAULTS_US`;
    the nearest value the trace allows when it rules that out on one side) and is
    held there from then on, before the next is profiled. The order: the optional
    terms (``prefill_pair_us``, ``decode_context_us``, ``cache_restore_us``,
@@ -87,32 +87,29 @@ import attrs
 import numpy as np
 import pandas as pd
 
+from simpy_llm.calibrate.batch_steps import (
+    DEFAULTS_US,
+    PLACEHOLDER_MODEL,
+    chunk_pairs,
+    plain_profile_data,
+    prompt_chunks,
+    step_passes,
+)
 from simpy_llm.calibrate.compare import _join, observed_latencies, simulate_trace
-from simpy_llm.calibrate.identify import Z, Profile, paired_t, profile_coefficient
+from simpy_llm.calibrate.identify import Profile, Z, paired_t, profile_coefficient
 from simpy_llm.calibrate.ranges import range_limits, trace_range_values
-from simpy_llm.calibrate.scenario import PROFILE_VERSION, apply_profile, scenario_from_trace
+from simpy_llm.calibrate.scenario import (
+    PROFILE_VERSION,
+    apply_profile,
+    scenario_from_trace,
+)
 from simpy_llm.config import Scenario, ScenarioError
 from simpy_llm.config.profile import check_profile, load_profile
 from simpy_llm.config.validators import MAX_COEFFICIENT_US
 from simpy_llm.serving.batch_table import BatchTableLatency
 from simpy_llm.workload.traces import read_trace_v2, trace_v2_paths
 
-__all__ = ["DEFAULTS_US", "FitResult", "direct_estimate", "fit", "server_counters", "write_profile"]
-
-_PLACEHOLDER = {"kind": "batch_table", "params": {"decode_step_us": [1000.0], "prefill_token_us": 100.0}}
-"""Stands in for the latency model while the scenario is built (the fit supplies the real one)."""
-
-DEFAULTS_US = {
-    "prefill_pair_us": 0.0,
-    "decode_context_us": 0.0,
-    "cache_restore_us": 0.0,
-    "alpha0_us": 0.0,
-    "prefill_only_step_us": 0.0,
-}
-"""The documented defaults of the coefficients a trace may leave undetermined (no prior): the
-term is left out. A decode-table entry's default is the table interpolated between the
-determined entries (extrapolated from its ends); ``prefill_step_us`` and ``prefill_token_us``
-have none."""
+__all__ = ["FitResult", "direct_estimate", "fit", "server_counters", "write_profile"]
 
 _OPTIONAL = ("prefill_pair_us", "decode_context_us", "cache_restore_us", "prefill_only_step_us", "alpha0_us")
 """The terms identified before the refinement (module docstring, 2), in this order."""
@@ -167,26 +164,11 @@ class FitResult:
         block.update(stats)
         return {
             "profile_version": PROFILE_VERSION,
-            "latency_model": {"kind": "batch_table", "params": _plain(self.params)},
-            "server": _plain(self.server),
-            "fit": _plain(block),
+            "latency_model": {"kind": "batch_table", "params": plain_profile_data(self.params)},
+            "server": plain_profile_data(self.server),
+            "fit": plain_profile_data(block),
         }
 
-
-def _plain(value: Any) -> Any:
-    """Plain YAML data: floats rounded to 6 significant digits of µs (stable across platforms)."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        v = float(value)
-        return float(f"{v:.6g}") if math.isfinite(v) else None
-    return value
 
 
 def write_profile(result: FitResult, path: Path | str) -> Path:
@@ -345,8 +327,8 @@ class _Steps:
         self.ends = ends = flat[np.concatenate([[True], np.diff(flat) > eps])]
         # Each prompt, cut as the engine cuts it, lands in the step ending at the request's first
         # token and in the step ends just before it (those the trace shows: after its send).
-        self.chunks = [_prompt_chunks(int(u), breaks, budget) for u in self.uncached]
-        self.pairs = [_chunk_pairs(chunks, int(p - u)) for chunks, p, u in zip(self.chunks, self.prompt, self.uncached, strict=True)]
+        self.chunks = [prompt_chunks(int(u), breaks, budget) for u in self.uncached]
+        self.pairs = [chunk_pairs(chunks, int(p - u)) for chunks, p, u in zip(self.chunks, self.prompt, self.uncached, strict=True)]
         self.restored = cached > 0
         """Requests the server started from a cached prefix (it reported cached tokens)."""
         self.prompt_in: dict[int, list[tuple[int, int]]] = {}  # step-end index -> (chunk, attention pairs) computed there
@@ -403,7 +385,7 @@ class _Steps:
         adds alpha0; marked in the third array)."""
         rows, targets, idle = [], [], []
         for n, ctx, p, restores, pairs, gap in mixed:
-            d_sum, with_prompt, prompt_only = _passes(n, int(p), ubatch, table)
+            d_sum, with_prompt, prompt_only = step_passes(n, int(p), ubatch, table)
             rows.append((with_prompt, prompt_only, p, restores, pairs))
             targets.append(gap - d_sum - context * ctx)
             idle.append(False)
@@ -416,7 +398,7 @@ class _Steps:
                 continue
             with_prompt = prompt_only = 0
             for c in self.chunks[k]:  # one prompt-only step per chunk
-                _, w, o = _passes(0, c, ubatch, table)
+                _, w, o = step_passes(0, c, ubatch, table)
                 with_prompt += w
                 prompt_only += o
             rows.append((with_prompt, prompt_only, float(self.uncached[k]), float(self.restored[k]), float(sum(self.pairs[k]))))
@@ -505,68 +487,6 @@ def _prompt_coefficients(
     out = {name: float(coef[i]) for i, name in enumerate(_PROMPT_COLUMNS)}
     out["alpha0_us"] = max(float(alpha0), 0.0)
     return out
-
-
-def _chunk_pairs(chunks: list[int], cached: int) -> list[int]:
-    """Causal-attention (query, key) pairs of each chunk of a prompt computed after *cached*
-    tokens: a chunk of ``c`` tokens after ``p`` has ``c p + c (c + 1) / 2``.
-
-    >>> _chunk_pairs([3, 2], 10)
-    [36, 29]
-    """
-    out = []
-    done = cached
-    for c in chunks:
-        out.append(c * done + c * (c + 1) // 2)
-        done += c
-    return out
-
-
-def _prompt_chunks(tokens: int, breaks: tuple[int, ...], budget: int | None) -> list[int]:
-    """The pieces an engine computes a prompt of *tokens* uncomputed tokens in, step by step,
-    when nothing else competes for the step's budget (``EngineConfig.prefill_breaks``).
-
-    >>> _prompt_chunks(1501, (516, 4), 2048), _prompt_chunks(300, (516, 4), 2048), _prompt_chunks(3, (516, 4), 2048)
-    ([985, 512, 4], [296, 4], [3])
-    """
-    out = []
-    down = sorted(breaks, reverse=True)
-    while tokens > 0:
-        c = tokens if budget is None else min(tokens, budget)
-        for brk in down:
-            if brk < tokens:
-                c = min(c, tokens - brk)
-                break
-        out.append(c)
-        tokens -= c
-    return out
-
-
-def _passes(n: int, p: int, ubatch: int | None, table: list[float]) -> tuple[float, int, int]:
-    """For a step of *n* decoders and *p* prompt tokens in passes of *ubatch* tokens: the sum
-    of D over the passes, the passes with prompt tokens, and those with prompt tokens alone."""
-    if ubatch is None or n + p <= ubatch:
-        return _d(table, n), int(p > 0), int(p > 0 and n == 0)
-    d_sum, with_prompt, prompt_only = 0.0, 0, 0
-    left_d, left_p = n, p
-    while left_d or left_p:
-        d = min(left_d, ubatch)
-        q = min(left_p, ubatch - d)
-        d_sum += _d(table, d)
-        with_prompt += q > 0
-        prompt_only += q > 0 and d == 0
-        left_d -= d
-        left_p -= q
-    return d_sum, with_prompt, prompt_only
-
-
-def _d(table: list[float], n: int) -> float:
-    if n <= 0:
-        return 0.0
-    if n <= len(table):
-        return table[n - 1]
-    slope = table[-1] - table[-2] if len(table) > 1 else 0.0
-    return table[-1] + max(slope, 0.0) * (n - len(table))
 
 
 def _decode_fit(
@@ -695,7 +615,7 @@ def fit(
     prior = _Prior.load(priors) if priors is not None else None
     observed = read_trace_v2(trace)
     if scenario is None:
-        scenario = scenario_from_trace(observed, profile={"latency_model": _PLACEHOLDER}, trace_csv=csv_path)
+        scenario = scenario_from_trace(observed, profile={"latency_model": PLACEHOLDER_MODEL}, trace_csv=csv_path)
     engine = scenario.serving.groups()[0].engine
     direct = _Direct(
         observed,
@@ -706,9 +626,9 @@ def fit(
         tolerance_s=None,
     )
     obs, _ = observed_latencies(observed)
-    base = apply_profile(scenario, {"latency_model": _PLACEHOLDER})
+    base = apply_profile(scenario, {"latency_model": PLACEHOLDER_MODEL})
     fitter = _Fitter(direct, base, csv_path, obs, observed.header, prior)
-    statistics: dict[str, Any] = {"method": "direct", "samples": direct.stats, "requests": int(len(observed.frame))}
+    statistics: dict[str, Any] = {"method": "direct", "samples": direct.stats, "requests": len(observed.frame)}
     overloaded = direct.stats["idle_requests"] == 0
     if identify:
         fitter.classify(overloaded)

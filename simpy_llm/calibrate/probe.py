@@ -23,10 +23,10 @@ request is streamed with ``ignore_eos``):
     tokens, the slot's context and the budget permitting), each twice, one at a time,
     with the prompt cache off (``cache_prompt: false`` for llama.cpp) and 2 output tokens.
     The engine cuts a prompt of ``P`` tokens into steps (``prefill_breaks``) and forward
-    passes (``ubatch_tokens``) as :func:`~simpy_llm.calibrate.fit._prompt_chunks` does, so
+    passes (``ubatch_tokens``) as :func:`~simpy_llm.calibrate.batch_steps.prompt_chunks` does, so
     on an idle server ``TTFT = alpha0 + RTT + (prefill_step + prefill_only_step) x passes
     + prefill_token x P + prefill_pair x pairs(P)`` (``pairs`` as
-    :func:`~simpy_llm.calibrate.fit._chunk_pairs`): an ordinary least-squares fit with
+    :func:`~simpy_llm.calibrate.batch_steps.chunk_pairs`): an ordinary least-squares fit with
     standard errors. Each one's decode gap, a step of one decoder whose context is its
     prompt (4 to 1,600 tokens), gives ``decode_context`` (the slope of gap on context,
     least squares).

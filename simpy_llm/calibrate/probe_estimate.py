@@ -7,7 +7,7 @@ separate, with its 95 % interval:
 * ``isolated``: ``TTFT = alpha0 + RTT + (prefill_step + prefill_only_step) x passes +
   prefill_token x P + prefill_pair x pairs(P)``, ordinary least squares with standard errors
   (passes and pairs of the prompt cut as the engine cuts it:
-  :func:`~simpy_llm.calibrate.fit._prompt_chunks`, :func:`~simpy_llm.calibrate.fit._chunk_pairs`,
+  :func:`~simpy_llm.calibrate.batch_steps.prompt_chunks`, :func:`~simpy_llm.calibrate.batch_steps.chunk_pairs`,
   with the engine the header's server block describes); each request's decode gap against its
   prompt (the decoder's context): ``decode_context``, least squares;
 * ``decode.N``: the gaps of one request while all ``N`` decode (after the last one's first
@@ -60,14 +60,15 @@ from typing import Any
 import attrs
 import numpy as np
 
-from simpy_llm.calibrate.compare import observed_latencies
-from simpy_llm.calibrate.fit import (
-    _PLACEHOLDER,
-    _chunk_pairs,
-    _passes,
-    _plain,
-    _prompt_chunks,
+from simpy_llm.calibrate.batch_steps import (
+    DEFAULTS_US,
+    PLACEHOLDER_MODEL,
+    chunk_pairs,
+    plain_profile_data,
+    prompt_chunks,
+    step_passes,
 )
+from simpy_llm.calibrate.compare import observed_latencies
 from simpy_llm.calibrate.scenario import PROFILE_VERSION, scenario_from_trace
 from simpy_llm.config import EngineConfig
 from simpy_llm.serving.batch_table import BatchTableLatency
@@ -90,8 +91,6 @@ COEFFICIENTS = (
 )
 """The ``batch_table`` coefficients a profile's ``fit.intervals`` and ``fit.sources`` name."""
 
-DEFAULTS_US = {"prefill_pair_us": 0.0, "decode_context_us": 0.0, "cache_restore_us": 0.0, "alpha0_us": 0.0, "prefill_only_step_us": 0.0}
-"""The documented defaults of the coefficients no data pins (``docs/calibration.md``)."""
 
 LEVEL = 0.95
 """Confidence level of every interval."""
@@ -213,9 +212,9 @@ class ProbeResult:
         }
         return {
             "profile_version": PROFILE_VERSION,
-            "latency_model": {"kind": "batch_table", "params": _plain(self.params)},
-            "server": _plain(self.server),
-            "fit": _plain(fit),
+            "latency_model": {"kind": "batch_table", "params": plain_profile_data(self.params)},
+            "server": plain_profile_data(self.server),
+            "fit": plain_profile_data(fit),
         }
 
 
@@ -279,19 +278,19 @@ class _Engine:
         self.ubatch = engine.ubatch_tokens
 
     def chunks(self, uncached: int) -> list[int]:
-        return _prompt_chunks(int(uncached), self.breaks, self.budget)
+        return prompt_chunks(int(uncached), self.breaks, self.budget)
 
     def row(self, prompt: int, cached: int) -> tuple[float, float, float]:
         """(passes of an idle server, uncached tokens, attention pairs) of a prompt."""
         u = max(prompt - cached, 1)
         chunks = self.chunks(u)
-        passes = sum(_passes(0, c, self.ubatch, [1.0])[1] for c in chunks)
-        return float(passes), float(u), float(sum(_chunk_pairs(chunks, prompt - u)))
+        n_passes = sum(step_passes(0, c, self.ubatch, [1.0])[1] for c in chunks)
+        return float(n_passes), float(u), float(sum(chunk_pairs(chunks, prompt - u)))
 
 
 def _engine_of(trace: Trace) -> EngineConfig:
     """The engine the trace header's server block describes (as ``calibrate fit`` builds it)."""
-    scenario = scenario_from_trace(trace, profile={"latency_model": _PLACEHOLDER}, trace_csv="probe-trace.csv")
+    scenario = scenario_from_trace(trace, profile={"latency_model": PLACEHOLDER_MODEL}, trace_csv="probe-trace.csv")
     return scenario.serving.groups()[0].engine
 
 
@@ -444,7 +443,7 @@ class _Estimator:
         mixed_gaps: dict[int, tuple[int, float]] = {}  # gap index k (t[k-1] -> t[k]) -> (chunk tokens, pairs)
         for b in joiners:
             chunks = self.engine.chunks(max(b["prompt"] - (b["cached"] or 0), 1))
-            pairs = _chunk_pairs(chunks, b["prompt"] - sum(chunks))
+            pairs = chunk_pairs(chunks, b["prompt"] - sum(chunks))
             f = b["times"][0]
             j = int(np.argmin(np.abs(t - f)))
             first = j - len(chunks) + 1

@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from simpy_llm.calibrate import fit, simulated_observation, write_profile
-from simpy_llm.calibrate.fit import DEFAULTS_US, direct_estimate
+from simpy_llm.calibrate.batch_steps import DEFAULTS_US
+from simpy_llm.calibrate.fit import direct_estimate
 from simpy_llm.cli import main
 from simpy_llm.config import ScenarioError, scenario_from_dict
 from tests.calibrate.noisy_traces import warp_trace
