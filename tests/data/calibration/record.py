@@ -1,4 +1,4 @@
-"""Record the calibration traces in this folder against the llama.cpp server (about 20 minutes).
+"""Record the calibration traces in this folder against the llama.cpp server (about 45 minutes).
 
 Run from the repository root, with the ``real-server`` extra installed, on a machine that
 is otherwise idle (other work on the cores shows up in the server's step times)::
@@ -20,7 +20,9 @@ scraped every second:
   other: ``--only held_out`` records the three);
 * ``llamacpp_probe/``: ``simpy-llm calibrate probe`` of the same server, prompt cache and
   host-memory cache on (its trace and ``profile.yaml``, the priors of the fits in
-  ``docs/calibration.md``).
+  ``docs/calibration.md``). ``llamacpp_probe_runs/`` holds two more probes of the same
+  server made the same way on the same day, ``earlier`` (37 minutes before) and ``long``
+  (after, with ``run_probe(..., max_seconds=240)``).
 
 Then it fits a profile to the open-loop trace (``llamacpp_open_loop_profile.yaml``, as
 ``simpy-llm calibrate fit`` does). The tests read the committed files; they never record.
