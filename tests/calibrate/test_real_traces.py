@@ -142,3 +142,14 @@ def test_the_shared_prefix_trace_shows_the_checkpoint_rule():
     first_rounds = r[r["request_id"] < 40]  # the observer numbers first rounds before follow-ups
     assert (first_rounds["cached_tokens_observed"] <= 91).all()
     assert (first_rounds["cached_tokens_simulated"] <= 119).all()
+
+
+def test_the_shared_prefix_trace_does_not_determine_the_restore_cost():
+    """Fitted on the shared-prefix trace itself, the restore cost from host memory is not
+    determined (the direct estimate counts every request that found cached tokens as a restore
+    and says 181 ms; a sixteenth of that fits as well): it keeps its documented default, 0, and
+    its source says so."""
+    result = fit(SHARED_PREFIX, refine=False)
+    assert result.direct["cache_restore_us"] == pytest.approx(181_104, rel=1e-3)
+    assert result.params["cache_restore_us"] == 0.0
+    assert result.sources["cache_restore_us"] == "default" and result.intervals["cache_restore_us"] is None
