@@ -9,18 +9,23 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from simpy_llm.config.profile import PROFILE_VERSION
 
 __all__ = [
     "DEFAULTS_US",
     "PLACEHOLDER_MODEL",
     "chunk_pairs",
     "plain_profile_data",
+    "profile_document",
     "prompt_chunks",
     "step_passes",
     "table_step",
+    "write_profile_document",
 ]
 
 PLACEHOLDER_MODEL = {"kind": "batch_table", "params": {"decode_step_us": [1000.0], "prefill_token_us": 100.0}}
@@ -54,6 +59,30 @@ def plain_profile_data(value: Any) -> Any:
         return float(f"{v:.6g}") if math.isfinite(v) else None
     return value
 
+
+
+def profile_document(params: Mapping[str, Any], server: Any, fit_block: Mapping[str, Any]) -> dict[str, Any]:
+    """A profile file's content: a ``batch_table`` model of *params*, the *server* block and
+    the *fit_block* (``fit``), as plain data (``docs/calibration.md``)."""
+    return {
+        "profile_version": PROFILE_VERSION,
+        "latency_model": {"kind": "batch_table", "params": plain_profile_data(params)},
+        "server": plain_profile_data(server),
+        "fit": plain_profile_data(fit_block),
+    }
+
+
+def write_profile_document(document: Mapping[str, Any], path: Path | str, made_by: str) -> Path:
+    """Write a profile *document* as YAML at *path* under a comment naming the command that
+    made it (*made_by*: ``fit`` or ``probe``); returns the path."""
+    import yaml
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    adjective = {"fit": "fitted", "probe": "probed"}[made_by]
+    text = f"# A {adjective} latency profile (simpy-llm calibrate {made_by}); use it as latency_model: {{profile: THIS_FILE}}\n"
+    path.write_text(text + yaml.safe_dump(dict(document), sort_keys=False, allow_unicode=True), encoding="utf-8")
+    return path
 
 def chunk_pairs(chunks: list[int], cached: int) -> list[int]:
     """Causal-attention (query, key) pairs of each chunk of a prompt computed after *cached*

@@ -91,15 +91,15 @@ from simpy_llm.calibrate.batch_steps import (
     DEFAULTS_US,
     PLACEHOLDER_MODEL,
     chunk_pairs,
-    plain_profile_data,
+    profile_document,
     prompt_chunks,
     step_passes,
+    write_profile_document,
 )
 from simpy_llm.calibrate.compare import _join, observed_latencies, simulate_trace
 from simpy_llm.calibrate.identify import Profile, Z, paired_t, profile_coefficient
 from simpy_llm.calibrate.ranges import range_limits, trace_range_values
 from simpy_llm.calibrate.scenario import (
-    PROFILE_VERSION,
     apply_profile,
     scenario_from_trace,
 )
@@ -162,24 +162,12 @@ class FitResult:
         block["ranges"] = self.ranges
         block["direct"] = self.direct
         block.update(stats)
-        return {
-            "profile_version": PROFILE_VERSION,
-            "latency_model": {"kind": "batch_table", "params": plain_profile_data(self.params)},
-            "server": plain_profile_data(self.server),
-            "fit": plain_profile_data(block),
-        }
-
+        return profile_document(self.params, self.server, block)
 
 
 def write_profile(result: FitResult, path: Path | str) -> Path:
     """Write *result* as a profile YAML file; returns its path."""
-    import yaml
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = "# A fitted latency profile (simpy-llm calibrate fit); use it as latency_model: {profile: THIS_FILE}\n"
-    path.write_text(text + yaml.safe_dump(result.profile(), sort_keys=False, allow_unicode=True), encoding="utf-8")
-    return path
+    return write_profile_document(result.profile(), path, "fit")
 
 
 # ----------------------------------------------------------------------------- stage 1

@@ -64,12 +64,13 @@ from simpy_llm.calibrate.batch_steps import (
     DEFAULTS_US,
     PLACEHOLDER_MODEL,
     chunk_pairs,
-    plain_profile_data,
+    profile_document,
     prompt_chunks,
     step_passes,
+    write_profile_document,
 )
 from simpy_llm.calibrate.compare import observed_latencies
-from simpy_llm.calibrate.scenario import PROFILE_VERSION, scenario_from_trace
+from simpy_llm.calibrate.scenario import scenario_from_trace
 from simpy_llm.config import EngineConfig
 from simpy_llm.serving.batch_table import BatchTableLatency
 from simpy_llm.workload.traces import Trace, read_trace_v2, trace_v2_paths
@@ -210,23 +211,12 @@ class ProbeResult:
             "warnings": list(self.warnings),
             "probe": self.statistics,
         }
-        return {
-            "profile_version": PROFILE_VERSION,
-            "latency_model": {"kind": "batch_table", "params": plain_profile_data(self.params)},
-            "server": plain_profile_data(self.server),
-            "fit": plain_profile_data(fit),
-        }
+        return profile_document(self.params, self.server, fit)
 
 
 def write_probe_profile(result: ProbeResult, path: Path | str) -> Path:
     """Write *result* as a profile YAML file; returns its path."""
-    import yaml
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = "# A probed latency profile (simpy-llm calibrate probe); use it as latency_model: {profile: THIS_FILE}\n"
-    path.write_text(text + yaml.safe_dump(result.profile(), sort_keys=False), encoding="utf-8")
-    return path
+    return write_profile_document(result.profile(), path, "probe")
 
 
 # ----------------------------------------------------------------------------- estimation
