@@ -22,10 +22,12 @@ Examples
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import sys
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -48,6 +50,7 @@ from simpy_llm.progress import (
     rich_progress,
     watched,
 )
+from simpy_llm.processes import Ports, UserProcess, process_kinds, seam_error
 from simpy_llm.rng import RandomStreams
 from simpy_llm.serving.batching import BatchServer, build_service_model
 from simpy_llm.serving.disaggregation import KvHandoff
@@ -66,7 +69,9 @@ from simpy_llm.workload.sessions import ReplayedContexts, SessionRegistry
 from simpy_llm.workload.sources import WorkloadSources, build_sources, workload_seed
 
 if TYPE_CHECKING:
-    from simpy_llm.config.schema import Scenario
+    from collections.abc import Generator
+
+    from simpy_llm.config.schema import ProcessSpec, Scenario
     from simpy_llm.entities import Request
     from simpy_llm.network.link import Link
     from simpy_llm.serving.engine import TokenListener
@@ -75,6 +80,39 @@ __all__ = ["Simulation"]
 
 _SLICE_WALL_S = 0.25
 """Wall seconds a slice of a run with progress aims at (adapted slice by slice)."""
+
+
+def _user_process(spec: ProcessSpec) -> UserProcess:
+    """The process a scenario's ``processes:`` entry names, at its seam."""
+
+    def function(env: simpy.Environment, ports: Ports) -> Generator:
+        return build_policy(spec.process, process_kinds, env=env, ports=ports)
+
+    return UserProcess(spec.seam, function, instead=spec.instead_of is not None)
+
+
+def _send_at(router: Router, position: int, req: Request) -> None:
+    """Route *req* to the replica at *position*, as the router's policy would have."""
+    router.send(req, position)
+
+
+def _complete(env: simpy.Environment, recorder: Recorder, replica: object, completions: Wire | None, req: Request) -> None:
+    """A stood-in replica completed *req* now (``Ports.done``)."""
+    now = env.now
+    if req.first_scheduled_s != req.first_scheduled_s:  # nan: unset
+        req.first_scheduled_s = now
+    if req.first_token_s != req.first_token_s:
+        req.first_token_s = now
+    if req.completion_s != req.completion_s:
+        req.completion_s = now
+    if not req.generated_tokens:
+        req.generated_tokens = req.output_tokens
+    replica.departed += 1
+    replica.departed_tokens += req.prompt_tokens
+    recorder.on_complete(req)
+    recorder.on_departure(now)
+    if completions is not None:
+        completions.put(req)
 
 
 def _device_settings(plan: ReplicaPlan) -> dict[str, object]:
@@ -113,6 +151,10 @@ class Simulation:
     planner_policy
         With a ``planner`` section: chooses among each tick's evaluated candidates
         (a :class:`~simpy_llm.policies.planning.PlannerChoice`; default ``best_feasible``).
+    processes
+        Your own SimPy processes, each placed at a seam with
+        :func:`~simpy_llm.processes.between` or :func:`~simpy_llm.processes.instead_of`
+        (after those of the scenario's ``processes:`` section; ``docs/processes.md``).
     """
 
     def __init__(
@@ -126,10 +168,12 @@ class Simulation:
         external_arrivals: bool = False,
         token_listener: TokenListener | None = None,
         planner_policy: object = None,
+        processes: Sequence[UserProcess] = (),
     ) -> None:
         self.scenario = scenario
         given = {"latency_model": latency_model, "routing_policy": routing_policy,
-                 "scheduler_policy": scheduler_policy, "admission_policy": admission_policy}
+                 "scheduler_policy": scheduler_policy, "admission_policy": admission_policy,
+                 "processes": tuple(processes) or None}
         self._overrides = {k: v for k, v in given.items() if v is not None}
         """The objects given in place of the scenario's (a planner's what-if runs copy them)."""
         if scenario.planner is not None and external_arrivals:
@@ -255,6 +299,11 @@ class Simulation:
         """A disaggregated fleet's KV links, by (prefill fleet index, decode position)."""
         if disaggregated:
             self.kv_handoff = self._build_handoff(handoffs, replica_inboxes, counts, completions)
+        self.wires: dict[str, Wire] = self._seams(replica_inboxes, completions, handoffs)
+        """The Wires between the components, by seam name (``docs/processes.md``)."""
+        self._check_seams(scenario)
+        self.user_processes: list[simpy.Process] = self._place_processes([*map(_user_process, scenario.processes), *processes])
+        """The user processes, in the order given (the scenario's first; ``docs/processes.md``)."""
         self.sessions = (
             SessionRegistry(
                 env, completions, sent, self.recorder, self.ids, wl.horizon_s, announce=not networks and spec is None
@@ -287,6 +336,88 @@ class Simulation:
         )
         if scenario.planner is not None:
             self.planner = Planner(self, scenario.planner, planner_policy)
+
+    def _seams(self, replica_inboxes: list[Wire], completions: Wire | None, handoffs: Wire | None) -> dict[str, Wire]:
+        """This simulation's Wires by seam name, in the order items travel."""
+        wires = {} if self.sent is self.arrivals else {"sent": self.sent}
+        wires["arrivals"] = self.arrivals
+        wires |= {f"cluster:{cl.name}": r.inbox for cl, r in zip(self.scenario.serving.clusters, self.cluster_routers, strict=True)}
+        wires |= {f"replica:{i}": inbox for i, inbox in enumerate(replica_inboxes)}
+        if handoffs is not None:
+            wires["handoffs"] = handoffs
+        if completions is not None:
+            wires["completions"] = completions
+        return wires
+
+    def _check_seams(self, scenario: Scenario) -> None:
+        """Every seam the scenario's ``processes:`` section names is one this simulation has."""
+        from simpy_llm.config.errors import ScenarioError
+
+        for i, spec in enumerate(scenario.processes):
+            if spec.seam != "router" and spec.seam not in self.wires:
+                key = "between" if spec.between is not None else "instead_of"
+                raise ScenarioError(scenario.loaded_from or "<dict>", [(f"processes[{i}].{key}", seam_error(spec.seam, ["router", *self.wires]))])
+
+    def _place_processes(self, processes: Sequence[UserProcess]) -> list[simpy.Process]:
+        """Start each user process at its seam (``docs/processes.md``); return them in order.
+
+        The processes between the Wires of one seam are placed last first, so items pass
+        them in the order given.
+        """
+        started = []
+        for up in reversed(processes):
+            wire = self.wires.get(up.seam)
+            if up.instead and up.seam == "router":
+                ports = self._router_ports()
+            elif wire is None:
+                raise ValueError(seam_error(up.seam, ["router", *self.wires]))
+            elif up.instead:
+                ports = self._replica_ports(up.seam, wire)
+            else:
+                ports = self._between_ports(up.seam, wire)
+            started.append(self.env.process(up.function(self.env, ports)))
+        return started[::-1]
+
+    def _rejected_port(self) -> Wire:
+        """A Wire whose puts drop the request as the entry router's admission does."""
+        rejected = Wire(self.env)
+        rejected.connect(self.router.reject)
+        return rejected
+
+    def _between_ports(self, seam: str, wire: Wire) -> Ports:
+        """The Wires of a process placed between *wire*'s producers and its consumer."""
+        inbox, outbox = Wire(self.env), Wire(self.env)
+        outbox.connect(wire.intercept(inbox.send))
+        # A request may be dropped until it is in a replica; after that, only the replica drops it.
+        rejected = None if seam in ("completions", "handoffs") else self._rejected_port()
+        return Ports(seam=seam, inbox=inbox, outbox=outbox, rejected=rejected, views=tuple(self.router.views))
+
+    def _router_ports(self) -> Ports:
+        """The router's inbox and outboxes for a process that stands in for it."""
+        router, inbox = self.router, Wire(self.env)
+        self.arrivals.intercept(inbox.send)
+        outboxes = []
+        for i in range(len(router.views)):
+            outbox = Wire(self.env)
+            outbox.connect(functools.partial(_send_at, router, i))
+            outboxes.append(outbox)
+        return Ports(seam="router", inbox=inbox, outboxes=tuple(outboxes), rejected=self._rejected_port(), views=tuple(router.views))
+
+    def _replica_ports(self, seam: str, wire: Wire) -> Ports:
+        """A replica's inbox and a completing outbox for a process that stands in for it."""
+        if self.scenario.speculation is not None or self.scenario.serving.disaggregation is not None:
+            raise ValueError(f"instead_of({seam!r}) takes a co-located replica or batch server; with speculation or "
+                             "disaggregated pools put a process between at the seam instead")
+        replica, inbox, env = self.replicas[int(seam.split(":")[1])], Wire(self.env), self.env
+
+        def enqueue(req: Request) -> None:
+            req.enqueue_s = env.now
+            inbox.send(req)
+
+        wire.intercept(enqueue)
+        done = Wire(env)
+        done.connect(functools.partial(_complete, env, self.recorder, replica, self.wires.get("completions")))
+        return Ports(seam=seam, inbox=inbox, done=done, replica=replica)
 
     def _build_cluster_routers(self, replica_inboxes: list[Wire], counts: RouterCounts) -> list[Wire]:
         """Each cluster's router over its replicas; returns their inboxes, in cluster order."""

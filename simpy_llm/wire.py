@@ -97,6 +97,10 @@ class Wire(BaseResource):
         """Items put and not yet taken, oldest first."""
         self.puts = 0
         self._handler: Callable[[Any], None] | None = None
+        """What a put calls: the connected consumer, or an interceptor (None: queue the item)."""
+        self._consumer: Callable[[Any], None] | None = None
+        """The connected consumer (None: the items go to ``get()``)."""
+        self._intercepted = False
 
     def connect(self, handler: Callable[[Any], None]) -> None:
         """Deliver every item put from now on to *handler* at once (instead of to ``get()``).
@@ -111,9 +115,49 @@ class Wire(BaseResource):
         >>> _ = wire.put("a"); seen, wire.statistics()
         ([(0, 'a')], WireStats(puts=1, gets=1, level=0))
         """
-        if self.items or self.get_queue or self._handler is not None:
+        if self.items or self.get_queue or self._consumer is not None:
             raise RuntimeError("connect a handler to a fresh Wire, before anything is put or waited for")
+        self._consumer = handler
+        if not self._intercepted:
+            self._handler = handler
+
+    def intercept(self, handler: Callable[[Any], None]) -> Callable[[Any], None]:
+        """Hand every item put from now on to *handler* instead of this Wire's consumer; return
+        the function that delivers an item to where puts went before (the consumer, connected
+        now or later, or the previous interceptor).
+
+        This is how a process is put between two components (:mod:`simpy_llm.processes`):
+        the producers keep their Wire, the consumer keeps its handler or its ``get()``.
+
+        Examples
+        --------
+        >>> import simpy
+        >>> env = simpy.Environment()
+        >>> wire, seen = Wire(env), []
+        >>> wire.connect(seen.append)
+        >>> deliver = wire.intercept(lambda item: deliver(item.upper()))
+        >>> _ = wire.put("a"); seen
+        ['A']
+        """
+        if self._intercepted:
+            before = self._handler
+        elif self._consumer is not None:
+            before = self._consumer
+        else:
+            before = self._deliver
+        self._intercepted = True
         self._handler = handler
+        return before
+
+    def _deliver(self, item: Any) -> None:
+        """Give *item* to the consumer: its handler, or the queue ``get()`` takes from."""
+        consumer = self._consumer
+        if consumer is not None:
+            consumer(item)
+            return
+        self.items.append(item)
+        if self.get_queue:
+            self._trigger_get(None)
 
     if TYPE_CHECKING:
 
@@ -158,7 +202,7 @@ class Wire(BaseResource):
         raise NotImplementedError("Wire.put serves getters directly")
 
     def _do_get(self, event: WireGet) -> bool | None:
-        if self._handler is not None:
+        if self._consumer is not None:
             raise RuntimeError("this Wire delivers to a connected handler; nothing can get() from it")
         if self.items:
             event.succeed(self.items.popleft())

@@ -52,6 +52,7 @@ from simpy_llm.config.speculation import GammaSpec, ModeSelectorSpec
 from simpy_llm.config.schema import (
     ENGINE_PRESETS,
     AdmissionSpec,
+    ProcessKindSpec,
     ArrivalField,
     BatchServiceSpec,
     BinSelectorSpec,
@@ -429,7 +430,8 @@ def _call_with_params(cls: Any, params: dict[str, Any], inject: Mapping[str, Any
 
 def _placeholders(names: tuple[str, ...]) -> dict[str, Any]:
     """Stand-ins for the values the simulation injects, so a policy can be built to check its params."""
-    known: dict[str, Any] = {"rng": np.random.default_rng(0), "slo": {}}
+    # A process function given None for env and ports only makes its generator, which never runs.
+    known: dict[str, Any] = {"rng": np.random.default_rng(0), "slo": {}, "env": None, "ports": None}
     return {name: known[name] for name in names if name in known}
 
 
@@ -537,6 +539,12 @@ def _gammas() -> Registry[type]:
     return gamma_policies
 
 
+def _process_kinds() -> Registry[Any]:
+    from simpy_llm.processes import process_kinds
+
+    return process_kinds
+
+
 def _mode_selectors() -> Registry[type]:
     from simpy_llm.policies.mode import mode_selectors
 
@@ -615,6 +623,7 @@ def _latency(value: Any, t: Any) -> PolicySpec:
 converter.register_structure_hook(LatencySpec, _latency)
 converter.register_structure_hook(SchedulerSpec, _policy_hook(_schedulers, injected=("slo",)))
 converter.register_structure_hook(AdmissionSpec, _policy_hook(_admissions, injected=("slo", "rng")))
+converter.register_structure_hook(ProcessKindSpec, _policy_hook(_process_kinds, injected=("env", "ports")))
 converter.register_structure_hook(BatchServiceSpec, _policy_hook(_batch_services, injected=("rng", "latency")))
 converter.register_structure_hook(BinSelectorSpec, _policy_hook(_bin_selectors))
 converter.register_structure_hook(KvBlocks, _kv_blocks)

@@ -1537,6 +1537,43 @@ def _plugin_paths(plugins: Any) -> Any:
     return tuple(resolve_path(p) if isinstance(p, str) and is_plugin_path(p) else p for p in plugins)
 
 
+ProcessKindSpec = NewType("ProcessKindSpec", PolicySpec)
+"""A :class:`PolicySpec` naming a process function (:data:`simpy_llm.processes.process_kinds`)."""
+
+
+@attrs.frozen(kw_only=True)
+class ProcessSpec:
+    """A user process placed at a seam (``docs/processes.md``): ``between`` a Wire's producers
+    and its consumer, or ``instead_of`` a component.
+
+    >>> ProcessSpec(between="arrivals", process=PolicySpec(kind="rate_limit", params={"rate_per_s": 2.0})).seam
+    'arrivals'
+    """
+
+    process: ProcessKindSpec
+    """The registered process function and its parameters (``{kind: ..., params: {...}}``)."""
+    between: str | None = None
+    """The seam (a Wire) to stand on: ``arrivals``, ``replica:0``..."""
+    instead_of: str | None = None
+    """The component to stand in for: ``router`` or ``replica:<index>``."""
+
+    def __attrs_post_init__(self) -> None:
+        from simpy_llm.processes import check_place
+
+        if (self.between is None) == (self.instead_of is None):
+            raise FieldValueError("between", "give exactly one of between (a seam) and instead_of (a component)")
+        key = "between" if self.between is not None else "instead_of"
+        try:
+            check_place(self.seam, instead=self.instead_of is not None)
+        except ValueError as exc:
+            raise FieldValueError(key, str(exc)) from None
+
+    @property
+    def seam(self) -> str:
+        """Where the process goes."""
+        return self.between if self.between is not None else self.instead_of  # type: ignore[return-value]
+
+
 @attrs.frozen(kw_only=True)
 class Scenario:
     """A whole scenario: workload, serving system, SLOs and run settings.
@@ -1569,6 +1606,9 @@ class Scenario:
     """A periodic planner that resizes the fleet's active pools and batch limits by what-if
     simulations (:mod:`simpy_llm.config.planner`, ``docs/planner.md``). None: the
     configuration stays as given."""
+    processes: tuple[ProcessSpec, ...] = ()
+    """User processes placed at seams, in the order items pass them (``docs/processes.md``);
+    their functions are registered in :data:`simpy_llm.processes.process_kinds`."""
     plugins: tuple[str, ...] = attrs.field(default=(), converter=_plugin_paths)
     """Modules (``my_package.policies``) or Python files (``my_policies.py``, relative to
     the scenario file) imported before the rest of the scenario is read, so that the

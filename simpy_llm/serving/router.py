@@ -125,16 +125,24 @@ class Router:
             reason = self._admit(req, self._active_views, now)
             if reason is not None:
                 req.dropped_reason = str(reason)
-                self.recorder.on_drop(req)
-                self.recorder.on_departure(now)
-                if self.rejected is not None:
-                    self.rejected.put(req)
+                self.reject(req)
                 return
         views = self._active_views
         i = self._choose(req, views)
         if not 0 <= i < len(views):
             raise ValueError(f"routing policy returned replica {i}; there are {len(views)}")
         self.send(req, i if self._active is None else self._active[i])
+
+    def reject(self, req: Request) -> None:
+        """Drop *req* now, as an admission policy's rejection is (reason: its
+        ``dropped_reason``, ``"rejected"`` when unset): recorded, and put on ``rejected``."""
+        if not req.dropped_reason:
+            req.dropped_reason = "rejected"
+        now = self.env.now
+        self.recorder.on_drop(req)
+        self.recorder.on_departure(now)
+        if self.rejected is not None:
+            self.rejected.put(req)
 
     def send(self, req: Request, i: int) -> None:
         """Send *req* to the replica at position *i* (routed by the policy, or pinned by the caller)."""

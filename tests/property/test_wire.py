@@ -66,3 +66,68 @@ def test_items_leave_in_put_order(put_gaps, patience_list):
     got = [item for _, item in received]
     assert got == sorted(got)
     assert [t for t, _ in received] == sorted(t for t, _ in received)
+
+
+def _intercepted(put_gaps, stages, consumer_is_process):
+    """Puts at the given gaps into a Wire with *stages* user processes placed between it and its
+    consumer (each holds every item for its delay, one at a time), as ``between`` places them."""
+    env = simpy.Environment()
+    wire = Wire(env)
+    received: list[int] = []
+    if consumer_is_process:
+        def consumer():
+            while True:
+                received.append((yield wire.get()))
+
+        env.process(consumer())
+    else:
+        wire.connect(received.append)
+
+    def stage(inbox, outbox, delay):
+        while True:
+            item = yield inbox.get()
+            if delay:
+                yield env.timeout(delay)
+            yield outbox.put(item)
+
+    for delay in reversed(stages):  # placed last first: items pass them in the order given
+        inbox, outbox = Wire(env), Wire(env)
+        outbox.connect(wire.intercept(inbox.send))
+        env.process(stage(inbox, outbox, delay))
+
+    def producer():
+        for i, g in enumerate(put_gaps):
+            yield env.timeout(g)
+            yield wire.put(i)
+
+    env.process(producer())
+    env.run(until=10_000)
+    return received
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(gaps, st.lists(st.sampled_from([0.0, 0.0, 0.2, 1.0, 3.0]), max_size=4), st.booleans())
+def test_processes_between_a_wire_and_its_consumer_lose_nothing_and_keep_order(put_gaps, stages, consumer_is_process):
+    """Items put on a Wire with first-in-first-out processes placed between it and its consumer
+    (a handler or a process blocked on get) all reach the consumer once, in the order put."""
+    assert _intercepted(put_gaps, stages, consumer_is_process) == list(range(len(put_gaps)))
+
+
+def test_a_consumer_connected_after_the_interception_still_receives():
+    """A consumer that connects after a process was placed between (the session registry is
+    built after the processes) receives what the process passes on."""
+    env = simpy.Environment()
+    wire, received = Wire(env), []
+    inbox, outbox = Wire(env), Wire(env)
+    outbox.connect(wire.intercept(inbox.send))
+    wire.connect(received.append)
+
+    def stage():
+        while True:
+            yield outbox.put((yield inbox.get()))
+
+    env.process(stage())
+    for i in range(3):
+        wire.send(i)
+    env.run()
+    assert received == [0, 1, 2] and wire.statistics().puts == 3

@@ -10,7 +10,7 @@ import pytest
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
-@pytest.mark.parametrize("name", ["policies.md", "batching.md", "network.md", "speculative.md"])
+@pytest.mark.parametrize("name", ["policies.md", "batching.md", "network.md", "speculative.md", "processes.md"])
 def test_doc_examples_run(name, monkeypatch):
     """Every ``>>>`` example of the page gives the output it shows."""
     monkeypatch.chdir(DOCS.parent)
