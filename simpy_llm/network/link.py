@@ -67,9 +67,9 @@ Assumptions and caveats
 How it runs
 -----------
 The put never blocks, so like :class:`~simpy_llm.wire.Wire` the link is a
-``BaseResource`` whose put event is born processed (:class:`LinkPut`) and no
-event is scheduled for it. A link has no get side: consumers take delivered
-messages from ``out``.
+:class:`~simpy_llm.kernel.Channel` whose put event is born processed
+(:class:`LinkPut`) and no event is scheduled for it. A link has no get side:
+consumers take delivered messages from ``out``.
 
 Processor sharing runs in *virtual time* (the technique of GPS/WFQ schedulers,
 Parekh and Gallager 1993): ``V`` is the work served so far to each message that
@@ -80,7 +80,7 @@ heap keyed by that finish ``V``; on every change (a start, an end, an outage
 boundary with messages in flight) ``V`` is brought up to date and one timer is
 set for the next change. A superseded timer is recognised by a version number
 and ignored. Timers fire at exact absolute times
-(:func:`~simpy_llm.serving.engine.timer_at`), so the closed forms above hold to
+(:func:`~simpy_llm.kernel.timer_at`), so the closed forms above hold to
 rounding. A message costs O(1) scheduled events: its overhead timer, about two
 sharing timers, a retransmission timer per loss and its delivery timer (none
 for a zero overhead or a zero one-way delay).
@@ -105,13 +105,12 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 import numpy as np
-from simpy.events import Event
-from simpy.resources.base import BaseResource
 
-from simpy_llm.serving.engine import timer_at
+from simpy_llm.kernel import Channel, ProcessedEvent, timer_at
 
 if TYPE_CHECKING:
     import simpy
+    from simpy.events import Event
 
     from simpy_llm.wire import Wire
 
@@ -169,15 +168,11 @@ class Message:
     """Its delivery was handed to its sender (:meth:`Link.put_ahead`): no event delivers it."""
 
 
-class LinkPut(Event):
+class LinkPut(ProcessedEvent):
     """The (already processed) event of a put; its value is the :class:`Message`."""
 
     def __init__(self, env: simpy.Environment, message: Message) -> None:
-        # Born processed, as WirePut: no callbacks list, a value, ok.
-        self.env = env
-        self.callbacks = None  # type: ignore[assignment]
-        self._value = message
-        self._ok = True
+        super().__init__(env, message)  # born processed, as WirePut
         self.message = message
         """The message put."""
 
@@ -240,7 +235,7 @@ def _check_number(owner: str, name: str, value: Any, *, allow_inf: bool = False,
     return v
 
 
-class Link(BaseResource):
+class Link(Channel):
     """A one-way link with latency, processor-shared bandwidth, loss and outages.
 
     Parameters
@@ -323,9 +318,8 @@ class Link(BaseResource):
         rng: np.random.Generator | None = None,
         dropped: Wire | None = None,
     ) -> None:
-        super().__init__(env, capacity=math.inf)
+        super().__init__(env)
         owner = f"Link {name!r}: " if name else "Link: "
-        self.env = env
         self.out = out
         """Wire delivered messages are put on."""
         self.dropped = dropped
@@ -443,7 +437,7 @@ class Link(BaseResource):
         >>> msg = link.send("prompt", 10.0); env.run(); msg.delivered_s
         0.02
         """
-        now = self.env._now  # noqa: SLF001 - the property costs a call per read
+        now = self.env.now
         msg = self._message(payload, size_bytes, now)
         if self._shortcut and self.overhead_s == 0 and self._lone is None and not self._heap:
             work = msg.size_bytes / msg.bandwidth_factor
@@ -468,7 +462,7 @@ class Link(BaseResource):
         >>> env.run(); got   # sent at 0.5, 10 B at 1 kB/s, then half the round trip
         [(0.5, 0.52)]
         """
-        now = self.env._now  # noqa: SLF001 - the property costs a call per read
+        now = self.env.now
         if at_s <= now:
             return self.send(payload, size_bytes)
         msg = self._message(payload, size_bytes, at_s)
@@ -504,7 +498,7 @@ class Link(BaseResource):
         """
         if not self._shortcut or self.overhead_s != 0 or self._heap:
             return None
-        now = self.env._now  # noqa: SLF001 - the property costs a call per read
+        now = self.env.now
         lone = self._lone
         if lone is not None:
             if not lone[0].ahead or now < lone[2]:
@@ -577,12 +571,6 @@ class Link(BaseResource):
     def get(self) -> Any:  # type: ignore[override]
         """A link has no get side: take delivered messages from its ``out`` Wire."""
         raise TypeError("a Link delivers to its out Wire; get() from link.out")
-
-    def _do_put(self, event: Any) -> None:  # pragma: no cover - puts bypass the put queue
-        raise NotImplementedError("Link.put starts the transfer directly")
-
-    def _do_get(self, event: Any) -> None:  # pragma: no cover - get() refuses
-        raise NotImplementedError("a Link has no get side")
 
     def statistics(self) -> LinkStats:
         """Current counters (computed without changing the link's state)."""
@@ -738,7 +726,7 @@ class Link(BaseResource):
         if lone is not None and lone[0] is msg:  # still the link's lone one: it has ended
             self._lone = None
             self._busy_s += lone[2] - lone[1]
-        self._deliver(msg, self.env._now)  # noqa: SLF001 - the property costs a call per read
+        self._deliver(msg, self.env.now)
 
     def _count_attempt(self, msg: Message) -> None:
         if msg.attempts:

@@ -49,11 +49,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 import attrs
 import numpy as np
 from simpy.core import BoundClass
-from simpy.resources.base import BaseResource, Get
+from simpy.resources.base import Get
 
 from simpy_llm.config.errors import FieldValueError
 from simpy_llm.config.validators import MAX_TIME_S, at_least, at_most
 from simpy_llm.entities import Batch
+from simpy_llm.kernel import Channel, WirePut
 from simpy_llm.policies.batching import (
     SLA_CONTROLLERS,
     DynamicBatchSizer,
@@ -62,7 +63,6 @@ from simpy_llm.policies.batching import (
 )
 from simpy_llm.registry import Registry
 from simpy_llm.serving.kv_cache import TokenMemory
-from simpy_llm.wire import WirePut
 from simpy_llm.workload.distributions import Draws
 
 if TYPE_CHECKING:
@@ -292,7 +292,7 @@ Entry = tuple["Request", float, float, float]
 """(request, true size, predicted KV tokens, predicted size) as a bin holds it."""
 
 
-class BinQueue(BaseResource):
+class BinQueue(Channel):
     """Per-bin FIFO queues of requests and the batches formed from them.
 
     Parameters
@@ -350,7 +350,7 @@ class BinQueue(BaseResource):
         max_candidates: int = 1 << 30,
         memory_limit_tokens: float | None = None,
     ) -> None:
-        super().__init__(env, capacity=float("inf"))
+        super().__init__(env)
         if (batch_size is None) == (sizer is None):
             raise ValueError("give a fixed batch_size or a sizer (dynamic), not both or neither")
         if sizer is not None and selector is None:
@@ -429,8 +429,8 @@ class BinQueue(BaseResource):
         else:
             self._place(entry, bisect_right(self.boundaries, entry[3]))
         if self.get_queue:
-            self._trigger_get(None)
-        return WirePut(self._env, entry)
+            self.serve_getters()
+        return WirePut(self.env, entry)
 
     def _place(self, entry: Entry, i: int) -> None:
         entry[0].bin = i
@@ -449,7 +449,8 @@ class BinQueue(BaseResource):
         """Schedule bin *i*'s wait limit for its current head."""
         head = self.bins[i][0]
         due = head[0].enqueue_s + self.max_wait_s
-        timer = self._env.timeout(max(due - self._env.now, 0.0))
+        env = self.env
+        timer = env.timeout(max(due - env.now, 0.0))
         timer.callbacks.append(lambda _event: self._expire(i, head))
 
     def _expire(self, i: int, head: Entry) -> None:
@@ -459,11 +460,11 @@ class BinQueue(BaseResource):
             # hair below max_wait_s at the very timeout that measures it.
             self._overdue.add(id(head))
             if self.get_queue:  # the server waits: let it take the partial batch
-                self._trigger_get(None)
+                self.serve_getters()
 
     def _overdue_bin(self) -> int | None:
         """The bin whose head has waited longest, if at least ``max_wait_s``; else None."""
-        now = self._env.now
+        now = self.env.now
         best = None
         oldest = math.inf
         for i, q in enumerate(self.bins):
@@ -489,17 +490,16 @@ class BinQueue(BaseResource):
             for e in entries:
                 self._overdue.discard(id(e))
         batch = Batch(
-            id=self._next_id, bin=i, requests=[e[0] for e in entries], formed_s=self._env.now,
+            id=self._next_id, bin=i, requests=[e[0] for e in entries], formed_s=self.env.now,
             sizes=[e[1] for e in entries],
             memory_tokens=sum(e[0].prompt_tokens + e[0].output_tokens for e in entries),
         )
         self._next_id += 1
         return batch
 
-    def _do_put(self, event: Any) -> None:  # pragma: no cover - puts bypass the put queue
-        raise NotImplementedError("BinQueue.put places requests directly")
-
-    def _do_get(self, event: BatchGet) -> bool | None:
+    def serve(self, event: BatchGet) -> bool | None:  # type: ignore[override]
+        """Give *event* the next batch, if one can be had now (a formed batch, a partial
+        batch of an overdue bin, or a dynamic batch)."""
         if self.batch_size is not None:
             if self.formed:
                 batch = self.formed.popleft()

@@ -33,7 +33,8 @@ Step ends are counted in whole nanoseconds (``segment_start_ns + k *
 step_ns``, see "Clock" in ``docs/model.md``), so a step end that decimal
 arithmetic puts at an arrival's time is that time to the bit; they are scheduled
 at those exact absolute times and at a SimPy priority after every ordinary
-event, and an idle engine wakes at that same priority, so every request
+event (:func:`simpy_llm.kernel.timer_at`), and an idle engine wakes at that same
+priority, so every request
 entering the waiting queue at a step's start time is visible to that step's
 plan.
 """
@@ -51,6 +52,7 @@ import simpy
 from simpy.events import Event
 
 from simpy_llm.entities import Request
+from simpy_llm.kernel import LATE, TimerAt, move_wait, succeed_at, timer_at
 from simpy_llm.serving.kv_cache import PagedKVCache, blocks_for
 from simpy_llm.serving.prefix_cache import PrefixCache
 from simpy_llm.serving.slot_cache import SlotCache
@@ -65,9 +67,6 @@ if TYPE_CHECKING:
     from simpy_llm.wire import Wire
 
 __all__ = ["LATE", "Replica", "ReplicaStats", "TokenListener"]
-
-LATE = 2
-"""SimPy priority of step-end and wake-up events: after NORMAL (1) events at the same instant."""
 
 NS_PER_S = 1_000_000_000
 """The engine's clock unit: step boundaries are whole nanoseconds."""
@@ -89,35 +88,6 @@ token: *tokens* is its output tokens so far, *visible_s* when the client sees th
 (the step's end plus ``tokens x output_token_overhead_s``, so the first call's time is
 ``first_token_s`` and the last call's ``completion_s``). Called from the step-end event,
 before the request completes; it must not touch the environment or the replica."""
-
-
-def _schedule_at(env: simpy.Environment, event: Event, at_s: float) -> None:
-    """Schedule the triggered *event* at the absolute time *at_s* with LATE priority.
-
-    ``env.schedule`` takes a delay and adds it to ``now``, which can land one ulp
-    away from the engine's exact step ends (whole nanoseconds, see :func:`to_ns`); the
-    queue entry is the one ``env.schedule`` would make, with the exact time.
-    """
-    heapq.heappush(env._queue, (at_s, LATE, next(env._eid), event))  # noqa: SLF001 - see docstring
-
-
-class _StepEnd(Event):
-    """A step's end: a timeout at an absolute time, processed after NORMAL events at that time."""
-
-    def __init__(self, env: simpy.Environment, at_s: float) -> None:
-        self.env = env
-        self.callbacks = []
-        self._value = None
-        self._ok = True
-        now = env._now  # noqa: SLF001 - read once (the property costs a call per read)
-        heapq.heappush(env._queue, (at_s if at_s > now else now, LATE, next(env._eid), self))  # noqa: SLF001 - as _schedule_at
-
-
-def timer_at(env: simpy.Environment, at_s: float) -> Event:
-    """An event that fires at the absolute time *at_s* (now, if that has passed), after the
-    NORMAL events of that instant: exactly at *at_s*, where ``env.timeout(at_s - now)``
-    could land one ulp off."""
-    return _StepEnd(env, at_s)
 
 
 @attrs.frozen(kw_only=True)
@@ -455,10 +425,7 @@ class Replica:
                 self._cuttable = False
                 self._cut_stretch(now)
         elif self._idle_signal is not None and not self._idle_signal.triggered:
-            signal = self._idle_signal
-            signal._ok = True  # noqa: SLF001 - succeed() at LATE priority
-            signal._value = None  # noqa: SLF001
-            _schedule_at(self.env, signal, now)
+            succeed_at(self.env, self._idle_signal, now)  # succeed() at LATE priority
 
     def set_max_num_seqs(self, n: int) -> None:
         """Change the batch limit (the planner's knob, ``docs/planner.md``): requests already
@@ -546,7 +513,7 @@ class Replica:
                 # A mixed step, the reference mode, or a step after a preemption
                 # (whose victims may be readmitted next step): one event.
                 self._stretch = (done, 1, n_decode, step_s)
-                yield _StepEnd(env, (self._seg_start_ns + (done + 1) * d_ns) / NS_PER_S if d_ns else self._seg_start_s)
+                yield TimerAt(env, (self._seg_start_ns + (done + 1) * d_ns) / NS_PER_S if d_ns else self._seg_start_s)
                 self._stretch = None
                 self._settle_step(chunks, n_decode, prefill_tokens, kv_used, step_s)
                 continue
@@ -562,7 +529,7 @@ class Replica:
                     k = m
             self._cuttable = len(running) < self.config.max_num_seqs
             self._stretch = (done, k, n_decode, step_s)
-            yield _StepEnd(env, (self._seg_start_ns + (done + k) * d_ns) / NS_PER_S if d_ns else self._seg_start_s)
+            yield TimerAt(env, (self._seg_start_ns + (done + k) * d_ns) / NS_PER_S if d_ns else self._seg_start_s)
             k = self._stretch[1]
             self._cuttable = False
             self._stretch = None
@@ -631,22 +598,17 @@ class Replica:
         """End the decode stretch in progress at the end of the step in progress at *now*:
         the engine process waits for a step end at that boundary instead of the stretch's.
 
-        This moves the process's wait from one event to another, as SimPy's own
-        ``Process.interrupt`` does before it throws (``_target``, ``_resume``); the
-        stretch's original event then fires with nobody waiting. It spares an interrupt
-        event and an exception per cut.
+        This moves the process's wait from one event to another
+        (:func:`~simpy_llm.kernel.move_wait`, as SimPy's own ``Process.interrupt`` does
+        before it throws); the stretch's original event then fires with nobody waiting. It
+        spares an interrupt event and an exception per cut.
         """
         done, k, n_decode, step_s = self._stretch
         m = self._steps_until(now)
         if m >= k:
             return  # the stretch ends with the step in progress anyway
         self._stretch = (done, m, n_decode, step_s)
-        proc = self.process
-        resume = proc._resume  # noqa: SLF001 - see docstring
-        proc._target.callbacks.remove(resume)  # noqa: SLF001
-        boundary = _StepEnd(self.env, self._step_end_s(done + m))
-        boundary.callbacks.append(resume)
-        proc._target = boundary  # noqa: SLF001
+        move_wait(self.process, timer_at(self.env, self._step_end_s(done + m)))
 
     def _step_end_s(self, j: int) -> float:
         """When step *j* of the current segment ends, s: its start plus *j* durations,

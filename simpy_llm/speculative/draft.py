@@ -32,8 +32,8 @@ import math
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from simpy_llm.kernel import timer_at
 from simpy_llm.network.link import Link
-from simpy_llm.serving.engine import timer_at
 from simpy_llm.policies.gamma import GammaState, StaticGamma
 from simpy_llm.wire import Wire
 
@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 
     import numpy as np
     import simpy
+    from simpy.events import Event
+
     from simpy_llm.config.speculation import DraftGroupConfig, SpeculationConfig
     from simpy_llm.entities import Request
     from simpy_llm.metrics.recorder import Recorder
@@ -305,7 +307,7 @@ class DraftDevice:
             if not spec.wake.triggered:
                 spec.wake.succeed()
             return
-        self.next_round(req, self.env._now)  # noqa: SLF001 - the property costs a call per read
+        self.next_round(req, self.env.now)
 
     def next_round(self, req: Request, at_s: float) -> None:
         """*req*'s verdict reaches the device at *at_s* (now, or later when the fleet knows
@@ -319,7 +321,7 @@ class DraftDevice:
         pending = self._pending_busy
         if pending is not None:
             self._busy_s += pending[1]
-        if at_s > self.env._now:  # noqa: SLF001 - the property costs a call per read
+        if at_s > self.env.now:
             self._pending_busy = (at_s, draft_s)  # drafting from at_s: not busy before then
         else:
             self._pending_busy = None

@@ -302,7 +302,7 @@ class VerifyServer:
     def submit(self, req: Request, gamma: int, round_start_s: float, kind: int = VERIFY) -> None:
         """A round of *req* proposing *gamma* tokens waits for a pass (a bundle that arrived,
         or the next fused round)."""
-        now = self.env._now  # noqa: SLF001 - the property costs a call per read
+        now = self.env.now
         _ttft, tpot, tvt = self.slo.get(req.slo_class, (None, None, None))
         if tvt is not None:
             deadline = round_start_s + tvt
@@ -530,7 +530,7 @@ class VerifyServer:
         drawn after the job's samples) and whether it rolls back (its rejection, position
         ``accepted + 1``, went unverified)."""
         env = self.env
-        now = env._now  # noqa: SLF001 - the property costs a call per read
+        now = env.now
         batch = self._take_round_batch()
         contexts: list[int] = []
         verified_counts: list[int] = []
@@ -578,7 +578,7 @@ class VerifyServer:
         """A verify pass ended: each round's tokens count, and its request goes on or ends."""
         self._pass_start = math.nan
         self.step += 1
-        end = self.env._now  # noqa: SLF001 - the property costs a call per read
+        end = self.env.now
         tokens_out = 0
         for job, m, rolled in zip(batch, accepted, rollback, strict=True):
             req = job.req

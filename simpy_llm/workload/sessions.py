@@ -37,7 +37,7 @@ import simpy
 from simpy.events import Event
 
 from simpy_llm.entities import Request
-from simpy_llm.serving.engine import timer_at
+from simpy_llm.kernel import timer_at
 from simpy_llm.workload.prefix import content_segments
 from simpy_llm.workload.workflows import END_REASONS, Call, WorkflowSession
 
