@@ -16,27 +16,34 @@ from simpy_llm import Simulation, load_scenario
 from simpy_llm.processes import between, instead_of, rate_limit
 
 QUICKSTART = ["workload.num_requests=400", "serving.replicas=2"]
+MODES = ["event_per_change", "event_per_step"]
 
 
-def run(processes, overrides=QUICKSTART):
+@pytest.fixture(params=MODES)
+def quickstart(request):
+    """The quickstart's overrides, in each engine mode."""
+    return [*QUICKSTART, f"simulation.mode={request.param}"]
+
+
+def run(processes, overrides):
     """The request table of the quickstart with *processes*, by request id."""
     sim = Simulation(load_scenario("scenarios/quickstart.yaml", list(overrides)), processes=processes)
     return sim, sim.run(progress=False).to_dataframe().sort_values("request_id", ignore_index=True)
 
 
-def queueing_s(overrides=QUICKSTART):
+def queueing_s(overrides):
     """Each request's time from reaching a replica to entering its queue (the latency model's
     per-request queueing time), read from a run without processes, by request id."""
     _, frame = run([], overrides)
     return (frame["enqueue_s"] - frame["arrival_s"]).to_numpy()
 
 
-def test_a_rate_limiter_between_router_and_replica_spaces_its_requests():
+def test_a_rate_limiter_between_router_and_replica_spaces_its_requests(quickstart):
     """A token-bucket limiter (2 per second, burst 1) between the router and replica 0 lets each
     request in at the later of its arrival and one interval after the one before; replica 1 is
     untouched; every request completes."""
-    _, frame = run([between("replica:0", rate_limit, rate_per_s=2.0)])
-    queueing = queueing_s()
+    _, frame = run([between("replica:0", rate_limit, rate_per_s=2.0)], quickstart)
+    queueing = queueing_s(quickstart)
     limited = (frame["replica"] == 0).to_numpy()
     expected, last = [], -math.inf
     for t in frame.loc[limited, "arrival_s"]:
@@ -65,12 +72,12 @@ def pairing_router(env, ports, hold_s):
             yield ports.outboxes[1].put(first)
 
 
-def test_a_router_that_waits_for_the_first_of_two_events():
+def test_a_router_that_waits_for_the_first_of_two_events(quickstart):
     """A router waiting on ``get | timeout`` pairs requests that arrive within 50 ms of each other
     (both enter replica 0 when the second arrives) and sends a request left alone to replica 1
     50 ms after it arrived."""
     hold = 0.05
-    _, frame = run([instead_of("router", pairing_router, hold_s=hold)])
+    _, frame = run([instead_of("router", pairing_router, hold_s=hold)], quickstart)
     arrivals = frame["arrival_s"].tolist()
     expected_replica, expected_enqueue, i = [], [], 0
     while i < len(arrivals):
@@ -83,7 +90,7 @@ def test_a_router_that_waits_for_the_first_of_two_events():
             expected_enqueue.append(arrivals[i] + hold)
             i += 1
     assert frame["replica"].tolist() == expected_replica
-    assert np.allclose(frame["enqueue_s"] - queueing_s(), expected_enqueue, rtol=0, atol=1e-9)
+    assert np.allclose(frame["enqueue_s"] - queueing_s(quickstart), expected_enqueue, rtol=0, atol=1e-9)
     assert 0 < expected_replica.count(0) < len(arrivals)
 
 
@@ -112,12 +119,12 @@ def door(env, ports, opens_at_s):
             held = []
 
 
-def test_a_process_interrupted_by_another_releases_what_it_held():
+def test_a_process_interrupted_by_another_releases_what_it_held(quickstart):
     """A door between arrivals and the router, opened by an interrupt from a second process at
     t = 5 s, lets each request reach a replica at the later of its arrival and 5 s; the user
     processes are listed on the simulation."""
-    sim, frame = run([between("arrivals", door, opens_at_s=5.0)])
-    reached = frame["enqueue_s"].to_numpy() - queueing_s()
+    sim, frame = run([between("arrivals", door, opens_at_s=5.0)], quickstart)
+    reached = frame["enqueue_s"].to_numpy() - queueing_s(quickstart)
     assert np.allclose(reached, np.maximum(frame["arrival_s"].to_numpy(), 5.0), rtol=0, atol=1e-9)
     assert (frame["arrival_s"] < 5.0).sum() > 50
     assert len(sim.user_processes) == 1 and sim.user_processes[0].is_alive  # still waiting for requests
@@ -137,7 +144,7 @@ def test_processes_at_one_seam_are_passed_in_the_order_given():
     assert seen == [("a", 0), ("b", 0), ("a", 1), ("b", 1), ("a", 2), ("b", 2)]
 
 
-def test_a_rejected_put_drops_the_request_as_admission_does():
+def test_a_rejected_put_drops_the_request_as_admission_does(quickstart):
     """A router process that puts every third request on ``rejected`` drops it with the reason
     it set (or ``rejected``); the rest complete."""
 
@@ -152,7 +159,7 @@ def test_a_rejected_put_drops_the_request_as_admission_does():
             else:
                 yield ports.outboxes[0].put(req)
 
-    _, frame = run([instead_of("router", picky)], ["workload.num_requests=60"])
+    _, frame = run([instead_of("router", picky)], [*quickstart, "workload.num_requests=60"])
     dropped = frame[frame["status"] == "dropped"].sort_values("request_id")
     assert len(dropped) == 20
     assert dropped["dropped_reason"].value_counts().to_dict() == {"picky": 10, "rejected": 10}
