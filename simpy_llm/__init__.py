@@ -12,8 +12,9 @@ the core and are never imported from here.
 
 from simpy_llm.config import Scenario, ScenarioError, load_scenario, scenario_from_dict
 from simpy_llm.entities import Request
+from simpy_llm.metrics.record import RequestRecord
 from simpy_llm.metrics.recorder import Recorder
-from simpy_llm.metrics.results import RequestRecord, Results
+from simpy_llm.metrics.results import Results
 from simpy_llm.registry import Registry
 from simpy_llm.rng import RandomStreams
 from simpy_llm.simulation import Simulation

@@ -121,7 +121,7 @@ from simpy_llm.calibrate.probe_estimate import (
     probe_estimate,
     write_probe_profile,
 )
-from simpy_llm.observe.client import OpenAIClient, RequestRecord, RequestSpec
+from simpy_llm.observe.client import ObservedRequest, OpenAIClient, RequestSpec
 from simpy_llm.observe.loadgen import OBSERVER_COLUMNS, LoadRequest, record_row
 from simpy_llm.observe.prompts import synthetic_prompt
 from simpy_llm.observe.runner import run as run_loop
@@ -435,7 +435,7 @@ class _Run:
         if cache is not None and self.cache_field:
             extra["cache_prompt"] = cache
         spec = RequestSpec(text, max_tokens, self.api, stream=True, model=self.model, request_id=rid, extra_body=extra)
-        rec = record if record is not None else RequestRecord()
+        rec = record if record is not None else ObservedRequest()
         rec.approx_prompt_tokens = tokens
         rec.dispatched_s = self.client.now()
         try:
@@ -511,7 +511,7 @@ class _Run:
     async def mixed(self, d: ProbeDesign) -> None:
         text, n = await self.prompts.make(16, "mixed/decoder")
         joiners = [await self.prompts.make(length, f"mixed/{length}") for length in d.mixed_joiner_lengths]
-        rec = RequestRecord()
+        rec = ObservedRequest()
         task = asyncio.create_task(self.send("mixed.decoder", text, n, d.mixed_decoder_tokens, cache=False, record=rec))
         try:
             if await self._wait_tokens(rec, task, 3):

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from simpy_llm.config import Scenario
+from simpy_llm.metrics.record import TRACE_COLUMNS
 from simpy_llm.workload.traces import OBSERVED_COLUMNS, V2_COLUMNS, emulated_server_block, write_trace_v2
 
 __all__ = ["simulated_observation"]
@@ -50,12 +51,8 @@ def simulated_observation(scenario: Scenario, path: Path | str, *, warm_up_reque
         ok = r.status == "completed"
         send = int(us(r.arrival_s))
         token_us = [int(v) for v in us(t)] if (ok and t) else []
-        row = {name: getattr(r, name) for name in ("request_id", "client_id", "tenant_id", "slo_class", "session_id", "round_index",
-                                                    "prefix_group", "streaming", "text_tokens", "image_tokens", "audio_tokens",
-                                                    "video_tokens", "reason_ratio")}
+        row = {column: getattr(r, name) for name, column in TRACE_COLUMNS.items()}
         row.update(
-            input_tokens=r.prompt_tokens,
-            output_tokens=r.output_tokens,
             arrival_time_us=send,
             send_time_us=send,
             first_chunk_time_us=token_us[0] if token_us else None,

@@ -1486,7 +1486,12 @@ class ServingConfig:
 
 @attrs.frozen(kw_only=True)
 class SLOTarget:
-    """Latency targets of one SLO class; a request meets its SLO when every given target holds."""
+    """Latency targets of one SLO class; a request meets its SLO when every given target holds.
+
+    Each request is judged on its own (goodput counts those that meet their class's
+    targets); a capacity search's bounds on a statistic over many requests
+    (``ttft_p99=0.5``) are :class:`~simpy_llm.explore.capacity.SloCriterion`.
+    """
 
     ttft_s: float | None = attrs.field(default=None, validator=optional(all_of(greater_than(0), at_most(MAX_TIME_S))))
     """Time to first token, seconds."""

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from simpy_llm.explore.capacity import (
         CapacityCard,
         ReplicaCard,
-        SloTarget,
+        SloCriterion,
         StabilityCriteria,
         max_stable_load,
         min_replicas,
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     )
 
 _HOME = {
-    "CapacityCard": "capacity", "ReplicaCard": "capacity", "SloTarget": "capacity",
+    "CapacityCard": "capacity", "ReplicaCard": "capacity", "SloCriterion": "capacity",
     "StabilityCriteria": "capacity", "max_stable_load": "capacity", "min_replicas": "capacity",
     "dominated": "pareto", "pareto_front": "pareto", "RandomSearch": "search",
     "column_name": "sweeps", "replications": "sweeps", "run_point": "sweeps",
@@ -74,7 +74,7 @@ __all__ = [
     "IdenticalReplicationsWarning",
     "RandomSearch",
     "ReplicaCard",
-    "SloTarget",
+    "SloCriterion",
     "StabilityCriteria",
     "SweepPointError",
     "column_name",

@@ -7,7 +7,7 @@ offered load (by default ``workload.aggregate_rate``, requests/s) for two limits
   backlog over the measurement window grows by less than a set share of the
   arrivals) and that drops no more than a set share of requests;
 * the **max SLO-goodput load**: the largest load that is stable *and* meets every
-  SLO target given (a percentile or mean of a latency metric, optionally of one
+  SLO criterion given (a percentile or mean of a latency metric, optionally of one
   SLO class) and the goodput attainment asked for.
 
 :func:`min_replicas` answers the converse question: the fewest replicas that meet
@@ -26,7 +26,7 @@ finishes. In the window:
   / arrivals in the window, a request leaving the system when it completes or is
   dropped (a dropped request without a completion time leaves at its arrival);
 * *drop fraction* = dropped / measured requests;
-* each SLO target's statistic is taken over the measured requests that completed
+* each SLO criterion's statistic is taken over the measured requests that completed
   (of its SLO class, when it names one);
 * *goodput fraction* = the share of measured completed requests meeting the
   scenario's own per-class SLO targets (``slo:`` in the scenario: TTFT and E2E as
@@ -118,7 +118,7 @@ __all__ = [
     "CapacityCard",
     "Probe",
     "ReplicaCard",
-    "SloTarget",
+    "SloCriterion",
     "StabilityCriteria",
     "check_slo_classes",
     "max_stable_load",
@@ -126,7 +126,7 @@ __all__ = [
 ]
 
 SLO_METRICS = ("ttft", "tpot", "e2e", "queue_delay", "client_ttft", "client_e2e")
-"""Latency metrics an SLO target may name (``Results.derived()`` without ``_s``)."""
+"""Latency metrics an SLO criterion may name (``Results.derived()`` without ``_s``)."""
 
 _SLO_RE = re.compile(r"^(?P<metric>[a-z0-9_]+?)_(?P<stat>mean|p\d+(?:\.\d+)?)(?:\[(?P<cls>[^\]]+)\])?$")
 
@@ -138,20 +138,26 @@ MAX_BRACKET_STEPS = 30
 
 # --- criteria ---------------------------------------------------------------
 @attrs.frozen(kw_only=True)
-class SloTarget:
-    """One SLO target: a statistic of a latency metric at most a bound.
+class SloCriterion:
+    """One SLO criterion of a capacity search: a statistic of a latency metric, over the
+    measured requests, at most a bound.
+
+    A criterion judges a load (a population of requests), not a request: the per-request
+    targets of a scenario's SLO classes, which decide goodput, are
+    :class:`~simpy_llm.config.schema.SLOTarget` (``min_goodput_fraction`` of
+    :class:`StabilityCriteria` asks for a share of requests meeting those).
 
     Written ``METRIC_STAT[CLASS]=TARGET``: ``ttft_p99=0.5`` (the 99th percentile of
     TTFT at most 0.5 s), ``queue_delay_mean=0.08``, ``e2e_p95[interactive]=10``.
 
     Examples
     --------
-    >>> t = SloTarget.parse("ttft_p99[interactive]=0.5")
+    >>> t = SloCriterion.parse("ttft_p99[interactive]=0.5")
     >>> t.metric, t.statistic, t.slo_class, t.target_s, t.name
     ('ttft', 'p99', 'interactive', 0.5, 'ttft_p99[interactive]')
     >>> t.value(np.array([0.1, 0.2, 0.3]))
     0.298
-    >>> SloTarget.parse("latency_p99=1")
+    >>> SloCriterion.parse("latency_p99=1")
     Traceback (most recent call last):
     ...
     ValueError: SLO 'latency_p99=1': unknown metric 'latency'; allowed: ttft, tpot, e2e, queue_delay, client_ttft, client_e2e
@@ -179,7 +185,7 @@ class SloTarget:
     @target_s.validator
     def _check_target(self, _attribute: Any, value: float) -> None:
         if not (value > 0 and math.isfinite(value)):
-            raise ValueError(f"an SLO target must be a finite number of seconds > 0, got {value!r}")
+            raise ValueError(f"an SLO criterion's bound must be a finite number of seconds > 0, got {value!r}")
 
     @property
     def name(self) -> str:
@@ -188,7 +194,7 @@ class SloTarget:
         return f"{base}[{self.slo_class}]" if self.slo_class else base
 
     @classmethod
-    def parse(cls, text: str, target: float | None = None) -> SloTarget:
+    def parse(cls, text: str, target: float | None = None) -> SloCriterion:
         """``"ttft_p99=0.5"``, or a name ``"ttft_p99[cls]"`` and its *target* in seconds."""
         where = f"SLO {text!r}"
         if target is None:
@@ -222,22 +228,22 @@ class SloTarget:
         return float(np.percentile(values, float(self.statistic[1:])))
 
 
-def _slo_targets(value: Any) -> tuple[SloTarget, ...]:
-    """The ``slo`` of :class:`StabilityCriteria` from a mapping, strings or targets."""
+def _slo_criteria(value: Any) -> tuple[SloCriterion, ...]:
+    """The ``slo`` of :class:`StabilityCriteria` from a mapping, strings or criteria."""
     if value is None:
         return ()
     if isinstance(value, Mapping):
-        return tuple(SloTarget.parse(str(k), v) for k, v in value.items())
-    if isinstance(value, (str, SloTarget)):
+        return tuple(SloCriterion.parse(str(k), v) for k, v in value.items())
+    if isinstance(value, (str, SloCriterion)):
         value = [value]
     out = []
     for item in value:
-        out.append(item if isinstance(item, SloTarget) else SloTarget.parse(item))
+        out.append(item if isinstance(item, SloCriterion) else SloCriterion.parse(item))
     return tuple(out)
 
 
 def check_slo_classes(criteria: StabilityCriteria, scenario: Scenario) -> None:
-    """Each SLO target that names a class (``ttft_p99[interactive]``) names one that
+    """Each SLO criterion that names a class (``ttft_p99[interactive]``) names one that
     *scenario*'s requests can carry (:func:`~simpy_llm.workload.checks.request_slo_classes`):
     a class no request has would judge no request, and pass every load.
 
@@ -267,7 +273,7 @@ def check_slo_classes(criteria: StabilityCriteria, scenario: Scenario) -> None:
 
 def _check_before_probes(criteria: StabilityCriteria, scenario: Scenario) -> None:
     """The files *scenario* references (:func:`~simpy_llm.workload.checks.check_spec_files`)
-    and the classes its SLO targets name, before the first probe."""
+    and the classes its SLO criteria name, before the first probe."""
     check_spec_files(scenario)
     check_slo_classes(criteria, scenario)
 
@@ -309,9 +315,9 @@ class StabilityCriteria:
     quarter of the probe's requests in the system at once means the latency is a quarter
     of the whole run, too long for the run to judge; an overloaded one passes it once its
     backlog has grown by that much."""
-    slo: tuple[SloTarget, ...] = attrs.field(default=(), converter=_slo_targets)
-    """SLO targets: a mapping ``{"ttft_p99": 0.5}``, strings ``"ttft_p99=0.5"`` or
-    :class:`SloTarget` objects; every one must be met."""
+    slo: tuple[SloCriterion, ...] = attrs.field(default=(), converter=_slo_criteria)
+    """SLO criteria: a mapping ``{"ttft_p99": 0.5}``, strings ``"ttft_p99=0.5"`` or
+    :class:`SloCriterion` objects; every one must be met."""
     min_goodput_fraction: float | None = attrs.field(default=None, validator=_fraction_or_none)
     """Smallest share of measured completed requests that meet the scenario's own
     per-class SLO targets (None: not judged)."""
@@ -416,7 +422,7 @@ class Probe:
     """``ttft_p50``, ``ttft_p99``, ``tpot_p50``, ``tpot_p99``, ``e2e_p50``, ``e2e_p99``,
     ``queue_delay_mean``, ``queue_delay_p99`` over measured completed requests, s."""
     slo_values: Mapping[str, float]
-    """Each SLO target's measured statistic, s, by target name."""
+    """Each SLO criterion's measured statistic, s, by its name."""
 
     def row(self) -> dict[str, Any]:
         """The probe as one flat row (latencies and SLO values as columns)."""
@@ -591,7 +597,7 @@ def _judge(
     derived = results.derived()
     client = {"ttft": derived["client_ttft_s"], "tpot": derived["tpot_s"], "e2e": derived["client_e2e_s"]}
     met = _slo_met(results, done, client)
-    stat = SloTarget.parse
+    stat = SloCriterion.parse
     latency = {
         name: stat(name, 1.0).value(derived[f"{stat(name, 1.0).metric}_s"][done]) for name in LATENCY_COLUMNS
     }
@@ -968,7 +974,7 @@ class CapacityCard:
     def plot(self, ax: Any = None, metric: str | None = None) -> Any:
         """Latency and throughput against load, with the limits marked; returns the axes.
 
-        *metric*: the latency column drawn (default: the first SLO target's, else
+        *metric*: the latency column drawn (default: the first SLO criterion's, else
         ``e2e_p99_s``). Needs matplotlib.
         """
         import matplotlib.pyplot as plt

@@ -29,7 +29,7 @@ def add_parser(sub: Any, add_scenario_options: Any) -> None:
     cap.add_argument("scenario", help="scenario YAML file")
     cap.add_argument(
         "--slo", action="append", default=[], metavar="METRIC_STAT=SECONDS",
-        help="an SLO target, e.g. ttft_p99=0.5, e2e_p95[interactive]=10, queue_delay_mean=0.1 "
+        help="an SLO criterion, e.g. ttft_p99=0.5, e2e_p95[interactive]=10, queue_delay_mean=0.1 "
         "(repeatable; metrics ttft, tpot, e2e, queue_delay, client_ttft, client_e2e; statistics mean, pNN)",
     )
     cap.add_argument("--min-goodput", type=float, metavar="FRACTION",

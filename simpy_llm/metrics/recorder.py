@@ -3,7 +3,9 @@
 Components call the ``on_*`` methods; nothing is patched in. Per-request
 records are appended column by column (``array`` of machine numbers, string
 fields as small integer codes), so a million records cost about 120 MB, not
-the gigabyte a million Python objects would.
+the gigabyte a million Python objects would. The record's columns, their kinds
+and the request attribute each is read from come from
+:class:`~simpy_llm.metrics.record.RequestRecord`.
 """
 
 from __future__ import annotations
@@ -17,66 +19,16 @@ import numpy as np
 
 from simpy_llm.entities import RequestStatus
 from simpy_llm.metrics.monitors import LevelMonitor, WeightedTally
+from simpy_llm.metrics.record import RECORD_COLUMNS, RECORD_FIELDS
 
 if TYPE_CHECKING:
     from simpy_llm.entities import Batch, Request
 
 __all__ = ["ColumnLog", "RECORD_FIELDS", "Recorder", "SPEC_ROUND_FIELDS"]
 
-#: Record columns in order: (name, kind) where kind is "i" (int), "f" (float) or "s" (string).
-RECORD_FIELDS: tuple[tuple[str, str], ...] = (
-    ("request_id", "i"),
-    ("client_id", "s"),
-    ("tenant_id", "s"),
-    ("slo_class", "s"),
-    ("status", "s"),
-    ("replica", "i"),
-    ("priority", "i"),
-    ("streaming", "i"),
-    ("session_id", "s"),
-    ("round_index", "i"),
-    ("step_id", "s"),
-    ("loop_iteration", "i"),
-    ("prefix_group", "s"),
-    ("prefix_tokens", "i"),
-    ("text_tokens", "i"),
-    ("image_tokens", "i"),
-    ("audio_tokens", "i"),
-    ("video_tokens", "i"),
-    ("reason_ratio", "f"),
-    ("prompt_tokens", "i"),
-    ("output_tokens", "i"),
-    ("generated_tokens", "i"),
-    ("num_preemptions", "i"),
-    ("cached_tokens", "i"),
-    ("arrival_s", "f"),
-    ("enqueue_s", "f"),
-    ("first_scheduled_s", "f"),
-    ("first_token_s", "f"),
-    ("completion_s", "f"),
-    ("dropped_reason", "s"),
-    ("warm_up", "i"),
-    ("bin", "i"),
-    ("upload_s", "f"),
-    ("download_s", "f"),
-    ("prefill_replica", "i"),
-    ("kv_transfer_s", "f"),
-    ("draft_group", "s"),
-    ("draft_device", "i"),
-    ("spec_mode", "s"),
-    ("drafter", "s"),
-    ("spec_rounds", "i"),
-    ("drafted_tokens", "i"),
-    ("accepted_tokens", "i"),
-    ("tvt_s", "f"),
-    ("rollbacks", "i"),
-    ("draft_wait_s", "f"),
-)
-
-
-_ATTR_OF = {"request_id": "id", "num_preemptions": "preemption_times_s"}
-"""Record fields read from a differently named request attribute."""
-_REQUEST_ATTRS = tuple(_ATTR_OF.get(name, name) for name, _ in RECORD_FIELDS if name != "status")
+_FROM_REQUEST = tuple(c for c in RECORD_COLUMNS if c.attr is not None)
+"""Record columns read from the request (the rest, its status, the recorder supplies)."""
+_REQUEST_ATTRS = tuple(c.attr for c in _FROM_REQUEST)
 _FLUSH_EVERY = 4096
 
 
@@ -341,21 +293,20 @@ class Recorder:
     def _flush(self) -> None:
         if not self._buffer:
             return
-        by_field = dict(zip(_REQUEST_ATTRS, zip(*self._buffer, strict=True), strict=True))
-        by_field["status"] = self._status
-        for name, kind in RECORD_FIELDS:
-            values = by_field[_ATTR_OF.get(name, name)]
+        by_name = {c.name: values for c, values in zip(_FROM_REQUEST, zip(*self._buffer, strict=True), strict=True)}
+        by_name["status"] = self._status  # the one column the record leaves to the recorder (attr None)
+        for column in RECORD_COLUMNS:
+            name = column.name
+            values = by_name[name]
             target = self._columns[name]
-            if kind == "s":
+            if column.kind == "s":
                 codes = self.codes[name]
                 for value in dict.fromkeys(values):  # new names in first-seen order, then one C-level pass
                     if value not in codes.codes:
                         codes(value)
                 target.fromlist(list(map(codes.codes.__getitem__, values)))
-            elif name in ("streaming", "warm_up"):
-                target.fromlist(list(map(int, values)))
-            elif name == "num_preemptions":
-                target.fromlist([0 if v is None else len(v) for v in values])
+            elif column.read is not None:
+                target.fromlist(list(map(column.read, values)))
             else:
                 target.fromlist(list(values))  # fromlist: about twice extend's speed
         self._buffer = []

@@ -74,13 +74,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import attrs
 import numpy as np
 
 from simpy_llm.metrics.diagnostics import diagnose
 from simpy_llm.metrics.fairness import tenant_fairness
 from simpy_llm.metrics.manifest import input_files
-from simpy_llm.metrics.recorder import RECORD_FIELDS
+from simpy_llm.metrics.record import FRAME_DTYPES, RECORD_FIELDS, RequestRecord
 from simpy_llm.metrics.summary import FRAME_COLUMNS, Summary, flatten_summary
 
 if TYPE_CHECKING:
@@ -90,65 +89,11 @@ if TYPE_CHECKING:
     from simpy_llm.metrics.monitors import WeightedTally
     from simpy_llm.metrics.recorder import Recorder
 
-__all__ = ["RequestRecord", "Results", "rate_lines"]
+__all__ = ["Results", "rate_lines"]
 
 QUANTILES = (("p50", 50), ("p90", 90), ("p95", 95), ("p99", 99))
 TIMESERIES_COLUMNS = ("time_s", "replica", "waiting", "running", "kv_used_blocks", "kv_utilization", "busy")
 PREEMPTION_MODES = ("recompute", "swap")
-
-
-@attrs.frozen(kw_only=True)
-class RequestRecord:
-    """One request's fate (a row of :meth:`Results.to_dataframe`)."""
-
-    request_id: int
-    client_id: str
-    tenant_id: str
-    slo_class: str
-    status: str
-    """completed | dropped | in_flight"""
-    replica: int
-    priority: int
-    streaming: int
-    session_id: str
-    round_index: int
-    step_id: str
-    loop_iteration: int
-    prefix_group: str
-    prefix_tokens: int
-    text_tokens: int
-    image_tokens: int
-    audio_tokens: int
-    video_tokens: int
-    reason_ratio: float
-    prompt_tokens: int
-    output_tokens: int
-    generated_tokens: int
-    num_preemptions: int
-    cached_tokens: int
-    arrival_s: float
-    enqueue_s: float
-    first_scheduled_s: float
-    first_token_s: float
-    completion_s: float
-    dropped_reason: str
-    warm_up: int
-    bin: int
-    """Bin of the request-level batch server that queued it (-1: none)."""
-    upload_s: float
-    download_s: float
-    prefill_replica: int
-    kv_transfer_s: float
-    draft_group: str
-    draft_device: int
-    spec_mode: str
-    drafter: str
-    spec_rounds: int
-    drafted_tokens: int
-    accepted_tokens: int
-    tvt_s: float
-    rollbacks: int
-    draft_wait_s: float
 
 
 def _mean_of_known(values: list[float]) -> float:
@@ -352,11 +297,11 @@ class Results:
 
         clusters = {"cluster": self._cluster_column()} if self.scenario.serving.clusters else {}
         frame = pd.DataFrame({**self.columns, "replica_group": self._replica_group_column(), **clusters, **self.derived()})
-        for name in (
-            "client_id", "tenant_id", "slo_class", "status", "session_id", "step_id", "prefix_group", "dropped_reason",
-            "replica_group",
-        ):
-            frame[name] = frame[name].astype("string")
+        # Only the columns not already in their dtype are cast (the numbers are, from the
+        # recorder). By name: pandas' "str" dtype compares equal to "string".
+        for name, dtype in {**FRAME_DTYPES, "replica_group": "string"}.items():
+            if dtype is not None and str(frame[name].dtype) != dtype:
+                frame[name] = frame[name].astype(dtype)
         return frame
 
     def _cluster_column(self) -> np.ndarray:

@@ -4,7 +4,7 @@ Optional: it needs ``aiohttp``, and nothing in the simulator core imports it.
 See docs/observe.md for the metric definitions.
 
 - :mod:`simpy_llm.observe.sse`: incremental SSE parser (pure).
-- :mod:`simpy_llm.observe.client`: :class:`OpenAIClient`, :class:`RequestRecord`.
+- :mod:`simpy_llm.observe.client`: :class:`OpenAIClient`, :class:`ObservedRequest`.
 - :mod:`simpy_llm.observe.loadgen`: :class:`LoadGenerator` (open loop or concurrency limit).
 - :mod:`simpy_llm.observe.sessions`: :class:`Conversations` (closed-loop sessions: multi-turn, conversational and agentic workflows).
 - :mod:`simpy_llm.observe.prompts`: prompt text (synthetic words, or a user's dataset: :func:`load_prompts`,
@@ -21,7 +21,7 @@ See docs/observe.md for the metric definitions.
 
 from __future__ import annotations
 
-from simpy_llm.observe.client import OpenAIClient, RequestRecord, RequestSpec, RetryPolicy
+from simpy_llm.observe.client import ObservedRequest, OpenAIClient, RequestSpec, RetryPolicy
 from simpy_llm.observe.loadgen import (
     OBSERVER_COLUMNS,
     LoadGenerator,
@@ -49,9 +49,9 @@ __all__ = [
     "MetricsScraper",
     "LoadGenerator",
     "LoadRequest",
+    "ObservedRequest",
     "OpenAIClient",
     "PromptDatasetError",
-    "RequestRecord",
     "RequestSpec",
     "RetryPolicy",
     "RunSummary",

@@ -2,7 +2,7 @@
 
 :class:`OpenAIClient` posts to ``/v1/chat/completions`` or ``/v1/completions``,
 streamed (SSE, parsed by :mod:`simpy_llm.observe.sse`) or not, and returns a
-:class:`RequestRecord` per request: raw timestamps in seconds since the
+:class:`ObservedRequest` per request: raw timestamps in seconds since the
 client's run start (``time.perf_counter()`` based), the token counts with
 their source, and the outcome. Every request opens a **new connection**
 (``TCPConnector(force_close=True)``): reusing keep-alive connections after
@@ -27,7 +27,7 @@ import attrs
 
 from simpy_llm.observe.sse import SSEParser, interpret
 
-__all__ = ["OpenAIClient", "RequestRecord", "RequestSpec", "RetryPolicy"]
+__all__ = ["ObservedRequest", "OpenAIClient", "RequestSpec", "RetryPolicy"]
 
 STATUSES = ("ok", "error", "timeout", "cancelled")
 ENDPOINTS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
@@ -98,7 +98,7 @@ class RequestSpec:
 
 
 @attrs.define
-class RequestRecord:
+class ObservedRequest:
     """One request as measured. Times are seconds since the run start; ``None`` when not reached.
 
     ``scheduled_s`` target send time (load generator), ``dispatched_s`` when the
@@ -181,7 +181,7 @@ class RequestRecord:
         return None if self.sent_s is None or self.scheduled_s is None else self.sent_s - self.scheduled_s
 
 
-def _fill_usage(rec: RequestRecord, usage: dict[str, Any]) -> None:
+def _fill_usage(rec: ObservedRequest, usage: dict[str, Any]) -> None:
     p, c = usage.get("prompt_tokens"), usage.get("completion_tokens")
     if isinstance(p, int):
         rec.prompt_tokens, rec.prompt_tokens_source = p, "usage"
@@ -307,14 +307,14 @@ class OpenAIClient:
         return self.model
 
     # ------------------------------------------------------------------ requests
-    async def send(self, spec: RequestSpec, record: RequestRecord | None = None) -> RequestRecord:
+    async def send(self, spec: RequestSpec, record: ObservedRequest | None = None) -> ObservedRequest:
         """Send *spec* (retrying per :attr:`retry`) and return its measured record.
 
         *record* (optional) is filled in place, so a caller keeps the partial
         record if the task is cancelled; ``CancelledError`` is re-raised after
         the record is marked ``cancelled``.
         """
-        rec = record if record is not None else RequestRecord()
+        rec = record if record is not None else ObservedRequest()
         rec.request_id, rec.endpoint, rec.streaming = spec.request_id, spec.endpoint, spec.stream
         try:
             body = spec.body(await self.default_model()) if spec.model is None else spec.body(spec.model)
@@ -334,7 +334,7 @@ class OpenAIClient:
             rec.done_s = self.now()
         return rec
 
-    async def _attempt(self, spec: RequestSpec, body: dict[str, Any], rec: RequestRecord) -> str | None:
+    async def _attempt(self, spec: RequestSpec, body: dict[str, Any], rec: ObservedRequest) -> str | None:
         """One POST; fills *rec*; returns the ``Retry-After`` header if any."""
         rec.attempts += 1
         rec.status, rec.error_message, rec.http_status = "pending", "", None
@@ -377,7 +377,7 @@ class OpenAIClient:
             rec.completion_tokens, rec.completion_tokens_source = len(rec.content_times_s), "chunks"
         return retry_after
 
-    async def _read_stream(self, resp: aiohttp.ClientResponse, rec: RequestRecord) -> None:
+    async def _read_stream(self, resp: aiohttp.ClientResponse, rec: ObservedRequest) -> None:
         parser = SSEParser()
         # Content kept for closed-loop sessions is joined once: appending to a str is quadratic.
         text: list[str] | None = [] if rec.output_text is not None else None
@@ -427,7 +427,7 @@ class OpenAIClient:
         else:
             rec.status = "ok"
 
-    async def _read_json(self, resp: aiohttp.ClientResponse, rec: RequestRecord) -> None:
+    async def _read_json(self, resp: aiohttp.ClientResponse, rec: ObservedRequest) -> None:
         raw = await resp.read()
         t = rec.done_s = self.now()
         rec.first_byte_s = t if raw else None

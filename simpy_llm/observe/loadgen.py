@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from simpy_llm.observe.client import OpenAIClient, RequestRecord, RequestSpec
+from simpy_llm.observe.client import ObservedRequest, OpenAIClient, RequestSpec
 from simpy_llm.observe.progress import LiveStats
 # prefix_text and synthetic_prompt live in prompts; they are still importable from here.
 from simpy_llm.observe.prompts import PromptSource, SyntheticPrompts, approx_prompt_tokens, prefix_text, synthetic_prompt
@@ -123,7 +123,7 @@ def _us(t: float | None) -> int | None:
     return None if t is None else round(t * 1e6)
 
 
-def record_row(req: LoadRequest, rec: RequestRecord, columns: Iterable[str] | None = None) -> dict[str, Any]:
+def record_row(req: LoadRequest, rec: ObservedRequest, columns: Iterable[str] | None = None) -> dict[str, Any]:
     """The trace v2 row of *req* measured as *rec* (restricted to *columns* when given).
 
     ``arrival_time_us`` is the target time; ``input_tokens`` / ``output_tokens`` are the
@@ -284,7 +284,7 @@ class LoadGenerator:
         self.prefixes = dict(prefixes or {})
         self.prompts: PromptSource = prompts if prompts is not None else SyntheticPrompts()
         self.live = LiveStats()
-        self.records: dict[int, RequestRecord] = {}
+        self.records: dict[int, ObservedRequest] = {}
         self.summary: RunSummary | None = None
         self._written: set[int] = set()
         self._stop = asyncio.Event()
@@ -360,12 +360,12 @@ class LoadGenerator:
             keep_text=messages is not None,
         )
 
-    def _spec(self, req: LoadRequest, rec: RequestRecord) -> RequestSpec:
+    def _spec(self, req: LoadRequest, rec: ObservedRequest) -> RequestSpec:
         spec = self.spec(req)
         rec.approx_prompt_tokens = approx_prompt_tokens(self.prompts, spec.prompt)
         return spec
 
-    def _finish(self, req: LoadRequest, rec: RequestRecord) -> None:
+    def _finish(self, req: LoadRequest, rec: ObservedRequest) -> None:
         if req.request_id in self._written:
             return
         self._written.add(req.request_id)
@@ -376,7 +376,7 @@ class LoadGenerator:
             self.writer.write_row(record_row(req, rec, self._columns))
 
     async def _one(
-        self, req: LoadRequest, rec: RequestRecord, slots: asyncio.Semaphore | None, spec: RequestSpec
+        self, req: LoadRequest, rec: ObservedRequest, slots: asyncio.Semaphore | None, spec: RequestSpec
     ) -> None:
         self.live.sent += 1
         try:
@@ -406,7 +406,7 @@ class LoadGenerator:
     def _start_follow_up(self, req: LoadRequest) -> None:
         """Send session call *req* at its target (the end of what released it plus its delay)."""
         self.requests.append(req)
-        rec = self.records[req.request_id] = RequestRecord(request_id=req.request_id, scheduled_s=req.arrival_s)
+        rec = self.records[req.request_id] = ObservedRequest(request_id=req.request_id, scheduled_s=req.arrival_s)
         self._track(self._follow_up(req, rec))
 
     async def _tool(self, tool: ToolCall) -> None:
@@ -417,7 +417,7 @@ class LoadGenerator:
         if not self._stop.is_set():
             self._follow_ups(conversations.tool_returned(tool, start_s, running_s, self.client.now()))
 
-    async def _follow_up(self, req: LoadRequest, rec: RequestRecord) -> None:
+    async def _follow_up(self, req: LoadRequest, rec: ObservedRequest) -> None:
         spec = self._spec(req, rec)
         try:
             # Plain sleeps: many rounds may wait at once; stop() cancels them via the task set.
@@ -486,7 +486,7 @@ class LoadGenerator:
             for req in tuple(self.requests):  # session follow-ups join self.requests as they come
                 if self._stop.is_set():
                     break
-                rec = self.records[req.request_id] = RequestRecord(request_id=req.request_id, scheduled_s=req.arrival_s)
+                rec = self.records[req.request_id] = ObservedRequest(request_id=req.request_id, scheduled_s=req.arrival_s)
                 if req.arrival_s > client.now():
                     # Time to spare: first let the request just started reach its send,
                     # so that building this one's prompt does not delay it.
@@ -533,7 +533,7 @@ class LoadGenerator:
         for req in self.requests:
             rec = self.records.get(req.request_id)
             if rec is None:
-                rec = self.records[req.request_id] = RequestRecord(request_id=req.request_id, scheduled_s=req.arrival_s)
+                rec = self.records[req.request_id] = ObservedRequest(request_id=req.request_id, scheduled_s=req.arrival_s)
             if req.request_id not in self._written:
                 rec.status, rec.error_message = "cancelled", "run stopped before the request was sent"
                 self._finish(req, rec)

@@ -24,7 +24,7 @@ import numpy as np
 from simpy_llm.progress import progress_wanted
 
 if TYPE_CHECKING:
-    from simpy_llm.observe.client import RequestRecord
+    from simpy_llm.observe.client import ObservedRequest
 
 __all__ = ["MODES", "RECENT", "LiveStats", "live_progress", "progress_text", "show_progress"]
 
@@ -69,7 +69,7 @@ class LiveStats:
         """Requests ended, whatever their status."""
         return self.ok + self.failed + self.cancelled
 
-    def end(self, rec: RequestRecord) -> None:
+    def end(self, rec: ObservedRequest) -> None:
         """Count *rec*, which just ended."""
         if rec.status == "ok":
             self.ok += 1

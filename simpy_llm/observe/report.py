@@ -1,6 +1,6 @@
 """The latency report of an observed run: TTFT, TPOT, ITL and E2E from the client's timestamps.
 
-:func:`latency_report` turns the :class:`~simpy_llm.observe.client.RequestRecord`
+:func:`latency_report` turns the :class:`~simpy_llm.observe.client.ObservedRequest`
 of every request into plain data (JSON-ready), over the whole run and per
 client; :func:`latency_table` lays it out for the terminal. The metrics are
 the record's own (docs/observe.md, "Metrics"), over answered requests
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from simpy_llm.observe.client import RequestRecord
+    from simpy_llm.observe.client import ObservedRequest
 
 __all__ = ["METRICS", "QUANTILES", "latency_report", "latency_stats", "latency_table"]
 
@@ -52,7 +52,7 @@ def latency_stats(values: Sequence[float]) -> dict[str, Any]:
     return {"count": int(a.size), "mean": float(a.mean()), **{k: float(v) for (k, _), v in zip(QUANTILES, qs, strict=True)}}
 
 
-def _group(records: Sequence[RequestRecord]) -> dict[str, Any]:
+def _group(records: Sequence[ObservedRequest]) -> dict[str, Any]:
     ok = [r for r in records if r.status == "ok"]
     streamed = [r for r in ok if r.streaming and r.content_times_s]
     ttft = [t for r in streamed if (t := r.ttft_s) is not None]
@@ -69,7 +69,7 @@ def _group(records: Sequence[RequestRecord]) -> dict[str, Any]:
     }
 
 
-def latency_report(records: Iterable[RequestRecord], client_ids: Mapping[int, str] | None = None) -> dict[str, Any]:
+def latency_report(records: Iterable[ObservedRequest], client_ids: Mapping[int, str] | None = None) -> dict[str, Any]:
     """The latency statistics of *records*: ``latency_s`` (every record) and
     ``latency_s_by_client`` (``{client_id: ...}``, sorted; a record's client is
     ``client_ids[record.request_id]``, records without one count in ``latency_s`` only).
@@ -77,8 +77,8 @@ def latency_report(records: Iterable[RequestRecord], client_ids: Mapping[int, st
     Each part is ``{requests, ok, ttft, tpot, itl, e2e}``: how many records, how many
     answered, and the statistics described in the module docstring.
 
-    >>> from simpy_llm.observe.client import RequestRecord
-    >>> r = RequestRecord(request_id=0, status="ok", sent_s=0.0, first_content_s=0.25, content_times_s=[0.25, 0.5],
+    >>> from simpy_llm.observe.client import ObservedRequest
+    >>> r = ObservedRequest(request_id=0, status="ok", sent_s=0.0, first_content_s=0.25, content_times_s=[0.25, 0.5],
     ...                   completion_tokens=2, done_s=0.75)
     >>> rep = latency_report([r], {0: "chat"})
     >>> rep["latency_s"]["ttft"]["p50"], rep["latency_s"]["tpot"]["mean"], rep["latency_s_by_client"]["chat"]["e2e"]["count"]
@@ -86,7 +86,7 @@ def latency_report(records: Iterable[RequestRecord], client_ids: Mapping[int, st
     """
     records = list(records)
     clients = client_ids or {}
-    by_client: dict[str, list[RequestRecord]] = {}
+    by_client: dict[str, list[ObservedRequest]] = {}
     for r in records:
         cid = clients.get(r.request_id)
         if cid is not None:

@@ -62,7 +62,7 @@ from simpy_llm.workload.sessions import open_session
 
 if TYPE_CHECKING:
     from simpy_llm.config.schema import Scenario, WorkloadConfig
-    from simpy_llm.observe.client import RequestRecord
+    from simpy_llm.observe.client import ObservedRequest
     from simpy_llm.workload.generator import ClientSource
     from simpy_llm.workload.sources import WorkloadSources
     from simpy_llm.workload.workflows import Call, WorkflowSession
@@ -254,7 +254,7 @@ class Conversations:
         return req
 
     # ------------------------------------------------------------- follow-ups
-    def after(self, req: LoadRequest, rec: RequestRecord, reply: str) -> list[LoadRequest | ToolCall]:
+    def after(self, req: LoadRequest, rec: ObservedRequest, reply: str) -> list[LoadRequest | ToolCall]:
         """What *req*'s session makes next now that *req* ended as *rec* (with text *reply*):
         requests to send and tool calls to sleep through (empty when it made nothing, or
         when *req* is not part of a session)."""

@@ -49,6 +49,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from datetime import date, datetime, timezone
+from operator import attrgetter
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
@@ -58,6 +59,7 @@ import pandas as pd
 import yaml
 
 from simpy_llm.config.errors import ScenarioError
+from simpy_llm.metrics.record import TRACE_COLUMNS
 from simpy_llm.workload.prefix import (
     MAX_TRACE_BLOCK_ID,
     PREFIX_BLOCK_TOKENS,
@@ -1630,22 +1632,16 @@ class TraceRequest(NamedTuple):
     request_id: int
 
 
-_RECORD_COLUMNS = (
-    "input_tokens",
-    "output_tokens",
-    "client_id",
-    "tenant_id",
-    "slo_class",
-    "session_id",
-    "round_index",
-    "prefix_group",
-    "streaming",
-    "text_tokens",
-    "image_tokens",
-    "audio_tokens",
-    "video_tokens",
-    "reason_ratio",
-)
+_RECORD_COLUMNS = tuple(TRACE_COLUMNS.values())
+"""The trace v2 columns a :class:`TraceRequest` takes as they are: those that carry a field of
+the simulated record (:data:`~simpy_llm.metrics.record.TRACE_COLUMNS`)."""
+_SET_APART = ("request_id", "client_id", "tenant_id", "slo_class", "prompt_tokens", "output_tokens")
+"""Record fields a replayed request does not take from its row as they are: the id (the
+simulation numbers requests), the client, tenant and SLO class (blank ones take defaults)
+and the lengths (at least 1 token)."""
+_PASSED_ON = tuple(name for name in TRACE_COLUMNS if name not in _SET_APART)
+"""The record fields a replayed request takes from its row as they are."""
+_passed_on = attrgetter(*(TRACE_COLUMNS[name] for name in _PASSED_ON))
 
 
 def _blocks(text: str) -> tuple[int, ...]:
@@ -1664,19 +1660,17 @@ def trace_requests(trace: Trace, chunk: int = 65536) -> Iterator[TraceRequest]:
     order = None if n < 2 or bool(np.all(t[1:] >= t[:-1])) else np.argsort(t, kind="stable")
     has_blocks = "prefix_blocks" in frame.columns
     has_priority = "priority" in frame.columns
-    arrays = {name: frame[name].to_numpy() for name in (*_RECORD_COLUMNS, "status", "request_id")}
+    arrays = {name: frame[name].to_numpy() for name in (*_RECORD_COLUMNS, "status")}
     blocks = frame["prefix_blocks"].to_numpy() if has_blocks else None
     priority = frame["priority"].to_numpy() if has_priority else None
     for start in range(0, n, chunk):
         idx: Any = slice(start, min(start + chunk, n)) if order is None else order[start : start + chunk]
         m = len(t[idx])
-        cols: list[Any] = [(t[idx] / 1e6).tolist()]
-        cols += [arrays[name][idx].tolist() for name in _RECORD_COLUMNS]
-        cols.append([_blocks(b) for b in blocks[idx]] if blocks is not None else [()] * m)
-        cols.append(priority[idx].tolist() if priority is not None else [0] * m)
-        cols.append(arrays["status"][idx].tolist())
-        cols.append(arrays["request_id"][idx].tolist())
-        yield from map(TraceRequest._make, zip(*cols, strict=True))
+        cols: dict[str, list[Any]] = {name: values[idx].tolist() for name, values in arrays.items()}
+        cols["arrival_s"] = (t[idx] / 1e6).tolist()
+        cols["prefix_blocks"] = [_blocks(b) for b in blocks[idx]] if blocks is not None else [()] * m
+        cols["priority"] = priority[idx].tolist() if priority is not None else [0] * m
+        yield from map(TraceRequest._make, zip(*(cols[name] for name in TraceRequest._fields), strict=True))
 
 
 def _prefix_groups(header: Mapping[str, Any], source: TraceSource | None) -> dict[str, dict[str, Any]]:
@@ -1747,16 +1741,8 @@ def trace_rows(
             "tenant_id": r.tenant_id or client,
             "slo_class": r.slo_class or default_slo,
             "priority": r.priority,
-            "streaming": r.streaming,
-            "session_id": r.session_id,
-            "round_index": r.round_index,
-            "prefix_group": r.prefix_group,
-            "text_tokens": r.text_tokens,
-            "image_tokens": r.image_tokens,
-            "audio_tokens": r.audio_tokens,
-            "video_tokens": r.video_tokens,
-            "reason_ratio": r.reason_ratio,
         }
+        fields.update(zip(_PASSED_ON, _passed_on(r), strict=True))
         if r.prefix_blocks:
             fields["prefix_blocks"] = namespaced_blocks(r.prefix_blocks, namespace)
             fields["prefix_block_tokens"] = block_tokens

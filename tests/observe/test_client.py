@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from simpy_llm.observe.client import OpenAIClient, RequestRecord, RequestSpec, RetryPolicy
+from simpy_llm.observe.client import ObservedRequest, OpenAIClient, RequestSpec, RetryPolicy
 from tests.observe.fake_server import PROMPT_TOKENS, serve
 
 TIMEOUT_S = 2.0
@@ -12,7 +12,7 @@ TIMEOUT_S = 2.0
 up, and a well-behaved fake request (milliseconds) stays far inside it on a busy machine."""
 
 
-def _ordered(rec: RequestRecord) -> None:
+def _ordered(rec: ObservedRequest) -> None:
     times = [rec.sent_s, rec.headers_s, rec.first_byte_s, rec.first_chunk_s, rec.first_content_s, rec.last_chunk_s, rec.done_s]
     assert None not in times
     assert times == sorted(times)  # type: ignore[type-var]
@@ -20,7 +20,7 @@ def _ordered(rec: RequestRecord) -> None:
     assert set(rec.content_times_s) <= set(rec.chunk_times_s)
 
 
-async def _send(specs: list[RequestSpec], **client_kw: object) -> tuple[list[RequestRecord], object]:
+async def _send(specs: list[RequestSpec], **client_kw: object) -> tuple[list[ObservedRequest], object]:
     async with serve() as fake:
         async with OpenAIClient(fake.url, **client_kw) as client:  # type: ignore[arg-type]
             records = await asyncio.gather(*(client.send(s) for s in specs))
@@ -87,7 +87,7 @@ def test_retry_policy_counts_every_attempt() -> None:
     """With a bounded retry policy a 429 storm ends in status error after max_retries + 1
     attempts (each HTTP status kept), and a server that recovers gives ok on a later attempt."""
 
-    async def run() -> tuple[RequestRecord, RequestRecord]:
+    async def run() -> tuple[ObservedRequest, ObservedRequest]:
         policy = RetryPolicy(max_retries=2, base_delay_s=0.01)
         async with serve() as fake, OpenAIClient(fake.url, retry=policy) as client:
             storm = await client.send(RequestSpec("x", 8))
@@ -106,9 +106,9 @@ def test_cancellation_marks_the_record() -> None:
     """Cancelling a request in flight re-raises CancelledError and leaves the caller's record
     marked cancelled with its send time."""
 
-    async def run() -> RequestRecord:
+    async def run() -> ObservedRequest:
         async with serve(token_delay_s=0.05) as fake, OpenAIClient(fake.url, model="m") as client:
-            rec = RequestRecord()
+            rec = ObservedRequest()
             task = asyncio.create_task(client.send(RequestSpec("x", 50), rec))
             while rec.first_content_s is None:
                 await asyncio.sleep(0.01)

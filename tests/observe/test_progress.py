@@ -8,7 +8,7 @@ import io
 import pytest
 from rich.console import Console
 
-from simpy_llm.observe.client import OpenAIClient, RequestRecord
+from simpy_llm.observe.client import ObservedRequest, OpenAIClient
 from simpy_llm.observe.loadgen import LoadGenerator
 from simpy_llm.observe.progress import RECENT, LiveStats, live_progress, progress_text, show_progress
 from tests.observe.fake_server import OK_TOKENS, serve
@@ -37,8 +37,8 @@ def test_unknown_progress_mode_is_an_error() -> None:
         show_progress("yes", is_terminal=True, environ={})
 
 
-def _ended(status: str, streaming: bool = True, ttft: float | None = 0.5, e2e: float = 2.0) -> RequestRecord:
-    return RequestRecord(
+def _ended(status: str, streaming: bool = True, ttft: float | None = 0.5, e2e: float = 2.0) -> ObservedRequest:
+    return ObservedRequest(
         status=status, streaming=streaming, sent_s=1.0, first_content_s=None if ttft is None else 1.0 + ttft, done_s=1.0 + e2e
     )
 

@@ -14,7 +14,7 @@ import yaml
 from rich.console import Console
 
 from simpy_llm.cli import main
-from simpy_llm.observe.client import OpenAIClient, RequestRecord
+from simpy_llm.observe.client import ObservedRequest, OpenAIClient
 from simpy_llm.observe.loadgen import LoadGenerator
 from simpy_llm.observe.report import latency_report, latency_stats, latency_table
 from tests.helpers import tiny_scenario
@@ -26,8 +26,8 @@ EXACT = 1e-12
 binary fractions, exact but for the last bit of a division."""
 
 
-def _ok(rid: int, sent: float, content: list[float], done: float, tokens: int, streaming: bool = True) -> RequestRecord:
-    return RequestRecord(
+def _ok(rid: int, sent: float, content: list[float], done: float, tokens: int, streaming: bool = True) -> ObservedRequest:
+    return ObservedRequest(
         request_id=rid,
         streaming=streaming,
         status="ok",
@@ -40,18 +40,18 @@ def _ok(rid: int, sent: float, content: list[float], done: float, tokens: int, s
     )
 
 
-def _records() -> tuple[list[RequestRecord], dict[int, str]]:
+def _records() -> tuple[list[ObservedRequest], dict[int, str]]:
     """Eight requests; the comments give each one's TTFT, ITL gaps, TPOT and E2E."""
     recs = [
         _ok(0, 0.0, [0.125, 0.25, 0.5], 0.625, 3),  # a: .125, [.125 .25], .1875, .625
         _ok(1, 1.0, [1.5, 1.75], 2.0, 2),  # b: .5, [.25], .25, 1.0
         _ok(2, 2.0, [3.0], 3.0, 4, streaming=False),  # a: not streamed: E2E 1.0 only
         _ok(3, 3.0, [3.25], 3.5, 1),  # b: .25, no gap, no TPOT (one token), .5
-        RequestRecord(  # a: an error: left out of every statistic
+        ObservedRequest(  # a: an error: left out of every statistic
             request_id=4, status="error", sent_s=4.0, first_content_s=4.125, content_times_s=[4.125, 4.25], done_s=4.5
         ),
         _ok(5, 5.0, [], 5.25, 0),  # b: streamed without content: E2E .25 only
-        RequestRecord(request_id=6, status="cancelled"),  # b: never sent
+        ObservedRequest(request_id=6, status="cancelled"),  # b: never sent
         _ok(7, 6.0, [6.25, 6.5, 7.0, 7.75], 7.75, 4),  # no client: .25, [.25 .5 .75], .5, 1.75
     ]
     return recs, {0: "a", 1: "b", 2: "a", 3: "b", 4: "a", 5: "b", 6: "b"}
@@ -104,7 +104,7 @@ def test_latency_report_per_client() -> None:
 def test_statistics_of_nothing_are_none() -> None:
     """With no value a statistic has count 0 and None everywhere else (JSON null)."""
     assert latency_stats([]) == {"count": 0, "mean": None, "p50": None, "p90": None, "p95": None, "p99": None}
-    report = latency_report([RequestRecord(request_id=0, status="error", sent_s=0.0, done_s=1.0)])
+    report = latency_report([ObservedRequest(request_id=0, status="error", sent_s=0.0, done_s=1.0)])
     assert report["latency_s"]["e2e"]["count"] == 0 and report["latency_s"]["itl"]["requests"] == 0
     assert report["latency_s_by_client"] == {}
 

@@ -16,7 +16,7 @@ from simpy_llm.explore import capacity as cap
 from simpy_llm.explore.capacity import (
     CapacityCard,
     ReplicaCard,
-    SloTarget,
+    SloCriterion,
     StabilityCriteria,
     max_stable_load,
     min_replicas,
@@ -185,20 +185,20 @@ def test_min_replicas_gives_up_at_max_replicas():
 
 
 def test_slo_target_parsing_and_errors():
-    """SLO targets parse METRIC_STAT[CLASS]=SECONDS and reject unknown metrics, statistics
+    """SLO criteria parse METRIC_STAT[CLASS]=SECONDS and reject unknown metrics, statistics
     and non-positive targets with the allowed values."""
-    assert SloTarget.parse("queue_delay_mean=0.1").name == "queue_delay_mean"
-    assert SloTarget.parse("e2e_p99.9=3").statistic == "p99.9"
+    assert SloCriterion.parse("queue_delay_mean=0.1").name == "queue_delay_mean"
+    assert SloCriterion.parse("e2e_p99.9=3").statistic == "p99.9"
     with pytest.raises(ValueError, match="allowed: ttft, tpot"):
-        SloTarget.parse("itl_p99=0.1")
+        SloCriterion.parse("itl_p99=0.1")
     with pytest.raises(ValueError, match="METRIC_STAT"):
-        SloTarget.parse("ttft=0.5")
+        SloCriterion.parse("ttft=0.5")
     with pytest.raises(ValueError, match="not a number"):
-        SloTarget.parse("ttft_p99=fast")
+        SloCriterion.parse("ttft_p99=fast")
     with pytest.raises(ValueError, match="> 0"):
-        SloTarget.parse("ttft_p99=0")
+        SloCriterion.parse("ttft_p99=0")
     with pytest.raises(ValueError, match="p0..p100"):
-        SloTarget(metric="ttft", statistic="p101", target_s=1.0)
+        SloCriterion(metric="ttft", statistic="p101", target_s=1.0)
 
 
 @pytest.mark.parametrize(

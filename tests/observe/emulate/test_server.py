@@ -14,7 +14,7 @@ import pytest
 
 from simpy_llm import Scenario, scenario_from_dict
 from simpy_llm.observe.emulate import EmulatedServer
-from simpy_llm.observe import OpenAIClient, RequestRecord, RequestSpec
+from simpy_llm.observe import ObservedRequest, OpenAIClient, RequestSpec
 from simpy_llm.observe.sse import interpret, parse_events
 from simpy_llm.workload.traces import read_trace_v2
 
@@ -329,7 +329,7 @@ def test_stop_records_requests_in_flight(slow_scenario: Scenario, tmp_path: Path
         server = EmulatedServer(slow_scenario, trace=tmp_path / "served")
         await server.start()
         async with OpenAIClient(server.url) as client:
-            rec = RequestRecord()
+            rec = ObservedRequest()
             task = asyncio.create_task(client.send(RequestSpec("a b", max_tokens=500, endpoint="completions"), rec))
             while not rec.content_times_s:
                 await asyncio.sleep(0.01)

@@ -44,7 +44,7 @@ import yaml
 
 from simpy_llm import Scenario, Simulation, load_scenario
 from simpy_llm.observe.emulate import EmulatedServer, replay_scenario
-from simpy_llm.observe import LoadGenerator, OpenAIClient, RequestRecord, RequestSpec
+from simpy_llm.observe import LoadGenerator, ObservedRequest, OpenAIClient, RequestSpec
 from simpy_llm.observe.loadgen import LoadRequest
 from simpy_llm.workload.traces import read_trace_v2, us_from_s
 from tests.observe.lag import LagProbe, perf_minus_loop_s
@@ -73,7 +73,7 @@ class _Tagged(LoadGenerator):
 class _Seen:
     """A request as the client measured it, with its client's clock origin (``perf_counter`` s)."""
 
-    record: RequestRecord
+    record: ObservedRequest
     base_s: float
 
     def at(self, t_s: float | None) -> float:
