@@ -169,12 +169,13 @@ class Message:
 
 
 class LinkPut(ProcessedEvent):
-    """The (already processed) event of a put; its value is the :class:`Message`."""
+    """The (already processed) event of a put (``LinkPut(env, message)``); its value is the
+    :class:`Message`."""
 
-    def __init__(self, env: simpy.Environment, message: Message) -> None:
-        super().__init__(env, message)  # born processed, as WirePut
-        self.message = message
+    @property
+    def message(self) -> Message:
         """The message put."""
+        return self.value
 
 
 @attrs.frozen(kw_only=True)
