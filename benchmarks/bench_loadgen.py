@@ -62,7 +62,7 @@ LEAD_S = 0.1
 # --------------------------------------------------------------------------
 def targets(rate: float, duration_s: float, arrivals: str, seed: int) -> list[float]:
     """Target send times: ``rate * duration_s`` of them, Poisson (seeded) or evenly spaced."""
-    n = max(int(round(rate * duration_s)), 2)
+    n = max(round(rate * duration_s), 2)
     if arrivals == "constant":
         return [LEAD_S + i / rate for i in range(n)]
     rng = random.Random(seed)

@@ -102,7 +102,10 @@ def truth_run() -> dict[str, Any]:
 
 def truth_section(runs: int) -> None:
     print("truth: 40 requests open loop to an in-process emulated server (tests/observe/emulate/test_truth.py)")
-    print("  p50 / p99 / max, ms      observed - predicted TTFT   observed - predicted E2E   arrival gap       delivery lateness   loop timer lateness")
+    print(
+        "  p50 / p99 / max, ms      observed - predicted TTFT   observed - predicted E2E   arrival gap       "
+        "delivery lateness   loop timer lateness"
+    )
     for k in range(runs):
         r = truth_run()
         qs = (0.5, 0.99, 1.0)

@@ -565,7 +565,11 @@ def _summary_table(s: dict[str, Any], title: str, *, has_slo: bool = True) -> An
         ("GPU utilisation", f"{_fmt(s['gpu_utilization']['mean'], 100, 1)}% busy (mean over replicas)"),
         ("prefix cache", f"{_fmt(s['prefix_cache']['hit_rate'], 100, 1)}% of prompt tokens cached"),
         ("in system", f"{s['in_system']['time_average']:.2f} mean, {s['in_system']['peak']} peak"),
-        ("engine steps", f"{s['engine']['steps']}" + (f" ({s['engine']['cold_starts']} cold starts, {s['engine']['cold_start_s']:.2f} s loading)" if "cold_starts" in s["engine"] else "")),
+        (
+            "engine steps",
+            f"{s['engine']['steps']}"
+            + (f" ({s['engine']['cold_starts']} cold starts, {s['engine']['cold_start_s']:.2f} s loading)" if "cold_starts" in s["engine"] else ""),
+        ),
     ):
         run.add_row(label, text)
     if req["dropped_by_reason"]:

@@ -40,6 +40,7 @@ from simpy_llm.network.client import ClientNetwork
 from simpy_llm.policies.admission import AlwaysAdmit, admission_policies
 from simpy_llm.policies.routing import routing_policies
 from simpy_llm.policies.scheduling import scheduler_policies
+from simpy_llm.processes import Ports, UserProcess, process_kinds, seam_error
 from simpy_llm.progress import (
     AUTO_MIN_REQUESTS,
     AUTO_PROJECTION_MIN_S,
@@ -50,7 +51,6 @@ from simpy_llm.progress import (
     rich_progress,
     watched,
 )
-from simpy_llm.processes import Ports, UserProcess, process_kinds, seam_error
 from simpy_llm.rng import RandomStreams
 from simpy_llm.serving.batching import BatchServer, build_service_model
 from simpy_llm.serving.disaggregation import KvHandoff
@@ -70,6 +70,8 @@ from simpy_llm.workload.sources import WorkloadSources, build_sources, workload_
 
 if TYPE_CHECKING:
     from collections.abc import Generator
+
+    import simpy
 
     from simpy_llm.config.schema import ProcessSpec, Scenario
     from simpy_llm.entities import Request

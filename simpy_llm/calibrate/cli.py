@@ -70,7 +70,9 @@ def _add_probe(verbs: Any) -> None:
     probe.add_argument("--server-type", choices=_SERVER_TYPES, help="what the server is (default: the server config's type, else other)")
     probe.add_argument("--server-config", metavar="FILE", help="YAML with server, hardware and network settings (as for observe)")
     probe.add_argument("--max-seconds", type=float, metavar="S", help="time budget, seconds (default 75)")
-    probe.add_argument("--parallel", type=int, metavar="N", help="the server's slots: batch sizes 1..N are measured (default: from the server's description)")
+    probe.add_argument(
+        "--parallel", type=int, metavar="N", help="the server's slots: batch sizes 1..N are measured (default: from the server's description)"
+    )
     probe.add_argument("--seed", type=int, help="seed of the prompts' words (default: drawn afresh)")
     probe.add_argument("--loop", choices=("auto", "uvloop", "asyncio"), default="auto", help="event loop (auto: uvloop)")
     probe.set_defaults(plugins=[], overrides=[])  # it reads no scenario: no --set, no --plugin

@@ -586,7 +586,7 @@ def _report(
     return CalibrationReport(
         trace={
             "path": csv_path,
-            "num_requests": int(len(trace.frame)),
+            "num_requests": len(trace.frame),
             "duration_s": obs_span,
             "server": header.get("server"),
             "hardware": header.get("hardware"),
@@ -595,7 +595,7 @@ def _report(
             "server_config_provided": bool(header.get("server")),
         },
         request_summary={
-            "total": int(len(trace.frame)),
+            "total": len(trace.frame),
             "ok": int(status.get("ok", 0)),
             "error": int(status.get("error", 0)),
             "timeout": int(status.get("timeout", 0)),

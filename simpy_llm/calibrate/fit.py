@@ -78,6 +78,7 @@ it came from.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -347,7 +348,7 @@ class _Steps:
         decode: dict[int, list[tuple[float, float]]] = {}
         mixed: list[tuple[int, float, float, int, float, float]] = []
         for t in self.token_times:
-            for a, b in zip(t[:-1], t[1:], strict=True):
+            for a, b in itertools.pairwise(t):
                 decoders = self.decoding(a, b)
                 ctx = self.context(decoders, a)
                 e = int(np.searchsorted(self.ends, b - self.eps, side="left"))
@@ -448,7 +449,9 @@ def _prompt_coefficients(
         scales = np.maximum(np.abs(a).max(axis=0), 1.0)  # columns of comparable size for the solver
         start = optimize.lsq_linear(a / scales, y, bounds=(0.0, np.inf)).x
         f_scale = max(float(np.median(np.abs(y))) * 0.05, 1e-5)
-        res = optimize.least_squares(lambda c: (a / scales) @ c - y, x0=np.maximum(start, 1e-9), loss="soft_l1", f_scale=f_scale, bounds=(0.0, np.inf))
+        res = optimize.least_squares(
+            lambda c: (a / scales) @ c - y, x0=np.maximum(start, 1e-9), loss="soft_l1", f_scale=f_scale, bounds=(0.0, np.inf)
+        )
         coef[cols] = res.x / scales
     elif 2 in cols and idle.sum() >= 2:  # no mixed steps: the prompt cost from the idle requests alone
         slope, _ = np.polyfit(rows[idle, 2], targets[idle] - known[idle], 1)

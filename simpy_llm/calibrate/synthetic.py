@@ -12,6 +12,7 @@ identifiability checks of ``docs/calibration.md``.
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,7 @@ def simulated_observation(scenario: Scenario, path: Path | str, *, warm_up_reque
             status="ok" if ok else "error",
             error_message="" if ok else f"dropped: {r.dropped_reason}",
             cached_tokens=int(r.cached_tokens) if ok else None,
-            itl_us=" ".join(str(b - a) for a, b in zip(token_us, token_us[1:])) if r.streaming else "",
+            itl_us=" ".join(str(b - a) for a, b in itertools.pairwise(token_us)) if r.streaming else "",
             prompt_tokens_source="usage",
             completion_tokens_source="usage",
         )

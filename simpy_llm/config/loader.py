@@ -48,27 +48,27 @@ from cattrs.errors import (
 from simpy_llm.config.errors import FieldValueError, ScenarioError
 from simpy_llm.config.paths import base_dir, resolve_path
 from simpy_llm.config.profile import FittedLatencySpec, check_ranges, load_profile, profile_latency_model
-from simpy_llm.config.speculation import GammaSpec, ModeSelectorSpec
 from simpy_llm.config.schema import (
     ENGINE_PRESETS,
     AdmissionSpec,
-    ProcessKindSpec,
     ArrivalField,
     BatchServiceSpec,
     BinSelectorSpec,
     EngineConfig,
     KvBlocks,
     LatencySpec,
-    SchedulerSpec,
     LengthField,
     PolicySpec,
     PriorityField,
     Probability,
+    ProcessKindSpec,
     RouterSpec,
     Scenario,
+    SchedulerSpec,
     WorkloadConfig,
     is_plugin_path,
 )
+from simpy_llm.config.speculation import GammaSpec, ModeSelectorSpec
 from simpy_llm.registry import Registry
 
 __all__ = [

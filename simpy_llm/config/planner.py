@@ -276,7 +276,10 @@ def check_planner(scenario: Any) -> None:
         pools[group.role] += group.count
     if cand.active_replicas is not None:
         if dis is not None:
-            raise FieldValueError("planner.candidates.active_replicas", "a disaggregated fleet sizes its pools: use prefill_replicas and decode_replicas")
+            raise FieldValueError(
+                "planner.candidates.active_replicas",
+                "a disaggregated fleet sizes its pools: use prefill_replicas and decode_replicas",
+            )
         _within(cand.active_replicas, "active_replicas", pools["both"], "serving's replicas")
     for pool in ("prefill", "decode"):
         values = getattr(cand, f"{pool}_replicas")

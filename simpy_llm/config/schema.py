@@ -26,6 +26,7 @@ their registries when the simulation is built.
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any, NewType
 
@@ -33,7 +34,6 @@ import attrs
 
 from simpy_llm.config.errors import FieldValueError
 from simpy_llm.config.paths import resolve_path
-from simpy_llm.policies.predictors import OutputPredictor
 from simpy_llm.config.validators import (
     MAX_BANDWIDTH_MBPS,
     MAX_KV_BLOCK_SIZE,
@@ -61,51 +61,52 @@ from simpy_llm.config.validators import (
     optional,
     unless,
 )
+from simpy_llm.policies.predictors import OutputPredictor
 
 __all__ = [
-    "TraceSource",
-    "ServeGenConfig",
-    "ReasoningConfig",
-    "LinkFaults",
-    "NetworkConfig",
-    "OutageWindow",
-    "MultimodalConfig",
-    "MultiTurnConfig",
-    "LifecycleConfig",
+    "ENGINE_PRESETS",
     "ActiveWindow",
-    "TimeWindow",
-    "AgenticConfig",
-    "LoopConfig",
-    "StepConfig",
-    "ToolConfig",
-    "ArrivalField",
-    "ClientConfig",
     "AdmissionSpec",
+    "AgenticConfig",
+    "ArrivalField",
     "BatchServerConfig",
     "BatchServiceSpec",
     "BinSelectorSpec",
     "BinsConfig",
-    "DynamicBatchingConfig",
+    "ClientConfig",
     "ClusterConfig",
     "DisaggregationConfig",
-    "KvTransferConfig",
-    "MemoryLimitConfig",
-    "ENGINE_PRESETS",
-    "KvBlocks",
-    "LatencySpec",
-    "LlamaCppPreset",
-    "ReplicaGroupConfig",
-    "SlotCacheConfig",
-    "SchedulerSpec",
-    "LengthField",
-    "PriorityField",
-    "RouterSpec",
+    "DynamicBatchingConfig",
     "EngineConfig",
+    "KvBlocks",
+    "KvTransferConfig",
+    "LatencySpec",
+    "LengthField",
+    "LifecycleConfig",
+    "LinkFaults",
+    "LlamaCppPreset",
+    "LoopConfig",
+    "MemoryLimitConfig",
+    "MultiTurnConfig",
+    "MultimodalConfig",
+    "NetworkConfig",
+    "OutageWindow",
     "PolicySpec",
+    "PriorityField",
+    "ReasoningConfig",
+    "ReplicaGroupConfig",
+    "RouterSpec",
     "SLOTarget",
     "Scenario",
+    "SchedulerSpec",
+    "ServeGenConfig",
     "ServingConfig",
     "SimulationConfig",
+    "SlotCacheConfig",
+    "StepConfig",
+    "TimeWindow",
+    "ToolConfig",
+    "TraceSource",
     "WorkloadConfig",
 ]
 
@@ -777,13 +778,19 @@ class EngineConfig:
         if not self.prefix_caching:
             raise FieldValueError("slot_cache", "needs prefix_caching: true (it is the prompt cache)")
         if self.reusable_prompt_tail is not None:
-            raise FieldValueError("reusable_prompt_tail", "applies to the block cache; with slot_cache the slots' checkpoints decide what is reusable")
+            raise FieldValueError(
+                "reusable_prompt_tail",
+                "applies to the block cache; with slot_cache the slots' checkpoints decide what is reusable",
+            )
         if self.max_model_len is None:
             raise FieldValueError("slot_cache", "needs max_model_len: each slot's context")
         if self.preemption_mode != "recompute":
             raise FieldValueError("preemption_mode", "a slot cache never preempts: each slot owns its context")
         if self.kv_num_blocks == "auto":
-            raise FieldValueError("kv_num_blocks", "must be a number with slot_cache: every slot's whole context (max_num_seqs x max_model_len tokens)")
+            raise FieldValueError(
+                "kv_num_blocks",
+                "must be a number with slot_cache: every slot's whole context (max_num_seqs x max_model_len tokens)",
+            )
         else:
             need = self.max_num_seqs * -(-self.max_model_len // self.kv_block_size)
             if self.kv_num_blocks < need:
@@ -944,7 +951,7 @@ MAX_BINS = 1024
 
 
 def _increasing(inst: Any, attribute: attrs.Attribute, value: tuple[float, ...] | None) -> None:
-    if value is not None and any(b <= a for a, b in zip(value, value[1:])):
+    if value is not None and any(b <= a for a, b in itertools.pairwise(value)):
         raise FieldValueError(attribute.name, f"must be strictly increasing; got {list(value)}")
 
 
@@ -1016,7 +1023,7 @@ class MemoryLimitConfig:
     def __attrs_post_init__(self) -> None:
         derived = (self.gpu_memory_gb, self.model_memory_gb, self.kv_bytes_per_token)
         if self.capacity_tokens is not None:
-            for name, value in zip(("gpu_memory_gb", "model_memory_gb", "kv_bytes_per_token"), derived):
+            for name, value in zip(("gpu_memory_gb", "model_memory_gb", "kv_bytes_per_token"), derived, strict=True):
                 if value is not None:
                     raise FieldValueError(name, "give capacity_tokens or the three memory figures, not both")
         elif any(v is None for v in derived):
@@ -1415,7 +1422,10 @@ class ServingConfig:
             default = KvTransferConfig()
             for key in ("rtt_ms", "bandwidth_gbps"):
                 if getattr(dis.kv_transfer, key) != getattr(default, key):
-                    raise FieldValueError(f"disaggregation.kv_transfer.{key}", "the topology's paths give each link its latency and bandwidth: set them there")
+                    raise FieldValueError(
+                        f"disaggregation.kv_transfer.{key}",
+                        "the topology's paths give each link its latency and bandwidth: set them there",
+                    )
             self._check_topology(dis.topology)
 
     def _check_topology(self, spec: dict[str, Any]) -> None:
@@ -1431,7 +1441,10 @@ class ServingConfig:
         names = self.replica_names()
         missing = [n for n in names if n not in topology.endpoints]
         if missing:
-            raise FieldValueError("disaggregation.topology", f"the replicas {', '.join(missing)} are not endpoints of the topology (a replica is <group>/<k>)")
+            raise FieldValueError(
+                "disaggregation.topology",
+                f"the replicas {', '.join(missing)} are not endpoints of the topology (a replica is <group>/<k>)",
+            )
         extra = [e for e in topology.endpoints if e not in set(names)]
         if extra and spec.get("type") != "links":
             raise FieldValueError("disaggregation.topology.endpoints", f"{', '.join(extra)} name no replica; the replicas are {', '.join(names)}")
@@ -1439,7 +1452,10 @@ class ServingConfig:
     def _check_pools(self, dis: DisaggregationConfig, roles: list[str]) -> None:
         if self.replica_groups:
             if dis.prefill_replicas is not None:
-                raise FieldValueError("disaggregation.prefill_replicas", "splits serving.replicas; with replica_groups give each group a role instead")
+                raise FieldValueError(
+                    "disaggregation.prefill_replicas",
+                    "splits serving.replicas; with replica_groups give each group a role instead",
+                )
             for i, role in enumerate(roles):
                 if role == "both":
                     raise FieldValueError(f"replica_groups[{i}].role", "with disaggregation every group is a prefill or a decode pool")
@@ -1672,7 +1688,10 @@ class Scenario:
         known = {c.id for c in wl.clients}
         for i, c in enumerate(wl.clients):
             if c.network is not None:
-                raise FieldValueError(f"workload.clients[{i}].network", "with speculation the draft groups' networks carry the requests; give the network to the draft group")
+                raise FieldValueError(
+                    f"workload.clients[{i}].network",
+                    "with speculation the draft groups' networks carry the requests; give the network to the draft group",
+                )
         claimed: dict[str, str] = {}
         for g, group in enumerate(self.speculation.drafts):
             for cid in group.clients:
@@ -1735,5 +1754,5 @@ class Scenario:
 
 
 # Imported last: the speculation section's module imports this one's classes.
-from simpy_llm.config.speculation import SpeculationConfig  # noqa: E402
 from simpy_llm.config.planner import PlannerConfig, check_planner  # noqa: E402
+from simpy_llm.config.speculation import SpeculationConfig  # noqa: E402

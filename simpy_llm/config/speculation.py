@@ -43,12 +43,12 @@ from simpy_llm.config.validators import (
 )
 
 __all__ = [
+    "SPECULATION_MODES",
     "DraftGroupConfig",
     "DrafterConfig",
     "FusedConfig",
     "GammaSpec",
     "ModeSelectorSpec",
-    "SPECULATION_MODES",
     "SpeculationConfig",
     "VerifyConfig",
 ]
@@ -265,12 +265,18 @@ class SpeculationConfig:
             raise FieldValueError("drafts", f"draft group names must be unique, got {names}")
         devices = sum(g.count for g in self.drafts)
         if devices > MAX_DRAFT_DEVICES:
-            raise FieldValueError("drafts", f"{devices} draft devices over all groups; at most {MAX_DRAFT_DEVICES} (each is a process with its own links)")
+            raise FieldValueError(
+                "drafts",
+                f"{devices} draft devices over all groups; at most {MAX_DRAFT_DEVICES} (each is a process with its own links)",
+            )
         if (self.mode == "hybrid") != (self.mode_selector is not None):
             raise FieldValueError("mode_selector", "required with mode: hybrid" if self.mode == "hybrid" else "applies only with mode: hybrid")
         needs_fused = self.mode != "distributed" or self.verify.kv_spill == "fused"
         if needs_fused and self.fused is None:
-            raise FieldValueError("fused", f"required with mode: {self.mode}" if self.mode != "distributed" else "required with verify.kv_spill: fused")
+            raise FieldValueError(
+                "fused",
+                f"required with mode: {self.mode}" if self.mode != "distributed" else "required with verify.kv_spill: fused",
+            )
         if self.fused is not None and not needs_fused:
             raise FieldValueError("fused", "applies only with mode fused or hybrid, or verify.kv_spill: fused")
         self._check_curves()

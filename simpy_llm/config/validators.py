@@ -43,9 +43,9 @@ __all__ = [
     "greater_than",
     "in_range",
     "interval_within",
+    "non_empty",
     "one_of",
     "optional",
-    "non_empty",
     "unless",
 ]
 

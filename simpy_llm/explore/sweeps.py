@@ -718,7 +718,7 @@ class _State:
                 cause = failed.__cause__ or failed
                 cause.add_note(f"at sweep point {self._describe(runs[todo[failed.index]])}")
                 cause.__suppress_context__ = True  # the run's own error, not the wrapper
-                raise cause  # re-raised as it was, with the point in a note
+                raise cause  # noqa: B904 - re-raised as it was (a `from` would replace its own cause), with the point in a note
             index = todo[i]
             rows[index] = row
             self.ran += 1
@@ -1197,8 +1197,10 @@ def _block_hint(error: ScenarioError, keys: list[str], point: tuple[Any, ...]) -
     of (a grid over ``serving.router.kind`` keeping the file's ``serving.router.params``).
 
     >>> err = ScenarioError("s.yaml", [("serving.router.params.d", "unknown key; allowed: none")])
-    >>> print(_block_hint(err, ["serving.router.kind"], ("round_robin",)))
-    serving.router: the point sets serving.router.kind only and keeps the file's other keys of serving.router; to replace the whole block, vary serving.router itself with mappings, e.g. --grid 'serving.router={kind: round_robin}' (in Python {'serving.router': [{'kind': 'round_robin'}, ...]})
+    >>> print(_block_hint(err, ["serving.router.kind"], ("round_robin",)))  # doctest: +NORMALIZE_WHITESPACE
+    serving.router: the point sets serving.router.kind only and keeps the file's other keys of serving.router;
+        to replace the whole block, vary serving.router itself with mappings, e.g. --grid 'serving.router={kind: round_robin}'
+        (in Python {'serving.router': [{'kind': 'round_robin'}, ...]})
     >>> _block_hint(err, ["workload.aggregate_rate"], (5.0,))
     ''
     """

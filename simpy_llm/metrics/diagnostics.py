@@ -41,6 +41,7 @@ Post-processing dominates TPOT (group 'default'): the latency model adds 6.00 ms
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -154,7 +155,7 @@ def _time_weighted_medians(start: np.ndarray, end: np.ndarray, edges: np.ndarray
     levels = np.concatenate([[0.0], np.cumsum(deltas[order])])
     bounds = np.concatenate([[-np.inf], times, [np.inf]])
     out = []
-    for a, b in zip(edges[:-1], edges[1:], strict=True):
+    for a, b in itertools.pairwise(edges):
         durations = np.clip(bounds[1:], a, b) - np.clip(bounds[:-1], a, b)
         keep = durations > 0
         lv, du = levels[keep], durations[keep]
@@ -276,7 +277,7 @@ def _mean_context_tokens(results: Results) -> float:
 
 def _decode_step_s(latency: Any, batch: int, context_tokens: float) -> float:
     if getattr(latency, "uses_context", False):
-        return float(latency.step_time_s(0, batch, decode_context_tokens=int(round(batch * context_tokens))))
+        return float(latency.step_time_s(0, batch, decode_context_tokens=round(batch * context_tokens)))
     return float(latency.step_time_s(0, batch))
 
 
@@ -353,7 +354,7 @@ def latency_model_oddities(results: Results, plans: Sequence[ReplicaPlan]) -> li
                 )
         overhead_s = float(getattr(latency, "output_token_overhead_s", 0.0))
         if overhead_s > 0:
-            b = max(1, int(round(batch)))
+            b = max(1, round(batch))
             step_s = _decode_step_s(latency, b, context)
             if overhead_s > step_s:
                 share = overhead_s / (overhead_s + step_s)

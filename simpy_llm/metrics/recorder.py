@@ -24,7 +24,7 @@ from simpy_llm.metrics.record import RECORD_COLUMNS, RECORD_FIELDS
 if TYPE_CHECKING:
     from simpy_llm.entities import Batch, Request
 
-__all__ = ["ColumnLog", "RECORD_FIELDS", "Recorder", "SPEC_ROUND_FIELDS"]
+__all__ = ["RECORD_FIELDS", "SPEC_ROUND_FIELDS", "ColumnLog", "Recorder"]
 
 _FROM_REQUEST = tuple(c for c in RECORD_COLUMNS if c.attr is not None)
 """Record columns read from the request (the rest, its status, the recorder supplies)."""

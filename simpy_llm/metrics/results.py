@@ -391,7 +391,9 @@ class Results:
         frame.insert(6, "service_s", frame["end_s"] - frame["start_s"])
         groups = self.replica_groups
         frame.insert(1, "replica_group", pd.array([groups[i] if groups is not None else "" for i in frame["replica"]], dtype="string"))
-        limits = {i: cfg.dynamic.memory.eta_tokens for i, _g, cfg in self._batch_servers() if cfg.dynamic is not None and cfg.dynamic.memory is not None}
+        limits = {
+            i: cfg.dynamic.memory.eta_tokens for i, _g, cfg in self._batch_servers() if cfg.dynamic is not None and cfg.dynamic.memory is not None
+        }
         frame["memory_limit_tokens"] = [float(limits.get(i, math.nan)) for i in frame["replica"]]
         return frame
 
@@ -959,8 +961,9 @@ class Results:
         >>> list(frame.columns)
         ['section', 'metric', 'statistic', 'group', 'value']
         >>> rows = frame.query("metric == 'ttft' and statistic == 'p99'")
-        >>> rows[["section", "group"]].values.tolist()  # the run's, then per class and per tenant
-        [['latency_s', ''], ['latency_s_by_class', 'batch'], ['latency_s_by_class', 'interactive'], ['latency_s_by_tenant', 'batch'], ['latency_s_by_tenant', 'chat']]
+        >>> rows[["section", "group"]].values.tolist()  # the run's, then per class and per tenant  # doctest: +NORMALIZE_WHITESPACE
+        [['latency_s', ''], ['latency_s_by_class', 'batch'], ['latency_s_by_class', 'interactive'],
+         ['latency_s_by_tenant', 'batch'], ['latency_s_by_tenant', 'chat']]
         >>> frame.query("section == 'requests' and statistic == 'completed'")["value"].item()
         50.0
         """
@@ -1186,8 +1189,9 @@ def rate_lines(s: Summary) -> list[tuple[str, str]]:
     ...       "whole_run_requests_per_s": 8.9, "whole_run_output_tokens_per_s": 890.0,
     ...       "whole_run_input_tokens_per_s": 1780.0}
     >>> for label, text in rate_lines({"throughput": tp, "measurement": {"start_s": 0.0, "duration_s": 112.0}}):
-    ...     print(f"{label}: {text}")
-    throughput: 9.500 req/s, 950.0 output tokens/s, 1,900.0 input tokens/s: completions in the arrival window (0.100-100.000 s, 99.900 s; 10.000 req/s offered)
+    ...     print(f"{label}: {text}")  # doctest: +NORMALIZE_WHITESPACE
+    throughput: 9.500 req/s, 950.0 output tokens/s, 1,900.0 input tokens/s: completions in the arrival window
+        (0.100-100.000 s, 99.900 s; 10.000 req/s offered)
     drain: 12.000 s from the last arrival to the last completion, left out of the rates above
     whole-run rate: 8.900 req/s, 890.0 output tokens/s over 0.000-112.000 s, drain included
     """

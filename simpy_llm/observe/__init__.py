@@ -34,10 +34,11 @@ from simpy_llm.observe.loadgen import (
 )
 from simpy_llm.observe.prompts import DatasetPrompts, PromptDatasetError, SyntheticPrompts, load_prompts
 from simpy_llm.observe.report import latency_report
+from simpy_llm.observe.run import observe
+
 # Exported as run_loop: simpy_llm.observe.run is the module of the observe command.
 from simpy_llm.observe.runner import loop_factory, resolve_loop
 from simpy_llm.observe.runner import run as run_loop
-from simpy_llm.observe.run import observe
 from simpy_llm.observe.scrape import MetricsScraper, read_metrics
 from simpy_llm.observe.sessions import Conversations
 from simpy_llm.observe.sse import SSEEvent, SSEParser, StreamChunk, interpret, parse_events
@@ -46,9 +47,9 @@ __all__ = [
     "OBSERVER_COLUMNS",
     "Conversations",
     "DatasetPrompts",
-    "MetricsScraper",
     "LoadGenerator",
     "LoadRequest",
+    "MetricsScraper",
     "ObservedRequest",
     "OpenAIClient",
     "PromptDatasetError",

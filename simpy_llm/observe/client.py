@@ -18,6 +18,7 @@ been marked ``cancelled``.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 from typing import Any
@@ -165,7 +166,7 @@ class ObservedRequest:
     def itl_s(self) -> list[float]:
         """Inter-token latencies: gaps between consecutive content chunks."""
         t = self.content_times_s
-        return [b - a for a, b in zip(t, t[1:])]
+        return [b - a for a, b in itertools.pairwise(t)]
 
     @property
     def tpot_s(self) -> float | None:

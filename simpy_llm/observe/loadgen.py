@@ -40,6 +40,7 @@ import attrs
 
 from simpy_llm.observe.client import ObservedRequest, OpenAIClient, RequestSpec
 from simpy_llm.observe.progress import LiveStats
+
 # prefix_text and synthetic_prompt live in prompts; they are still importable from here.
 from simpy_llm.observe.prompts import PromptSource, SyntheticPrompts, approx_prompt_tokens, prefix_text, synthetic_prompt
 from simpy_llm.observe.report import latency_report
@@ -208,7 +209,7 @@ def _quantile(values: list[float], q: float) -> float | None:
     if not values:
         return None
     s = sorted(values)
-    return s[min(int(math.ceil(q * len(s))) - 1, len(s) - 1)] if q > 0 else s[0]
+    return s[min(math.ceil(q * len(s)) - 1, len(s) - 1)] if q > 0 else s[0]
 
 
 class LoadGenerator:

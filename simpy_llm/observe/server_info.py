@@ -41,7 +41,6 @@ run goes on, and the keys it would have given are left to the config and the def
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import math
 import os
@@ -186,7 +185,9 @@ def load_server_config(config: str | os.PathLike[str] | Mapping[str, Any] | Serv
         if data is None:
             data = {}
     if not isinstance(data, Mapping):
-        raise ScenarioError(source, [("", f"must be a mapping with keys {', '.join(SERVER_CONFIG_KEYS)}; got {type(data).__name__}")], "server config")
+        raise ScenarioError(
+            source, [("", f"must be a mapping with keys {', '.join(SERVER_CONFIG_KEYS)}; got {type(data).__name__}")], "server config"
+        )
     problems: list[tuple[str, str]] = []
     blocks: dict[str, dict[str, Any]] = {}
     for key, value in data.items():
@@ -327,7 +328,7 @@ async def _get_json(client: OpenAIClient, path: str) -> Any:
             if resp.status != 200:
                 return None
             return await resp.json(content_type=None)
-    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+    except (TimeoutError, aiohttp.ClientError, ValueError):
         return None
 
 
@@ -405,7 +406,7 @@ async def measure_rtt_ms(client: OpenAIClient, probes: int = RTT_PROBES) -> tupl
                     await resp.read()
                     if resp.status != 200:
                         break
-            except (aiohttp.ClientError, asyncio.TimeoutError):
+            except (TimeoutError, aiohttp.ClientError):
                 break
             times.append(time.perf_counter() - t0)
         if times and len(times) == probes:

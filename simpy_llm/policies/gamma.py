@@ -41,11 +41,11 @@ from simpy_llm.config.validators import at_least, greater_than, in_range, option
 from simpy_llm.registry import Registry
 
 __all__ = [
+    "LATENCY_HEAD_FEATURES",
     "AcceptanceBackoff",
     "Backpressure",
     "GammaPolicy",
     "GammaState",
-    "LATENCY_HEAD_FEATURES",
     "LatencyHead",
     "SpecPlusPlus",
     "StaticGamma",
@@ -454,8 +454,8 @@ class LatencyHead:
         n = len(self._buffer)
         if n < self.min_samples:
             return clamp_gamma(self.default_gamma, state)
-        mean = [sum(column) / n for column in zip(*self._buffer)]
-        y = sum(w * x for w, x in zip(self.weights, mean)) + self.bias
+        mean = [sum(column) / n for column in zip(*self._buffer, strict=True)]
+        y = sum(w * x for w, x in zip(self.weights, mean, strict=True)) + self.bias
         a = self.smoothing
         s = y if self._smoothed is None else a * y + (1 - a) * self._smoothed
         self._smoothed = s

@@ -44,9 +44,9 @@ from simpy_llm.config.validators import at_least, greater_than
 from simpy_llm.registry import Registry
 
 __all__ = [
+    "MODES",
     "GammaHeadSelector",
     "LatencySelector",
-    "MODES",
     "ModeSelector",
     "ModeState",
     "RttLoadAdaptive",

@@ -589,10 +589,11 @@ def device_profile(name_or_path: str | Path) -> DeviceProfile:
     --------
     >>> device_profile("l40s").compute.sustained_tflops
     362.05
-    >>> device_profile("b300")
+    >>> device_profile("b300")  # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
     ...
-    simpy_llm.config.errors.FieldValueError: device: unknown device profile 'b300'; shipped: a100-80gb-sxm, h100-sxm, jetson-agx-orin, l40s, laptop-rtx4060, phone-snapdragon-8-gen-3 (or give the path of a YAML file)
+    simpy_llm.config.errors.FieldValueError: device: unknown device profile 'b300'; shipped: a100-80gb-sxm, h100-sxm,
+        jetson-agx-orin, l40s, laptop-rtx4060, phone-snapdragon-8-gen-3 (or give the path of a YAML file)
     """
     shipped = device_profiles()
     if isinstance(name_or_path, str) and name_or_path in shipped:

@@ -64,7 +64,10 @@ def resolve_engine(engine: EngineConfig, latency: Any) -> EngineConfig:
 
     def need_hardware(key: str, what: str) -> Any:
         if hardware is None:
-            raise FieldValueError(key, f"{what} needs a latency model that names its model, gpu and tp (e.g. blis_linear or roofline with a profile), or an explicit value")
+            raise FieldValueError(
+                key,
+                f"{what} needs a latency model that names its model, gpu and tp (e.g. blis_linear or roofline with a profile), or an explicit value",
+            )
         return hardware
 
     if engine.kv_num_blocks == "auto":
@@ -174,12 +177,18 @@ def _on_device(name: str, engine: EngineConfig, latency: Any) -> tuple[Any, Engi
     limit_mb = device.memory.kv_cache_limit_mb
     if limit_mb is not None:
         if hardware is None:
-            raise FieldValueError("device", f"{device.id!r} limits the KV cache to {limit_mb:g} MiB: the latency model must name its model, gpu and tp to size it")
+            raise FieldValueError(
+                "device",
+                f"{device.id!r} limits the KV cache to {limit_mb:g} MiB: the latency model must name its model, gpu and tp to size it",
+            )
         blocks = int(limit_mb * 2**20 // (hardware.kv_bytes_per_token * engine.kv_block_size))
         if engine.kv_num_blocks > blocks:
             engine = attrs.evolve(engine, kv_num_blocks=blocks)
             if blocks * engine.kv_block_size < engine.max_num_batched_tokens:
-                raise FieldValueError("engine.kv_num_blocks", f"{device.id!r}'s KV limit of {limit_mb:g} MiB holds {blocks} blocks, fewer tokens than max_num_batched_tokens")
+                raise FieldValueError(
+                    "engine.kv_num_blocks",
+                    f"{device.id!r}'s KV limit of {limit_mb:g} MiB holds {blocks} blocks, fewer tokens than max_num_batched_tokens",
+                )
     return device, engine
 
 

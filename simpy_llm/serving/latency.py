@@ -243,6 +243,8 @@ class BlisLinearLatency(RequestOverheads):
 
 
 # Imported last: these modules register their models in ``latency_models`` and use ``profiles_dir``.
-from simpy_llm.serving.hardware import Hardware, resolve_hardware  # noqa: E402
-from simpy_llm.serving import roofline as _roofline, profiled as _profiled, batch_table as _batch_table  # noqa: E402, F401
+from simpy_llm.serving import batch_table as _batch_table  # noqa: E402, F401
 from simpy_llm.serving import lut as _lut  # noqa: E402, F401
+from simpy_llm.serving import profiled as _profiled  # noqa: E402, F401
+from simpy_llm.serving import roofline as _roofline  # noqa: E402, F401
+from simpy_llm.serving.hardware import Hardware, resolve_hardware  # noqa: E402

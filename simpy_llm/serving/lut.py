@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import itertools
 import math
 import os
 import statistics
@@ -475,7 +476,7 @@ def _build_slices(frame: pd.DataFrame, found: ProblemList) -> dict[tuple[Any, ..
         # monotone in each axis, along the points present
         for axis, other, axis_name, other_name in ((c, b, "context_len", "microbatch"), (b, c, "microbatch", "context_len")):
             order = np.lexsort((axis, other))
-            for u, v in zip(order[:-1], order[1:], strict=True):
+            for u, v in itertools.pairwise(order):
                 if other[u] == other[v] and z[v] < z[u]:
                     ok = False
                     found.add(

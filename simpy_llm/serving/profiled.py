@@ -24,12 +24,12 @@ import yaml
 
 from simpy_llm.config.errors import FieldValueError
 from simpy_llm.config.validators import MAX_COEFFICIENT_US, at_least, at_most
-from simpy_llm.serving.hardware import Hardware, ModelSpec, gpu_spec
-from simpy_llm.serving.latency import RequestOverheads, latency_models, profiles_dir
 
 # A module reference, read at call time: latency.py imports this module while roofline.py may
 # still be importing (roofline -> latency -> profiled), before ``Roofline`` exists.
 from simpy_llm.serving import roofline as _roofline
+from simpy_llm.serving.hardware import Hardware, ModelSpec, gpu_spec
+from simpy_llm.serving.latency import RequestOverheads, latency_models, profiles_dir
 
 __all__ = ["OPERATORS", "ProfiledLatency", "operator_table", "vidur_models"]
 

@@ -59,6 +59,9 @@ from simpy_llm.config.validators import MAX_TOKENS, at_least, at_most, greater_t
 from simpy_llm.registry import Registry
 
 __all__ = [
+    "MAX_LOG_SIGMA",
+    "MAX_TAIL_SHARE",
+    "MIN_PARETO_ALPHA",
     "ClampedGaussian",
     "Constant",
     "Draws",
@@ -67,9 +70,6 @@ __all__ = [
     "Gamma",
     "LengthDistribution",
     "LogNormal",
-    "MAX_LOG_SIGMA",
-    "MAX_TAIL_SHARE",
-    "MIN_PARETO_ALPHA",
     "Normal",
     "Pareto",
     "ParetoLogNormal",
@@ -176,10 +176,11 @@ def to_tokens(values: np.ndarray, distribution: object = None) -> np.ndarray:
     [1, 2, 2, 8]
     >>> to_tokens(np.array([1e30])).tolist()  # clamped to MAX_TOKENS
     [16777216]
-    >>> to_tokens(np.array([np.nan]))
+    >>> to_tokens(np.array([np.nan]))  # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
     ...
-    simpy_llm.workload.distributions.SamplingError: the distribution drew 1 of 1 values that are not finite numbers (first: nan); its parameters are beyond what float64 can sample
+    simpy_llm.workload.distributions.SamplingError: the distribution drew 1 of 1 values that are not finite numbers (first: nan);
+        its parameters are beyond what float64 can sample
     """
     values = _checked(distribution, np.asarray(values, dtype=float))
     return np.clip(np.rint(values), 1, MAX_TOKENS).astype(np.int64)

@@ -219,7 +219,7 @@ class ClientSource:
                 drawn = to_priorities(self.priority_distribution.sample(self.stream("priority"), n), self.priority_distribution)
                 per_request = [{**(e or {}), "priority": q} for e, q in zip(per_request or [None] * n, drawn.tolist(), strict=True)]
             extra_iter = per_request if per_request is not None else itertools.repeat(None, n)
-            for row in zip(times.tolist(), prompts.tolist(), outputs.tolist(), extra_iter):
+            for row in zip(times.tolist(), prompts.tolist(), outputs.tolist(), extra_iter, strict=True):
                 if row[0] == float("inf"):
                     return
                 yield row

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import itertools
 import json
 import math
 import re
@@ -460,8 +461,8 @@ def _read_trace_cached(path: str, _mtime: int, _size: int) -> tuple[TraceWindow,
     if problems:
         raise ScenarioError(path, problems)
     starts = [r[0] for r in rows]
-    spacing = [b - a for a, b in zip(starts, starts[1:], strict=False)]
-    durations = spacing + [spacing[-1] if spacing else WINDOW_S]
+    spacing = [b - a for a, b in itertools.pairwise(starts)]
+    durations = [*spacing, spacing[-1] if spacing else WINDOW_S]
     return tuple(
         TraceWindow(start_s=s, duration_s=d, rate=r, cv=cv, pattern=p, shape=k, scale=sc)
         for (s, r, cv, p, k, sc), d in zip(rows, durations, strict=True)

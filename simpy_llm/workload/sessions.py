@@ -238,7 +238,7 @@ class SessionRegistry:
         now = self.env.now
         self.pending -= 1
         session.tool_finished_wait(now - start_s)
-        step, iteration, instance = call.key
+        _step, iteration, instance = call.key
         self.recorder.on_tool_call(
             (session.session_id, session.source.client.id, call.step.id, call.step.tool, iteration, instance,
              start_s, running_s - start_s, now, call.latency_s, call.output_tokens)

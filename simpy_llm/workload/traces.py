@@ -48,7 +48,7 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from operator import attrgetter
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NamedTuple
@@ -72,14 +72,14 @@ if TYPE_CHECKING:
 __all__ = [
     "CSV_FIELDS",
     "EXTENSION_COLUMNS",
-    "OBSERVED_COLUMNS",
     "MOONCAKE_BLOCK_TOKENS",
+    "OBSERVED_COLUMNS",
     "TIME_UNIT",
     "TRACE_VERSION",
     "V2_COLUMNS",
     "Trace",
-    "TraceRequest",
     "TraceFileInfo",
+    "TraceRequest",
     "TraceV2Writer",
     "check_trace_files",
     "load_trace",
@@ -746,7 +746,7 @@ def _format_cell(value: Any, name: str, kind: str) -> str:
 
 
 def _now_iso() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _header_for_writing(header: Mapping[str, Any] | None, mode: str) -> dict[str, Any]:
@@ -1236,7 +1236,7 @@ def _first_jsonl_object(path: Path | str) -> dict[str, Any]:
     source = str(path)
     try:
         with open(path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
+            for lineno, line in enumerate(f, 1):  # noqa: B007 - lineno is read after the loop
                 if line.strip():
                     break
             else:

@@ -104,12 +104,18 @@ def check_workflow(cfg: AgenticConfig) -> None:
         else:
             for name in ("input_distribution", "output_distribution"):  # rule 7
                 if getattr(step, name) is not None:
-                    raise FieldValueError(f"steps[{i}].{name}", "a tool_call step has no input_distribution or output_distribution; its tool sets its output (rule 7)")
+                    raise FieldValueError(
+                        f"steps[{i}].{name}",
+                        "a tool_call step has no input_distribution or output_distribution; its tool sets its output (rule 7)",
+                    )
             if step.tool is None:
                 raise FieldValueError(f"steps[{i}].tool", "required for a tool_call step")
             if step.tool not in cfg.tools:  # rule 3
                 known = ", ".join(sorted(cfg.tools)) or "none"
-                raise FieldValueError(f"steps[{i}].tool", f"unknown tool {step.tool!r}; every tool a step names must be in tools (rule 3); tools: {known}")
+                raise FieldValueError(
+                    f"steps[{i}].tool",
+                    f"unknown tool {step.tool!r}; every tool a step names must be in tools (rule 3); tools: {known}",
+                )
     used = {s.tool for s in cfg.steps if s.tool is not None}
     for name in cfg.tools:
         if name not in used:
@@ -184,7 +190,10 @@ def _check_loop_body(cfg: AgenticConfig, body: set[str]) -> None:
                 seen.add(n)
                 todo.append(n)
     if seen != body:
-        raise FieldValueError("loop.over", f"the loop's steps must form a connected subgraph (rule 5); {', '.join(sorted(body - seen))} not connected to {start}")
+        raise FieldValueError(
+            "loop.over",
+            f"the loop's steps must form a connected subgraph (rule 5); {', '.join(sorted(body - seen))} not connected to {start}",
+        )
 
     def reach(start_ids: set[str], edges: dict[str, set[str]]) -> set[str]:
         out: set[str] = set()

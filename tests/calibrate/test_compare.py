@@ -39,7 +39,9 @@ def test_scenario_from_a_llamacpp_header_uses_the_preset():
     s = scenario_from_trace(trace, profile={"latency_model": MODEL}, trace_csv="tests/data/calibration/llamacpp_open_loop/trace.csv")
     engine = s.serving.engine
     server = trace.header["server"]
-    assert (engine.max_num_seqs, engine.max_model_len, engine.prefix_caching) == (server["n_parallel"], server["ctx_per_slot"], server["cache_prompt"])
+    assert (engine.max_num_seqs, engine.max_model_len, engine.prefix_caching) == (
+        server["n_parallel"], server["ctx_per_slot"], server["cache_prompt"]
+    )
     assert engine.ubatch_tokens == server["n_ubatch"] and engine.prefill_breaks == (4 + server["n_ubatch"], 4)
     assert s.workload.traces[0].arrival_column == "send_time_us"
     with pytest.raises(ScenarioError, match="give a fitted profile"):

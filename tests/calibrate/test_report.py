@@ -189,7 +189,7 @@ def test_samples_for_a_metric_outside_the_report_are_an_error_and_nothing_is_wri
     """Samples naming a metric the report lacks raise ValueError before any file is written."""
     samples = _samples()
     report = _report({"ttft": samples["ttft"]})
-    with pytest.raises(ValueError, match="itl.*not in the report; the report has: ttft"):
+    with pytest.raises(ValueError, match=r"itl.*not in the report; the report has: ttft"):
         write_report(report, samples, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
@@ -274,7 +274,7 @@ def test_an_unknown_trace_key_is_an_error_listing_the_allowed_ones():
 def test_a_comparison_filed_under_another_metric_is_an_error():
     """metrics["ttft"] must hold the TTFT comparison; an unknown metric name is refused."""
     samples = _samples()
-    with pytest.raises(ValueError, match="metrics.ttft holds the comparison of 'e2e'"):
+    with pytest.raises(ValueError, match=r"metrics\.ttft holds the comparison of 'e2e'"):
         _report(metrics={"ttft": compare_metric("e2e", *samples["e2e"], n_resamples=20)})
     with pytest.raises(ValueError, match="unknown metric\\(s\\) latency; allowed: ttft, itl, tpot, e2e"):
         _report(metrics={"latency": compare_metric("e2e", *samples["e2e"], n_resamples=20)})
@@ -282,7 +282,7 @@ def test_a_comparison_filed_under_another_metric_is_an_error():
 
 def test_free_form_parts_must_be_plain_data():
     """A scenario holding an object JSON cannot hold is refused, naming where it is."""
-    with pytest.raises(TypeError, match="scenario.engine: object is not plain data"):
+    with pytest.raises(TypeError, match=r"scenario\.engine: object is not plain data"):
         _report(scenario={"engine": object()})
 
 

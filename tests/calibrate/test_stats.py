@@ -240,7 +240,7 @@ def test_rating_without_r_is_the_mape_grade():
 @pytest.mark.parametrize(("mape", "r"), [(-0.1, None), (float("nan"), None), (float("inf"), 0.9), (0.1, 1.5), (0.1, float("nan")), (None, 0.9)])
 def test_rate_rejects_values_outside_their_domain(mape, r):
     """A negative or non-finite MAPE, or an r outside [-1, 1], is an error naming the argument."""
-    with pytest.raises(ValueError, match="mape|pearson_r"):
+    with pytest.raises(ValueError, match=r"mape|pearson_r"):
         rate(mape, r)
 
 

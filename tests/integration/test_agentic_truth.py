@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 from collections import defaultdict
 from collections.abc import Mapping
@@ -282,7 +283,7 @@ def test_capacity_one_tool_queues_and_never_overlaps():
     assert len(tc) == 120
     assert (tc.wait_s > 0).sum() >= 10
     running = sorted(zip(tc.start_s + tc.wait_s, tc.end_s, strict=True))
-    for (_s0, e0), (s1, _e1) in zip(running, running[1:], strict=False):
+    for (_s0, e0), (s1, _e1) in itertools.pairwise(running):
         assert s1 >= e0 - 1e-12, (e0, s1)
 
 

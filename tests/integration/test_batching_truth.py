@@ -66,7 +66,7 @@ def test_saturated_throughput_matches_the_closed_form(a, b, batch, n, bins):
     """With saturated arrivals (3x the k = infinity capacity), the busy throughput and the
     run's throughput are B / E[S_batch] of the closed form within 2 %."""
     c_max = max_throughput(a, b, batch)
-    results, frame = _run(_scenario(a, b, batch, bins, rate=3 * c_max, n=n))
+    _results, frame = _run(_scenario(a, b, batch, bins, rate=3 * c_max, n=n))
     expected = batch / expected_batch_service_s(a, b, batch, bins)
     busy = frame["size"].sum() / frame["service_s"].sum()
     assert busy == pytest.approx(expected, rel=0.02)
@@ -181,7 +181,7 @@ def test_dynamic_batches_with_a_constant_target_match_a_greedy_reference(seed):
     config = BatchServerConfig(
         service=_spec(), dynamic=DynamicBatchingConfig(d_sla_s=1.0, b_min=5, b_max=5)
     )
-    requests, _, server = serve(config, arrivals, sizes)
+    requests, _, _server = serve(config, arrivals, sizes)
     expected = _greedy_reference(arrivals, sizes, 5)
     assert len(expected) == n
     for r in requests:

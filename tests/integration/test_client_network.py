@@ -17,7 +17,6 @@ from simpy_llm.entities import Request
 from simpy_llm.metrics.recorder import Recorder
 from simpy_llm.network.client import ClientNetwork
 from simpy_llm.wire import Wire
-
 from tests.helpers import run, tiny_scenario
 
 

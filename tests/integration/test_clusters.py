@@ -12,7 +12,6 @@ import pytest
 
 from simpy_llm import Simulation, load_scenario, scenario_from_dict
 from simpy_llm.config import ScenarioError
-
 from tests.helpers import tiny_groups, tiny_scenario
 
 

@@ -14,7 +14,6 @@ import yaml
 
 from simpy_llm import Simulation, scenario_from_dict
 from simpy_llm.config import ScenarioError
-
 from tests.helpers import tiny_groups
 
 DEVICE = {

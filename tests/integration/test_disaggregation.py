@@ -16,7 +16,6 @@ import pytest
 
 from simpy_llm import Simulation, scenario_from_dict
 from simpy_llm.config import ScenarioError
-
 from tests.helpers import run, tiny_groups, tiny_scenario
 
 B0, B1, B2 = 2000e-6, 20e-6, 100e-6  # tiny_scenario's step coefficients, s

@@ -12,7 +12,6 @@ from simpy_llm import Simulation, scenario_from_dict
 from simpy_llm.config import ScenarioError
 from simpy_llm.policies.scheduling import scheduler_policies
 from simpy_llm.serving.views import LiveView
-
 from tests.helpers import run, tiny_scenario
 
 
@@ -97,7 +96,11 @@ def test_a_custom_scheduler_registered_in_python_is_used_from_yaml():
     assert not np.array_equal(order, np.argsort(fcfs.columns["first_scheduled_s"], kind="stable"))
     # Some request was admitted before an earlier arrival that was already waiting.
     c = res.columns
-    assert np.any((c["arrival_s"][:, None] < c["arrival_s"][None, :]) & (c["first_scheduled_s"][:, None] > c["first_scheduled_s"][None, :]) & (c["enqueue_s"][:, None] <= c["first_scheduled_s"][None, :]))
+    assert np.any(
+        (c["arrival_s"][:, None] < c["arrival_s"][None, :])
+        & (c["first_scheduled_s"][:, None] > c["first_scheduled_s"][None, :])
+        & (c["enqueue_s"][:, None] <= c["first_scheduled_s"][None, :])
+    )
 
 
 def _kv_starved(mode: str) -> dict:
@@ -136,11 +139,11 @@ def test_swap_needs_space_and_a_copy_rate():
     the latency model, is a scenario error naming the key."""
     data = _kv_starved("swap")
     data["serving"]["engine"]["swap_space_blocks"] = 0
-    with pytest.raises(ScenarioError, match="serving.engine.swap_space_blocks"):
+    with pytest.raises(ScenarioError, match=r"serving\.engine\.swap_space_blocks"):
         scenario_from_dict(data)
     data = _kv_starved("swap")
     del data["serving"]["engine"]["swap_bandwidth_gb_per_s"]
-    with pytest.raises(ScenarioError, match="serving.engine.swap_bandwidth_gb_per_s"):
+    with pytest.raises(ScenarioError, match=r"serving\.engine\.swap_bandwidth_gb_per_s"):
         scenario_from_dict(data)
 
 
@@ -296,7 +299,7 @@ def test_kv_num_blocks_auto_is_derived_from_the_hardware():
     assert sim.replicas[0].kv.num_blocks == auto_kv_blocks(hw, 4) > 10_000
     data["serving"]["latency_model"] = {"kind": "blis_linear", "params": {"beta0_us": 100.0}}
     data["serving"]["latency_model"]["params"]["beta1_us"] = 1.0
-    with pytest.raises(ScenarioError, match="serving.engine.kv_num_blocks"):
+    with pytest.raises(ScenarioError, match=r"serving\.engine\.kv_num_blocks"):
         scenario_from_dict(data)
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from simpy_llm import Simulation, load_scenario
-
 from tests.helpers import columns_equal, run, tiny_scenario
 
 

@@ -13,7 +13,7 @@ import yaml
 
 from simpy_llm import Simulation, scenario_from_dict
 from simpy_llm.cli import main
-from simpy_llm.serving.devices import device_profile_to_dict, device_profile
+from simpy_llm.serving.devices import device_profile, device_profile_to_dict
 from tests.spec_helpers import flat_curve, spec_scenario
 
 BETA0_S, BETA2_S = 5e-3, 200e-6

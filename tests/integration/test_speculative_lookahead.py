@@ -3,6 +3,8 @@ that round then (``Link.put_ahead``): one event fewer per round and not one figu
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import pytest
 
 from simpy_llm import Simulation, scenario_from_dict
@@ -68,7 +70,7 @@ def test_the_lookahead_saves_the_verdicts_event(tmp_path, monkeypatch, policy):
 class _Probe:
     """Answers γ from the target's queue wait and logs the wait it was shown (test only)."""
 
-    seen: list[float] = []
+    seen: ClassVar[list[float]] = []
 
     def next_gamma(self, state):
         _Probe.seen.append(state.verify_queue_wait_s)
@@ -107,5 +109,5 @@ def test_gamma_reads_the_targets_telemetry_as_the_verdict_leaves(tmp_path, monke
         gamma_policies._items.pop("probe_test")  # noqa: SLF001 - undo the registration
     assert len(_Probe.seen) == len(at_send) == len(at_delivery) > 500
     assert _Probe.seen == at_send
-    assert sum(a != b for a, b in zip(at_send, at_delivery)) > len(at_send) / 2
+    assert sum(a != b for a, b in zip(at_send, at_delivery, strict=True)) > len(at_send) / 2
     assert len(results.spec_rounds()) == len(at_send)  # one verdict before each round: the prefill's, then the rounds'

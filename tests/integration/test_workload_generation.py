@@ -96,7 +96,7 @@ def test_mooncake_replay_carries_prefix_blocks():
 
     path = "data/mooncake/conversation_trace.jsonl"
     with open(path) as fh:
-        raw = [json.loads(line) for _, line in zip(range(200), fh)]
+        raw = [json.loads(line) for _, line in zip(range(200), fh, strict=False)]  # the first 200 lines
     rows = list(trace_rows(load_trace(TraceSource(path=path, format="mooncake", max_requests=200))))
     assert [r[3]["prefix_blocks"] for r in rows] == [tuple(x["hash_ids"]) for x in raw]
     assert {r[3]["prefix_block_tokens"] for r in rows} == {512}

@@ -192,7 +192,7 @@ def test_children_are_sent_after_their_parents_ended(tmp_path: Path) -> None:
             checked += 1
     assert checked > 0
     # Calls released together have one target: the end of the last call that released them.
-    for (sid, it), drafts in run.llm[run.llm.step_id == "draft"].groupby(["session_id", "loop_iteration"]):
+    for (_sid, _it), drafts in run.llm[run.llm.step_id == "draft"].groupby(["session_id", "loop_iteration"]):
         assert drafts.arrival_time_us.nunique() == 1
 
 

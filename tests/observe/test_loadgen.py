@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import warnings
 from pathlib import Path
 
@@ -38,7 +39,7 @@ def test_generated_workload_runs_open_loop(tmp_path: Path) -> None:
     frame = generate_requests(load_scenario("scenarios/quickstart.yaml", ["workload.num_requests=12"]))
     frame["arrival_time_s"] = frame["arrival_time_s"] / max(frame["arrival_time_s"].max(), 1e-9) * 0.3
     frame["output_tokens"] = frame["output_tokens"].clip(upper=30).clip(lower=15)
-    summary, gen = _run(frame, tmp_path / "trace")
+    summary, _gen = _run(frame, tmp_path / "trace")
     trace = read_trace_v2(tmp_path / "trace")
     f = trace.frame.sort_values("request_id").reset_index(drop=True)
     assert sorted(f.request_id) == sorted(frame.request_id)
@@ -90,7 +91,7 @@ def test_concurrency_limit_and_retries(tmp_path: Path) -> None:
 
     gen = asyncio.run(go())
     recs = [gen.records[i] for i in range(4)]
-    for prev, nxt in zip(recs, recs[1:]):
+    for prev, nxt in itertools.pairwise(recs):
         assert prev.done_s is not None and nxt.sent_s is not None and prev.done_s <= nxt.sent_s
     assert recs[1].attempts == 2 and recs[1].status == "error"
     f = read_trace_v2(tmp_path / "t").frame
@@ -116,7 +117,7 @@ def test_stop_writes_unfinished_requests_as_cancelled(tmp_path: Path) -> None:
             writer.close()
             return summary, gen, rows
 
-    summary, gen, rows = asyncio.run(go())
+    summary, _gen, rows = asyncio.run(go())
     assert rows == 4
     f = read_trace_v2(tmp_path / "t").frame.set_index("request_id")
     assert f.status.to_dict() == {0: "ok", 1: "cancelled", 2: "cancelled", 3: "cancelled"}

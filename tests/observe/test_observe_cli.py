@@ -152,7 +152,7 @@ def test_observed_trace_replays_at_its_send_times(observed: Observed) -> None:
     assert len(predicted) == len(f) and (predicted.status == "completed").all()
     assert predicted.ttft_s.max() > 0.1 and (predicted.queue_delay_s > 0.01).sum() >= 5  # queueing shaped the run
     assert (abs(predicted.arrival_s.to_numpy() * 1e6 - f.send_time_us.to_numpy(dtype=float)) < 1).all()
-    assert sorted(zip(predicted.prompt_tokens, predicted.output_tokens)) == sorted(zip(f.input_tokens, f.output_tokens))
+    assert sorted(zip(predicted.prompt_tokens, predicted.output_tokens, strict=True)) == sorted(zip(f.input_tokens, f.output_tokens, strict=True))
 
 
 def test_server_trace_replays_exactly(observed: Observed) -> None:

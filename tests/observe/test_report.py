@@ -132,7 +132,9 @@ def test_latency_table_shows_every_group_and_coverage() -> None:
 def _summary_of_fake_run() -> Any:
     rows = [
         {"request_id": i, "arrival_time_s": 0.0, "input_tokens": 5, "output_tokens": n, "streaming": s, "client_id": c}
-        for i, (n, s, c) in enumerate([(OK_TOKENS, True, "x"), (OK_TOKENS, True, "x"), (OK_TOKENS, True, "y"), (OK_TOKENS, False, "y"), (8, True, "y")])
+        for i, (n, s, c) in enumerate(
+            [(OK_TOKENS, True, "x"), (OK_TOKENS, True, "x"), (OK_TOKENS, True, "y"), (OK_TOKENS, False, "y"), (8, True, "y")]
+        )
     ]
 
     async def go() -> Any:

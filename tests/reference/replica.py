@@ -43,9 +43,8 @@ True
 
 from __future__ import annotations
 
-import itertools
-
 import bisect
+import itertools
 import math
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Mapping, Sequence
@@ -57,19 +56,19 @@ from simpy_llm.entities import Request
 
 __all__ = [
     "EngineSettings",
-    "SlotSettings",
+    "Fcfs",
     "LinearLatency",
+    "ReferenceStuck",
+    "ReplicaOutcome",
     "RequestInput",
     "RequestOutcome",
-    "ReplicaOutcome",
-    "ReferenceStuck",
-    "Fcfs",
-    "simulate_replica",
-    "simulate",
-    "request_segments",
-    "requests_from_records",
+    "SlotSettings",
     "engine_settings",
     "linear_latency",
+    "request_segments",
+    "requests_from_records",
+    "simulate",
+    "simulate_replica",
 ]
 
 NAN = math.nan
@@ -248,7 +247,7 @@ class ReplicaOutcome:
 class _Block:
     """One KV block: empty or private (``identity`` None) or cached (``identity`` set, ``refs`` >= 0)."""
 
-    __slots__ = ("number", "identity", "refs")
+    __slots__ = ("identity", "number", "refs")
 
     def __init__(self, number: int) -> None:
         self.number = number
@@ -356,7 +355,7 @@ def _tokens(segments: Sequence[Segment], length: int) -> list[tuple[Hashable, in
 def _common(a: Sequence[tuple[Hashable, int]], b: Sequence[tuple[Hashable, int]]) -> int:
     """Leading positions at which two token lists hold the same token."""
     n = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):  # the lists may differ in length
         if x != y:
             break
         n += 1
@@ -565,7 +564,7 @@ class _Replica:
         kept = [e for e in host if _common(e.tokens, ctx.tokens) < len(e.tokens)]
         while kept and sum(len(e.tokens) for e in kept) + n > limit:
             kept.pop(0)
-        return kept + [ctx]
+        return [*kept, ctx]
 
     def _choose_slot(self, h: _Live) -> dict[str, Any]:
         """What giving *h* a slot would do (nothing changes yet)."""

@@ -13,11 +13,11 @@ import pytest
 
 pytest.importorskip("sklearn")
 
-import joblib  # noqa: E402 - installed with scikit-learn
+import joblib  # installed with scikit-learn
 
-from simpy_llm.config.errors import ScenarioError  # noqa: E402
-from simpy_llm.speculative.acceptance import acceptance_model  # noqa: E402
-from simpy_llm.speculative.regressor import (  # noqa: E402
+from simpy_llm.config.errors import ScenarioError
+from simpy_llm.speculative.acceptance import acceptance_model
+from simpy_llm.speculative.regressor import (
     AcceptanceRegressor,
     load_acceptance_regressor,
     profiling_rows_from_steps,

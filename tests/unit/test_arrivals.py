@@ -408,7 +408,8 @@ NEW_PROCESSES = [
         "off_rate_ratio": 0.1,
     },
     {"process": "on_off", "on_duration": {"type": "constant", "params": {"value": 1}}, "off_duration": {"type": "constant", "params": {"value": 2}}},
-    {"process": "windows", "window_s": 5, "windows": [{"start_s": 0, "rate": 1}, {"start_s": 5, "rate": 0}, {"start_s": 7, "rate": 2, "process": {"process": "weibull", "cv": 0.5}}]},
+    {"process": "windows", "window_s": 5,
+     "windows": [{"start_s": 0, "rate": 1}, {"start_s": 5, "rate": 0}, {"start_s": 7, "rate": 2, "process": {"process": "weibull", "cv": 0.5}}]},
 ]
 
 
@@ -453,10 +454,14 @@ BAD = [
     ({"process": "on_off", "off_duration": _OFF}, f"{ARRIVAL}.on_duration", "required key is missing"),
     ({"process": "on_off", "on_duration": _ON, "off_duration": _OFF, "off_rate_ratio": -0.5}, f"{ARRIVAL}.off_rate_ratio", "must be in"),
     ({"process": "on_off", "on_duration": _ON, "off_duration": _OFF, "off_rate_ratio": math.nan}, f"{ARRIVAL}.off_rate_ratio", "finite"),
-    ({"process": "on_off", "on_duration": {"type": "pareto", "params": {"alpha": 0.9, "xm": 1}}, "off_duration": _OFF}, f"{ARRIVAL}.on_duration", "finite mean"),
-    ({"process": "on_off", "on_duration": {"type": "normal", "params": {"mean": -1, "std_dev": 1}}, "off_duration": _OFF}, f"{ARRIVAL}.on_duration", "finite mean > 0"),
-    ({"process": "on_off", "on_duration": {"type": "exponential", "params": {"mean": -1}}, "off_duration": _OFF}, f"{ARRIVAL}.on_duration.params.mean", "must be > 0"),
-    ({"process": "on_off", "on_duration": _ON, "off_duration": _OFF, "on_process": {"process": "weibull", "cv": 500}}, f"{ARRIVAL}.on_process.cv", "must be in"),
+    ({"process": "on_off", "on_duration": {"type": "pareto", "params": {"alpha": 0.9, "xm": 1}}, "off_duration": _OFF},
+     f"{ARRIVAL}.on_duration", "finite mean"),
+    ({"process": "on_off", "on_duration": {"type": "normal", "params": {"mean": -1, "std_dev": 1}}, "off_duration": _OFF},
+     f"{ARRIVAL}.on_duration", "finite mean > 0"),
+    ({"process": "on_off", "on_duration": {"type": "exponential", "params": {"mean": -1}}, "off_duration": _OFF},
+     f"{ARRIVAL}.on_duration.params.mean", "must be > 0"),
+    ({"process": "on_off", "on_duration": _ON, "off_duration": _OFF, "on_process": {"process": "weibull", "cv": 500}},
+     f"{ARRIVAL}.on_process.cv", "must be in"),
     ({"process": "windows", "windows": []}, f"{ARRIVAL}.windows", "must not be empty"),
     ({"process": "windows", "windows": [{"start_s": 10, "rate": 1}, {"start_s": 5, "rate": 1}]}, f"{ARRIVAL}.windows[1].start_s", "increasing"),
     ({"process": "windows", "windows": [{"start_s": 0, "rate": 0}, {"start_s": 600, "rate": 0.0}]}, f"{ARRIVAL}.windows", "rate > 0"),
@@ -464,8 +469,10 @@ BAD = [
     ({"process": "windows", "windows": [{"start_s": 0, "rate": math.inf}]}, f"{ARRIVAL}.windows[0].rate", "finite"),
     ({"process": "windows", "windows": [{"start_s": -1, "rate": 1}]}, f"{ARRIVAL}.windows[0].start_s", "must be >= 0"),
     ({"process": "windows", "window_s": 0, "windows": [{"start_s": 0, "rate": 1}]}, f"{ARRIVAL}.window_s", "must be > 0"),
-    ({"process": "windows", "windows": [{"start_s": 0, "rate": 1, "process": {"process": "gamma", "cv": 0}}]}, f"{ARRIVAL}.windows[0].process.cv", "must be > 0"),
-    ({"process": "windows", "windows": [{"start_s": 0, "rate": 1, "process": {"process": "zipf"}}]}, f"{ARRIVAL}.windows[0].process.process", "unknown arrival process"),
+    ({"process": "windows", "windows": [{"start_s": 0, "rate": 1, "process": {"process": "gamma", "cv": 0}}]},
+     f"{ARRIVAL}.windows[0].process.cv", "must be > 0"),
+    ({"process": "windows", "windows": [{"start_s": 0, "rate": 1, "process": {"process": "zipf"}}]},
+     f"{ARRIVAL}.windows[0].process.process", "unknown arrival process"),
 ]
 
 

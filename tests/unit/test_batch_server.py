@@ -269,7 +269,7 @@ def test_bin_selection_longest_queue_takes_the_fullest_bin():
         dynamic=DynamicBatchingConfig(d_sla_s=5.0, b_min=8, b_max=8, bin_selection=PolicySpec(kind="longest_queue")),
     )
     # The first request starts alone; meanwhile bin 1 gets 3 requests and bin 0 gets 2.
-    requests, recorder, _ = serve(config, [0.0, 0.1, 0.2, 0.3, 0.4, 0.5], [1.0, 1.0, 3.0, 3.0, 1.0, 3.0])
+    _requests, recorder, _ = serve(config, [0.0, 0.1, 0.2, 0.3, 0.4, 0.5], [1.0, 1.0, 3.0, 3.0, 1.0, 3.0])
     assert [b[2] for b in recorder.batches] == [0, 1, 0]
     assert [b[3] for b in recorder.batches] == [1, 3, 2]
 

@@ -72,7 +72,9 @@ def _profile(tmp_path, data) -> str:
 def test_a_scenario_names_a_profile_in_place_of_a_latency_model(tmp_path):
     """``latency_model: {profile: FILE}`` uses the file's latency model; the loaded scenario
     shows the coefficients themselves."""
-    path = _profile(tmp_path, {"profile_version": 1, "latency_model": {"kind": "batch_table", "params": {"decode_step_us": [5.0], "prefill_token_us": 2.0}}})
+    path = _profile(
+        tmp_path, {"profile_version": 1, "latency_model": {"kind": "batch_table", "params": {"decode_step_us": [5.0], "prefill_token_us": 2.0}}}
+    )
     s = load_scenario("scenarios/quickstart.yaml", {"serving.latency_model": {"profile": path}})
     assert s.serving.latency_model.kind == "batch_table" and s.serving.latency_model.params["decode_step_us"] == [5.0]
 

@@ -38,6 +38,7 @@ standard errors, five with the 25% allowance.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -179,8 +180,8 @@ def test_batch_time_decreases_with_bins(a, b, batch_size):
     """For B >= 2 every extra bin strictly shortens the batch and raises the throughput, below c_max."""
     times = [expected_batch_service_s(a, b, batch_size, k) for k in range(1, 65)]
     rates = [saturated_throughput(a, b, batch_size, k) for k in range(1, 65)]
-    assert all(later < earlier for earlier, later in zip(times, times[1:], strict=False))
-    assert all(later > earlier for earlier, later in zip(rates, rates[1:], strict=False))
+    assert all(later < earlier for earlier, later in itertools.pairwise(times))
+    assert all(later > earlier for earlier, later in itertools.pairwise(rates))
     assert rates[-1] < max_throughput(a, b, batch_size)
 
 

@@ -197,7 +197,7 @@ def test_slo_target_parsing_and_errors():
         SloCriterion.parse("ttft_p99=fast")
     with pytest.raises(ValueError, match="> 0"):
         SloCriterion.parse("ttft_p99=0")
-    with pytest.raises(ValueError, match="p0..p100"):
+    with pytest.raises(ValueError, match=r"p0\.\.p100"):
         SloCriterion(metric="ttft", statistic="p101", target_s=1.0)
 
 

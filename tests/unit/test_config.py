@@ -602,8 +602,8 @@ def test_build_policy_refuses_params_that_are_injected() -> None:
 
 def test_blis_profile_tp_must_be_an_integer():
     """A BLIS profile's tp given as a string is reported at params.tp as a type error."""
-    from simpy_llm.serving.latency import BlisLinearLatency
     from simpy_llm.config.errors import FieldValueError
+    from simpy_llm.serving.latency import BlisLinearLatency
 
     with pytest.raises(FieldValueError) as info:
         BlisLinearLatency.from_params({"model": "llama-3.1-8b-instruct", "gpu": "H100", "tp": "2"})
@@ -612,8 +612,8 @@ def test_blis_profile_tp_must_be_an_integer():
 
 def test_blis_profile_unknown_tp_is_blamed_on_tp():
     """A known model and GPU with a TP degree it was never fitted at is reported at params.tp."""
-    from simpy_llm.serving.latency import BlisLinearLatency
     from simpy_llm.config.errors import FieldValueError
+    from simpy_llm.serving.latency import BlisLinearLatency
 
     with pytest.raises(FieldValueError) as info:
         BlisLinearLatency.from_params({"model": "llama-3.1-8b-instruct", "gpu": "H100", "tp": 3})

@@ -170,7 +170,9 @@ def test_inside_windows_each_window_keeps_its_rate() -> None:
 
 def test_inside_on_off_periods_the_long_run_rate_holds() -> None:
     """As the process inside long ON periods, the long-run rate is the requested one (2%)."""
-    p = OnOffArrivals(on_duration=Constant(value=50.0), off_duration=Constant(value=50.0), on_process=DistributionArrivals(gaps=Gamma(shape=4.0, scale=1.0)))
+    p = OnOffArrivals(
+        on_duration=Constant(value=50.0), off_duration=Constant(value=50.0), on_process=DistributionArrivals(gaps=Gamma(shape=4.0, scale=1.0))
+    )
     t = _times(p, 90, RATE, 200_000, chunk=65_536)
     assert len(t) / float(t[-1]) == pytest.approx(RATE, rel=0.02)
 

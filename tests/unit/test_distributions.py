@@ -17,7 +17,6 @@ from scipy import stats
 from simpy_llm.config.errors import FieldValueError
 from simpy_llm.workload.arrivals import GammaArrivals, PoissonArrivals
 from simpy_llm.workload.distributions import ClampedGaussian, Constant, Exponential, LogNormal, to_tokens
-
 from tests.helpers import assert_moments
 
 N = 100_000

@@ -13,7 +13,6 @@ from simpy_llm.entities import Request
 from simpy_llm.metrics.recorder import Recorder
 from simpy_llm.serving.engine import Replica
 from simpy_llm.serving.latency import BlisLinearLatency
-
 from tests.helpers import run, tiny_scenario
 
 

@@ -301,10 +301,10 @@ def test_drop_outage_drops_arrivals_at_once():
 def test_endless_wait_outage_keeps_messages_in_flight_without_events():
     """An outage ending at math.inf holds its messages in flight forever and schedules nothing for them."""
     for overhead, bw in ((0.0, 1e3), (0.2, 1e3), (0.0, math.inf)):
-        env, link, out, _ = _link(bandwidth_bytes_per_s=bw, overhead_s=overhead, outages=[(1.0, math.inf)])
+        env, link, _out, _ = _link(bandwidth_bytes_per_s=bw, overhead_s=overhead, outages=[(1.0, math.inf)])
         sent = _send(env, link, [(0.0, 2000.0), (1.5, 10.0)])
         env.run()
-        first, second = sent
+        _first, second = sent
         s = link.statistics()
         assert (s.delivered, s.in_flight) == ((1, 1) if bw == math.inf else (0, 2))
         assert math.isnan(second.delivered_s) and env.now == 1.5
@@ -403,7 +403,7 @@ def test_put_is_born_processed_and_get_is_refused():
     event = link.put("p", 10)
     assert event.processed and event.ok and isinstance(event.value, Message) and event.value.payload == "p"
     assert events_scheduled(env) == 1  # only the transmission's timer, none for the put
-    with pytest.raises(TypeError, match="link.out"):
+    with pytest.raises(TypeError, match=r"link\.out"):
         link.get()
 
 

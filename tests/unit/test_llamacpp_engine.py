@@ -119,8 +119,10 @@ def test_preset_in_a_scenario_and_its_errors():
         ({"preset": "llamacpp", "cache_ram_tokens": 0, "cache_idle_slots": True}, "serving.engine.cache_idle_slots", "needs cache_ram_tokens > 0"),
         ({"preset": "llamacpp", "slot_prompt_similarity": 1.5}, "serving.engine.slot_prompt_similarity", "must be in [0.0, 1.0]"),
         ({"max_num_seqs": 2, "max_num_batched_tokens": 64, "max_model_len": 100, "kv_num_blocks": 12, "slot_cache": {}},
-         "serving.engine.kv_num_blocks", "must hold every slot's whole context: max_num_seqs (2) x max_model_len (100) tokens = 14 blocks of 16; got 12"),
-        ({"max_num_seqs": 2, "max_num_batched_tokens": 64, "kv_num_blocks": 20, "slot_cache": {}}, "serving.engine.slot_cache", "needs max_model_len"),
+         "serving.engine.kv_num_blocks",
+         "must hold every slot's whole context: max_num_seqs (2) x max_model_len (100) tokens = 14 blocks of 16; got 12"),
+        ({"max_num_seqs": 2, "max_num_batched_tokens": 64, "kv_num_blocks": 20, "slot_cache": {}},
+         "serving.engine.slot_cache", "needs max_model_len"),
         ({"max_num_seqs": 2, "max_num_batched_tokens": 64, "max_model_len": 100, "kv_num_blocks": 20, "prefix_caching": False, "slot_cache": {}},
          "serving.engine.slot_cache", "needs prefix_caching: true"),
         ({"max_num_seqs": 2, "max_num_batched_tokens": 64, "max_model_len": 100, "kv_num_blocks": 20, "reusable_prompt_tail": 5, "slot_cache": {}},
@@ -130,7 +132,8 @@ def test_preset_in_a_scenario_and_its_errors():
         ({"max_num_seqs": 2, "max_num_batched_tokens": 64, "max_model_len": 100, "kv_num_blocks": "auto", "slot_cache": {}},
          "serving.engine.kv_num_blocks", "must be a number with slot_cache"),
         ({"max_num_seqs": 2, "max_num_batched_tokens": 64, "max_model_len": 100, "kv_num_blocks": 20,
-          "slot_cache": {"host_cache_tokens": 0, "cache_idle_slots": True}}, "serving.engine.slot_cache.cache_idle_slots", "needs host_cache_tokens > 0"),
+          "slot_cache": {"host_cache_tokens": 0, "cache_idle_slots": True}},
+         "serving.engine.slot_cache.cache_idle_slots", "needs host_cache_tokens > 0"),
         ({"max_num_seqs": 2, "max_num_batched_tokens": 64, "max_model_len": 100, "kv_num_blocks": 20,
           "slot_cache": {"max_checkpoints": 0}}, "serving.engine.slot_cache.max_checkpoints", "must be >= 1"),
         ({"max_num_seqs": 2, "max_num_batched_tokens": 64, "max_model_len": 100, "kv_num_blocks": 20,
@@ -200,7 +203,8 @@ def test_a_finished_round_leaves_its_prompt_less_the_tail_to_the_next():
                 "input_distribution": {"type": "constant", "params": {"value": 100}},
                 "output_distribution": {"type": "constant", "params": {"value": 20}},
                 "multi_turn": {"max_rounds": 2, "think_time": {"type": "constant", "params": {"value": 1.0}}}}]},
-            "serving": {"engine": engine, "latency_model": {"kind": "blis_linear", "params": {"beta0_us": 1000.0, "beta1_us": 10.0, "beta2_us": 10.0}}},
+            "serving": {"engine": engine,
+                        "latency_model": {"kind": "blis_linear", "params": {"beta0_us": 1000.0, "beta1_us": 10.0, "beta2_us": 10.0}}},
         })
     with_tail = Simulation(scenario(5)).run(progress=False).to_dataframe().sort_values("round_index")
     assert with_tail.prompt_tokens.tolist() == [100, 220] and with_tail.cached_tokens.tolist() == [0, 95]

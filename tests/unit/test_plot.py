@@ -12,10 +12,10 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
-from simpy_llm.plot import (  # noqa: E402
+from simpy_llm.plot import (
     SLA_ATTAINMENT_COLUMNS,
     batch_size_over_time,
     calibration_qq,
@@ -109,7 +109,7 @@ def test_line_reference_of_wrong_length_is_an_error(sweep_frame):
 
 def test_line_missing_column_is_an_error(sweep_frame):
     """A column the frame lacks is a ValueError listing the frame's columns."""
-    with pytest.raises(ValueError, match="no column.*'tput'.*throughput"):
+    with pytest.raises(ValueError, match=r"no column.*'tput'.*throughput"):
         line(sweep_frame, "k", "tput")
 
 

@@ -14,8 +14,7 @@ import yaml
 
 from simpy_llm import Simulation
 from simpy_llm.cli import main
-from simpy_llm.config import ScenarioError, load_plugins, load_scenario, scenario_from_dict
-from simpy_llm.config import loader
+from simpy_llm.config import ScenarioError, load_plugins, load_scenario, loader, scenario_from_dict
 from simpy_llm.policies.routing import routing_policies
 from simpy_llm.policies.scheduling import scheduler_policies
 

@@ -15,7 +15,6 @@ import simpy_llm.simulation as simulation_module
 from simpy_llm import Simulation, load_scenario
 from simpy_llm.cli import main
 from simpy_llm.progress import AUTO_MIN_REQUESTS, in_jupyter_kernel, progress_wanted, watched
-
 from tests.helpers import columns_equal
 
 LONG = AUTO_MIN_REQUESTS

@@ -9,7 +9,6 @@ import pytest
 
 from simpy_llm import Recorder, Request, Results, Simulation, load_scenario, scenario_from_dict
 from simpy_llm.policies.routing import JoinShortestQueue
-
 from tests.helpers import tiny_scenario
 
 NAN = math.nan

@@ -368,7 +368,10 @@ def test_category_is_detected_from_the_fields(tmp_path):
     fields a multimodal client whose absent modalities (audio, video) stay unset."""
     _write_client(tmp_path / "lang", {"input_tokens": "{10: 1.0}", "output_tokens": "{5: 1.0}"})
     _write_client(tmp_path / "reason", {"input_tokens": "{10: 1.0}", "output_tokens": "{5: 1.0}", "reason_ratio": "{0.0: 0.5, 0.75: 0.5}"})
-    _write_client(tmp_path / "mm", {"text_tokens": "{7: 1.0}", "image_tokens": "{300: 0.5, 600: 0.5}", "image_count": "{0: 0.5, 2: 0.5}", "output_tokens": "{5: 1.0}"})
+    _write_client(
+        tmp_path / "mm",
+        {"text_tokens": "{7: 1.0}", "image_tokens": "{300: 0.5, 600: 0.5}", "image_count": "{0: 0.5, 2: 0.5}", "output_tokens": "{5: 1.0}"},
+    )
     (lang,), _ = load_servegen(ServeGenConfig(path=str(tmp_path / "lang")))
     (reason,), _ = load_servegen(ServeGenConfig(path=str(tmp_path / "reason")))
     (mm,), _ = load_servegen(ServeGenConfig(path=str(tmp_path / "mm")))

@@ -47,7 +47,9 @@ def test_n_batch_is_compared_as_llamacpp_clamps_it_to_the_context() -> None:
     assert server_block_mismatches({"server": block}, engine) == []
     assert server_block_mismatches({"server": {**block, "n_ctx": 1024}}, engine) == []
     problems = server_block_mismatches({"server": block}, EngineConfig(max_num_seqs=1, max_num_batched_tokens=512, max_model_len=1024))
-    assert problems == [("max_num_batched_tokens", "the trace was recorded with server.n_batch = 2048 (clamped to the context: 1024), the scenario has 512")]
+    assert problems == [
+        ("max_num_batched_tokens", "the trace was recorded with server.n_batch = 2048 (clamped to the context: 1024), the scenario has 512")
+    ]
 
 
 def test_a_block_is_checked_by_its_own_types_keys_only() -> None:

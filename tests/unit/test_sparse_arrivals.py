@@ -198,7 +198,12 @@ def test_gap_below_is_the_gap_conditioned_to_fit_and_survival_matches_scipy(proc
         (OnOffArrivals(on_duration=LogNormal(mu=0.0, sigma=1.0), off_duration=Constant(value=1.0)), 1e-7),
         (OnOffArrivals(on_duration=Exponential(mean=1.0), off_duration=Exponential(mean=1.0), on_process=GammaArrivals(cv=2.0)), 1e-7),
         (
-            WindowedArrivals(window_s=10.0, windows=(RateWindow(start_s=0.0, rate=1.0, process=OnOffArrivals(on_duration=Constant(value=1.0), off_duration=Constant(value=1.0))),)),
+            WindowedArrivals(
+                window_s=10.0,
+                windows=(
+                    RateWindow(start_s=0.0, rate=1.0, process=OnOffArrivals(on_duration=Constant(value=1.0), off_duration=Constant(value=1.0))),
+                ),
+            ),
             1e-3,
         ),
     ],

@@ -19,7 +19,6 @@ from simpy_llm.metrics import summary as summary_module
 from simpy_llm.metrics.summary import FRAME_COLUMNS, Summary, flatten_summary
 from simpy_llm.serving.engine import Replica
 from simpy_llm.serving.latency import BlisLinearLatency
-
 from tests.helpers import tiny_scenario
 
 NAN = math.nan

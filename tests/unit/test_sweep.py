@@ -11,8 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simpy_llm import ScenarioError, Simulation, load_scenario
-from simpy_llm import explore
+from simpy_llm import ScenarioError, Simulation, explore, load_scenario
 from simpy_llm.explore import column_name, summary_columns
 from simpy_llm.explore import sweeps as sweep_module
 
@@ -148,7 +147,7 @@ def test_bad_value_at_a_later_point_fails_before_any_run(quickstart_path, count_
 @pytest.mark.parametrize("grid", [{}, {"workload.aggregate_rate": []}], ids=["empty grid", "empty values"])
 def test_empty_grid_or_values_is_a_value_error(quickstart_path, grid):
     """An empty grid, or a key with no values, is a ValueError."""
-    with pytest.raises(ValueError, match="empty|no values"):
+    with pytest.raises(ValueError, match=r"empty|no values"):
         sweep(quickstart_path, grid, overrides=SMALL)
 
 

@@ -20,8 +20,7 @@ import pytest
 from scipy import stats
 
 from simpy_llm import ScenarioError
-from simpy_llm.explore import RandomSearch, replications, sweep
-from simpy_llm.explore import sweeps
+from simpy_llm.explore import RandomSearch, replications, sweep, sweeps
 from simpy_llm.explore.sweeps import FRAME_FILE
 
 SMALL = {"workload.num_requests": 150}
@@ -124,7 +123,7 @@ def test_rows_and_columns_follow_point_order_whatever_the_completion_order(quick
 
 def test_bad_executor_is_a_type_error(quickstart_path_module):
     """An executor of another kind is a TypeError naming what is allowed; a string other than 'serial' a ValueError."""
-    with pytest.raises(TypeError, match="concurrent.futures.Executor"):
+    with pytest.raises(TypeError, match=r"concurrent\.futures\.Executor"):
         sweep(quickstart_path_module, GRID, overrides=SMALL, executor=object())
     with pytest.raises(ValueError, match="'serial'"):
         sweep(quickstart_path_module, GRID, overrides=SMALL, executor="threads")
@@ -220,7 +219,10 @@ def test_random_search_draws_follow_their_dimensions():
 
 @pytest.mark.parametrize(
     ("space", "match"),
-    [({}, "empty"), ({"a": []}, "no choices"), ({"a": (3, 1)}, "low <= high"), ({"a": (0.0, 1.0, "log")}, "low > 0"), ({"a": "x"}, "each value must be")],
+    [
+        ({}, "empty"), ({"a": []}, "no choices"), ({"a": (3, 1)}, "low <= high"), ({"a": (0.0, 1.0, "log")}, "low > 0"),
+        ({"a": "x"}, "each value must be"),
+    ],
 )
 def test_random_search_rejects_a_bad_space(space, match):
     """A bad space is an error naming the key and what a dimension may be."""
@@ -346,7 +348,7 @@ def test_unknown_objective_is_an_error_and_fails_the_trial(quickstart_path_modul
     optuna = pytest.importorskip("optuna")
     study = optuna.create_study()
     space = {"workload.aggregate_rate": optuna.distributions.FloatDistribution(5.0, 30.0)}
-    with pytest.raises(ValueError, match="closest: throughput.requests_per_s"):
+    with pytest.raises(ValueError, match=r"closest: throughput\.requests_per_s"):
         sweep(quickstart_path_module, study=study, space=space, objective="throughput.request_per_s", n_trials=2, overrides=SMALL, executor="serial")
     assert [t.state for t in study.trials] == [optuna.trial.TrialState.FAIL]
 

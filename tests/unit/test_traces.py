@@ -207,7 +207,7 @@ def test_generated_workload_trace(tmp_path: Path) -> None:
             "arrival_time_s": [0.1234564, 2.5],
         }
     )
-    header_path, csv_path = write_generated_trace(frame, tmp_path / "trace", source="spec.yaml", seed=7)
+    _header_path, csv_path = write_generated_trace(frame, tmp_path / "trace", source="spec.yaml", seed=7)
     t = read_trace_v2(csv_path)
     assert t.frame.arrival_time_us.tolist() == [123456, 2500000]
     assert t.frame.priority.tolist() == [0, 3]
@@ -521,21 +521,32 @@ MALFORMED: list[tuple[str, str, dict[str, str], str, str, str]] = [
     ("v2-truncated-last-row", "v2", {"t.csv": V2_OK + "7,12"}, "t.csv", "t.csv", "line 3, column output_tokens"),
     ("v2-empty-file", "v2", {"t.csv": ""}, "t.csv", "t.csv", "line 1"),
     ("v2-header-missing", "v2", {"t.csv": V2_OK, "t.yaml": None}, "t.csv", "t.yaml", ""),  # type: ignore[dict-item]
-    ("v2-header-version", "v2", {"t.csv": V2_OK, "t.yaml": "time_unit: microseconds\ntrace_version: 1\n"}, "t.csv", "t.yaml", "line 2, key trace_version"),
+    ("v2-header-version", "v2", {"t.csv": V2_OK, "t.yaml": "time_unit: microseconds\ntrace_version: 1\n"},
+     "t.csv", "t.yaml", "line 2, key trace_version"),
     ("v2-header-unit", "v2", {"t.csv": V2_OK, "t.yaml": "trace_version: 2\ntime_unit: ms\n"}, "t.csv", "t.yaml", "line 2, key time_unit"),
     ("v2-header-yaml", "v2", {"t.csv": V2_OK, "t.yaml": "trace_version: 2\nserver: [a, b\n"}, "t.csv", "t.yaml", "line 3"),
     ("v2-header-not-mapping", "v2", {"t.csv": V2_OK, "t.yaml": "- 2\n"}, "t.csv", "t.yaml", "line 1"),
-    ("azure-bad-timestamp", "azure", {"a.csv": "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,1,2\nyesterday,3,4\n"}, "a.csv", "a.csv", "line 3, column TIMESTAMP"),
-    ("azure-non-numeric", "azure", {"a.csv": "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,1,2\n2023-11-16 18:15:47,x,4\n"}, "a.csv", "a.csv", "line 3, column ContextTokens"),
-    ("azure-negative", "azure", {"a.csv": "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,1,-2\n"}, "a.csv", "a.csv", "line 2, column GeneratedTokens"),
+    ("azure-bad-timestamp", "azure", {"a.csv": "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,1,2\nyesterday,3,4\n"},
+     "a.csv", "a.csv", "line 3, column TIMESTAMP"),
+    ("azure-non-numeric", "azure", {"a.csv": "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,1,2\n2023-11-16 18:15:47,x,4\n"},
+     "a.csv", "a.csv", "line 3, column ContextTokens"),
+    ("azure-negative", "azure", {"a.csv": "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,1,-2\n"},
+     "a.csv", "a.csv", "line 2, column GeneratedTokens"),
     ("azure-missing-column", "azure", {"a.csv": "TIMESTAMP,ContextTokens\n2023-11-16 18:15:46.68,1\n"}, "a.csv", "a.csv", "line 1"),
-    ("mooncake-bad-json", "mooncake", {"m.jsonl": '{"timestamp": 0, "input_length": 5, "output_length": 1}\n{"timestamp": 3, "input_length": \n'}, "m.jsonl", "m.jsonl", "line 2"),
+    ("mooncake-bad-json", "mooncake", {"m.jsonl": '{"timestamp": 0, "input_length": 5, "output_length": 1}\n{"timestamp": 3, "input_length": \n'},
+     "m.jsonl", "m.jsonl", "line 2"),
     ("mooncake-not-object", "mooncake", {"m.jsonl": "[1, 2]\n"}, "m.jsonl", "m.jsonl", "line 1"),
-    ("mooncake-missing-key", "mooncake", {"m.jsonl": '{"timestamp": 0, "input_length": 5, "output_length": 1}\n\n{"timestamp": 3, "input_length": 5}\n'}, "m.jsonl", "m.jsonl", "line 3"),
-    ("mooncake-negative", "mooncake", {"m.jsonl": '{"timestamp": 0, "input_length": -5, "output_length": 1}\n'}, "m.jsonl", "m.jsonl", "line 1, key input_length"),
-    ("mooncake-float-tokens", "mooncake", {"m.jsonl": '{"timestamp": 0, "input_length": 5.5, "output_length": 1}\n'}, "m.jsonl", "m.jsonl", "line 1, key input_length"),
-    ("mooncake-bad-timestamp", "mooncake", {"m.jsonl": '{"timestamp": "noon", "input_length": 5, "output_length": 1}\n'}, "m.jsonl", "m.jsonl", "line 1, key timestamp"),
-    ("mooncake-bad-hash-ids", "mooncake", {"m.jsonl": '{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1, "x"]}\n'}, "m.jsonl", "m.jsonl", "line 1, key hash_ids"),
+    ("mooncake-missing-key", "mooncake",
+     {"m.jsonl": '{"timestamp": 0, "input_length": 5, "output_length": 1}\n\n{"timestamp": 3, "input_length": 5}\n'},
+     "m.jsonl", "m.jsonl", "line 3"),
+    ("mooncake-negative", "mooncake", {"m.jsonl": '{"timestamp": 0, "input_length": -5, "output_length": 1}\n'},
+     "m.jsonl", "m.jsonl", "line 1, key input_length"),
+    ("mooncake-float-tokens", "mooncake", {"m.jsonl": '{"timestamp": 0, "input_length": 5.5, "output_length": 1}\n'},
+     "m.jsonl", "m.jsonl", "line 1, key input_length"),
+    ("mooncake-bad-timestamp", "mooncake", {"m.jsonl": '{"timestamp": "noon", "input_length": 5, "output_length": 1}\n'},
+     "m.jsonl", "m.jsonl", "line 1, key timestamp"),
+    ("mooncake-bad-hash-ids", "mooncake", {"m.jsonl": '{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1, "x"]}\n'},
+     "m.jsonl", "m.jsonl", "line 1, key hash_ids"),
     ("burstgpt-bad-timestamp", "burstgpt", {"b.csv": BURSTGPT + "later,ChatGPT,1,1,2,API log\n"}, "b.csv", "b.csv", "line 5, column Timestamp"),
     ("burstgpt-negative", "burstgpt", {"b.csv": BURSTGPT + "200,ChatGPT,-1,1,0,API log\n"}, "b.csv", "b.csv", "line 5, column Request tokens"),
     ("burstgpt-missing-column", "burstgpt", {"b.csv": "Timestamp,Model,Request tokens\n5,ChatGPT,10\n"}, "b.csv", "b.csv", "line 1"),

@@ -111,7 +111,7 @@ def test_relative_paths_resolve_against_the_workload_file(tmp_path: Path, monkey
     """A trace path in a workload file is relative to that file's directory, whatever the current directory."""
     (tmp_path / "specs" / "data").mkdir(parents=True)
     (tmp_path / "specs" / "data" / "t.csv").write_text(TRACE_CSV)
-    path = _write(tmp_path / "specs" / "replay.yaml", {"traces": [{"path": "data/t.csv", "format": "csv"}]})
+    _write(tmp_path / "specs" / "replay.yaml", {"traces": [{"path": "data/t.csv", "format": "csv"}]})
     monkeypatch.chdir(tmp_path)
     assert load_workload("specs/replay.yaml").traces[0].path == str(tmp_path / "specs" / "data" / "t.csv")
 

@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 
 from simpy_llm import Scenario, scenario_from_dict
-from simpy_llm.observe.emulate import EmulatedServer
 from simpy_llm.observe import ObservedRequest, OpenAIClient, RequestSpec
+from simpy_llm.observe.emulate import EmulatedServer
 from simpy_llm.observe.sse import interpret, parse_events
 from simpy_llm.workload.traces import read_trace_v2
 

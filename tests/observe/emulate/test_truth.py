@@ -43,8 +43,8 @@ import pandas as pd
 import yaml
 
 from simpy_llm import Scenario, Simulation, load_scenario
-from simpy_llm.observe.emulate import EmulatedServer, replay_scenario
 from simpy_llm.observe import LoadGenerator, ObservedRequest, OpenAIClient, RequestSpec
+from simpy_llm.observe.emulate import EmulatedServer, replay_scenario
 from simpy_llm.observe.loadgen import LoadRequest
 from simpy_llm.workload.traces import read_trace_v2, us_from_s
 from tests.observe.lag import LagProbe, perf_minus_loop_s
