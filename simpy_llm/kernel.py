@@ -321,6 +321,16 @@ class Environment(simpy.Environment):
     True
     """
 
+    def __init__(self, initial_time: float = 0) -> None:
+        super().__init__(initial_time)
+        # SimPy binds its event factories (timeout, event, process, ...) to an environment
+        # instance so that a call skips the descriptor, but only those its own class
+        # defines (BoundClass.bind_early reads the class's __dict__): bind the inherited ones.
+        for cls in type(self).__mro__[1:]:
+            for name, obj in vars(cls).items():
+                if type(obj) is BoundClass and name not in vars(self):
+                    setattr(self, name, getattr(self, name))
+
     def timer_at(self, at_s: float) -> Event:
         """:func:`timer_at` on this environment."""
         return timer_at(self, at_s)

@@ -52,7 +52,7 @@ import simpy
 from simpy.events import Event
 
 from simpy_llm.entities import Request
-from simpy_llm.kernel import LATE, TimerAt, move_wait, succeed_at, timer_at
+from simpy_llm.kernel import LATE, TimerAt, move_wait, succeed_at
 from simpy_llm.serving.kv_cache import PagedKVCache, blocks_for
 from simpy_llm.serving.prefix_cache import PrefixCache
 from simpy_llm.serving.slot_cache import SlotCache
@@ -608,7 +608,7 @@ class Replica:
         if m >= k:
             return  # the stretch ends with the step in progress anyway
         self._stretch = (done, m, n_decode, step_s)
-        move_wait(self.process, timer_at(self.env, self._step_end_s(done + m)))
+        move_wait(self.process, TimerAt(self.env, self._step_end_s(done + m)))
 
     def _step_end_s(self, j: int) -> float:
         """When step *j* of the current segment ends, s: its start plus *j* durations,

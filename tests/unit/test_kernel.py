@@ -310,3 +310,18 @@ def test_check_simpy_names_a_wait_that_no_longer_moves(monkeypatch):
 def test_the_kernel_module_names_its_rule():
     """The module's docstring states that it is the one place that touches SimPy internals."""
     assert "one module" in kernel.__doc__ and "SimPy" in kernel.__doc__
+
+
+def test_the_kernel_environment_binds_simpy_event_factories_to_the_instance():
+    """The kernel's Environment binds SimPy's event factories (timeout, event, process...) to
+    the instance as a plain simpy.Environment does, so a call does not go through the class
+    descriptor each time."""
+    from simpy.core import BoundClass
+
+    from simpy_llm.kernel import Environment
+
+    plain, ours = simpy.Environment(), Environment()
+    factories = [name for name, obj in vars(simpy.Environment).items() if type(obj) is BoundClass]
+    assert {"timeout", "event", "process"} <= set(factories)
+    for name in factories:
+        assert name in vars(plain) and name in vars(ours), name
