@@ -321,16 +321,6 @@ class Environment(simpy.Environment):
     True
     """
 
-    def __init__(self, initial_time: float = 0) -> None:
-        super().__init__(initial_time)
-        # SimPy binds its event factories (timeout, event, process, ...) to an environment
-        # instance so that a call skips the descriptor, but only those its own class
-        # defines (BoundClass.bind_early reads the class's __dict__): bind the inherited ones.
-        for cls in type(self).__mro__[1:]:
-            for name, obj in vars(cls).items():
-                if type(obj) is BoundClass and name not in vars(self):
-                    setattr(self, name, getattr(self, name))
-
     def timer_at(self, at_s: float) -> Event:
         """:func:`timer_at` on this environment."""
         return timer_at(self, at_s)
@@ -347,6 +337,18 @@ class Environment(simpy.Environment):
         """:func:`events_scheduled` on this environment (a method, not a property: each call
         uses an event id)."""
         return events_scheduled(self)
+
+
+# SimPy binds its event factories (timeout, event, process, ...) to each environment in
+# __init__, so that a call skips the descriptor, but only those the instance's own class
+# defines (BoundClass.bind_early reads type(env).__dict__). Declaring them on the subclass
+# lets SimPy bind them as it does for a plain Environment, inside __init__; binding them
+# afterwards would also work, but adding attributes to an instance after __init__ makes
+# CPython give up its compact attribute layout, and every env attribute read gets slower.
+for _name, _factory in vars(simpy.Environment).items():
+    if type(_factory) is BoundClass:
+        setattr(Environment, _name, _factory)
+del _name, _factory
 
 
 # --- resources whose put never blocks --------------------------------------------------
