@@ -78,6 +78,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import operator
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -320,6 +321,11 @@ class Environment(simpy.Environment):
     >>> env.run(); proc.value == 0.1 + 0.2
     True
     """
+
+    # SimPy's ``now`` is a property whose getter is a Python function; an attrgetter getter
+    # reads the same attribute without a Python frame, and the components read ``env.now``
+    # several times per request.
+    now = property(operator.attrgetter("_now"), doc="The current simulated time (as ``simpy.Environment.now``).")
 
     def timer_at(self, at_s: float) -> Event:
         """:func:`timer_at` on this environment."""
