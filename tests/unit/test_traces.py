@@ -658,7 +658,7 @@ def test_load_trace_parses_an_unchanged_file_once(tmp_path: Path, monkeypatch: p
     first = load_trace(source)
     first.frame.loc[0, "input_tokens"] = 999
     first.header["mine"] = True
-    monkeypatch.setattr("simpy_llm.workload.traces.read_trace_v2", lambda _p: pytest.fail("parsed again"))
+    monkeypatch.setattr("simpy_llm.workload.traces.loading.read_trace_v2", lambda _p: pytest.fail("parsed again"))
     second = load_trace(source)
     assert second.frame["input_tokens"].tolist() == [10, 20, 30] and "mine" not in second.header
     assert second.equals(load_trace(source))
@@ -677,9 +677,9 @@ def test_load_trace_reads_a_changed_file_again(tmp_path: Path) -> None:
 
 def test_load_trace_keeps_none_when_told(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With ``LOADED_TRACES_KEPT = 0`` every load parses the file."""
-    monkeypatch.setattr("simpy_llm.workload.traces.LOADED_TRACES_KEPT", 0)
+    monkeypatch.setattr("simpy_llm.workload.traces.loading.LOADED_TRACES_KEPT", 0)
     source = TraceSource(path=str(_small_v2(tmp_path, 5)), format="trace_v2")
     load_trace(source)
-    monkeypatch.setattr("simpy_llm.workload.traces.read_trace_v2", lambda _p: pytest.fail("parsed again"))
+    monkeypatch.setattr("simpy_llm.workload.traces.loading.read_trace_v2", lambda _p: pytest.fail("parsed again"))
     with pytest.raises(pytest.fail.Exception, match="parsed again"):
         load_trace(source)
