@@ -89,7 +89,7 @@ def test_save_writes_parquet_equal_to_csv(tmp_path):
     """With pyarrow installed, save() also writes records.parquet holding the same table as records.csv."""
     import pandas as pd
 
-    pytest.importorskip("pyarrow")
+    pytest.importorskip("pyarrow", reason="needs the parquet extra (pyarrow): pip install -e '.[parquet]'")
     res = Simulation(load_scenario("scenarios/quickstart.yaml", ["workload.num_requests=300"])).run()
     out = res.save(tmp_path)
     from_parquet = pd.read_parquet(out / "records.parquet")

@@ -143,7 +143,7 @@ def test_a_drafter_can_use_a_trained_regressor_bundle(tmp_path):
     """A ``.joblib`` regressor bundle trained on a log of a constant p = 0.8 chain stands in
     for a curve file: a scenario names it, and the rounds' mean tokens at γ = 3 come within
     3 % of 1 + 0.8 + 0.8^2 + 0.8^3 (the forest's error on ~60k rows is well under 1 %)."""
-    pytest.importorskip("sklearn")
+    pytest.importorskip("sklearn", reason="needs the learn extra (scikit-learn): pip install -e '.[learn]'")
     import pandas as pd
 
     from simpy_llm.speculative.regressor import train_acceptance_regressor

@@ -2,26 +2,40 @@
 
 Every ``notebooks/*.ipynb`` is executed in a fresh ``python3`` kernel by nbclient, from
 the ``notebooks/`` folder (as Jupyter would run it). The notebook that starts a real
-llama.cpp server is marked ``real_server``, like the tests in ``tests/real/``.
+llama.cpp server is marked ``real_server``, like the tests in ``tests/real/`` (it skips without the
+``real-server`` extra); a notebook whose kernel needs another extra skips without it.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import time
 from pathlib import Path
 
 import pytest
 
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
+NEEDS_NOTEBOOKS = "needs the notebooks extra ({}): pip install -e '.[notebooks]'"
+
+nbformat = pytest.importorskip("nbformat", reason=NEEDS_NOTEBOOKS.format("nbformat"))
 
 NOTEBOOKS_DIR = Path(__file__).resolve().parents[2] / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
 REAL_SERVER = {"07_observe_and_calibrate.ipynb"}
 """Notebooks that start a real llama.cpp server (the ``real-server`` extra)."""
 
+KERNEL_MODULES = {"08_capacity_study_dask.ipynb": ("distributed",)}
+"""Per notebook, the modules of the ``notebooks`` extra its code imports, beyond simpy_llm's dependencies."""
+
 TIMEOUT_S = 300
 """Per-cell timeout: generous, for a loaded CI machine (each notebook takes well under a minute)."""
+
+
+def _importable(name: str) -> bool:
+    """Whether *name* can be imported (the kernel is this interpreter: ``python3``, from ipykernel)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ImportError:
+        return False
 
 
 def _param(path: Path) -> pytest.param:
@@ -40,6 +54,10 @@ def test_there_are_notebooks():
 @pytest.mark.parametrize("path", [_param(p) for p in NOTEBOOKS])
 def test_notebook_runs(path: Path):
     """The notebook executes top to bottom in a fresh kernel without a cell raising an error."""
+    nbclient = pytest.importorskip("nbclient", reason=NEEDS_NOTEBOOKS.format("nbclient"))
+    missing = [name for name in ("ipykernel", *KERNEL_MODULES.get(path.name, ())) if not _importable(name)]
+    if missing:
+        pytest.skip(NEEDS_NOTEBOOKS.format(", ".join(missing)))
     nb = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(
         nb, timeout=TIMEOUT_S, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS_DIR)}}

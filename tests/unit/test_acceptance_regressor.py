@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-pytest.importorskip("sklearn")
+pytest.importorskip("sklearn", reason="needs the learn extra (scikit-learn): pip install -e '.[learn]'")
 
 import joblib  # installed with scikit-learn
 

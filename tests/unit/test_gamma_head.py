@@ -44,7 +44,7 @@ def _scenario_data(tmp_path: Path) -> dict[str, Any]:
 def test_fit_head_recovers_known_weights() -> None:
     """On labels that are an exact linear function of the features, least squares returns its
     weights and bias (to 1e-6) and the Huber fit comes close."""
-    pytest.importorskip("sklearn")
+    pytest.importorskip("sklearn", reason="needs the learn extra (scikit-learn): pip install -e '.[learn]'")
     labels = _linear_labels()
     exact = fit_head(labels, loss="l2")
     assert np.allclose(exact["weights"], TRUE_WEIGHTS, rtol=0, atol=1e-6)
@@ -56,7 +56,7 @@ def test_fit_head_recovers_known_weights() -> None:
 
 def test_fitted_params_build_a_latency_head_and_load_in_a_scenario(tmp_path: Path) -> None:
     """The fitted params are plain floats that build a LatencyHead and a scenario naming it loads."""
-    pytest.importorskip("sklearn")
+    pytest.importorskip("sklearn", reason="needs the learn extra (scikit-learn): pip install -e '.[learn]'")
     params = fit_head(_linear_labels(), loss="huber")
     assert set(params) == {"weights", "bias"}
     assert all(type(w) is float for w in params["weights"]) and type(params["bias"]) is float

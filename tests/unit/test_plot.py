@@ -9,9 +9,6 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
-
-pytest.importorskip("matplotlib")
-
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 

@@ -100,7 +100,7 @@ def test_scheduler_runs_the_sweep_on_a_dask_cluster(quickstart_path, tmp_path, c
     """--scheduler ADDRESS runs the points on that Dask cluster, giving the rows of a run in this process."""
     import warnings
 
-    distributed = pytest.importorskip("distributed")
+    distributed = pytest.importorskip("distributed", reason="needs the explore extra (dask.distributed): pip install -e '.[explore]'")
     import dask
 
     # dask's own start-up warnings (a slow machine) are not the sweep's; a loaded machine
@@ -124,6 +124,6 @@ def test_scheduler_runs_the_sweep_on_a_dask_cluster(quickstart_path, tmp_path, c
 
 def test_scheduler_with_a_bad_address_exits_2(quickstart_path, capsys):
     """A scheduler address Dask cannot use is bad input: exit 2 naming the address."""
-    pytest.importorskip("distributed")
+    pytest.importorskip("distributed", reason="needs the explore extra (dask.distributed): pip install -e '.[explore]'")
     assert main(["sweep", str(quickstart_path), "--grid", "seed=1", "--scheduler", "bogus://nowhere:1"]) == 2
     assert "bogus://nowhere:1" in capsys.readouterr().err

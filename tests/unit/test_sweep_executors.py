@@ -26,6 +26,7 @@ from simpy_llm.explore.sweeps import FRAME_FILE
 SMALL = {"workload.num_requests": 150}
 GRID = {"workload.aggregate_rate": [10.0, 30.0], "serving.engine.max_num_seqs": [8, 64]}
 TP = "throughput.requests_per_s"
+NEEDS_EXPLORE = "needs the explore extra (dask.distributed, optuna): pip install -e '.[explore]'"
 P99 = "latency_s.ttft.p99"
 
 
@@ -63,7 +64,7 @@ def dask_client():
 
     Warnings dask itself raises while starting or stopping (about a slow, loaded machine)
     are not errors here: they say nothing about the sweep."""
-    distributed = pytest.importorskip("distributed")
+    distributed = pytest.importorskip("distributed", reason=NEEDS_EXPLORE)
     import dask
 
     # A loaded CI machine starts worker processes slowly: give them more than the default 30 s.
@@ -240,7 +241,7 @@ def test_exactly_one_source_of_points(quickstart_path_module):
 
 def test_optuna_study_is_told_every_trial(quickstart_path_module):
     """Each trial runs under every seed, its row carries the trial number, and the study is told the seed mean."""
-    optuna = pytest.importorskip("optuna")
+    optuna = pytest.importorskip("optuna", reason=NEEDS_EXPLORE)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(direction="minimize", sampler=optuna.samplers.RandomSampler(seed=0))
     space = {"serving.engine.max_num_seqs": optuna.distributions.IntDistribution(4, 64, log=True)}
@@ -261,7 +262,7 @@ def test_optuna_study_is_told_every_trial(quickstart_path_module):
 
 def test_optuna_trials_give_the_same_rows_serially(quickstart_path_module, pool):
     """A seeded sampler drives the same trials, and the same rows, on a process pool and serially."""
-    optuna = pytest.importorskip("optuna")
+    optuna = pytest.importorskip("optuna", reason=NEEDS_EXPLORE)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = {"workload.aggregate_rate": optuna.distributions.FloatDistribution(5.0, 30.0)}
 
@@ -276,7 +277,7 @@ def test_optuna_trials_give_the_same_rows_serially(quickstart_path_module, pool)
 
 def test_study_arguments_are_checked(quickstart_path_module):
     """study= needs space, objective and n_trials; those go with study= only."""
-    optuna = pytest.importorskip("optuna")
+    optuna = pytest.importorskip("optuna", reason=NEEDS_EXPLORE)
     study = optuna.create_study()
     space = {"workload.aggregate_rate": optuna.distributions.FloatDistribution(5.0, 30.0)}
     with pytest.raises(ValueError, match="objective"):
@@ -292,7 +293,7 @@ def test_study_arguments_are_checked(quickstart_path_module):
 
 def test_study_with_an_invalid_point_fails_its_trials(quickstart_path_module):
     """A trial whose value the scenario rejects raises the ScenarioError, and the study is told the trial failed."""
-    optuna = pytest.importorskip("optuna")
+    optuna = pytest.importorskip("optuna", reason=NEEDS_EXPLORE)
     study = optuna.create_study()
     space = {"serving.engine.max_num_seqs": optuna.distributions.IntDistribution(-5, -1)}
     with pytest.raises(ScenarioError, match="max_num_seqs"):
@@ -345,7 +346,7 @@ def test_replications_of_a_sweep_group_by_the_grid_keys(quickstart_path_module, 
 
 def test_unknown_objective_is_an_error_and_fails_the_trial(quickstart_path_module):
     """An objective no run has is a ValueError naming the closest column; the asked trial is told failed."""
-    optuna = pytest.importorskip("optuna")
+    optuna = pytest.importorskip("optuna", reason=NEEDS_EXPLORE)
     study = optuna.create_study()
     space = {"workload.aggregate_rate": optuna.distributions.FloatDistribution(5.0, 30.0)}
     with pytest.raises(ValueError, match=r"closest: throughput\.requests_per_s"):
