@@ -14,6 +14,7 @@ This file sits at the repository root so that it covers the doctests in ``simpy_
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import pytest
 
@@ -52,8 +53,16 @@ def extra_reason(extra: str, missing: list[str]) -> str:
     return f"needs the {extra} extra ({', '.join(missing)} not installed): pip install -e '.[{extra}]'"
 
 
+REQUIRE_EXTRAS = "SIMPY_LLM_REQUIRE_EXTRAS"
+"""Environment variable naming extras (comma-separated) a run must have: CI sets it, so that an
+installation that lost an extra fails rather than skipping what needs it."""
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     real_missing = missing_modules(REAL_SERVER_MODULES)
+    required = {e.strip() for e in os.environ.get(REQUIRE_EXTRAS, "").split(",") if e.strip()}
+    if real_missing and "real-server" in required:
+        raise pytest.UsageError(f"{REQUIRE_EXTRAS} requires the real-server extra; {extra_reason('real-server', real_missing)}")
     for item in items:
         if real_missing and item.get_closest_marker("real_server") is not None:
             item.add_marker(pytest.mark.skip(reason=extra_reason("real-server", real_missing)))

@@ -133,3 +133,13 @@ def test_without_the_real_server_extra_its_tests_and_doctests_skip(tmp_path: Pat
     skipped = [line for line in out.splitlines() if line.startswith("SKIPPED")]
     assert plan.returncode == 0 and skipped and all(reason in line for line in skipped), out[-4000:]
     assert re.fullmatch(r"\d+ skipped in .*", out.splitlines()[-1]), out[-4000:]  # every test
+
+
+def test_a_run_that_requires_the_real_server_extra_fails_without_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With SIMPY_LLM_REQUIRE_EXTRAS=real-server (as CI sets it) and the extra hidden, the run stops
+    with a usage error naming the extra instead of skipping its tests."""
+    monkeypatch.setenv("SIMPY_LLM_REQUIRE_EXTRAS", "real-server")
+    run = _pytest(tmp_path, _hidden("real-server"), "--collect-only", "-q", "tests/observe/test_server_description.py")
+    out = run.stdout + run.stderr
+    assert run.returncode == pytest.ExitCode.USAGE_ERROR, out[-4000:]
+    assert "requires the real-server extra" in out, out[-4000:]
