@@ -36,7 +36,7 @@ def probe_log(monkeypatch):
         log.append((p.load, p.replicas, p.seed))
         return p
 
-    monkeypatch.setattr(cap, "_run_probe", logged)
+    monkeypatch.setattr(cap.searches, "_run_probe", logged)  # where the searches look it up
     return log
 
 
