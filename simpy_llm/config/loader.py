@@ -132,7 +132,7 @@ def _strict_bool(value: Any, _t: Any) -> bool:
     return value
 
 
-def _injected_only(_value: Any, t: Any) -> Any:
+def _injected_only(_given: Any, t: Any) -> Any:
     raise _Problems([("", f"a {getattr(t, '__name__', t)} is provided by the simulation, not the scenario")])
 
 

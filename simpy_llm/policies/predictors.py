@@ -75,7 +75,7 @@ def unit_uniform(*values: int) -> float:
     return ((mix64(*values) >> 11) + 0.5) * 2.0**-53
 
 
-def _noise_applies_only_to_noisy(inst: OutputPredictor, _attr: Any, _value: Any) -> None:
+def _noise_applies_only_to_noisy(inst: OutputPredictor, _attr: Any, _given: Any) -> None:
     if inst.kind == "oracle":
         # An oracle has no error; a sigma or seed given with it would change nothing.
         for name in ("sigma", "seed"):
