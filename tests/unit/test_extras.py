@@ -85,10 +85,13 @@ def _hidden(extra: str) -> list[str]:
     return sorted({m for dist in EXTRAS[extra] - CORE - HARNESS for m in MODULES[dist]})
 
 
-def _pytest(tmp_path: Path, hidden: list[str], *args: str) -> subprocess.CompletedProcess[str]:
-    """pytest in a subprocess, from the repository root, with *hidden* unimportable."""
+def _pytest(tmp_path: Path, hidden: list[str], *args: str, require: str = "") -> subprocess.CompletedProcess[str]:
+    """pytest in a subprocess, from the repository root, with *hidden* unimportable.
+
+    The subprocess requires the extras in *require* only: this run's own ``SIMPY_LLM_REQUIRE_EXTRAS``
+    (CI sets it) would turn hiding an extra into a usage error in every check."""
     (tmp_path / "hide_extra_modules.py").write_text(PLUGIN)
-    env = dict(os.environ, HIDE_MODULES=",".join(hidden))
+    env = dict(os.environ, HIDE_MODULES=",".join(hidden), SIMPY_LLM_REQUIRE_EXTRAS=require)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tmp_path), str(ROOT), os.environ.get("PYTHONPATH")) if p)
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "hide_extra_modules", "-p", "no:cacheprovider", *args],
@@ -135,11 +138,10 @@ def test_without_the_real_server_extra_its_tests_and_doctests_skip(tmp_path: Pat
     assert re.fullmatch(r"\d+ skipped in .*", out.splitlines()[-1]), out[-4000:]  # every test
 
 
-def test_a_run_that_requires_the_real_server_extra_fails_without_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_run_that_requires_the_real_server_extra_fails_without_it(tmp_path: Path) -> None:
     """With SIMPY_LLM_REQUIRE_EXTRAS=real-server (as CI sets it) and the extra hidden, the run stops
     with a usage error naming the extra instead of skipping its tests."""
-    monkeypatch.setenv("SIMPY_LLM_REQUIRE_EXTRAS", "real-server")
-    run = _pytest(tmp_path, _hidden("real-server"), "--collect-only", "-q", "tests/observe/test_server_description.py")
+    run = _pytest(tmp_path, _hidden("real-server"), "--collect-only", "-q", "tests/observe/test_server_description.py", require="real-server")
     out = run.stdout + run.stderr
     assert run.returncode == pytest.ExitCode.USAGE_ERROR, out[-4000:]
     assert "requires the real-server extra" in out, out[-4000:]
