@@ -92,10 +92,10 @@ def load_requests(requests: Any) -> list[LoadRequest]:
     [1, 0]
     """
     if hasattr(requests, "to_dict") and hasattr(requests, "columns"):
-        rows: Iterable[Mapping[str, Any]] = requests.to_dict("records")
+        rows: Iterable[Mapping[str, Any] | LoadRequest] = requests.to_dict("records")
     else:
         rows = requests
-    out = []
+    out: list[LoadRequest] = []
     for i, row in enumerate(rows):
         if isinstance(row, LoadRequest):
             out.append(row)
@@ -389,7 +389,7 @@ class LoadGenerator:
         if self.conversations is not None and not self._stop.is_set():
             self._follow_ups(self.conversations.after(req, rec, rec.output_text or ""))
 
-    def _follow_ups(self, made: list[LoadRequest | ToolCall]) -> None:
+    def _follow_ups(self, made: Iterable[LoadRequest | ToolCall]) -> None:
         """Start what a session made: requests (each sent at its target: the end of what released
         it plus its delay) and tool calls (slept through, then what they release is started)."""
         for item in made:
@@ -455,9 +455,10 @@ class LoadGenerator:
         finally:
             if frozen:
                 gc.unfreeze()
-        if self.summary.lagging:
+        lag = self.summary.lag_p50_s
+        if self.summary.lagging and lag is not None:  # lagging implies a measured lag
             warnings.warn(
-                f"median schedule lag {self.summary.lag_p50_s * 1e3:.1f} ms exceeds "
+                f"median schedule lag {lag * 1e3:.1f} ms exceeds "
                 f"{self.lag_threshold_s * 1e3:.1f} ms: the client could not keep the requested rate",
                 ScheduleLagWarning,
                 stacklevel=2,

@@ -128,8 +128,10 @@ def prefix_text(group: str, n_tokens: int, seed: int = 0) -> str:
 class PromptSource(Protocol):
     """Where the load generator's prompt text comes from (see the module docstring)."""
 
-    token_rule: str
-    """The name of the rule that measures text in tokens (``words``, ``chars/4``)."""
+    @property
+    def token_rule(self) -> str:
+        """The name of the rule that measures text in tokens (``words``, ``chars/4``)."""
+        ...
 
     def text(self, n_tokens: int, request_id: int) -> str:
         """A request's own text of *n_tokens* tokens (by the rule)."""

@@ -33,13 +33,17 @@ def _uvloop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
         import uvloop
     except ImportError:
         return None
-    return uvloop.new_event_loop  # type: ignore[no-any-return]
+    return uvloop.new_event_loop
 
 
 def _asyncio_factory() -> Callable[[], asyncio.AbstractEventLoop]:
     # Named explicitly rather than through the event-loop policy, so that "asyncio"
-    # still means the standard loop when a program installed uvloop's policy.
-    return asyncio.ProactorEventLoop if sys.platform == "win32" else asyncio.SelectorEventLoop  # type: ignore[attr-defined,no-any-return]
+    # still means the standard loop when a program installed uvloop's policy. A statement,
+    # not a conditional expression: mypy reads platform checks in statements alone, and
+    # ProactorEventLoop exists on Windows alone.
+    if sys.platform == "win32":
+        return asyncio.ProactorEventLoop
+    return asyncio.SelectorEventLoop
 
 
 def _check(loop: str) -> None:

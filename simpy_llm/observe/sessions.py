@@ -229,14 +229,14 @@ class Conversations:
         it = call.iteration
         for old in [i for i in live.outputs if i < it - 1]:  # only iteration k-1 is repeated at k
             del live.outputs[old]
-        for old in [k for k in live.conversations if k[1] < it - 1]:
-            del live.conversations[old]
+        for old_key in [k for k in live.conversations if k[1] < it - 1]:
+            del live.conversations[old_key]
         question = {"role": "user", "content": self.prompts.text(max(call.new_tokens, 1), rid)}
         input_tokens = call.prompt_tokens
-        before = live.conversations.get(call.accumulates_from) if call.accumulates_from is not None else None
-        if before is not None:
+        source = call.accumulates_from
+        if source is not None and (before := live.conversations.get(source)) is not None:
             turns, counted, reported = before
-            own = (*call.accumulates_from, 0)
+            own = (*source, 0)
             others = [turn for key, turn in sorted(live.outputs.get(it - 1, {}).items()) if key != own]
             messages = _alternate([*turns, *others, question])
             input_tokens = call.prompt_tokens - counted + reported
@@ -290,12 +290,14 @@ class Conversations:
         call = tool.call
         start = tool.decided_s + call.delay_s  # called when what released it ended (plus the delay)
         await _sleep_until(start, clock)
+        name = call.step.tool
+        assert name is not None  # a tool call's step names its tool
         live = self.live.get(tool.session_id)
-        capacity = live.session.workflow.tools[call.step.tool].capacity if live is not None else None
-        if capacity is None:
+        capacity = live.session.workflow.tools[name].capacity if live is not None else None
+        if live is None or capacity is None:
             await _sleep_until(start + call.latency_s, clock)
             return start, start
-        slot = (live.session.source.client.id, str(call.step.tool))
+        slot = (live.session.source.client.id, name)
         semaphore = self._slots.get(slot)
         if semaphore is None:
             semaphore = self._slots[slot] = asyncio.Semaphore(capacity)

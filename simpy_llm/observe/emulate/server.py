@@ -26,7 +26,7 @@ import logging
 import math
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 from aiohttp import web
@@ -46,12 +46,13 @@ from simpy_llm.observe.emulate.protocol import (
     usage_chunk,
 )
 from simpy_llm.simulation import Simulation
-from simpy_llm.workload.distributions import SamplingError, draw_tokens
+from simpy_llm.workload.distributions import LengthDistribution, SamplingError, draw_tokens
 from simpy_llm.workload.generator import sampling_scenario_error
 from simpy_llm.workload.traces import TraceV2Writer, emulated_server_block, us_from_s
 
 if TYPE_CHECKING:
     from simpy_llm.config.schema import Scenario
+    from simpy_llm.serving.engine import Replica
 
 __all__ = [
     "DESCRIPTION_PATH",
@@ -114,7 +115,8 @@ def default_model_name(scenario: Scenario) -> str:
     >>> default_model_name(load_scenario("scenarios/quickstart.yaml"))
     'llama-3.1-8b-instruct'
     """
-    model = scenario.serving.groups()[0].latency_model.params.get("model")
+    latency = scenario.serving.groups()[0].latency_model
+    model = latency.params.get("model") if latency is not None else None
     if isinstance(model, str) and model:
         return model
     return scenario.name or "simpy-llm"
@@ -210,6 +212,8 @@ class EmulatedServer:
         self.driver: RealtimeDriver | None = None
         self.max_model_len = 0
         """Longest prompt + output accepted, tokens (the replicas' limit; set by :meth:`start`)."""
+        self._replicas: list[Replica] = []
+        self._output: LengthDistribution | None = None
         self._pending: dict[int, _Pending] = {}
         self._runner: web.AppRunner | None = None
         self._writer: TraceV2Writer | None = None
@@ -231,9 +235,13 @@ class EmulatedServer:
         """Build the simulation, start its clock (simulated time 0 is now) and listen; returns :attr:`url`."""
         sim = self.simulation = Simulation(self.scenario, external_arrivals=True, token_listener=self._on_token)
         clients = self.scenario.workload.clients
-        self._output = clients[0].output_distribution if clients else None
+        # The loader structures an output_distribution into a registered length distribution.
+        self._output = cast("LengthDistribution", clients[0].output_distribution) if clients else None
         self._output_rng = sim.workload_streams.stream("emulate/output")
-        self.max_model_len = sim.replicas[0].max_model_len
+        # A token_listener makes Simulation build continuous-batching replicas alone (it
+        # raises for batch servers, verify servers and a disaggregated fleet).
+        self._replicas = cast("list[Replica]", sim.replicas)
+        self.max_model_len = self._replicas[0].max_model_len
         if self.trace_path is not None:
             header = {"mode": "real", "server": self.description()}
             self._writer = TraceV2Writer(self.trace_path, header, extra_columns=TRACE_COLUMNS).open()
@@ -569,8 +577,7 @@ class EmulatedServer:
             for labels, value in values:
                 out.append(f'{name}{{model_name="{model}"{labels}}} {value}')
 
-        reps = sim.replicas
-        per = [(f',engine="{r.index}"', r) for r in reps]
+        per = [(f',engine="{r.index}"', r) for r in self._replicas]
         views = sim.views
         family("vllm:num_requests_running", "gauge", "Requests in the running batch.",
                [(lab, float(r.running_requests)) for lab, r in per])
