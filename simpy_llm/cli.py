@@ -38,13 +38,16 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simpy_llm import __version__
 from simpy_llm.config import Scenario, ScenarioError, load_plugins, load_scenario
 from simpy_llm.metrics.results import rate_lines
+
+if TYPE_CHECKING:
+    from simpy_llm.metrics.summary import Summary
 
 __all__ = ["main"]
 
@@ -517,7 +520,7 @@ def _known(value: float) -> float | None:
     return None if math.isnan(value) else value
 
 
-def _summary_table(s: dict[str, Any], title: str, *, has_slo: bool = True) -> Any:
+def _summary_table(s: Summary, title: str, *, has_slo: bool = True) -> Any:
     """The run's summary as rich tables (*has_slo*: the scenario has SLO targets; without
     them goodput counts every completed request, and the table says so)."""
     from rich.console import Group
@@ -527,21 +530,21 @@ def _summary_table(s: dict[str, Any], title: str, *, has_slo: bool = True) -> An
     lat.add_column("metric")
     for col in ("mean", "p50", "p90", "p95", "p99"):
         lat.add_column(col, justify="right")
-    rows = [
-        ("latency_s", "ttft", "TTFT (ms)", 1000.0),
-        ("latency_s", "tpot", "TPOT (ms)", 1000.0),
-        ("latency_s", "itl", "ITL (ms)", 1000.0),
-        ("latency_s", "e2e", "E2E (s)", 1.0),
-        ("latency_s", "queue_delay", "queue delay (ms)", 1000.0),
+    latency = s["latency_s"]
+    rows: list[tuple[Mapping[str, object], str, float]] = [
+        (latency["ttft"], "TTFT (ms)", 1000.0),
+        (latency["tpot"], "TPOT (ms)", 1000.0),
+        (latency["itl"], "ITL (ms)", 1000.0),
+        (latency["e2e"], "E2E (s)", 1.0),
+        (latency["queue_delay"], "queue delay (ms)", 1000.0),
     ]
     if "client_latency_s" in s:
-        rows += [("client_latency_s", "ttft", "client TTFT (ms)", 1000.0), ("client_latency_s", "e2e", "client E2E (s)", 1.0)]
+        rows += [(s["client_latency_s"]["ttft"], "client TTFT (ms)", 1000.0), (s["client_latency_s"]["e2e"], "client E2E (s)", 1.0)]
     if "disaggregation" in s:
-        rows.append(("disaggregation", "kv_transfer_s", "KV transfer (ms)", 1000.0))
+        rows.append((s["disaggregation"]["kv_transfer_s"], "KV transfer (ms)", 1000.0))
     if "speculation" in s:
-        rows.append(("speculation", "tvt_s", "TVT (ms)", 1000.0))
-    for block, name, label, scale in rows:
-        st = s[block][name]
+        rows.append((s["speculation"]["tvt_s"], "TVT (ms)", 1000.0))
+    for st, label, scale in rows:
         lat.add_row(label, *(_fmt(st.get(k), scale) for k in ("mean", "p50", "p90", "p95", "p99")))
     b = s["batch_size"]
     lat.add_row("batch size (per step)", *(_fmt(b[k], 1.0, 1) for k in ("mean", "p50", "p90", "p95", "p99")))
@@ -613,12 +616,12 @@ def _summary_table(s: dict[str, Any], title: str, *, has_slo: bool = True) -> An
         parts.append(_batch_server_table(s["batch_servers"], s["engine"].get("group"), title))
     if "workflows" in s:
         parts.append(_workflow_table(s["workflows"], title))
-    for d in s.get("diagnostics", []):
+    for diag in s.get("diagnostics", []):
         from rich.text import Text
 
-        style = "bold yellow" if d["severity"] == "warning" else "cyan"
-        where = f" [{d['group']}]" if d.get("group") else ""
-        parts.append(Text(f"{d['severity']}{where}: {d['message']}", style=style))
+        style = "bold yellow" if diag["severity"] == "warning" else "cyan"
+        where = f" [{diag['group']}]" if diag.get("group") else ""
+        parts.append(Text(f"{diag['severity']}{where}: {diag['message']}", style=style))
     return Group(*parts)
 
 
