@@ -372,7 +372,9 @@ class _Steps:
         prompt, prompt-only passes, P, restores, pairs)``: one per mixed step (target: gap −
         the decode terms) and one per request sent to an idle server (target: its TTFT, which
         adds alpha0; marked in the third array)."""
-        rows, targets, idle = [], [], []
+        rows: list[tuple[int, int, float, float, float]] = []
+        targets: list[float] = []
+        idle: list[bool] = []
         for n, ctx, p, restores, pairs, gap in mixed:
             d_sum, with_prompt, prompt_only = step_passes(n, int(p), ubatch, table)
             rows.append((with_prompt, prompt_only, p, restores, pairs))
@@ -733,7 +735,8 @@ class _Prior:
                 values[name] = float(value)
         if problems:
             raise ScenarioError(where, problems, what="profile")
-        fit_block = data.get("fit") if isinstance(data.get("fit"), Mapping) else {}
+        given = data.get("fit")
+        fit_block: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
         intervals: dict[str, tuple[float, float]] = {}
         for name, interval in (fit_block.get("intervals") or {}).items():
             if name == "decode_step_us":
@@ -892,9 +895,11 @@ class _Fitter:
                 self.first[name] = (profile.interval, center[name])
                 continue
             before = center[name]
-            if self.hold(name, center, u, profile) and (self.fixed[name] is None or abs(self.fixed[name] - before) > 1e-9 * max(before, 1.0)):
-                center = self.start()
-                u = self.replay(center, identification=True)
+            if self.hold(name, center, u, profile):
+                held = self.fixed[name]
+                if held is None or abs(held - before) > 1e-9 * max(before, 1.0):
+                    center = self.start()
+                    u = self.replay(center, identification=True)
 
     def locate_intervals(self, final: Mapping[str, float]) -> None:
         """Stage 4 (module docstring): the 95 % interval of every determined coefficient,
@@ -910,12 +915,13 @@ class _Fitter:
             lo = profile.low if profile is not None and profile.low is not None else min(low * scale, final[name])
             hi = profile.high if profile is not None and profile.high is not None else max(high * scale, final[name])
             self.intervals[name], self.sources[name] = (lo, hi), "trace"
-            self._check_prior_interval(name)
+            self._check_prior_interval(name, lo, hi)
 
-    def _check_prior_interval(self, name: str) -> None:
+    def _check_prior_interval(self, name: str, lo: float, hi: float) -> None:
+        """Warn when *name*'s interval ``lo``-``hi`` from the trace misses the prior's."""
         if self.prior is None or name not in self.prior.intervals:
             return
-        (lo, hi), (plo, phi) = self.intervals[name], self.prior.intervals[name]
+        plo, phi = self.prior.intervals[name]
         if hi < plo or lo > phi:
             self.warnings.append(
                 f"prior disagrees with the trace: {name} is {lo:.6g}-{hi:.6g} µs here (95 % interval), "

@@ -95,12 +95,15 @@ class Profile:
     @property
     def determined(self) -> bool:
         """Bounded on both sides, the bounds at most :data:`MAX_RATIO` apart (module docstring)."""
-        return self.low is not None and self.high is not None and self.high <= MAX_RATIO * self.low
+        return self.interval is not None
 
     @property
     def interval(self) -> tuple[float, float] | None:
         """``(low, high)`` when determined, else None."""
-        return (self.low, self.high) if self.determined else None
+        low, high = self.low, self.high
+        if low is not None and high is not None and high <= MAX_RATIO * low:
+            return (low, high)
+        return None
 
     def clip(self, value: float) -> float:
         """*value* moved to the nearest plausible one (within the bounds found)."""

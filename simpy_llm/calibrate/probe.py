@@ -105,7 +105,7 @@ import concurrent.futures
 import math
 import os
 import time
-from collections.abc import Awaitable, Mapping
+from collections.abc import Coroutine, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -358,9 +358,10 @@ class _Prompts:
     async def _server_count(self, text: str) -> int | None:
         if self.api == "chat":
             rendered = await self._post("/apply-template", {"messages": [{"role": "user", "content": text}]})
-            text = rendered.get("prompt") if isinstance(rendered, Mapping) else None
-            if not isinstance(text, str):
+            prompt = rendered.get("prompt") if isinstance(rendered, Mapping) else None
+            if not isinstance(prompt, str):
                 return None
+            text = prompt
         answer = await self._post("/tokenize", {"content": text, "add_special": True})
         tokens = answer.get("tokens") if isinstance(answer, Mapping) else None
         return len(tokens) if isinstance(tokens, list) else None
@@ -707,14 +708,14 @@ def run_probe(
     ValueError
         A bad argument.
     """
-    coro: Awaitable[ProbeResult] = run_probe_async(
+    coro: Coroutine[Any, Any, ProbeResult] = run_probe_async(
         url, out, model=model, api=api, api_key=api_key, server_type=server_type, server_config=server_config,
         max_seconds=max_seconds, parallel=parallel, seed=seed, timeout_s=timeout_s,
     )
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return run_loop(coro, loop=loop)  # type: ignore[arg-type]
+        return run_loop(coro, loop=loop)
     # Called from a running event loop (a Jupyter kernel's): a thread and a loop of its own.
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="probe") as pool:
         return pool.submit(run_loop, coro, loop=loop).result()

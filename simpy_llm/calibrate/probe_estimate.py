@@ -284,6 +284,18 @@ def _engine_of(trace: Trace) -> EngineConfig:
     return scenario.serving.groups()[0].engine
 
 
+@attrs.frozen
+class _IsolatedFit:
+    """The isolated prompts' least squares: the design columns kept (0 intercept, 1 passes,
+    2 prefill tokens, 3 attention pairs), their coefficients and covariance, and the
+    residual degrees of freedom."""
+
+    keep: list[int]
+    beta: np.ndarray
+    cov: np.ndarray
+    df: int
+
+
 class _Estimator:
     """Every coefficient from a probe trace (module docstring), in seconds."""
 
@@ -334,7 +346,7 @@ class _Estimator:
             self.warnings.append(f"the isolated fit gave a negative {names[k]} term ({beta[i]:.3g} s): held at 0")
         fitted = dict(zip(keep, beta, strict=True))
         se = dict(zip(keep, np.sqrt(np.maximum(np.diag(cov), 0.0)), strict=True))
-        self.iso = {"keep": keep, "beta": beta, "cov": cov, "df": df}
+        self.iso = _IsolatedFit(keep, beta, cov, df)
         self.est["intercept"] = _Estimate(fitted[0], se[0], df)
         if 1 in fitted or 1 in held:
             self.est["pass"] = _Estimate(fitted[1], se[1], df) if 1 in fitted else held[1]
@@ -358,8 +370,8 @@ class _Estimator:
         """The isolated fit's TTFT of a fresh start of the uncached part of a prompt, and its
         variance from the coefficients' covariance."""
         x_full = np.array([1.0, *self.engine.row(prompt, cached)])
-        x = x_full[self.iso["keep"]]
-        return float(x @ self.iso["beta"]), float(x @ self.iso["cov"] @ x)
+        x = x_full[self.iso.keep]
+        return float(x @ self.iso.beta), float(x @ self.iso.cov @ x)
 
     def _decode_context(self, rows: list[dict[str, Any]]) -> None:
         """``decode_context`` from each isolated request's one decode gap: a step of one
@@ -430,7 +442,7 @@ class _Estimator:
         if len(t) < 4:
             self.warnings.append("mixed phase: the decoding request has too few tokens")
             return
-        mixed_gaps: dict[int, tuple[int, float]] = {}  # gap index k (t[k-1] -> t[k]) -> (chunk tokens, pairs)
+        mixed_gaps: dict[int, tuple[int, int]] = {}  # gap index k (t[k-1] -> t[k]) -> (chunk tokens, pairs)
         for b in joiners:
             chunks = self.engine.chunks(max(b["prompt"] - (b["cached"] or 0), 1))
             pairs = chunk_pairs(chunks, b["prompt"] - sum(chunks))
@@ -468,19 +480,19 @@ class _Estimator:
             qs.append(q)
         m = len(y)
         value = float(np.mean(y))
-        keep = self.iso["keep"]
+        keep = self.iso.keep
         g = np.zeros(len(keep))
         if 2 in keep:
             g[keep.index(2)] = float(np.mean(cs))
         if 3 in keep:
             g[keep.index(3)] = float(np.mean(qs))
-        var = (float(np.var(y, ddof=1)) / m if m > 1 else float("nan")) + var_base + float(g @ self.iso["cov"] @ g)
+        var = (float(np.var(y, ddof=1)) / m if m > 1 else float("nan")) + var_base + float(g @ self.iso.cov @ g)
         self.stats["mixed"] = {"joiners": len(joiners), "mixed_steps": m, "pure_steps": len(pure), "decoder_step_ms": base * 1e3}
         est = _Estimate(value, math.sqrt(var) if m > 1 else None, m - 1)
         if value < 0:
             self.warnings.append(f"mixed phase: a prompt step cost {value * 1e6:.3g} µs less than the decode step: prefill_step held at 0")
-            b = est.bounds()
-            est = _Estimate(0.0, interval=None if b is None else (0.0, max(b[1], 0.0)))
+            bounds = est.bounds()
+            est = _Estimate(0.0, interval=None if bounds is None else (0.0, max(bounds[1], 0.0)))
         self.est["prefill_step"] = est
 
     # --- a cached prefix: in its slot (extension) and restored from host memory (restore)
@@ -506,16 +518,16 @@ class _Estimator:
         m = len(residuals)
         value = float(np.mean(residuals))
         sigma2 = float(np.var(residuals, ddof=1)) if m > 1 else self._iso_sigma2()
-        df = m - 1 if m > 1 else self.iso["df"]
+        df = m - 1 if m > 1 else self.iso.df
         se = math.sqrt(sigma2 / m + float(np.mean(variances)))
         self.stats[phase]["extra_us"] = value * 1e6
         return _Estimate(value, se, df)
 
     def _iso_sigma2(self) -> float:
         rows = self.req.phase("isolated")
-        x = np.array([[1.0, *self.engine.row(r["prompt"], r["cached"] or 0)] for r in rows])[:, self.iso["keep"]]
-        resid = np.array([r["ttft"] for r in rows]) - x @ self.iso["beta"]
-        return float(resid @ resid) / max(self.iso["df"], 1)
+        x = np.array([[1.0, *self.engine.row(r["prompt"], r["cached"] or 0)] for r in rows])[:, self.iso.keep]
+        resid = np.array([r["ttft"] for r in rows]) - x @ self.iso.beta
+        return float(resid @ resid) / max(self.iso.df, 1)
 
     # --- assembling the profile
     def run(self, parallel: int | None) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:

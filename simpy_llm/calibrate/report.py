@@ -252,17 +252,14 @@ def _known_limitations(value: Any) -> list[str]:
     return [*KNOWN_LIMITATIONS, *(x for i, x in enumerate(extra) if x not in KNOWN_LIMITATIONS and x not in extra[:i])]
 
 
-def _free_form(where: str) -> Any:
-    def convert(value: Any) -> dict[str, Any]:
-        if not isinstance(value, Mapping):
-            raise TypeError(f"{where} must be a dict, got {type(value).__name__}")
-        return _plain(value, where)
-
-    return convert
+def _free_form(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{where} must be a dict, got {type(value).__name__}")
+    return _plain(value, where)
 
 
 def _fit(value: Any) -> dict[str, Any] | None:
-    return None if value is None else _free_form("CalibrationReport.fit")(value)
+    return None if value is None else _free_form(value, "CalibrationReport.fit")
 
 
 @attrs.frozen(kw_only=True)
@@ -306,7 +303,7 @@ class CalibrationReport:
     ``defaulted``: those it had to assume (e.g. ``"kv_num_blocks (no server config)"``)."""
     known_limitations: list[str] = attrs.field(factory=lambda: list(KNOWN_LIMITATIONS), converter=_known_limitations)
     """:data:`KNOWN_LIMITATIONS` (always, first), then the caller's own."""
-    scenario: dict[str, Any] = attrs.field(factory=dict, converter=_free_form("CalibrationReport.scenario"))
+    scenario: dict[str, Any] = attrs.field(factory=dict, converter=lambda v: _free_form(v, "CalibrationReport.scenario"))
     """The simulated scenario, free-form plain data: its name, the latency model's kind and
     parameters, a summary of the engine."""
     fit: dict[str, Any] | None = attrs.field(default=None, converter=_fit)
@@ -335,11 +332,10 @@ def throughput_comparison(
     def one(obs: float | None, sim: float | None, name: str) -> dict[str, float | None]:
         _number(obs, f"observed_{name}", optional=True)
         _number(sim, f"simulated_{name}", optional=True)
-        known = obs is not None and sim is not None and obs > 0
         return {
             "observed": None if obs is None else float(obs),
             "simulated": None if sim is None else float(sim),
-            "relative_error": (sim - obs) / obs if known else None,
+            "relative_error": (sim - obs) / obs if obs is not None and sim is not None and obs > 0 else None,
         }
 
     return {

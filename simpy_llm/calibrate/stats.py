@@ -469,7 +469,9 @@ def compare_metric(
     point = _statistics(obs / scale, sim / scale)
     mape, bias = float(point[_ROW_MAPE]), float(point[_ROW_BIAS])
     pct_keys = [k for k, _ in PERCENTILES]
-    percentile_error = {k: float(v) for k, v in zip(pct_keys, point[_ROW_PCT:], strict=True)}
+    percentile_error: dict[str, float | None] = {
+        k: float(v) for k, v in zip(pct_keys, point[_ROW_PCT:], strict=True)
+    }
     pearson_r = _correlation(obs, sim, ranks=False)
     spearman_r = _correlation(obs, sim, ranks=True)
     if pearson_r is None:
