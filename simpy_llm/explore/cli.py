@@ -105,7 +105,9 @@ def parse_grid(options: list[str]) -> dict[str, list[Any]]:
         try:
             values = yaml.safe_load(f"[{text}]")
         except yaml.YAMLError as exc:
-            raise GridError(f"--grid {option!r}: the values are not valid YAML ({exc.problem})") from None
+            # A character YAML does not allow raises a ReaderError, which has no `problem`.
+            problem = exc.problem if isinstance(exc, yaml.MarkedYAMLError) else exc
+            raise GridError(f"--grid {option!r}: the values are not valid YAML ({problem})") from None
         if not values or not text.strip():
             raise GridError(f"--grid {option!r}: no values after '=' (expected KEY=V1,V2,...)")
         grid[key] = values

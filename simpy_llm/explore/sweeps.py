@@ -684,7 +684,8 @@ class _State:
 
     def run_points(self, points: Sequence[tuple[Any, ...]]) -> list[dict[str, Any]]:
         """Run (or load) every point under every seed; append their rows in order and return them."""
-        runs = [(point, seed) for point in points for seed in (self.seed_list or [None])]
+        seeds: Sequence[int | None] = self.seed_list or [None]
+        runs = [(point, seed) for point in points for seed in seeds]
         jobs = [_point_overrides(self.fixed, self.keys, point, seed) for point, seed in runs]
         stored = [self.store.load(job) if self.store is not None else None for job in jobs]
         todo = [i for i, row in enumerate(stored) if row is None]
@@ -915,6 +916,7 @@ class _Runner:
                 yield i, self._here_as(i, job)
             return
         if self.kind == "given":
+            assert self.executor is not None  # set with kind "given"
             futures = {self.executor.submit(_run_job, self.scenario, job, self.plugins): i for i, job in enumerate(jobs)}
         else:
             self.prepare(len(jobs))

@@ -33,6 +33,11 @@ def _probe_frame(probes: Iterable[Probe]) -> pd.DataFrame:
     return frame
 
 
+def _probes(probes: Iterable[Probe]) -> tuple[Probe, ...]:
+    """The cards' ``probes`` converter: named, since mypy cannot type ``converter=tuple`` (generic)."""
+    return tuple(probes)
+
+
 def _fmt(x: float, digits: int = 4) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "n/a"
@@ -78,7 +83,7 @@ class CapacityCard:
     equal to :attr:`max_stable_load` when the criteria have no SLO part)."""
     upper_goodput_load: float
     """Smallest load found failing them (inf: none was)."""
-    probes: tuple[Probe, ...] = attrs.field(converter=tuple)
+    probes: tuple[Probe, ...] = attrs.field(converter=_probes)
     """Every simulation run, in the order run."""
 
     @property
@@ -202,7 +207,7 @@ class ReplicaCard:
     """What the fleet had to satisfy."""
     min_replicas: int | None
     """Fewest replicas that met every criterion (None: none up to ``max_replicas``)."""
-    probes: tuple[Probe, ...] = attrs.field(converter=tuple)
+    probes: tuple[Probe, ...] = attrs.field(converter=_probes)
     """Every simulation run, in the order run."""
 
     def to_frame(self) -> pd.DataFrame:

@@ -1,4 +1,4 @@
-"""Probing one setting of a capacity search: the probe's window (:class:`_Window`, requests
+"""Probing one setting of a capacity search: the probe's window (:data:`_Window`, requests
 or seconds of arrivals, and its pruning bound), the scenario built with its overrides
 (:func:`_build`, :func:`_value_at`), one simulation run and judged (:func:`_run_probe`,
 :func:`_judge` and the occupancies), the result (:class:`Probe`) and :class:`_Prober`,
@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import attrs
 import numpy as np
@@ -151,35 +151,49 @@ class _Pruned(Exception):  # noqa: N818 - a control-flow signal, not an error
 
 
 @attrs.frozen(kw_only=True)
-class _Window:
-    """How long a probe runs: requests or seconds of arrivals."""
+class _RequestWindow:
+    """A probe that runs for ``warmup_requests + measure_requests`` arrivals."""
 
-    warmup_requests: int | None
-    measure_requests: int | None
-    warmup_s: float | None
-    measure_s: float | None
+    warmup_requests: int
+    measure_requests: int
 
     def overrides(self) -> dict[str, Any]:
-        if self.measure_requests is not None:
-            return {"workload.horizon_s": None, "workload.num_requests": self.warmup_requests + self.measure_requests}
+        return {"workload.horizon_s": None, "workload.num_requests": self.warmup_requests + self.measure_requests}
+
+    def prune_bound(self, criteria: StabilityCriteria, load: float) -> int:
+        if criteria.prune_backlog is not None:
+            return criteria.prune_backlog
+        return max(100, math.ceil((self.warmup_requests + self.measure_requests) / 4))
+
+    def bounds(self, arrivals_sorted: np.ndarray) -> tuple[float, float]:
+        """The measurement window ``(t0, t1)``."""
+        if arrivals_sorted.size <= self.warmup_requests:
+            return math.nan, math.nan
+        return float(arrivals_sorted[self.warmup_requests]), float(arrivals_sorted[-1])
+
+
+@attrs.frozen(kw_only=True)
+class _TimeWindow:
+    """A probe that runs for ``warmup_s + measure_s`` seconds of arrivals."""
+
+    warmup_s: float
+    measure_s: float
+
+    def overrides(self) -> dict[str, Any]:
         return {"workload.num_requests": None, "workload.horizon_s": self.warmup_s + self.measure_s}
 
     def prune_bound(self, criteria: StabilityCriteria, load: float) -> int:
         if criteria.prune_backlog is not None:
             return criteria.prune_backlog
-        if self.measure_requests is not None:
-            n = self.warmup_requests + self.measure_requests
-        else:
-            n = load * (self.warmup_s + self.measure_s)
-        return max(100, math.ceil(n / 4))
+        return max(100, math.ceil(load * (self.warmup_s + self.measure_s) / 4))
 
     def bounds(self, arrivals_sorted: np.ndarray) -> tuple[float, float]:
         """The measurement window ``(t0, t1)``."""
-        if self.measure_requests is not None:
-            if arrivals_sorted.size <= self.warmup_requests:
-                return math.nan, math.nan
-            return float(arrivals_sorted[self.warmup_requests]), float(arrivals_sorted[-1])
         return float(self.warmup_s), float(self.warmup_s + self.measure_s)
+
+
+_Window = _RequestWindow | _TimeWindow
+"""How long a probe runs: requests or seconds of arrivals."""
 
 
 def _window(
@@ -198,13 +212,13 @@ def _window(
             raise ValueError(f"warmup_s must be a finite number >= 0, got {warmup_s!r}")
         if not (measure_s > 0 and math.isfinite(measure_s)):
             raise ValueError(f"measure_s must be a finite number > 0, got {measure_s!r}")
-        return _Window(warmup_requests=None, measure_requests=None, warmup_s=warmup_s, measure_s=float(measure_s))
+        return _TimeWindow(warmup_s=warmup_s, measure_s=float(measure_s))
     warmup_requests = DEFAULT_WARMUP_REQUESTS if warmup_requests is None else warmup_requests
     measure_requests = DEFAULT_MEASURE_REQUESTS if measure_requests is None else measure_requests
     for name, value, least in (("warmup_requests", warmup_requests, 0), ("measure_requests", measure_requests, 2)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
-    return _Window(warmup_requests=warmup_requests, measure_requests=measure_requests, warmup_s=None, measure_s=None)
+    return _RequestWindow(warmup_requests=warmup_requests, measure_requests=measure_requests)
 
 
 def _build(scenario: Any, overrides: Mapping[str, Any]) -> Scenario:
@@ -231,9 +245,26 @@ def _value_at(scenario: Scenario, key: str) -> Any:
     return node
 
 
+class _Figures(TypedDict):
+    """A finished probe's figures over its window: the :class:`Probe` fields of the same names."""
+
+    measured_requests: int
+    offered_rps: float
+    throughput_rps: float
+    backlog_growth: float
+    drop_fraction: float
+    goodput_rps: float
+    goodput_fraction: float
+    busy_fraction: float
+    batch_occupancy: float
+    kv_occupancy: float
+    latency_s: dict[str, float]
+    slo_values: dict[str, float]
+
+
 def _judge(
     results: Results, window: _Window, criteria: StabilityCriteria
-) -> tuple[dict[str, Any], list[str], list[str]]:
+) -> tuple[_Figures, list[str], list[str]]:
     """The window's figures, the stability failures and the SLO failures of one finished run."""
     c = results.columns
     arrival = c["arrival_s"]
@@ -260,14 +291,14 @@ def _judge(
     latency = {
         name: stat(name, 1.0).value(derived[f"{stat(name, 1.0).metric}_s"][done]) for name in LATENCY_COLUMNS
     }
-    slo_values = {}
+    slo_values: dict[str, float] = {}
     for target in criteria.slo:
         mask = done if target.slo_class is None else done & (c["slo_class"] == target.slo_class)
         slo_values[target.name] = target.value(derived[f"{target.metric}_s"][mask])
     completions_in = int((completed & (c["completion_s"] > t0) & (c["completion_s"] <= t1)).sum())
     s = results.summary()
     busy = [b / results.end_s for b in s["engine"]["busy_s"]] if results.end_s > 0 else []
-    figures = {
+    figures: _Figures = {
         "measured_requests": n,
         "offered_rps": in_window / span if span > 0 else math.nan,
         "throughput_rps": completions_in / span if span > 0 else math.nan,
@@ -372,12 +403,12 @@ def _run_probe(
             raise _Pruned(now_s, len(live))
 
     nan = math.nan
-    common = {"load": float(load), "replicas": replicas, "seed": int(sim.scenario.seed)}
+    seed = int(sim.scenario.seed)
     try:
         results = sim.run(progress=watch)
     except _Pruned as stop:
         return Probe(
-            **common, stable=False, meets_slo=False, pruned=True, sim_time_s=float(stop.now_s),
+            load=float(load), replicas=replicas, seed=seed, stable=False, meets_slo=False, pruned=True, sim_time_s=float(stop.now_s),
             reason=f"pruned: {stop.backlog} requests in the system > {bound} at t={stop.now_s:.4g} s",
             measured_requests=0, offered_rps=nan, throughput_rps=nan, backlog_growth=nan, drop_fraction=nan,
             goodput_rps=nan, goodput_fraction=nan, busy_fraction=nan, batch_occupancy=nan, kv_occupancy=nan,
@@ -387,7 +418,7 @@ def _run_probe(
     stable = not unstable
     meets = stable and not missed
     return Probe(
-        **common, stable=stable, meets_slo=meets, pruned=False, sim_time_s=float(results.end_s),
+        load=float(load), replicas=replicas, seed=seed, stable=stable, meets_slo=meets, pruned=False, sim_time_s=float(results.end_s),
         reason="; ".join(unstable + missed) or "ok", **figures,
     )
 
