@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from simpy_llm.config import Scenario
-from simpy_llm.config.profile import check_ranges, load_profile
+from simpy_llm.config.profile import FittedLatencySpec, check_ranges, load_profile
 from simpy_llm.metrics.diagnostics import in_flight_at, outside_ranges, range_message
 
 __all__ = ["PROFILE_FIT_WARNING", "profile_warnings", "range_limits", "trace_range_values"]
@@ -118,7 +118,8 @@ def profile_warnings(
         ranges = check_ranges(fit["ranges"])[0] if fit and fit.get("ranges") else None
     else:
         for group in scenario.serving.groups():
-            ranges = getattr(group.latency_model, "fitted_ranges", None) or None
+            model = group.latency_model
+            ranges = (model.fitted_ranges or None) if isinstance(model, FittedLatencySpec) else None
             if ranges:
                 break
     out = [PROFILE_FIT_WARNING + str(w) for w in (fit.get("warnings") or [])] if fit else []

@@ -168,7 +168,7 @@ def observe(
     kind = resolve_server_type(server_type, server_cfg)
     if isinstance(workload, (Scenario, WorkloadConfig)):
         spec = override_spec(workload, list(overrides)) if overrides else workload
-        spec_file = getattr(workload, "_loaded_from", None)
+        spec_file = workload.loaded_from if isinstance(workload, Scenario) else None
     else:
         spec = load_workload_or_scenario(workload, list(overrides))
         spec_file = str(workload)
