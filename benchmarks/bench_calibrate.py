@@ -33,7 +33,7 @@ from tests.calibrate.test_fit import TRUTH
 
 
 def _scenario(requests: int):  # returns a Scenario
-    from simpy_llm.config import scenario_from_dict
+    from simpy_llm.loading import scenario_from_dict
 
     return scenario_from_dict({
         "seed": 3,

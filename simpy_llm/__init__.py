@@ -10,8 +10,9 @@ The public API::
 the core and are never imported from here.
 """
 
-from simpy_llm.config import Scenario, ScenarioError, load_scenario, scenario_from_dict
+from simpy_llm.config import Scenario, ScenarioError
 from simpy_llm.entities import Request
+from simpy_llm.loading import load_scenario, scenario_from_dict
 from simpy_llm.metrics.record import RequestRecord
 from simpy_llm.metrics.recorder import Recorder
 from simpy_llm.metrics.results import Results

@@ -43,7 +43,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from simpy_llm import __version__
-from simpy_llm.config import Scenario, ScenarioError, load_plugins, load_scenario
+from simpy_llm.config import Scenario, ScenarioError
+from simpy_llm.loading import load_plugins, load_scenario
 from simpy_llm.metrics.results import rate_lines
 
 if TYPE_CHECKING:
@@ -311,7 +312,7 @@ def _trace_ok(path: str | None) -> bool:
 def _checked_spec(path: str, overrides: list[str], out: str | None) -> Any:
     """The workload spec or scenario at *path* (with *overrides*), its files checked and the
     output directory *out* found writable; None after printing why not."""
-    from simpy_llm.config import load_workload_or_scenario
+    from simpy_llm.loading import load_workload_or_scenario
     from simpy_llm.workload.checks import check_spec_files
 
     try:
@@ -463,7 +464,8 @@ def _serve(args: argparse.Namespace) -> int:
 def _validate(args: argparse.Namespace) -> int:
     """Check each file: a scenario (``PATH: ok``) or a bare workload spec (``PATH: ok:
     workload spec``), told apart by content, with the files it references."""
-    from simpy_llm.config import WorkloadConfig, load_workload_or_scenario
+    from simpy_llm.config import WorkloadConfig
+    from simpy_llm.loading import load_workload_or_scenario
     from simpy_llm.workload.checks import check_spec_files
 
     status = 0

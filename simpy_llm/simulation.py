@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from simpy_llm.config.loader import build_policy
+from simpy_llm.config.structure import build_policy
 from simpy_llm.kernel import Environment
 from simpy_llm.metrics.recorder import Recorder
 from simpy_llm.metrics.results import Results
@@ -452,7 +452,7 @@ class Simulation:
 
     def _verify_servers(self, inboxes: list[Wire], completions: Wire | None) -> list[VerifyServer]:
         """The fleet as speculative decoding's targets: one VerifyServer per replica."""
-        from simpy_llm.speculative.acceptance import acceptance_model
+        from simpy_llm.speculative.curves import acceptance_model
 
         spec = self.scenario.speculation
         fused = acceptance_model(spec.fused.acceptance) if spec.fused is not None else None

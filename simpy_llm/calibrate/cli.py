@@ -128,7 +128,8 @@ def main(args: argparse.Namespace) -> int:
     from simpy_llm.calibrate.fit import fit, write_profile
     from simpy_llm.calibrate.ranges import PROFILE_FIT_WARNING
     from simpy_llm.calibrate.report import report_table, write_report
-    from simpy_llm.config import ScenarioError, load_scenario
+    from simpy_llm.config import ScenarioError
+    from simpy_llm.loading import load_scenario
 
     console = Console(soft_wrap=True)
     if not console.is_terminal:  # a log or a pipe: wide enough for the comparison table

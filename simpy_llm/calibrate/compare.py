@@ -552,7 +552,7 @@ def _report(
     metrics: dict[str, MetricComparison],
     warm_up: dict[str, float],
 ) -> CalibrationReport:
-    from simpy_llm.config import scenario_to_dict
+    from simpy_llm.loading import scenario_to_dict
 
     header = trace.header
     status = joined["status"].value_counts().to_dict()

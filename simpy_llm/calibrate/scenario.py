@@ -36,8 +36,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from simpy_llm.config import Scenario, ScenarioError, scenario_from_dict, scenario_to_dict
+from simpy_llm.config import Scenario, ScenarioError
 from simpy_llm.config.profile import PROFILE_VERSION, load_profile, profile_latency_model
+from simpy_llm.loading import scenario_from_dict, scenario_to_dict
 from simpy_llm.workload.traces import SERVER_BLOCK_KEYS, Trace, read_trace_v2, trace_v2_paths
 
 __all__ = ["PROFILE_VERSION", "apply_profile", "load_profile", "replay_scenario", "scenario_from_trace"]

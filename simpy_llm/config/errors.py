@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-__all__ = ["FieldValueError", "ProblemList", "ScenarioError", "ScenarioWarning"]
+__all__ = ["WORKLOAD_SPEC", "FieldValueError", "ProblemList", "ScenarioError", "ScenarioWarning"]
+
+WORKLOAD_SPEC = "workload spec"
+"""What a :class:`ScenarioError` about a bare workload spec says the file holds."""
 
 
 class ScenarioError(ValueError):

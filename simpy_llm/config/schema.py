@@ -27,15 +27,17 @@ their registries when the simulation is built.
 from __future__ import annotations
 
 import itertools
-import math
+from collections.abc import Callable
 from typing import Any, NewType
 
 import attrs
 
 from simpy_llm.config.errors import FieldValueError
 from simpy_llm.config.paths import resolve_path
+from simpy_llm.config.planner import PlannerConfig, check_planner
+from simpy_llm.config.predictor import OutputPredictor
+from simpy_llm.config.speculation import SpeculationConfig
 from simpy_llm.config.validators import (
-    MAX_BANDWIDTH_MBPS,
     MAX_KV_BLOCK_SIZE,
     MAX_KV_BLOCKS,
     MAX_PRIORITY,
@@ -61,7 +63,6 @@ from simpy_llm.config.validators import (
     optional,
     unless,
 )
-from simpy_llm.policies.predictors import OutputPredictor
 
 __all__ = [
     "ENGINE_PRESETS",
@@ -111,145 +112,24 @@ __all__ = [
 ]
 
 
-@attrs.frozen(kw_only=True)
-class PolicySpec:
-    """A registered implementation by name plus its parameters (``{kind: ..., params: {...}}``)."""
-
-    kind: str
-    """Registered name."""
-    params: dict[str, Any] = attrs.field(factory=dict)
-    """Keyword parameters for the implementation."""
-
-
-ArrivalField = NewType("ArrivalField", object)
-"""A registered arrival process, written ``{process: NAME, ...its fields}``."""
-LengthField = NewType("LengthField", object)
-"""A registered length distribution, written ``{type: NAME, params: {...}}``."""
-PriorityField = NewType("PriorityField", object)
-"""A request priority: an integer, or a registered length distribution drawn per request."""
-RouterSpec = NewType("RouterSpec", PolicySpec)
-"""A :class:`PolicySpec` naming a routing policy."""
-LatencySpec = NewType("LatencySpec", PolicySpec)
-"""A :class:`PolicySpec` naming a latency model."""
-SchedulerSpec = NewType("SchedulerSpec", PolicySpec)
-"""A :class:`PolicySpec` naming a scheduler policy."""
-AdmissionSpec = NewType("AdmissionSpec", PolicySpec)
-"""A :class:`PolicySpec` naming an admission policy."""
-BatchServiceSpec = NewType("BatchServiceSpec", PolicySpec)
-"""A :class:`PolicySpec` naming a batch service model (:mod:`simpy_llm.serving.batching`)."""
-BinSelectorSpec = NewType("BinSelectorSpec", PolicySpec)
-"""A :class:`PolicySpec` naming a bin selector (:mod:`simpy_llm.policies.batching`)."""
-KvBlocks = NewType("KvBlocks", object)
-"""A block count (int >= 1) or ``"auto"``."""
-Probability = NewType("Probability", float)
-"""A probability in [0, 1]; YAML ``true``/``false`` mean 1 and 0."""
-
-
-@attrs.frozen(kw_only=True)
-class TimeWindow:
-    """A period of simulated time, ``[start_s, end_s)``."""
-
-    start_s: float = attrs.field(validator=all_of(at_least(0), at_most(MAX_TIME_S)))
-    """Start, seconds from the simulation start."""
-    end_s: float = attrs.field(validator=all_of(greater_than(0), at_most(MAX_TIME_S)))
-    """End, seconds (exclusive)."""
-
-    def __attrs_post_init__(self) -> None:
-        if self.end_s <= self.start_s:
-            raise FieldValueError("end_s", f"must be > start_s ({self.start_s}), got {self.end_s}")
-
-
-@attrs.frozen(kw_only=True)
-class OutageWindow(TimeWindow):
-    """A period during which a link moves no bytes."""
-
-
-@attrs.frozen(kw_only=True)
-class LinkFaults:
-    """What can go wrong on a link (:class:`~simpy_llm.network.link.Link`, ``docs/network.md``):
-    jitter, loss with retransmission after a timeout, and outages. All off by default."""
-
-    rtt_jitter_ms: float = attrs.field(default=0.0, validator=all_of(at_least(0), at_most(MAX_TIME_S * 1e3)))
-    """Standard deviation of each message's round-trip sample, milliseconds."""
-    bandwidth_jitter: float = attrs.field(default=0.0, validator=all_of(at_least(0), at_most(10.0)))
-    """Relative standard deviation of each message's bandwidth factor."""
-    loss_probability: float = attrs.field(default=0.0, validator=all_of(at_least(0), at_most(1)))
-    """Probability that a transmission is lost (and retransmitted after the timeout)."""
-    retransmit_timeout_ms: float | None = attrs.field(default=None, validator=optional(all_of(at_least(0), at_most(MAX_TIME_S * 1e3))))
-    """From a lost transmission's end to its retransmission, milliseconds (required with loss)."""
-    max_retransmissions: int | None = attrs.field(default=None, validator=optional(all_of(at_least(0), at_most(1_000_000))))
-    """Retransmissions before a further loss drops the message, and its request (None: no limit)."""
-    outages: tuple[OutageWindow, ...] = attrs.field(default=(), converter=tuple)
-    """Windows during which the link moves nothing (sorted, not overlapping)."""
-    outage_mode: str = attrs.field(default="wait", validator=one_of(("wait", "drop")))
-    """``wait``: messages pause until the outage ends; ``drop``: they, and their requests, are dropped."""
-
-    def __attrs_post_init__(self) -> None:
-        if self.loss_probability > 0 and self.retransmit_timeout_ms is None:
-            raise FieldValueError("retransmit_timeout_ms", "required when loss_probability > 0")
-        if self.retransmit_timeout_ms is not None and self.loss_probability == 0:
-            raise FieldValueError("retransmit_timeout_ms", "applies only with loss_probability > 0")
-        if self.max_retransmissions is not None and self.loss_probability == 0:
-            raise FieldValueError("max_retransmissions", "applies only with loss_probability > 0")
-        if self.loss_probability == 1 and self.max_retransmissions is None:
-            raise FieldValueError("max_retransmissions", "required when every transmission is lost (loss_probability 1)")
-        for i in range(1, len(self.outages)):
-            if self.outages[i].start_s < self.outages[i - 1].end_s:
-                raise FieldValueError(f"outages[{i}]", "outages must be sorted and must not overlap")
-
-    @property
-    def random(self) -> bool:
-        """Whether the link draws random numbers (jitter or loss)."""
-        return self.rtt_jitter_ms > 0 or self.bandwidth_jitter > 0 or self.loss_probability > 0
-
-    def link_faults(self) -> dict[str, Any]:
-        """The :class:`~simpy_llm.network.link.Link` keyword arguments of these faults (no rng)."""
-        return {
-            "rtt_jitter_s": self.rtt_jitter_ms / 1e3,
-            "bandwidth_jitter": self.bandwidth_jitter,
-            "loss_probability": self.loss_probability,
-            "retransmit_timeout_s": None if self.retransmit_timeout_ms is None else self.retransmit_timeout_ms / 1e3,
-            "max_retransmissions": self.max_retransmissions,
-            "outages": tuple((w.start_s, w.end_s) for w in self.outages),
-            "outage_mode": self.outage_mode,
-        }
-
-
-@attrs.frozen(kw_only=True)
-class NetworkConfig(LinkFaults):
-    """A client's network path to the serving system (``docs/network.md``).
-
-    Its prompt crosses the client's uplink before the request reaches the router (half
-    the round trip, plus its bytes over the bandwidth, shared fairly among the client's
-    uploads in flight), and each output token reaches the client half a round trip plus
-    its bytes' transmission after the server emits it. Records keep the server-side
-    times and add ``upload_s`` and ``download_s``; ``client_ttft_s`` and ``client_e2e_s``
-    are what the client sees."""
-
-    rtt_ms: float = attrs.field(default=0.0, validator=all_of(at_least(0), at_most(MAX_TIME_S * 1e3)))
-    """Round-trip time, milliseconds."""
-    bandwidth_mbps: float | None = attrs.field(
-        default=None, validator=optional(all_of(greater_than(0), at_most(MAX_BANDWIDTH_MBPS)))
-    )
-    """Client bandwidth each way, megabits per second (None: unlimited)."""
-    bytes_per_token: float = attrs.field(default=4.0, validator=all_of(greater_than(0), at_most(1e6)))
-    """Bytes on the wire per token, up and down (4: a 32-bit token id, BLIS's estimate;
-    text and streamed JSON chunks are larger)."""
-
-    @property
-    def one_way_s(self) -> float:
-        """Half the round trip, s."""
-        return self.rtt_ms * 5e-4
-
-    @property
-    def bandwidth_bytes_per_s(self) -> float:
-        """Bandwidth each way, bytes per second (inf: unlimited)."""
-        return math.inf if self.bandwidth_mbps is None else self.bandwidth_mbps * 1e6 / 8
-
-    @property
-    def download_s(self) -> float:
-        """Delay from the server emitting a token to the client having it, s."""
-        return self.one_way_s + self.bytes_per_token / self.bandwidth_bytes_per_s
+from simpy_llm.config.common import (
+    AdmissionSpec,
+    ArrivalField,
+    BatchServiceSpec,
+    BinSelectorSpec,
+    KvBlocks,
+    LatencySpec,
+    LengthField,
+    LinkFaults,
+    NetworkConfig,
+    OutageWindow,
+    PolicySpec,
+    PriorityField,
+    Probability,
+    RouterSpec,
+    SchedulerSpec,
+    TimeWindow,
+)
 
 
 @attrs.frozen(kw_only=True)
@@ -340,16 +220,6 @@ class ToolConfig:
     capacity: int | None = attrs.field(default=None, validator=optional(all_of(at_least(1), at_most(MAX_REPLICAS * 1024))))
     """Calls served at once; more wait in a FIFO queue (None: unlimited, a pure delay)."""
 
-    def __attrs_post_init__(self) -> None:
-        from simpy_llm.workload.distributions import ClampedGaussian
-
-        if isinstance(self.latency_s, ClampedGaussian):
-            # Its bounds are whole tokens (min >= 1): as a time it would never draw below 1 s.
-            raise FieldValueError(
-                "latency_s", "gaussian is clamped to token bounds (min >= 1), never below 1 s; "
-                "for a time use normal, gamma, lognormal, exponential or uniform"
-            )
-
 
 @attrs.frozen(kw_only=True)
 class StepConfig:
@@ -407,11 +277,6 @@ class AgenticConfig:
     """Tools by name."""
     loop: LoopConfig | None = None
     """The loop, if any."""
-
-    def __attrs_post_init__(self) -> None:
-        from simpy_llm.workload.workflows import check_workflow
-
-        check_workflow(self)
 
     @property
     def root(self) -> StepConfig:
@@ -1193,32 +1058,15 @@ class ReplicaGroupConfig:
 
     def __attrs_post_init__(self) -> None:
         check_replica_kind(self.batch_server, self.engine, self.latency_model)
-        if self.device is not None:
-            self._check_device()
-        elif self.warm_retention_s is not None and self.weights_from is None:
+        if self.device is None and self.warm_retention_s is not None and self.weights_from is None:
             raise FieldValueError("warm_retention_s", "needs a cold start: weights_from, or a device whose profile has a cold_start")
 
-    def _check_device(self) -> None:
-        from simpy_llm.config.errors import ScenarioError
-        from simpy_llm.serving.devices import device_profile
-
-        try:
-            profile = device_profile(self.device)
-        except ScenarioError as exc:
-            raise FieldValueError("device", f"{exc}") from None
-        if profile.role == "draft":
-            raise FieldValueError("device", f"{profile.id!r} is a draft device; a replica runs on a target (or any) device")
-        if profile.availability:
-            raise FieldValueError("device", f"{profile.id!r} has availability windows, which replicas do not model yet (only draft devices will)")
-        if self.warm_retention_s is not None and profile.cold_start is None and self.weights_from is None:
-            raise FieldValueError("warm_retention_s", f"device {profile.id!r} has no cold_start and no weights_from is given: nothing to pay again")
-        if self.role != "both" and self.batch_server is not None:
-            raise FieldValueError("role", "a batch_server serves whole requests; only continuous-batching replicas can be a prefill or decode pool")
 
 
 def check_replica_kind(batch_server: BatchServerConfig | None, engine: EngineConfig, latency_model: PolicySpec | None) -> None:
-    """A batch server has no engine settings and uses a latency model only when its service
-    model does; a continuous-batching engine needs one.
+    """A batch server has no engine settings; a continuous-batching engine needs a latency
+    model. (Whether a batch server's service model uses one is the loader's check:
+    :mod:`simpy_llm.loading.checks`.)
 
     Raises
     ------
@@ -1231,13 +1079,6 @@ def check_replica_kind(batch_server: BatchServerConfig | None, engine: EngineCon
         return
     if engine != EngineConfig():
         raise FieldValueError("engine", "engine settings apply to continuous batching; a batch_server has none (its batching is in batch_server)")
-    from simpy_llm.serving.batching import batch_service_models
-
-    needs = getattr(batch_service_models.get(batch_server.service.kind), "needs_latency_model", False)
-    if needs and latency_model is None:
-        raise FieldValueError("latency_model", f"required by batch_server.service kind {batch_server.service.kind!r}")
-    if not needs and latency_model is not None:
-        raise FieldValueError("latency_model", f"not used by batch_server.service kind {batch_server.service.kind!r} (remove it)")
 
 
 @attrs.frozen(kw_only=True)
@@ -1358,10 +1199,6 @@ class ServingConfig:
         elif not self.clusters:
             check_replica_kind(self.batch_server, self.engine, self.latency_model)
 
-        from simpy_llm.serving.fleet import plan_fleet
-
-        plan_fleet(self)  # resolves kv_num_blocks: auto and the swap settings, or says why not
-
     def _check_clusters(self) -> None:
         """With clusters, the fleet is theirs: no fleet-level groups, replica settings or router."""
         if self.router != PolicySpec(kind="round_robin"):
@@ -1426,28 +1263,6 @@ class ServingConfig:
                         f"disaggregation.kv_transfer.{key}",
                         "the topology's paths give each link its latency and bandwidth: set them there",
                     )
-            self._check_topology(dis.topology)
-
-    def _check_topology(self, spec: dict[str, Any]) -> None:
-        """The topology builds, and its endpoints are the fleet's replicas (``<group>/<k>``):
-        every replica is one; a ``complete`` or ``clos`` topology names no other (a
-        ``links`` topology may have switches)."""
-        from simpy_llm.network.topology import Topology
-
-        try:
-            topology = Topology.from_spec(spec)
-        except FieldValueError as exc:
-            raise FieldValueError(f"disaggregation.topology.{exc.field}".rstrip("."), exc.message) from None
-        names = self.replica_names()
-        missing = [n for n in names if n not in topology.endpoints]
-        if missing:
-            raise FieldValueError(
-                "disaggregation.topology",
-                f"the replicas {', '.join(missing)} are not endpoints of the topology (a replica is <group>/<k>)",
-            )
-        extra = [e for e in topology.endpoints if e not in set(names)]
-        if extra and spec.get("type") != "links":
-            raise FieldValueError("disaggregation.topology.endpoints", f"{', '.join(extra)} name no replica; the replicas are {', '.join(names)}")
 
     def _check_pools(self, dis: DisaggregationConfig, roles: list[str]) -> None:
         if self.replica_groups:
@@ -1579,20 +1394,25 @@ class ProcessSpec:
     """The component to stand in for: ``router`` or ``replica:<index>``."""
 
     def __attrs_post_init__(self) -> None:
-        from simpy_llm.processes import check_place
-
         if (self.between is None) == (self.instead_of is None):
             raise FieldValueError("between", "give exactly one of between (a seam) and instead_of (a component)")
-        key = "between" if self.between is not None else "instead_of"
-        try:
-            check_place(self.seam, instead=self.instead_of is not None)
-        except ValueError as exc:
-            raise FieldValueError(key, str(exc)) from None
 
     @property
     def seam(self) -> str:
         """Where the process goes."""
         return self.between if self.between is not None else self.instead_of  # type: ignore[return-value]
+
+
+_rebuild: Callable[[Scenario, dict[str, Any]], Scenario] | None = None
+"""How :meth:`Scenario.replace` validates the changed scenario: the loader's, which sits above
+this module (it knows the registries) and sets it with :func:`rebuild_with` when imported."""
+
+
+def rebuild_with(rebuild: Callable[[Scenario, dict[str, Any]], Scenario]) -> Callable[[Scenario, dict[str, Any]], Scenario]:
+    """Use *rebuild* for :meth:`Scenario.replace` (the loader calls this once)."""
+    global _rebuild
+    _rebuild = rebuild
+    return rebuild
 
 
 @attrs.frozen(kw_only=True)
@@ -1721,19 +1541,9 @@ class Scenario:
         ScenarioError
             If the changed scenario is not valid.
         """
-        from pathlib import Path
-
-        from simpy_llm.config.loader import apply_overrides, scenario_from_dict, scenario_to_dict
-        from simpy_llm.config.paths import base_dir
-
-        source = self._loaded_from or "<replace>"
-        data = apply_overrides(scenario_to_dict(self), changes, source)
-        if self._loaded_from is None:
-            return scenario_from_dict(data, source)
-        with base_dir(Path(self._loaded_from).parent):
-            new = scenario_from_dict(data, source)
-        object.__setattr__(new, "_loaded_from", self._loaded_from)
-        return new
+        if _rebuild is None:
+            raise RuntimeError("Scenario.replace needs the loader: import simpy_llm (or simpy_llm.loading) first")
+        return _rebuild(self, changes)
 
     def __repr__(self) -> str:
         wl, serving = self.workload, self.serving
@@ -1751,8 +1561,3 @@ class Scenario:
         schedulers = dict.fromkeys(g.engine.scheduler.kind for g in serving.groups())
         parts.append(f"scheduler={'/'.join(schedulers)}")
         return f"<Scenario {' '.join(parts)}>"
-
-
-# Imported last: the speculation section's module imports this one's classes.
-from simpy_llm.config.planner import PlannerConfig, check_planner  # noqa: E402
-from simpy_llm.config.speculation import SpeculationConfig  # noqa: E402

@@ -27,6 +27,7 @@ from typing import Any, NewType
 
 import attrs
 
+from simpy_llm.config.common import LengthField, NetworkConfig, PolicySpec
 from simpy_llm.config.errors import FieldValueError
 from simpy_llm.config.paths import resolve_path
 from simpy_llm.config.validators import (
@@ -66,24 +67,18 @@ ModeSelectorSpec = NewType("ModeSelectorSpec", object)
 """A :class:`~simpy_llm.config.schema.PolicySpec` naming a mode selector (:mod:`simpy_llm.policies.mode`)."""
 
 
+def _curve_name(_inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+    """A curve is named (that the name or file gives a curve is the loader's check)."""
+    if not isinstance(value, str) or not value:
+        raise FieldValueError(attr.name, f"must be an acceptance curve name, YAML file or .joblib regressor bundle, got {value!r}")
+
+
 def _curve_path(value: Any) -> Any:
     """An acceptance curve: a shipped name as given, a file path (YAML curve or ``.joblib``
     regressor bundle) resolved against the scenario."""
     if isinstance(value, str) and (value.endswith((".yaml", ".yml", ".joblib")) or "/" in value):
         return resolve_path(value)
     return value
-
-
-def _known_curve(_inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
-    from simpy_llm.config.errors import ScenarioError
-    from simpy_llm.speculative.acceptance import acceptance_model
-
-    if not isinstance(value, str) or not value:
-        raise FieldValueError(attr.name, f"must be an acceptance curve name, YAML file or .joblib regressor bundle, got {value!r}")
-    try:
-        acceptance_model(value)
-    except (ScenarioError, KeyError, ValueError) as exc:
-        raise FieldValueError(attr.name, str(exc)) from None
 
 
 @attrs.frozen(kw_only=True)
@@ -97,7 +92,7 @@ class DrafterConfig:
 
     name: str = attrs.field(validator=non_empty)
     """Drafter name (records, drafter switches)."""
-    acceptance: str = attrs.field(converter=_curve_path, validator=_known_curve)
+    acceptance: str = attrs.field(converter=_curve_path, validator=_curve_name)
     """Acceptance curve of this drafter against the target: a shipped name
     (``profiles/acceptance``), a YAML file (:mod:`simpy_llm.speculative.acceptance`) or a
     ``.joblib`` regressor bundle (:mod:`simpy_llm.speculative.regressor`)."""
@@ -161,21 +156,8 @@ class DraftGroupConfig:
             raise FieldValueError("drafters", f"drafter names must be unique, got {names}")
         if self.escalate_below is not None and len(self.drafters) < 2:
             raise FieldValueError("escalate_below", "needs at least two drafters to escalate to")
-        if self.device is not None:
-            self._check_device()
-        elif any(d.weights_gb is not None for d in self.drafters):
+        if self.device is None and any(d.weights_gb is not None for d in self.drafters):
             raise FieldValueError("device", "required: a drafter gives weights_gb, whose speed needs the device's memory bandwidth")
-
-    def _check_device(self) -> None:
-        from simpy_llm.config.errors import ScenarioError
-        from simpy_llm.serving.devices import device_profile
-
-        try:
-            profile = device_profile(self.device)
-        except ScenarioError as exc:
-            raise FieldValueError("device", f"{exc}") from None
-        if profile.role == "target":
-            raise FieldValueError("device", f"{profile.id!r} is a target device; a draft group runs on a draft (or any) device")
 
 
 @attrs.frozen(kw_only=True)
@@ -185,7 +167,7 @@ class FusedConfig:
     draft_token_ms: float = attrs.field(validator=all_of(at_least(0), at_most(MAX_TIME_S * 1e3)))
     """Time of one draft step on the target, ms (one step drafts a token for every
     request of the microbatch)."""
-    acceptance: str = attrs.field(converter=_curve_path, validator=_known_curve)
+    acceptance: str = attrs.field(converter=_curve_path, validator=_curve_name)
     """Acceptance curve of the target's draft model."""
 
 
@@ -279,22 +261,3 @@ class SpeculationConfig:
             )
         if self.fused is not None and not needs_fused:
             raise FieldValueError("fused", "applies only with mode fused or hybrid, or verify.kv_spill: fused")
-        self._check_curves()
-
-    def _check_curves(self) -> None:
-        from simpy_llm.speculative.acceptance import acceptance_model
-
-        where = [(f"drafts[{g}].drafters[{d}].acceptance", dr.acceptance)
-                 for g, grp in enumerate(self.drafts) for d, dr in enumerate(grp.drafters)]
-        if self.fused is not None:
-            where.append(("fused.acceptance", self.fused.acceptance))
-        for path, curve in where:
-            model = acceptance_model(curve)
-            if model.k_max < self.k_max:
-                raise FieldValueError(path, f"curve {model.name!r} covers k up to {model.k_max}, below k_max ({self.k_max})")
-            if self.temperature is None and len(model.temperatures) > 1:
-                raise FieldValueError(path, f"curve {model.name!r} has temperatures {list(model.temperatures)}: set speculation.temperature")
-
-
-# Imported last: the schema imports this module at its end for ``Scenario.speculation``.
-from simpy_llm.config.schema import LengthField, NetworkConfig, PolicySpec  # noqa: E402

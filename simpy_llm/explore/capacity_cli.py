@@ -67,8 +67,8 @@ def _fail(message: str) -> int:
 def main(args: argparse.Namespace) -> int:
     """Run the ``capacity`` command; exit status 0, 2 on bad input."""
     from simpy_llm.config import ScenarioError
-    from simpy_llm.config.loader import _ordered_overrides
     from simpy_llm.explore.capacity import StabilityCriteria, max_stable_load, min_replicas
+    from simpy_llm.loading import ordered_overrides
 
     seeds = None
     if args.seeds:
@@ -94,7 +94,7 @@ def main(args: argparse.Namespace) -> int:
             max_backlog_growth=args.max_backlog_growth,
             max_drop_fraction=args.max_drop_fraction,
         )
-        overrides = _ordered_overrides(list(args.overrides), args.scenario) if args.overrides else None
+        overrides = ordered_overrides(list(args.overrides), args.scenario) if args.overrides else None
         common: dict[str, Any] = {
             "criteria": criteria,
             "load_key": args.load_key,

@@ -90,8 +90,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from simpy_llm.config import ScenarioError
-from simpy_llm.config.loader import Overrides, _ordered_overrides, load_plugins, load_scenario
 from simpy_llm.explore.search import RandomSearch
+from simpy_llm.loading import Overrides, load_plugins, load_scenario, ordered_overrides
 from simpy_llm.metrics.diagnostics import overload_judged
 from simpy_llm.metrics.summary import flatten_summary
 from simpy_llm.simulation import Simulation
@@ -464,7 +464,7 @@ def sweep(
         for name, given in (("space", space), ("objective", objective), ("n_trials", n_trials)):
             if given is not None:
                 raise ValueError(f"{name}= goes with study= only")
-    fixed = _ordered_overrides(overrides, str(scenario)) if overrides is not None else {}
+    fixed = ordered_overrides(overrides, str(scenario)) if overrides is not None else {}
     seed_list = _seeds(seeds)
     plugin_list = _plugins(plugins)
     if plugin_list:

@@ -25,7 +25,7 @@ def _sha256(path: Path) -> str:
 def _named_file(key: str, value: str) -> Path | None:
     """The file a shipped name stands for under *key* (an acceptance curve, a device profile)."""
     if key in ("acceptance",):
-        from simpy_llm.speculative.acceptance import acceptance_model
+        from simpy_llm.speculative.curves import acceptance_model
 
         try:
             return Path(acceptance_model(value).path)
@@ -60,7 +60,7 @@ def input_files(scenario: Scenario) -> dict[str, dict[str, str]]:
     >>> sorted(files)[:1], len(next(iter(files.values()))["sha256"])
     (['serving.replica_groups[0].device'], 64)
     """
-    from simpy_llm.config.loader import scenario_to_dict
+    from simpy_llm.config.plain import scenario_to_dict
 
     found: dict[str, dict[str, str]] = {}
 

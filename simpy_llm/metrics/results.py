@@ -1102,7 +1102,7 @@ class Results:
         ``summary.json`` is strict JSON (RFC 8259, which has no NaN or infinity): a figure
         that :meth:`summary` gives as NaN or an infinity (nothing to take it over, a window
         of zero length) is written as ``null``."""
-        from simpy_llm.config.loader import scenario_hash, scenario_to_dict
+        from simpy_llm.config.plain import scenario_hash, scenario_to_dict
 
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)

@@ -52,8 +52,8 @@ from typing import Any
 
 import attrs
 
-from simpy_llm.config.loader import load_workload_or_scenario, override_spec
 from simpy_llm.config.schema import Scenario, WorkloadConfig
+from simpy_llm.loading import load_workload_or_scenario, override_spec
 from simpy_llm.observe.client import OpenAIClient, RetryPolicy
 from simpy_llm.observe.loadgen import OBSERVER_COLUMNS, LoadGenerator, RunSummary, load_requests
 from simpy_llm.observe.progress import live_progress

@@ -52,6 +52,7 @@ from simpy.core import BoundClass
 from simpy.resources.base import Get
 
 from simpy_llm.config.errors import FieldValueError
+from simpy_llm.config.structure import Problems, build_policy, tagged
 from simpy_llm.config.validators import MAX_TIME_S, at_least, at_most
 from simpy_llm.entities import Batch
 from simpy_llm.kernel import Channel, WirePut
@@ -63,7 +64,7 @@ from simpy_llm.policies.batching import (
 )
 from simpy_llm.registry import Registry
 from simpy_llm.serving.kv_cache import TokenMemory
-from simpy_llm.workload.distributions import Draws
+from simpy_llm.workload.distributions import Draws, length_distributions
 
 if TYPE_CHECKING:
     import simpy
@@ -147,12 +148,9 @@ class SampledServiceTimes:
 
     def __init__(self, distribution: Any, rng: np.random.Generator | None = None) -> None:
         if isinstance(distribution, dict):
-            from simpy_llm.config.loader import _Problems, converter
-            from simpy_llm.config.schema import LengthField
-
             try:
-                distribution = converter.structure(distribution, LengthField)
-            except _Problems as exc:
+                distribution = tagged(distribution, length_distributions, "type", flat=False)
+            except Problems as exc:
                 where, msg = exc.problems[0]
                 raise FieldValueError(f"distribution.{where}".rstrip("."), msg) from None
         elif not (callable(getattr(distribution, "sample", None)) and hasattr(distribution, "mean")):
@@ -605,8 +603,6 @@ class BatchServer:
         dyn = config.dynamic
         limit = None
         if dyn is not None:
-            from simpy_llm.config.loader import build_policy
-
             if selector is None:
                 selector = build_policy(dyn.bin_selection, bin_selectors)
             if sizer is None:
@@ -771,8 +767,6 @@ class BatchServer:
 
 def build_service_model(config: BatchServerConfig, latency: Any, rng: np.random.Generator) -> BatchServiceModel:
     """The service model *config* names, with the replica's *latency* model and stream injected."""
-    from simpy_llm.config.loader import build_policy
-
     cls = batch_service_models.get(config.service.kind)
     inject: dict[str, Any] = {"rng": rng}
     if getattr(cls, "needs_latency_model", False):

@@ -46,7 +46,7 @@ from typing import Any
 import attrs
 
 from simpy_llm.config.errors import FieldValueError, ScenarioError
-from simpy_llm.config.loader import read_yaml_file
+from simpy_llm.config.structure import read_yaml_file
 from simpy_llm.config.validators import (
     MAX_TIME_S,
     MAX_TOKENS,

@@ -14,6 +14,11 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from simpy_llm.config.errors import FieldValueError
+from simpy_llm.config.schema import LOCAL_NVME_BYTES_PER_S
+from simpy_llm.config.structure import build_policy
+from simpy_llm.serving.devices import device_profile
+from simpy_llm.serving.hardware import auto_kv_blocks
+from simpy_llm.serving.latency import latency_models
 
 if TYPE_CHECKING:
     from simpy_llm.config.schema import BatchServerConfig, EngineConfig, ReplicaGroupConfig, ServingConfig
@@ -71,8 +76,6 @@ def resolve_engine(engine: EngineConfig, latency: Any) -> EngineConfig:
         return hardware
 
     if engine.kv_num_blocks == "auto":
-        from simpy_llm.serving.hardware import auto_kv_blocks
-
         hw = need_hardware("kv_num_blocks", "auto")
         utilization = engine.gpu_memory_utilization if engine.gpu_memory_utilization is not None else 0.9
         try:
@@ -122,9 +125,6 @@ def plan_fleet(serving: ServingConfig, latency_override: Any = None, streams: An
     FieldValueError
         With the key path inside ``serving`` of a setting that cannot be resolved.
     """
-    from simpy_llm.config.loader import build_policy
-    from simpy_llm.serving.latency import latency_models
-
     plans = []
     clusters = serving.cluster_of()
     for prefix, group in zip(serving.group_paths(), serving.groups(), strict=True):
@@ -165,8 +165,6 @@ def _on_device(name: str, engine: EngineConfig, latency: Any) -> tuple[Any, Engi
     FieldValueError
         Naming ``device`` or ``engine.kv_num_blocks``.
     """
-    from simpy_llm.serving.devices import device_profile
-
     device = device_profile(name)
     hardware = getattr(latency, "hardware", None)
     if hardware is not None:
@@ -200,16 +198,12 @@ def _load_time_s(group: ReplicaGroupConfig, device: Any, hardware: Any) -> float
         return load_s
     if hardware is None:
         raise FieldValueError("weights_from", "needs a latency model that names its model, gpu and tp (the weights to load)")
-    from simpy_llm.config.schema import LOCAL_NVME_BYTES_PER_S
-
     bandwidth = hardware.gpu.pcie_bandwidth_bytes_per_s if group.weights_from == "host_memory" else LOCAL_NVME_BYTES_PER_S
     return load_s + hardware.weight_bytes_per_gpu / bandwidth
 
 
 def _rng(group: ReplicaGroupConfig, streams: Any) -> dict[str, Any]:
     """``{"rng": ...}`` for a latency model that draws (see :func:`plan_fleet`), else nothing."""
-    from simpy_llm.serving.latency import latency_models
-
     if group.latency_model is None or not getattr(latency_models.get(group.latency_model.kind), "needs_rng", False):
         return {}
     if streams is None:
@@ -226,9 +220,6 @@ def _batch_server_plan(group: ReplicaGroupConfig, latency_override: Any, streams
     batch (``n / step_time_s(0, n)``, n the batch size or ``b_max``), the continuous
     engines' unit; without one, 1 (give ``capacity`` in a fleet that mixes kinds).
     """
-    from simpy_llm.config.loader import build_policy
-    from simpy_llm.serving.latency import latency_models
-
     latency = None
     capacity = group.capacity
     config = group.batch_server

@@ -51,6 +51,7 @@ Interpolation
 
 Examples
 --------
+>>> from simpy_llm.speculative.curves import acceptance_model
 >>> m = acceptance_model("illustrative-mobile")
 >>> m.k_max, m.temperatures
 (6, (0.0, 0.7))
@@ -63,7 +64,6 @@ Examples
 from __future__ import annotations
 
 import bisect
-import functools
 import math
 import os
 from collections.abc import Mapping
@@ -73,8 +73,8 @@ from typing import Any
 import attrs
 import numpy as np
 
-from simpy_llm.config.errors import ProblemList, ScenarioError
-from simpy_llm.config.loader import read_yaml_file
+from simpy_llm.config.errors import ProblemList
+from simpy_llm.config.structure import read_yaml_file
 from simpy_llm.config.validators import MAX_TOKENS
 from simpy_llm.serving.latency import profiles_dir
 
@@ -83,9 +83,7 @@ __all__ = [
     "AcceptanceCurve",
     "AcceptanceModel",
     "acceptance_from_dict",
-    "acceptance_model",
     "load_acceptance",
-    "shipped_acceptance",
 ]
 
 METHODS = ("standard", "greedy", "eagle", "medusa", "ngram")
@@ -158,6 +156,7 @@ class AcceptanceModel:
 
     Examples
     --------
+    >>> from simpy_llm.speculative.curves import acceptance_model
     >>> m = acceptance_model("t5-small_t5-xxl_ende")
     >>> m.position_probabilities(512, 3, temperature=1.0)
     (0.62, 0.62, 0.62)
@@ -276,6 +275,7 @@ class AcceptanceModel:
         """Tokens one verification step emits on average: ``1 + sum_{i=1..k} prod_{j<=i} p_j``
         (the accepted prefix plus the verifier's correction or bonus token).
 
+        >>> from simpy_llm.speculative.curves import acceptance_model
         >>> m = acceptance_model("t5-small_t5-xxl_ende")
         >>> round(m.expected_tokens(128, 2, temperature=0.0), 6)   # 1 + .75 + .75**2
         2.3125
@@ -320,6 +320,7 @@ class AcceptanceModel:
         the same rule as :meth:`sample_accepted_many`). The CDF is memoised with the
         probabilities.
 
+        >>> from simpy_llm.speculative.curves import acceptance_model
         >>> m = acceptance_model("t5-small_t5-xxl_ende")
         >>> [m.accepted_at(u, 512, 2, temperature=1.0) for u in (0.0, 0.379, 0.38, 0.6155, 0.99)]
         [0, 0, 1, 1, 2]
@@ -526,57 +527,6 @@ def load_acceptance(path: str | os.PathLike[str]) -> AcceptanceModel:
     return acceptance_from_dict(read_yaml_file(path, _WHAT), str(path))
 
 
-def _shipped_dir() -> Path:
+def shipped_dir() -> Path:
+    """Where the shipped curves are (``profiles/acceptance``)."""
     return profiles_dir() / "acceptance"
-
-
-def shipped_acceptance() -> tuple[str, ...]:
-    """Names of the shipped curves (``profiles/acceptance/*.yaml``), sorted.
-
-    >>> shipped_acceptance()
-    ('illustrative-laptop', 'illustrative-mobile', 't5-small_t5-xxl_ende')
-    """
-    return tuple(sorted(p.stem for p in _shipped_dir().glob("*.yaml")))
-
-
-@functools.cache
-def _shipped(name: str) -> AcceptanceModel:
-    return load_acceptance(_shipped_dir() / f"{name}.yaml")
-
-
-def acceptance_model(name_or_path: str | os.PathLike[str]) -> AcceptanceModel:
-    """A shipped curve by name (:func:`shipped_acceptance`), else a curve file by path: a
-    YAML curve file, or a ``.joblib`` regressor bundle
-    (:mod:`simpy_llm.speculative.regressor`; the ``learn`` extra installs scikit-learn).
-    A file is read once per content (cached by path, modification time and size), so
-    every part of a simulation shares one model and its memo.
-
-    Raises
-    ------
-    ScenarioError
-        When *name_or_path* is neither a shipped name nor a readable, valid file.
-    """
-    name = str(name_or_path)
-    if name in shipped_acceptance():
-        return _shipped(name)
-    path = Path(name)
-    if not path.is_file():
-        raise ScenarioError(
-            name, [("", f"no shipped acceptance curve of that name (shipped: {', '.join(shipped_acceptance())}) "
-                        "and no such file")], _WHAT,
-        )
-    stat = path.stat()
-    return _cached_file(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
-
-
-@functools.lru_cache(maxsize=64)
-def _cached_file(path: str, _mtime_ns: int, _size: int) -> AcceptanceModel:
-    if not path.endswith(".joblib"):
-        return load_acceptance(path)
-    try:
-        from simpy_llm.speculative.regressor import load_acceptance_regressor
-    except ImportError as exc:  # scikit-learn (or joblib) is missing
-        raise ScenarioError(
-            path, [("", f"a regressor bundle needs scikit-learn ({exc}): pip install 'simpy-llm[learn]'")], _WHAT,
-        ) from None
-    return load_acceptance_regressor(path)  # type: ignore[return-value] - the same interface

@@ -415,7 +415,7 @@ class DraftFleet:
         device_profiles: dict[str, Any],
         dropped: Wire | None = None,
     ) -> None:
-        from simpy_llm.speculative.acceptance import acceptance_model
+        from simpy_llm.speculative.curves import acceptance_model
 
         self.env = env
         self.config = config

@@ -104,8 +104,8 @@ def _simulate(job: tuple[dict[str, Any], str | None]) -> dict[str, Any]:
     *job* is ``(scenario_to_dict(scenario), file it was loaded from or None)``: picklable,
     so an executor's worker process can run it. A top-level function for the same reason.
     """
-    from simpy_llm.config.loader import scenario_from_dict
     from simpy_llm.config.paths import base_dir
+    from simpy_llm.loading import scenario_from_dict
     from simpy_llm.simulation import Simulation
 
     data, loaded_from = job
@@ -270,7 +270,7 @@ def oracle_labels(
     executor
         When given, runs go through ``executor.map`` (e.g. a
         :class:`~concurrent.futures.ProcessPoolExecutor`); each is sent as plain data (the
-        scenario's :func:`~simpy_llm.config.loader.scenario_to_dict`), so custom policies a
+        scenario's :func:`~simpy_llm.config.plain.scenario_to_dict`), so custom policies a
         worker process cannot import are not available there. Otherwise runs are serial.
         The table is the same either way.
     base_gamma
@@ -314,7 +314,7 @@ def oracle_labels(
     """
     import pandas as pd
 
-    from simpy_llm.config.loader import scenario_to_dict
+    from simpy_llm.loading import scenario_to_dict
 
     rtt = [float(m) for m in rtt_multipliers]
     load = [float(m) for m in load_multipliers]
@@ -465,7 +465,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     """
     import yaml
 
-    from simpy_llm.config.loader import load_scenario
+    from simpy_llm.loading import load_scenario
 
     parser = argparse.ArgumentParser(
         prog="python -m simpy_llm.speculative.head",

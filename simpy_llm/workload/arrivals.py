@@ -52,6 +52,7 @@ import attrs
 import numpy as np
 
 from simpy_llm.config.errors import FieldValueError
+from simpy_llm.config.plain import tag_registry
 from simpy_llm.config.schema import ArrivalField, LengthField
 from simpy_llm.config.validators import (
     MAX_RATE,
@@ -134,6 +135,7 @@ class Renewal:
 
 
 arrival_processes: Registry[type] = Registry("arrival process")
+tag_registry(arrival_processes, "process")  # written back out as {process: NAME, ...}
 
 
 @arrival_processes.register("poisson")

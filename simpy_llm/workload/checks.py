@@ -33,8 +33,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from simpy_llm.config.errors import ScenarioError, ScenarioWarning
-from simpy_llm.config.loader import WORKLOAD_SPEC
+from simpy_llm.config.errors import WORKLOAD_SPEC, ScenarioError, ScenarioWarning
 from simpy_llm.config.schema import Scenario, WorkloadConfig
 
 if TYPE_CHECKING:
@@ -51,7 +50,7 @@ def spec_source(spec: Scenario | WorkloadConfig) -> str:
     file a scenario was loaded from, else ``scenario 'NAME'`` (``<scenario>`` without a name;
     ``<workload spec>`` for a bare workload spec), as a run's errors name it.
 
-    >>> from simpy_llm.config import load_scenario, load_workload
+    >>> from simpy_llm.loading import load_scenario, load_workload
     >>> spec_source(load_scenario("scenarios/quickstart.yaml")).endswith("scenarios/quickstart.yaml")
     True
     >>> spec_source(load_workload("scenarios/workloads/two_clients.yaml"))
@@ -84,7 +83,7 @@ def check_spec_files(spec: Scenario | WorkloadConfig, source: str | None = None)
 
     Examples
     --------
-    >>> from simpy_llm.config import load_scenario
+    >>> from simpy_llm.loading import load_scenario
     >>> check_spec_files(load_scenario("scenarios/azure_conversation_replay.yaml"))
     >>> check_spec_files(load_scenario("scenarios/azure_conversation_replay.yaml", ["workload.traces.0.format=burstgpt"]),
     ...                  source="replay.yaml")
@@ -183,7 +182,7 @@ def request_slo_classes(scenario: Scenario) -> list[str]:
     and ServeGen data's classes, and each trace's (the classes in its rows when the file has
     an ``slo_class`` column, read as the simulation reads it, else the source's ``slo_class``).
 
-    >>> from simpy_llm.config import load_scenario
+    >>> from simpy_llm.loading import load_scenario
     >>> request_slo_classes(load_scenario("scenarios/quickstart.yaml"))
     ['batch', 'interactive']
     """

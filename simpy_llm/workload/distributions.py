@@ -55,6 +55,7 @@ import numpy as np
 
 from simpy_llm.config.errors import FieldValueError
 from simpy_llm.config.paths import resolve_path
+from simpy_llm.config.plain import tag_registry
 from simpy_llm.config.validators import MAX_TOKENS, at_least, at_most, greater_than, in_range
 from simpy_llm.registry import Registry
 
@@ -163,6 +164,7 @@ class LengthDistribution(Protocol):
 
 
 length_distributions: Registry[type] = Registry("length distribution")
+tag_registry(length_distributions, "type")  # written back out as {type: NAME, ...}
 
 
 def to_tokens(values: np.ndarray, distribution: object = None) -> np.ndarray:

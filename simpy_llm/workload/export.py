@@ -8,7 +8,6 @@ marks each session's first round).
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -20,7 +19,6 @@ from simpy_llm.workload.traces import V2_COLUMNS
 if TYPE_CHECKING:
     import pandas as pd
 
-    from simpy_llm.config.loader import Overrides
     from simpy_llm.config.schema import Scenario, WorkloadConfig
 
 __all__ = ["TRACE_COLUMNS", "generate_requests", "workload_summary"]
@@ -43,9 +41,7 @@ _DEFAULTS = {
 }
 
 
-def generate_requests(
-    spec: Scenario | WorkloadConfig | str | os.PathLike[str], overrides: Overrides | None = None
-) -> pd.DataFrame:
+def generate_requests(spec: Scenario | WorkloadConfig) -> pd.DataFrame:
     """The open-loop requests of a workload, in arrival order, as a DataFrame.
 
     Request ids and arrival times equal those the simulation gives the same
@@ -58,10 +54,7 @@ def generate_requests(
         A :class:`~simpy_llm.config.schema.Scenario` (its workload, with the scenario's
         seed unless the workload has its own), a bare workload spec
         (:class:`~simpy_llm.config.schema.WorkloadConfig`; seed 0 unless it has its own),
-        or a YAML file holding either (:func:`~simpy_llm.config.load_workload_or_scenario`).
-    overrides
-        ``dotted.key=value`` changes (as for :func:`~simpy_llm.config.load_scenario`; for a
-        bare workload spec the keys are relative to the workload).
+        as :func:`~simpy_llm.loading.load_workload_or_scenario` reads either from a file.
 
     Raises
     ------
@@ -74,18 +67,14 @@ def generate_requests(
     >>> frame = generate_requests(load_scenario("scenarios/quickstart.yaml", ["workload.num_requests=100"]))
     >>> len(frame), bool(frame.arrival_time_s.is_monotonic_increasing)
     (100, True)
-    >>> len(generate_requests("scenarios/workloads/two_clients.yaml", ["num_requests=50"]))
+    >>> from simpy_llm.loading import load_workload
+    >>> len(generate_requests(load_workload("scenarios/workloads/two_clients.yaml", ["num_requests=50"])))
     50
     """
     import pandas as pd
 
-    from simpy_llm.config.loader import load_workload_or_scenario, override_spec
     from simpy_llm.workload.sources import build_sources, spec_workload
 
-    if isinstance(spec, (str, os.PathLike)):
-        spec = load_workload_or_scenario(spec, overrides)
-    elif overrides:
-        spec = override_spec(spec, overrides)
     wl, seed = spec_workload(spec)
     sources = build_sources(wl, default_seed=seed, key_prefix="" if wl is spec else "workload.", stacklevel=2)
     generator_sources = sources.generator_sources()

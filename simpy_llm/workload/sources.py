@@ -21,7 +21,7 @@ config, so that check stays with the simulation
 
 Examples
 --------
->>> from simpy_llm.config import load_workload
+>>> from simpy_llm.loading import load_workload
 >>> sources = build_sources(load_workload("scenarios/workloads/two_clients.yaml"))
 >>> sources.seed, [src.client.id for src in sources.clients]
 (42, ['high-volume-batch', 'realtime-chat'])
@@ -52,7 +52,7 @@ def workload_seed(workload: WorkloadConfig, default: int = 0) -> int:
     """Root seed of the workload's random streams: its own ``seed``, else *default*
     (a scenario's root seed; 0 for a bare workload spec without a seed).
 
-    >>> from simpy_llm.config import load_workload
+    >>> from simpy_llm.loading import load_workload
     >>> wl = load_workload("scenarios/workloads/two_clients.yaml")
     >>> workload_seed(wl), workload_seed(wl.__class__(clients=wl.clients, aggregate_rate=1.0, num_requests=1), 7)
     (42, 7)

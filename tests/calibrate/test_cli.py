@@ -10,7 +10,7 @@ import yaml
 
 from simpy_llm.calibrate import simulated_observation
 from simpy_llm.cli import main
-from simpy_llm.config import scenario_from_dict
+from simpy_llm.loading import scenario_from_dict
 
 TRUTH = {"decode_step_us": [12000.0, 30000.0], "prefill_step_us": 4000.0, "prefill_token_us": 2000.0, "alpha0_us": 1000.0}
 

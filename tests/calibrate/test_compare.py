@@ -12,7 +12,8 @@ import yaml
 
 from simpy_llm.calibrate import compare, scenario_from_trace, simulated_observation
 from simpy_llm.calibrate.compare import observed_latencies
-from simpy_llm.config import ScenarioError, scenario_from_dict
+from simpy_llm.config import ScenarioError
+from simpy_llm.loading import scenario_from_dict
 from simpy_llm.workload.traces import read_trace_v2, write_trace_v2
 
 MODEL = {"kind": "batch_table", "params": {"decode_step_us": [10000.0, 15000.0], "prefill_token_us": 1000.0, "prefill_step_us": 2000.0}}

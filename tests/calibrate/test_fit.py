@@ -12,7 +12,7 @@ import yaml
 from simpy_llm import Simulation
 from simpy_llm.calibrate import compare, fit, simulated_observation, write_profile
 from simpy_llm.calibrate.fit import _params, _vector, direct_estimate
-from simpy_llm.config import load_scenario, scenario_from_dict
+from simpy_llm.loading import load_scenario, scenario_from_dict
 from simpy_llm.serving.batch_table import BatchTableLatency
 
 TRUTH = {

@@ -14,7 +14,8 @@ from simpy_llm.calibrate import fit, simulated_observation, write_profile
 from simpy_llm.calibrate.batch_steps import DEFAULTS_US
 from simpy_llm.calibrate.fit import direct_estimate
 from simpy_llm.cli import main
-from simpy_llm.config import ScenarioError, scenario_from_dict
+from simpy_llm.config import ScenarioError
+from simpy_llm.loading import scenario_from_dict
 from tests.calibrate.noisy_traces import warp_trace
 
 TRUTH = {

@@ -44,7 +44,7 @@ from simpy_llm.calibrate.probe_estimate import (
     write_probe_profile,
 )
 from simpy_llm.cli import main
-from simpy_llm.config import load_scenario
+from simpy_llm.loading import load_scenario
 from simpy_llm.observe.client import OpenAIClient
 from simpy_llm.observe.emulate import EmulatedServer
 from simpy_llm.serving.batch_table import BatchTableLatency

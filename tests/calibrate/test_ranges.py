@@ -13,8 +13,9 @@ import yaml
 from simpy_llm import Simulation
 from simpy_llm.calibrate import compare, fit, simulated_observation, write_profile
 from simpy_llm.calibrate.ranges import range_limits, trace_range_values
-from simpy_llm.config import ScenarioError, load_scenario, scenario_from_dict, scenario_to_dict
+from simpy_llm.config import ScenarioError
 from simpy_llm.config.profile import FittedLatencySpec, load_profile
+from simpy_llm.loading import load_scenario, scenario_from_dict, scenario_to_dict
 from simpy_llm.metrics.diagnostics import run_range_values
 
 TRUTH = {"decode_step_us": [20000.0, 42000.0, 50000.0, 57000.0], "prefill_step_us": 8000.0,

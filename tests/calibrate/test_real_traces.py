@@ -15,8 +15,8 @@ import yaml
 
 from simpy_llm.calibrate import compare, fit
 from simpy_llm.calibrate.scenario import scenario_from_trace
-from simpy_llm.config import scenario_from_dict, scenario_to_dict
 from simpy_llm.config.profile import load_profile
+from simpy_llm.loading import scenario_from_dict, scenario_to_dict
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "calibration"
 OPEN_LOOP = DATA / "llamacpp_open_loop"

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from simpy_llm import Simulation, load_scenario
-from simpy_llm.config.loader import scenario_from_dict, scenario_to_dict
+from simpy_llm.loading import scenario_from_dict, scenario_to_dict
 from simpy_llm.serving.planner import metric, objective_value
 
 SCENARIO = "scenarios/planner_pool_split.yaml"

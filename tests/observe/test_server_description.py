@@ -241,7 +241,7 @@ def test_warm_up_requests_and_prefix_groups_are_written(tmp_path: Path) -> None:
 
 def test_observe_takes_a_loaded_workload_with_overrides(tmp_path: Path) -> None:
     """A loaded bare spec is observed as its file would be, with overrides relative to it."""
-    from simpy_llm.config import load_workload
+    from simpy_llm.loading import load_workload
 
     fake = FakeServer()
     wl = load_workload(_bare_workload(tmp_path, n=6))

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from simpy_llm import Simulation
-from simpy_llm.config import ScenarioError, load_scenario, scenario_from_dict
-from simpy_llm.config.loader import scenario_to_dict
+from simpy_llm.config import ScenarioError
+from simpy_llm.loading import load_scenario, scenario_from_dict, scenario_to_dict
 from simpy_llm.processes import between, process_kinds, rate_limit
 
 PLUGIN = '''

@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 
 from simpy_llm import Results, Simulation, scenario_from_dict
 from simpy_llm.config.errors import ScenarioWarning
-from simpy_llm.config.loader import build_policy
+from simpy_llm.config.structure import build_policy
 from tests.reference.replica import (
     ReplicaOutcome,
     engine_settings,

@@ -12,7 +12,8 @@ import yaml
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from simpy_llm.config import Scenario, ScenarioError, scenario_from_dict, scenario_hash, scenario_to_dict
+from simpy_llm.config import Scenario, ScenarioError
+from simpy_llm.loading import scenario_from_dict, scenario_hash, scenario_to_dict
 
 QUICKSTART: dict[str, Any] = yaml.safe_load(
     (Path(__file__).resolve().parents[2] / "scenarios" / "quickstart.yaml").read_text()

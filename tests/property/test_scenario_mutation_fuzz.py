@@ -34,11 +34,12 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from simpy_llm import Simulation
-from simpy_llm.config import ScenarioError, scenario_from_dict
+from simpy_llm.config import ScenarioError
 from simpy_llm.config.errors import ScenarioWarning
-from simpy_llm.config.loader import _with_workload_file_read
 from simpy_llm.config.paths import base_dir
 from simpy_llm.config.validators import MAX_KV_BLOCK_SIZE, MAX_REPLICAS, MAX_SEED, MAX_TIME_S, MAX_TOKENS
+from simpy_llm.loading import scenario_from_dict
+from simpy_llm.loading.loader import _with_workload_file_read
 
 SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
 

@@ -14,7 +14,8 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from simpy_llm.config import ScenarioError, WorkloadConfig, load_scenario, load_workload, workload_from_dict, workload_to_dict
+from simpy_llm.config import ScenarioError, WorkloadConfig
+from simpy_llm.loading import load_scenario, load_workload, workload_from_dict, workload_to_dict
 from tests.property.test_loader_fuzz import _mutate, _paths, keys, nested
 
 WORKLOAD_FILE = Path(__file__).resolve().parents[2] / "scenarios" / "workloads" / "two_clients.yaml"

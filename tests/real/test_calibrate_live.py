@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from simpy_llm.calibrate import compare, fit, write_profile
-from simpy_llm.config import load_workload
+from simpy_llm.loading import load_workload
 from simpy_llm.observe.llamacpp import LlamaCppConfig, LlamaCppServer
 from simpy_llm.observe.run import observe
 from tests.real.conftest import CTX_PER_SLOT, PARALLEL, THREADS

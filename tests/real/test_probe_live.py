@@ -15,7 +15,7 @@ import yaml
 
 from simpy_llm import Simulation
 from simpy_llm.calibrate.probe import DEFAULT_MAX_SECONDS, run_probe
-from simpy_llm.config import load_scenario
+from simpy_llm.loading import load_scenario
 from simpy_llm.observe.llamacpp import LlamaCppServer
 from simpy_llm.serving.batch_table import BatchTableLatency
 

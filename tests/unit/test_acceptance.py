@@ -15,13 +15,8 @@ from scipy import stats
 
 from simpy_llm.config.errors import ScenarioError
 from simpy_llm.serving.latency import profiles_dir
-from simpy_llm.speculative.acceptance import (
-    AcceptanceModel,
-    acceptance_from_dict,
-    acceptance_model,
-    load_acceptance,
-    shipped_acceptance,
-)
+from simpy_llm.speculative.acceptance import AcceptanceModel, acceptance_from_dict, load_acceptance
+from simpy_llm.speculative.curves import acceptance_model, shipped_acceptance
 
 SHIPPED = profiles_dir() / "acceptance"
 

@@ -16,7 +16,7 @@ pytest.importorskip("sklearn", reason="needs the learn extra (scikit-learn): pip
 import joblib  # installed with scikit-learn
 
 from simpy_llm.config.errors import ScenarioError
-from simpy_llm.speculative.acceptance import acceptance_model
+from simpy_llm.speculative.curves import acceptance_model
 from simpy_llm.speculative.regressor import (
     AcceptanceRegressor,
     load_acceptance_regressor,

@@ -7,8 +7,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simpy_llm.config import ScenarioError, load_scenario
+from simpy_llm.config import ScenarioError
 from simpy_llm.config.profile import load_profile
+from simpy_llm.loading import load_scenario
 from simpy_llm.serving.batch_table import BatchTableLatency
 from simpy_llm.serving.latency import BlisLinearLatency
 

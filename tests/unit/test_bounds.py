@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from simpy_llm import Simulation
-from simpy_llm.config import ScenarioError, scenario_from_dict
+from simpy_llm.config import ScenarioError
 from simpy_llm.config.errors import FieldValueError
 from simpy_llm.config.validators import (
     MAX_ITEMS_PER_REQUEST,
@@ -25,6 +25,7 @@ from simpy_llm.config.validators import (
     interval_within,
     unless,
 )
+from simpy_llm.loading import scenario_from_dict
 from simpy_llm.rng import RandomStreams
 from simpy_llm.workload.distributions import (
     MAX_TAIL_SHARE,

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from simpy_llm.cli import main
-from simpy_llm.config import load_scenario, scenario_from_dict, scenario_hash
+from simpy_llm.loading import load_scenario, scenario_from_dict, scenario_hash
 
 
 def _write(tmp_path: Path, data: Any, name: str = "s.yaml") -> Path:

@@ -13,19 +13,8 @@ import numpy as np
 import pytest
 import yaml
 
-from simpy_llm.config import (
-    EngineConfig,
-    FieldValueError,
-    PolicySpec,
-    Scenario,
-    ScenarioError,
-    apply_overrides,
-    build_policy,
-    load_scenario,
-    scenario_from_dict,
-    scenario_hash,
-    scenario_to_dict,
-)
+from simpy_llm.config import EngineConfig, FieldValueError, PolicySpec, Scenario, ScenarioError
+from simpy_llm.loading import apply_overrides, build_policy, load_scenario, scenario_from_dict, scenario_hash, scenario_to_dict
 from simpy_llm.policies.routing import RandomRouting, RoundRobin, routing_policies
 from simpy_llm.serving.latency import BlisLinearLatency, latency_models
 from simpy_llm.workload.arrivals import GammaArrivals, PoissonArrivals, arrival_processes

@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from simpy_llm.config import ScenarioError, scenario_from_dict, scenario_to_dict
+from simpy_llm.config import ScenarioError
 from simpy_llm.config.errors import FieldValueError
+from simpy_llm.loading import scenario_from_dict, scenario_to_dict
 from simpy_llm.workload.arrivals import (
     MAX_NEGATIVE_GAP_SHARE,
     DistributionArrivals,

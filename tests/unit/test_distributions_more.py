@@ -22,8 +22,9 @@ import pytest
 import yaml
 from scipy import stats
 
-from simpy_llm.config import ScenarioError, load_scenario, scenario_from_dict, scenario_to_dict
+from simpy_llm.config import ScenarioError
 from simpy_llm.config.errors import FieldValueError
+from simpy_llm.loading import load_scenario, scenario_from_dict, scenario_to_dict
 from simpy_llm.workload.distributions import (
     Empirical,
     Gamma,

@@ -33,9 +33,9 @@ MODULES: dict[str, tuple[str, ...]] = {
 }
 """Distribution of an extra -> the top-level modules it installs (the model's chunk packages with it)."""
 
-HARNESS = {"pytest", "hypothesis", "ruff"}
+HARNESS = {"pytest", "hypothesis", "ruff", "mypy", "types-pyyaml", "import-linter"}
 """The ``test`` extra's own packages: the test run itself needs them (pytest, the property tests'
-Hypothesis profile in tests/conftest.py, the lint gate), so they are not hidden."""
+Hypothesis profile in tests/conftest.py, the gates of .ci/run), so they are not hidden."""
 
 FILES: dict[str, tuple[str, ...]] = {
     "learn": ("tests/unit/test_acceptance_regressor.py", "tests/unit/test_gamma_head.py", "tests/integration/test_speculative_devices.py"),

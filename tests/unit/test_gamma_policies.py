@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from simpy_llm.config import PolicySpec
 from simpy_llm.config.errors import FieldValueError
-from simpy_llm.config.loader import build_policy
+from simpy_llm.config.structure import build_policy
 from simpy_llm.policies.gamma import (
     AcceptanceBackoff,
     Backpressure,

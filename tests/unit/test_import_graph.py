@@ -24,10 +24,6 @@ from scipy.sparse.csgraph import connected_components
 PACKAGE = Path(__file__).resolve().parents[2] / "simpy_llm"
 
 KNOWN_CYCLES: tuple[frozenset[str], ...] = (
-    frozenset({
-        "config.loader", "config.profile", "config.schema", "config.speculation", "serving.batching", "serving.devices",
-        "serving.fleet", "speculative.acceptance", "speculative.regressor", "workload.arrivals", "workload.servegen",
-    }),
     frozenset({"serving.batch_table", "serving.hardware", "serving.latency", "serving.lut", "serving.profiled", "serving.roofline"}),
     frozenset({"metrics.results", "serving.planner", "simulation"}),
 )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import simpy
 
-from simpy_llm.config import ScenarioError, load_scenario, scenario_from_dict
+from simpy_llm.config import ScenarioError
 from simpy_llm.config.schema import (
     REUSABLE_PROMPT_TAIL,
     EngineConfig,
@@ -14,6 +14,7 @@ from simpy_llm.config.schema import (
     SlotCacheConfig,
 )
 from simpy_llm.entities import Request
+from simpy_llm.loading import load_scenario, scenario_from_dict
 from simpy_llm.metrics.recorder import Recorder
 from simpy_llm.serving.batch_table import BatchTableLatency
 from simpy_llm.serving.engine import Replica

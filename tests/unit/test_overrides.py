@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from simpy_llm import Simulation
-from simpy_llm.config import ScenarioError, apply_overrides, load_scenario, scenario_from_dict
+from simpy_llm.config import ScenarioError
+from simpy_llm.loading import apply_overrides, load_scenario, scenario_from_dict
 
 # --------------------------------------------------------------------------- override forms
 

@@ -6,8 +6,8 @@ import pytest
 
 from simpy_llm import load_scenario
 from simpy_llm.config import PlannerCandidates, ScenarioError
-from simpy_llm.config.loader import scenario_from_dict, scenario_to_dict
-from simpy_llm.config.planner import summary_metric_path
+from simpy_llm.loading import scenario_from_dict, scenario_to_dict
+from simpy_llm.metrics.summary_paths import summary_metric_path
 from simpy_llm.policies.planning import BestFeasible, Evaluation
 
 

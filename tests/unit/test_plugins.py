@@ -14,7 +14,9 @@ import yaml
 
 from simpy_llm import Simulation
 from simpy_llm.cli import main
-from simpy_llm.config import ScenarioError, load_plugins, load_scenario, loader, scenario_from_dict
+from simpy_llm.config import ScenarioError
+from simpy_llm.loading import load_plugins, load_scenario, scenario_from_dict
+from simpy_llm.loading import plugins as loader_plugins
 from simpy_llm.policies.routing import routing_policies
 from simpy_llm.policies.scheduling import scheduler_policies
 
@@ -49,7 +51,7 @@ def _isolated(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Registries, imported plugin modules and the entry-point flag as they were before the test."""
     for registry in (routing_policies, scheduler_policies):
         monkeypatch.setattr(registry, "_items", dict(registry._items))  # noqa: SLF001
-    monkeypatch.setattr(loader, "_entry_points_loaded", False)
+    monkeypatch.setattr(loader_plugins, "_entry_points_loaded", False)
     before = set(sys.modules)
     yield
     for name in set(sys.modules) - before:
@@ -195,7 +197,7 @@ class _FakeEntryPoint:
     """What ``importlib.metadata.entry_points`` yields: a name, a value and ``load()``."""
 
     def __init__(self, name: str, value: str, action: Any) -> None:
-        self.name, self.value, self.group = name, value, loader.PLUGIN_ENTRY_POINT_GROUP
+        self.name, self.value, self.group = name, value, loader_plugins.PLUGIN_ENTRY_POINT_GROUP
         self.action = action
         self.loads = 0
 

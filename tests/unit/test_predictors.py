@@ -9,9 +9,10 @@ import pytest
 from scipy import stats
 
 from simpy_llm.config.errors import FieldValueError, ScenarioError
-from simpy_llm.config.loader import build_policy, scenario_from_dict
 from simpy_llm.config.schema import PolicySpec
+from simpy_llm.config.structure import build_policy
 from simpy_llm.entities import Request
+from simpy_llm.loading import scenario_from_dict
 from simpy_llm.policies import OutputPredictor, SemiClairvoyant, routing_policies
 
 

@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 
 from simpy_llm import Simulation, scenario_from_dict
-from simpy_llm.config import ScenarioError, scenario_to_dict
+from simpy_llm.config import ScenarioError
 from simpy_llm.config.schema import ClientConfig
+from simpy_llm.loading import scenario_to_dict
 from simpy_llm.rng import RandomStreams
 from simpy_llm.workload.arrivals import PoissonArrivals
 from simpy_llm.workload.distributions import Constant, Empirical, Exponential

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from simpy_llm.cli import main
-from simpy_llm.config import ScenarioError, load_scenario
+from simpy_llm.config import ScenarioError
 from simpy_llm.config.validators import MAX_DRAFT_DEVICES
+from simpy_llm.loading import load_scenario
 from simpy_llm.serving.batching import SampledServiceTimes
 from simpy_llm.workload.distributions import Constant
 

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from simpy_llm.config.errors import FieldValueError
-from simpy_llm.config.loader import build_policy
 from simpy_llm.config.schema import PolicySpec
+from simpy_llm.config.structure import build_policy
 from simpy_llm.entities import Request
 from simpy_llm.policies import (
     JoinIdleQueue,

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import simpy
 
-from simpy_llm.config import scenario_from_dict
 from simpy_llm.config.schema import LlamaCppPreset, SlotCacheConfig
 from simpy_llm.entities import Request
+from simpy_llm.loading import scenario_from_dict
 from simpy_llm.metrics.recorder import Recorder
 from simpy_llm.serving.engine import Replica
 from simpy_llm.serving.latency import BlisLinearLatency

@@ -16,8 +16,9 @@ import yaml
 
 from simpy_llm import Simulation, scenario_from_dict
 from simpy_llm.cli import main
-from simpy_llm.config import ScenarioError, load_scenario
+from simpy_llm.config import ScenarioError
 from simpy_llm.config.schema import TraceSource
+from simpy_llm.loading import load_scenario
 from simpy_llm.workload.checks import check_spec_files
 from simpy_llm.workload.traces import (
     Trace,

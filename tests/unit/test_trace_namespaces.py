@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from simpy_llm import Simulation, scenario_from_dict
-from simpy_llm.config import ScenarioError, load_workload
+from simpy_llm.config import ScenarioError
+from simpy_llm.loading import load_workload
 from simpy_llm.workload.sources import build_sources
 from simpy_llm.workload.traces import read_mooncake
 

@@ -13,8 +13,9 @@ import pandas as pd
 import pytest
 
 from simpy_llm import Simulation, load_scenario, scenario_from_dict
-from simpy_llm.config import ScenarioError, load_workload, workload_from_dict
+from simpy_llm.config import ScenarioError
 from simpy_llm.config.errors import ScenarioWarning
+from simpy_llm.loading import load_workload, load_workload_or_scenario, override_spec, workload_from_dict
 from simpy_llm.observe.loadgen import load_requests
 from simpy_llm.observe.sessions import Conversations, has_sessions
 from simpy_llm.workload.export import generate_requests
@@ -68,14 +69,15 @@ def test_a_bare_workload_generates_what_the_scenario_with_its_seed_generates() -
     scenario = load_scenario(REPO / "scenarios" / "two_clients.yaml", ["workload.num_requests=2000"])
     expected = generate_requests(scenario)
     pd.testing.assert_frame_equal(generate_requests(load_workload(TWO_CLIENTS)), expected)
-    pd.testing.assert_frame_equal(generate_requests(TWO_CLIENTS), expected)
-    pd.testing.assert_frame_equal(generate_requests(str(TWO_CLIENTS), ["num_requests=2000"]), expected)
+    pd.testing.assert_frame_equal(generate_requests(load_workload_or_scenario(TWO_CLIENTS)), expected)
+    pd.testing.assert_frame_equal(generate_requests(load_workload_or_scenario(str(TWO_CLIENTS), ["num_requests=2000"])), expected)
 
 
-def test_generate_requests_applies_overrides_to_a_loaded_spec() -> None:
-    """Overrides given with a loaded scenario or bare spec apply to it (keys relative to a bare spec)."""
-    assert len(generate_requests(load_workload(TWO_CLIENTS), ["workload.num_requests=25"])) == 25
-    assert len(generate_requests(load_scenario(REPO / "scenarios" / "quickstart.yaml"), {"workload.num_requests": 30})) == 30
+def test_overrides_of_a_loaded_spec_reach_the_generated_requests() -> None:
+    """Overrides applied to a loaded scenario or bare spec (keys relative to a bare spec) decide
+    what generate_requests generates."""
+    assert len(generate_requests(override_spec(load_workload(TWO_CLIENTS), ["workload.num_requests=25"]))) == 25
+    assert len(generate_requests(override_spec(load_scenario(REPO / "scenarios" / "quickstart.yaml"), {"workload.num_requests": 30}))) == 30
 
 
 def test_a_zero_rate_client_of_a_bare_spec_is_named_by_its_own_key_path() -> None:

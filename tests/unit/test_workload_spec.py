@@ -12,19 +12,18 @@ import attrs
 import pytest
 import yaml
 
-from simpy_llm.config import (
-    ScenarioError,
-    WorkloadConfig,
+from simpy_llm.config import ScenarioError, WorkloadConfig
+from simpy_llm.config.paths import base_dir
+from simpy_llm.loading import (
     load_scenario,
     load_workload,
     load_workload_or_scenario,
+    override_spec,
     scenario_from_dict,
     scenario_to_dict,
     workload_from_dict,
     workload_to_dict,
 )
-from simpy_llm.config.loader import override_spec
-from simpy_llm.config.paths import base_dir
 
 REPO = Path(__file__).resolve().parents[2]
 WORKLOADS = sorted((REPO / "scenarios" / "workloads").glob("*.yaml"))

@@ -16,8 +16,8 @@ import yaml
 
 from simpy_llm import Simulation, scenario_from_dict
 from simpy_llm.cli import main
-from simpy_llm.config import load_scenario
 from simpy_llm.config.errors import ScenarioWarning
+from simpy_llm.loading import load_scenario
 from simpy_llm.workload.export import generate_requests
 from tests.helpers import columns_equal, tiny_scenario
 

@@ -145,7 +145,7 @@ def check_slo_classes(criteria: StabilityCriteria, scenario: Scenario) -> None:
 
     Examples
     --------
-    >>> from simpy_llm.config import load_scenario
+    >>> from simpy_llm.loading import load_scenario
     >>> check_slo_classes(StabilityCriteria(slo="ttft_p99[interactve]=0.5"), load_scenario("scenarios/quickstart.yaml"))
     Traceback (most recent call last):
     ...

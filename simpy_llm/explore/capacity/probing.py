@@ -223,7 +223,7 @@ def _window(
 
 def _build(scenario: Any, overrides: Mapping[str, Any]) -> Scenario:
     """The scenario (a YAML path or plain data) with *overrides* applied, validated."""
-    from simpy_llm.config.loader import apply_overrides, load_scenario, scenario_from_dict
+    from simpy_llm.loading import apply_overrides, load_scenario, scenario_from_dict
 
     if isinstance(scenario, Mapping):
         return scenario_from_dict(apply_overrides(dict(scenario), dict(overrides)))

@@ -408,7 +408,7 @@ def emulated_server_block(scenario: Any, model: str) -> dict[str, Any]:
     value), ``replicas``, the whole ``serving`` section (as ``scenario_to_dict`` writes it),
     ``seed`` and ``simulation_mode``: with them a scenario rebuilds the serving system exactly.
     """
-    from simpy_llm.config.loader import scenario_to_dict
+    from simpy_llm.config.plain import scenario_to_dict
 
     groups = scenario.serving.groups()
     out: dict[str, Any] = {"type": "emulated", "model": model, "scenario": scenario.name}

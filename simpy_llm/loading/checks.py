@@ -1,0 +1,260 @@
+"""Checks across components: what a config's values cannot say on their own.
+
+The config classes (:mod:`simpy_llm.config`) check values and shapes when they are made;
+they import nothing above them. What needs the components themselves is checked here, in
+the build step above them: a replica group's device profile and its role, a batch server's
+need of a latency model, a fleet's plan (``kv_num_blocks: auto``, swap settings), a
+disaggregated fleet's topology, an agentic workflow's graph, a process's seam, acceptance
+curves and draft devices, the planner's summary metrics.
+
+Each check takes one config object and raises :class:`~simpy_llm.config.errors.FieldValueError`
+naming the key inside it, as the class's own checks do. The loader runs a class's checks
+right after it makes an object of that class (:func:`register_checks`), so a problem is
+reported at its key path among the others, exactly where a value problem would be;
+:func:`check_config` runs them over a config built in Python.
+
+Examples
+--------
+>>> from simpy_llm.config.schema import ProcessSpec, PolicySpec
+>>> spec = ProcessSpec(between="replica", process=PolicySpec(kind="rate_limit", params={"rate_per_s": 1.0}))
+>>> check_config(spec)
+Traceback (most recent call last):
+...
+simpy_llm.config.errors.ScenarioError: <config>: 1 problem(s) in scenario
+  between: ...
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import attrs
+
+from simpy_llm.config.errors import FieldValueError, ScenarioError
+from simpy_llm.config.planner import NAMED_OBJECTIVES, PlannerConfig
+from simpy_llm.config.schema import (
+    AgenticConfig,
+    BatchServerConfig,
+    PolicySpec,
+    ProcessSpec,
+    ReplicaGroupConfig,
+    ServingConfig,
+    ToolConfig,
+)
+from simpy_llm.config.speculation import DrafterConfig, DraftGroupConfig, FusedConfig, SpeculationConfig
+from simpy_llm.config.structure import attrs_hook_factory, converter
+from simpy_llm.metrics.summary_paths import summary_metric_path
+from simpy_llm.network.topology import Topology
+from simpy_llm.processes import check_place
+from simpy_llm.serving.batching import batch_service_models
+from simpy_llm.serving.devices import device_profile
+from simpy_llm.serving.fleet import plan_fleet
+from simpy_llm.speculative.curves import acceptance_model
+from simpy_llm.workload.distributions import ClampedGaussian
+from simpy_llm.workload.workflows import check_workflow
+
+__all__ = ["CHECKS", "check_config", "register_checks"]
+
+C = TypeVar("C")
+
+CHECKS: dict[type, list[Callable[[Any], None]]] = {}
+"""Config class -> the checks run on each object of it, in order."""
+
+
+def _checks(cls: type[C]) -> Callable[[Callable[[C], None]], Callable[[C], None]]:
+    def add(check: Callable[[C], None]) -> Callable[[C], None]:
+        CHECKS.setdefault(cls, []).append(check)
+        return check
+
+    return add
+
+
+@_checks(ToolConfig)
+def _tool_latency(tool: ToolConfig) -> None:
+    if isinstance(tool.latency_s, ClampedGaussian):
+        # Its bounds are whole tokens (min >= 1): as a time it would never draw below 1 s.
+        raise FieldValueError(
+            "latency_s", "gaussian is clamped to token bounds (min >= 1), never below 1 s; "
+            "for a time use normal, gamma, lognormal, exponential or uniform"
+        )
+
+
+_checks(AgenticConfig)(check_workflow)
+
+
+def _batch_service_latency(batch_server: BatchServerConfig | None, latency_model: PolicySpec | None) -> None:
+    """A batch server has a latency model exactly when its service model uses one."""
+    if batch_server is None:
+        return
+    kind = batch_server.service.kind
+    needs = getattr(batch_service_models.get(kind), "needs_latency_model", False)  # a user's service model may leave it out
+    if needs and latency_model is None:
+        raise FieldValueError("latency_model", f"required by batch_server.service kind {kind!r}")
+    if not needs and latency_model is not None:
+        raise FieldValueError("latency_model", f"not used by batch_server.service kind {kind!r} (remove it)")
+
+
+@_checks(ReplicaGroupConfig)
+def _replica_group(group: ReplicaGroupConfig) -> None:
+    _batch_service_latency(group.batch_server, group.latency_model)
+    if group.device is None:
+        return
+    try:
+        profile = device_profile(group.device)
+    except ScenarioError as exc:
+        raise FieldValueError("device", f"{exc}") from None
+    if profile.role == "draft":
+        raise FieldValueError("device", f"{profile.id!r} is a draft device; a replica runs on a target (or any) device")
+    if profile.availability:
+        raise FieldValueError("device", f"{profile.id!r} has availability windows, which replicas do not model yet (only draft devices will)")
+    if group.warm_retention_s is not None and profile.cold_start is None and group.weights_from is None:
+        raise FieldValueError("warm_retention_s", f"device {profile.id!r} has no cold_start and no weights_from is given: nothing to pay again")
+    if group.role != "both" and group.batch_server is not None:
+        raise FieldValueError("role", "a batch_server serves whole requests; only continuous-batching replicas can be a prefill or decode pool")
+
+
+@_checks(ServingConfig)
+def _serving(serving: ServingConfig) -> None:
+    if not serving.replica_groups and not serving.clusters:
+        _batch_service_latency(serving.batch_server, serving.latency_model)
+    dis = serving.disaggregation
+    if dis is not None and dis.topology is not None:
+        _topology(serving, dis.topology)
+    plan_fleet(serving)  # resolves kv_num_blocks: auto and the swap settings, or says why not
+
+
+def _topology(serving: ServingConfig, spec: dict[str, Any]) -> None:
+    """The topology builds, and its endpoints are the fleet's replicas (``<group>/<k>``):
+    every replica is one; a ``complete`` or ``clos`` topology names no other (a ``links``
+    topology may have switches)."""
+    try:
+        topology = Topology.from_spec(spec)
+    except FieldValueError as exc:
+        raise FieldValueError(f"disaggregation.topology.{exc.field}".rstrip("."), exc.message) from None
+    names = serving.replica_names()
+    missing = [n for n in names if n not in topology.endpoints]
+    if missing:
+        raise FieldValueError(
+            "disaggregation.topology",
+            f"the replicas {', '.join(missing)} are not endpoints of the topology (a replica is <group>/<k>)",
+        )
+    extra = [e for e in topology.endpoints if e not in set(names)]
+    if extra and spec.get("type") != "links":
+        raise FieldValueError("disaggregation.topology.endpoints", f"{', '.join(extra)} name no replica; the replicas are {', '.join(names)}")
+
+
+@_checks(ProcessSpec)
+def _process_place(spec: ProcessSpec) -> None:
+    key = "between" if spec.between is not None else "instead_of"
+    try:
+        check_place(spec.seam, instead=spec.instead_of is not None)
+    except ValueError as exc:
+        raise FieldValueError(key, str(exc)) from None
+
+
+def _known_curve(curve: str) -> None:
+    try:
+        acceptance_model(curve)
+    except (ScenarioError, KeyError, ValueError) as exc:
+        raise FieldValueError("acceptance", str(exc)) from None
+
+
+_checks(DrafterConfig)(lambda drafter: _known_curve(drafter.acceptance))
+_checks(FusedConfig)(lambda fused: _known_curve(fused.acceptance))
+
+
+@_checks(DraftGroupConfig)
+def _draft_device(group: DraftGroupConfig) -> None:
+    if group.device is None:
+        return
+    try:
+        profile = device_profile(group.device)
+    except ScenarioError as exc:
+        raise FieldValueError("device", f"{exc}") from None
+    if profile.role == "target":
+        raise FieldValueError("device", f"{profile.id!r} is a target device; a draft group runs on a draft (or any) device")
+
+
+@_checks(SpeculationConfig)
+def _curves_cover_k(spec: SpeculationConfig) -> None:
+    """Each acceptance curve covers ``k_max`` and, with several temperatures, is told which."""
+    where = [(f"drafts[{g}].drafters[{d}].acceptance", dr.acceptance) for g, grp in enumerate(spec.drafts) for d, dr in enumerate(grp.drafters)]
+    if spec.fused is not None:
+        where.append(("fused.acceptance", spec.fused.acceptance))
+    for path, curve in where:
+        model = acceptance_model(curve)
+        if model.k_max < spec.k_max:
+            raise FieldValueError(path, f"curve {model.name!r} covers k up to {model.k_max}, below k_max ({spec.k_max})")
+        if spec.temperature is None and len(model.temperatures) > 1:
+            raise FieldValueError(path, f"curve {model.name!r} has temperatures {list(model.temperatures)}: set speculation.temperature")
+
+
+@_checks(PlannerConfig)
+def _planner_metrics(planner: PlannerConfig) -> None:
+    """The objective and the constraints name numeric figures of a what-if's summary."""
+    if planner.objective not in NAMED_OBJECTIVES:
+        problem = summary_metric_path(planner.objective.removeprefix("-"))
+        if problem:
+            raise FieldValueError("objective", f"{problem}; or one of {', '.join(NAMED_OBJECTIVES)}")
+    for path in planner.constraints:
+        problem = summary_metric_path(path)
+        if problem:
+            raise FieldValueError(f"constraints.{path}", problem)
+
+
+def _checked_hook(cls: type, checks: list[Callable[[Any], None]]) -> Callable[[Any, Any], Any]:
+    inner = attrs_hook_factory(cls)
+
+    def hook(value: Any, t: Any) -> Any:
+        obj = inner(value, t)
+        for check in checks:
+            check(obj)
+        return obj
+
+    return hook
+
+
+def register_checks() -> None:
+    """Run each class's checks on every object of it that :data:`~simpy_llm.config.structure.converter`
+    structures. Called once by the loader, after every hook the classes' fields need is
+    registered (each class's structuring is generated here, from those hooks)."""
+    for cls, checks in CHECKS.items():
+        converter.register_structure_hook(cls, _checked_hook(cls, checks))
+
+
+def _problems(obj: Any, path: str) -> Iterator[tuple[str, str]]:
+    """The problems the checks find in *obj* and every config object inside it, with key paths."""
+    if isinstance(obj, (list, tuple)):
+        for i, item in enumerate(obj):
+            yield from _problems(item, f"{path}[{i}]")
+        return
+    if isinstance(obj, dict):
+        for key, item in obj.items():
+            yield from _problems(item, f"{path}.{key}" if path else str(key))
+        return
+    if not attrs.has(type(obj)):
+        return
+    for a in attrs.fields(type(obj)):
+        if a.init:
+            yield from _problems(getattr(obj, a.name), f"{path}.{a.name}" if path else a.name)
+    for check in CHECKS.get(type(obj), ()):
+        try:
+            check(obj)
+        except FieldValueError as exc:
+            yield (f"{path}.{exc.field}" if path else exc.field).rstrip("."), exc.message
+            return
+
+
+def check_config(obj: Any, source: str = "<config>") -> None:
+    """Run the cross-component checks over *obj* (a :class:`~simpy_llm.config.schema.Scenario`
+    or any config object) and everything inside it, as loading does.
+
+    Raises
+    ------
+    ScenarioError
+        Listing every problem found, with its key path (one per object at most).
+    """
+    problems = list(_problems(obj, ""))
+    if problems:
+        raise ScenarioError(source, problems)
