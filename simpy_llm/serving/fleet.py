@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from simpy_llm.config.errors import FieldValueError
-from simpy_llm.config.schema import LOCAL_NVME_BYTES_PER_S
+from simpy_llm.config.serving import LOCAL_NVME_BYTES_PER_S
 from simpy_llm.config.structure import build_policy
 from simpy_llm.serving.devices import device_profile
 from simpy_llm.serving.hardware import auto_kv_blocks
