@@ -8,9 +8,11 @@ builds on these; this module imports no other section.
 from __future__ import annotations
 
 import math
-from typing import Any, NewType
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Literal, NewType, Protocol, TypeAlias
 
 import attrs
+import numpy as np
 
 from simpy_llm.config.errors import FieldValueError
 from simpy_llm.config.validators import MAX_BANDWIDTH_MBPS, MAX_TIME_S, all_of, at_least, at_most, greater_than, one_of, optional
@@ -18,10 +20,12 @@ from simpy_llm.config.validators import MAX_BANDWIDTH_MBPS, MAX_TIME_S, all_of, 
 __all__ = [
     "AdmissionSpec",
     "ArrivalField",
+    "ArrivalProcess",
     "BatchServiceSpec",
     "BinSelectorSpec",
     "KvBlocks",
     "LatencySpec",
+    "LengthDistribution",
     "LengthField",
     "LinkFaults",
     "NetworkConfig",
@@ -45,28 +49,66 @@ class PolicySpec:
     """Keyword parameters for the implementation."""
 
 
-ArrivalField = NewType("ArrivalField", object)
-"""A registered arrival process, written ``{process: NAME, ...its fields}``."""
-LengthField = NewType("LengthField", object)
-"""A registered length distribution, written ``{type: NAME, params: {...}}``."""
-PriorityField = NewType("PriorityField", object)
-"""A request priority: an integer, or a registered length distribution drawn per request."""
-RouterSpec = NewType("RouterSpec", PolicySpec)
-"""A :class:`PolicySpec` naming a routing policy."""
-LatencySpec = NewType("LatencySpec", PolicySpec)
-"""A :class:`PolicySpec` naming a latency model."""
-SchedulerSpec = NewType("SchedulerSpec", PolicySpec)
-"""A :class:`PolicySpec` naming a scheduler policy."""
-AdmissionSpec = NewType("AdmissionSpec", PolicySpec)
-"""A :class:`PolicySpec` naming an admission policy."""
-BatchServiceSpec = NewType("BatchServiceSpec", PolicySpec)
-"""A :class:`PolicySpec` naming a batch service model (:mod:`simpy_llm.serving.batching`)."""
-BinSelectorSpec = NewType("BinSelectorSpec", PolicySpec)
-"""A :class:`PolicySpec` naming a bin selector (:mod:`simpy_llm.policies.batching`)."""
-KvBlocks = NewType("KvBlocks", object)
-"""A block count (int >= 1) or ``"auto"``."""
-Probability = NewType("Probability", float)
-"""A probability in [0, 1]; YAML ``true``/``false`` mean 1 and 0."""
+class LengthDistribution(Protocol):
+    """What every registered length distribution provides (:mod:`simpy_llm.workload.distributions`)."""
+
+    @property
+    def mean(self) -> float: ...
+
+    @property
+    def variance(self) -> float: ...
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """Draw *n* values (floats; see :func:`~simpy_llm.workload.distributions.to_tokens`)."""
+        ...
+
+
+class ArrivalProcess(Protocol):
+    """What every registered arrival process provides (:mod:`simpy_llm.workload.arrivals`)."""
+
+    def times(self, rng: np.random.Generator, rate: float, chunk: int) -> Iterator[np.ndarray]:
+        """Endless chunks of *chunk* increasing absolute arrival times (s) at mean rate *rate*."""
+        ...
+
+
+# Field markers. At run time each is a distinct NewType, so that the loader can give each its
+# own structuring hook (look a process up by ``process``, a distribution by ``type``, a policy
+# in its registry...); to a type checker each is the type of the value the loader makes.
+if TYPE_CHECKING:
+    ArrivalField: TypeAlias = ArrivalProcess
+    LengthField: TypeAlias = LengthDistribution
+    PriorityField: TypeAlias = int | LengthDistribution
+    RouterSpec: TypeAlias = PolicySpec
+    LatencySpec: TypeAlias = PolicySpec
+    SchedulerSpec: TypeAlias = PolicySpec
+    AdmissionSpec: TypeAlias = PolicySpec
+    BatchServiceSpec: TypeAlias = PolicySpec
+    BinSelectorSpec: TypeAlias = PolicySpec
+    KvBlocks: TypeAlias = int | Literal["auto"]
+    Probability: TypeAlias = float
+else:
+    ArrivalField = NewType("ArrivalField", object)
+    """A registered arrival process, written ``{process: NAME, ...its fields}``."""
+    LengthField = NewType("LengthField", object)
+    """A registered length distribution, written ``{type: NAME, params: {...}}``."""
+    PriorityField = NewType("PriorityField", object)
+    """A request priority: an integer, or a registered length distribution drawn per request."""
+    RouterSpec = NewType("RouterSpec", PolicySpec)
+    """A :class:`PolicySpec` naming a routing policy."""
+    LatencySpec = NewType("LatencySpec", PolicySpec)
+    """A :class:`PolicySpec` naming a latency model."""
+    SchedulerSpec = NewType("SchedulerSpec", PolicySpec)
+    """A :class:`PolicySpec` naming a scheduler policy."""
+    AdmissionSpec = NewType("AdmissionSpec", PolicySpec)
+    """A :class:`PolicySpec` naming an admission policy."""
+    BatchServiceSpec = NewType("BatchServiceSpec", PolicySpec)
+    """A :class:`PolicySpec` naming a batch service model (:mod:`simpy_llm.serving.batching`)."""
+    BinSelectorSpec = NewType("BinSelectorSpec", PolicySpec)
+    """A :class:`PolicySpec` naming a bin selector (:mod:`simpy_llm.policies.batching`)."""
+    KvBlocks = NewType("KvBlocks", object)
+    """A block count (int >= 1) or ``"auto"``."""
+    Probability = NewType("Probability", float)
+    """A probability in [0, 1]; YAML ``true``/``false`` mean 1 and 0."""
 
 
 @attrs.frozen(kw_only=True)

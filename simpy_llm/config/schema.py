@@ -336,7 +336,8 @@ class Scenario:
 
     def _check_speculation(self) -> None:
         """What speculative decoding cannot run with, and the draft groups' clients."""
-        serving, wl = self.serving, self.workload
+        serving, wl, speculation = self.serving, self.workload, self.speculation
+        assert speculation is not None  # called only with a speculation section
         if self.simulation.mode != "event_per_change":
             raise FieldValueError(
                 "simulation.mode", "applies to continuous-batching replicas; verify servers take one event per pass in any mode"
@@ -369,14 +370,14 @@ class Scenario:
                     "with speculation the draft groups' networks carry the requests; give the network to the draft group",
                 )
         claimed: dict[str, str] = {}
-        for g, group in enumerate(self.speculation.drafts):
-            for cid in group.clients:
+        for g, draft_group in enumerate(speculation.drafts):
+            for cid in draft_group.clients:
                 if known and cid not in known:
                     raise FieldValueError(f"speculation.drafts[{g}].clients", f"no workload client {cid!r}; clients: {', '.join(sorted(known))}")
                 if cid in claimed:
                     raise FieldValueError(f"speculation.drafts[{g}].clients", f"client {cid!r} is already run by draft group {claimed[cid]!r}")
-                claimed[cid] = group.name
-        if len([g for g in self.speculation.drafts if not g.clients]) > 1:
+                claimed[cid] = draft_group.name
+        if len([g for g in speculation.drafts if not g.clients]) > 1:
             raise FieldValueError("speculation.drafts", "at most one draft group may leave clients empty (it takes every other client)")
 
     @property

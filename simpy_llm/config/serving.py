@@ -150,6 +150,8 @@ class MemoryLimitConfig:
         """The capacity eta, whole tokens."""
         if self.capacity_tokens is not None:
             return self.capacity_tokens
+        # Without capacity_tokens the three figures are all given (checked when made).
+        assert self.gpu_memory_gb is not None and self.model_memory_gb is not None and self.kv_bytes_per_token is not None
         return int((self.gpu_memory_gb - self.model_memory_gb) * 1e9 // self.kv_bytes_per_token)
 
 
@@ -546,10 +548,10 @@ class ServingConfig:
             return self.replica_groups
         if self.disaggregation is not None:
             p = self.disaggregation.prefill_replicas
-            common = {"latency_model": self.latency_model, "engine": self.engine}
+            assert p is not None  # required without replica_groups (checked when made)
             return (
-                ReplicaGroupConfig(name="prefill", count=p, role="prefill", **common),
-                ReplicaGroupConfig(name="decode", count=self.replicas - p, role="decode", **common),
+                ReplicaGroupConfig(name="prefill", count=p, role="prefill", latency_model=self.latency_model, engine=self.engine),
+                ReplicaGroupConfig(name="decode", count=self.replicas - p, role="decode", latency_model=self.latency_model, engine=self.engine),
             )
         return (
             ReplicaGroupConfig(

@@ -14,7 +14,7 @@ import inspect
 import math
 import re
 import reprlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, get_args, get_origin
 
@@ -112,7 +112,7 @@ def init_names(cls: type) -> list[str]:
 
 def attrs_hook_factory(cls: type) -> Any:
     """Structure an attrs class, first insisting on a mapping (so the error says what is allowed)."""
-    inner = converter.gen_structure_attrs_fromdict(cls)
+    inner: Callable[[Mapping[str, Any], Any], Any] = converter.gen_structure_attrs_fromdict(cls)
     keys = ", ".join(init_names(cls)) or "none"
 
     def hook(value: Any, t: Any) -> Any:
@@ -135,7 +135,8 @@ def _tuple_hook_factory(t: Any) -> Any:
     def hook(value: Any, _t: Any) -> tuple[Any, ...]:
         if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Sequence):
             raise Problems([("", f"must be a list of {_describe(item_type)}; got {reprlib.repr(value)}")])
-        items, problems = [], []
+        items: list[Any] = []
+        problems: list[tuple[str, str]] = []
         for i, item in enumerate(value):
             try:
                 items.append(converter.structure(item, item_type))
@@ -155,7 +156,8 @@ def _dict_hook_factory(t: Any) -> Any:
     def hook(value: Any, _t: Any) -> dict[Any, Any]:
         if not isinstance(value, Mapping):
             raise Problems([("", f"must be a mapping of names to {_describe(value_type)}; got {reprlib.repr(value)}")])
-        out, problems = {}, []
+        out: dict[Any, Any] = {}
+        problems: list[tuple[str, str]] = []
         for k, v in value.items():
             try:
                 key = converter.structure(k, key_type)
@@ -203,17 +205,17 @@ def problems_of(exc: BaseException, path: str) -> Iterator[tuple[str, str]]:
     elif isinstance(exc, FieldValueError):
         yield join(path, exc.field), exc.message
     elif isinstance(exc, ClassValidationError):
-        with_notes, without = exc.group_exceptions()
-        for sub_exc, note in with_notes:
-            yield from problems_of(sub_exc, join(path, note.name))
-        for sub_exc in without:
+        by_attribute, rest = exc.group_exceptions()
+        for sub_exc, attribute in by_attribute:
+            yield from problems_of(sub_exc, join(path, attribute.name))
+        for sub_exc in rest:
             yield from problems_of(sub_exc, path)
     elif isinstance(exc, IterableValidationError):
-        with_notes, without = exc.group_exceptions()
-        for sub_exc, note in with_notes:
-            idx = note.index
+        by_index, rest = exc.group_exceptions()
+        for sub_exc, item in by_index:
+            idx = item.index
             yield from problems_of(sub_exc, join(path, idx) if isinstance(idx, str) else f"{path}[{idx}]")
-        for sub_exc in without:
+        for sub_exc in rest:
             yield from problems_of(sub_exc, path)
     elif isinstance(exc, ForbiddenExtraKeysError):
         allowed = (", ".join(init_names(exc.cl)) or "none") if attrs.has(exc.cl) else "?"
@@ -222,8 +224,8 @@ def problems_of(exc: BaseException, path: str) -> Iterator[tuple[str, str]]:
     elif isinstance(exc, KeyError):
         yield path, "required key is missing"
     elif isinstance(exc, BaseExceptionGroup):
-        for sub_exc in exc.exceptions:
-            yield from problems_of(sub_exc, path)
+        for member in exc.exceptions:
+            yield from problems_of(member, path)
     elif isinstance(exc, TypeError):
         yield path, f"wrong type: {exc}"
     else:

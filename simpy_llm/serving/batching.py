@@ -446,6 +446,7 @@ class BinQueue(Channel):
     def _arm(self, i: int) -> None:
         """Schedule bin *i*'s wait limit for its current head."""
         head = self.bins[i][0]
+        assert self.max_wait_s is not None  # armed only with a wait limit
         due = head[0].enqueue_s + self.max_wait_s
         env = self.env
         timer = env.timeout(max(due - env.now, 0.0))
@@ -468,7 +469,7 @@ class BinQueue(Channel):
         for i, q in enumerate(self.bins):
             if q and q[0][0].enqueue_s < oldest:
                 best, oldest = i, q[0][0].enqueue_s
-        if best is None or (now - oldest < self.max_wait_s and id(self.bins[best][0]) not in self._overdue):
+        if best is None or self.max_wait_s is None or (now - oldest < self.max_wait_s and id(self.bins[best][0]) not in self._overdue):
             return None
         return best
 
@@ -522,6 +523,7 @@ class BinQueue(Channel):
         """A batch formed now: the selected bin, ``min(b_target, candidates)`` requests,
         cut before the first whose predicted KV tokens exceed the memory limit."""
         lengths = self.queue_lengths
+        assert self.selector is not None and self.sizer is not None  # both are set with dynamic batching
         i = self.selector.select(lengths)
         if not 0 <= i < len(lengths) or not lengths[i]:
             raise ValueError(f"bin selector chose bin {i}; non-empty bins: {[j for j, n in enumerate(lengths) if n]}")
@@ -689,7 +691,7 @@ class BatchServer:
 
     def _enqueue_event(self, event: Event) -> None:
         """The queueing time of a request (``event.value``, its bin entry) is over."""
-        entry = event.value
+        entry: tuple[Request, float, float, float] = event.value  # type: ignore[assignment] # the entry the timeout was given
         entry[0].enqueue_s = self.env.now
         self.queue.put(entry)
 

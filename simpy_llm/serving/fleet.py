@@ -131,6 +131,7 @@ def plan_fleet(serving: ServingConfig, latency_override: Any = None, streams: An
         if group.batch_server is not None:
             plans.extend([attrs.evolve(_batch_server_plan(group, latency_override, streams), cluster=clusters.get(group.name, ""))] * group.count)
             continue
+        assert group.latency_model is not None  # a continuous-batching group has one (config.serving.check_replica_kind)
         latency = latency_override or build_policy(group.latency_model, latency_models, **_rng(group, streams))
         try:
             engine = resolve_engine(group.engine, latency)
@@ -180,6 +181,7 @@ def _on_device(name: str, engine: EngineConfig, latency: Any) -> tuple[Any, Engi
                 f"{device.id!r} limits the KV cache to {limit_mb:g} MiB: the latency model must name its model, gpu and tp to size it",
             )
         blocks = int(limit_mb * 2**20 // (hardware.kv_bytes_per_token * engine.kv_block_size))
+        assert engine.kv_num_blocks != "auto"  # resolve_engine sized it before the device's limit applies
         if engine.kv_num_blocks > blocks:
             engine = attrs.evolve(engine, kv_num_blocks=blocks)
             if blocks * engine.kv_block_size < engine.max_num_batched_tokens:
@@ -223,10 +225,15 @@ def _batch_server_plan(group: ReplicaGroupConfig, latency_override: Any, streams
     latency = None
     capacity = group.capacity
     config = group.batch_server
+    assert config is not None  # only batch-server groups are planned here
     if group.latency_model is not None:
         latency = latency_override or build_policy(group.latency_model, latency_models, **_rng(group, streams))
         if capacity is None:  # in the continuous engines' unit: decode tokens per second of a full batch
-            n = config.batch_size if config.batch_size is not None else config.dynamic.b_max
+            if config.batch_size is not None:
+                n = config.batch_size
+            else:
+                assert config.dynamic is not None  # a batch server gives batch_size or dynamic (checked when made)
+                n = config.dynamic.b_max
             capacity = n / latency.step_time_s(0, n)
     return ReplicaPlan(
         group=group.name, engine=group.engine, latency=latency,

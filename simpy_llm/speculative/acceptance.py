@@ -524,7 +524,7 @@ def load_acceptance(path: str | os.PathLike[str]) -> AcceptanceModel:
     >>> m.curves[0].context_len
     (128, 512, 2048, 8192)
     """
-    return acceptance_from_dict(read_yaml_file(path, _WHAT), str(path))
+    return acceptance_from_dict(read_yaml_file(os.fspath(path), _WHAT), str(path))
 
 
 def shipped_dir() -> Path:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from simpy_llm.config.errors import ScenarioError
 from simpy_llm.speculative.acceptance import AcceptanceModel, load_acceptance, shipped_dir
-from simpy_llm.speculative.regressor import load_acceptance_regressor
+from simpy_llm.speculative.regressor import AcceptanceRegressor, load_acceptance_regressor
 
 __all__ = ["acceptance_model", "shipped_acceptance"]
 
@@ -30,11 +30,11 @@ def shipped_acceptance() -> tuple[str, ...]:
 
 
 @functools.cache
-def _shipped(name: str) -> AcceptanceModel:
+def _shipped(name: str) -> AcceptanceModel | AcceptanceRegressor:
     return load_acceptance(shipped_dir() / f"{name}.yaml")
 
 
-def acceptance_model(name_or_path: str | os.PathLike[str]) -> AcceptanceModel:
+def acceptance_model(name_or_path: str | os.PathLike[str]) -> AcceptanceModel | AcceptanceRegressor:
     """A shipped curve by name (:func:`shipped_acceptance`), else a curve file by path: a
     YAML curve file, or a ``.joblib`` regressor bundle
     (:mod:`simpy_llm.speculative.regressor`; the ``learn`` extra installs scikit-learn).
@@ -60,7 +60,7 @@ def acceptance_model(name_or_path: str | os.PathLike[str]) -> AcceptanceModel:
 
 
 @functools.lru_cache(maxsize=64)
-def _cached_file(path: str, _mtime_ns: int, _size: int) -> AcceptanceModel:
+def _cached_file(path: str, _mtime_ns: int, _size: int) -> AcceptanceModel | AcceptanceRegressor:
     if not path.endswith(".joblib"):
         return load_acceptance(path)
     try:

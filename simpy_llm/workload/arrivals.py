@@ -46,11 +46,12 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 import attrs
 import numpy as np
 
+from simpy_llm.config.common import ArrivalProcess
 from simpy_llm.config.errors import FieldValueError
 from simpy_llm.config.plain import tag_registry
 from simpy_llm.config.schema import ArrivalField, LengthField
@@ -92,14 +93,6 @@ __all__ = [
     "arrival_processes",
     "weibull_shape_for_cv",
 ]
-
-
-class ArrivalProcess(Protocol):
-    """What every registered arrival process provides."""
-
-    def times(self, rng: np.random.Generator, rate: float, chunk: int) -> Iterator[np.ndarray]:
-        """Endless chunks of *chunk* increasing absolute arrival times (s) at mean rate *rate*."""
-        ...
 
 
 class Renewal:

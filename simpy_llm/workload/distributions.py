@@ -48,11 +48,12 @@ import json
 import math
 import numbers
 from collections.abc import Iterable, Mapping
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 import attrs
 import numpy as np
 
+from simpy_llm.config.common import LengthDistribution
 from simpy_llm.config.errors import FieldValueError
 from simpy_llm.config.paths import resolve_path
 from simpy_llm.config.plain import tag_registry
@@ -147,20 +148,6 @@ def _check_tail(share: float, field: str, hint: str) -> None:
             f"a share {share:.3g} of the draws would exceed {MAX_TOKENS} (MAX_TOKENS) and be clamped; "
             f"at most {MAX_TAIL_SHARE:g} may: {hint}",
         )
-
-
-class LengthDistribution(Protocol):
-    """What every registered length distribution provides."""
-
-    @property
-    def mean(self) -> float: ...
-
-    @property
-    def variance(self) -> float: ...
-
-    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        """Draw *n* values (floats; see :func:`to_tokens`)."""
-        ...
 
 
 length_distributions: Registry[type] = Registry("length distribution")

@@ -791,10 +791,12 @@ def _client(root: Path, cand: _Candidate, start: float, end: float, slo_class: s
         if w.active:
             j = max(int(np.searchsorted(key_arr, w.start_s, side="right")) - 1, 0)
             weights[j] += w.rate * d
-    blocks = [data[k] for k in keys]
+    blocks = [block for block in data.values() if block]  # those of keys, in the same order
 
-    def merged(name: str) -> PMF | None:
-        return merge_pmfs([b[name] for b in blocks], weights.tolist())
+    def merged(name: str) -> PMF:
+        pmf = merge_pmfs([b[name] for b in blocks], weights.tolist())
+        assert pmf is not None  # every block has the field (_check_fields) and the span has a request
+        return pmf
 
     arrival = ServeGenWindows.from_trace(trace, start, end)
     output = _empirical(merged("output_tokens"))
