@@ -80,13 +80,13 @@ import heapq
 import math
 import operator
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import attrs
 import simpy
 from simpy.core import BoundClass
-from simpy.events import NORMAL, PENDING, URGENT, Event, Process
+from simpy.events import NORMAL, PENDING, URGENT, Event, EventPriority, Process
 from simpy.resources.base import BaseResource, Get
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ CHECKED_SIMPY = "4.1"
 """The SimPy minor release whose internals this module was checked against (``pyproject.toml``
 pins ``simpy>=4.1,<4.2``)."""
 
-LATE = 2
+LATE = EventPriority(2)
 """SimPy priority of the kernel's timers and LATE successes: after NORMAL (1) events at the
 same instant (URGENT is 0)."""
 
@@ -662,11 +662,9 @@ def check_simpy() -> None:
     if not isinstance(queue, list):
         raise broken("Environment._queue", f"is {type(queue).__name__}, not the list of the event heap")
     eid = getattr(env, "_eid", None)
-    try:
-        first = next(eid)  # type: ignore[call-overload]
-    except TypeError:
-        raise broken("Environment._eid", f"is {type(eid).__name__}, not the event-id counter") from None
-    if first != 0 or next(eid) != 1:  # type: ignore[call-overload]
+    if not isinstance(eid, Iterator):
+        raise broken("Environment._eid", f"is {type(eid).__name__}, not the event-id counter")
+    if next(eid) != 0 or next(eid) != 1:
         raise broken("Environment._eid", "does not count event ids from 0")
     now = getattr(env, "_now", None)
     if not isinstance(now, (int, float)) or now != env.now:
