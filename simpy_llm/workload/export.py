@@ -83,7 +83,7 @@ def generate_requests(
     from simpy_llm.workload.sources import build_sources, spec_workload
 
     if isinstance(spec, (str, os.PathLike)):
-        spec = load_workload_or_scenario(spec, overrides)
+        spec = load_workload_or_scenario(os.fspath(spec), overrides)
     elif overrides:
         spec = override_spec(spec, overrides)
     wl, seed = spec_workload(spec)
