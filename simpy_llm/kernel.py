@@ -248,7 +248,7 @@ class ProcessedEvent(Event):
 
     def __init__(self, env: simpy.Environment, value: Any) -> None:
         self.env = env
-        self.callbacks = None  # type: ignore[assignment]
+        self.callbacks = None  # type: ignore[assignment]  # SimPy's mark of a processed event; its annotation says list
         self._value = value
         self._ok = True
 
@@ -437,7 +437,7 @@ class WirePut(ProcessedEvent):
     def __init__(self, env: simpy.Environment, item: Any) -> None:
         # ProcessedEvent's fields set here rather than through super(): one call fewer per put.
         self.env = env
-        self.callbacks = None  # type: ignore[assignment]
+        self.callbacks = None  # type: ignore[assignment]  # SimPy's mark of a processed event; its annotation says list
         self._value = None
         self._ok = True
         self.item = item
@@ -548,7 +548,9 @@ class Wire(Channel):
         >>> _ = wire.put("a"); seen
         ['A']
         """
+        before: Callable[[Any], None]
         if self._intercepted:
+            assert self._handler is not None  # the previous interceptor
             before = self._handler
         elif self._consumer is not None:
             before = self._consumer
@@ -556,7 +558,7 @@ class Wire(Channel):
             before = self._deliver
         self._intercepted = True
         self._handler = handler
-        return before  # type: ignore[return-value]
+        return before
 
     def _deliver(self, item: Any) -> None:
         """Give *item* to the consumer: its handler, or the queue ``get()`` takes from."""
@@ -595,7 +597,7 @@ class Wire(Channel):
         if self.get_queue:
             self.serve_getters()
 
-    def put(self, item: Any) -> WirePut:  # type: ignore[override]
+    def put(self, item: Any) -> WirePut:  # type: ignore[override]  # never waits: a processed event, not SimPy's Put
         """Put *item*; the returned event is already processed (a put never waits)."""
         self.puts += 1
         if self._handler is not None:
@@ -606,7 +608,7 @@ class Wire(Channel):
             self.serve_getters()
         return WirePut(self.env, item)
 
-    def serve(self, event: WireGet) -> bool | None:  # type: ignore[override]
+    def serve(self, event: WireGet) -> bool | None:  # type: ignore[override]  # a Wire's get queue holds its WireGets only
         """Give *event* the oldest item, if there is one."""
         if self._consumer is not None:
             raise RuntimeError("this Wire delivers to a connected handler; nothing can get() from it")

@@ -421,7 +421,7 @@ class Link(Channel):
 
     # -- the resource contract ------------------------------------------------------------
 
-    def put(self, payload: Any, size_bytes: float) -> LinkPut:  # type: ignore[override]
+    def put(self, payload: Any, size_bytes: float) -> LinkPut:  # type: ignore[override]  # never waits; takes the message's size
         """Send *payload* of *size_bytes* bytes now; the returned event is already processed.
 
         Its value (and ``.message``) is the :class:`Message` tracking the transfer.
@@ -540,10 +540,10 @@ class Link(Channel):
         only these, so they are drawn :data:`NORMAL_CHUNK` at a time (the same values, in
         the same order, as one at a time); with loss they interleave with its uniforms."""
         if self.loss_probability > 0:
-            return float(self.rng.standard_normal())  # type: ignore[union-attr]
+            return float(self.rng.standard_normal())  # type: ignore[union-attr]  # __init__ requires rng with jitter
         buffer = self._normals
         if not buffer:
-            buffer.extend(self.rng.standard_normal(NORMAL_CHUNK)[::-1].tolist())  # type: ignore[union-attr]
+            buffer.extend(self.rng.standard_normal(NORMAL_CHUNK)[::-1].tolist())  # type: ignore[union-attr]  # as above
         return buffer.pop()
 
     def _on_send(self, msg: Message, _event: Event) -> None:
@@ -804,7 +804,7 @@ class Link(Channel):
         alone = msg.size_bytes / (msg.bandwidth_factor * self.bandwidth_bytes_per_s)
         msg.queueing_s += max(0.0, (now - start_s) - alone)
         p = self.loss_probability
-        if p > 0 and self.rng.random() < p:  # type: ignore[union-attr]
+        if p > 0 and self.rng.random() < p:  # type: ignore[union-attr]  # __init__ requires rng with loss
             if self.max_retransmissions is not None and msg.attempts > self.max_retransmissions:
                 self._drop(msg, "loss")
                 return
