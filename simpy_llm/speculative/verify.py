@@ -81,10 +81,10 @@ def verify_pass_s(latency: Any, contexts: list[int], verified: list[int]) -> flo
     >>> verify_pass_s(BlisLinearLatency(beta0_us=5000.0, beta2_us=100.0), [512, 512], [4, 3])
     0.0059
     """
-    return _pass_s(getattr(latency, "verify_time_s", None), getattr(latency, "uses_context", False), latency.step_time_s, contexts, verified)
+    return _pass_time_s(getattr(latency, "verify_time_s", None), getattr(latency, "uses_context", False), latency.step_time_s, contexts, verified)
 
 
-def _pass_s(
+def _pass_time_s(
     from_table: Callable[[list[int], list[int]], float | None] | None, uses_context: bool, step_time_s: Callable[..., float],
     contexts: list[int], verified: list[int],
 ) -> float:
@@ -113,7 +113,7 @@ def _pass_timer(latency: Any) -> Callable[[list[int], list[int]], float]:
     step_time_s = latency.step_time_s
     if from_table is None and not uses_context:
         return lambda contexts, verified: step_time_s(0, sum(verified) + len(verified))
-    return functools.partial(_pass_s, from_table, uses_context, step_time_s)
+    return functools.partial(_pass_time_s, from_table, uses_context, step_time_s)
 
 
 class _Job:
