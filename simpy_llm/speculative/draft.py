@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 import math
 from collections import deque
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from simpy_llm.kernel import timer_at
 from simpy_llm.network.link import Link
@@ -50,7 +50,6 @@ if TYPE_CHECKING:
     from simpy_llm.network.link import Message
     from simpy_llm.policies.gamma import GammaPolicy
     from simpy_llm.speculative.verify import VerifyServer
-    from simpy_llm.workload.distributions import LengthDistribution
 
 __all__ = ["ACCEPTANCE_EWMA", "DraftDevice", "DraftFleet", "Drafter", "SpecState"]
 
@@ -247,7 +246,7 @@ class DraftDevice:
             if device.thermal is not None:
                 self.throttle = (device.thermal.throttle_after_s, device.thermal.throttle_factor)
             self.availability = tuple((w.start_s, w.end_s) for w in device.availability)
-        self.think = cast("LengthDistribution | None", group.think_time)  # what the loader built for it
+        self.think = group.think_time
         self.up: Link | None = None
         self.down: Link | None = None
         self._header_bytes = fleet.config.bundle_header_bytes

@@ -40,7 +40,6 @@ if TYPE_CHECKING:
     from simpy_llm.metrics.recorder import Recorder
     from simpy_llm.rng import RandomStreams
     from simpy_llm.wire import Wire
-    from simpy_llm.workload.arrivals import ArrivalProcess
     from simpy_llm.workload.distributions import LengthDistribution
 
 __all__ = [
@@ -157,7 +156,7 @@ class ClientSource:
         self.output_distribution = cast("LengthDistribution", root.output_distribution if root is not None else client.output_distribution)
         """Output lengths of its arrivals."""
         self._draws: dict[str, Draws] = {}
-        self.priority_distribution = None if isinstance(client.priority, (int, float)) else cast("LengthDistribution", client.priority)
+        self.priority_distribution = None if isinstance(client.priority, (int, float)) else client.priority
         """The distribution each request's priority is drawn from (None: the constant in ``base``)."""
         if self.priority_distribution is None:
             self.base["priority"] = client.priority
@@ -205,9 +204,8 @@ class ClientSource:
         client = self.client
         arrival_rng, input_rng, output_rng, mix_rng = (self.stream(w) for w in ("arrival", "input", "output", "mix"))
         p_stream = client.streaming
-        # What the loader built for these fields: an arrival process, a length distribution.
-        arrival = cast("ArrivalProcess", client.arrival)
-        reason_ratio = cast("LengthDistribution", client.reasoning.reason_ratio_distribution) if client.reasoning is not None else None
+        arrival = client.arrival
+        reason_ratio = client.reasoning.reason_ratio_distribution if client.reasoning is not None else None
         for times in arrival.times(arrival_rng, self.rate, CHUNK):
             if client.lifecycle is not None:
                 times = warp_to_windows(times, client.lifecycle)
@@ -233,7 +231,7 @@ class ClientSource:
 
 
 def _multimodal(mm: MultimodalConfig, rng: np.random.Generator, n: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    text = draw_tokens(cast("LengthDistribution", mm.text_distribution), rng, n)  # what the loader built for it
+    text = draw_tokens(mm.text_distribution, rng, n)
     parts: dict[str, np.ndarray] = {}
     for kind in ("image", "audio", "video"):
         per_item = getattr(mm, f"{kind}_distribution")
