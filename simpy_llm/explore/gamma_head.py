@@ -24,7 +24,7 @@ vector :data:`~simpy_llm.policies.gamma.LATENCY_HEAD_FEATURES`; its ``weights`` 
    how each is measured).
 2. :func:`fit_head` regresses the label on the features (Huber or least squares) and
    returns the ``params:`` of a ``latency_head`` γ policy.
-3. ``python -m simpy_llm.speculative.head SCENARIO --out head.yaml`` does both and writes
+3. ``python -m simpy_llm.explore.gamma_head SCENARIO --out head.yaml`` does both and writes
    ``{kind: latency_head, params: {...}}``, ready for ``speculation.gamma_policy``.
 
 Using the fitted head: an output of 1 means "run fused" only under ``mode: hybrid``
@@ -53,7 +53,7 @@ Examples
 --------
 From the shell, four worker processes::
 
-    python -m simpy_llm.speculative.head scenario.yaml --workers 4 --out head.yaml
+    python -m simpy_llm.explore.gamma_head scenario.yaml --workers 4 --out head.yaml
 
 writes ``{kind: latency_head, params: {weights: [...], bias: ...}}`` to ``head.yaml``:
 put that mapping under the scenario's ``speculation.gamma_policy``. :func:`fit_head`
@@ -71,7 +71,12 @@ from concurrent.futures import Executor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+import yaml
+
+from simpy_llm.config.paths import base_dir
+from simpy_llm.loading import load_scenario, scenario_from_dict, scenario_to_dict
 from simpy_llm.policies.gamma import LATENCY_HEAD_FEATURES
+from simpy_llm.simulation import Simulation
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -105,10 +110,6 @@ def _simulate(job: tuple[dict[str, Any], str | None]) -> dict[str, Any]:
     *job* is ``(scenario_to_dict(scenario), file it was loaded from or None)``: picklable,
     so an executor's worker process can run it. A top-level function for the same reason.
     """
-    from simpy_llm.config.paths import base_dir
-    from simpy_llm.loading import scenario_from_dict
-    from simpy_llm.simulation import Simulation
-
     data, loaded_from = job
     if loaded_from is None:
         scenario = scenario_from_dict(data, "<oracle_labels>")
@@ -318,8 +319,6 @@ def oracle_labels(
     """
     import pandas as pd
 
-    from simpy_llm.loading import scenario_to_dict
-
     rtt = [float(m) for m in rtt_multipliers]
     load = [float(m) for m in load_multipliers]
     gammas = [int(g) if isinstance(g, numbers.Integral) and not isinstance(g, bool) else g for g in gammas]
@@ -459,19 +458,15 @@ def _ints(text: str) -> list[int]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m simpy_llm.speculative.head SCENARIO [--out FILE] [--workers N]``.
+    """``python -m simpy_llm.explore.gamma_head SCENARIO [--out FILE] [--workers N]``.
 
     Sweeps :func:`oracle_labels` (through a :class:`~concurrent.futures.ProcessPoolExecutor`
     of N workers when N > 1), prints the label table, fits :func:`fit_head`, and writes
     ``{kind: latency_head, params: {weights: [...], bias: ...}}`` to ``--out`` (standard
     output without it), usable as the scenario's ``speculation.gamma_policy``.
     """
-    import yaml
-
-    from simpy_llm.loading import load_scenario
-
     parser = argparse.ArgumentParser(
-        prog="python -m simpy_llm.speculative.head",
+        prog="python -m simpy_llm.explore.gamma_head",
         description="Fit the latency_head γ policy on oracle labels from simulator sweeps (seed 003 §6.4.1).",
     )
     parser.add_argument("scenario", help="scenario YAML with a speculation section that has a fused section")
