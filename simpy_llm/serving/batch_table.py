@@ -16,13 +16,13 @@ step time for each number of decoders as measured (or fitted,
 where ``n`` is the step's decoding requests, ``D(n)`` the table entry (``D(0) =
 0``; past the table's end, extrapolated along its last two entries), ``P`` the
 prompt (prefill) tokens, ``C`` the decoders' context tokens and ``Q`` the
-causal-attention pairs of the prefill tokens (see :mod:`simpy_llm.serving.latency`).
+causal-attention pairs of the prefill tokens (see :mod:`simpy_llm.serving.latency_base`).
 ``prefill_only_step`` is the fixed cost of a step that runs prompts alone: the
 part of a step's overhead that ``D(n)`` carries when decoders are present (so
 BLIS's ``beta0 + beta1 * P + beta2 * n`` is ``D(n) = beta0 + beta2 * n``,
 ``prefill_token = beta1``, ``prefill_only_step = beta0``).
 All coefficients are in microseconds; BLIS's per-request alpha terms come from
-:class:`~simpy_llm.serving.latency.RequestOverheads`.
+:class:`~simpy_llm.serving.latency_base.RequestOverheads`.
 
 Examples
 --------
@@ -42,14 +42,14 @@ import attrs
 
 from simpy_llm.config.errors import FieldValueError
 from simpy_llm.config.validators import MAX_COEFFICIENT_US, at_least, at_most
-from simpy_llm.serving.latency import RequestOverheads, latency_models
+from simpy_llm.serving.latency_base import RequestOverheads, latency_models
 
 __all__ = ["BatchTableLatency"]
 
 _coefficient = [at_least(0), at_most(MAX_COEFFICIENT_US)]
 
 
-def _decode_table(inst: object, attr: attrs.Attribute[object], value: tuple[float, ...]) -> None:
+def _decode_table(inst: object, attr: attrs.Attribute[tuple[float, ...]], value: tuple[float, ...]) -> None:
     if not value:
         raise FieldValueError(attr.name, "needs at least one entry (the step time of one decoder)")
     for i, v in enumerate(value):
@@ -99,6 +99,11 @@ class BatchTableLatency(RequestOverheads):
     def uses_context(self) -> bool:
         """Whether the engine must pass the attention terms (a context coefficient is set)."""
         return self.decode_context_us > 0 or self.prefill_pair_us > 0
+
+    @property
+    def cache_restore_s(self) -> float:
+        """Time a step adds for each request it admits with a cached prefix found, s (``cache_restore_us``)."""
+        return self.cache_restore_us * 1e-6
 
     def decode_us(self, decoders: int) -> float:
         """``D(decoders)``, µs: the table entry, 0 for none, extrapolated past the end.

@@ -5,7 +5,7 @@ latency or memory model needs; a :class:`GpuSpec` holds one GPU's peak
 compute, memory bandwidth, memory size and links; a :class:`Hardware` is a
 model served on ``tp`` GPUs of one kind with tensor parallelism.
 
-Shipped data (found through :func:`~simpy_llm.serving.latency.profiles_dir`):
+Shipped data (found through :func:`~simpy_llm.serving.profiles.profiles_dir`):
 
 * ``profiles/models/<name>/config.json``: Hugging Face configurations (from
   BLIS; ``profiles/models/NOTICE.md``), loaded by :func:`model_spec`; names in
@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import functools
 import json
-from pathlib import Path
 from typing import Any
 
 import attrs
@@ -42,6 +41,7 @@ import yaml
 
 from simpy_llm.config.errors import FieldValueError
 from simpy_llm.config.validators import greater_than, in_range
+from simpy_llm.serving.profiles import profiles_dir
 
 __all__ = [
     "DEFAULT_ACTIVATION_HEADROOM_BYTES",
@@ -342,23 +342,16 @@ def auto_kv_blocks(
 # --- shipped data -------------------------------------------------------------------------
 
 
-def _profiles() -> Path:
-    # Imported here: latency.py imports this module at its end (to register models).
-    from simpy_llm.serving.latency import profiles_dir
-
-    return profiles_dir()
-
-
 @functools.cache
 def _model_aliases() -> dict[str, str]:
-    path = _profiles() / "models" / "aliases.yaml"
+    path = profiles_dir() / "models" / "aliases.yaml"
     return {str(k): str(v) for k, v in (yaml.safe_load(path.read_text()) or {}).items()}
 
 
 @functools.cache
 def model_names() -> tuple[str, ...]:
     """Names of the shipped model configurations (aliases not included)."""
-    root = _profiles() / "models"
+    root = profiles_dir() / "models"
     return tuple(sorted(p.parent.name for p in root.glob("*/config.json")))
 
 
@@ -381,7 +374,7 @@ def model_spec(name: str) -> ModelSpec:
     if key is None:
         known = ", ".join([*model_names(), *sorted(_model_aliases())])
         raise FieldValueError("model", f"unknown model {name!r}; known models: {known}")
-    config = json.loads((_profiles() / "models" / key / "config.json").read_text())
+    config = json.loads((profiles_dir() / "models" / key / "config.json").read_text())
     return spec_from_hf_config(key, config)
 
 
@@ -456,7 +449,7 @@ def spec_from_hf_config(name: str, config: dict[str, Any]) -> ModelSpec:
 
 @functools.cache
 def _gpu_table() -> dict[str, GpuSpec]:
-    raw = yaml.safe_load((_profiles() / "gpus.yaml").read_text())
+    raw = yaml.safe_load((profiles_dir() / "gpus.yaml").read_text())
     table: dict[str, GpuSpec] = {}
     for name, f in raw.items():
         nvlink = f["nvlink_gb_per_s"]

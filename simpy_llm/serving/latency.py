@@ -1,33 +1,14 @@
-"""Step-time (latency) models for a replica's engine.
+"""Latency models: every built-in kind, registered in :data:`latency_models`.
 
-A :class:`LatencyModel` turns the composition of one engine step into its
-duration, and adds BLIS's two per-request overheads:
-
-* ``step_time_s(prefill_tokens, decode_tokens)``: the GPU time of one step
-  that computes *prefill_tokens* uncached prompt tokens and *decode_tokens*
-  decode tokens (one per decoding request);
-* ``queueing_time_s(prompt_tokens)``: time between a request reaching the
-  replica and entering its waiting queue (tokenisation, API overhead); it
-  does not occupy the engine;
-* ``output_token_overhead_s``: post-processing per output token, added to
-  the client-visible time of every token (so TTFT grows by it once, and
-  every inter-token gap by it once);
-* ``cache_restore_s`` (optional, default 0): time a step adds for each request
-  it admits with a cached prefix found (a server copying saved state back first).
-
-A model whose class sets ``uses_context = True`` (absent means False) is
-also told what attention costs: the engine calls
-``step_time_s(prefill_tokens, decode_tokens, decode_context_tokens=...,
-prefill_attention_pairs=...)``, where ``decode_context_tokens`` is the sum
-over the step's decoding requests of the tokens in their KV cache, and
-``prefill_attention_pairs`` is the sum over the step's prefill chunks of the
-(query token, key token) pairs of causal attention (a chunk of ``c`` new
-tokens after ``p`` cached ones has ``c * p + c * (c + 1) / 2``). Both default
-to 0, so ``step_time_s(p, d)`` works on every model.
+A replica's engine asks its latency model how long one step takes; the contract
+(:class:`LatencyModel`, its optional capabilities and their defaults in
+:class:`LatencyModelBase`) is stated in :mod:`simpy_llm.serving.latency_base`. This module
+imports every built-in kind, so that :data:`latency_models` is complete wherever it is read
+from here, and is the import path for all of them.
 
 Built-in models (``docs/latency.md``):
 
-* ``blis_linear``: BLIS's blackbox α/β form; its default coefficients come
+* ``blis_linear`` (here): BLIS's blackbox α/β form; its default coefficients come
   from ``profiles/blis/blackbox_coefficients.csv``;
 * ``roofline`` (:mod:`simpy_llm.serving.roofline`): compute and memory
   bounds per layer from the model's shape and the GPU's peaks;
@@ -35,82 +16,42 @@ Built-in models (``docs/latency.md``):
   per-operator times, with an analytic attention term;
 * ``batch_table`` (:mod:`simpy_llm.serving.batch_table`): a table of decode-step
   times by batch size plus linear prompt and attention terms (what the calibrator
-  fits, e.g. for llama.cpp on a CPU).
+  fits, e.g. for llama.cpp on a CPU);
+* ``lut`` (:mod:`simpy_llm.serving.lut`): step latencies read off a measured lookup table.
 """
 
 from __future__ import annotations
 
 import csv
 import functools
-from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from simpy_llm.config.errors import FieldValueError
 from simpy_llm.config.validators import MAX_COEFFICIENT_US, at_least, at_most
-from simpy_llm.registry import Registry
+from simpy_llm.serving.batch_table import BatchTableLatency
+from simpy_llm.serving.hardware import Hardware, resolve_hardware
+from simpy_llm.serving.latency_base import LatencyModel, LatencyModelBase, RequestOverheads, VerifyTimer, latency_models
+from simpy_llm.serving.lut import LutLatency
+from simpy_llm.serving.profiled import ProfiledLatency
+from simpy_llm.serving.profiles import profiles_dir
+from simpy_llm.serving.roofline import RooflineLatency
 
 __all__ = [
+    "BatchTableLatency",
     "BlisLinearLatency",
     "LatencyModel",
+    "LatencyModelBase",
+    "LutLatency",
+    "ProfiledLatency",
     "RequestOverheads",
+    "RooflineLatency",
+    "VerifyTimer",
     "blis_profiles",
     "latency_models",
     "profiles_dir",
 ]
-
-
-class LatencyModel(Protocol):
-    """What the engine needs from a latency model (all times in seconds).
-
-    A model with ``uses_context = True`` also accepts the keyword arguments
-    ``decode_context_tokens`` and ``prefill_attention_pairs`` of
-    ``step_time_s`` (module docstring).
-    """
-
-    output_token_overhead_s: float
-
-    def step_time_s(self, prefill_tokens: int, decode_tokens: int) -> float: ...
-
-    def queueing_time_s(self, prompt_tokens: int) -> float: ...
-
-
-latency_models: Registry[type] = Registry("latency model")
-
-
-class RequestOverheads:
-    """The per-request overheads every built-in latency model shares, from its
-    ``alpha0_us``, ``alpha1_us`` and ``alpha2_us`` fields (BLIS's alpha terms)."""
-
-    __slots__ = ()
-    alpha0_us: float
-    alpha1_us: float
-    alpha2_us: float
-
-    @property
-    def output_token_overhead_s(self) -> float:
-        """Post-processing per output token, s."""
-        return self.alpha2_us * 1e-6
-
-    def queueing_time_s(self, prompt_tokens: int) -> float:
-        """Arrival-to-queue delay of a request with *prompt_tokens* tokens, s."""
-        return (self.alpha0_us + self.alpha1_us * prompt_tokens) * 1e-6
-
-    @property
-    def cache_restore_s(self) -> float:
-        """Time a step adds for each request it admits with a cached prefix found, s: a server
-        that must copy saved state back before computing on a cached prefix (llama.cpp restoring
-        a context checkpoint) pays it once per such request. 0 unless the model has a
-        ``cache_restore_us`` field."""
-        return getattr(self, "cache_restore_us", 0.0) * 1e-6
-
-
-def profiles_dir() -> Path:
-    """The folder of shipped profiles (inside the wheel, or the source tree's ``profiles/``)."""
-    here = Path(__file__).resolve().parent.parent
-    packaged = here / "_profiles"
-    return packaged if packaged.is_dir() else here.parent / "profiles"
 
 
 @functools.cache
@@ -181,7 +122,7 @@ class BlisLinearLatency(RequestOverheads):
     """Post-processing per output token, µs."""
     cache_restore_us: float = attrs.field(default=0.0, validator=[at_least(0), at_most(MAX_COEFFICIENT_US)])
     """Time a step adds for each request it starts from a cached prefix, µs (see
-    :attr:`RequestOverheads.cache_restore_s`)."""
+    :attr:`cache_restore_s`)."""
     model: str | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.instance_of(str)))
     """Model of the profile the coefficients describe (``from_params`` fills it); used for :attr:`hardware`."""
     gpu: str | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.instance_of(str)))
@@ -199,7 +140,7 @@ class BlisLinearLatency(RequestOverheads):
     def from_params(cls, params: dict[str, Any]) -> BlisLinearLatency:
         """Build from scenario params: an optional profile plus coefficient overrides."""
         params = dict(params)
-        profile_keys = {k: params.pop(k) for k in ("model", "gpu", "tp") if k in params}
+        profile_keys: dict[str, Any] = {k: params.pop(k) for k in ("model", "gpu", "tp") if k in params}
         base: dict[str, float] = {}
         if profile_keys:
             missing = {"model", "gpu", "tp"} - set(profile_keys)
@@ -238,13 +179,21 @@ class BlisLinearLatency(RequestOverheads):
         """
         return resolve_hardware(self.model, self.gpu, self.tp)
 
-    def step_time_s(self, prefill_tokens: int, decode_tokens: int) -> float:
+    @property
+    def cache_restore_s(self) -> float:
+        """Time a step adds for each request it admits with a cached prefix found, s: a server
+        that must copy saved state back before computing on a cached prefix (llama.cpp restoring
+        a context checkpoint) pays it once per such request."""
+        return self.cache_restore_us * 1e-6
+
+    def step_time_s(
+        self, prefill_tokens: int, decode_tokens: int, decode_context_tokens: float = 0, prefill_attention_pairs: float = 0
+    ) -> float:
+        """One step, s: ``beta0 + beta1 * prefill_tokens + beta2 * decode_tokens`` µs (attention is
+        not a term: ``uses_context`` is False, and the engine passes no attention terms)."""
         return (self.beta0_us + self.beta1_us * prefill_tokens + self.beta2_us * decode_tokens) * 1e-6
 
 
-# Imported last: these modules register their models in ``latency_models`` and use ``profiles_dir``.
-from simpy_llm.serving import batch_table as _batch_table  # noqa: E402, F401
-from simpy_llm.serving import lut as _lut  # noqa: E402, F401
-from simpy_llm.serving import profiled as _profiled  # noqa: E402, F401
-from simpy_llm.serving import roofline as _roofline  # noqa: E402, F401
-from simpy_llm.serving.hardware import Hardware, resolve_hardware  # noqa: E402
+if TYPE_CHECKING:
+    # Every built-in kind meets the contract its callers rely on (checked by mypy alone).
+    _KINDS: tuple[type[LatencyModel], ...] = (BatchTableLatency, BlisLinearLatency, LutLatency, ProfiledLatency, RooflineLatency)

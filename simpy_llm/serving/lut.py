@@ -1,6 +1,6 @@
 """A latency model read off a lookup table (LUT) of measured step latencies: ``lut``.
 
-Registered as ``lut`` in :data:`~simpy_llm.serving.latency.latency_models`.
+Registered as ``lut`` in :data:`~simpy_llm.serving.latency_base.latency_models`.
 A LUT file (seed 003 §5.2) is a CSV with one row per measured configuration:
 
 * **key columns** (required): ``phase``, ``model``, ``hardware``,
@@ -45,7 +45,9 @@ import numpy as np
 from simpy_llm.config.errors import FieldValueError, ProblemList, ScenarioError
 from simpy_llm.config.paths import resolve_path
 from simpy_llm.config.validators import MAX_COEFFICIENT_US, MAX_TOKENS, at_least, at_most
-from simpy_llm.serving.latency import RequestOverheads, latency_models
+from simpy_llm.serving.hardware import Hardware, gpu_spec, resolve_hardware
+from simpy_llm.serving.latency_base import RequestOverheads, latency_models
+from simpy_llm.serving.profiled import operator_table, vidur_models
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -203,7 +205,7 @@ class LutSlice:
         if len(seen) != z.size:
             raise ValueError(f"{len(seen)} points do not fill the {len(cs)} x {len(bs)} grid")
         return cls(
-            key=tuple(key),  # type: ignore[arg-type]
+            key=tuple(key),
             context_len=np.array(cs, dtype=float),
             microbatch=np.array(bs, dtype=float),
             latency_ms=z,
@@ -402,10 +404,10 @@ def load_lut(path: str | os.PathLike[str]) -> Lut:
                     problem(name, "must not be blank")
                 parsed[name] = text
             elif name in _INT_COLUMNS:
-                value = _int_cell(text)
-                if value is None or not 1 <= value <= _MAX_INT:
+                whole = _int_cell(text)
+                if whole is None or not 1 <= whole <= _MAX_INT:
                     problem(name, f"must be a whole number in [1, {_MAX_INT}]; got {text!r}")
-                parsed[name] = value
+                parsed[name] = whole
             elif name == "latency_ms":
                 value = _float_cell(text)
                 if value is None or not 0 <= value <= _MAX_MS:
@@ -616,7 +618,7 @@ class LutLatency(RequestOverheads):
     streams); a sampled model without one raises on its first step.
 
     ``queueing_time_s`` and ``output_token_overhead_s`` are BLIS's ``alpha``
-    overheads (:class:`~simpy_llm.serving.latency.RequestOverheads`).
+    overheads (:class:`~simpy_llm.serving.latency_base.RequestOverheads`).
 
     Examples
     --------
@@ -739,7 +741,7 @@ class LutLatency(RequestOverheads):
         return cls(**params)
 
     @property
-    def hardware(self) -> Any:
+    def hardware(self) -> Hardware | None:
         """The :class:`~simpy_llm.serving.hardware.Hardware` the rows describe, or None.
 
         The model is found among the shipped model configurations
@@ -750,9 +752,6 @@ class LutLatency(RequestOverheads):
         for pipeline parallelism (``pipeline_parallel > 1``) or ``fp8`` (whose bytes per
         value ``Hardware`` does not take from the LUT).
         """
-        from simpy_llm.serving.hardware import Hardware, gpu_spec, resolve_hardware
-        from simpy_llm.serving.profiled import operator_table, vidur_models
-
         if self.pipeline_parallel != 1 or self.dtype == "fp8":
             return None
         found = resolve_hardware(self.model, self.hardware_name, self.tensor_parallel)

@@ -1,6 +1,6 @@
 """Table-driven step-time model from Vidur's measured operator profiles.
 
-Registered as ``profile`` in :data:`~simpy_llm.serving.latency.latency_models`.
+Registered as ``profile`` in :data:`~simpy_llm.serving.latency_base.latency_models`.
 Vidur (Agrawal et al., MLSys 2024) measured, per GPU, model and
 tensor-parallel degree, the median time of every non-attention operator of
 one decoder layer over a grid of token counts (``mlp.csv``). The shipped cut
@@ -24,12 +24,10 @@ import yaml
 
 from simpy_llm.config.errors import FieldValueError
 from simpy_llm.config.validators import MAX_COEFFICIENT_US, at_least, at_most
-
-# A module reference, read at call time: latency.py imports this module while roofline.py may
-# still be importing (roofline -> latency -> profiled), before ``Roofline`` exists.
-from simpy_llm.serving import roofline as _roofline
 from simpy_llm.serving.hardware import Hardware, ModelSpec, gpu_spec
-from simpy_llm.serving.latency import RequestOverheads, latency_models, profiles_dir
+from simpy_llm.serving.latency_base import RequestOverheads, latency_models
+from simpy_llm.serving.profiles import profiles_dir
+from simpy_llm.serving.roofline import Roofline
 
 __all__ = ["OPERATORS", "ProfiledLatency", "operator_table", "vidur_models"]
 
@@ -155,6 +153,7 @@ def operator_table(gpu: str, model: str, tp: int) -> OperatorTable:
     tokens = tuple(sorted(sums))
     first = rows[0]
     heads, hidden = int(first["n_head"]), int(first["n_embd"])
+    facts = _model_facts()[model]
     spec = ModelSpec(
         name=model,
         hidden_size=hidden,
@@ -163,7 +162,8 @@ def operator_table(gpu: str, model: str, tp: int) -> OperatorTable:
         head_dim=hidden // heads,
         intermediate_size=int(first["n_expanded_embd"]),
         dtype_bytes=2,
-        **_model_facts()[model],
+        num_layers=facts["num_layers"],
+        vocab_size=facts["vocab_size"],
     )
     layer_s = tuple(sum(sums[n]) / len(sums[n]) * 1e-3 for n in tokens)
     return OperatorTable(tokens=tokens, layer_s=layer_s, model=spec)
@@ -220,13 +220,13 @@ class ProfiledLatency(RequestOverheads):
     """Post-processing per output token, µs."""
     table: OperatorTable = attrs.field(init=False, repr=False, eq=False)
     """The measured non-attention times."""
-    roofline: _roofline.Roofline = attrs.field(init=False, repr=False, eq=False)
+    roofline: Roofline = attrs.field(init=False, repr=False, eq=False)
     """The analytic terms (attention, all-reduce, LM head) at the GPU's BLIS MFU, full bandwidth."""
 
     def __attrs_post_init__(self) -> None:
         table = operator_table(self.gpu, self.model, self.tp)
         gpu = gpu_spec(_VIDUR_GPUS[self.gpu.lower()])
-        roofline = _roofline.Roofline(
+        roofline = Roofline(
             hardware=Hardware(model=table.model, gpu=gpu, tp=self.tp),
             mfu=gpu.mfu_prefill,
             mfu_decode=gpu.mfu_decode,
@@ -244,7 +244,7 @@ class ProfiledLatency(RequestOverheads):
         return self.table.model.num_layers * self.table.layer_time_s(tokens)
 
     def step_time_s(
-        self, prefill_tokens: int, decode_tokens: int, decode_context_tokens: int = 0, prefill_attention_pairs: int = 0
+        self, prefill_tokens: int, decode_tokens: int, decode_context_tokens: float = 0, prefill_attention_pairs: float = 0
     ) -> float:
         tokens = prefill_tokens + decode_tokens
         if not tokens:

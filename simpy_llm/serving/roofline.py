@@ -2,7 +2,7 @@
 
 :class:`Roofline` is the arithmetic on a :class:`~simpy_llm.serving.hardware.Hardware`;
 :class:`RooflineLatency` is the latency model registered as ``roofline`` in
-:data:`~simpy_llm.serving.latency.latency_models`, built from names in
+:data:`~simpy_llm.serving.latency_base.latency_models`, built from names in
 scenario YAML. ``docs/latency.md`` derives every term and compares the model
 with BLIS's fitted coefficients.
 """
@@ -16,7 +16,7 @@ import attrs
 from simpy_llm.config.errors import FieldValueError
 from simpy_llm.config.validators import MAX_COEFFICIENT_US, at_least, at_most, in_range, optional
 from simpy_llm.serving.hardware import Hardware, gpu_spec, model_spec
-from simpy_llm.serving.latency import RequestOverheads, latency_models
+from simpy_llm.serving.latency_base import RequestOverheads, latency_models
 
 __all__ = ["Roofline", "RooflineLatency"]
 
@@ -126,7 +126,7 @@ class Roofline:
         attn_params = 2 * h * q_heads * d + 2 * h * kv_heads * d
         router = m.router_params_per_layer  # replicated: tiny, and every GPU routes every token
         per_token = attn_params + m.active_ffn_params_per_token / tp + router
-        weights = (attn_params + router + 2 * h) * m.dtype_bytes
+        weights: float = (attn_params + router + 2 * h) * m.dtype_bytes  # the experts' bytes may be fractional
         if m.is_moe:
             expert = m.expert_params / tp * m.ffn_weight_bytes
             weights += m.num_shared_experts * expert
@@ -159,7 +159,7 @@ class Roofline:
         object.__setattr__(self, "_t", terms)
 
     def layer_time_s(
-        self, prefill_tokens: int, decode_tokens: int, decode_context_tokens: int = 0, prefill_attention_pairs: int = 0
+        self, prefill_tokens: int, decode_tokens: int, decode_context_tokens: float = 0, prefill_attention_pairs: float = 0
     ) -> float:
         """One decoder layer: ``max(compute, memory)`` (class docstring)."""
         t = self._t
@@ -176,7 +176,7 @@ class Roofline:
         return max(compute, memory)
 
     def attention_layer_time_s(
-        self, prefill_tokens: int, decode_tokens: int, decode_context_tokens: int = 0, prefill_attention_pairs: int = 0
+        self, prefill_tokens: int, decode_tokens: int, decode_context_tokens: float = 0, prefill_attention_pairs: float = 0
     ) -> float:
         """The attention core of one layer alone: ``max(score FLOPs time, KV read and write time)``.
 
@@ -204,7 +204,7 @@ class Roofline:
         return max(t.lm_row_s * rows, t.lm_weights_s)
 
     def step_time_s(
-        self, prefill_tokens: int, decode_tokens: int, decode_context_tokens: int = 0, prefill_attention_pairs: int = 0
+        self, prefill_tokens: int, decode_tokens: int, decode_context_tokens: float = 0, prefill_attention_pairs: float = 0
     ) -> float:
         """One engine step (class docstring), seconds."""
         tokens = prefill_tokens + decode_tokens
@@ -294,6 +294,6 @@ class RooflineLatency(RequestOverheads):
         return self.roofline.hardware
 
     def step_time_s(
-        self, prefill_tokens: int, decode_tokens: int, decode_context_tokens: int = 0, prefill_attention_pairs: int = 0
+        self, prefill_tokens: int, decode_tokens: int, decode_context_tokens: float = 0, prefill_attention_pairs: float = 0
     ) -> float:
         return self.roofline.step_time_s(prefill_tokens, decode_tokens, decode_context_tokens, prefill_attention_pairs)
