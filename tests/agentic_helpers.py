@@ -10,6 +10,8 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
+from simpy_llm.serving.latency import LatencyModelBase
+
 # The serving section of scenarios/agentic_react.yaml, with a smaller KV cache.
 REACT_SERVING: dict[str, Any] = {
     "replicas": 1,
@@ -106,7 +108,7 @@ def zero_time_serving(engine: Mapping[str, Any] | None = None) -> dict[str, Any]
     }
 
 
-class ZeroTimeLatency:
+class ZeroTimeLatency(LatencyModelBase):
     """An infinitely fast server: every step takes 0 s, no queueing time, no per-token overhead."""
 
     output_token_overhead_s = 0.0
@@ -118,7 +120,7 @@ class ZeroTimeLatency:
         return 0.0
 
 
-class PrefillDecodeLatency:
+class PrefillDecodeLatency(LatencyModelBase):
     """A step computing prompt tokens takes ``a + b * prefill_tokens``; a step of decodes only
     takes ``c``. No queueing time, no per-token overhead."""
 

@@ -32,6 +32,7 @@ the prefill replica's memory meanwhile.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -117,7 +118,7 @@ class KvHandoff:
         self.dropped = dropped
         handoffs.connect(self._handoff)
         for pos, wire in enumerate(transfers):
-            wire.connect(lambda req, pos=pos: self._send(req, pos))
+            wire.connect(functools.partial(self._send, pos=pos))
         delivered.connect(self._deliver)
         if lost is not None:
             lost.connect(self._lost)

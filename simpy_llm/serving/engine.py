@@ -41,6 +41,7 @@ plan.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 from bisect import bisect_left, insort
@@ -63,7 +64,8 @@ if TYPE_CHECKING:
     from simpy_llm.config.schema import EngineConfig
     from simpy_llm.metrics.recorder import Recorder
     from simpy_llm.policies.scheduling import SchedulerPolicy
-    from simpy_llm.serving.latency import LatencyModel
+    from simpy_llm.serving.latency_base import LatencyModel
+    from simpy_llm.serving.prefix_cache import Holder
     from simpy_llm.wire import Wire
 
 __all__ = ["LATE", "Replica", "ReplicaStats", "TokenListener"]
@@ -226,15 +228,22 @@ class Replica:
 
         bs = config.kv_block_size
         num_blocks = config.kv_num_blocks
+        if not isinstance(num_blocks, int):
+            # ``auto`` is resolved from the latency model's hardware first (serving.fleet.resolve_engine).
+            raise ValueError(f"kv_num_blocks must be a number of blocks, not {num_blocks!r} (resolve auto with plan_fleet)")
         self.slot_cache: SlotCache | None = None
         """llama.cpp's prompt cache, slot by slot (``EngineConfig.slot_cache``): then the KV
         blocks are the slots' own, and the cached prefix comes from the slot a request is given."""
+        self.prefix_cache: PrefixCache | None = None
+        """The KV blocks when they are a prefix cache (``EngineConfig.prefix_caching`` without a
+        slot cache), else None."""
         if config.slot_cache is not None:
             self.slot_cache = SlotCache(config.max_num_seqs, config.slot_cache, config.prefill_breaks)
             self.kv: PagedKVCache | PrefixCache = PagedKVCache(num_blocks, bs)
+        elif config.prefix_caching:
+            self.kv = self.prefix_cache = PrefixCache(num_blocks, bs)
         else:
-            self.kv = PrefixCache(num_blocks, bs) if config.prefix_caching else PagedKVCache(num_blocks, bs)
-        self.prefix_cache: PrefixCache | None = self.kv if config.prefix_caching and self.slot_cache is None else None
+            self.kv = PagedKVCache(num_blocks, bs)
         capacity = num_blocks * bs
         limit = config.max_model_len if config.max_model_len is not None else capacity
         if not config.chunked_prefill:
@@ -254,7 +263,7 @@ class Replica:
         self._restores = 0
         """Requests admitted in the step being planned with a cached prefix found (with a slot
         cache: with a context restored from host memory)."""
-        self._restore_s = getattr(latency, "cache_restore_s", 0.0)
+        self._restore_s = latency.cache_restore_s
 
         self.waiting: list[tuple[Any, int, Request]] = []
         """Heap of ``(policy key, entry order, request)``: the waiting queue."""
@@ -278,7 +287,7 @@ class Replica:
         self._measured_streamers = 0
         """Decoders that stream and are not warm-up: the only ones whose token gaps are
         tallied as ITL (a non-streaming client sees no gaps; warm-up is not measured)."""
-        self._uses_context = bool(getattr(latency, "uses_context", False))
+        self._uses_context = latency.uses_context
         self._decode_context = 0
         """Decode context as of the last composition change (context-dependent latency models)."""
         self.num_preemptions = 0
@@ -329,9 +338,7 @@ class Replica:
     def prefill_s_per_token(self) -> float:
         """Marginal step time of one prompt token, s (from the latency model, over 1024 tokens;
         its mean when it draws step times)."""
-        from simpy_llm.serving.fleet import mean_step_time_s
-
-        step = mean_step_time_s(self.latency)
+        step = self.latency.mean_step_time_s
         return (step(1024, 0) - step(0, 0)) / 1024
 
     @property
@@ -389,7 +396,7 @@ class Replica:
         # A decode replica's requests were tokenised and queued by their prefill replica.
         delay = self._queueing_time_s(req.prompt_tokens) if self.role != "decode" else 0.0
         if delay > 0.0:
-            self.env.timeout(delay, req).callbacks.append(self._enqueue_event)
+            self.env.timeout(delay).callbacks.append(functools.partial(self._enqueue, req))
         else:
             self._enqueue(req)
 
@@ -405,10 +412,8 @@ class Replica:
         while True:
             self.arrive((yield get()))
 
-    def _enqueue_event(self, event: Event) -> None:
-        self._enqueue(event.value)
-
-    def _enqueue(self, req: Request) -> None:
+    def _enqueue(self, req: Request, _event: Event | None = None) -> None:
+        """*req* enters the waiting queue (at once, or as the timeout of its queueing time fires)."""
         now = self.env.now
         if req.enqueue_s != req.enqueue_s:  # nan: the first replica it reaches (a decode replica keeps the prefill's)
             req.enqueue_s = now
@@ -603,8 +608,11 @@ class Replica:
         before it throws); the stretch's original event then fires with nobody waiting. It
         spares an interrupt event and an exception per cut.
         """
-        done, k, n_decode, step_s = self._stretch
-        m = self._steps_until(now)
+        stretch = self._stretch
+        if stretch is None:  # no stretch in progress: nothing to cut
+            return
+        done, k, n_decode, step_s = stretch
+        m = self._steps_to(now, done)
         if m >= k:
             return  # the stretch ends with the step in progress anyway
         self._stretch = (done, m, n_decode, step_s)
@@ -618,12 +626,6 @@ class Replica:
         if d_ns == 0:
             return self._seg_start_s
         return (self._seg_start_ns + j * d_ns) / NS_PER_S
-
-    def _steps_until(self, t: float) -> int:
-        """The smallest ``m >= 1`` such that step ``done + m`` of the current segment (``done``
-        as the stretch in progress began) ends at or after *t*, by the same arithmetic as the
-        step ends themselves."""
-        return self._steps_to(t, self._stretch[0])
 
     def _steps_to(self, t: float, done: int) -> int:
         """The smallest ``m >= 1`` such that step ``done + m`` of the current segment ends at or
@@ -677,8 +679,9 @@ class Replica:
             if cache is not None:
                 # Full blocks are findable once the step computing them is scheduled.
                 for req, chunk in chunks:
-                    if req.kv_holder is not None:  # without one, nothing is shared
-                        cache.register_shared(req.kv_holder, req.kv_tokens + chunk)
+                    holder: Holder | None = req.kv_holder  # type: ignore[assignment]  # set only by this engine, to a Holder
+                    if holder is not None:  # without one, nothing is shared
+                        cache.register_shared(holder, req.kv_tokens + chunk)
             self._preempted_now = False
             budget = self._admit(chunks, budget)
         else:
@@ -702,24 +705,29 @@ class Replica:
         while waiting and budget > 0 and len(running) < max_seqs:
             entry = waiting[0]
             req = entry[2]
-            holder = req.kv_holder
+            holder: Holder | None = req.kv_holder  # type: ignore[assignment]  # set only by this engine, to a Holder
             if slots is not None:
                 # llama.cpp: the slot chosen for it holds its cached prefix (no shared blocks)
-                plan = slots.plan(req)
+                found = slots.plan(req)
+                if found is None:  # every slot busy: never below max_num_seqs (one slot per sequence)
+                    break
+                plan = found
                 cached = plan.cached
                 hits = pinned_free = 0
-            else:
-                if holder is None and cache is not None and (req.context or req.prefix_blocks):
+            elif cache is not None:
+                if holder is None and (req.context or req.prefix_blocks):
                     holder = req.kv_holder = cache.holder(req, self._reusable_tail)
                 if holder is not None:
                     match = cache.match(holder, (req.prefill_target - 1) // bs)
                     hits = match.blocks
                     pinned_free = match.evictable
                 else:
-                    # Without a holder (no cache, or content all its own and never released by
-                    # a preemption) no lookup can find anything: see _release_kv.
+                    # Without a holder (content all its own and never released by a preemption)
+                    # no lookup can find anything: see _release_kv.
                     hits = pinned_free = 0
                 cached = hits * bs
+            else:  # no prefix cache: nothing is ever found (and no request has a holder)
+                hits = pinned_free = cached = 0
             swapped = req.swapped_tokens
             computed = cached if cached >= swapped else swapped
             received = req.kv_received_tokens
@@ -736,12 +744,12 @@ class Replica:
                 slots.admit(req, plan)
                 if plan.restored:
                     self._restores += 1
-            elif holder is not None:
+            elif holder is not None and cache is not None:  # (a holder exists only with a cache)
                 cache.pin(holder, match)
                 if hits:
                     self._restores += 1
             kv.allocate(new_blocks)
-            if holder is not None:  # (never with a slot cache: nothing is shared)
+            if holder is not None and cache is not None:  # (never with a slot cache: nothing is shared)
                 cache.register_shared(holder, computed + chunk)
             if swapped:
                 if swapped > cached:
@@ -778,6 +786,7 @@ class Replica:
         """Slow path when the step's blocks do not all fit: walk the running batch in key
         order, preempting the largest key until each request's blocks fit."""
         kv = self.kv
+        cache = self.prefix_cache
         bs = kv.block_size
         running = self.running
         order = self._order
@@ -804,8 +813,9 @@ class Replica:
                 break
             kv.allocate(need)
             if chunk:
-                if req.kv_holder is not None:
-                    self.prefix_cache.register_shared(req.kv_holder, req.kv_tokens + chunk)
+                holder: Holder | None = req.kv_holder  # type: ignore[assignment]  # set only by this engine, to a Holder
+                if holder is not None and cache is not None:  # (a holder exists only with a cache)
+                    cache.register_shared(holder, req.kv_tokens + chunk)
                 chunks.append((req, chunk))
                 budget -= chunk
             else:
@@ -859,7 +869,7 @@ class Replica:
             self.kv.release(blocks_for(tokens, self.kv.block_size))
             return
         findable = not done or req.continuable
-        holder = req.kv_holder
+        holder: Holder | None = req.kv_holder  # type: ignore[assignment]  # set only by this engine, to a Holder
         if holder is None:
             # Admitted without a holder: its content is all its own and it referenced nothing.
             if not findable:
@@ -1023,7 +1033,10 @@ class Replica:
         self.departed += 1
         self.departed_tokens += req.prompt_tokens
         self._changed = True
-        self.handoffs.put(req)
+        handoffs = self.handoffs
+        if handoffs is None:  # __init__ gives every prefill replica one
+            raise RuntimeError(f"replica {self.index}: a prefill replica without a handoffs Wire")
+        handoffs.put(req)
 
     def _complete(self, req: Request, end: float, tokens: int) -> None:
         del self.running[req.id]
@@ -1056,9 +1069,9 @@ class Replica:
         Called once, after the environment stopped; the replica must not run afterwards.
         """
         if self._stretch is not None:
-            _done, k, n_decode, step_s = self._stretch
+            done, k, n_decode, step_s = self._stretch
             if self._seg_step_s == step_s and k > 1:
-                j = min(self._steps_until(until_s) - 1, k - 1)
+                j = min(self._steps_to(until_s, done) - 1, k - 1)
                 if j > 0:
                     # No decoder finishes before the stretch's last step, so j < k settles none.
                     self._settle_decode_stretch(j, n_decode, self.kv.used_blocks, step_s)

@@ -98,6 +98,10 @@ class Holder:
 
     __slots__ = ("blocks", "deepest", "ids", "run_end", "shared_tokens", "starts", "total")
 
+    deepest: _Node
+    """The deepest node it references (the root: none); set by :meth:`PrefixCache.holder` or
+    :meth:`PrefixCache.pin`, before which the holder is used only to look its content up."""
+
     def __init__(self, segs: list[Segment], shared_tokens: int | None = None) -> None:
         self.ids = [s for s, _ in segs]
         self.starts = [0, *accumulate(t for _, t in segs)]
@@ -114,7 +118,6 @@ class Holder:
         blocks, the context of an earlier round; by default the leading segments with
         non-negative ids). The rest is this request's own content, which nobody can look up
         while it runs, so its blocks can be registered when it releases them."""
-        self.deepest: _Node | None = None
         self.blocks = 0
         self.run_end = 0
         """Absolute end of the segment of ``deepest`` when this holder created or extended
@@ -238,7 +241,9 @@ class PrefixCache:
                     del lru[node]
                     node.n = 0
                     if node.parent is not None:  # a tree leaf (not a run)
-                        del node.parent.children[node.key]
+                        siblings = node.parent.children
+                        assert siblings is not None  # a node is among its parent's children
+                        del siblings[node.key]
                         node.parent = None
                 need -= m
                 if node.__class__ is _Run:
@@ -380,19 +385,23 @@ class PrefixCache:
         h.blocks = m.blocks
         h.run_end = 0
         lru = self._lru
-        while node is not self.root:
+        parent = node.parent
+        while parent is not None:  # up to the root, the one node without a parent (and without blocks)
             if node.refs == 0:
                 del lru[node]
                 self.evictable -= node.n
             node.refs += 1
-            node = node.parent
+            node = parent
+            parent = node.parent
 
     def _split(self, node: _Node, m: int) -> _Node:
         """Split *node* after its first *m* blocks; return the new head node (the original
         object keeps the tail, its children, and its place in the free queue)."""
         bs = self.block_size
-        head = _Node(node.parent, node.key, node.seg, node.off, m, node.refs)
-        node.parent.children[node.key] = head
+        parent = node.parent
+        assert parent is not None and parent.children is not None  # a cached node hangs below the root
+        head = _Node(parent, node.key, node.seg, node.off, m, node.refs)
+        parent.children[node.key] = head
         node.off += m * bs
         node.n -= m
         node.key = (node.seg, node.off)
@@ -501,12 +510,13 @@ class PrefixCache:
             self.empty += partial
             self.evictable += own
         node = h.deepest
-        root = self.root
-        while node is not root:
+        parent = node.parent
+        while parent is not None:  # up to the root, the one node without a parent (and without blocks)
             node.refs -= 1
             if node.refs == 0:
                 lru[node] = None
                 self.evictable += node.n
-            node = node.parent
-        h.deepest = None
+            node = parent
+            parent = node.parent
+        h.deepest = self.root  # it references nothing now
         h.blocks = 0

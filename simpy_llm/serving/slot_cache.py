@@ -156,11 +156,12 @@ class SlotPlan:
 
     __slots__ = ("by_similarity", "cached", "checkpoints", "clear", "restore", "save", "slot", "update")
 
-    def __init__(self) -> None:
-        self.slot: _Slot | None = None
-        self.by_similarity = False
+    def __init__(self, slot: _Slot, by_similarity: bool, update: bool) -> None:
+        self.slot = slot
+        """The slot chosen."""
+        self.by_similarity = by_similarity
         """Chosen for the prompt it shares (else: least recently used)."""
-        self.update = False
+        self.update = update
         """The slot's context is saved to the host cache and a better one looked for."""
         self.save: _Save | None = None
         """Saving the slot's context (None: nothing to save, or nothing changes)."""
@@ -316,7 +317,6 @@ class SlotCache:
             return None
         cfg = self.config
         p = req.prompt_tokens
-        plan = SlotPlan()
         prompt = cut_segments(content_segments(req), p)
         chosen = None
         if cfg.prompt_similarity > 0.0:
@@ -328,15 +328,15 @@ class SlotCache:
                 if lcp > best and lcp / p > cfg.prompt_similarity:
                     best = lcp
                     chosen = s
-            if chosen is not None:
-                plan.by_similarity = True
-                plan.update = 2 * best < chosen.context.tokens  # f_keep < 0.5: most of its context would go
-        if chosen is None:
+        if chosen is not None:
+            # f_keep < 0.5: most of its context would go
+            plan = SlotPlan(chosen, by_similarity=True, update=2 * best < chosen.context.tokens)
+        else:
+            chosen = idle[0]
             for s in idle:  # least recently used; ties to the highest number, as llama.cpp's `<=`
-                if chosen is None or s.last_used <= chosen.last_used:
+                if s.last_used <= chosen.last_used:
                     chosen = s
-            plan.update = True
-        plan.slot = chosen
+            plan = SlotPlan(chosen, by_similarity=False, update=True)
         ctx = chosen.context
         if plan.update and cfg.host_cache_tokens > 0:
             plan.save = self._save_of(ctx)
