@@ -19,6 +19,7 @@ from simpy_llm.config.structure import build_policy
 from simpy_llm.serving.devices import device_profile
 from simpy_llm.serving.hardware import auto_kv_blocks
 from simpy_llm.serving.latency import latency_models
+from simpy_llm.serving.latency_base import missing_members
 
 if TYPE_CHECKING:
     from simpy_llm.config.schema import BatchServerConfig, EngineConfig, ReplicaGroupConfig, ServingConfig
@@ -133,6 +134,7 @@ def plan_fleet(serving: ServingConfig, latency_override: Any = None, streams: An
             continue
         assert group.latency_model is not None  # a continuous-batching group has one (config.serving.check_replica_kind)
         latency = latency_override or build_policy(group.latency_model, latency_models, **_rng(group, streams))
+        _check_contract(latency)
         try:
             engine = resolve_engine(group.engine, latency)
         except FieldValueError as exc:
@@ -155,6 +157,17 @@ def plan_fleet(serving: ServingConfig, latency_override: Any = None, streams: An
         )
         plans.extend([plan] * group.count)
     return plans
+
+
+def _check_contract(latency: object) -> None:
+    """Refuse, before anything runs, a latency model that lacks a member its callers read."""
+    missing = missing_members(latency)
+    if missing:
+        raise FieldValueError(
+            "latency_model",
+            f"{type(latency).__name__} lacks {', '.join(missing)}: derive it from "
+            "simpy_llm.serving.latency.LatencyModelBase, which gives the optional members their defaults",
+        )
 
 
 def _on_device(name: str, engine: EngineConfig, latency: Any) -> tuple[Any, EngineConfig]:

@@ -51,7 +51,7 @@ from simpy_llm.registry import Registry
 if TYPE_CHECKING:
     from simpy_llm.serving.hardware import Hardware
 
-__all__ = ["LatencyModel", "LatencyModelBase", "RequestOverheads", "VerifyTimer", "latency_models"]
+__all__ = ["LatencyModel", "LatencyModelBase", "RequestOverheads", "VerifyTimer", "latency_models", "missing_members"]
 
 VerifyTimer = Callable[[list[int], list[int]], float | None]
 """``verify_time_s(contexts, verified)``: the time of a verify pass over sequences with these
@@ -196,3 +196,20 @@ class RequestOverheads(LatencyModelBase):
     def queueing_time_s(self, prompt_tokens: int) -> float:
         """Arrival-to-queue delay of a request with *prompt_tokens* tokens, s."""
         return (self.alpha0_us + self.alpha1_us * prompt_tokens) * 1e-6
+
+
+def missing_members(model: object) -> list[str]:
+    """The members of :class:`LatencyModel` that *model* lacks (empty: it keeps the contract).
+
+    A model of one's own derives from :class:`LatencyModelBase` (which gives the optional members
+    their defaults) or defines every member; the fleet refuses one that does neither, naming what
+    it lacks, before anything runs.
+
+    >>> class OnlyStep:
+    ...     def step_time_s(self, prefill_tokens, decode_tokens):
+    ...         return 0.01
+    >>> missing_members(OnlyStep())[:3]
+    ['cache_restore_s', 'hardware', 'mean_step_time_s']
+    """
+    members = sorted(name for name in LatencyModel.__dict__ if not name.startswith("_") or name == "__call__")
+    return [name for name in members if not hasattr(model, name)]

@@ -7,7 +7,11 @@ from typing import Any
 
 import pytest
 
+from simpy_llm import Simulation
+from simpy_llm.config.errors import FieldValueError
+from simpy_llm.loading import scenario_from_dict
 from simpy_llm.serving.latency import LatencyModel, LatencyModelBase, RequestOverheads, latency_models, profiles_dir
+from tests.helpers import tiny_scenario
 
 BUILT = {
     "blis_linear": {"beta0_us": 1000.0, "beta2_us": 10.0, "cache_restore_us": 70.0},
@@ -110,3 +114,15 @@ def test_a_model_without_a_step_time_cannot_be_built() -> None:
     with pytest.raises(TypeError, match="step_time_s"):
         NoStep()
 
+
+
+def test_a_model_of_ones_own_that_lacks_a_member_is_refused_before_the_run() -> None:
+    """A duck-typed latency model with only ``step_time_s`` is refused when the fleet is built,
+    naming what it lacks and the base class that would give the defaults."""
+    class OnlyStep:
+        def step_time_s(self, prefill_tokens: int, decode_tokens: int) -> float:
+            return 0.01
+
+    with pytest.raises(FieldValueError, match=r"OnlyStep lacks cache_restore_s, hardware, mean_step_time_s, output_token_overhead_s, "
+                                               r"queueing_time_s, uses_context, verify_time_s: derive it from .*LatencyModelBase"):
+        Simulation(scenario_from_dict(tiny_scenario()), latency_model=OnlyStep())
