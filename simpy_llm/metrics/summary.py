@@ -718,8 +718,9 @@ class PlannerStats(TypedDict):
     """Ticks run (skipped ones included)."""
     changes: int
     """Ticks that applied a different configuration."""
-    final: dict[str, int]
-    """The configuration in force at the end, by knob."""
+    final: dict[str, float | None]
+    """The configuration in force at the end, by knob (``None``: ``gamma`` or ``fused_fraction``
+    left to the scenario's γ policy or mode selector)."""
     gpu_seconds: float
     """GPUs in use over the run, GPU-s: a replica counts while it may receive requests and
     while it drains the ones it received."""
@@ -813,7 +814,7 @@ def flatten_summary(summary: Summary) -> list[tuple[str, str, str, str, float]]:
     return rows
 
 
-def _hints(typed_dict: type) -> dict[str, object]:
+def _hints(typed_dict: object) -> dict[str, object]:
     return typing.get_type_hints(typed_dict)
 
 
