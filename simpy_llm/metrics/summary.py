@@ -1,5 +1,8 @@
 """The schema of :meth:`Results.summary() <simpy_llm.metrics.results.Results.summary>`.
 
+The module is long (over 800 lines) because it is the summary's one page of reference:
+every key is declared here with its unit and meaning.
+
 The summary is plain data (dicts, lists, numbers, strings and ``None``: JSON-ready),
 typed here as a tree of :class:`typing.TypedDict` classes rooted at :class:`Summary`,
 with every key's unit and meaning documented where it is declared. A test checks
