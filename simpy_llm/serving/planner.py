@@ -20,6 +20,10 @@ the replicas are verify servers (the GPUs), the what-if feeds the window's reque
 the draft fleet at the times their clients sent them, and the knobs ``gamma`` and
 ``fused_fraction`` reach the draft fleet (:meth:`~simpy_llm.speculative.draft.DraftFleet.plan_gamma`,
 :meth:`~simpy_llm.speculative.draft.DraftFleet.plan_fused_fraction`).
+
+The planner sees its simulation through :class:`PlannerHost` (the clock, the fleet, the
+arrivals, what-if runs), which :class:`~simpy_llm.simulation.Simulation` implements: it
+imports neither the simulation nor the results.
 """
 
 from __future__ import annotations
