@@ -200,7 +200,7 @@ class Results:
             kv_transfers=kv,
             links=LinkResults(self.link_stats, end_s),
             speculation=SpeculationResults(recorder, scenario=scenario, columns=columns, draft_busy_s=self.draft_busy_s, end_s=end_s),
-            planner=PlannerResults(planner, columns=columns, kv_starts=kv.starts(), end_s=end_s),
+            planner=PlannerResults(planner, columns=columns, kv_transfers=kv, end_s=end_s),
         )
         """The results of each subsystem (:class:`Subsystems`)."""
 

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from simpy_llm.metrics.summary import PlannerStats
+    from simpy_llm.serving.disaggregation_results import KvTransferResults
     from simpy_llm.serving.planner import PlannerLog
 
 __all__ = ["PlannerResults", "PlannerSection"]
@@ -36,16 +37,19 @@ class PlannerResults:
         What the planner did (``None``: the run had no planner).
     columns
         The record columns (where and when each request ran).
-    kv_starts
-        When each handed-off request's KV transfer started, by request id (a disaggregated fleet).
+    kv_transfers
+        The run's KV transfers (a disaggregated fleet's hand-offs end a request's stay at its
+        prefill replica).
     end_s
         The run's simulated duration, s.
     """
 
-    def __init__(self, log: PlannerLog | None, *, columns: dict[str, np.ndarray], kv_starts: dict[int, float], end_s: float) -> None:
+    def __init__(
+        self, log: PlannerLog | None, *, columns: dict[str, np.ndarray], kv_transfers: KvTransferResults, end_s: float
+    ) -> None:
         self.log = log
         self.columns = columns
-        self.kv_starts = kv_starts
+        self.kv_transfers = kv_transfers
         self.end_s = end_s
 
     def to_dataframe(self) -> pd.DataFrame:
@@ -63,7 +67,7 @@ class PlannerResults:
         log = self.log
         if log is None:
             return {}
-        used = gpu_seconds(self.columns, self.kv_starts, log, self.end_s)
+        used = gpu_seconds(self.columns, self.kv_transfers.starts(), log, self.end_s)
         return {"planner": {
             "ticks": log.ticks,
             "changes": log.changes,
