@@ -1,5 +1,9 @@
 """Simulation: builds the components from a scenario, wires their Stores, runs.
 
+The module is long (over 800 lines) because the wiring is kept in one place: building and
+connecting every component, and the runs made of it (a whole run, and the what-if runs a
+planner asks for).
+
 Wiring happens here and only here::
 
     WorkloadGenerator --Wire--> [ClientNetwork] --Wire--> Router (admission, routing) --Wire per replica--> Replica
@@ -22,22 +26,30 @@ Examples
 
 from __future__ import annotations
 
+import copy
 import functools
 import itertools
 import math
 import sys
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Generator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, cast
 
+import attrs
 import numpy as np
 
+from simpy_llm.config.errors import ScenarioError
 from simpy_llm.config.structure import build_policy
+from simpy_llm.entities import Request
 from simpy_llm.kernel import Environment
 from simpy_llm.metrics.recorder import Recorder
 from simpy_llm.metrics.results import Results
 from simpy_llm.network.client import ClientNetwork
+from simpy_llm.network.link import Link
+from simpy_llm.network.topology import Topology
 from simpy_llm.policies.admission import AlwaysAdmit, admission_policies
+from simpy_llm.policies.gamma import gamma_policies
+from simpy_llm.policies.mode import mode_selectors
 from simpy_llm.policies.routing import routing_policies
 from simpy_llm.policies.scheduling import scheduler_policies
 from simpy_llm.processes import Ports, UserProcess, process_kinds, seam_error
@@ -53,12 +65,14 @@ from simpy_llm.progress import (
 )
 from simpy_llm.rng import RandomStreams
 from simpy_llm.serving.batching import BatchServer, build_service_model
+from simpy_llm.serving.devices import device_profile
 from simpy_llm.serving.disaggregation import KvHandoff
 from simpy_llm.serving.engine import Replica
 from simpy_llm.serving.fleet import ReplicaPlan, plan_fleet
-from simpy_llm.serving.planner import Planner
+from simpy_llm.serving.planner import WHAT_IF_DRAIN_WINDOWS, FleetControl, Planner, WhatIf
 from simpy_llm.serving.router import Router
 from simpy_llm.serving.views import ClusterView, LiveView, RouterCounts, SnapshotView, refresh_views
+from simpy_llm.speculative.curves import acceptance_model
 from simpy_llm.speculative.draft import DraftFleet
 from simpy_llm.speculative.verify import VerifyServer
 from simpy_llm.wire import Wire
@@ -69,14 +83,17 @@ from simpy_llm.workload.sessions import ReplayedContexts, SessionRegistry
 from simpy_llm.workload.sources import WorkloadSources, build_sources, workload_seed
 
 if TYPE_CHECKING:
-    from collections.abc import Generator
-
     import simpy
+    from simpy.events import Event
 
-    from simpy_llm.config.schema import ProcessSpec, Scenario
-    from simpy_llm.entities import Request
-    from simpy_llm.network.link import Link
+    from simpy_llm.config.schema import DisaggregationConfig, PolicySpec, ProcessSpec, Scenario
+    from simpy_llm.config.speculation import SpeculationConfig
+    from simpy_llm.policies.admission import AdmissionPolicy
+    from simpy_llm.policies.planning import PlannerChoice
+    from simpy_llm.policies.routing import RoutingPolicy
+    from simpy_llm.policies.scheduling import SchedulerPolicy
     from simpy_llm.serving.engine import TokenListener
+    from simpy_llm.serving.latency import LatencyModel
 
 __all__ = ["Simulation"]
 
@@ -88,7 +105,9 @@ def _user_process(spec: ProcessSpec) -> UserProcess:
     """The process a scenario's ``processes:`` entry names, at its seam."""
 
     def function(env: simpy.Environment, ports: Ports) -> Generator:
-        return build_policy(spec.process, process_kinds, env=env, ports=ports)
+        # build_policy calls a registered function as it calls a class (its docstring), but its
+        # registry parameter is annotated for classes only.
+        return build_policy(spec.process, process_kinds, env=env, ports=ports)  # type: ignore[arg-type]
 
     return UserProcess(spec.seam, function, instead=spec.instead_of is not None)
 
@@ -98,7 +117,9 @@ def _send_at(router: Router, position: int, req: Request) -> None:
     router.send(req, position)
 
 
-def _complete(env: simpy.Environment, recorder: Recorder, replica: object, completions: Wire | None, req: Request) -> None:
+def _complete(
+    env: simpy.Environment, recorder: Recorder, replica: Replica | BatchServer, completions: Wire | None, req: Request
+) -> None:
     """A stood-in replica completed *req* now (``Ports.done``)."""
     now = env.now
     if req.first_scheduled_s != req.first_scheduled_s:  # nan: unset
@@ -117,7 +138,15 @@ def _complete(env: simpy.Environment, recorder: Recorder, replica: object, compl
         completions.put(req)
 
 
-def _device_settings(plan: ReplicaPlan) -> dict[str, object]:
+class _DeviceSettings(TypedDict):
+    """A replica's cold start, unload and throttling (the keywords a Replica takes for them)."""
+
+    load_s: float
+    warm_retention_s: float | None
+    throttle: tuple[float, float] | None
+
+
+def _device_settings(plan: ReplicaPlan) -> _DeviceSettings:
     """A replica's cold start, unload and throttling (its device profile and weights' source,
     ``docs/devices.md``)."""
     device = plan.device
@@ -125,6 +154,23 @@ def _device_settings(plan: ReplicaPlan) -> dict[str, object]:
     if device is not None and device.thermal is not None:
         throttle = (device.thermal.throttle_after_s, device.thermal.throttle_factor)
     return {"load_s": plan.load_s, "warm_retention_s": plan.warm_retention_s, "throttle": throttle}
+
+
+class _Given(NamedTuple):
+    """The objects a :class:`Simulation` was given in place of the scenario's."""
+
+    latency_model: LatencyModel | None
+    routing_policy: RoutingPolicy | None
+    scheduler_policy: SchedulerPolicy | None
+    admission_policy: AdmissionPolicy | None
+    processes: tuple[UserProcess, ...]
+
+    def copied(self) -> _Given:
+        """Each object deep-copied on its own, with whatever state it holds now."""
+        return _Given(
+            copy.deepcopy(self.latency_model), copy.deepcopy(self.routing_policy), copy.deepcopy(self.scheduler_policy),
+            copy.deepcopy(self.admission_policy), copy.deepcopy(self.processes),
+        )
 
 
 class Simulation:
@@ -163,20 +209,17 @@ class Simulation:
         self,
         scenario: Scenario,
         *,
-        latency_model: object = None,
-        routing_policy: object = None,
-        scheduler_policy: object = None,
-        admission_policy: object = None,
+        latency_model: LatencyModel | None = None,
+        routing_policy: RoutingPolicy | None = None,
+        scheduler_policy: SchedulerPolicy | None = None,
+        admission_policy: AdmissionPolicy | None = None,
         external_arrivals: bool = False,
         token_listener: TokenListener | None = None,
-        planner_policy: object = None,
+        planner_policy: PlannerChoice | None = None,
         processes: Sequence[UserProcess] = (),
     ) -> None:
         self.scenario = scenario
-        given = {"latency_model": latency_model, "routing_policy": routing_policy,
-                 "scheduler_policy": scheduler_policy, "admission_policy": admission_policy,
-                 "processes": tuple(processes) or None}
-        self._overrides = {k: v for k, v in given.items() if v is not None}
+        self._given = _Given(latency_model, routing_policy, scheduler_policy, admission_policy, tuple(processes))
         """The objects given in place of the scenario's (a planner's what-if runs copy them)."""
         if scenario.planner is not None and external_arrivals:
             raise ValueError("a planner needs run(): its ticks stop when the workload is done")
@@ -226,11 +269,12 @@ class Simulation:
         """The draft devices of speculative decoding (None without ``speculation``)."""
         spec = scenario.speculation
         sent = arrivals
+        drafts = None
         if spec is not None:
             if token_listener is not None:
                 raise ValueError("a token_listener needs continuous-batching replicas; speculative decoding runs verify servers")
             sent = Wire(env)
-            self.draft_fleet = self._build_draft_fleet(sent, arrivals, completions)
+            drafts = self.draft_fleet = self._build_draft_fleet(spec, sent, arrivals, completions)
         elif networks:
             sent = Wire(env)
             self.client_network = ClientNetwork(
@@ -242,17 +286,17 @@ class Simulation:
         and ``speculation``, inject requests here, unreported: the draft fleet reports each
         as it reaches the targets)."""
         replica_inboxes = [Wire(env) for _ in range(n_replicas)]
-        schedulers: dict[str, object] = {}
+        schedulers: dict[str, SchedulerPolicy] = {}
         for group in serving.groups():
             if group.batch_server is None:
                 schedulers[group.name] = scheduler_policy or build_policy(
                     group.engine.scheduler, scheduler_policies, slo=ttft_targets
                 )
-        disaggregated = serving.disaggregation is not None
-        if disaggregated and token_listener is not None:
+        dis = serving.disaggregation
+        if dis is not None and token_listener is not None:
             raise ValueError("a token_listener needs co-located replicas; a disaggregated fleet streams from two pools")
-        handoffs = Wire(env) if disaggregated else None
-        self.replicas: list[Replica | BatchServer | VerifyServer] = [
+        handoffs = Wire(env) if dis is not None else None
+        self.replicas: Sequence[Replica | BatchServer | VerifyServer] = [
             Replica(
                 env, i, inbox, plan.engine, plan.latency, self.recorder,
                 fast=fast, completions=completions, token_listener=token_listener,
@@ -267,7 +311,7 @@ class Simulation:
                 self.recorder, completions=completions, group=plan.group,
             )
             for i, (inbox, plan) in enumerate(zip(replica_inboxes, self.plans, strict=True))
-        ] if spec is None else self._verify_servers(replica_inboxes, completions)
+        ] if drafts is None else self._verify_servers(drafts, replica_inboxes, completions)
         counts = RouterCounts(n_replicas)
         refresh_s = serving.view_refresh_s
         view_cls = SnapshotView if refresh_s is not None else LiveView
@@ -299,8 +343,8 @@ class Simulation:
         """The prefill-to-decode hand-off of a disaggregated fleet (None: co-located)."""
         self.kv_links: dict = {}
         """A disaggregated fleet's KV links, by (prefill fleet index, decode position)."""
-        if disaggregated:
-            self.kv_handoff = self._build_handoff(handoffs, replica_inboxes, counts, completions)
+        if dis is not None and handoffs is not None:
+            self.kv_handoff = self._build_handoff(dis, handoffs, replica_inboxes, counts, completions)
         self.wires: dict[str, Wire] = self._seams(replica_inboxes, completions, handoffs)
         """The Wires between the components, by seam name (``docs/processes.md``)."""
         self._check_seams(scenario)
@@ -315,7 +359,8 @@ class Simulation:
         )
         self._ran = False
         if refresh_s is not None:
-            env.process(refresh_views(env, self.views, refresh_s, self._active))
+            snapshots = [v for v in self.views if isinstance(v, SnapshotView)]  # every view, with a refresh period
+            env.process(refresh_views(env, snapshots, refresh_s, self._active))
         if scenario.simulation.timeseries_interval_s is not None:
             env.process(self._sample(scenario.simulation.timeseries_interval_s))
         self.planner: Planner | None = None
@@ -337,7 +382,7 @@ class Simulation:
             announce=not networks and spec is None,
         )
         if scenario.planner is not None:
-            self.planner = Planner(self, scenario.planner, planner_policy)
+            self.planner = Planner(_PlannerHost(self), scenario.planner, planner_policy)
 
     def _seams(self, replica_inboxes: list[Wire], completions: Wire | None, handoffs: Wire | None) -> dict[str, Wire]:
         """This simulation's Wires by seam name, in the order items travel."""
@@ -353,8 +398,6 @@ class Simulation:
 
     def _check_seams(self, scenario: Scenario) -> None:
         """Every seam the scenario's ``processes:`` section names is one this simulation has."""
-        from simpy_llm.config.errors import ScenarioError
-
         for i, spec in enumerate(scenario.processes):
             if spec.seam != "router" and spec.seam not in self.wires:
                 key = "between" if spec.between is not None else "instead_of"
@@ -407,10 +450,12 @@ class Simulation:
 
     def _replica_ports(self, seam: str, wire: Wire) -> Ports:
         """A replica's inbox and a completing outbox for a process that stands in for it."""
-        if self.scenario.speculation is not None or self.scenario.serving.disaggregation is not None:
+        replica = self.replicas[int(seam.split(":")[1])]
+        # With speculation every replica is a verify server.
+        if isinstance(replica, VerifyServer) or self.scenario.serving.disaggregation is not None:
             raise ValueError(f"instead_of({seam!r}) takes a co-located replica or batch server; with speculation or "
                              "disaggregated pools put a process between at the seam instead")
-        replica, inbox, env = self.replicas[int(seam.split(":")[1])], Wire(self.env), self.env
+        inbox, env = Wire(self.env), self.env
 
         def enqueue(req: Request) -> None:
             req.enqueue_s = env.now
@@ -435,41 +480,39 @@ class Simulation:
             inboxes.append(inbox)
         return inboxes
 
-    def _build_draft_fleet(self, sent: Wire, arrivals: Wire, completions: Wire | None) -> DraftFleet:
-        """The draft devices, between the workload and the router (``docs/speculative.md``)."""
-        from simpy_llm.policies.gamma import gamma_policies
-        from simpy_llm.policies.mode import mode_selectors
-        from simpy_llm.serving.devices import device_profile
-
-        spec = self.scenario.speculation
-        selector = build_policy(spec.mode_selector, mode_selectors) if spec.mode_selector is not None else None
+    def _build_draft_fleet(self, spec: SpeculationConfig, sent: Wire, arrivals: Wire, completions: Wire | None) -> DraftFleet:
+        """The draft devices of *spec*, between the workload and the router (``docs/speculative.md``)."""
+        # The loader structures both as policy specs (the schema's GammaSpec and ModeSelectorSpec).
+        selector = build_policy(cast("PolicySpec", spec.mode_selector), mode_selectors) if spec.mode_selector is not None else None
+        gamma = cast("PolicySpec", spec.gamma_policy)
         profiles = {g.name: device_profile(g.device) for g in spec.drafts if g.device is not None}
         return DraftFleet(
             self.env, spec, sent, arrivals, self.recorder,
-            policy_factory=lambda: build_policy(spec.gamma_policy, gamma_policies),
+            policy_factory=lambda: build_policy(gamma, gamma_policies),
             mode_selector=selector, streams=self.streams.stream, device_profiles=profiles, dropped=completions,
         )
 
-    def _verify_servers(self, inboxes: list[Wire], completions: Wire | None) -> list[VerifyServer]:
-        """The fleet as speculative decoding's targets: one VerifyServer per replica."""
-        from simpy_llm.speculative.curves import acceptance_model
-
-        spec = self.scenario.speculation
+    def _verify_servers(self, drafts: DraftFleet, inboxes: list[Wire], completions: Wire | None) -> list[VerifyServer]:
+        """The fleet as the targets of *drafts*: one VerifyServer per replica."""
+        spec = drafts.config
         fused = acceptance_model(spec.fused.acceptance) if spec.fused is not None else None
         slo = {name: (t.ttft_s, t.tpot_s, t.tvt_s) for name, t in self.scenario.slo.items()}
         servers = []
         for i, (inbox, plan) in enumerate(zip(inboxes, self.plans, strict=True)):
             settings = _device_settings(plan)
             engine = plan.engine
+            blocks = engine.kv_num_blocks
+            if not isinstance(blocks, int):  # plan_fleet resolves "auto" from the latency model's hardware
+                raise ValueError(f"kv_num_blocks must be a number of blocks, not {blocks!r}")
             servers.append(VerifyServer(
                 self.env, i, inbox, plan.latency, self.recorder, spec,
-                kv_capacity_tokens=int(engine.kv_num_blocks) * engine.kv_block_size,
+                kv_capacity_tokens=blocks * engine.kv_block_size,
                 max_prefill_tokens=engine.max_num_batched_tokens, max_seqs=engine.max_num_seqs,
                 max_model_len=engine.max_model_len, rng=self.streams.stream(f"verify/{i}"),
-                fused_acceptance=fused, slo=slo, send_verdict=self.draft_fleet.send_verdict,
+                fused_acceptance=fused, slo=slo, send_verdict=drafts.send_verdict,
                 completions=completions, group=plan.group, throttle=settings["throttle"], load_s=plan.load_s,
             ))
-        self.draft_fleet.servers = servers
+        drafts.servers = servers
         return servers
 
     def _link_stream(self, name: str) -> np.random.Generator:
@@ -477,13 +520,10 @@ class Simulation:
         return self.streams.stream(f"link/{name}")
 
     def _build_handoff(
-        self, handoffs: Wire, replica_inboxes: list[Wire], counts: RouterCounts, completions: Wire | None
+        self, dis: DisaggregationConfig, handoffs: Wire, replica_inboxes: list[Wire], counts: RouterCounts, completions: Wire | None
     ) -> KvHandoff:
-        """The decode router, the KV links and the :class:`KvHandoff` of a disaggregated fleet."""
-        from simpy_llm.network.link import Link
-
+        """The decode router, the KV links and the :class:`KvHandoff` of the fleet *dis* disaggregates."""
         env = self.env
-        dis = self.scenario.serving.disaggregation
         prefill = [i for i, plan in enumerate(self.plans) if plan.role == "prefill"]
         decode = [i for i, plan in enumerate(self.plans) if plan.role == "decode"]
         transfers = [Wire(env) for _ in decode]
@@ -497,8 +537,6 @@ class Simulation:
         xfer = dis.kv_transfer
         topology = None
         if dis.topology is not None:
-            from simpy_llm.network.topology import Topology
-
             topology = Topology.from_spec(dis.topology)
         links = {}
         for i in prefill:
@@ -518,16 +556,13 @@ class Simulation:
         self.kv_links = links
         return KvHandoff(
             env, handoffs, decode_router, transfers, [replica_inboxes[j] for j in decode], links, delivered,
-            self._kv_bytes_per_token(prefill[0]),
+            self._kv_bytes_per_token(xfer.bytes_per_token, prefill[0]),
             [self.plans[j].latency.output_token_overhead_s for j in decode], self.recorder,
             lost=lost, dropped=completions,
         )
 
-    def _kv_bytes_per_token(self, prefill_index: int) -> float:
-        """KV bytes per token on the wire: given, or the prefill pool's model over all its GPUs."""
-        from simpy_llm.config.errors import ScenarioError
-
-        given = self.scenario.serving.disaggregation.kv_transfer.bytes_per_token
+    def _kv_bytes_per_token(self, given: float | None, prefill_index: int) -> float:
+        """KV bytes per token on the wire: *given*, or the prefill pool's model over all its GPUs."""
         if given is not None:
             return given
         hardware = getattr(self.plans[prefill_index].latency, "hardware", None)
@@ -565,10 +600,14 @@ class Simulation:
         if source_index < len(self.sources):
             if self.sessions is not None:
                 self.sessions.open(req, self.sources[source_index])
-        else:
+        elif self._replayed is not None:  # a trace's request (traces are replayed with their contexts)
             self._replayed(req)
 
     def _finished(self) -> bool:
+        """Whether the workload is done and nothing is left in the system (never while the
+        caller drives the arrivals)."""
+        if self.generator is None:
+            return False
         pending = self.sessions.pending if self.sessions is not None else 0
         if self.client_network is not None:
             pending += len(self.client_network.uploading)
@@ -809,3 +848,84 @@ class Simulation:
     def _events_processed(self) -> int:
         # The events scheduled over the run (reading the count uses an event id: read once).
         return self.env.events_scheduled()
+
+
+class _PlannerHost:
+    """A running simulation as its planner sees it (:class:`~simpy_llm.serving.planner.PlannerHost`):
+    its clock and fleet, its arrivals, and what-if runs of its scenario."""
+
+    def __init__(self, sim: Simulation) -> None:
+        self._sim = sim
+        self.env = sim.env
+        self.fleet = sim
+        self.rng = sim.streams.stream("planner")
+
+    def active(self) -> bool:
+        """Whether anything may still happen in the run."""
+        return self._sim._active()
+
+    def arrival_log(self) -> list[Request]:
+        """Start logging the arrivals (the recorder appends each to the list returned)."""
+        log: list[Request] = []
+        self._sim.recorder.arrival_log = log
+        return log
+
+    def what_if(self, candidate: Mapping[str, float], arrivals: Sequence[tuple[float, dict[str, Any]]], seed: int,
+                window_s: float) -> WhatIf:
+        """Run the scenario afresh (no planner, *seed*) with *candidate* in force from time 0, fed
+        *arrivals* (offsets in order); return its summary and how many requests were unfinished
+        when it stopped.
+
+        Each request enters where the workload would put it: the router's arrivals, or, with
+        speculative decoding, the draft fleet (which binds it to a device and reports it when
+        its prompt reaches the targets)."""
+        sim = self._sim
+        scenario = attrs.evolve(sim.scenario, planner=None, seed=seed)
+        given = sim._given.copied()  # fresh objects for each what-if, with their state at the tick
+        w = Simulation(
+            scenario, external_arrivals=True, latency_model=given.latency_model, routing_policy=given.routing_policy,
+            scheduler_policy=given.scheduler_policy, admission_policy=given.admission_policy, processes=given.processes,
+        )
+        FleetControl(w).apply(candidate)
+        env, recorder = w.env, w.recorder
+        drafts = w.draft_fleet
+        put = w.sent.put if drafts is not None else w.arrivals.put
+        state = {"sent": 0}
+
+        def inject() -> Generator[Event, None, None]:
+            for offset, fields in arrivals:
+                if offset > env.now:
+                    yield env.timeout(offset - env.now)
+                req = Request(id=next(w.ids), arrival_s=env.now, **fields)
+                if drafts is None:
+                    recorder.on_arrival(req, env.now)
+                put(req)
+                state["sent"] += 1
+
+        env.process(inject())
+        t = 0.0
+        limit = WHAT_IF_DRAIN_WINDOWS * window_s
+        while True:
+            t += window_s
+            w._run_until(t)
+            done = state["sent"] == len(arrivals) and not recorder.live and not (
+                w.kv_handoff is not None and w.kv_handoff.in_transfer
+            ) and not (drafts is not None and drafts.pending)
+            if done or t >= limit or env.peek() == math.inf:
+                break
+        unfinished = len(recorder.live) + (len(drafts.pending) if drafts is not None else 0)
+        end_s = w._last_activity_s() if done else t
+        if not done:
+            for rep in w.replicas:
+                rep.settle(t)
+            if drafts is not None:
+                for req in sorted(drafts.pending.values(), key=lambda r: r.id):
+                    req.upload_s = math.nan  # still with its draft device
+                    recorder.on_arrival(req, env.now)
+            for req in sorted(recorder.live.values(), key=lambda r: r.id):
+                recorder.on_in_flight(req)
+        results = Results.from_recorder(
+            recorder, scenario=scenario, end_s=end_s, wall_s=0.0, events=0, steps=sum(r.step for r in w.replicas),
+            kv_blocks=[r.kv.num_blocks for r in w.replicas], replica_groups=[p.group for p in w.plans],
+        )
+        return WhatIf(results.summary(), unfinished)

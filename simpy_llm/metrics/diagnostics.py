@@ -49,9 +49,12 @@ import attrs
 import numpy as np
 
 from simpy_llm.config.profile import RANGE_QUANTITIES
+from simpy_llm.serving.fleet import plan_fleet
+from simpy_llm.serving.roofline import Roofline
 
 if TYPE_CHECKING:
     from simpy_llm.metrics.results import Results
+    from simpy_llm.metrics.summary import DiagnosticEntry
     from simpy_llm.serving.fleet import ReplicaPlan
 
 __all__ = [
@@ -102,7 +105,7 @@ class Diagnostic:
     group: str | None = None
     """The replica group the finding is about (``None``: the run as a whole)."""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> DiagnosticEntry:
         """The diagnostic as plain data (what ``Results.summary()`` lists).
 
         Examples
@@ -110,7 +113,8 @@ class Diagnostic:
         >>> Diagnostic(code="idle_engine", severity="info", message="m", figures={"x": 1.0}).to_dict()
         {'code': 'idle_engine', 'severity': 'info', 'message': 'm', 'figures': {'x': 1.0}, 'group': None}
         """
-        return attrs.asdict(self)
+        return {"code": self.code, "severity": self.severity, "message": self.message, "figures": dict(self.figures),
+                "group": self.group}
 
 
 def diagnose(results: Results, *, plans: Sequence[ReplicaPlan] | None = None) -> list[Diagnostic]:
@@ -127,8 +131,6 @@ def diagnose(results: Results, *, plans: Sequence[ReplicaPlan] | None = None) ->
     if over is not None:
         found.append(over)
     if plans is None:
-        from simpy_llm.serving.fleet import plan_fleet
-
         try:
             plans = plan_fleet(results.scenario.serving)
         except ValueError:
@@ -285,8 +287,6 @@ def _weight_read_s(hardware: Any) -> float:
     """The roofline's step of one decoding request without context at peak bandwidth
     (``mbu`` 1): the weights a one-token step must read (an MoE layer's routed experts
     only), the LM head and the all-reduces; a lower bound on any real step."""
-    from simpy_llm.serving.roofline import Roofline
-
     gpu = hardware.gpu
     return Roofline(hardware=hardware, mfu=gpu.mfu_prefill, mfu_decode=gpu.mfu_decode).step_time_s(0, 1)
 

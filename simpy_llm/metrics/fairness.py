@@ -23,8 +23,12 @@ Two allocations are reported per run (see :meth:`Results.summary`):
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from simpy_llm.metrics.summary import Fairness
 
 __all__ = ["jain_index", "tenant_fairness"]
 
@@ -64,7 +68,7 @@ def tenant_fairness(
     completed: np.ndarray,
     e2e_s: np.ndarray,
     output_tokens: np.ndarray,
-) -> dict[str, object]:
+) -> Fairness:
     """Both fairness indexes over the tenants of the given requests (see the module docstring).
 
     Parameters
@@ -78,7 +82,7 @@ def tenant_fairness(
 
     Returns
     -------
-    dict
+    Fairness
         ``{"tenants": n, "completed_share": {"jain", "by_tenant"},
         "inverse_normalized_e2e": {"jain", "by_tenant"}}``; tenants sorted by name.
 

@@ -211,7 +211,9 @@ _KINDS: dict[type, tuple[str, str]] = {int: ("i", "int64"), float: ("f", "float6
 """Recorder kind and frame dtype by field type (text as pandas' ``string``, with ``pd.NA``)."""
 
 
-def _record_column(field: attrs.Attribute) -> RecordColumn:
+def _record_column(field: attrs.Attribute[Any]) -> RecordColumn:
+    if field.type is None:  # every field is annotated, and resolve_types made the annotations classes
+        raise TypeError(f"record field {field.name!r} has no type")
     kind, dtype = _KINDS[field.type]
     meta = field.metadata
     attr = field.name if meta["attr"] == _SAME else meta["attr"]
@@ -220,7 +222,7 @@ def _record_column(field: attrs.Attribute) -> RecordColumn:
     return RecordColumn(field.name, kind, attr, meta["read"], meta["trace"], dtype)
 
 
-RECORD_COLUMNS: tuple[RecordColumn, ...] = tuple(map(_record_column, attrs.fields(RequestRecord)))
+RECORD_COLUMNS: tuple[RecordColumn, ...] = tuple(_record_column(field) for field in attrs.fields(RequestRecord))
 """Every record field, in order, with where it comes from and goes to."""
 
 RECORD_FIELDS: tuple[tuple[str, str], ...] = tuple((c.name, c.kind) for c in RECORD_COLUMNS)

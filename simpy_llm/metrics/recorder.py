@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from array import array
 from collections import Counter
+from collections.abc import Sequence
 from operator import attrgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,7 +29,7 @@ __all__ = ["RECORD_FIELDS", "SPEC_ROUND_FIELDS", "ColumnLog", "Recorder"]
 
 _FROM_REQUEST = tuple(c for c in RECORD_COLUMNS if c.attr is not None)
 """Record columns read from the request (the rest, its status, the recorder supplies)."""
-_REQUEST_ATTRS = tuple(c.attr for c in _FROM_REQUEST)
+_REQUEST_ATTRS = tuple(c.attr for c in _FROM_REQUEST if c.attr is not None)  # each has one; the test narrows the type
 _FLUSH_EVERY = 4096
 
 
@@ -293,7 +294,9 @@ class Recorder:
     def _flush(self) -> None:
         if not self._buffer:
             return
-        by_name = {c.name: values for c, values in zip(_FROM_REQUEST, zip(*self._buffer, strict=True), strict=True)}
+        by_name: dict[str, Sequence[Any]] = {
+            c.name: values for c, values in zip(_FROM_REQUEST, zip(*self._buffer, strict=True), strict=True)
+        }
         by_name["status"] = self._status  # the one column the record leaves to the recorder (attr None)
         for column in RECORD_COLUMNS:
             name = column.name

@@ -68,94 +68,79 @@ from __future__ import annotations
 import json
 import math
 import platform
-from collections import Counter
 from collections.abc import Iterator
+from html import escape
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
+import attrs
 import numpy as np
 
+from simpy_llm.config.plain import scenario_hash, scenario_to_dict
 from simpy_llm.metrics.diagnostics import diagnose
-from simpy_llm.metrics.fairness import tenant_fairness
 from simpy_llm.metrics.manifest import input_files
-from simpy_llm.metrics.record import FRAME_DTYPES, RECORD_FIELDS, RequestRecord
+from simpy_llm.metrics.record import RECORD_FIELDS
+from simpy_llm.metrics.requests import RequestResults
+from simpy_llm.metrics.speculation import SpeculationResults
+from simpy_llm.metrics.stats import latency_stats
 from simpy_llm.metrics.summary import FRAME_COLUMNS, Summary, flatten_summary
+from simpy_llm.network.link_results import LinkResults
+from simpy_llm.serving.batch_results import CONVERGENCE_WINDOW_BATCHES, BatchServerResults, controller_stats
+from simpy_llm.serving.disaggregation_results import KvTransferResults
+from simpy_llm.serving.planner_results import PlannerResults
+from simpy_llm.serving.replica_results import ReplicaResults
+from simpy_llm.workload.session_results import SessionResults, WorkflowResults
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from simpy_llm.config.schema import BatchServerConfig, Scenario
-    from simpy_llm.metrics.monitors import WeightedTally
+    from simpy_llm.config.schema import Scenario
+    from simpy_llm.metrics.record import RequestRecord
     from simpy_llm.metrics.recorder import Recorder
+    from simpy_llm.network.link import LinkStats
+    from simpy_llm.serving.devices import DeviceProfile
+    from simpy_llm.serving.planner import PlannerLog
 
-__all__ = ["Results", "rate_lines"]
+__all__ = ["CONVERGENCE_WINDOW_BATCHES", "Results", "Subsystems", "rate_lines"]
 
-QUANTILES = (("p50", 50), ("p90", 90), ("p95", 95), ("p99", 99))
-TIMESERIES_COLUMNS = ("time_s", "replica", "waiting", "running", "kv_used_blocks", "kv_utilization", "busy")
-PREEMPTION_MODES = ("recompute", "swap")
-
-
-def _mean_of_known(values: list[float]) -> float:
-    """Mean of the values that are not NaN (a batch server without a memory limit has no KV
-    utilisation); NaN when none is known."""
-    known = [v for v in values if v == v]
-    return float(np.mean(known)) if known else math.nan
+_controller_stats = controller_stats
+"""The batch controller's statistics under the name this module gave them first
+(:func:`~simpy_llm.serving.batch_results.controller_stats`)."""
 
 
-CONVERGENCE_WINDOW_BATCHES = 50
-"""Consecutive batches a dynamic batcher's target must stay within its band to count as settled."""
+@attrs.frozen(eq=False)
+class Subsystems:
+    """A run's results by subsystem, each next to what it reports on, with ``to_dataframe()``
+    and its part of the summary; :class:`Results` shows them together."""
 
-
-def _controller_stats(targets: np.ndarray, starts: np.ndarray, window: int = CONVERGENCE_WINDOW_BATCHES) -> dict[str, Any]:
-    """``final_b_target``, ``settled_b_target`` and ``convergence_s`` of a dynamic batcher's
-    targets (per batch, in order) and the batches' start times (see
-    :class:`~simpy_llm.metrics.summary.BatchController`).
-
-    >>> targets = np.array([9, 7, 5, 4, 4, 5, 4, 4, 4, 4], dtype=float)
-    >>> _controller_stats(targets, np.arange(10.0), window=4)  # band: 4 +- max(0.4, 1)
-    {'final_b_target': 4, 'settled_b_target': 4.0, 'convergence_s': 2.0}
-    >>> _controller_stats(targets[:3], np.arange(3.0), window=4)["convergence_s"] is None  # too short to tell
-    True
-    """
-    if targets.size == 0:
-        return {"final_b_target": None, "settled_b_target": None, "convergence_s": None}
-    final = int(targets[-1])
-    if targets.size < window:
-        return {"final_b_target": final, "settled_b_target": None, "convergence_s": None}
-    settled = float(np.median(targets[-window:]))
-    band = max(0.1 * settled, 1.0)
-    inside = np.concatenate(([0], np.cumsum(np.abs(targets - settled) <= band)))
-    # A run of `window` batches in the band starts at i when inside[i + window] - inside[i] == window.
-    runs = np.flatnonzero(inside[window:] - inside[:-window] == window)
-    return {
-        "final_b_target": final,
-        "settled_b_target": settled,
-        "convergence_s": float(starts[runs[0]]) if runs.size else None,
-    }
-
-
-def _stats(values: np.ndarray) -> dict[str, float | None]:
-    values = values[~np.isnan(values)]
-    if values.size == 0:
-        return {"mean": None, **{k: None for k, _ in QUANTILES}}
-    qs = np.percentile(values, [q for _, q in QUANTILES])
-    return {"mean": float(values.mean()), **{k: float(v) for (k, _), v in zip(QUANTILES, qs, strict=True)}}
-
-
-def _counted_stats(values: np.ndarray) -> dict[str, float | int | None]:
-    return {**_stats(values), "count": int((~np.isnan(values)).sum())}
-
-
-def _weighted_stats(tally: WeightedTally) -> dict[str, float | int | None]:
-    if tally.count == 0:
-        return {"mean": None, **{k: None for k, _ in QUANTILES}, "count": 0}
-    return {"mean": tally.mean(), **{k: tally.quantile(q / 100) for k, q in QUANTILES}, "count": tally.count}
+    requests: RequestResults
+    """The request table (:meth:`Results.to_dataframe`) and the request sections of the summary."""
+    replicas: ReplicaResults
+    """Sampled replica state (:meth:`Results.timeseries`), preemptions, engine counters and devices."""
+    batch_servers: BatchServerResults
+    """Request-level batch servers (:meth:`Results.batches`)."""
+    sessions: SessionResults
+    """Ended multi-turn sessions (:meth:`Results.sessions`)."""
+    workflows: WorkflowResults
+    """Agentic sessions and their tool calls (:meth:`Results.workflow_sessions`, :meth:`Results.tool_calls`)."""
+    kv_transfers: KvTransferResults
+    """A disaggregated fleet's KV transfers (:meth:`Results.kv_transfers`)."""
+    links: LinkResults
+    """Network links (:meth:`Results.links`)."""
+    speculation: SpeculationResults
+    """Speculative decoding's rounds and drafter switches (:meth:`Results.spec_rounds`)."""
+    planner: PlannerResults
+    """The planner's decisions (:meth:`Results.planner_decisions`)."""
 
 
 class Results:
     """What a run produced. Build with :meth:`from_recorder`; read with
-    :meth:`to_dataframe`, :meth:`summary`, :meth:`records`; write with :meth:`save`."""
+    :meth:`to_dataframe`, :meth:`summary`, :meth:`records`; write with :meth:`save`.
+
+    Each subsystem's results live next to it (:attr:`subsystems`); the methods here show
+    them together, and :meth:`summary` joins their parts in one order.
+    """
 
     def __init__(
         self,
@@ -169,10 +154,10 @@ class Results:
         recorder: Recorder,
         kv_blocks: list[int],
         replica_groups: list[str] | None = None,
-        replica_devices: list[tuple[Any, int]] | None = None,
-        links: dict[str, Any] | None = None,
+        replica_devices: list[tuple[DeviceProfile | None, int]] | None = None,
+        links: dict[str, LinkStats] | None = None,
         draft_busy_s: dict[str, list[float]] | None = None,
-        planner: Any = None,
+        planner: PlannerLog | None = None,
     ) -> None:
         self.columns = columns
         """Record columns (strings decoded), sorted by request id."""
@@ -201,6 +186,23 @@ class Results:
         """Speculative decoding: each draft group's devices' drafting time, s, by group name."""
         self.planner_log = planner
         """The planner's :class:`~simpy_llm.serving.planner.PlannerLog` (None: no planner)."""
+        groups = self.replica_groups
+        kv = KvTransferResults(recorder.kv_transfers, groups)
+        self.subsystems = Subsystems(
+            requests=RequestResults(columns, scenario=scenario, end_s=end_s, replica_groups=groups),
+            replicas=ReplicaResults(
+                recorder, columns=columns, end_s=end_s, steps=steps, kv_blocks=kv_blocks, replica_groups=groups,
+                replica_devices=self.replica_devices,
+            ),
+            batch_servers=BatchServerResults(recorder, columns=columns, scenario=scenario, end_s=end_s, replica_groups=groups),
+            sessions=SessionResults(recorder.sessions),
+            workflows=WorkflowResults(recorder.workflow_sessions, recorder.tool_calls),
+            kv_transfers=kv,
+            links=LinkResults(self.link_stats, end_s),
+            speculation=SpeculationResults(recorder, scenario=scenario, columns=columns, draft_busy_s=self.draft_busy_s, end_s=end_s),
+            planner=PlannerResults(planner, columns=columns, kv_transfers=kv, end_s=end_s),
+        )
+        """The results of each subsystem (:class:`Subsystems`)."""
 
     @classmethod
     def from_recorder(
@@ -214,10 +216,10 @@ class Results:
         steps: int,
         kv_blocks: list[int],
         replica_groups: list[str] | None = None,
-        replica_devices: list[tuple[Any, int]] | None = None,
-        links: dict[str, Any] | None = None,
+        replica_devices: list[tuple[DeviceProfile | None, int]] | None = None,
+        links: dict[str, LinkStats] | None = None,
         draft_busy_s: dict[str, list[float]] | None = None,
-        planner: Any = None,
+        planner: PlannerLog | None = None,
     ) -> Results:
         """Freeze a recorder's columns into Results (records sorted by request id).
 
@@ -252,39 +254,14 @@ class Results:
     def __len__(self) -> int:
         return len(self.columns["request_id"])
 
-    # --- views -----------------------------------------------------------
+    # --- the request table ---------------------------------------------------
     def records(self) -> Iterator[RequestRecord]:
         """The records as frozen objects, in request-id order."""
-        names = [n for n, _ in RECORD_FIELDS]
-        cols = [self.columns[n].tolist() for n in names]
-        for row in zip(*cols, strict=True):
-            yield RequestRecord(**dict(zip(names, row, strict=True)))
+        return self.subsystems.requests.records()
 
     def derived(self) -> dict[str, np.ndarray]:
         """Per-request latency metrics (see the module docstring), aligned with the records."""
-        c = self.columns
-        out_tokens = c["output_tokens"].astype(np.float64)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            tpot = np.where(out_tokens > 1, (c["completion_s"] - c["first_token_s"]) / (out_tokens - 1), np.nan)
-        network = c["upload_s"] + c["download_s"]  # 0 unless the client has a network
-        ttft = c["first_token_s"] - c["arrival_s"]
-        e2e = c["completion_s"] - c["arrival_s"]
-        return {
-            "ttft_s": ttft,
-            "tpot_s": tpot,
-            "e2e_s": e2e,
-            "queue_delay_s": c["first_scheduled_s"] - c["enqueue_s"],
-            "client_ttft_s": ttft + network,
-            "client_e2e_s": e2e + network,
-        }
-
-    def _client_derived(self) -> dict[str, np.ndarray]:
-        """:meth:`derived` as clients see it: no TTFT or TPOT for a request that does not stream."""
-        out = self.derived()
-        silent = self.columns["streaming"] == 0
-        for name in ("ttft_s", "tpot_s", "client_ttft_s"):
-            out[name] = np.where(silent, np.nan, out[name])
-        return out
+        return self.subsystems.requests.derived()
 
     def to_dataframe(self) -> pd.DataFrame:
         """One row per request with the record fields, ``replica_group`` and the derived metrics.
@@ -293,31 +270,9 @@ class Results:
         never routed (``replica == -1``) and when the Results were built without
         ``replica_groups``.
         """
-        import pandas as pd
+        return self.subsystems.requests.to_dataframe()
 
-        clusters = {"cluster": self._cluster_column()} if self.scenario.serving.clusters else {}
-        frame = pd.DataFrame({**self.columns, "replica_group": self._replica_group_column(), **clusters, **self.derived()})
-        # Only the columns not already in their dtype are cast (the numbers are, from the
-        # recorder). By name: pandas' "str" dtype compares equal to "string".
-        for name, dtype in {**FRAME_DTYPES, "replica_group": "string"}.items():
-            if dtype is not None and str(frame[name].dtype) != dtype:
-                frame[name] = frame[name].astype(dtype)
-        return frame
-
-    def _cluster_column(self) -> np.ndarray:
-        """Each request's cluster (its replica group's; "" when never routed)."""
-        of = self.scenario.serving.cluster_of()
-        return np.array([of.get(g, "") for g in self._replica_group_column().tolist()], dtype=object)
-
-    def _replica_group_column(self) -> np.ndarray:
-        replica = self.columns["replica"]
-        out = np.full(replica.shape, "", dtype=object)
-        if self.replica_groups is not None and replica.size:
-            names = np.array([*self.replica_groups, ""], dtype=object)
-            # -1 (never routed) indexes the trailing "".
-            out = names[replica]
-        return out
-
+    # --- the other subsystems' tables -----------------------------------------
     def timeseries(self) -> pd.DataFrame:
         """Sampled replica state, one row per (sample time, replica), sorted by both.
 
@@ -338,29 +293,11 @@ class Results:
         >>> ts["time_s"].iloc[:3].tolist()
         [0.0, 0.25, 0.5]
         """
-        import pandas as pd
-
-        rows = sorted(self._recorder.samples, key=lambda r: (r[0], r[1]))
-        frame = pd.DataFrame(rows, columns=["time_s", "replica", "waiting", "running", "kv_used_blocks", "busy"])
-        frame = frame.astype(
-            {"time_s": "float64", "replica": "int64", "waiting": "int64", "running": "int64",
-             "kv_used_blocks": "int64", "busy": "int64"}
-        )
-        blocks = np.array(self._kv_blocks, dtype=np.float64)[frame["replica"].to_numpy()]
-        used = frame["kv_used_blocks"].to_numpy(np.float64)
-        # A batch server without a memory limit has no capacity (0 blocks): utilisation NaN.
-        share = np.divide(used, blocks, out=np.full_like(used, np.nan), where=blocks > 0)
-        frame.insert(5, "kv_utilization", share)
-        return frame[list(TIMESERIES_COLUMNS)]
+        return self.subsystems.replicas.to_dataframe()
 
     def preemptions(self) -> pd.DataFrame:
         """One row per preemption: request_id, replica, time_s, mode (``recompute`` or ``swap``)."""
-        import pandas as pd
-
-        rows = sorted(self._recorder.preemptions)
-        return pd.DataFrame(rows, columns=["request_id", "replica", "time_s", "mode"]).astype(
-            {"request_id": "int64", "replica": "int64", "time_s": "float64", "mode": "string"}
-        )
+        return self.subsystems.replicas.preemptions()
 
     def batches(self) -> pd.DataFrame:
         """One row per batch a request-level batch server finished, in (replica, batch) order.
@@ -379,111 +316,7 @@ class Results:
         >>> int(frame["size"].sum()) <= 64, bool((frame["end_s"] >= frame["start_s"]).all())
         (True, True)
         """
-        import pandas as pd
-
-        columns = ["replica", "batch", "bin", "size", "formed_s", "start_s", "end_s", "b_target", "b_mem", "b_sla", "memory_tokens"]
-        frame = pd.DataFrame(sorted(self._recorder.batches, key=lambda r: (r[0], r[1])), columns=columns)
-        frame = frame.astype({name: "int64" for name in ("replica", "batch", "bin", "size", "memory_tokens")})
-        for name in ("formed_s", "start_s", "end_s"):
-            frame[name] = frame[name].astype("float64")
-        for name in ("b_target", "b_mem", "b_sla"):
-            frame[name] = frame[name].where(frame[name] >= 0).astype("float64")
-        frame.insert(6, "service_s", frame["end_s"] - frame["start_s"])
-        groups = self.replica_groups
-        frame.insert(1, "replica_group", pd.array([groups[i] if groups is not None else "" for i in frame["replica"]], dtype="string"))
-        limits = {
-            i: cfg.dynamic.memory.eta_tokens for i, _g, cfg in self._batch_servers() if cfg.dynamic is not None and cfg.dynamic.memory is not None
-        }
-        frame["memory_limit_tokens"] = [float(limits.get(i, math.nan)) for i in frame["replica"]]
-        return frame
-
-    def _batch_servers(self) -> list[tuple[int, str, BatchServerConfig]]:
-        """(replica index, group name, settings) of each request-level batch server in the fleet."""
-        if self.scenario is None:
-            return []
-        out = []
-        index = 0
-        for group in self.scenario.serving.groups():
-            for _ in range(group.count):
-                if group.batch_server is not None:
-                    out.append((index, group.name, group.batch_server))
-                index += 1
-        return out
-
-    def _batch_servers_summary(self, duration_s: float) -> dict[str, Any]:
-        """``summary()["batch_servers"]``: see :class:`~simpy_llm.metrics.summary.BatchServerStats`."""
-        c = self.columns
-        rows = np.array(sorted(self._recorder.batches, key=lambda r: (r[0], r[1])), dtype=np.float64).reshape(-1, 11)
-        e2e = c["completion_s"] - c["arrival_s"]
-        out: dict[str, Any] = {}
-        for index, _group, cfg in self._batch_servers():
-            mine = rows[rows[:, 0] == index]
-            size = mine[:, 3].astype(np.int64)
-            service = mine[:, 6] - mine[:, 5]
-            memory = mine[:, 10]
-            here = c["replica"] == index
-            done = here & (c["status"] == "completed")
-            waiting = here & (c["status"] == "in_flight")
-            bins = cfg.bins.count
-            by_bin = {}
-            # Time each request spent in its bin's queue (to the end of the run if never served).
-            queued_s = np.where(np.isnan(c["first_scheduled_s"]), self.end_s, c["first_scheduled_s"]) - c["enqueue_s"]
-            for b in range(bins):
-                in_bin = done & (c["bin"] == b)
-                n = int(in_bin.sum())
-                mine_b = here & (c["bin"] == b)
-                by_bin[str(b)] = {
-                    "completed": n,
-                    "requests_per_s": n / duration_s if duration_s > 0 else math.nan,
-                    "mean_queue_length": float(queued_s[mine_b].sum() / duration_s) if duration_s > 0 else None,
-                    "queued_at_end": int((waiting & (c["bin"] == b)).sum()),
-                    "e2e_s": _stats(e2e[in_bin]),
-                }
-            dyn = cfg.dynamic
-            target_s = cfg.sla_target_s
-            limit = dyn.memory.eta_tokens if dyn is not None and dyn.memory is not None else None
-            hist = dict(sorted(Counter(size.tolist()).items()))
-            c_max = None
-            if cfg.batch_size is not None and cfg.service.kind == "sampled":
-                from simpy_llm.serving.batching import build_service_model
-
-                mean_s = build_service_model(cfg, None, np.random.default_rng(0)).mean_s
-                c_max = cfg.batch_size / mean_s if mean_s > 0 else None
-            n_done = int(done.sum())
-            span_s = float(mine[:, 6].max()) if size.size else 0.0
-            busy_s = self._recorder.busy_s[index]
-            out[str(index)] = {
-                "batches": int(size.size),
-                "requests_per_s": n_done / span_s if span_s > 0 else None,
-                "requests_per_busy_s": n_done / busy_s if busy_s > 0 else None,
-                "gpu_utilization": busy_s / duration_s if duration_s > 0 else None,
-                "batch_size": {
-                    "mean": float(size.mean()) if size.size else None,
-                    "std": float(size.std()) if size.size else None,
-                    "min": int(size.min()) if size.size else None,
-                    "max": int(size.max()) if size.size else None,
-                    "histogram": {str(k): v for k, v in hist.items()},
-                },
-                "service_s": _stats(service),
-                "by_bin": by_bin,
-                "sla": {
-                    "d_sla_s": target_s,
-                    "violation_rate": float(size[service > target_s].sum() / size.sum()) if target_s is not None and size.sum() else None,
-                },
-                "memory": {
-                    "limit_tokens": limit,
-                    "peak_tokens": int(memory.max()) if memory.size else 0,
-                    "time_weighted_mean_tokens": float(np.dot(memory, service) / duration_s) if duration_s > 0 else None,
-                    "overflows": int((memory > limit).sum()) if limit is not None else 0,
-                },
-                "controller": (
-                    _controller_stats(mine[:, 7], mine[:, 5])
-                    if dyn is not None
-                    else {"final_b_target": None, "settled_b_target": None, "convergence_s": None}
-                ),
-                "c_max_requests_per_s": c_max,
-            }
-        return out
+        return self.subsystems.batch_servers.to_dataframe()
 
     def workflow_sessions(self) -> pd.DataFrame:
         """One row per agentic session (``docs/agentic.md``), in session-id order.
@@ -497,19 +330,7 @@ class Results:
         each released by the one before, waited at the replica before their first step),
         ``critical_queue_share`` (that over ``e2e_s``) and ``end_reason``.
         """
-        import pandas as pd
-
-        columns = ["session_id", "client_id", "workflow", "start_s", "end_s", "llm_calls", "tool_calls", "tool_wait_s",
-                   "iterations", "fan_out_planned", "fan_out_done", "critical_queue_s", "end_reason"]
-        frame = pd.DataFrame(sorted(self._recorder.workflow_sessions), columns=columns)
-        frame = frame.astype({"session_id": "string", "client_id": "string", "workflow": "string", "end_reason": "string",
-                              "start_s": "float64", "end_s": "float64", "tool_wait_s": "float64", "critical_queue_s": "float64",
-                              "llm_calls": "int64", "tool_calls": "int64", "iterations": "int64",
-                              "fan_out_planned": "int64", "fan_out_done": "int64"})
-        frame.insert(5, "e2e_s", frame["end_s"] - frame["start_s"])
-        with np.errstate(invalid="ignore", divide="ignore"):
-            frame["critical_queue_share"] = frame["critical_queue_s"] / frame["e2e_s"]
-        return frame[[*columns[:5], "e2e_s", *columns[5:12], "critical_queue_share", "end_reason"]]
+        return self.subsystems.workflows.to_dataframe()
 
     def tool_calls(self) -> pd.DataFrame:
         """One row per tool call of an agentic session that returned, in (session, start) order.
@@ -519,16 +340,7 @@ class Results:
         tool with a capacity), ``end_s`` (returned), ``latency_s`` (its drawn latency: end -
         start - wait) and ``output_tokens``.
         """
-        import pandas as pd
-
-        columns = ["session_id", "client_id", "step_id", "tool", "loop_iteration", "instance", "start_s", "wait_s", "end_s",
-                   "latency_s", "output_tokens"]
-        rows = sorted(self._recorder.tool_calls, key=lambda r: (r[0], r[6], r[2], r[4], r[5]))
-        return pd.DataFrame(rows, columns=columns).astype(
-            {"session_id": "string", "client_id": "string", "step_id": "string", "tool": "string",
-             "loop_iteration": "int64", "instance": "int64", "start_s": "float64", "wait_s": "float64",
-             "end_s": "float64", "latency_s": "float64", "output_tokens": "int64"}
-        )
+        return self.subsystems.workflows.tool_call_frame()
 
     def links(self) -> pd.DataFrame:
         """One row per network link (clients' uplinks, KV links), by name, with its figures at
@@ -536,24 +348,7 @@ class Results:
         ``bytes``, ``retransmissions``, ``busy_s`` (bytes moving), ``utilisation`` (busy over
         the run's duration), ``mean_queueing_s`` (per delivered message: time beyond what it
         would take alone on an idle link) and ``outage_wait_s``."""
-        import pandas as pd
-
-        rows = [{"link": name, **fig} for name, fig in sorted(self._link_figures().items())]
-        columns = ["link", "messages", "delivered", "dropped", "in_flight", "bytes", "retransmissions", "busy_s",
-                   "utilisation", "mean_queueing_s", "outage_wait_s"]
-        return pd.DataFrame(rows, columns=columns)
-
-    def _link_figures(self) -> dict[str, dict[str, Any]]:
-        span = self.end_s if self.end_s > 0 else float("nan")
-        return {
-            name: {
-                "messages": st.puts, "delivered": st.delivered, "dropped": st.dropped, "in_flight": st.in_flight,
-                "bytes": float(st.bytes_delivered), "retransmissions": st.retransmissions, "busy_s": st.busy_s,
-                "utilisation": st.utilisation(span), "mean_queueing_s": st.mean_queueing_s,
-                "outage_wait_s": st.total_outage_wait_s,
-            }
-            for name, st in self.link_stats.items()
-        }
+        return self.subsystems.links.to_dataframe()
 
     def kv_transfers(self) -> pd.DataFrame:
         """One row per KV transfer of a disaggregated fleet, in request-id order.
@@ -562,66 +357,47 @@ class Results:
         ``start_s`` (the prefill handed it off), ``end_s`` (the KV reached the decode
         replica) and ``transfer_s`` (their difference, the request's ``kv_transfer_s``).
         """
-        import pandas as pd
-
-        columns = ["request_id", "prefill_replica", "decode_replica", "bytes", "start_s", "end_s"]
-        frame = pd.DataFrame(sorted(self._recorder.kv_transfers), columns=columns).astype(
-            {"request_id": "int64", "prefill_replica": "int64", "decode_replica": "int64", "bytes": "float64",
-             "start_s": "float64", "end_s": "float64"}
-        )
-        frame["transfer_s"] = frame["end_s"] - frame["start_s"]
-        return frame
-
-    def _disaggregation_summary(self) -> dict[str, Any]:
-        """``summary()["disaggregation"]``: see :class:`~simpy_llm.metrics.summary.DisaggregationStats`."""
-        frame = self.kv_transfers()
-        groups = self.replica_groups
-        prefill = sorted(set(frame["prefill_replica"].tolist()))
-        decode = sorted(set(frame["decode_replica"].tolist()))
-        return {
-            "kv_transfers": len(frame),
-            "kv_bytes": float(frame["bytes"].sum()),
-            "kv_transfer_s": _stats(frame["transfer_s"].to_numpy(np.float64)),
-            "by_decode_replica": {str(j): int((frame["decode_replica"] == j).sum()) for j in decode},
-            "by_prefill_replica": {str(i): int((frame["prefill_replica"] == i).sum()) for i in prefill},
-            **({"groups": {str(i): groups[i] for i in prefill + decode}} if groups is not None else {}),
-        }
-
-    def _workflow_summary(self) -> dict[str, Any]:
-        """``summary()["workflows"]``: see :class:`~simpy_llm.metrics.summary.WorkflowStats`."""
-        frame = self.workflow_sessions()
-        out: dict[str, Any] = {}
-        for name in sorted(set(frame["workflow"].tolist())):
-            f = frame[frame["workflow"] == name]
-            done = f[f["end_reason"].isin(["completed", "max_rounds", "user_stopped"])]
-            iters = f["iterations"].to_numpy()
-            planned = int(f["fan_out_planned"].sum())
-            share = done["critical_queue_share"].to_numpy(np.float64)
-            out[name] = {
-                "sessions": len(f),
-                "completed": len(done),
-                "end_reasons": dict(sorted(Counter(f["end_reason"].tolist()).items())),
-                "e2e_s": _stats(done["e2e_s"].to_numpy(np.float64)),
-                "llm_calls_mean": float(f["llm_calls"].mean()) if len(f) else None,
-                "tool_calls_mean": float(f["tool_calls"].mean()) if len(f) else None,
-                "tool_wait_s_mean": float(f["tool_wait_s"].mean()) if len(f) else None,
-                "iterations": {
-                    "mean": float(iters.mean()) if iters.size else None,
-                    "histogram": {str(k): v for k, v in sorted(Counter(iters.tolist()).items())},
-                },
-                "fan_out_utilization": int(f["fan_out_done"].sum()) / planned if planned else None,
-                "critical_queue_share_mean": float(share[~np.isnan(share)].mean()) if (~np.isnan(share)).any() else None,
-            }
-        return out
+        return self.subsystems.kv_transfers.to_dataframe()
 
     def sessions(self) -> pd.DataFrame:
         """One row per session: session_id, client_id, rounds (created), end_reason."""
-        import pandas as pd
+        return self.subsystems.sessions.to_dataframe()
 
-        rows = sorted(self._recorder.sessions)
-        return pd.DataFrame(rows, columns=["session_id", "client_id", "rounds", "end_reason"]).astype(
-            {"session_id": "string", "client_id": "string", "rounds": "int64", "end_reason": "string"}
-        )
+    def planner_decisions(self) -> pd.DataFrame:
+        """The planner's ticks: one row per candidate a tick evaluated (one per skipped tick).
+
+        Columns (:data:`~simpy_llm.serving.planner.DECISION_COLUMNS`): ``tick``, ``time_s``,
+        ``status`` (``evaluated`` / ``skipped``: fewer than ``min_requests`` in the window),
+        ``window_requests``, ``waiting_requests`` / ``running_requests`` (summed over the
+        replicas at the tick), ``candidate`` (``knob=value,...``), ``gpus`` (it keeps
+        active), ``score`` (the objective in its what-if), ``feasible``, ``violation``
+        (largest relative excess over a constraint), ``chosen``, ``applied`` (chosen and
+        different from the configuration in force). Empty without a planner.
+
+        Examples
+        --------
+        >>> from simpy_llm import Simulation, load_scenario
+        >>> sc = load_scenario("scenarios/planner_pool_split.yaml", ["workload.num_requests=1000"])
+        >>> frame = Simulation(sc).run(progress=False).planner_decisions()
+        >>> frame.loc[frame["chosen"], "candidate"].tolist(), int(frame["applied"].sum())
+        (['active_replicas=2'], 1)
+
+        """
+        return self.subsystems.planner.to_dataframe()
+
+    def spec_rounds(self) -> pd.DataFrame:
+        """Speculative decoding: one row per verify round
+        (:func:`~simpy_llm.metrics.speculation.spec_round_frame`)."""
+        return self.subsystems.speculation.to_dataframe()
+
+    def drafter_switches(self) -> pd.DataFrame:
+        """Speculative decoding: one row per mid-decode drafter escalation."""
+        return self.subsystems.speculation.drafter_switches()
+
+    def gamma_timeline(self, bin_s: float = 1.0) -> pd.DataFrame:
+        """Speculative decoding: mean γ, rounds and acceptance per *bin_s* of simulated time
+        (:func:`~simpy_llm.metrics.speculation.gamma_timeline`)."""
+        return self.subsystems.speculation.gamma_timeline(bin_s)
 
     # --- summary -----------------------------------------------------------
     def summary(self) -> Summary:
@@ -664,6 +440,9 @@ class Results:
         * ``preemptions.by_mode``: preemptions per mode (``recompute``, ``swap``).
         * ``engine.group``: each replica's group, when replica groups are known.
 
+        Each subsystem (:attr:`subsystems`) gives its own sections; this joins them in the
+        order above, the optional ones where they apply.
+
         Examples
         --------
         >>> from simpy_llm import Simulation, load_scenario
@@ -675,276 +454,29 @@ class Results:
         >>> s["latency_s"]["ttft"]["count"], s["latency_s"]["e2e"]["count"]
         (50, 50)
         """
-        c = self.columns
-        rec = self._recorder
-        status = c["status"]
-        measured = c["warm_up"] == 0
-        done = (status == "completed") & measured
-        d = {k: v[done] for k, v in self.derived().items()}
-        seen = {k: v[done] for k, v in self._client_derived().items()}
-        gapped = measured & (c["streaming"] != 0) & (c["generated_tokens"] >= 2)
-        duration_all = self.end_s if self.end_s > 0 else float("nan")
-        start_s, run_s = self._measurement(measured)
-        duration = run_s if run_s > 0 else float("nan")
-        completed = int(done.sum())
-        out_tokens = int(c["output_tokens"][done].sum())
-        in_tokens = int(c["prompt_tokens"][done].sum())
-
-        met = self._slo_met(done, d)
-        throughput, met_in_window = self._windowed_rates(measured)
-        window = throughput["window_s"] if throughput["window_s"] > 0 else float("nan")
-        by_class: dict[str, dict[str, float | int]] = {}
-        for cls_name in sorted(set(c["slo_class"][done].tolist())):
-            mask = c["slo_class"][done] == cls_name
-            n = int(mask.sum())
-            m = int(met[mask].sum())
-            by_class[cls_name] = {"completed": n, "met": m, "fraction": m / n if n else math.nan}
-
-        batch_hist = dict(sorted(rec.batch_steps.items()))
-        sizes = np.array(list(batch_hist.keys()), dtype=np.float64)
-        weights = np.array(list(batch_hist.values()), dtype=np.int64)
-        if weights.sum():
-            cum = np.cumsum(weights)
-            bq = {k: float(sizes[min(int(np.searchsorted(cum, q / 100 * cum[-1])), len(sizes) - 1)]) for k, q in QUANTILES}
-            batch = {"mean": float(np.dot(sizes, weights) / weights.sum()), **bq, "max": int(sizes.max())}
-        else:
-            batch = {"mean": None, **{k: None for k, _ in QUANTILES}, "max": 0}
-        batch["histogram"] = {str(k): v for k, v in batch_hist.items()}
-
-        kv_per_replica = [
-            bs / (blocks * duration_all) if duration_all == duration_all and blocks else math.nan
-            for bs, blocks in zip(rec.kv_block_seconds, self._kv_blocks, strict=True)
-        ]
-        n_preempted = int((c["num_preemptions"] > 0).sum())
-        by_mode = dict.fromkeys(PREEMPTION_MODES, 0)
-        for *_rest, mode in rec.preemptions:
-            by_mode[mode] = by_mode.get(mode, 0) + 1
-        engine: dict[str, Any] = {"steps": self.steps, "busy_s": list(rec.busy_s)}
-        if rec.cold_starts:
-            engine["cold_starts"] = len(rec.cold_starts)
-            engine["cold_start_s"] = float(sum(end - start for _, start, end in rec.cold_starts))
-        if self.replica_groups is not None:
-            engine["group"] = list(self.replica_groups)
+        parts = self.subsystems
+        requests = parts.requests
+        outcomes = requests.outcomes()
+        whole_s = self.end_s if self.end_s > 0 else float("nan")  # the engines' figures cover the whole run
         return {
-            "requests": {
-                "arrived": rec.arrived,
-                "completed": int((status == "completed").sum()),
-                "dropped": int((status == "dropped").sum()),
-                "in_flight": int((status == "in_flight").sum()),
-                "warm_up": int((~measured).sum()),
-                **self._drop_counts(),
-            },
+            "requests": requests.counts(self._recorder.arrived),
             "duration_s": self.end_s,
-            "measurement": {"start_s": start_s, "duration_s": run_s},
-            "latency_s": {
-                "ttft": _counted_stats(seen["ttft_s"]),
-                "tpot": _counted_stats(seen["tpot_s"]),
-                "itl": {**_weighted_stats(rec.itl), "requests": int(gapped.sum())},
-                "e2e": _counted_stats(seen["e2e_s"]),
-                "queue_delay": _counted_stats(seen["queue_delay_s"]),
-            },
-            **({"client_latency_s": {
-                "ttft": _counted_stats(seen["client_ttft_s"]),
-                "e2e": _counted_stats(seen["client_e2e_s"]),
-            }} if self._has_client_network() else {}),
-            "latency_s_by_class": self._latency_by("slo_class", done),
-            "latency_s_by_tenant": self._latency_by("tenant_id", done),
-            **({"latency_s_by_cluster": self._latency_by(self._cluster_column(), done)} if self.scenario.serving.clusters else {}),
-            "throughput": {
-                **throughput,
-                "whole_run_requests_per_s": completed / duration,
-                "whole_run_output_tokens_per_s": out_tokens / duration,
-                "whole_run_input_tokens_per_s": in_tokens / duration,
-            },
-            "goodput": {
-                "requests_per_s": met_in_window / window,
-                "whole_run_requests_per_s": int(met.sum()) / duration,
-                "fraction": float(met.mean()) if completed else math.nan,
-                "by_class": by_class,
-            },
-            "preemptions": {
-                "total": len(rec.preemptions),
-                "requests_preempted": n_preempted,
-                "by_mode": dict(sorted(by_mode.items())),
-            },
-            "kv_utilization": {
-                "time_weighted_mean": _mean_of_known(kv_per_replica),
-                "per_replica": kv_per_replica,
-            },
-            "batch_size": batch,
-            "in_system": {"time_average": rec.in_system.time_average(self.end_s), "peak": rec.in_system.peak},
-            "engine": engine,
-            "gpu_utilization": self._gpu_utilization(duration_all),
-            "prefix_cache": self._prefix_cache(measured),
-            "fairness": tenant_fairness(
-                c["tenant_id"][measured],
-                (status == "completed")[measured],
-                (c["completion_s"] - c["arrival_s"])[measured],
-                c["output_tokens"][measured],
-            ),
-            "sessions": self._session_summary(),
-            **({"batch_servers": self._batch_servers_summary(duration_all)} if self._batch_servers() else {}),
-            **({"workflows": self._workflow_summary()} if rec.workflow_sessions else {}),
-            **({"disaggregation": self._disaggregation_summary()} if rec.kv_transfers else {}),
-            **({"devices": self._device_summary(duration_all, met_in_window / window)} if self._has_devices() else {}),
-            **({"network": {"links": dict(sorted(self._link_figures().items()))}} if self.link_stats else {}),
-            **({"speculation": self._speculation_summary(done, met)} if self.scenario.speculation is not None else {}),
-            **({"planner": self._planner_summary(int(met.sum()), duration)} if self.planner_log is not None else {}),
+            "measurement": {"start_s": outcomes.start_s, "duration_s": outcomes.run_s},
+            **requests.latency(outcomes, self._recorder.itl),
+            **requests.rates(outcomes),
+            **parts.replicas.summary(whole_s),
+            "prefix_cache": requests.prefix_cache(outcomes.measured),
+            "fairness": requests.fairness(outcomes.measured),
+            **parts.sessions.summary(),
+            **parts.batch_servers.summary(whole_s),
+            **parts.workflows.summary(),
+            **parts.kv_transfers.summary(),
+            **parts.replicas.devices(whole_s, outcomes.goodput_per_s),
+            **parts.links.summary(),
+            **parts.speculation.summary(outcomes.done, outcomes.met),
+            **parts.planner.summary(int(outcomes.met.sum())),
             "diagnostics": [d.to_dict() for d in diagnose(self)],
         }
-
-    def planner_decisions(self) -> pd.DataFrame:
-        """The planner's ticks: one row per candidate a tick evaluated (one per skipped tick).
-
-        Columns (:data:`~simpy_llm.serving.planner.DECISION_COLUMNS`): ``tick``, ``time_s``,
-        ``status`` (``evaluated`` / ``skipped``: fewer than ``min_requests`` in the window),
-        ``window_requests``, ``waiting_requests`` / ``running_requests`` (summed over the
-        replicas at the tick), ``candidate`` (``knob=value,...``), ``gpus`` (it keeps
-        active), ``score`` (the objective in its what-if), ``feasible``, ``violation``
-        (largest relative excess over a constraint), ``chosen``, ``applied`` (chosen and
-        different from the configuration in force). Empty without a planner.
-
-        Examples
-        --------
-        >>> from simpy_llm import Simulation, load_scenario
-        >>> sc = load_scenario("scenarios/planner_pool_split.yaml", ["workload.num_requests=1000"])
-        >>> frame = Simulation(sc).run(progress=False).planner_decisions()
-        >>> frame.loc[frame["chosen"], "candidate"].tolist(), int(frame["applied"].sum())
-        (['active_replicas=2'], 1)
-
-        """
-        import pandas as pd
-
-        from simpy_llm.serving.planner import DECISION_COLUMNS
-
-        rows = self.planner_log.rows if self.planner_log is not None else []
-        return pd.DataFrame(rows, columns=list(DECISION_COLUMNS))
-
-    def _planner_summary(self, met: int, duration: float) -> dict[str, Any]:
-        """``summary()["planner"]``: see :class:`~simpy_llm.metrics.summary.PlannerStats`."""
-        from simpy_llm.serving.planner import gpu_seconds
-
-        log = self.planner_log
-        kv_starts = {int(t[0]): float(t[4]) for t in self._recorder.kv_transfers}
-        used = gpu_seconds(self.columns, kv_starts, log, self.end_s)
-        return {
-            "ticks": log.ticks,
-            "changes": log.changes,
-            "final": dict(log.final),
-            "gpu_seconds": used,
-            "mean_gpus": used / self.end_s if self.end_s > 0 else None,
-            "goodput_per_gpu_second": met / used if used > 0 else None,
-        }
-
-    def spec_rounds(self) -> pd.DataFrame:
-        """Speculative decoding: one row per verify round
-        (:func:`~simpy_llm.metrics.speculation.spec_round_frame`)."""
-        from simpy_llm.metrics.speculation import spec_round_frame
-
-        return spec_round_frame(self._recorder.spec_rounds)
-
-    def drafter_switches(self) -> pd.DataFrame:
-        """Speculative decoding: one row per mid-decode drafter escalation."""
-        from simpy_llm.metrics.speculation import drafter_switch_frame
-
-        return drafter_switch_frame(self._recorder.drafter_switches)
-
-    def gamma_timeline(self, bin_s: float = 1.0) -> pd.DataFrame:
-        """Speculative decoding: mean γ, rounds and acceptance per *bin_s* of simulated time
-        (:func:`~simpy_llm.metrics.speculation.gamma_timeline`)."""
-        from simpy_llm.metrics.speculation import gamma_timeline
-
-        return gamma_timeline(self._recorder.spec_rounds, bin_s)
-
-    def _speculation_summary(self, done: np.ndarray, met: np.ndarray) -> dict[str, Any]:
-        """``summary()["speculation"]``: see :class:`~simpy_llm.metrics.summary.SpeculationStats`."""
-        from simpy_llm.metrics.speculation import speculation_summary
-
-        rec = self._recorder
-        return speculation_summary(
-            self.scenario, rec.spec_rounds, rec.drafter_switches, self.columns, done, met, self.draft_busy_s,
-            self.end_s,
-        )
-
-    def _has_devices(self) -> bool:
-        return self.replica_devices is not None and any(d is not None for d, _ in self.replica_devices)
-
-    def _device_summary(self, duration_s: float, goodput_per_s: float) -> dict[str, Any]:
-        """``summary()["devices"]``: see :class:`~simpy_llm.metrics.summary.DeviceStats`
-        (*goodput_per_s*: ``goodput.requests_per_s``)."""
-        rec = self._recorder
-        c = self.columns
-        done = c["status"] == "completed"
-        tokens = int(c["prompt_tokens"][done].sum() + c["output_tokens"][done].sum())
-        out_tokens = int(c["output_tokens"][done].sum())
-        energy, cost, gpus, priced = [], [], 0, True
-        for (device, n), busy in zip(self.replica_devices, rec.busy_s, strict=True):
-            gpus += n
-            if device is None:
-                energy.append(None)
-                cost.append(None)
-                priced = False
-                continue
-            idle = max(duration_s - busy, 0.0)
-            energy.append(n * (device.energy.active_w * busy + device.energy.idle_w * idle))
-            price = device.price_per_hour_usd
-            cost.append(None if price is None else n * price * duration_s / 3600)
-            priced = priced and price is not None
-        total_j = sum(e for e in energy if e is not None)
-        total_usd = sum(x for x in cost if x is not None)
-        return {
-            "gpus": gpus,
-            "energy_j": total_j,
-            "energy_j_per_replica": energy,
-            "energy_j_per_output_token": total_j / out_tokens if out_tokens else None,
-            "energy_j_per_request": total_j / int(done.sum()) if done.any() else None,
-            "cost_usd": total_usd if priced else None,
-            "cost_usd_per_replica": cost,
-            "cost_usd_per_1k_tokens": total_usd / (tokens / 1000) if priced and tokens else None,
-            "goodput_per_gpu": goodput_per_s / gpus if gpus and not math.isnan(goodput_per_s) else None,
-        }
-
-    def _has_client_network(self) -> bool:
-        """Whether some request crossed a client network (then client and server views differ)."""
-        c = self.columns
-        return bool((c["upload_s"] != 0).any() or (c["download_s"] != 0).any())
-
-    def _measurement(self, measured: np.ndarray) -> tuple[float, float]:
-        """``(start_s, duration_s)`` of the span the whole-run rates divide by (``summary()["measurement"]``)."""
-        start_s = 0.0
-        if not measured.all():
-            # Warm-up precedes measurement: rates count from the first measured arrival.
-            start_s = float(self.columns["arrival_s"][measured].min()) if measured.any() else self.end_s
-        return start_s, self.end_s - start_s
-
-    def _windowed_rates(self, measured: np.ndarray) -> tuple[dict[str, float], int]:
-        """The arrival-window part of ``summary()["throughput"]`` and how many completions
-        inside the window met their SLO (see "Rates and their windows" in the module docstring)."""
-        c = self.columns
-        arrival = c["arrival_s"]
-        if measured.any():
-            a0, a1 = float(arrival[measured].min()), float(arrival[measured].max())
-        else:
-            a0 = a1 = self.end_s
-        window_s = a1 - a0
-        span = window_s if window_s > 0 else float("nan")
-        completed = c["status"] == "completed"
-        # Departures inside (a0, a1]: the first arrival opens the window, so it is not one of
-        # its arrivals, and a request completing at a0 left before the window began.
-        inside = completed & (c["completion_s"] > a0) & (c["completion_s"] <= a1)
-        offered = int((measured & (arrival > a0) & (arrival <= a1)).sum())
-        last_completion = float(c["completion_s"][completed].max()) if completed.any() else a1
-        met = self._slo_met(inside, {k: v[inside] for k, v in self.derived().items()})
-        rates = {
-            "requests_per_s": int(inside.sum()) / span,
-            "output_tokens_per_s": int(c["output_tokens"][inside].sum()) / span,
-            "input_tokens_per_s": int(c["prompt_tokens"][inside].sum()) / span,
-            "offered_requests_per_s": offered / span,
-            "window_start_s": a0,
-            "window_s": window_s,
-            "drain_s": max(last_completion - a1, 0.0),
-        }
-        return rates, int(met.sum())
 
     def summary_frame(self) -> pd.DataFrame:
         """The :meth:`summary` in long format: one row per number.
@@ -967,91 +499,10 @@ class Results:
         >>> frame.query("section == 'requests' and statistic == 'completed'")["value"].item()
         50.0
         """
-        import pandas as pd
+        import pandas as pd  # pandas is imported where a frame is built: importing the package stays fast
 
         frame = pd.DataFrame(flatten_summary(self.summary()), columns=list(FRAME_COLUMNS))
         return frame.astype({name: "string" for name in FRAME_COLUMNS[:-1]} | {"value": "float64"})
-
-    def _drop_counts(self) -> dict[str, Any]:
-        c = self.columns
-        dropped = c["status"] == "dropped"
-        reasons = np.array([r or "unknown" for r in c["dropped_reason"][dropped].tolist()], dtype=object)
-        classes = c["slo_class"][dropped]
-        by_reason = {r: int((reasons == r).sum()) for r in sorted(set(reasons.tolist()))}
-        by_class: dict[str, dict[str, int]] = {}
-        for cls_name in sorted(set(classes.tolist())):
-            in_class = reasons[classes == cls_name]
-            by_class[cls_name] = {r: int((in_class == r).sum()) for r in sorted(set(in_class.tolist()))}
-        return {"dropped_by_reason": by_reason, "dropped_by_class": by_class}
-
-    def _latency_by(self, column: str | np.ndarray, done: np.ndarray) -> dict[str, dict[str, dict[str, float | None]]]:
-        """Latency statistics per value of *column* (a record column's name, or values aligned
-        with the records), over the requests in *done*, for every value a measured request has."""
-        c = self.columns
-        values = c[column] if isinstance(column, str) else column
-        keys = values[c["warm_up"] == 0]
-        derived = self._client_derived()
-        out = {}
-        for name in sorted(set(keys.tolist())):
-            mask = done & (values == name)
-            out[name] = {
-                metric: _stats(derived[f"{metric}_s"][mask]) for metric in ("ttft", "tpot", "e2e", "queue_delay")
-            }
-        return out
-
-    def _gpu_utilization(self, duration_s: float) -> dict[str, Any]:
-        busy = self._recorder.busy_s
-        if not duration_s > 0:
-            per_replica: list[float | None] = [None] * len(busy)
-            mean = None
-        else:
-            per_replica = [b / duration_s for b in busy]
-            mean = float(np.mean(per_replica)) if per_replica else None
-        out: dict[str, Any] = {"mean": mean, "per_replica": per_replica}
-        if self.replica_groups is not None:
-            by_group = {}
-            for name in sorted(set(self.replica_groups)):
-                values = [u for u, g in zip(per_replica, self.replica_groups, strict=True) if g == name]
-                by_group[name] = None if mean is None else float(np.mean(values))
-            out["by_group"] = by_group
-        return out
-
-    def _prefix_cache(self, measured: np.ndarray) -> dict[str, Any]:
-        c = self.columns
-        admitted = measured & ~np.isnan(c["first_scheduled_s"])
-        cached = int(c["cached_tokens"][admitted].sum())
-        prompt = int(c["prompt_tokens"][admitted].sum())
-        return {"hit_rate": cached / prompt if prompt > 0 else None, "cached_tokens": cached, "prompt_tokens": prompt}
-
-    def _session_summary(self) -> dict[str, Any]:
-        sessions = self._recorder.sessions
-        reasons: dict[str, int] = {}
-        for *_rest, reason in sessions:
-            reasons[reason] = reasons.get(reason, 0) + 1
-        rounds = [r for _, _, r, _ in sessions]
-        return {
-            "count": len(sessions),
-            "mean_rounds": float(np.mean(rounds)) if rounds else None,
-            "end_reasons": dict(sorted(reasons.items())),
-        }
-
-    def _slo_met(self, done: np.ndarray, d: dict[str, np.ndarray]) -> np.ndarray:
-        classes = self.columns["slo_class"][done]
-        met = np.ones(int(done.sum()), dtype=bool)
-        for name, target in self.scenario.slo.items():
-            mask = classes == name
-            # Judged as the client sees it (the same as the server without a client network).
-            limits = (
-                ("client_ttft_s", target.ttft_s), ("tpot_s", target.tpot_s), ("client_e2e_s", target.e2e_s),
-                ("tvt_s", target.tvt_s),
-            )
-            for metric, limit in limits:
-                if limit is not None:
-                    values = d[metric] if metric != "tvt_s" else self.columns["tvt_s"][done]
-                    # A request with no TPOT (one output token) or no verify round cannot miss that target.
-                    ok = (values <= limit) | np.isnan(values) if metric in ("tpot_s", "tvt_s") else values <= limit
-                    met &= ~mask | ok
-        return met
 
     # --- display -------------------------------------------------------------
     def __repr__(self) -> str:
@@ -1062,12 +513,12 @@ class Results:
         their windows" in :mod:`simpy_llm.metrics.results`), computed without the rest of
         :meth:`summary`.
         """
-        c = self.columns
-        status = c["status"]
-        measured = c["warm_up"] == 0
+        requests = self.subsystems.requests
+        status = self.columns["status"]
+        measured = self.columns["warm_up"] == 0
         done = (status == "completed") & measured
-        ttft = _stats(self._client_derived()["ttft_s"][done])
-        tp = self._windowed_rates(measured)[0]
+        ttft = latency_stats(requests.client_derived()["ttft_s"][done])
+        tp = requests.windowed_rates(measured)[0]
         if math.isnan(tp["requests_per_s"]):
             rates = "no arrival window to rate"
         else:
@@ -1102,8 +553,6 @@ class Results:
         ``summary.json`` is strict JSON (RFC 8259, which has no NaN or infinity): a figure
         that :meth:`summary` gives as NaN or an infinity (nothing to take it over, a window
         of zero length) is written as ``null``."""
-        from simpy_llm.config.plain import scenario_hash, scenario_to_dict
-
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
         wrote = written if written is not None else []
@@ -1115,29 +564,30 @@ class Results:
         frame = self.to_dataframe()
         frame.to_csv(put("records.csv"), index=False)
         try:
-            import pyarrow  # noqa: F401
+            import pyarrow  # noqa: F401 - optional (the parquet extra): written only when installed
         except ImportError:
             pass
         else:
             frame.to_parquet(put("records.parquet"), index=False)
+        rec = self._recorder
         self.preemptions().to_csv(put("preemptions.csv"), index=False)
-        if self._recorder.sessions:
+        if rec.sessions:
             self.sessions().to_csv(put("sessions.csv"), index=False)
-        if self._recorder.samples:
+        if rec.samples:
             self.timeseries().to_csv(put("timeseries.csv"), index=False)
-        if self._recorder.batches:
+        if rec.batches:
             self.batches().to_csv(put("batches.csv"), index=False)
-        if self._recorder.workflow_sessions:
+        if rec.workflow_sessions:
             self.workflow_sessions().to_csv(put("workflow_sessions.csv"), index=False)
-        if self._recorder.tool_calls:
+        if rec.tool_calls:
             self.tool_calls().to_csv(put("tool_calls.csv"), index=False)
-        if self._recorder.kv_transfers:
+        if rec.kv_transfers:
             self.kv_transfers().to_csv(put("kv_transfers.csv"), index=False)
         if self.link_stats:
             self.links().to_csv(put("links.csv"), index=False)
-        if len(self._recorder.spec_rounds):
+        if len(rec.spec_rounds):
             self.spec_rounds().to_csv(put("spec_rounds.csv"), index=False)
-        if self._recorder.drafter_switches:
+        if rec.drafter_switches:
             self.drafter_switches().to_csv(put("drafter_switches.csv"), index=False)
         if self.planner_log is not None:
             self.planner_decisions().to_csv(put("planner_decisions.csv"), index=False)
@@ -1213,17 +663,19 @@ def rate_lines(s: Summary) -> list[tuple[str, str]]:
     ]
 
 
-_HTML_LATENCY_ROWS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E"), ("queue_delay", "queue delay"))
+_HTML_LATENCY_ROWS: tuple[tuple[Literal["ttft", "tpot", "itl", "e2e", "queue_delay"], str], ...] = (
+    ("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E"), ("queue_delay", "queue delay"),
+)
+_HTML_STATISTICS: tuple[Literal["mean", "p50", "p90", "p95", "p99"], ...] = ("mean", "p50", "p90", "p95", "p99")
 
 
 def _summary_html(s: Summary, name: str, wall_s: float) -> str:
     """Two plain HTML tables of a summary: latency statistics and the run's figures."""
-    from html import escape
 
     def cell(text: object, tag: str = "td", align: str = "right") -> str:
         return f'<{tag} style="text-align: {align}">{escape(str(text))}</{tag}>'
 
-    stats = ("mean", "p50", "p90", "p95", "p99")
+    stats = _HTML_STATISTICS
     title = f"{name}: " if name else ""
     lat = [
         "<tr>" + cell("metric", "th", "left") + "".join(cell(k, "th") for k in stats) + cell("count", "th") + "</tr>"

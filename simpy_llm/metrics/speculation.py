@@ -3,24 +3,37 @@
 :func:`spec_round_frame` and :func:`drafter_switch_frame` turn the recorder's
 per-round and per-switch tuples into DataFrames; :func:`speculation_summary` is
 ``summary()["speculation"]`` (see :class:`~simpy_llm.metrics.summary.SpeculationStats`).
+:class:`SpeculationResults` holds them for a run's
+:class:`~simpy_llm.metrics.results.Results`.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
 from simpy_llm.metrics.recorder import SPEC_ROUND_FIELDS
+from simpy_llm.serving.devices import device_profile
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from simpy_llm.config.schema import Scenario
-    from simpy_llm.metrics.recorder import ColumnLog
+    from simpy_llm.metrics.recorder import ColumnLog, Recorder
+    from simpy_llm.metrics.summary import DraftGroupStats, SpeculationStats, TvtStats
 
-__all__ = ["CONTEXT_BUCKETS", "drafter_switch_frame", "gamma_timeline", "jain", "spec_round_frame", "speculation_summary"]
+__all__ = [
+    "CONTEXT_BUCKETS",
+    "SpeculationResults",
+    "SpeculationSection",
+    "drafter_switch_frame",
+    "gamma_timeline",
+    "jain",
+    "spec_round_frame",
+    "speculation_summary",
+]
 
 SWITCH_COLUMNS = (
     ("time_s", "float64"), ("request_id", "int64"), ("draft_group", "string"), ("draft_device", "int64"),
@@ -30,8 +43,14 @@ CONTEXT_BUCKETS = (0, 256, 1024, 4096, 16384)
 """Lower edges of the context buckets of ``acceptance_by_context``, tokens (the last is open)."""
 
 
+class SpeculationSection(TypedDict, total=False):
+    """The summary's ``speculation`` section (absent without a ``speculation`` section)."""
+
+    speculation: SpeculationStats
+
+
 def _frame(rows: list[tuple], columns: tuple[tuple[str, str], ...]) -> pd.DataFrame:
-    import pandas as pd
+    import pandas as pd  # pandas is imported where a frame is built: importing the package stays fast
 
     names = [n for n, _ in columns]
     return pd.DataFrame(rows, columns=names).astype(dict(columns))
@@ -45,7 +64,7 @@ def spec_round_frame(log: ColumnLog) -> pd.DataFrame:
     ``acceptance_sampling: expected``), ``tokens`` (output tokens the round added),
     ``context_tokens`` (before the round), ``tvt_s`` and ``rollback`` (1 when partial
     verification missed the rejection)."""
-    import pandas as pd
+    import pandas as pd  # pandas is imported where a frame is built: importing the package stays fast
 
     frame = pd.DataFrame(log.columns())
     for name, kind in SPEC_ROUND_FIELDS:
@@ -63,7 +82,7 @@ def drafter_switch_frame(rows: list[tuple]) -> pd.DataFrame:
 def gamma_timeline(log: ColumnLog, bin_s: float) -> pd.DataFrame:
     """Mean γ, rounds and acceptance rate per *bin_s* window of simulated time (the adaptive-γ
     timeline): columns ``start_s``, ``rounds``, ``mean_gamma``, ``acceptance_rate``."""
-    import pandas as pd
+    import pandas as pd  # pandas is imported where a frame is built: importing the package stays fast
 
     if not bin_s > 0:
         raise ValueError(f"bin_s must be > 0, got {bin_s!r}")
@@ -114,16 +133,16 @@ def speculation_summary(
     met: np.ndarray,
     draft_busy_s: dict[str, list[float]],
     span_s: float,
-) -> dict[str, Any]:
+) -> SpeculationStats:
     """``summary()["speculation"]`` (:class:`~simpy_llm.metrics.summary.SpeculationStats`).
 
     *columns* are the record columns, *done* marks the completed measured requests and
     *met* (aligned with ``done``'s true entries) whether each met its SLO; *draft_busy_s*
     is each draft group's devices' drafting time, *span_s* the run's duration.
     """
-    from simpy_llm.serving.devices import device_profile
-
     spec = scenario.speculation
+    if spec is None:
+        raise ValueError(f"scenario {scenario.name!r} has no speculation section")
     cols = rounds.columns()
     n = len(rounds)
     gammas, accepted, tokens = cols["gamma"], cols["accepted"], cols["tokens"]
@@ -136,11 +155,12 @@ def speculation_summary(
     by_mode = {m: int((modes == m).sum()) for m in ("distributed", "fused")}
     tvt = columns["tvt_s"][done]
     tvt = tvt[~np.isnan(tvt)]
-    groups: dict[str, Any] = {}
+    groups: dict[str, DraftGroupStats] = {}
     group_col = columns["draft_group"][done]
     out_tokens = columns["output_tokens"][done].astype(np.float64)
     e2e = (columns["completion_s"] - columns["arrival_s"])[done]
-    attainment, service = [], []
+    attainment: list[float] = []
+    service: list[float] = []
     for g in spec.drafts:
         mask = group_col == g.name
         busy = draft_busy_s.get(g.name, [])
@@ -185,8 +205,58 @@ def speculation_summary(
     }
 
 
-def _tvt_stats(values: np.ndarray) -> dict[str, float | None]:
+def _tvt_stats(values: np.ndarray) -> TvtStats:
     if values.size == 0:
         return {"mean": None, "p50": None, "p90": None, "p95": None, "p99": None}
     p50, p90, p95, p99 = np.percentile(values, [50, 90, 95, 99])
     return {"mean": float(values.mean()), "p50": float(p50), "p90": float(p90), "p95": float(p95), "p99": float(p99)}
+
+
+class SpeculationResults:
+    """Speculative decoding's side of a run: its verify rounds, drafter escalations and the
+    summary's ``speculation`` section.
+
+    Parameters
+    ----------
+    recorder
+        The run's recorder (its rounds and drafter switches).
+    scenario
+        The scenario run (its ``speculation`` section and SLOs).
+    columns
+        The record columns.
+    draft_busy_s
+        Each draft group's devices' drafting time, s, by group name.
+    end_s
+        The run's simulated duration, s.
+    """
+
+    def __init__(
+        self, recorder: Recorder, *, scenario: Scenario, columns: dict[str, np.ndarray], draft_busy_s: dict[str, list[float]], end_s: float,
+    ) -> None:
+        self.recorder = recorder
+        self.scenario = scenario
+        self.columns = columns
+        self.draft_busy_s = draft_busy_s
+        self.end_s = end_s
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per verify round (:func:`spec_round_frame`)."""
+        return spec_round_frame(self.recorder.spec_rounds)
+
+    def drafter_switches(self) -> pd.DataFrame:
+        """One row per mid-decode drafter escalation (:func:`drafter_switch_frame`)."""
+        return drafter_switch_frame(self.recorder.drafter_switches)
+
+    def gamma_timeline(self, bin_s: float) -> pd.DataFrame:
+        """Mean γ, rounds and acceptance per *bin_s* of simulated time (:func:`gamma_timeline`)."""
+        return gamma_timeline(self.recorder.spec_rounds, bin_s)
+
+    def summary(self, done: np.ndarray, met: np.ndarray) -> SpeculationSection:
+        """``{"speculation": ...}`` (:func:`speculation_summary`; *done* and *met* as there);
+        empty without a ``speculation`` section."""
+        if self.scenario.speculation is None:
+            return {}
+        rec = self.recorder
+        return {"speculation": speculation_summary(
+            self.scenario, rec.spec_rounds, rec.drafter_switches, self.columns, done, met, self.draft_busy_s, self.end_s,
+        )}

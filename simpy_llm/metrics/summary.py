@@ -1,5 +1,8 @@
 """The schema of :meth:`Results.summary() <simpy_llm.metrics.results.Results.summary>`.
 
+The module is long (over 800 lines) because it is the summary's one page of reference:
+every key is declared here with its unit and meaning.
+
 The summary is plain data (dicts, lists, numbers, strings and ``None``: JSON-ready),
 typed here as a tree of :class:`typing.TypedDict` classes rooted at :class:`Summary`,
 with every key's unit and meaning documented where it is declared. A test checks
@@ -718,8 +721,9 @@ class PlannerStats(TypedDict):
     """Ticks run (skipped ones included)."""
     changes: int
     """Ticks that applied a different configuration."""
-    final: dict[str, int]
-    """The configuration in force at the end, by knob."""
+    final: dict[str, float | None]
+    """The configuration in force at the end, by knob (``None``: ``gamma`` or ``fused_fraction``
+    left to the scenario's γ policy or mode selector)."""
     gpu_seconds: float
     """GPUs in use over the run, GPU-s: a replica counts while it may receive requests and
     while it drains the ones it received."""
@@ -813,7 +817,7 @@ def flatten_summary(summary: Summary) -> list[tuple[str, str, str, str, float]]:
     return rows
 
 
-def _hints(typed_dict: type) -> dict[str, object]:
+def _hints(typed_dict: object) -> dict[str, object]:
     return typing.get_type_hints(typed_dict)
 
 

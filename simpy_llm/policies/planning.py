@@ -29,7 +29,7 @@ planner_choices: Registry = Registry("planner choice")
 class Evaluation:
     """One candidate configuration as a what-if simulation judged it."""
 
-    config: dict[str, int]
+    config: dict[str, float]
     """The knobs' values."""
     gpus: int
     """GPUs the candidate keeps serving (its active replicas' tensor-parallel degrees, summed)."""

@@ -20,31 +20,54 @@ the replicas are verify servers (the GPUs), the what-if feeds the window's reque
 the draft fleet at the times their clients sent them, and the knobs ``gamma`` and
 ``fused_fraction`` reach the draft fleet (:meth:`~simpy_llm.speculative.draft.DraftFleet.plan_gamma`,
 :meth:`~simpy_llm.speculative.draft.DraftFleet.plan_fused_fraction`).
+
+The planner sees its simulation through :class:`PlannerHost` (the clock, the fleet, the
+arrivals, what-if runs), which :class:`~simpy_llm.simulation.Simulation` implements: it
+imports neither the simulation nor the results.
 """
 
 from __future__ import annotations
 
-import copy
 import math
 import time
-from collections.abc import Generator, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Generator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import attrs
 import numpy as np
 
 from simpy_llm.config.planner import KNOBS
 from simpy_llm.entities import Request
+from simpy_llm.policies.gamma import StaticGamma
 from simpy_llm.policies.planning import BestFeasible, Evaluation
 
 if TYPE_CHECKING:
     from simpy.events import Event
 
     from simpy_llm.config.planner import PlannerConfig
+    from simpy_llm.kernel import Environment
+    from simpy_llm.metrics.summary import Summary
     from simpy_llm.policies.planning import PlannerChoice
-    from simpy_llm.simulation import Simulation
+    from simpy_llm.serving.batching import BatchServer
+    from simpy_llm.serving.disaggregation import KvHandoff
+    from simpy_llm.serving.engine import Replica
+    from simpy_llm.serving.fleet import ReplicaPlan
+    from simpy_llm.serving.router import Router
+    from simpy_llm.speculative.draft import DraftFleet
+    from simpy_llm.speculative.verify import VerifyServer
 
-__all__ = ["DECISION_COLUMNS", "FleetControl", "Planner", "PlannerLog", "gpu_seconds"]
+__all__ = [
+    "DECISION_COLUMNS",
+    "WHAT_IF_DRAIN_WINDOWS",
+    "Fleet",
+    "FleetControl",
+    "Planner",
+    "PlannerHost",
+    "PlannerLog",
+    "WhatIf",
+    "gpu_seconds",
+    "what_if_arrivals",
+]
 
 WHAT_IF_DRAIN_WINDOWS = 20
 """A what-if run stops this many windows after its start; requests still unfinished then
@@ -57,6 +80,9 @@ _COPIED = (
 )
 """Request fields a what-if replay copies (what the workload decided; not the lifecycle)."""
 
+_POOLS = ("active_replicas", "prefill_replicas", "decode_replicas")
+"""The knobs that size a pool of replicas."""
+
 DECISION_COLUMNS = (
     "tick", "time_s", "status", "window_requests", "waiting_requests", "running_requests",
     "candidate", "gpus", "score", "feasible", "violation", "chosen", "applied",
@@ -64,7 +90,7 @@ DECISION_COLUMNS = (
 """Columns of :meth:`Results.planner_decisions() <simpy_llm.metrics.results.Results.planner_decisions>`."""
 
 
-def describe(config: dict[str, float]) -> str:
+def describe(config: Mapping[str, float | None]) -> str:
     """``knob=value`` pairs in knob order.
 
     >>> describe({"max_num_seqs": 8, "active_replicas": 2})
@@ -73,28 +99,105 @@ def describe(config: dict[str, float]) -> str:
     return ",".join(f"{k}={config[k]}" for k in KNOBS if k in config)
 
 
+class Fleet(Protocol):
+    """The parts of a simulation whose knobs :class:`FleetControl` turns
+    (:class:`~simpy_llm.simulation.Simulation` has them)."""
+
+    @property
+    def plans(self) -> Sequence[ReplicaPlan]:
+        """Each replica's plan, in fleet order (its role, GPUs and engine settings)."""
+        ...
+
+    @property
+    def router(self) -> Router:
+        """The router newly arriving requests reach (over the replicas, or the prefill pool)."""
+        ...
+
+    @property
+    def kv_handoff(self) -> KvHandoff | None:
+        """The hand-off to the decode pool of a disaggregated fleet (None: co-located)."""
+        ...
+
+    @property
+    def draft_fleet(self) -> DraftFleet | None:
+        """The draft devices of speculative decoding (None without it)."""
+        ...
+
+    @property
+    def replicas(self) -> Sequence[Replica | BatchServer | VerifyServer]:
+        """The replicas, in fleet order."""
+        ...
+
+
+class WhatIf(NamedTuple):
+    """What a what-if run of a candidate configuration gave."""
+
+    summary: Summary
+    """Its summary."""
+    unfinished: int
+    """Replayed requests still unfinished when it stopped (an overloaded candidate has some)."""
+
+
+class PlannerHost(Protocol):
+    """What the planner needs from the simulation it plans for: its clock, its fleet, the
+    requests arriving, and what-if runs. :class:`~simpy_llm.simulation.Simulation` builds
+    one for its planner."""
+
+    @property
+    def env(self) -> Environment:
+        """The running simulation's environment (the planner's process runs in it)."""
+        ...
+
+    @property
+    def fleet(self) -> Fleet:
+        """The running simulation's fleet (the configuration the planner changes)."""
+        ...
+
+    @property
+    def rng(self) -> np.random.Generator:
+        """The planner's random stream (``planner``): each tick's what-if seed."""
+        ...
+
+    def active(self) -> bool:
+        """Whether anything may still happen in the run (the planner's ticks stop when not)."""
+        ...
+
+    def arrival_log(self) -> list[Request]:
+        """A list every arriving request is appended to from now on, in arrival order (the
+        planner trims it to its window)."""
+        ...
+
+    def what_if(self, candidate: Mapping[str, float], arrivals: Sequence[tuple[float, dict[str, Any]]], seed: int,
+                window_s: float) -> WhatIf:
+        """Run the scenario afresh (no planner, *seed*) with *candidate* in force from time 0,
+        fed *arrivals* (``(offset_s, request fields)`` in order, from :func:`what_if_arrivals`)
+        where the workload puts requests, until they have all finished or
+        :data:`WHAT_IF_DRAIN_WINDOWS` windows of *window_s* have passed."""
+        ...
+
+
 class FleetControl:
     """The run-time knobs of one simulation's fleet: pool sizes, batch limits and, with
     speculative decoding, the γ and the fused share of newly started requests.
 
     Parameters
     ----------
-    sim
+    fleet
         The simulation whose router(s) and replicas it changes.
     """
 
-    def __init__(self, sim: Simulation) -> None:
-        self.sim = sim
-        plans = sim.plans
+    def __init__(self, fleet: Fleet) -> None:
+        self.fleet = fleet
+        plans = fleet.plans
         self.pools: dict[str, list[int]] = {
             "active_replicas": [i for i, p in enumerate(plans) if p.role == "both"],
             "prefill_replicas": [i for i, p in enumerate(plans) if p.role == "prefill"],
             "decode_replicas": [i for i, p in enumerate(plans) if p.role == "decode"],
         }
         """Fleet indices of each pool, in order."""
-        self.routers = {"active_replicas": sim.router, "prefill_replicas": sim.router}
-        if sim.kv_handoff is not None:
-            self.routers["decode_replicas"] = sim.kv_handoff.decode_router
+        self.routers = {"active_replicas": fleet.router, "prefill_replicas": fleet.router}
+        if fleet.kv_handoff is not None:
+            self.routers["decode_replicas"] = fleet.kv_handoff.decode_router
         seqs = {p.engine.max_num_seqs for p in plans if p.batch_server is None}
         self.config: dict[str, float | None] = {
             "active_replicas": len(self.pools["active_replicas"]),
@@ -111,9 +214,7 @@ class FleetControl:
     def _speculation_config(self) -> dict[str, float | None]:
         """``gamma`` and ``fused_fraction`` as the scenario sets them: a static γ policy's γ,
         mode ``fused`` (1) or ``distributed`` (0); None when adaptive."""
-        from simpy_llm.policies.gamma import StaticGamma
-
-        fleet = self.sim.draft_fleet
+        fleet = self.fleet.draft_fleet
         if fleet is None:
             return {"gamma": None, "fused_fraction": None}
         cfg = fleet.config
@@ -126,34 +227,45 @@ class FleetControl:
         """The configuration in force, over *knobs*."""
         return {k: self.config[k] for k in knobs}
 
-    def gpus(self, config: dict[str, float]) -> int:
+    def pool_size(self, pool: str, config: Mapping[str, float | None] | None = None) -> int:
+        """The replicas of *pool* active under *config* (default: the configuration in force)."""
+        size = (self.config if config is None else config)[pool]
+        if size is None:  # never: every pool has a size
+            raise ValueError(f"{pool} has no size")
+        return int(size)  # a count: configurations hold every knob as a number
+
+    def gpus(self, config: Mapping[str, float]) -> int:
         """GPUs of the replicas *config* keeps active (the rest of the fleet as in force)."""
         merged = {**self.config, **config}
-        plans = self.sim.plans
-        return sum(plans[i].gpus for pool in ("active_replicas", "prefill_replicas", "decode_replicas")
-                   for i in self.pools[pool][:merged[pool]])
+        plans = self.fleet.plans
+        return sum(plans[i].gpus for pool in _POOLS for i in self.pools[pool][:self.pool_size(pool, merged)])
 
-    def apply(self, config: dict[str, float]) -> list[tuple[int, bool]]:
+    def apply(self, config: Mapping[str, float]) -> list[tuple[int, bool]]:
         """Put *config* in force for newly routed work (``gamma``: newly started requests;
         ``fused_fraction``: newly admitted ones); returns ``(replica, active)`` per replica
         whose activity changed."""
         changed = []
         for knob, value in config.items():
-            if knob == "gamma":
-                self.sim.draft_fleet.plan_gamma(int(value))
-            elif knob == "fused_fraction":
-                self.sim.draft_fleet.plan_fused_fraction(float(value))
+            if knob in ("gamma", "fused_fraction"):
+                drafts = self.fleet.draft_fleet
+                if drafts is None:
+                    raise ValueError(f"planner knob {knob} needs speculative decoding")
+                if knob == "gamma":
+                    drafts.plan_gamma(int(value))
+                else:
+                    drafts.plan_fused_fraction(float(value))
             elif knob == "max_num_seqs":
-                for rep in self.sim.replicas:
+                for rep in self.fleet.replicas:
                     if hasattr(rep, "set_max_num_seqs"):
-                        rep.set_max_num_seqs(value)
+                        rep.set_max_num_seqs(int(value))
             else:
                 members = self.pools[knob]
                 router = self.routers[knob]
                 entry = router.indices
-                router.set_active([entry.index(i) for i in members[:value]])
+                size = int(value)
+                router.set_active([entry.index(i) for i in members[:size]])
                 for n, i in enumerate(members):
-                    on = n < value
+                    on = n < size
                     if self.active[i] != on:
                         self.active[i] = on
                         changed.append((i, on))
@@ -186,25 +298,28 @@ class Planner:
 
     Parameters
     ----------
-    sim
-        The simulation it plans for (its recorder keeps an arrival log for the planner).
+    host
+        The simulation it plans for, as the planner sees it (:class:`PlannerHost`).
     config
         The scenario's ``planner`` section.
     policy
         Chooses among the evaluated candidates (default :class:`~simpy_llm.policies.planning.BestFeasible`).
     """
 
-    def __init__(self, sim: Simulation, config: PlannerConfig, policy: PlannerChoice | None = None) -> None:
-        self.sim = sim
+    def __init__(self, host: PlannerHost, config: PlannerConfig, policy: PlannerChoice | None = None) -> None:
+        self.host = host
         self.config = config
         self.policy = policy or BestFeasible()
-        self.control = FleetControl(sim)
+        self.control = FleetControl(host.fleet)
         self.knobs = config.candidates.knobs()
         self.candidates = config.candidates.combinations()
-        self.rng = sim.streams.stream("planner")
-        self.log = PlannerLog(gpus=[p.gpus for p in sim.plans], final=self.control.current(self.knobs))
-        sim.recorder.arrival_log = []
-        self.process = sim.env.process(self._run())
+        self.rng = host.rng
+        self.window_s = config.window_s if config.window_s is not None else config.interval_s
+        """Recent arrivals each what-if replays, s (``window_s``, by default ``interval_s``)."""
+        self.log = PlannerLog(gpus=[p.gpus for p in host.fleet.plans], final=self.control.current(self.knobs))
+        self.arrivals = host.arrival_log()
+        """The requests that arrived since the last tick's window began, in arrival order."""
+        self.process = host.env.process(self._run())
 
     def _run(self) -> Generator[Event, None, None]:
         """Process: a tick at ``first_tick_s`` and every ``interval_s`` after, while the run is active.
@@ -214,45 +329,41 @@ class Planner:
         Timeout
             Until the next tick.
         """
-        env = self.sim.env
-        yield env.timeout(self.config.first_tick_s)
+        env = self.host.env
+        first = self.config.first_tick_s
+        yield env.timeout(first if first is not None else self.config.interval_s)
         tick = 0
-        while self.sim._active():  # noqa: SLF001 - the simulation's own liveness test
+        while self.host.active():
             self.tick(tick)
             tick += 1
             yield env.timeout(self.config.interval_s)
 
     def window(self) -> list[Request]:
         """The requests that arrived in the last ``window_s`` (the log is trimmed to them)."""
-        now = self.sim.env.now
-        start = now - self.config.window_s
-        log = self.sim.recorder.arrival_log
+        start = self.host.env.now - self.window_s
+        log = self.arrivals
         kept = [r for r in log if r.arrival_s > start]
         log[:] = kept
         return kept
 
     def tick(self, tick: int) -> None:
         """Gather telemetry, evaluate every candidate, apply the chosen one."""
-        sim, cfg, log = self.sim, self.config, self.log
-        now = sim.env.now
+        cfg, log, fleet = self.config, self.log, self.host.fleet
+        now = self.host.env.now
         reqs = self.window()
-        waiting = sum(len(r.waiting) for r in sim.replicas)
-        running = sum(len(r.running) for r in sim.replicas)
+        waiting = sum(len(r.waiting) for r in fleet.replicas)
+        running = sum(len(r.running) for r in fleet.replicas)
         log.ticks += 1
         seed = int(self.rng.integers(0, 2**62))  # drawn every tick, skipped or not: ticks stay aligned
         if len(reqs) < cfg.min_requests:
             log.rows.append((tick, now, "skipped", len(reqs), waiting, running, "", 0, math.nan, False, math.nan, False, False))
             return
-        start = now - cfg.window_s
-        # replayed where the workload put them: at the router, or (speculation) at the draft fleet
-        when = sent_s if sim.draft_fleet is not None else (lambda r: r.arrival_s)
-        arrivals = sorted(((max(when(r) - start, 0.0), {f: getattr(r, f) for f in _COPIED}) for r in reqs),
-                          key=lambda a: a[0])
+        arrivals = what_if_arrivals(reqs, now - self.window_s, speculative=fleet.draft_fleet is not None)
         wall0 = time.perf_counter()
         evaluations = [self.evaluate(c, arrivals, seed) for c in self.candidates]
         log.what_if_s += time.perf_counter() - wall0
         current_config = self.control.current(self.knobs)
-        current = self.candidates.index(current_config) if current_config in self.candidates else -1
+        current = next((i for i, c in enumerate(self.candidates) if c == current_config), -1)
         chosen = self.policy.choose(evaluations, current)
         if not 0 <= chosen < len(evaluations):
             raise ValueError(f"planner choice returned {chosen}; there are {len(evaluations)} candidates")
@@ -266,9 +377,9 @@ class Planner:
             log.rows.append((tick, now, "evaluated", len(reqs), waiting, running, describe(e.config), e.gpus,
                              e.score, e.feasible, e.violation, i == chosen, applied and i == chosen))
 
-    def evaluate(self, candidate: dict[str, float], arrivals: list[tuple[float, dict[str, Any]]], seed: int) -> Evaluation:
+    def evaluate(self, candidate: dict[str, float], arrivals: Sequence[tuple[float, dict[str, Any]]], seed: int) -> Evaluation:
         """Score *candidate* by a what-if simulation replaying *arrivals* (offset, request fields)."""
-        summary, unfinished = what_if(self.sim, candidate, arrivals, seed, self.config.window_s)
+        summary, unfinished = self.host.what_if(candidate, arrivals, seed, self.window_s)
         gpus = self.control.gpus(candidate)
         score = objective_value(self.config.objective, summary, gpus)
         violation = math.inf if unfinished else 0.0
@@ -280,6 +391,19 @@ class Planner:
                 excess = value / bound - 1.0 if bound > 0 else math.inf
                 violation = max(violation, excess)
         return Evaluation(config=candidate, gpus=gpus, score=score, feasible=violation == 0.0, violation=violation)
+
+
+def what_if_arrivals(requests: Sequence[Request], start_s: float, *, speculative: bool) -> list[tuple[float, dict[str, Any]]]:
+    """*requests* as a what-if replays them: ``(offset_s, fields)`` in order of offset, each
+    offset from *start_s* to where the workload put the request (its arrival at the router,
+    or with speculative decoding when its client sent it to the draft fleet: :func:`sent_s`),
+    the fields what the workload decided (not the lifecycle)."""
+    when = sent_s if speculative else _arrival_s
+    return sorted(((max(when(r) - start_s, 0.0), {f: getattr(r, f) for f in _COPIED}) for r in requests), key=lambda a: a[0])
+
+
+def _arrival_s(req: Request) -> float:
+    return req.arrival_s
 
 
 def sent_s(req: Request) -> float:
@@ -325,67 +449,6 @@ def objective_value(objective: str, summary: Any, gpus: int) -> float:
     sign = -1.0 if objective.startswith("-") else 1.0
     value = metric(summary, objective.removeprefix("-"))
     return math.nan if value is None else sign * value
-
-
-def what_if(
-    sim: Simulation, candidate: dict[str, float], arrivals: list[tuple[float, dict[str, Any]]], seed: int, window_s: float
-) -> tuple[Any, int]:
-    """Run *sim*'s scenario (no planner, *seed*) with *candidate* in force from time 0, fed
-    *arrivals* (offsets in order); returns its summary and how many requests were unfinished
-    when it stopped.
-
-    Each request enters where the workload would put it: the router's arrivals, or, with
-    speculative decoding, the draft fleet (which binds it to a device and reports it when
-    its prompt reaches the targets)."""
-    from simpy_llm.metrics.results import Results
-    from simpy_llm.simulation import Simulation
-
-    scenario = attrs.evolve(sim.scenario, planner=None, seed=seed)
-    overrides = {k: copy.deepcopy(v) for k, v in sim._overrides.items()}  # noqa: SLF001 - a fresh copy of each policy object
-    w = Simulation(scenario, external_arrivals=True, **overrides)
-    FleetControl(w).apply(candidate)
-    env, recorder = w.env, w.recorder
-    drafts = w.draft_fleet
-    put = w.sent.put if drafts is not None else w.arrivals.put
-    state = {"sent": 0}
-
-    def inject() -> Generator[Event, None, None]:
-        for offset, fields in arrivals:
-            if offset > env.now:
-                yield env.timeout(offset - env.now)
-            req = Request(id=next(w.ids), arrival_s=env.now, **fields)
-            if drafts is None:
-                recorder.on_arrival(req, env.now)
-            put(req)
-            state["sent"] += 1
-
-    env.process(inject())
-    t = 0.0
-    limit = WHAT_IF_DRAIN_WINDOWS * window_s
-    while True:
-        t += window_s
-        w._run_until(t)  # noqa: SLF001 - the simulation's own error translation
-        done = state["sent"] == len(arrivals) and not recorder.live and not (
-            w.kv_handoff is not None and w.kv_handoff.in_transfer
-        ) and not (drafts is not None and drafts.pending)
-        if done or t >= limit or env.peek() == math.inf:
-            break
-    unfinished = len(recorder.live) + (len(drafts.pending) if drafts is not None else 0)
-    end_s = w._last_activity_s() if done else t  # noqa: SLF001
-    if not done:
-        for rep in w.replicas:
-            rep.settle(t)
-        if drafts is not None:
-            for req in sorted(drafts.pending.values(), key=lambda r: r.id):
-                req.upload_s = math.nan  # still with its draft device
-                recorder.on_arrival(req, env.now)
-        for req in sorted(recorder.live.values(), key=lambda r: r.id):
-            recorder.on_in_flight(req)
-    results = Results.from_recorder(
-        recorder, scenario=scenario, end_s=end_s, wall_s=0.0, events=0, steps=sum(r.step for r in w.replicas),
-        kv_blocks=[r.kv.num_blocks for r in w.replicas], replica_groups=[p.group for p in w.plans],
-    )
-    return results.summary(), unfinished
 
 
 def gpu_seconds(columns: dict[str, np.ndarray], kv_starts: dict[int, float], log: PlannerLog, end_s: float) -> float:

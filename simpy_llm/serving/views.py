@@ -25,7 +25,9 @@ if TYPE_CHECKING:
     from simpy.events import Event
 
     from simpy_llm.entities import Request
+    from simpy_llm.serving.batching import BatchServer
     from simpy_llm.serving.engine import Replica
+    from simpy_llm.speculative.verify import VerifyServer
 
 __all__ = ["ClusterView", "LiveView", "RouterCounts", "SnapshotView", "refresh_views"]
 
@@ -57,7 +59,7 @@ class LiveView:
 
     __slots__ = ("_counts", "_replica", "capacity", "group", "index", "kv_total_blocks", "prefill_s_per_token")
 
-    def __init__(self, replica: Replica, counts: RouterCounts, capacity: float) -> None:
+    def __init__(self, replica: Replica | BatchServer | VerifyServer, counts: RouterCounts, capacity: float) -> None:
         self._replica = replica
         self._counts = counts
         self.index = replica.index
@@ -103,7 +105,7 @@ class SnapshotView(LiveView):
 
     __slots__ = ("_kv_free", "_kv_used", "_queued", "_running", "_waiting")
 
-    def __init__(self, replica: Replica, counts: RouterCounts, capacity: float) -> None:
+    def __init__(self, replica: Replica | BatchServer | VerifyServer, counts: RouterCounts, capacity: float) -> None:
         super().__init__(replica, counts, capacity)
         self.refresh()
 

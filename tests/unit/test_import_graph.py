@@ -1,9 +1,9 @@
-"""The package's import graph: no new cycle, and the known ones only shrink.
+"""The package's import graph has no cycle.
 
-The modules of ``simpy_llm`` are meant to form layers, each importing only those below it, so
-the import graph should have no cycle. The modules of one group still import each other in a
-circle. It is listed below as known debt; this test fails when a module joins it or a new circle
-forms, so every change leaves the graph no worse. When a group is broken up, shrink its entry.
+The modules of ``simpy_llm`` form layers, each importing only those below it
+(``docs/architecture.md``; ``lint-imports`` checks the layers themselves), so no two modules
+import each other, directly or through others. A circle would tie its modules into one piece
+that can only be understood, tested and changed together.
 
 Every import statement counts, at the top of a module or inside a function, except those under
 ``if TYPE_CHECKING:`` (which never run); importing a package counts as importing its
@@ -21,12 +21,6 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 
 PACKAGE = Path(__file__).resolve().parents[2] / "simpy_llm"
-
-KNOWN_CYCLES: tuple[frozenset[str], ...] = (
-    frozenset({"metrics.results", "serving.planner", "simulation"}),
-)
-"""The groups of modules (names relative to ``simpy_llm``) that import each other in a circle today."""
-
 
 def _module_name(path: Path) -> str:
     parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
@@ -83,19 +77,11 @@ def import_cycles() -> list[frozenset[str]]:
     return [g for g in groups if len(g) > 1]
 
 
-def test_the_import_graph_has_no_cycle_beyond_the_known_ones():
-    """Every group of modules that import each other in a circle lies inside one of the known
-    groups: no module joined a circle and no new circle formed."""
-    cycles = import_cycles()
-    outside = [sorted(g) for g in cycles if not any(g <= known for known in KNOWN_CYCLES)]
-    assert outside == [], f"new import cycles (break them; docs/model.md, 'Shape'): {outside}"
-
-
-def test_the_known_cycles_are_still_there_as_listed():
-    """Each known group is still exactly one circle (when one shrinks or breaks, shrink or
-    remove its entry in KNOWN_CYCLES, so that it cannot grow back unnoticed)."""
-    cycles = set(import_cycles())
-    assert set(KNOWN_CYCLES) <= cycles, sorted(sorted(k) for k in set(KNOWN_CYCLES) - cycles)
+def test_the_import_graph_has_no_cycle():
+    """No group of modules imports each other in a circle (through any import statement that runs,
+    function-local ones included)."""
+    cycles = [sorted(g) for g in import_cycles()]
+    assert cycles == [], f"import cycles (break them; docs/architecture.md): {cycles}"
 
 
 def test_a_new_cycle_would_be_found(tmp_path, monkeypatch):

@@ -1,0 +1,391 @@
+"""A run's request table: one record per request, the latencies derived from it, and the
+summary's request sections (counts, latency, rates, goodput, prefix cache, fairness).
+
+The metric definitions, which requests each figure covers (measured ones, streaming ones)
+and the two windows a rate can divide by are in :mod:`simpy_llm.metrics.results`, whose
+:class:`~simpy_llm.metrics.results.Results` shows this table as ``to_dataframe()``,
+``records()`` and ``derived()``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, NotRequired, TypedDict
+
+import attrs
+import numpy as np
+
+from simpy_llm.metrics.fairness import tenant_fairness
+from simpy_llm.metrics.record import FRAME_DTYPES, RECORD_FIELDS, RequestRecord
+from simpy_llm.metrics.stats import counted_stats, latency_stats, weighted_stats
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from simpy_llm.config.schema import Scenario
+    from simpy_llm.metrics.monitors import WeightedTally
+    from simpy_llm.metrics.summary import (
+        ClassGoodput,
+        ClassLatency,
+        ClientLatency,
+        Fairness,
+        Goodput,
+        Latency,
+        PrefixCacheStats,
+        RequestCounts,
+        Throughput,
+    )
+
+__all__ = ["LatencySections", "RateSections", "RequestOutcomes", "RequestResults", "WindowedRates"]
+
+
+class WindowedRates(TypedDict):
+    """The arrival-window part of ``summary()["throughput"]`` (see :class:`~simpy_llm.metrics.summary.Throughput`)."""
+
+    requests_per_s: float
+    output_tokens_per_s: float
+    input_tokens_per_s: float
+    offered_requests_per_s: float
+    window_start_s: float
+    window_s: float
+    drain_s: float
+
+
+class LatencySections(TypedDict):
+    """The summary's latency sections, in the summary's order."""
+
+    latency_s: Latency
+    client_latency_s: NotRequired[ClientLatency]
+    latency_s_by_class: dict[str, ClassLatency]
+    latency_s_by_tenant: dict[str, ClassLatency]
+    latency_s_by_cluster: NotRequired[dict[str, ClassLatency]]
+
+
+class _ClientSection(TypedDict, total=False):
+    client_latency_s: ClientLatency
+
+
+class _ClusterSection(TypedDict, total=False):
+    latency_s_by_cluster: dict[str, ClassLatency]
+
+
+class RateSections(TypedDict):
+    """The summary's ``throughput`` and ``goodput``."""
+
+    throughput: Throughput
+    goodput: Goodput
+
+
+@attrs.frozen(eq=False)
+class RequestOutcomes:
+    """Which requests each summary figure covers, and the judgements several sections share."""
+
+    measured: np.ndarray
+    """Per record: not warm-up."""
+    done: np.ndarray
+    """Per record: completed and measured."""
+    met: np.ndarray
+    """Per completed measured request (``done``'s true entries, in order): whether it met its SLO."""
+    start_s: float
+    """Start of the span the whole-run rates divide by (``summary()["measurement"]``)."""
+    run_s: float
+    """Length of that span, s."""
+    windowed: WindowedRates
+    """The arrival window's rates."""
+    met_in_window: int
+    """Completions inside the arrival window that met their SLO."""
+
+    @property
+    def duration_s(self) -> float:
+        """``run_s``, NaN when it is 0 (a rate over it is then undefined)."""
+        return self.run_s if self.run_s > 0 else math.nan
+
+    @property
+    def window_s(self) -> float:
+        """The arrival window's length, NaN when it is 0."""
+        return self.windowed["window_s"] if self.windowed["window_s"] > 0 else math.nan
+
+    @property
+    def goodput_per_s(self) -> float:
+        """``goodput.requests_per_s``: SLO-meeting completions per second of the arrival window."""
+        return self.met_in_window / self.window_s
+
+
+class RequestResults:
+    """The request records of a run, as columns sorted by request id.
+
+    Parameters
+    ----------
+    columns
+        Record columns (:data:`~simpy_llm.metrics.record.RECORD_FIELDS`, strings decoded).
+    scenario
+        The scenario run (its SLO targets and clusters).
+    end_s
+        The run's simulated duration, s.
+    replica_groups
+        Each replica's group name (``None``: not known).
+    """
+
+    def __init__(self, columns: dict[str, np.ndarray], *, scenario: Scenario, end_s: float, replica_groups: list[str] | None) -> None:
+        self.columns = columns
+        self.scenario = scenario
+        self.end_s = end_s
+        self.replica_groups = replica_groups
+
+    def __len__(self) -> int:
+        return len(self.columns["request_id"])
+
+    # --- views -----------------------------------------------------------
+    def records(self) -> Iterator[RequestRecord]:
+        """The records as frozen objects, in request-id order."""
+        names = [n for n, _ in RECORD_FIELDS]
+        cols = [self.columns[n].tolist() for n in names]
+        for row in zip(*cols, strict=True):
+            yield RequestRecord(**dict(zip(names, row, strict=True)))
+
+    def derived(self) -> dict[str, np.ndarray]:
+        """Per-request latency metrics (:mod:`simpy_llm.metrics.results`), aligned with the records."""
+        c = self.columns
+        out_tokens = c["output_tokens"].astype(np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tpot = np.where(out_tokens > 1, (c["completion_s"] - c["first_token_s"]) / (out_tokens - 1), np.nan)
+        network = c["upload_s"] + c["download_s"]  # 0 unless the client has a network
+        ttft = c["first_token_s"] - c["arrival_s"]
+        e2e = c["completion_s"] - c["arrival_s"]
+        return {
+            "ttft_s": ttft,
+            "tpot_s": tpot,
+            "e2e_s": e2e,
+            "queue_delay_s": c["first_scheduled_s"] - c["enqueue_s"],
+            "client_ttft_s": ttft + network,
+            "client_e2e_s": e2e + network,
+        }
+
+    def client_derived(self) -> dict[str, np.ndarray]:
+        """:meth:`derived` as clients see it: no TTFT or TPOT for a request that does not stream."""
+        out = self.derived()
+        silent = self.columns["streaming"] == 0
+        for name in ("ttft_s", "tpot_s", "client_ttft_s"):
+            out[name] = np.where(silent, np.nan, out[name])
+        return out
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per request with the record fields, ``replica_group`` (and ``cluster`` in a
+        fleet of clusters) and the derived metrics."""
+        import pandas as pd  # pandas is imported where a frame is built: importing the package stays fast
+
+        clusters = {"cluster": self.cluster_column()} if self.scenario.serving.clusters else {}
+        frame = pd.DataFrame({**self.columns, "replica_group": self.replica_group_column(), **clusters, **self.derived()})
+        # Only the columns not already in their dtype are cast (the numbers are, from the
+        # recorder). By name: pandas' "str" dtype compares equal to "string".
+        for name, dtype in {**FRAME_DTYPES, "replica_group": "string"}.items():
+            if dtype is not None and str(frame[name].dtype) != dtype:
+                frame[name] = frame[name].astype(dtype)
+        return frame
+
+    def cluster_column(self) -> np.ndarray:
+        """Each request's cluster (its replica group's; "" when never routed)."""
+        of = self.scenario.serving.cluster_of()
+        return np.array([of.get(g, "") for g in self.replica_group_column().tolist()], dtype=object)
+
+    def replica_group_column(self) -> np.ndarray:
+        """Each request's replica group ("" when never routed or the groups are not known)."""
+        replica = self.columns["replica"]
+        out = np.full(replica.shape, "", dtype=object)
+        if self.replica_groups is not None and replica.size:
+            names = np.array([*self.replica_groups, ""], dtype=object)
+            # -1 (never routed) indexes the trailing "".
+            out = names[replica]
+        return out
+
+    # --- summary ---------------------------------------------------------
+    def outcomes(self) -> RequestOutcomes:
+        """Which requests the summary covers and whether each met its SLO."""
+        c = self.columns
+        measured = c["warm_up"] == 0
+        done = (c["status"] == "completed") & measured
+        met = self.slo_met(done, {k: v[done] for k, v in self.derived().items()})
+        start_s, run_s = self.measurement(measured)
+        windowed, met_in_window = self.windowed_rates(measured)
+        return RequestOutcomes(measured, done, met, start_s, run_s, windowed, met_in_window)
+
+    def counts(self, arrived: int) -> RequestCounts:
+        """``summary()["requests"]`` (*arrived*: the recorder's count of arrivals)."""
+        status = self.columns["status"]
+        by_reason, by_class = self.drop_counts()
+        return {
+            "arrived": arrived,
+            "completed": int((status == "completed").sum()),
+            "dropped": int((status == "dropped").sum()),
+            "in_flight": int((status == "in_flight").sum()),
+            "warm_up": int((self.columns["warm_up"] != 0).sum()),
+            "dropped_by_reason": by_reason,
+            "dropped_by_class": by_class,
+        }
+
+    def latency(self, outcomes: RequestOutcomes, itl: WeightedTally) -> LatencySections:
+        """The latency sections: the run's, clients' (with a client network) and per class,
+        tenant and cluster (with clusters); *itl* is the engine's tally of token gaps."""
+        c = self.columns
+        done = outcomes.done
+        seen = {k: v[done] for k, v in self.client_derived().items()}
+        gapped = outcomes.measured & (c["streaming"] != 0) & (c["generated_tokens"] >= 2)
+        gaps = weighted_stats(itl)
+        latency: Latency = {
+            "ttft": counted_stats(seen["ttft_s"]),
+            "tpot": counted_stats(seen["tpot_s"]),
+            "itl": {"mean": gaps["mean"], "p50": gaps["p50"], "p90": gaps["p90"], "p95": gaps["p95"], "p99": gaps["p99"],
+                    "count": gaps["count"], "requests": int(gapped.sum())},
+            "e2e": counted_stats(seen["e2e_s"]),
+            "queue_delay": counted_stats(seen["queue_delay_s"]),
+        }
+        client: _ClientSection = {}
+        if self.has_client_network():
+            client["client_latency_s"] = {"ttft": counted_stats(seen["client_ttft_s"]), "e2e": counted_stats(seen["client_e2e_s"])}
+        by_cluster: _ClusterSection = {}
+        if self.scenario.serving.clusters:
+            by_cluster["latency_s_by_cluster"] = self.latency_by(self.cluster_column(), done)
+        return {
+            "latency_s": latency,
+            **client,
+            "latency_s_by_class": self.latency_by(c["slo_class"], done),
+            "latency_s_by_tenant": self.latency_by(c["tenant_id"], done),
+            **by_cluster,
+        }
+
+    def rates(self, outcomes: RequestOutcomes) -> RateSections:
+        """``throughput`` and ``goodput`` (see "Rates and their windows" in :mod:`simpy_llm.metrics.results`)."""
+        c = self.columns
+        done, met = outcomes.done, outcomes.met
+        duration = outcomes.duration_s
+        completed = int(done.sum())
+        by_class: dict[str, ClassGoodput] = {}
+        classes = c["slo_class"][done]
+        for cls_name in sorted(set(classes.tolist())):
+            mask = classes == cls_name
+            n = int(mask.sum())
+            m = int(met[mask].sum())
+            by_class[cls_name] = {"completed": n, "met": m, "fraction": m / n if n else math.nan}
+        return {
+            "throughput": {
+                **outcomes.windowed,
+                "whole_run_requests_per_s": completed / duration,
+                "whole_run_output_tokens_per_s": int(c["output_tokens"][done].sum()) / duration,
+                "whole_run_input_tokens_per_s": int(c["prompt_tokens"][done].sum()) / duration,
+            },
+            "goodput": {
+                "requests_per_s": outcomes.goodput_per_s,
+                "whole_run_requests_per_s": int(met.sum()) / duration,
+                "fraction": float(met.mean()) if completed else math.nan,
+                "by_class": by_class,
+            },
+        }
+
+    def prefix_cache(self, measured: np.ndarray) -> PrefixCacheStats:
+        """``summary()["prefix_cache"]``: over the *measured* requests admitted at least once."""
+        c = self.columns
+        admitted = measured & ~np.isnan(c["first_scheduled_s"])
+        cached = int(c["cached_tokens"][admitted].sum())
+        prompt = int(c["prompt_tokens"][admitted].sum())
+        return {"hit_rate": cached / prompt if prompt > 0 else None, "cached_tokens": cached, "prompt_tokens": prompt}
+
+    def fairness(self, measured: np.ndarray) -> Fairness:
+        """``summary()["fairness"]``: across the tenants of the *measured* requests."""
+        c = self.columns
+        return tenant_fairness(
+            c["tenant_id"][measured],
+            (c["status"] == "completed")[measured],
+            (c["completion_s"] - c["arrival_s"])[measured],
+            c["output_tokens"][measured],
+        )
+
+    def slo_met(self, done: np.ndarray, d: dict[str, np.ndarray]) -> np.ndarray:
+        """Whether each request in *done* met every target of its SLO class (*d*: :meth:`derived` over *done*)."""
+        classes = self.columns["slo_class"][done]
+        met = np.ones(int(done.sum()), dtype=bool)
+        for name, target in self.scenario.slo.items():
+            mask = classes == name
+            # Judged as the client sees it (the same as the server without a client network).
+            limits = (
+                ("client_ttft_s", target.ttft_s), ("tpot_s", target.tpot_s), ("client_e2e_s", target.e2e_s),
+                ("tvt_s", target.tvt_s),
+            )
+            for metric, limit in limits:
+                if limit is not None:
+                    values = d[metric] if metric != "tvt_s" else self.columns["tvt_s"][done]
+                    # A request with no TPOT (one output token) or no verify round cannot miss that target.
+                    ok = (values <= limit) | np.isnan(values) if metric in ("tpot_s", "tvt_s") else values <= limit
+                    met &= ~mask | ok
+        return met
+
+    def has_client_network(self) -> bool:
+        """Whether some request crossed a client network (then client and server views differ)."""
+        c = self.columns
+        return bool((c["upload_s"] != 0).any() or (c["download_s"] != 0).any())
+
+    def measurement(self, measured: np.ndarray) -> tuple[float, float]:
+        """``(start_s, duration_s)`` of the span the whole-run rates divide by (``summary()["measurement"]``)."""
+        start_s = 0.0
+        if not measured.all():
+            # Warm-up precedes measurement: rates count from the first measured arrival.
+            start_s = float(self.columns["arrival_s"][measured].min()) if measured.any() else self.end_s
+        return start_s, self.end_s - start_s
+
+    def windowed_rates(self, measured: np.ndarray) -> tuple[WindowedRates, int]:
+        """The arrival-window part of ``summary()["throughput"]`` and how many completions
+        inside the window met their SLO (see "Rates and their windows" in :mod:`simpy_llm.metrics.results`)."""
+        c = self.columns
+        arrival = c["arrival_s"]
+        if measured.any():
+            a0, a1 = float(arrival[measured].min()), float(arrival[measured].max())
+        else:
+            a0 = a1 = self.end_s
+        window_s = a1 - a0
+        span = window_s if window_s > 0 else float("nan")
+        completed = c["status"] == "completed"
+        # Departures inside (a0, a1]: the first arrival opens the window, so it is not one of
+        # its arrivals, and a request completing at a0 left before the window began.
+        inside = completed & (c["completion_s"] > a0) & (c["completion_s"] <= a1)
+        offered = int((measured & (arrival > a0) & (arrival <= a1)).sum())
+        last_completion = float(c["completion_s"][completed].max()) if completed.any() else a1
+        met = self.slo_met(inside, {k: v[inside] for k, v in self.derived().items()})
+        rates: WindowedRates = {
+            "requests_per_s": int(inside.sum()) / span,
+            "output_tokens_per_s": int(c["output_tokens"][inside].sum()) / span,
+            "input_tokens_per_s": int(c["prompt_tokens"][inside].sum()) / span,
+            "offered_requests_per_s": offered / span,
+            "window_start_s": a0,
+            "window_s": window_s,
+            "drain_s": max(last_completion - a1, 0.0),
+        }
+        return rates, int(met.sum())
+
+    def drop_counts(self) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
+        """Drops per reason, and per SLO class then reason (``unknown``: a drop without a reason)."""
+        c = self.columns
+        dropped = c["status"] == "dropped"
+        reasons = np.array([r or "unknown" for r in c["dropped_reason"][dropped].tolist()], dtype=object)
+        classes = c["slo_class"][dropped]
+        by_reason = {r: int((reasons == r).sum()) for r in sorted(set(reasons.tolist()))}
+        by_class: dict[str, dict[str, int]] = {}
+        for cls_name in sorted(set(classes.tolist())):
+            in_class = reasons[classes == cls_name]
+            by_class[cls_name] = {r: int((in_class == r).sum()) for r in sorted(set(in_class.tolist()))}
+        return by_reason, by_class
+
+    def latency_by(self, values: np.ndarray, done: np.ndarray) -> dict[str, ClassLatency]:
+        """Latency statistics per value of *values* (aligned with the records), over the
+        requests in *done*, for every value a measured request has."""
+        keys = values[self.columns["warm_up"] == 0]
+        derived = self.client_derived()
+        out: dict[str, ClassLatency] = {}
+        for name in sorted(set(keys.tolist())):
+            mask = done & (values == name)
+            out[name] = {
+                "ttft": latency_stats(derived["ttft_s"][mask]),
+                "tpot": latency_stats(derived["tpot_s"][mask]),
+                "e2e": latency_stats(derived["e2e_s"][mask]),
+                "queue_delay": latency_stats(derived["queue_delay_s"][mask]),
+            }
+        return out

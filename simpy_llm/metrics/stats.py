@@ -1,0 +1,64 @@
+"""The statistics every part of a run's summary takes: mean and percentiles of a latency.
+
+Percentiles of per-request values use numpy's default (linear) interpolation; those of
+weighted values (the engine's inter-token gaps) the inverted CDF of the weights. This
+module imports nothing of the package but the summary's schema, so each subsystem's
+results can use it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from simpy_llm.metrics.monitors import WeightedTally
+    from simpy_llm.metrics.summary import CountedLatencyStats, LatencyStats
+
+__all__ = ["QUANTILES", "counted_stats", "latency_stats", "mean_of_known", "weighted_stats"]
+
+QUANTILES = (("p50", 50), ("p90", 90), ("p95", 95), ("p99", 99))
+"""The percentiles of every latency statistic: ``(key, percent)``."""
+
+
+def latency_stats(values: np.ndarray) -> LatencyStats:
+    """Mean and :data:`QUANTILES` of the values that are not NaN (``None`` each when none is).
+
+    >>> latency_stats(np.array([1.0, 2.0, np.nan, 3.0]))
+    {'mean': 2.0, 'p50': 2.0, 'p90': 2.8, 'p95': 2.9, 'p99': 2.98}
+    >>> latency_stats(np.array([np.nan]))["p99"] is None
+    True
+    """
+    values = values[~np.isnan(values)]
+    if values.size == 0:
+        return {"mean": None, "p50": None, "p90": None, "p95": None, "p99": None}
+    p50, p90, p95, p99 = (float(v) for v in np.percentile(values, [q for _, q in QUANTILES]))
+    return {"mean": float(values.mean()), "p50": p50, "p90": p90, "p95": p95, "p99": p99}
+
+
+def counted_stats(values: np.ndarray) -> CountedLatencyStats:
+    """:func:`latency_stats` with the ``count`` of values that are not NaN."""
+    s = latency_stats(values)
+    return {"mean": s["mean"], "p50": s["p50"], "p90": s["p90"], "p95": s["p95"], "p99": s["p99"],
+            "count": int((~np.isnan(values)).sum())}
+
+
+def weighted_stats(tally: WeightedTally) -> CountedLatencyStats:
+    """Mean and :data:`QUANTILES` (inverted CDF) of a tally's weighted values, with their count."""
+    if tally.count == 0:
+        return {"mean": None, "p50": None, "p90": None, "p95": None, "p99": None, "count": 0}
+    return {"mean": tally.mean(), "p50": tally.quantile(0.50), "p90": tally.quantile(0.90),
+            "p95": tally.quantile(0.95), "p99": tally.quantile(0.99), "count": tally.count}
+
+
+def mean_of_known(values: list[float]) -> float:
+    """Mean of the values that are not NaN (a batch server without a memory limit has no KV
+    utilisation); NaN when none is known.
+
+    >>> mean_of_known([0.5, float("nan"), 0.25]), math.isnan(mean_of_known([]))
+    (0.375, True)
+    """
+    known = [v for v in values if v == v]
+    return float(np.mean(known)) if known else math.nan
