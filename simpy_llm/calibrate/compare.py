@@ -71,6 +71,7 @@ from simpy_llm.calibrate.scenario import apply_profile, replay_scenario, scenari
 from simpy_llm.calibrate.stats import METRICS, MetricComparison, compare_metric
 from simpy_llm.calibrate.timeseries import compare_series, sample_at, scrape_times, scraped_series
 from simpy_llm.config import Scenario, ScenarioError
+from simpy_llm.serving.latency import LatencyModel
 from simpy_llm.workload.traces import (
     LLAMACPP_BLOCK_KEYS,
     SERVER_BLOCK_KEYS,
@@ -252,7 +253,7 @@ def observed_latencies(trace: Trace) -> tuple[pd.DataFrame, dict[int, np.ndarray
 
 
 def simulate_trace(
-    scenario: Scenario, trace_csv: str, *, per_token: bool = True, latency_model: object = None
+    scenario: Scenario, trace_csv: str, *, per_token: bool = True, latency_model: LatencyModel | None = None
 ) -> tuple[pd.DataFrame, dict[int, list[float]]]:
     """Replay the observed trace at *trace_csv* through *scenario*'s serving system.
 
@@ -271,7 +272,7 @@ def _replay(
     trace_csv: str,
     *,
     per_token: bool = True,
-    latency_model: object = None,
+    latency_model: LatencyModel | None = None,
     sample_times_s: np.ndarray | None = None,
 ) -> tuple[pd.DataFrame, dict[int, list[float]], pd.DataFrame]:
     """:func:`simulate_trace`, and the replay's ``Results.timeseries()``: every replica's state at
@@ -377,7 +378,7 @@ def compare(
     seed: int = 0,
     n_resamples: int = 1000,
     confidence_level: float = 0.95,
-    latency_model: object = None,
+    latency_model: LatencyModel | None = None,
 ) -> Calibration:
     """Replay *trace* through *scenario* and compare, metric by metric, with the network the
     header gives added to the simulated side; with scraped samples, compare the server's
