@@ -19,8 +19,12 @@ The engine keeps its bookkeeping on the request too (the ``kv_*``,
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import attrs
+
+if TYPE_CHECKING:
+    from simpy_llm.speculative.draft import SpecState
 
 __all__ = ["Batch", "Request", "RequestStatus"]
 
@@ -174,7 +178,7 @@ class Request:
     """Tokens of KV it brought from a prefill replica, until a decode replica admits it."""
     swapped_tokens: int = 0
     """Tokens of KV swapped out to CPU memory (swap preemption; 0 otherwise)."""
-    spec: object = None
+    spec: SpecState | None = None
     """Its :class:`~simpy_llm.speculative.draft.SpecState` while speculative decoding runs it."""
 
     @property

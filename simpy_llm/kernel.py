@@ -80,13 +80,13 @@ import heapq
 import math
 import operator
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import attrs
 import simpy
 from simpy.core import BoundClass
-from simpy.events import NORMAL, PENDING, URGENT, Event, Process
+from simpy.events import NORMAL, PENDING, URGENT, Event, EventPriority, Process
 from simpy.resources.base import BaseResource, Get
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ CHECKED_SIMPY = "4.1"
 """The SimPy minor release whose internals this module was checked against (``pyproject.toml``
 pins ``simpy>=4.1,<4.2``)."""
 
-LATE = 2
+LATE = EventPriority(2)
 """SimPy priority of the kernel's timers and LATE successes: after NORMAL (1) events at the
 same instant (URGENT is 0)."""
 
@@ -248,7 +248,7 @@ class ProcessedEvent(Event):
 
     def __init__(self, env: simpy.Environment, value: Any) -> None:
         self.env = env
-        self.callbacks = None  # type: ignore[assignment]
+        self.callbacks = None  # type: ignore[assignment]  # SimPy's mark of a processed event; its annotation says list
         self._value = value
         self._ok = True
 
@@ -437,7 +437,7 @@ class WirePut(ProcessedEvent):
     def __init__(self, env: simpy.Environment, item: Any) -> None:
         # ProcessedEvent's fields set here rather than through super(): one call fewer per put.
         self.env = env
-        self.callbacks = None  # type: ignore[assignment]
+        self.callbacks = None  # type: ignore[assignment]  # SimPy's mark of a processed event; its annotation says list
         self._value = None
         self._ok = True
         self.item = item
@@ -548,7 +548,9 @@ class Wire(Channel):
         >>> _ = wire.put("a"); seen
         ['A']
         """
+        before: Callable[[Any], None]
         if self._intercepted:
+            assert self._handler is not None  # the previous interceptor
             before = self._handler
         elif self._consumer is not None:
             before = self._consumer
@@ -556,7 +558,7 @@ class Wire(Channel):
             before = self._deliver
         self._intercepted = True
         self._handler = handler
-        return before  # type: ignore[return-value]
+        return before
 
     def _deliver(self, item: Any) -> None:
         """Give *item* to the consumer: its handler, or the queue ``get()`` takes from."""
@@ -595,7 +597,7 @@ class Wire(Channel):
         if self.get_queue:
             self.serve_getters()
 
-    def put(self, item: Any) -> WirePut:  # type: ignore[override]
+    def put(self, item: Any) -> WirePut:  # type: ignore[override]  # never waits: a processed event, not SimPy's Put
         """Put *item*; the returned event is already processed (a put never waits)."""
         self.puts += 1
         if self._handler is not None:
@@ -606,7 +608,7 @@ class Wire(Channel):
             self.serve_getters()
         return WirePut(self.env, item)
 
-    def serve(self, event: WireGet) -> bool | None:  # type: ignore[override]
+    def serve(self, event: WireGet) -> bool | None:  # type: ignore[override]  # a Wire's get queue holds its WireGets only
         """Give *event* the oldest item, if there is one."""
         if self._consumer is not None:
             raise RuntimeError("this Wire delivers to a connected handler; nothing can get() from it")
@@ -662,11 +664,9 @@ def check_simpy() -> None:
     if not isinstance(queue, list):
         raise broken("Environment._queue", f"is {type(queue).__name__}, not the list of the event heap")
     eid = getattr(env, "_eid", None)
-    try:
-        first = next(eid)  # type: ignore[call-overload]
-    except TypeError:
-        raise broken("Environment._eid", f"is {type(eid).__name__}, not the event-id counter") from None
-    if first != 0 or next(eid) != 1:  # type: ignore[call-overload]
+    if not isinstance(eid, Iterator):
+        raise broken("Environment._eid", f"is {type(eid).__name__}, not the event-id counter")
+    if next(eid) != 0 or next(eid) != 1:
         raise broken("Environment._eid", "does not count event ids from 0")
     now = getattr(env, "_now", None)
     if not isinstance(now, (int, float)) or now != env.now:

@@ -160,7 +160,8 @@ class Ports:
 @process_kinds.register("rate_limit")
 def rate_limit(env: simpy.Environment, ports: Ports, rate_per_s: float, burst: int = 1) -> Generator[Any, Any, None]:
     """Pass items on at most *rate_per_s* per second on average, *burst* at once (a token
-    bucket, full at the start): an item that finds the bucket empty waits for a token.
+    bucket, full at the start): an item that finds the bucket empty waits for a token. It
+    goes :func:`between` two components (it passes items on to ``ports.outbox``).
 
     Examples
     --------
@@ -176,6 +177,9 @@ def rate_limit(env: simpy.Environment, ports: Ports, rate_per_s: float, burst: i
     """
     if not rate_per_s > 0 or burst < 1:
         raise ValueError("rate_limit needs rate_per_s > 0 and burst >= 1")
+    outbox = ports.outbox
+    if outbox is None:
+        raise ValueError(f"rate_limit passes items on: place it between two components, not instead of {ports.seam!r}")
     tokens, last, gap = float(burst), env.now, 1.0 / rate_per_s
     while True:
         item = yield ports.inbox.get()
@@ -185,7 +189,7 @@ def rate_limit(env: simpy.Environment, ports: Ports, rate_per_s: float, burst: i
             yield env.timeout((1.0 - tokens) * gap)
             tokens, last = 1.0, env.now
         tokens -= 1.0
-        yield ports.outbox.put(item)
+        yield outbox.put(item)
 
 
 def seam_error(seam: str, available: Sequence[str]) -> str:

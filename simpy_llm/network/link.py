@@ -101,7 +101,7 @@ import heapq
 import math
 from bisect import bisect_right
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 import numpy as np
@@ -175,7 +175,7 @@ class LinkPut(ProcessedEvent):
     @property
     def message(self) -> Message:
         """The message put."""
-        return self.value
+        return cast(Message, self.value)  # Link.put makes it with its Message as the value
 
 
 @attrs.frozen(kw_only=True)
@@ -421,7 +421,7 @@ class Link(Channel):
 
     # -- the resource contract ------------------------------------------------------------
 
-    def put(self, payload: Any, size_bytes: float) -> LinkPut:  # type: ignore[override]
+    def put(self, payload: Any, size_bytes: float) -> LinkPut:  # type: ignore[override]  # never waits; takes the message's size
         """Send *payload* of *size_bytes* bytes now; the returned event is already processed.
 
         Its value (and ``.message``) is the :class:`Message` tracking the transfer.
@@ -540,10 +540,10 @@ class Link(Channel):
         only these, so they are drawn :data:`NORMAL_CHUNK` at a time (the same values, in
         the same order, as one at a time); with loss they interleave with its uniforms."""
         if self.loss_probability > 0:
-            return float(self.rng.standard_normal())  # type: ignore[union-attr]
+            return float(self.rng.standard_normal())  # type: ignore[union-attr]  # __init__ requires rng with jitter
         buffer = self._normals
         if not buffer:
-            buffer.extend(self.rng.standard_normal(NORMAL_CHUNK)[::-1].tolist())  # type: ignore[union-attr]
+            buffer.extend(self.rng.standard_normal(NORMAL_CHUNK)[::-1].tolist())  # type: ignore[union-attr]  # as above
         return buffer.pop()
 
     def _on_send(self, msg: Message, _event: Event) -> None:
@@ -569,7 +569,7 @@ class Link(Channel):
             ev = timer_at(self.env, start_s + self.overhead_s)
             ev.callbacks.append(functools.partial(self._on_start, msg))
 
-    def get(self) -> Any:  # type: ignore[override]
+    def get(self) -> Any:
         """A link has no get side: take delivered messages from its ``out`` Wire."""
         raise TypeError("a Link delivers to its out Wire; get() from link.out")
 
@@ -654,8 +654,9 @@ class Link(Channel):
         now = self.env.now
         work = msg.size_bytes / msg.bandwidth_factor
         if self._shortcut:
-            if self._lone is not None:
-                self._settle_lone(now)
+            lone = self._lone
+            if lone is not None:
+                self._settle_lone(lone, now)
             if not self._heap and work > 0:
                 self._start_lone(msg, now, work)
                 return
@@ -693,11 +694,12 @@ class Link(Channel):
         self._lone = (msg, start_s, end)
         timer_at(self.env, end + msg.one_way_s).callbacks.append(functools.partial(self._on_lone_end, msg))
 
-    def _settle_lone(self, now: float) -> None:
-        """Another transmission starts at *now*: book the lone one's busy time if it has
-        ended, move it into the sharing heap as if it had been there since its start if it
-        is transmitting, or give it an ordinary start if it has not started yet."""
-        msg, start, end = self._lone
+    def _settle_lone(self, lone: tuple[Message, float, float], now: float) -> None:
+        """Another transmission starts at *now*: book the busy time of the lone one (*lone*,
+        the link's ``_lone``) if it has ended, move it into the sharing heap as if it had
+        been there since its start if it is transmitting, or give it an ordinary start if it
+        has not started yet."""
+        msg, start, end = lone
         if msg.ahead and now < end:
             raise RuntimeError(
                 f"link {self.name!r}: a message sent with put_ahead is still transmitting at {now!r} s "
@@ -802,7 +804,7 @@ class Link(Channel):
         alone = msg.size_bytes / (msg.bandwidth_factor * self.bandwidth_bytes_per_s)
         msg.queueing_s += max(0.0, (now - start_s) - alone)
         p = self.loss_probability
-        if p > 0 and self.rng.random() < p:  # type: ignore[union-attr]
+        if p > 0 and self.rng.random() < p:  # type: ignore[union-attr]  # __init__ requires rng with loss
             if self.max_retransmissions is not None and msg.attempts > self.max_retransmissions:
                 self._drop(msg, "loss")
                 return

@@ -387,7 +387,7 @@ class LatencyHead:
        ``k_min`` when ``k_min > 1``.
 
     The weights and bias are parameters (§6.4.1 fits them offline on oracle labels
-    from simulator sweeps: :mod:`simpy_llm.speculative.head` does, with scikit-learn;
+    from simulator sweeps: :mod:`simpy_llm.explore.gamma_head` does, with scikit-learn;
     no fitted weights ship). The policy keeps per-instance state: use one instance per request
     (or per target, as the seed places it).
 

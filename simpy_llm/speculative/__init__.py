@@ -5,5 +5,8 @@
   from a profiling log, behind the same interface;
 * :mod:`~simpy_llm.speculative.draft`: draft devices and their fleet (SimPy processes);
 * :mod:`~simpy_llm.speculative.verify`: the targets' verify servers;
-* :mod:`~simpy_llm.speculative.head`: fitting the latency-aware γ head on oracle labels.
+* :mod:`~simpy_llm.speculative.curves`: an acceptance curve by name or file, whichever kind.
+
+Fitting the latency-aware γ head on oracle labels from simulator runs is a tool above the
+simulation: :mod:`simpy_llm.explore.gamma_head`.
 """

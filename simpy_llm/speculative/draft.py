@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from simpy_llm.entities import Request
     from simpy_llm.metrics.recorder import Recorder
     from simpy_llm.network.link import Message
+    from simpy_llm.policies.gamma import GammaPolicy
     from simpy_llm.speculative.verify import VerifyServer
 
 __all__ = ["ACCEPTANCE_EWMA", "DraftDevice", "DraftFleet", "Drafter", "SpecState"]
@@ -78,7 +79,7 @@ class SpecState:
         "gamma", "last_token_s", "mode", "policy", "proposed_last", "req", "round_start_s", "sent_gamma", "verdict_gamma", "wake",
     )
 
-    def __init__(self, fleet: DraftFleet, device: DraftDevice, policy: Any, req: Request) -> None:
+    def __init__(self, fleet: DraftFleet, device: DraftDevice, policy: GammaPolicy, req: Request) -> None:
         self.fleet = fleet
         self.req = req
         self.device = device
@@ -96,7 +97,8 @@ class SpecState:
         self.sent_gamma = 0
         self.last_token_s = math.nan
         self.round_start_s = math.nan
-        self.wake: Event | None = None
+        self.wake: Event = fleet.env.event()
+        """Succeeded when the request has finished or was dropped (its device's process waits for it)."""
         self._first: int | None = None
         self.verdict_gamma = 0
         """γ of the next distributed round: the target's choice as it sent the verdict."""
@@ -302,8 +304,9 @@ class DraftDevice:
 
         Rounds run here, in the delivery's instant, rather than in the process: one timer
         per round (the drafting), no process switch."""
-        spec = req.spec
         if req.completion_s == req.completion_s or req.dropped_reason:  # finished or dropped
+            spec = req.spec
+            assert spec is not None  # set while the device runs the request
             if not spec.wake.triggered:
                 spec.wake.succeed()
             return
@@ -313,6 +316,7 @@ class DraftDevice:
         """*req*'s verdict reaches the device at *at_s* (now, or later when the fleet knows
         it in advance: :meth:`DraftFleet.send_verdict`): its next round drafts from then."""
         spec = req.spec
+        assert spec is not None  # set while the device runs the request
         fleet = self.fleet
         gamma = spec.verdict_gamma
         start = self._available_from(at_s) if self.availability else at_s
@@ -363,7 +367,6 @@ class DraftDevice:
             req.arrival_s = env.now
             spec = SpecState(fleet, self, fleet.new_policy(), req)
             req.spec = spec
-            spec.wake = env.event()
             fleet.send_prompt(req, self)
             yield spec.wake  # its rounds run in on_verdict; this wakes when it has finished or was dropped
             req.spec = None
@@ -409,7 +412,7 @@ class DraftFleet:
         arrivals: Wire,
         recorder: Recorder,
         *,
-        policy_factory: Callable[[], Any],
+        policy_factory: Callable[[], GammaPolicy],
         mode_selector: Any,
         streams: Callable[[str], np.random.Generator],
         device_profiles: dict[str, Any],
@@ -490,7 +493,9 @@ class DraftFleet:
         >>> [DraftFleet.planned_mode(fleet) for _ in range(8)].count("fused")
         2
         """
-        credit = self._fused_credit + self.fused_fraction
+        fraction = self.fused_fraction
+        assert fraction is not None  # asked only under a planned fraction
+        credit = self._fused_credit + fraction
         if credit >= 1.0 - 1e-9:
             self._fused_credit = credit - 1.0
             return "fused"
@@ -533,7 +538,9 @@ class DraftFleet:
     def send_bundle(self, req: Request, device: DraftDevice, gamma: int, at_s: float) -> None:
         """*device* will have drafted *gamma* tokens of *req* at *at_s*: the bundle goes up to
         its target then (one scheduled event: the link's, or the submission's)."""
-        req.spec.sent_gamma = gamma
+        spec = req.spec
+        assert spec is not None  # set while the device runs the request
+        spec.sent_gamma = gamma
         if device.up is not None:
             device.up.put_at(req, device.message_bytes(gamma), at_s)
         elif at_s > self.env.now:
@@ -542,7 +549,9 @@ class DraftFleet:
             self._submit(req)
 
     def _submit(self, req: Request, _event: Event | None = None) -> None:
-        self.servers[req.replica].submit(req, req.spec.sent_gamma, req.spec.round_start_s)
+        spec = req.spec
+        assert spec is not None  # set while the device runs the request
+        self.servers[req.replica].submit(req, spec.sent_gamma, spec.round_start_s)
 
     def send_verdict(self, req: Request, tokens: int) -> None:
         """A target answers *req*'s device with *tokens* new tokens (after the prefill or a
@@ -553,6 +562,7 @@ class DraftFleet:
         (seed 003 §6.4.1 places the γ controller there); the device, a download away,
         could not see them as they are when the verdict lands."""
         spec = req.spec
+        assert spec is not None  # set while the device runs the request
         continuing = req.completion_s != req.completion_s and not req.dropped_reason
         if continuing:
             spec.verdict_gamma = spec.next_gamma(self.servers[req.replica])
@@ -577,7 +587,9 @@ class DraftFleet:
         del self.pending[req.id]
         req.upload_s = now - req.arrival_s
         req.arrival_s = now
-        req.download_s = req.spec.device.download_s(1)
+        spec = req.spec
+        assert spec is not None  # set while the device runs the request
+        req.download_s = spec.device.download_s(1)
         self.recorder.on_arrival(req, now)
         self.arrivals.put(req)
 
@@ -587,16 +599,20 @@ class DraftFleet:
             self._arrive(req)
         elif req.dropped_reason == "":
             spec = req.spec
+            assert spec is not None  # set while the device runs the request
             self.servers[req.replica].submit(req, spec.sent_gamma, spec.round_start_s)
 
     def _downloaded(self, message: Message) -> None:
         req: Request = message.payload
-        if req.spec is not None:
-            req.spec.device.on_verdict(req)
+        spec = req.spec
+        if spec is not None:
+            spec.device.on_verdict(req)
 
     def _rejected(self, req: Request) -> None:
         """The router's admission policy rejected *req* (already recorded as dropped)."""
-        req.spec.device.on_verdict(req)
+        spec = req.spec
+        assert spec is not None  # set while the device runs the request
+        spec.device.on_verdict(req)
         if self.dropped is not None:
             self.dropped.put(req)
 

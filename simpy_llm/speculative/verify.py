@@ -60,7 +60,6 @@ if TYPE_CHECKING:
     from simpy_llm.config.speculation import SpeculationConfig
     from simpy_llm.entities import Request
     from simpy_llm.metrics.recorder import Recorder
-    from simpy_llm.speculative.draft import SpecState
     from simpy_llm.wire import Wire
 
 __all__ = ["VerifyServer", "verify_pass_s"]
@@ -82,7 +81,15 @@ def verify_pass_s(latency: Any, contexts: list[int], verified: list[int]) -> flo
     >>> verify_pass_s(BlisLinearLatency(beta0_us=5000.0, beta2_us=100.0), [512, 512], [4, 3])
     0.0059
     """
-    from_table = getattr(latency, "verify_time_s", None)
+    return _pass_time_s(getattr(latency, "verify_time_s", None), getattr(latency, "uses_context", False), latency.step_time_s, contexts, verified)
+
+
+def _pass_time_s(
+    from_table: Callable[[list[int], list[int]], float | None] | None, uses_context: bool, step_time_s: Callable[..., float],
+    contexts: list[int], verified: list[int],
+) -> float:
+    """:func:`verify_pass_s` given what it reads off the latency model: its ``verify_time_s``
+    (None: it has none), whether it ``uses_context``, and its ``step_time_s``."""
     if from_table is not None:
         found = from_table(contexts, verified)
         if found is not None:
@@ -92,18 +99,21 @@ def verify_pass_s(latency: Any, contexts: list[int], verified: list[int]) -> flo
     for c, v in zip(contexts, verified, strict=True):
         tokens += v + 1
         context += (v + 1) * c
-    if getattr(latency, "uses_context", False):
-        return latency.step_time_s(0, tokens, decode_context_tokens=context)
-    return latency.step_time_s(0, tokens)
+    if uses_context:
+        return step_time_s(0, tokens, decode_context_tokens=context)
+    return step_time_s(0, tokens)
 
 
 def _pass_timer(latency: Any) -> Callable[[list[int], list[int]], float]:
-    """:func:`verify_pass_s` on *latency* as a server calls it every pass: a model that has no
-    verify table and ignores the context times ``sum(v + 1)`` decode tokens directly."""
-    if getattr(latency, "verify_time_s", None) is None and not getattr(latency, "uses_context", False):
-        step_time_s = latency.step_time_s
+    """:func:`verify_pass_s` on *latency* as a server calls it every pass and round: the model's
+    optional capabilities read once, and a model that has no verify table and ignores the
+    context times ``sum(v + 1)`` decode tokens directly."""
+    from_table = getattr(latency, "verify_time_s", None)
+    uses_context = getattr(latency, "uses_context", False)
+    step_time_s = latency.step_time_s
+    if from_table is None and not uses_context:
         return lambda contexts, verified: step_time_s(0, sum(verified) + len(verified))
-    return functools.partial(verify_pass_s, latency)
+    return functools.partial(_pass_time_s, from_table, uses_context, step_time_s)
 
 
 class _Job:
@@ -249,8 +259,10 @@ class VerifyServer:
         self._busy_since: float | None = None
         self._kv_since = 0.0
         self._pass_start = math.nan
+        # Optional capabilities of the latency model (absent: none), read once.
         self._output_overhead_s = float(getattr(latency, "output_token_overhead_s", 0.0))
         self._queueing = getattr(latency, "queueing_time_s", None)
+        self._uses_context = getattr(latency, "uses_context", False)
         inbox.connect(self.arrive)
 
     # ------------------------------------------------------------------ views
@@ -285,14 +297,11 @@ class VerifyServer:
         delay = self._queueing(req.prompt_tokens) if self._queueing is not None else 0.0
         self.queued_prompt_tokens += req.prompt_tokens
         if delay > 0.0:
-            self.env.timeout(delay, req).callbacks.append(self._enqueue_event)
+            self.env.timeout(delay).callbacks.append(functools.partial(self._enqueue_prefill, req))
         else:
             self._enqueue_prefill(req)
 
-    def _enqueue_event(self, event: Event) -> None:
-        self._enqueue_prefill(event.value)
-
-    def _enqueue_prefill(self, req: Request) -> None:
+    def _enqueue_prefill(self, req: Request, _event: Event | None = None) -> None:
         now = self.env.now
         req.enqueue_s = now
         ttft = self.slo.get(req.slo_class, (None, None, None))[0]
@@ -310,7 +319,7 @@ class VerifyServer:
             deadline = round_start_s + tpot * (gamma + 1)
         else:
             deadline = math.inf
-        own = verify_pass_s(self.latency, [req.prompt_tokens + req.generated_tokens], [gamma]) if self.verify.order == "least_slack" else 0.0
+        own = self._pass_s([req.prompt_tokens + req.generated_tokens], [gamma]) if self.verify.order == "least_slack" else 0.0
         self._push(self.rounds, _Job(kind, req, gamma, now, deadline), own)
 
     def _push(self, heap: list[tuple], job: _Job, own_s: float) -> None:
@@ -413,7 +422,7 @@ class VerifyServer:
             kv.peak_used_blocks = kv.used_blocks
         self.queued_prompt_tokens -= tokens
         lat = self.latency
-        if getattr(lat, "uses_context", False):
+        if self._uses_context:
             pairs = sum(r.prompt_tokens * (r.prompt_tokens + 1) / 2 for r in batch)
             step_s = lat.step_time_s(tokens, 0, prefill_attention_pairs=pairs)
         else:
@@ -429,13 +438,14 @@ class VerifyServer:
         self.recorder.on_steps(self.index, step_s, 1, len(batch), tokens, 0, 0.0)
         end = self.env.now
         for req in batch:
+            spec = req.spec
+            assert spec is not None  # set while its device runs it
             req.generated_tokens = 1
             req.first_token_s = end + self._output_overhead_s
-            req.spec.last_token_s = end
+            spec.last_token_s = end
             if req.generated_tokens >= req.output_tokens:
                 self._complete(req, 1)
                 continue
-            spec: SpecState = req.spec
             if spec.mode == "fused":
                 self._next_fused(req, end)
             else:
@@ -446,7 +456,8 @@ class VerifyServer:
         """A request's mode, decided as its prefill starts (``hybrid``: the mode selector's;
         under a planned fused fraction: the draft fleet's :meth:`~simpy_llm.speculative.draft.DraftFleet.planned_mode`;
         ``kv_spill: fused``: fused once admitting it pushed KV use past the guard)."""
-        spec: SpecState = req.spec
+        spec = req.spec
+        assert spec is not None  # set while its device runs it
         cfg = self.config
         if spec.fleet.fused_fraction is not None:  # the planner's mode mix
             spec.mode = spec.fleet.planned_mode()
@@ -461,12 +472,13 @@ class VerifyServer:
             req.drafter = spec.drafter.name
 
     def _mode_state(self, req: Request) -> ModeState:
-        spec: SpecState = req.spec
+        spec = req.spec
+        assert spec is not None  # set while its device runs it
         context = req.prompt_tokens + 1
         gamma = spec.first_gamma(self)
         drafter = spec.drafter
         rtt = spec.device.rtt_s
-        verify_s = verify_pass_s(self.latency, [context], [gamma])
+        verify_s = self._pass_s([context], [gamma])
         temp = self.config.temperature
         dist = (gamma * drafter.draft_token_s + rtt + verify_s) / drafter.acceptance.expected_tokens(context, gamma, temp)
         fused_e = self.fused_acceptance.expected_tokens(context, gamma, temp)
@@ -479,7 +491,8 @@ class VerifyServer:
 
     def _next_fused(self, req: Request, now: float) -> None:
         """Queue *req*'s next fused round (γ from its policy, seen from the target)."""
-        spec: SpecState = req.spec
+        spec = req.spec
+        assert spec is not None  # set while its device runs it
         gamma = spec.next_gamma(self, fused=True)
         spec.round_start_s = now
         self.submit(req, gamma, now, FUSED)
@@ -548,7 +561,12 @@ class VerifyServer:
             if gamma == 0:
                 m, verified, rolled = 0, 0, False
             else:
-                model = self.fused_acceptance if job.kind == FUSED else req.spec.drafter.acceptance
+                if job.kind == FUSED:
+                    model = self.fused_acceptance
+                else:
+                    spec = req.spec
+                    assert spec is not None  # set while its device runs it
+                    model = spec.drafter.acceptance
                 # The job's draws in order: the samples of positions 2..gamma, then its uniform.
                 draws = self.uniforms((gamma - 1 if sampled else 0) + (not expected))
                 m = model.expected_tokens(context, gamma, temp) - 1.0 if expected else model.accepted_at(draws[-1], context, gamma, temp)
@@ -583,6 +601,7 @@ class VerifyServer:
         for job, m, rolled in zip(batch, accepted, rollback, strict=True):
             req = job.req
             spec = req.spec
+            assert spec is not None  # set while its device runs it
             gained = spec.settle_round(req, job.gamma, m, rolled, end, self.index, job.kind == FUSED)
             tokens_out += gained
             if req.generated_tokens >= req.output_tokens:

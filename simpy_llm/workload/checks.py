@@ -93,7 +93,7 @@ def check_spec_files(spec: Scenario | WorkloadConfig, source: str | None = None)
       workload.traces[0].path: .../AzureLLMInferenceTrace_conv.csv: line 1: missing column(s) Timestamp, ...
     """
     scenario = spec if isinstance(spec, Scenario) else None
-    workload = spec.workload if scenario is not None else spec
+    workload = scenario.workload if scenario is not None else spec
     if not isinstance(workload, WorkloadConfig):
         raise TypeError(f"expected a Scenario or a WorkloadConfig, got {type(spec).__name__}")
     source = source if source is not None else spec_source(spec)

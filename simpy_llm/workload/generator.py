@@ -21,7 +21,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Generator, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 import numpy as np
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from simpy_llm.metrics.recorder import Recorder
     from simpy_llm.rng import RandomStreams
     from simpy_llm.wire import Wire
+    from simpy_llm.workload.distributions import LengthDistribution
 
 __all__ = [
     "CHUNK",
@@ -148,9 +149,11 @@ class ClientSource:
         self.workflow = Workflow.of_client(client)
         """The workflow its sessions run (None: its requests are single)."""
         root = client.agentic.root if client.agentic is not None else None
-        self.input_distribution = root.input_distribution if root is not None else client.input_distribution
+        # The config's fields hold what the loader built: registered length distributions, given
+        # (the client's own; an agentic client's root step is an llm_call, which has both).
+        self.input_distribution = cast("LengthDistribution", root.input_distribution if root is not None else client.input_distribution)
         """Prompt lengths of its arrivals (an agentic client's: its root step's)."""
-        self.output_distribution = root.output_distribution if root is not None else client.output_distribution
+        self.output_distribution = cast("LengthDistribution", root.output_distribution if root is not None else client.output_distribution)
         """Output lengths of its arrivals."""
         self._draws: dict[str, Draws] = {}
         self.priority_distribution = None if isinstance(client.priority, (int, float)) else client.priority
@@ -201,18 +204,20 @@ class ClientSource:
         client = self.client
         arrival_rng, input_rng, output_rng, mix_rng = (self.stream(w) for w in ("arrival", "input", "output", "mix"))
         p_stream = client.streaming
-        for times in client.arrival.times(arrival_rng, self.rate, CHUNK):
+        arrival = client.arrival
+        reason_ratio = client.reasoning.reason_ratio_distribution if client.reasoning is not None else None
+        for times in arrival.times(arrival_rng, self.rate, CHUNK):
             if client.lifecycle is not None:
                 times = warp_to_windows(times, client.lifecycle)
             n = len(times)
             prompts, extras = self.prompts(input_rng, n)
             outputs = draw_tokens(self.output_distribution, output_rng, n)
-            per_request: list[dict[str, Any]] | None = extras
+            per_request: Sequence[dict[str, Any] | None] | None = extras
             if 0.0 < p_stream < 1.0:
                 flags = (mix_rng.random(n) < p_stream).tolist()
                 per_request = [{**(e or {}), "streaming": f} for e, f in zip(per_request or [None] * n, flags, strict=True)]
-            if client.reasoning is not None:
-                ratios = np.clip(client.reasoning.reason_ratio_distribution.sample(mix_rng, n), 0.0, 1.0).tolist()
+            if reason_ratio is not None:
+                ratios = np.clip(reason_ratio.sample(mix_rng, n), 0.0, 1.0).tolist()
                 per_request = [{**(e or {}), "reason_ratio": r} for e, r in zip(per_request or [None] * n, ratios, strict=True)]
             if self.priority_distribution is not None:
                 # From a stream of its own: drawing priorities leaves every other draw as it was.

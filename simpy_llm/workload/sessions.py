@@ -30,6 +30,7 @@ reasons in :data:`END_REASONS`; ``Results.sessions()`` lists every session.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -149,9 +150,9 @@ class SessionRegistry:
         else:
             event = Event(env)
             event.succeed()
-        event.callbacks.append(lambda _ev, r=req: self._finished(r))
+        event.callbacks.append(functools.partial(self._finished, req))
 
-    def _finished(self, req: Request) -> None:
+    def _finished(self, req: Request, _event: Event | None = None) -> None:
         """LLM call *req* reached its client: tell its session, make what it returns."""
         self.pending -= 1
         session, key = self._calls.pop(req.id)
@@ -167,25 +168,28 @@ class SessionRegistry:
             self.pending += 1
             if call.step.llm:
                 if call.delay_s > 0.0:
-                    self.env.timeout(call.delay_s).callbacks.append(lambda _ev, s=session, c=call: self._arrive(s, c))
+                    self.env.timeout(call.delay_s).callbacks.append(functools.partial(self._arrive, session, call))
                 else:
                     self._arrive(session, call)
-            elif session.workflow.tools[call.step.tool].capacity is None:
+                continue
+            tool = call.step.tool
+            assert tool is not None  # a tool_call step names its tool (check_workflow)
+            if session.workflow.tools[tool].capacity is None:
                 # A pure delay: timeouts and callbacks, no process.
                 if call.delay_s > 0.0:
-                    self.env.timeout(call.delay_s).callbacks.append(lambda _ev, s=session, c=call: self._call_tool(s, c))
+                    self.env.timeout(call.delay_s).callbacks.append(functools.partial(self._call_tool, session, call))
                 else:
                     self._call_tool(session, call)
             else:
                 self.env.process(self._tool(session, call))
 
-    def _call_tool(self, session: WorkflowSession, call: Call) -> None:
+    def _call_tool(self, session: WorkflowSession, call: Call, _event: Event | None = None) -> None:
         """Call a tool without a capacity: it returns after its latency."""
         session.arrived(call)
         start = self.env.now
-        self.env.timeout(call.latency_s).callbacks.append(lambda _ev, s=session, c=call, t=start: self._tool_done(s, c, t, t))
+        self.env.timeout(call.latency_s).callbacks.append(functools.partial(self._tool_done, session, call, start, start))
 
-    def _arrive(self, session: WorkflowSession, call: Call) -> None:
+    def _arrive(self, session: WorkflowSession, call: Call, _event: Event | None = None) -> None:
         self.pending -= 1
         now = self.env.now
         fields = call.fields
@@ -218,12 +222,14 @@ class SessionRegistry:
             yield env.timeout(call.delay_s)
         session.arrived(call)
         start = env.now
-        tool = session.workflow.tools[call.step.tool]
+        name = call.step.tool
+        assert name is not None  # a tool_call step names its tool (check_workflow)
+        tool = session.workflow.tools[name]
         if tool.capacity is None:
             running = start
             yield env.timeout(call.latency_s)
         else:
-            key = (session.source.client.id, call.step.tool)
+            key = (session.source.client.id, name)
             resource = self._tools.get(key)
             if resource is None:
                 resource = self._tools[key] = simpy.Resource(env, capacity=tool.capacity)
@@ -233,7 +239,7 @@ class SessionRegistry:
                 yield env.timeout(call.latency_s)
         self._tool_done(session, call, start, running)
 
-    def _tool_done(self, session: WorkflowSession, call: Call, start_s: float, running_s: float) -> None:
+    def _tool_done(self, session: WorkflowSession, call: Call, start_s: float, running_s: float, _event: Event | None = None) -> None:
         """Tool call *call* (called at *start_s*, running from *running_s*) returned now."""
         now = self.env.now
         self.pending -= 1

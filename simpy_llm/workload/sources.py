@@ -193,8 +193,8 @@ def _client_sources(workload: WorkloadConfig, streams: RandomStreams, key_prefix
     if workload.servegen_data is not None:
         from simpy_llm.workload.servegen import load_servegen
 
-        clients, rate = load_servegen(workload.servegen_data)
-        groups.append((tuple(clients), rate))
+        servegen_clients, rate = load_servegen(workload.servegen_data)
+        groups.append((tuple(servegen_clients), rate))
     sources = []
     for clients, aggregate in groups:
         total = sum(c.rate_fraction for c in clients)

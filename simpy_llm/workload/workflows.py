@@ -81,7 +81,7 @@ def check_workflow(cfg: AgenticConfig) -> None:
         At the first broken rule, naming its key (``steps[2].depends_on``...) and the rule.
     """
     ids = [s.id for s in cfg.steps]
-    index = {}
+    index: dict[str, int] = {}
     for i, sid in enumerate(ids):
         if sid in index:
             raise FieldValueError(f"steps[{i}].id", f"step ids must be unique; {sid!r} is also steps[{index[sid]}]")
@@ -459,7 +459,7 @@ class WorkflowSession:
         if not now_s <= self.end_s:  # also when end_s is still NaN
             self.end_s = now_s
             self._last_key = call_key
-        elif now_s == self.end_s and call_key > self._last_key:
+        elif now_s == self.end_s and self._last_key is not None and call_key > self._last_key:  # set with end_s
             self._last_key = call_key
         if dropped:
             self._stop = self._stop or "dropped"
@@ -633,10 +633,12 @@ class WorkflowSession:
                     fields=fields, accumulates_from=accumulates_from)
 
     def _tool_call(self, step: Step, it: int, instance: int, delay: float) -> Call:
-        tool = self.workflow.tools[step.tool]
+        name = step.tool
+        assert name is not None  # a tool_call step names its tool (check_workflow)
+        tool = self.workflow.tools[name]
         source = self.source
-        latency = min(max(source.draw(f"tool/{step.tool}/latency", tool.latency_s, tokens=False), 0.0), MAX_TIME_S)
-        output = int(source.draw(f"tool/{step.tool}/output", tool.output_tokens, tokens=True))
+        latency = min(max(source.draw(f"tool/{name}/latency", tool.latency_s, tokens=False), 0.0), MAX_TIME_S)
+        output = int(source.draw(f"tool/{name}/output", tool.output_tokens, tokens=True))
         return Call(step, it, instance, delay, output_tokens=output, latency_s=latency)
 
 

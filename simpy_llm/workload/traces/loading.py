@@ -269,7 +269,7 @@ _loaded_lock = threading.Lock()  # sweeps may load from threads
 def _file_digests(source: TraceSource) -> tuple[tuple[str, bytes | None], ...]:
     """The contents' digest of each file *source* reads (None for a file that is not there)."""
     paths = trace_v2_paths(source.path) if source.format == "trace_v2" else (Path(source.path),)
-    out = []
+    out: list[tuple[str, bytes | None]] = []
     for path in paths:
         try:
             with open(path, "rb") as f:

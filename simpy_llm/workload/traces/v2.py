@@ -100,8 +100,8 @@ def _read_header(path: Path) -> dict[str, Any]:
         data = yaml.safe_load(text)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise ScenarioError(source, [(where, f"not valid YAML: {exc.problem or exc}")]) from None
+        position = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ScenarioError(source, [(position, f"not valid YAML: {exc.problem or exc}")]) from None
     except yaml.YAMLError as exc:
         raise ScenarioError(source, [("", f"not valid YAML: {exc}")]) from None
     if not isinstance(data, dict):
@@ -333,21 +333,29 @@ class TraceV2Writer:
 
     def open(self) -> TraceV2Writer:
         """Write the header file and the CSV's header line (idempotent)."""
+        self._opened()
+        return self
+
+    def _opened(self) -> IO[str]:
+        """The CSV file, opened (the header file and the CSV's header line written) if it
+        was not yet."""
         if self._closed:
             raise ValueError("the writer is closed")
-        if self._file is None:
+        file = self._file
+        if file is None:
             _write_header(self.header_path, self.header)
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = self.path.open("w", encoding="utf-8", newline="")
-            self._writer = csv.writer(self._file, lineterminator="\n")
+            file = self._file = self.path.open("w", encoding="utf-8", newline="")
+            self._writer = csv.writer(file, lineterminator="\n")
             self._writer.writerow(self.columns)
-            self._file.flush()
-        return self
+            file.flush()
+        return file
 
     def write_row(self, row: Mapping[str, Any]) -> None:
         """Append one request (see the class docstring) and flush."""
-        if self._file is None:
-            self.open()
+        file = self._file
+        if file is None:
+            file = self._opened()
         unknown = [k for k in row if k not in self._known]
         if unknown:
             raise ValueError(f"unknown trace column(s) {', '.join(map(str, unknown))}; declare extra_columns")
@@ -365,7 +373,7 @@ class TraceV2Writer:
         self._writer.writerow(cells)
         self.rows_written += 1
         if self.rows_written % self.flush_every == 0:
-            self._file.flush()
+            file.flush()
 
     def flush(self) -> None:
         """Flush written rows to the OS."""
@@ -395,10 +403,7 @@ class TraceV2Writer:
         """Flush and close (idempotent; opens first, so an empty trace is still written)."""
         if self._closed:
             return
-        if self._file is None:
-            self.open()
-        assert self._file is not None
-        self._file.close()
+        self._opened().close()
         self._closed = True
 
     def __enter__(self) -> TraceV2Writer:

@@ -24,7 +24,7 @@ vector :data:`~simpy_llm.policies.gamma.LATENCY_HEAD_FEATURES`; its ``weights`` 
    how each is measured).
 2. :func:`fit_head` regresses the label on the features (Huber or least squares) and
    returns the ``params:`` of a ``latency_head`` γ policy.
-3. ``python -m simpy_llm.speculative.head SCENARIO --out head.yaml`` does both and writes
+3. ``python -m simpy_llm.explore.gamma_head SCENARIO --out head.yaml`` does both and writes
    ``{kind: latency_head, params: {...}}``, ready for ``speculation.gamma_policy``.
 
 Using the fitted head: an output of 1 means "run fused" only under ``mode: hybrid``
@@ -53,7 +53,7 @@ Examples
 --------
 From the shell, four worker processes::
 
-    python -m simpy_llm.speculative.head scenario.yaml --workers 4 --out head.yaml
+    python -m simpy_llm.explore.gamma_head scenario.yaml --workers 4 --out head.yaml
 
 writes ``{kind: latency_head, params: {weights: [...], bias: ...}}`` to ``head.yaml``:
 put that mapping under the scenario's ``speculation.gamma_policy``. :func:`fit_head`
@@ -69,14 +69,20 @@ import sys
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Executor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
+import yaml
+
+from simpy_llm.config.paths import base_dir
+from simpy_llm.loading import load_scenario, scenario_from_dict, scenario_to_dict
 from simpy_llm.policies.gamma import LATENCY_HEAD_FEATURES
+from simpy_llm.simulation import Simulation
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from simpy_llm.config.schema import Scenario
+    from simpy_llm.config.schema import PolicySpec, Scenario
+    from simpy_llm.config.speculation import SpeculationConfig
 
 __all__ = ["LABEL_COLUMNS", "fit_head", "main", "oracle_labels"]
 
@@ -104,10 +110,6 @@ def _simulate(job: tuple[dict[str, Any], str | None]) -> dict[str, Any]:
     *job* is ``(scenario_to_dict(scenario), file it was loaded from or None)``: picklable,
     so an executor's worker process can run it. A top-level function for the same reason.
     """
-    from simpy_llm.config.paths import base_dir
-    from simpy_llm.loading import scenario_from_dict
-    from simpy_llm.simulation import Simulation
-
     data, loaded_from = job
     if loaded_from is None:
         scenario = scenario_from_dict(data, "<oracle_labels>")
@@ -116,8 +118,10 @@ def _simulate(job: tuple[dict[str, Any], str | None]) -> dict[str, Any]:
             scenario = scenario_from_dict(data, loaded_from)
     sim = Simulation(scenario)
     summary = sim.run(progress=False).summary()
-    servers = sim.replicas
-    devices = [d for group in sim.draft_fleet.devices.values() for d in group]
+    fleet = sim.draft_fleet
+    assert fleet is not None  # the scenario has a speculation section (_check_args)
+    servers = fleet.servers  # the simulation's replicas: its verify servers
+    devices = [d for group in fleet.devices.values() for d in group]
     kv = summary["kv_utilization"]["time_weighted_mean"]
     acceptance = summary["speculation"]["acceptance_rate"]
     tpot = summary["latency_s"]["tpot"]["mean"]
@@ -133,11 +137,10 @@ def _simulate(job: tuple[dict[str, Any], str | None]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------- labels
-def _base_gamma(scenario: Scenario) -> int:
-    """The scenario's starting γ: its static policy's ``gamma``, else its policy's
-    ``default_gamma``, else 4; clamped to ``[k_min, k_max]``."""
-    spec = scenario.speculation
-    policy = spec.gamma_policy
+def _base_gamma(spec: SpeculationConfig) -> int:
+    """The scenario's starting γ (*spec*: its ``speculation``): its static policy's
+    ``gamma``, else its policy's ``default_gamma``, else 4; clamped to ``[k_min, k_max]``."""
+    policy = cast("PolicySpec", spec.gamma_policy)  # what the loader builds for it (the default too)
     params = dict(policy.params)
     gamma = params.get("gamma", 4) if policy.kind == "static" else params.get("default_gamma", 4)
     return max(spec.k_min, min(spec.k_max, int(gamma)))
@@ -149,10 +152,11 @@ def _slo_tpot_s(scenario: Scenario) -> float | None:
     return min(targets) if targets else None
 
 
-def _condition_changes(scenario: Scenario, rtt_multiplier: float, load_multiplier: float) -> dict[str, Any]:
-    """Dotted-key changes scaling every draft group's round trip and the offered load."""
+def _condition_changes(scenario: Scenario, spec: SpeculationConfig, rtt_multiplier: float, load_multiplier: float) -> dict[str, Any]:
+    """Dotted-key changes scaling every draft group's round trip (*spec*: the scenario's
+    ``speculation``) and the offered load."""
     changes: dict[str, Any] = {}
-    for i, group in enumerate(scenario.speculation.drafts):
+    for i, group in enumerate(spec.drafts):
         if group.network is not None:  # no network: a round trip of 0, nothing to scale
             changes[f"speculation.drafts.{i}.network.rtt_ms"] = group.network.rtt_ms * rtt_multiplier
     rate = scenario.workload.aggregate_rate
@@ -163,9 +167,8 @@ def _condition_changes(scenario: Scenario, rtt_multiplier: float, load_multiplie
     return changes
 
 
-def _action_changes(scenario: Scenario, mode: str, gamma: int) -> dict[str, Any]:
-    """Dotted-key changes forcing *mode* at a static *gamma*."""
-    spec = scenario.speculation
+def _action_changes(spec: SpeculationConfig, mode: str, gamma: int) -> dict[str, Any]:
+    """Dotted-key changes forcing *mode* at a static *gamma* (*spec*: the scenario's ``speculation``)."""
     changes: dict[str, Any] = {
         "speculation.mode": mode,
         "speculation.mode_selector": None,
@@ -176,7 +179,8 @@ def _action_changes(scenario: Scenario, mode: str, gamma: int) -> dict[str, Any]
     return changes
 
 
-def _check_args(scenario: Scenario, gammas: Sequence[int], rtt: Sequence[float], load: Sequence[float]) -> None:
+def _check_args(scenario: Scenario, gammas: Sequence[int], rtt: Sequence[float], load: Sequence[float]) -> SpeculationConfig:
+    """Check :func:`oracle_labels`' arguments; return the scenario's ``speculation``."""
     spec = scenario.speculation
     if spec is None:
         raise ValueError("speculation: the scenario has no speculation section")
@@ -200,6 +204,7 @@ def _check_args(scenario: Scenario, gammas: Sequence[int], rtt: Sequence[float],
                 raise ValueError(f"{name}: each must be a finite number >= 0, got {m!r}")
     if any(m <= 0 for m in load):
         raise ValueError("load_multipliers: each must be > 0 (aggregate_rate must stay positive)")
+    return spec
 
 
 def oracle_labels(
@@ -314,27 +319,24 @@ def oracle_labels(
     """
     import pandas as pd
 
-    from simpy_llm.loading import scenario_to_dict
-
     rtt = [float(m) for m in rtt_multipliers]
     load = [float(m) for m in load_multipliers]
     gammas = [int(g) if isinstance(g, numbers.Integral) and not isinstance(g, bool) else g for g in gammas]
-    _check_args(scenario, gammas, rtt, load)
-    spec = scenario.speculation
-    base = _base_gamma(scenario) if base_gamma is None else int(base_gamma)
+    spec = _check_args(scenario, gammas, rtt, load)
+    base = _base_gamma(spec) if base_gamma is None else int(base_gamma)
     if not spec.k_min <= base <= spec.k_max:
         raise ValueError(f"base_gamma: must be within [k_min, k_max] = [{spec.k_min}, {spec.k_max}], got {base}")
     slo = _slo_tpot_s(scenario)
     actions = [("fused", base, FUSED_LABEL)] + [("distributed", g, g) for g in gammas]
     probe = None if base in gammas else ("distributed", base, None)  # features only
-    loaded_from = getattr(scenario, "_loaded_from", None)
+    loaded_from = scenario.loaded_from
 
     conditions = [(r, m) for r in rtt for m in load]
     jobs = []
     for r, m in conditions:
-        scaled = _condition_changes(scenario, r, m)
+        scaled = _condition_changes(scenario, spec, r, m)
         for mode, gamma, _label in actions + ([probe] if probe else []):
-            variant = scenario.replace(**scaled, **_action_changes(scenario, mode, gamma))
+            variant = scenario.replace(**scaled, **_action_changes(spec, mode, gamma))
             jobs.append((scenario_to_dict(variant), loaded_from))
     outcomes = list(executor.map(_simulate, jobs)) if executor is not None else [_simulate(j) for j in jobs]
 
@@ -456,19 +458,15 @@ def _ints(text: str) -> list[int]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m simpy_llm.speculative.head SCENARIO [--out FILE] [--workers N]``.
+    """``python -m simpy_llm.explore.gamma_head SCENARIO [--out FILE] [--workers N]``.
 
     Sweeps :func:`oracle_labels` (through a :class:`~concurrent.futures.ProcessPoolExecutor`
     of N workers when N > 1), prints the label table, fits :func:`fit_head`, and writes
     ``{kind: latency_head, params: {weights: [...], bias: ...}}`` to ``--out`` (standard
     output without it), usable as the scenario's ``speculation.gamma_policy``.
     """
-    import yaml
-
-    from simpy_llm.loading import load_scenario
-
     parser = argparse.ArgumentParser(
-        prog="python -m simpy_llm.speculative.head",
+        prog="python -m simpy_llm.explore.gamma_head",
         description="Fit the latency_head γ policy on oracle labels from simulator sweeps (seed 003 §6.4.1).",
     )
     parser.add_argument("scenario", help="scenario YAML with a speculation section that has a fused section")
