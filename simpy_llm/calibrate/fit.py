@@ -1,5 +1,8 @@
 """Fit a latency model's coefficients to an observed trace.
 
+Kept whole (over 800 lines): the direct estimate, the identification of each coefficient and
+the optimiser's refinement read the same decomposition of a trace into engine steps.
+
 :func:`fit` estimates the coefficients of a ``batch_table`` latency model
 (:mod:`simpy_llm.serving.batch_table`) from what an observed trace shows,
 says which of them the trace determines, and takes the others from a prior

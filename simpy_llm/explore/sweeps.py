@@ -1,5 +1,8 @@
 """Parameter sweeps: one scenario run at many points of its settings, gathered in one table.
 
+Kept whole (over 800 lines): the points, the executors that run them, the resumable results
+directory and the table's columns share one row format, which a reader checks in one place.
+
 :func:`sweep` takes a scenario file and the points to run (a grid
 ``{"dotted.key": [v1, v2, ...]}`` over any key an override (``--set``) accepts, a
 :class:`~simpy_llm.explore.search.RandomSearch` or an Optuna study), runs the

@@ -1,5 +1,8 @@
 """Arrival processes.
 
+Kept whole (over 800 lines): one class per registered arrival process, with the renewal and
+period machinery they share.
+
 An arrival process is a frozen attrs class, at once config
 (``{process: gamma, cv: 3.5}``) and sampler. The generator asks it for
 ``times(rng, rate, chunk)``: an endless iterator of numpy arrays of

@@ -1,5 +1,8 @@
 """ServeGen data: per-client windowed arrival processes and empirical length PMFs.
 
+Kept whole (over 800 lines): the readers of ServeGen's two file formats, the windowed arrival
+process and the client builder share the window arithmetic of one data layout.
+
 ServeGen (alibaba/ServeGen, Xiang et al. 2025) describes a model's workload
 as a set of *clients* (API customers). Each client is two files in a
 directory such as ``data/servegen/language/m-large``:
