@@ -1,6 +1,6 @@
 """Simulation: builds the components from a scenario, wires their Stores, runs.
 
-The module is long (over 800 lines) because the wiring is kept in one place: building and
+Kept whole (over 800 lines): the wiring is kept in one place: building and
 connecting every component, and the runs made of it (a whole run, and the what-if runs a
 planner asks for).
 

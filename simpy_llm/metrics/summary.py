@@ -1,6 +1,6 @@
 """The schema of :meth:`Results.summary() <simpy_llm.metrics.results.Results.summary>`.
 
-The module is long (over 800 lines) because it is the summary's one page of reference:
+Kept whole (over 800 lines): it is the summary's one page of reference:
 every key is declared here with its unit and meaning.
 
 The summary is plain data (dicts, lists, numbers, strings and ``None``: JSON-ready),

@@ -1,5 +1,8 @@
 """Link: a one-way network link between two endpoints, as a SimPy resource.
 
+Kept whole (over 800 lines): the link's transmission, its faults (loss, jitter, outages)
+and the fast path for a lone message share one clock and one queue, read together.
+
 A :class:`Link` carries messages from the endpoint that calls :meth:`Link.put`
 to a :class:`~simpy_llm.wire.Wire` (``out``), where each message is put at the
 instant it is delivered. Time is simulated float seconds, sizes are bytes.

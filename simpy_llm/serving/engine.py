@@ -1,5 +1,9 @@
 """A replica: continuous batching over a paged KV cache, in two engine modes.
 
+Kept whole (over 800 lines): the step loop of both engine modes, admission, preemption and
+the KV bookkeeping touch the same per-request state in the hot path; splitting them would
+add calls per step.
+
 The model this implements is specified in ``docs/model.md`` ("A replica,
 precisely"): the scheduler policy's keys order admission, prefill chunks and
 preemption victims; decodes go first in every step's token budget; KV blocks

@@ -1,5 +1,8 @@
 """A latency model read off a lookup table (LUT) of measured step latencies: ``lut``.
 
+Kept whole (over 800 lines): reading a LUT file, checking its rows and interpolating its
+grid share one table layout.
+
 Registered as ``lut`` in :data:`~simpy_llm.serving.latency_base.latency_models`.
 A LUT file (seed 003 §5.2) is a CSV with one row per measured configuration:
 
