@@ -14,6 +14,7 @@ one.
 from __future__ import annotations
 
 import ast
+import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -96,3 +97,19 @@ def test_a_new_cycle_would_be_found(tmp_path, monkeypatch):
     (package / "d.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from simpy_llm import c\n")
     monkeypatch.setattr(f"{__name__}.PACKAGE", package)
     assert import_cycles() == [frozenset({"a", "b"})]
+
+
+def test_every_module_sits_in_a_layer():
+    """Each module of the package belongs to a layer of the import-linter contract in
+    pyproject.toml (a module in no layer would be checked by nothing); only empty package
+    ``__init__`` files of a package split across layers may stay outside."""
+    contract = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"][0]
+    layers = [item.strip() for line in contract["layers"] for item in line.replace(":", "|").split("|")]
+    outside = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = _module_name(path).removeprefix("simpy_llm").removeprefix(".")
+        if not name or (path.name == "__init__.py" and not path.read_text(encoding="utf-8").strip()):
+            continue
+        if not any(name == layer or name.startswith(layer + ".") for layer in layers):
+            outside.append(name)
+    assert outside == [], f"place these modules in a layer of [tool.importlinter] (docs/architecture.md): {outside}"
