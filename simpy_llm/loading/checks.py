@@ -48,7 +48,7 @@ from simpy_llm.metrics.summary_paths import summary_metric_path
 from simpy_llm.network.topology import Topology
 from simpy_llm.processes import check_place
 from simpy_llm.serving.batching import batch_service_models
-from simpy_llm.serving.devices import device_profile
+from simpy_llm.serving.devices import DeviceProfile, device_profile
 from simpy_llm.serving.fleet import plan_fleet
 from simpy_llm.speculative.curves import acceptance_model
 from simpy_llm.workload.distributions import ClampedGaussian
@@ -95,15 +95,20 @@ def _batch_service_latency(batch_server: BatchServerConfig | None, latency_model
         raise FieldValueError("latency_model", f"not used by batch_server.service kind {kind!r} (remove it)")
 
 
+def _device(name: str) -> DeviceProfile:
+    """The device profile *name* (a shipped id or a file), its problems reported at ``device``."""
+    try:
+        return device_profile(name)
+    except ScenarioError as exc:
+        raise FieldValueError("device", f"{exc}") from None
+
+
 @_checks(ReplicaGroupConfig)
 def _replica_group(group: ReplicaGroupConfig) -> None:
     _batch_service_latency(group.batch_server, group.latency_model)
     if group.device is None:
         return
-    try:
-        profile = device_profile(group.device)
-    except ScenarioError as exc:
-        raise FieldValueError("device", f"{exc}") from None
+    profile = _device(group.device)
     if profile.role == "draft":
         raise FieldValueError("device", f"{profile.id!r} is a draft device; a replica runs on a target (or any) device")
     if profile.availability:
@@ -168,10 +173,7 @@ _checks(FusedConfig)(lambda fused: _known_curve(fused.acceptance))
 def _draft_device(group: DraftGroupConfig) -> None:
     if group.device is None:
         return
-    try:
-        profile = device_profile(group.device)
-    except ScenarioError as exc:
-        raise FieldValueError("device", f"{exc}") from None
+    profile = _device(group.device)
     if profile.role == "target":
         raise FieldValueError("device", f"{profile.id!r} is a target device; a draft group runs on a draft (or any) device")
 
