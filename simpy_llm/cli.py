@@ -47,6 +47,10 @@ from simpy_llm.config import Scenario, ScenarioError
 from simpy_llm.loading import load_plugins, load_scenario
 from simpy_llm.metrics.results import rate_lines
 
+# Each subcommand imports what it runs, when it runs (the function-local imports below): the
+# command line starts fast whatever it does, and a run loads neither the observer, the
+# calibrator nor the explorer (tests/observe/emulate/test_isolation.py).
+
 if TYPE_CHECKING:
     from simpy_llm.metrics.summary import Summary
 

@@ -71,7 +71,9 @@ from simpy_llm.calibrate.scenario import apply_profile, replay_scenario, scenari
 from simpy_llm.calibrate.stats import METRICS, MetricComparison, compare_metric
 from simpy_llm.calibrate.timeseries import compare_series, sample_at, scrape_times, scraped_series
 from simpy_llm.config import Scenario, ScenarioError
+from simpy_llm.loading import scenario_to_dict
 from simpy_llm.serving.latency import LatencyModel
+from simpy_llm.simulation import Simulation
 from simpy_llm.workload.traces import (
     LLAMACPP_BLOCK_KEYS,
     SERVER_BLOCK_KEYS,
@@ -277,7 +279,6 @@ def _replay(
 ) -> tuple[pd.DataFrame, dict[int, list[float]], pd.DataFrame]:
     """:func:`simulate_trace`, and the replay's ``Results.timeseries()``: every replica's state at
     each of *sample_times_s* (:func:`~simpy_llm.calibrate.timeseries.sample_at`; empty without)."""
-    from simpy_llm.simulation import Simulation
 
     replay = replay_scenario(scenario, trace_csv, per_token=per_token)
     source = replay.workload.traces[0]
@@ -553,7 +554,6 @@ def _report(
     metrics: dict[str, MetricComparison],
     warm_up: dict[str, float],
 ) -> CalibrationReport:
-    from simpy_llm.loading import scenario_to_dict
 
     header = trace.header
     status = joined["status"].value_counts().to_dict()

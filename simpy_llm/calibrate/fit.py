@@ -105,12 +105,14 @@ from simpy_llm.calibrate.identify import Profile, Z, paired_t, profile_coefficie
 from simpy_llm.calibrate.ranges import range_limits, trace_range_values
 from simpy_llm.calibrate.scenario import (
     apply_profile,
+    replay_scenario,
     scenario_from_trace,
 )
 from simpy_llm.config import Scenario, ScenarioError
 from simpy_llm.config.profile import check_profile, load_profile
 from simpy_llm.config.validators import MAX_COEFFICIENT_US
 from simpy_llm.serving.batch_table import BatchTableLatency
+from simpy_llm.simulation import Simulation
 from simpy_llm.workload.traces import read_trace_v2, trace_v2_paths
 
 __all__ = ["FitResult", "direct_estimate", "fit", "server_counters", "write_profile"]
@@ -1007,8 +1009,6 @@ def server_counters(header: Mapping[str, Any], directory: Path) -> dict[str, flo
 
 def _replay_steps(scenario: Scenario, csv_path: str, model: BatchTableLatency) -> int:
     """Engine steps the replay of the trace runs with *model*."""
-    from simpy_llm.calibrate.scenario import replay_scenario
-    from simpy_llm.simulation import Simulation
 
     return int(Simulation(replay_scenario(scenario, csv_path), latency_model=model).run(progress=False).steps)
 

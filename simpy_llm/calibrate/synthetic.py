@@ -20,6 +20,7 @@ import numpy as np
 
 from simpy_llm.config import Scenario
 from simpy_llm.metrics.record import TRACE_COLUMNS
+from simpy_llm.simulation import Simulation
 from simpy_llm.workload.traces import OBSERVED_COLUMNS, V2_COLUMNS, emulated_server_block, write_trace_v2
 
 __all__ = ["simulated_observation"]
@@ -33,7 +34,6 @@ def simulated_observation(scenario: Scenario, path: Path | str, *, warm_up_reque
     (one event per engine step, so the run uses ``event_per_step``: same records);
     dropped requests are written with status ``error``. Returns the header and CSV paths.
     """
-    from simpy_llm.simulation import Simulation
 
     per_step = scenario.replace(**{"simulation.mode": "event_per_step"})
     times: dict[int, list[float]] = {}

@@ -22,6 +22,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+# Each subcommand imports what it runs, when it runs (the function-local imports below), so the
+# command line starts fast whatever it does.
+
 __all__ = ["HEADLINE_METRICS", "add_parser", "main", "parse_grid"]
 
 HEADLINE_METRICS = ("throughput.requests_per_s", "latency_s.ttft.p50", "latency_s.ttft.p99", "latency_s.e2e.p99")

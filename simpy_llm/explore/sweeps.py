@@ -92,11 +92,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from simpy_llm import __version__
 from simpy_llm.config import ScenarioError
 from simpy_llm.explore.search import RandomSearch
 from simpy_llm.loading import Overrides, load_plugins, load_scenario, ordered_overrides
 from simpy_llm.metrics.diagnostics import overload_judged
 from simpy_llm.metrics.summary import flatten_summary
+from simpy_llm.progress import progress_wanted, watched
 from simpy_llm.simulation import Simulation
 from simpy_llm.workload.checks import check_spec_files
 
@@ -1007,7 +1009,6 @@ class _Store:
     """A results directory: one JSON file per finished run, named by the run's key."""
 
     def __init__(self, results_dir: str | Path, scenario: Path, plugins: list[str]) -> None:
-        from simpy_llm import __version__
 
         self.dir = Path(results_dir)
         self.runs = self.dir / "runs"
@@ -1066,7 +1067,6 @@ def _progress_display(
 ) -> Iterator[Callable[[tuple[Any, ...], dict[str, Any], bool], None]]:
     """A callback ``show(point, row, loaded)`` counting finished runs: a rich bar for a
     watcher, one line per run on standard error for a log, or nothing."""
-    from simpy_llm.progress import progress_wanted, watched
 
     terminal, jupyter = watched()
     if not progress_wanted(setting, terminal=terminal, jupyter=jupyter, expected_requests=math.inf, min_requests=0):

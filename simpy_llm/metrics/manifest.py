@@ -12,6 +12,11 @@ import hashlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from simpy_llm.config.plain import scenario_to_dict
+from simpy_llm.serving.devices import profiles_path
+from simpy_llm.serving.profiles import profiles_dir
+from simpy_llm.speculative.curves import acceptance_model
+
 if TYPE_CHECKING:
     from simpy_llm.config.schema import Scenario
 
@@ -25,14 +30,12 @@ def _sha256(path: Path) -> str:
 def _named_file(key: str, value: str) -> Path | None:
     """The file a shipped name stands for under *key* (an acceptance curve, a device profile)."""
     if key in ("acceptance",):
-        from simpy_llm.speculative.curves import acceptance_model
 
         try:
             return Path(acceptance_model(value).path)
         except Exception:  # noqa: BLE001 - not a curve name: not an input file
             return None
     if key == "device":
-        from simpy_llm.serving.devices import profiles_path
 
         candidate = profiles_path() / f"{value}.yaml"
         return candidate if candidate.is_file() else None
@@ -41,7 +44,6 @@ def _named_file(key: str, value: str) -> Path | None:
 
 def _display(path: Path) -> str:
     """A shipped file relative to the folder holding ``profiles/``; any other as given."""
-    from simpy_llm.serving.latency import profiles_dir
 
     root = profiles_dir().resolve().parent
     try:
@@ -60,7 +62,6 @@ def input_files(scenario: Scenario) -> dict[str, dict[str, str]]:
     >>> sorted(files)[:1], len(next(iter(files.values()))["sha256"])
     (['serving.replica_groups[0].device'], 64)
     """
-    from simpy_llm.config.plain import scenario_to_dict
 
     found: dict[str, dict[str, str]] = {}
 

@@ -59,6 +59,7 @@ import attrs
 from simpy_llm.observe.loadgen import LoadRequest
 from simpy_llm.observe.prompts import PromptSource, SyntheticPrompts
 from simpy_llm.workload.sessions import open_session
+from simpy_llm.workload.sources import WorkloadSources, build_sources, spec_workload
 
 if TYPE_CHECKING:
     from simpy_llm.config.schema import Scenario, WorkloadConfig
@@ -78,7 +79,6 @@ _Key = tuple[int, int, int]
 
 def has_sessions(spec: Scenario | WorkloadConfig) -> bool:
     """True when some client of *spec* (a scenario's workload, or a bare workload spec) opens sessions."""
-    from simpy_llm.workload.sources import spec_workload
 
     workload, _seed = spec_workload(spec)
     return any(c.opens_sessions for c in workload.clients)
@@ -136,7 +136,6 @@ class Conversations:
     def __init__(
         self, spec: Scenario | WorkloadConfig | WorkloadSources, requests: list[LoadRequest], prompts: PromptSource | None = None
     ) -> None:
-        from simpy_llm.workload.sources import WorkloadSources, build_sources, spec_workload
 
         if isinstance(spec, WorkloadSources):
             sources = spec

@@ -57,6 +57,7 @@ from simpy_llm.config.validators import (
     optional,
 )
 from simpy_llm.serving.hardware import gpu_spec
+from simpy_llm.serving.profiles import profiles_dir
 
 __all__ = [
     "DEVICE_ROLES",
@@ -515,7 +516,6 @@ def device_profile_to_dict(profile: DeviceProfile) -> dict[str, Any]:
 
 def profiles_path() -> Path:
     """The folder of shipped device profiles, ``profiles_dir() / "devices"``."""
-    from simpy_llm.serving.latency import profiles_dir
 
     return profiles_dir() / "devices"
 

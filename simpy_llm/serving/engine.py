@@ -58,6 +58,7 @@ from simpy.events import Event
 
 from simpy_llm.entities import Request
 from simpy_llm.kernel import LATE, TimerAt, move_wait, succeed_at
+from simpy_llm.policies.scheduling import FirstComeFirstServed
 from simpy_llm.serving.kv_cache import PagedKVCache, blocks_for
 from simpy_llm.serving.prefix_cache import PrefixCache
 from simpy_llm.serving.slot_cache import SlotCache
@@ -203,7 +204,6 @@ class Replica:
         if token_listener is not None and fast:
             raise ValueError("a token_listener needs one event per step: fast=False (simulation.mode event_per_step)")
         if scheduler is None:
-            from simpy_llm.policies.scheduling import FirstComeFirstServed
 
             scheduler = FirstComeFirstServed()
         self.env = env

@@ -14,6 +14,7 @@ import numpy as np
 
 from simpy_llm.workload.distributions import SamplingError
 from simpy_llm.workload.generator import merge_sources, sampling_scenario_error
+from simpy_llm.workload.sources import build_sources, spec_workload
 from simpy_llm.workload.traces import V2_COLUMNS
 
 if TYPE_CHECKING:
@@ -73,7 +74,6 @@ def generate_requests(spec: Scenario | WorkloadConfig) -> pd.DataFrame:
     """
     import pandas as pd
 
-    from simpy_llm.workload.sources import build_sources, spec_workload
 
     wl, seed = spec_workload(spec)
     sources = build_sources(wl, default_seed=seed, key_prefix="" if wl is spec else "workload.", stacklevel=2)

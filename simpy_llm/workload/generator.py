@@ -28,10 +28,12 @@ import numpy as np
 import simpy
 
 from simpy_llm.config.errors import ScenarioError
+from simpy_llm.config.schema import WorkloadConfig
 from simpy_llm.config.validators import MAX_ITEMS_PER_REQUEST, MAX_PRIORITY
 from simpy_llm.entities import Request
 from simpy_llm.workload.distributions import Draws, SamplingError, draw_tokens, to_tokens
 from simpy_llm.workload.prefix import PREFIX_BLOCK_TOKENS, prefix_blocks
+from simpy_llm.workload.workflows import Workflow
 
 if TYPE_CHECKING:
     from simpy.events import Event
@@ -144,8 +146,6 @@ class ClientSource:
             "slo_class": client.slo_class,
             "streaming": client.streaming >= 0.5,
         }
-        from simpy_llm.workload.workflows import Workflow
-
         self.workflow = Workflow.of_client(client)
         """The workflow its sessions run (None: its requests are single)."""
         root = client.agentic.root if client.agentic is not None else None
@@ -398,8 +398,6 @@ def sampling_scenario_error(
     ``workload.servegen_data`` with the client named. The error's source is the
     scenario's name (``<workload spec>`` for a bare workload spec).
     """
-    from simpy_llm.config.schema import WorkloadConfig
-
     if isinstance(scenario, WorkloadConfig):
         workload, prefix, source = scenario, "", "<workload spec>"
     else:

@@ -38,8 +38,10 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from simpy_llm.config.errors import ScenarioWarning
+from simpy_llm.config.schema import Scenario, WorkloadConfig
 from simpy_llm.rng import RandomStreams
 from simpy_llm.workload.generator import ClientSource
+from simpy_llm.workload.servegen import load_servegen
 
 if TYPE_CHECKING:
     from simpy_llm.config.schema import ClientConfig, Scenario, TraceSource, WorkloadConfig
@@ -68,7 +70,6 @@ def spec_workload(spec: Scenario | WorkloadConfig) -> tuple[WorkloadConfig, int]
     >>> len(wl.clients), seed
     (2, 42)
     """
-    from simpy_llm.config.schema import Scenario, WorkloadConfig
 
     if isinstance(spec, Scenario):
         return spec.workload, workload_seed(spec.workload, spec.seed)
@@ -191,7 +192,6 @@ def _client_sources(workload: WorkloadConfig, streams: RandomStreams, key_prefix
     if workload.clients:
         groups.append((workload.clients, workload.aggregate_rate or 0.0))
     if workload.servegen_data is not None:
-        from simpy_llm.workload.servegen import load_servegen
 
         servegen_clients, rate = load_servegen(workload.servegen_data)
         groups.append((tuple(servegen_clients), rate))

@@ -16,6 +16,8 @@ import attrs
 import numpy as np
 
 from simpy_llm.explore.capacity.criteria import SloCriterion, StabilityCriteria
+from simpy_llm.loading import apply_overrides, load_scenario, scenario_from_dict
+from simpy_llm.simulation import Simulation
 
 if TYPE_CHECKING:
     from simpy_llm.config.schema import Scenario
@@ -223,7 +225,6 @@ def _window(
 
 def _build(scenario: Any, overrides: Mapping[str, Any]) -> Scenario:
     """The scenario (a YAML path or plain data) with *overrides* applied, validated."""
-    from simpy_llm.loading import apply_overrides, load_scenario, scenario_from_dict
 
     if isinstance(scenario, Mapping):
         return scenario_from_dict(apply_overrides(dict(scenario), dict(overrides)))
@@ -392,7 +393,6 @@ def _run_probe(
     criteria: StabilityCriteria,
 ) -> Probe:
     """Simulate one setting and judge it."""
-    from simpy_llm.simulation import Simulation
 
     sim = Simulation(_build(scenario, overrides))
     bound = window.prune_bound(criteria, load)

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, cast
 import attrs
 from aiohttp import web
 
+from simpy_llm.config.errors import ScenarioError
 from simpy_llm.config.schema import TraceSource, WorkloadConfig
 from simpy_llm.entities import Request
 from simpy_llm.observe.emulate.clock import RealtimeDriver
@@ -183,7 +184,6 @@ class EmulatedServer:
     ) -> None:
         batch_groups = [g.name for g in scenario.serving.groups() if g.batch_server is not None]
         if batch_groups:
-            from simpy_llm.config.errors import ScenarioError
 
             raise ScenarioError(
                 scenario.name or "<scenario>",
@@ -191,7 +191,6 @@ class EmulatedServer:
                              f"request-level batch servers ({', '.join(batch_groups)}) return whole responses")],
             )
         if scenario.serving.disaggregation is not None:
-            from simpy_llm.config.errors import ScenarioError
 
             raise ScenarioError(
                 scenario.name or "<scenario>",

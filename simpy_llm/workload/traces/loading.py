@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from simpy_llm.config.errors import ScenarioError
+from simpy_llm.config.plain import scenario_to_dict
 from simpy_llm.workload.traces.columns import _KINDS, _REQUIRED, Trace, _is_int, _Problems, _require_columns
 from simpy_llm.workload.traces.imported import (
     _ARRIVAL_FIELDS,
@@ -408,7 +409,6 @@ def emulated_server_block(scenario: Any, model: str) -> dict[str, Any]:
     value), ``replicas``, the whole ``serving`` section (as ``scenario_to_dict`` writes it),
     ``seed`` and ``simulation_mode``: with them a scenario rebuilds the serving system exactly.
     """
-    from simpy_llm.config.plain import scenario_to_dict
 
     groups = scenario.serving.groups()
     out: dict[str, Any] = {"type": "emulated", "model": model, "scenario": scenario.name}

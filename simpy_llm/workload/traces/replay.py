@@ -15,7 +15,7 @@ import numpy as np
 
 from simpy_llm.config.errors import ScenarioError
 from simpy_llm.metrics.record import TRACE_COLUMNS
-from simpy_llm.workload.prefix import PREFIX_BLOCK_TOKENS, namespaced_blocks
+from simpy_llm.workload.prefix import PREFIX_BLOCK_TOKENS, namespaced_blocks, prefix_blocks
 from simpy_llm.workload.traces.columns import Trace
 from simpy_llm.workload.traces.loading import _stem
 
@@ -100,7 +100,6 @@ def _prefix_groups(header: Mapping[str, Any], source: TraceSource | None) -> dic
     """The request fields that give each prefix group of the header's ``prefix_groups``
     (``{group: prefix tokens}``, written by the observer) its shared prefix: the same
     synthetic stream a client of that group has in a simulation with the header's ``seed``."""
-    from simpy_llm.workload.prefix import prefix_blocks
 
     groups = header.get("prefix_groups") or {}
     where = str(source.path) if source is not None else "<trace>"
