@@ -66,13 +66,15 @@ import math
 import numbers
 import reprlib
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
-import networkx as nx
 
 from simpy_llm.config.errors import FieldValueError
 from simpy_llm.config.validators import MAX_BANDWIDTH_MBPS, MAX_REPLICAS, MAX_TIME_S
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = [
     "MAX_COMPLETE_ENDPOINTS",
@@ -183,6 +185,7 @@ class Topology:
 
     Examples
     --------
+    >>> import networkx as nx
     >>> g = nx.Graph()
     >>> g.add_edge("a", "b", latency_s=0.001, bandwidth_bytes_per_s=1e9)
     >>> Topology(g).path("b", "a")
@@ -190,6 +193,8 @@ class Topology:
     """
 
     def __init__(self, graph: nx.Graph, endpoints: Iterable[str] | None = None) -> None:
+        import networkx as nx  # loaded when a topology is built: networkx takes ~0.2 s to import
+
         if not isinstance(graph, nx.Graph) or graph.is_directed() or graph.is_multigraph():
             raise ValueError(f"graph must be an undirected networkx.Graph (not a multigraph), got {type(graph).__name__}")
         for node in graph.nodes:
@@ -314,6 +319,8 @@ class Topology:
         """Least-latency distances from *source* (exact, in latency units); the DAG of
         least-latency, fewest-link predecessors (each with its edge's bandwidth); and each
         node's largest bottleneck over that DAG."""
+        import networkx as nx  # loaded when a topology is built: networkx takes ~0.2 s to import
+
         units = self._units
         dist = nx.single_source_dijkstra_path_length(
             self._graph, source, weight=lambda _u, _v, data: units[data["latency_s"]]
@@ -406,6 +413,8 @@ class Topology:
         ...
         simpy_llm.config.errors.FieldValueError: links[0].rtt: unknown key; allowed: src, dst, rtt_ms, bandwidth_mbps
         """
+        import networkx as nx  # loaded when a topology is built: networkx takes ~0.2 s to import
+
         if isinstance(links, (str, bytes, Mapping)) or not isinstance(links, Sequence):
             raise FieldValueError("links", f"must be a list of {{src, dst, rtt_ms, bandwidth_mbps}}, got {reprlib.repr(links)}")
         if not links:
@@ -451,6 +460,8 @@ class Topology:
         >>> t.path("c", "a")
         Path(latency_s=0.0001, bandwidth_bytes_per_s=inf, hops=('c', 'a'))
         """
+        import networkx as nx  # loaded when a topology is built: networkx takes ~0.2 s to import
+
         names = _endpoint_names(endpoints)
         if len(names) > MAX_COMPLETE_ENDPOINTS:
             raise FieldValueError(
@@ -522,6 +533,8 @@ class Topology:
         ...
         simpy_llm.config.errors.FieldValueError: attach.b: must be a leaf index in [0, 1], got 2
         """
+        import networkx as nx  # loaded when a topology is built: networkx takes ~0.2 s to import
+
         names = _endpoint_names(endpoints)
         spines = _count(spine_count, "spine_count", MAX_FABRIC_SWITCHES)
         leaves = _count(leaf_count, "leaf_count", MAX_FABRIC_SWITCHES)
