@@ -7,8 +7,9 @@ asks the request's :class:`GammaPolicy` for ``next_gamma(state)``, an integer in
 A policy never touches SimPy; one that needs memory keeps it in its own fields.
 
 Built-ins (``kind:`` under a scenario's γ policy): ``static``, ``backpressure``,
-``acceptance_backoff``, ``specpp`` and ``latency_head``; each class's docstring
-states its exact rule, and its fields are its ``params:`` (with units and defaults).
+``acceptance_backoff``, ``specpp``, ``latency_head``, ``pid`` and ``bandit``; each
+class's docstring states its exact rule, and its fields are its ``params:`` (with
+units and defaults).
 
 A custom policy registers with the same decorator as the built-ins:
 
@@ -47,8 +48,10 @@ __all__ = [
     "GammaPolicy",
     "GammaState",
     "LatencyHead",
+    "PidGamma",
     "SpecPlusPlus",
     "StaticGamma",
+    "UcbBandit",
     "clamp_gamma",
     "gamma_policies",
 ]
@@ -464,3 +467,190 @@ class LatencyHead:
             return clamp_gamma(1, state)
         rounded = math.floor(s + 0.5) if math.isfinite(s) else (state.k_max if s > 0 else state.k_min)
         return clamp_gamma(max(2, rounded), state)
+
+
+@gamma_policies.register("pid")
+@attrs.define
+class PidGamma:
+    """Discrete PID controller driving the rounds' acceptance ratio to a setpoint (seed 003 §4
+    ``controller: pid``, §5.5 "Adaptive k & depth").
+
+    The measured signal is the last round's acceptance ratio ``r = accepted_last /
+    proposed_last``, the quantity :class:`AcceptanceBackoff` reads. A ratio above the
+    setpoint says drafts are cheap to extend, so γ grows; one below says they are being
+    wasted, so it shrinks. Since later draft positions are accepted less often, a longer γ
+    lowers the ratio: the loop is a negative feedback.
+
+    Each call that follows a round (``proposed_last > 0``) is one step ``t = 1, 2, ...`` of
+    the controller, with one round as its time unit::
+
+        e_t = r_t - setpoint
+        I_t = clamp(I_{t-1} + e_t, -integral_limit, integral_limit)     I_0 = 0
+        D_t = e_t - e_{t-1}                                              D_1 = 0
+        u_t = default_gamma + kp e_t + ki I_t + kd D_t
+        γ_t = floor(u_t + 0.5), clamped to [k_min, k_max]
+
+    The clamp on ``I`` is the anti-windup: while γ sits at a bound the error keeps one sign,
+    and an unclamped sum would hold γ there long after the error turned. A call without a
+    round (``proposed_last == 0``: before the first) is not a step and answers the last
+    step's γ (``default_gamma`` before any). The policy keeps per-instance state (one
+    instance per request, as the mechanism builds them).
+
+    Examples
+    --------
+    Every draft accepted up to γ = 3, none beyond (ratio 1 up to 3, then ``3 / γ``); the
+    setpoint 0.6 is met at γ = 5 only, where the controller comes to rest:
+
+    >>> pid = PidGamma(setpoint=0.6, kp=1.0, ki=1.0, default_gamma=2)
+    >>> gamma, chosen = 2, []
+    >>> for _ in range(16):
+    ...     gamma = pid.next_gamma(GammaState(gamma=gamma, k_min=1, k_max=6, accepted_last=min(gamma, 3), proposed_last=gamma))
+    ...     chosen.append(gamma)
+    >>> chosen
+    [3, 3, 4, 4, 4, 4, 4, 4, 4, 4, 5, 4, 5, 5, 5, 5]
+    >>> round(pid.integral, 2)  # 3 x 0.4 + 9 x 0.15: at zero error, u = 2 + 2.55 rounds to 5
+    2.55
+    """
+
+    reads_position_probabilities: ClassVar[bool] = False
+    """The rule never reads ``state.position_probabilities`` (the mechanism may leave it empty)."""
+
+    setpoint: float = attrs.field(default=0.7, validator=in_range(0.0, 1.0))
+    """Acceptance ratio the controller drives the rounds to, 0..1."""
+    kp: float = attrs.field(default=2.0, validator=at_least(0))
+    """Proportional gain, tokens per unit of acceptance-ratio error (>= 0)."""
+    ki: float = attrs.field(default=0.5, validator=at_least(0))
+    """Integral gain, tokens per unit of error summed over rounds (>= 0)."""
+    kd: float = attrs.field(default=0.0, validator=at_least(0))
+    """Derivative gain, tokens per unit of change of the error from one round to the next (>= 0)."""
+    integral_limit: float = attrs.field(default=8.0, validator=greater_than(0.0))
+    """Bound on the magnitude of the error sum ``I`` (anti-windup), error x rounds (> 0)."""
+    default_gamma: int = attrs.field(default=4, validator=at_least(1))
+    """γ before the first round, and the controller's operating point (``u`` at zero error and
+    zero integral), tokens."""
+    _integral: float = attrs.field(default=0.0, init=False, repr=False)
+    _error: float | None = attrs.field(default=None, init=False, repr=False)
+    _output: float = attrs.field(default=0.0, init=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._output = float(self.default_gamma)
+
+    @property
+    def integral(self) -> float:
+        """The error sum ``I`` after the last step (0 before the first)."""
+        return self._integral
+
+    def next_gamma(self, state: GammaState) -> int:
+        proposed = state.proposed_last
+        if proposed:
+            error = state.accepted_last / proposed - self.setpoint
+            limit = self.integral_limit
+            integral = self._integral + error
+            integral = (integral if integral < limit else limit) if integral > -limit else -limit
+            previous = self._error
+            derivative = 0.0 if previous is None else error - previous
+            self._integral, self._error = integral, error
+            self._output = self.default_gamma + self.kp * error + self.ki * integral + self.kd * derivative
+        return clamp_gamma(math.floor(self._output + 0.5), state)
+
+
+@gamma_policies.register("bandit")
+@attrs.define
+class UcbBandit:
+    """UCB1 bandit over the γ arms ``k_min .. k_max`` (seed 003 §4 ``controller: bandit``).
+
+    Each call first credits the round just ended to the arm that chose it, then picks the
+    next arm. **Reward**: the round's tokens per second of round time, as a share of the
+    highest rate any arm could reach at the same telemetry. With ``d = draft_step_s`` and
+    ``c = rtt_s + verify_queue_wait_s + verify_step_s`` (the state's figures when the round
+    is credited), a round of γ drafts takes ``T(γ) = γ d + c``, adds ``accepted_last + 1``
+    tokens, and has reward::
+
+        reward = (accepted_last + 1) / T(γ) / max((k_min + 1) / T(k_min), (k_max + 1) / T(k_max))
+
+    ``(γ + 1) / T(γ)`` is monotone in γ, so the denominator bounds every arm's rate and the
+    reward lies in [0, 1], as UCB1 assumes; at fixed telemetry, ordering arms by mean
+    reward orders them by tokens per second. A round is credited only when it ran the γ
+    chosen (``proposed_last`` equal to it: a round the mechanism cut short at the end of
+    the answer is no pull of that arm) and took time (``T(γ) > 0``).
+
+    **Choice** (Auer, Cesa-Bianchi and Fischer, 2002): every arm not yet credited, smallest
+    γ first; then the arm of largest ``mean_a + exploration x sqrt(2 ln n / n_a)``, with
+    ``n_a`` the arm's credited rounds, ``mean_a`` their mean reward and ``n`` all credited
+    rounds; ties go to the smaller γ. ``exploration = 1`` is UCB1 as published; smaller
+    values settle sooner (0: greedy once each arm was tried). No random draw: the same
+    rounds give the same choices.
+
+    The arms are those of the first state seen; a state with other bounds starts them
+    afresh. The policy keeps per-instance state (one instance per request, as the mechanism
+    builds them, so a request learns from its own rounds only).
+
+    Examples
+    --------
+    Drafting 10 ms a token, 20 ms of round trip and verify, drafts accepted up to γ = 2
+    and none beyond: rates 2/30, 3/40 and 3/50 tokens per ms, so γ = 2 is best. After one
+    round of each arm (1, 2, 3) the greedy bandit keeps to it:
+
+    >>> bandit = UcbBandit(exploration=0.0)
+    >>> gamma, chosen = 0, []
+    >>> for _ in range(6):
+    ...     gamma = bandit.next_gamma(GammaState(gamma=gamma, k_min=1, k_max=3, accepted_last=min(gamma, 2),
+    ...         proposed_last=gamma, draft_step_s=0.01, rtt_s=0.015, verify_step_s=0.005))
+    ...     chosen.append(gamma)
+    >>> chosen, bandit.pulls
+    ([1, 2, 3, 2, 2, 2], (1, 3, 1))
+    """
+
+    reads_position_probabilities: ClassVar[bool] = False
+    """The rule never reads ``state.position_probabilities`` (the mechanism may leave it empty)."""
+
+    exploration: float = attrs.field(default=1.0, validator=at_least(0))
+    """Weight ``c`` of the confidence term ``c sqrt(2 ln n / n_a)`` (>= 0; 1: UCB1 as published)."""
+    _k_min: int = attrs.field(default=0, init=False, repr=False)
+    _k_max: int = attrs.field(default=0, init=False, repr=False)
+    _counts: list[int] = attrs.field(factory=list, init=False, repr=False)
+    _sums: list[float] = attrs.field(factory=list, init=False, repr=False)
+    _credited: int = attrs.field(default=0, init=False, repr=False)
+    _pending: int = attrs.field(default=0, init=False, repr=False)
+
+    @property
+    def pulls(self) -> tuple[int, ...]:
+        """Credited rounds per arm, γ = k_min first (empty before the first call)."""
+        return tuple(self._counts)
+
+    @property
+    def mean_rewards(self) -> tuple[float, ...]:
+        """Mean reward per arm, γ = k_min first (NaN for an arm never credited)."""
+        return tuple(s / n if n else math.nan for s, n in zip(self._sums, self._counts, strict=True))
+
+    def next_gamma(self, state: GammaState) -> int:
+        k_min, k_max = state.k_min, state.k_max
+        if k_min != self._k_min or k_max != self._k_max:  # the first call (or other bounds): fresh arms
+            self._k_min, self._k_max = k_min, k_max
+            self._counts = [0] * (k_max - k_min + 1)
+            self._sums = [0.0] * (k_max - k_min + 1)
+            self._credited = self._pending = 0
+        counts, sums = self._counts, self._sums
+        pending = self._pending
+        if pending and state.proposed_last == pending:
+            step = state.draft_step_s
+            fixed = state.rtt_s + state.verify_queue_wait_s + state.verify_step_s
+            round_s = pending * step + fixed
+            if round_s > 0.0:  # then T(k_min) > 0 too (k_min >= 1): the ceiling is finite
+                low, high = (k_min + 1) / (k_min * step + fixed), (k_max + 1) / (k_max * step + fixed)
+                arm = pending - k_min
+                counts[arm] += 1
+                sums[arm] += (state.accepted_last + 1) / round_s / (low if low > high else high)
+                self._credited += 1
+        if 0 in counts:
+            arm = counts.index(0)
+        else:
+            scale = 2.0 * math.log(self._credited)
+            c = self.exploration
+            arm, best = 0, -math.inf
+            for i, n in enumerate(counts):
+                index = sums[i] / n + c * math.sqrt(scale / n)
+                if index > best:
+                    arm, best = i, index
+        self._pending = k_min + arm
+        return self._pending

@@ -18,8 +18,10 @@ from simpy_llm.policies.gamma import (
     Backpressure,
     GammaState,
     LatencyHead,
+    PidGamma,
     SpecPlusPlus,
     StaticGamma,
+    UcbBandit,
     gamma_policies,
 )
 
@@ -194,11 +196,13 @@ BUILT_INS = {
     "acceptance_backoff": ({"low": 0.4, "high": 0.8}, AcceptanceBackoff),
     "specpp": ({"threshold": 0.2}, SpecPlusPlus),
     "latency_head": ({"weights": [0, 0, -8, 0, 0, 0, 0, 0], "bias": 6, "history": 2, "smoothing": 1.0}, LatencyHead),
+    "pid": ({"setpoint": 0.6, "kp": 1.5, "ki": 0.25}, PidGamma),
+    "bandit": ({"exploration": 0.3}, UcbBandit),
 }
 
 
 def test_registry_lists_the_built_ins() -> None:
-    """The registry holds exactly the five built-in γ policies."""
+    """The registry holds exactly the seven built-in γ policies."""
     assert gamma_policies.names() == sorted(BUILT_INS)
 
 
