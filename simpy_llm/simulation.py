@@ -565,7 +565,7 @@ class Simulation:
         """KV bytes per token on the wire: *given*, or the prefill pool's model over all its GPUs."""
         if given is not None:
             return given
-        hardware = getattr(self.plans[prefill_index].latency, "hardware", None)
+        hardware = self.plans[prefill_index].latency.hardware
         if hardware is None:
             raise ScenarioError(
                 f"scenario {self.scenario.name!r}" if self.scenario.name else "<scenario>",

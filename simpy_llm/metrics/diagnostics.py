@@ -278,7 +278,7 @@ def _mean_context_tokens(results: Results) -> float:
 
 
 def _decode_step_s(latency: Any, batch: int, context_tokens: float) -> float:
-    if getattr(latency, "uses_context", False):
+    if latency.uses_context:
         return float(latency.step_time_s(0, batch, decode_context_tokens=round(batch * context_tokens)))
     return float(latency.step_time_s(0, batch))
 
@@ -327,7 +327,7 @@ def latency_model_oddities(results: Results, plans: Sequence[ReplicaPlan]) -> li
         seen.add(plan.group)
         latency = plan.latency
         one_step_s = _decode_step_s(latency, 1, context)
-        hardware = getattr(latency, "hardware", None)
+        hardware = latency.hardware
         if hardware is not None:
             weight_s = _weight_read_s(hardware)
             if one_step_s < STEP_FLOOR_SHARE * weight_s:
@@ -352,7 +352,7 @@ def latency_model_oddities(results: Results, plans: Sequence[ReplicaPlan]) -> li
                         },
                     )
                 )
-        overhead_s = float(getattr(latency, "output_token_overhead_s", 0.0))
+        overhead_s = float(latency.output_token_overhead_s)
         if overhead_s > 0:
             b = max(1, round(batch))
             step_s = _decode_step_s(latency, b, context)

@@ -66,7 +66,7 @@ def resolve_engine(engine: EngineConfig, latency: Any) -> EngineConfig:
         Naming the engine key that needs hardware the latency model does not describe.
     """
     changes: dict[str, Any] = {}
-    hardware = getattr(latency, "hardware", None)
+    hardware = latency.hardware
 
     def need_hardware(key: str, what: str) -> Any:
         if hardware is None:
@@ -102,7 +102,7 @@ def resolve_engine(engine: EngineConfig, latency: Any) -> EngineConfig:
 def mean_step_time_s(latency: Any) -> Any:
     """*latency*'s step time without drawing: its ``mean_step_time_s`` when it samples step
     times (a LUT with ``tail: sampled``), else its ``step_time_s``."""
-    return getattr(latency, "mean_step_time_s", latency.step_time_s)
+    return latency.mean_step_time_s
 
 
 def _capacity(group: ReplicaGroupConfig, latency: Any) -> float:
@@ -145,7 +145,7 @@ def plan_fleet(serving: ServingConfig, latency_override: Any = None, streams: An
                 device, engine = _on_device(group.device, engine, latency)
             except FieldValueError as exc:
                 raise FieldValueError(f"{prefix}{exc.field}", exc.message) from None
-        hardware = getattr(latency, "hardware", None)
+        hardware = latency.hardware
         try:
             load_s = _load_time_s(group, device, hardware)
         except FieldValueError as exc:
@@ -180,7 +180,7 @@ def _on_device(name: str, engine: EngineConfig, latency: Any) -> tuple[Any, Engi
         Naming ``device`` or ``engine.kv_num_blocks``.
     """
     device = device_profile(name)
-    hardware = getattr(latency, "hardware", None)
+    hardware = latency.hardware
     if hardware is not None:
         if device.gpu is not None and device.gpu != hardware.gpu.name:
             raise FieldValueError("device", f"{device.id!r} is a {device.gpu}, but the latency model runs on {hardware.gpu.name}")
@@ -241,6 +241,7 @@ def _batch_server_plan(group: ReplicaGroupConfig, latency_override: Any, streams
     assert config is not None  # only batch-server groups are planned here
     if group.latency_model is not None:
         latency = latency_override or build_policy(group.latency_model, latency_models, **_rng(group, streams))
+        _check_contract(latency)
         if capacity is None:  # in the continuous engines' unit: decode tokens per second of a full batch
             if config.batch_size is not None:
                 n = config.batch_size

@@ -81,7 +81,7 @@ def verify_pass_s(latency: Any, contexts: list[int], verified: list[int]) -> flo
     >>> verify_pass_s(BlisLinearLatency(beta0_us=5000.0, beta2_us=100.0), [512, 512], [4, 3])
     0.0059
     """
-    return _pass_time_s(getattr(latency, "verify_time_s", None), getattr(latency, "uses_context", False), latency.step_time_s, contexts, verified)
+    return _pass_time_s(latency.verify_time_s, latency.uses_context, latency.step_time_s, contexts, verified)
 
 
 def _pass_time_s(
@@ -108,8 +108,8 @@ def _pass_timer(latency: Any) -> Callable[[list[int], list[int]], float]:
     """:func:`verify_pass_s` on *latency* as a server calls it every pass and round: the model's
     optional capabilities read once, and a model that has no verify table and ignores the
     context times ``sum(v + 1)`` decode tokens directly."""
-    from_table = getattr(latency, "verify_time_s", None)
-    uses_context = getattr(latency, "uses_context", False)
+    from_table = latency.verify_time_s
+    uses_context = latency.uses_context
     step_time_s = latency.step_time_s
     if from_table is None and not uses_context:
         return lambda contexts, verified: step_time_s(0, sum(verified) + len(verified))
@@ -260,9 +260,9 @@ class VerifyServer:
         self._kv_since = 0.0
         self._pass_start = math.nan
         # Optional capabilities of the latency model (absent: none), read once.
-        self._output_overhead_s = float(getattr(latency, "output_token_overhead_s", 0.0))
-        self._queueing = getattr(latency, "queueing_time_s", None)
-        self._uses_context = getattr(latency, "uses_context", False)
+        self._output_overhead_s = float(latency.output_token_overhead_s)
+        self._queueing = latency.queueing_time_s
+        self._uses_context = latency.uses_context
         inbox.connect(self.arrive)
 
     # ------------------------------------------------------------------ views
@@ -294,7 +294,7 @@ class VerifyServer:
             self.abort(req, "max_model_len" if limit is not None and req.prompt_tokens + req.output_tokens > limit else "kv_capacity")
             self.send_verdict(req, 0)
             return
-        delay = self._queueing(req.prompt_tokens) if self._queueing is not None else 0.0
+        delay = self._queueing(req.prompt_tokens)
         self.queued_prompt_tokens += req.prompt_tokens
         if delay > 0.0:
             self.env.timeout(delay).callbacks.append(functools.partial(self._enqueue_prefill, req))

@@ -15,7 +15,7 @@ import simpy
 from simpy_llm import scenario_from_dict
 from simpy_llm.entities import Request
 from simpy_llm.metrics.recorder import Recorder
-from simpy_llm.serving.latency import BlisLinearLatency
+from simpy_llm.serving.latency import BlisLinearLatency, LatencyModelBase
 from simpy_llm.speculative.verify import VerifyServer, _pass_timer, verify_pass_s
 from simpy_llm.wire import Wire
 from tests.spec_helpers import flat_curve, spec_scenario
@@ -35,10 +35,14 @@ def blis() -> BlisLinearLatency:
     return BlisLinearLatency(beta0_us=5000.0, beta2_us=100.0)
 
 
-class ContextLatency:
+class ContextLatency(LatencyModelBase):
     """A latency model reading attention context: records each call's arguments."""
 
     uses_context = True
+    output_token_overhead_s = 0.0
+
+    def queueing_time_s(self, prompt_tokens: int) -> float:
+        return 0.0
 
     def __init__(self) -> None:
         self.calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
