@@ -31,6 +31,8 @@ REAL_SERVER_MODULES = (
 DOCTESTS_NEEDING: dict[str, tuple[str, tuple[str, ...]]] = {
     # server_block() reads llama.cpp's own defaults from xllamacpp.CommonParams().
     "simpy_llm.observe.llamacpp.LlamaCppConfig.server_block": ("real-server", ("xllamacpp",)),
+    # Training a regressor fits a scikit-learn model.
+    "simpy_llm.speculative.regressor.train_acceptance_regressor": ("learn", ("sklearn",)),
 }
 """Doctest name -> (the extra, the top-level modules its example imports)."""
 

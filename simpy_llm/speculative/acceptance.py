@@ -35,6 +35,41 @@ Every row of every curve has the same length, ``k_max``. Unknown keys and every
 other violation raise :class:`~simpy_llm.config.errors.ScenarioError` naming the
 file and each key path (e.g. ``curves[0].acceptance[1][2]``).
 
+Bins with tails (seed 003 §5.4's own format)
+--------------------------------------------
+A file with ``bins`` instead of ``curves`` gives each position's mean and, optionally,
+the 95th percentile of its per-round probability::
+
+    method: eagle                 # required, one of METHODS (recorded)
+    source: "SpecBench24"         # required, non-blank text
+    interpolation: linear         # optional: log_linear (default) or linear, in context_len
+    draw: beta                    # optional: mean (default) or beta
+    bins:                         # required, non-empty, increasing (temperature, context_len)
+      - context_len: 128          # required, whole number in [1, 2**24]
+        temperature: 0.7          # optional: in every bin or in none
+        acceptance:               # k=N: {mean, p95}; the same positions in every bin, k=1 among them
+          k=1: {mean: 0.92, p95: 0.98}
+          k=2: {mean: 0.85, p95: 0.93}
+          k=4: {mean: 0.72, p95: 0.88}
+
+``name`` (default: the file name without ``.yaml``), ``drafter``, ``verifier``,
+``illustrative`` and ``notes`` are optional provenance. ``k=N`` is position ``N``'s
+conditional acceptance, as a curve row's ``p_N``; a position between two given ones
+(``k=3`` above) gets the linear interpolation of their ``mean`` and ``p95``, and
+``k_max`` is the largest ``N``. ``p95`` is given for every position or for none.
+
+``draw`` says how a round's acceptance is drawn. ``mean``: every round uses the
+means, exactly as a ``curves`` file does (``p95``, when given, is kept on
+:attr:`AcceptanceCurve.p95`, not simulated). ``beta``: each round draws its own
+probabilities: one uniform ``v`` per round, shared by its positions, and position
+``i`` gets the ``v``-quantile ``q_i(v)`` of the Beta distribution with the position's
+mean and 95th percentile (:func:`fit_beta`). Rounds are independent, so a round's
+accepted count has the law of the mixture over ``v``:
+:meth:`AcceptanceModel.position_probabilities` gives its conditional probabilities
+``S_i / S_{i-1}``, ``S_i = E[q_1(v) ... q_i(v)]``, and every method built on them
+(expected tokens, the count's law, sampling) follows. ``docs/speculative.md`` ("The
+acceptance pipeline") says why the positions share ``v``.
+
 ``method``, ``drafter``, ``verifier``, ``source``, ``illustrative`` and ``notes``
 are provenance: kept on the :class:`AcceptanceModel`, not read by its
 computations. Every method is modelled the same way: a chain of ``k`` drafts
@@ -44,10 +79,15 @@ Interpolation
 -------------
 * **context length**: linear in ``log(context_len)`` between neighbouring grid
   points; clamped (the end row) below the first and above the last grid point; a
-  one-point grid is constant. A grid point returns its row exactly.
+  one-point grid is constant. A grid point returns its row exactly. A bins file with
+  ``interpolation: linear`` is linear in ``context_len`` instead.
 * **temperature**: linear in temperature between the two neighbouring curves
   (each first read at the context length), clamped outside the range.
   ``temperature=None`` is allowed only for a file with a single curve.
+* with ``draw: beta``, the same weights apply to the neighbours' quantiles at the
+  round's ``v``: between grid points a round's probability is the weighted mean of the
+  neighbours' ``v``-quantiles, whose mean and 95th percentile are the interpolated
+  mean and ``p95``.
 
 Examples
 --------
@@ -64,8 +104,11 @@ Examples
 from __future__ import annotations
 
 import bisect
+import functools
+import itertools
 import math
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -79,10 +122,13 @@ from simpy_llm.config.validators import MAX_TOKENS
 from simpy_llm.serving.latency import profiles_dir
 
 __all__ = [
+    "DRAWS",
+    "INTERPOLATIONS",
     "METHODS",
     "AcceptanceCurve",
     "AcceptanceModel",
     "acceptance_from_dict",
+    "fit_beta",
     "load_acceptance",
 ]
 
@@ -98,6 +144,20 @@ _TOP_KEYS = ("name", "drafter", "verifier", "method", "source", "illustrative", 
 _REQUIRED_TOP = ("name", "drafter", "verifier", "method", "source", "curves")
 _CURVE_KEYS = ("temperature", "context_len", "acceptance")
 _MAX_PROBLEMS = 25
+DRAWS = ("mean", "beta")
+"""How a round draws its acceptance (module docstring): ``mean``, the means every round;
+``beta``, per round a quantile of each position's Beta (:func:`fit_beta`)."""
+INTERPOLATIONS = ("log_linear", "linear")
+"""How a curve is read between grid contexts: linear in ``log(context_len)`` or in ``context_len``."""
+TAIL_QUANTILE = 0.95
+"""The quantile a bins file's ``p95`` gives."""
+STRATA = 1024
+"""Strata of a round's quantile ``v`` over which ``draw: beta`` averages (finer towards 0 and 1)."""
+_BIN_TOP_KEYS = ("name", "drafter", "verifier", "method", "source", "illustrative", "notes", "interpolation", "draw", "bins")
+_REQUIRED_BIN_TOP = ("method", "source", "bins")
+_BIN_KEYS = ("context_len", "temperature", "acceptance")
+_ENTRY_KEYS = ("mean", "p95")
+_POSITION = re.compile(r"k=([1-9][0-9]*)")
 
 
 MEMO_LIMIT = 1 << 16
@@ -109,6 +169,120 @@ def _lerp(a: float, b: float, t: float) -> float:
     return (1.0 - t) * a + t * b
 
 
+def _bracket(xs: tuple[float, ...], x: float) -> tuple[int, float]:
+    """``(i, w)``: *x* lies at weight *w* between ``xs[i]`` and ``xs[i + 1]`` (``w = 0``: at
+    ``xs[i]``, or clamped to an end), the rule of :meth:`AcceptanceCurve.at`."""
+    if len(xs) == 1 or x <= xs[0]:
+        return 0, 0.0
+    if x >= xs[-1]:
+        return len(xs) - 1, 0.0
+    i = bisect.bisect_right(xs, x) - 1
+    return i, (x - xs[i]) / (xs[i + 1] - xs[i])
+
+
+# The strata of a round's quantile v: edges (1 - cos(pi j / N)) / 2, finer towards 0 and 1 where
+# a Beta's quantile function is steep, so the mixture's products converge as 1 / N**2 (equal strata:
+# as 1 / N). Each stratum's weight is its width.
+_EDGES = 0.5 * (1.0 - np.cos(np.pi * np.arange(STRATA + 1) / STRATA))
+_EDGES[0], _EDGES[-1] = 0.0, 1.0
+_WEIGHTS = np.diff(_EDGES)
+
+
+@functools.lru_cache(maxsize=4096)
+def fit_beta(mean: float, p95: float) -> tuple[float, float]:
+    """The Beta distribution ``(a, b)`` whose mean is *mean* and 95th percentile *p95*.
+
+    With ``a = mean c`` and ``b = (1 - mean) c`` the mean is *mean* for every
+    concentration ``c``; ``c`` is found by Brent's method (``scipy.optimize.brentq``) on
+    ``log c`` so that ``scipy.special.betaincinv(a, b, 0.95) = p95``, ``c`` in
+    [1e-4, 1e12], taking the largest ``c`` (the least spread) if several match.
+    ``p95 == mean`` is no spread: a point mass at the mean, returned as ``(inf, inf)``.
+
+    Raises
+    ------
+    ValueError
+        *mean* or *p95* not a number in [0, 1], or no Beta distribution has them (a
+        p95 below the mean, a p95 of 1 below a mean of 1, a mean of 0 or 1 with another p95).
+
+    Examples
+    --------
+    >>> a, b = fit_beta(0.92, 0.98)
+    >>> round(a, 3), round(b, 3)
+    (29.913, 2.601)
+    >>> from scipy import stats
+    >>> round(float(stats.beta.mean(a, b)), 9), round(float(stats.beta.ppf(0.95, a, b)), 9)
+    (0.92, 0.98)
+    >>> fit_beta(0.8, 0.8)
+    (inf, inf)
+    """
+    from scipy import optimize, special  # scipy.optimize takes a noticeable time to import: only tails need it
+
+    m, q = _number(mean), _number(p95)
+    if m is None or q is None or not (0.0 <= m <= 1.0 and 0.0 <= q <= 1.0):
+        raise ValueError(f"mean and p95 must be numbers in [0, 1], got {mean!r} and {p95!r}")
+    if q == m:
+        return math.inf, math.inf
+    why = f"no Beta distribution has mean {m:g} and 95th percentile {q:g}"
+    if m in (0.0, 1.0) or q == 1.0:
+        raise ValueError(f"{why}: a mean of 0 or 1 has no spread (p95 = mean), and a p95 of 1 needs a mean of 1")
+
+    def gap(log_c: float) -> float:
+        c = math.exp(log_c)
+        return float(special.betaincinv(m * c, (1.0 - m) * c, TAIL_QUANTILE)) - q
+
+    grid = np.linspace(math.log(1e12), math.log(1e-4), 161)  # from the least spread to the most
+    c = np.exp(grid)
+    gaps = special.betaincinv(m * c, (1.0 - m) * c, TAIL_QUANTILE) - q
+    for j in range(len(grid) - 1):
+        g0, g1 = gaps[j], gaps[j + 1]
+        if np.isfinite(g0) and np.isfinite(g1) and (g0 < 0.0) != (g1 < 0.0):
+            root = optimize.brentq(gap, float(grid[j + 1]), float(grid[j]), xtol=1e-13, rtol=1e-13)
+            c_root = math.exp(root)
+            return m * c_root, (1.0 - m) * c_root
+    raise ValueError(f"{why}: the p95 must lie above the mean and below 1 (p95 = mean: no spread)")
+
+
+@attrs.frozen
+class _Tails:
+    """One curve's per-round Betas (``draw: beta``), one per grid row and position."""
+
+    a: np.ndarray
+    """Beta ``a`` by (row, position); inf for a point mass at the mean."""
+    b: np.ndarray
+    """Beta ``b`` by (row, position)."""
+    mean: np.ndarray
+    """Means by (row, position)."""
+    strata: np.ndarray
+    """By (row, position, stratum): the Beta's mean over each stratum of the quantile ``v``."""
+
+    @classmethod
+    def of(cls, curve: AcceptanceCurve) -> _Tails:
+        """The Betas of *curve*'s means and p95 (a ValueError when one cannot be fitted)."""
+        from scipy import special  # imported where used, as in fit_beta
+
+        mean = np.array(curve.acceptance, dtype=np.float64)
+        fits = [[fit_beta(m, q) for m, q in zip(row, tail, strict=True)] for row, tail in zip(curve.acceptance, curve.p95, strict=True)]
+        ab = np.array(fits, dtype=np.float64)
+        a, b = ab[..., 0], ab[..., 1]
+        point = np.isinf(a)
+        a_, b_ = np.where(point, 1.0, a)[..., None], np.where(point, 1.0, b)[..., None]
+        x = special.betaincinv(a_, b_, _EDGES)
+        x[..., 0], x[..., -1] = 0.0, 1.0
+        # The mean of x over the stratum (x_j, x_j+1]: int x f(x) dx = mean * (I_{x_j+1}(a + 1, b) - I_{x_j}(a + 1, b)).
+        strata = mean[..., None] * np.diff(special.betainc(a_ + 1.0, b_, x), axis=-1) / _WEIGHTS
+        strata = np.where(point[..., None], mean[..., None], np.clip(strata, 0.0, 1.0))
+        return cls(a=a, b=b, mean=mean, strata=strata)
+
+    def quantiles(self, row: int, v: np.ndarray) -> np.ndarray:
+        """Each position's quantile at the uniforms *v*, by (position, draw), at grid row *row*."""
+        from scipy import special  # imported where used, as in fit_beta
+
+        a, b, mean = self.a[row], self.b[row], self.mean[row]
+        point = np.isinf(a)
+        q = special.betaincinv(np.where(point, 1.0, a)[:, None], np.where(point, 1.0, b)[:, None], v[None, :])
+        return np.where(point[:, None], mean[:, None], q)
+
+
 @attrs.frozen(kw_only=True)
 class AcceptanceCurve:
     """The per-position acceptance probabilities of one temperature on a context grid.
@@ -118,6 +292,9 @@ class AcceptanceCurve:
     >>> c = AcceptanceCurve(temperature=0.0, context_len=(128, 512), acceptance=((0.8, 0.6), (0.4, 0.2)))
     >>> c.at(128), c.at(256), c.at(10_000)     # exact, log-linear midpoint, clamped
     ((0.8, 0.6), (0.6000000000000001, 0.4), (0.4, 0.2))
+    >>> AcceptanceCurve(temperature=0.0, context_len=(128, 512), acceptance=((0.8, 0.6), (0.4, 0.2)),
+    ...                 interpolation="linear").at(256)       # a third of the way in tokens
+    (0.6666666666666667, 0.4666666666666667)
     """
 
     temperature: float
@@ -126,17 +303,28 @@ class AcceptanceCurve:
     """Context lengths of the grid, tokens, strictly increasing."""
     acceptance: tuple[tuple[float, ...], ...]
     """``acceptance[r][i - 1]`` is ``p_i`` at ``context_len[r]``: the probability that
-    draft position ``i`` is accepted given positions ``< i`` were (dimensionless, [0, 1])."""
-    _logs: tuple[float, ...] = attrs.field(init=False, repr=False, eq=False)
+    draft position ``i`` is accepted given positions ``< i`` were (dimensionless, [0, 1]);
+    with ``draw: beta``, the mean of the round's probability."""
+    p95: tuple[tuple[float, ...], ...] = ()
+    """The 95th percentile of each position's per-round probability, rows as
+    :attr:`acceptance` (a bins file's ``p95``), or ``()`` when not given."""
+    interpolation: str = attrs.field(default="log_linear", validator=attrs.validators.in_(INTERPOLATIONS))
+    """Between grid contexts: linear in ``log(context_len)`` (``log_linear``) or in ``context_len`` (``linear``)."""
+    _xs: tuple[float, ...] = attrs.field(init=False, repr=False, eq=False)
+    _log: bool = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
-        object.__setattr__(self, "_logs", tuple(math.log(c) for c in self.context_len))
+        log = self.interpolation == "log_linear"
+        object.__setattr__(self, "_log", log)
+        object.__setattr__(self, "_xs", tuple(math.log(c) if log else float(c) for c in self.context_len))
+        if self.p95 and [len(r) for r in self.p95] != [len(r) for r in self.acceptance]:
+            raise ValueError("p95 must have the rows of acceptance, position for position")
 
     def at(self, context_len: float) -> tuple[float, ...]:
         """``p_1 .. p_kmax`` at *context_len* tokens (> 0): linear in ``log(context_len)``
-        between grid points, clamped outside the grid."""
-        rows, xs = self.acceptance, self._logs
-        x = math.log(context_len)
+        (or in ``context_len``) between grid points, clamped outside the grid."""
+        rows, xs = self.acceptance, self._xs
+        x = math.log(context_len) if self._log else float(context_len)
         if len(xs) == 1 or x <= xs[0]:
             return rows[0]
         if x >= xs[-1]:
@@ -144,6 +332,11 @@ class AcceptanceCurve:
         i = bisect.bisect_right(xs, x) - 1
         t = (x - xs[i]) / (xs[i + 1] - xs[i])
         return tuple(min(1.0, max(0.0, _lerp(a, b, t))) for a, b in zip(rows[i], rows[i + 1], strict=True))
+
+    def grid_point(self, context_len: float) -> tuple[int, float]:
+        """``(r, w)``: *context_len* lies at weight *w* between grid rows ``r`` and ``r + 1``
+        (``w = 0``: at row ``r``, or clamped to an end), as :meth:`at` reads it."""
+        return _bracket(self._xs, math.log(context_len) if self._log else float(context_len))
 
 
 @attrs.frozen(kw_only=True)
@@ -185,12 +378,24 @@ class AcceptanceModel:
     """One curve per temperature, temperatures strictly increasing."""
     path: str = ""
     """The file it was read from (``"<dict>"`` when built from a mapping)."""
+    draw: str = attrs.field(default="mean", validator=attrs.validators.in_(DRAWS))
+    """How a round's acceptance is drawn, one of :data:`DRAWS` (module docstring): ``beta``
+    needs every curve's :attr:`AcceptanceCurve.p95`."""
     _memo: dict[tuple[Any, ...], tuple[float, ...]] = attrs.field(factory=dict, init=False, eq=False, repr=False)
     _cdf_memo: dict[tuple[Any, ...], tuple[float, ...]] = attrs.field(factory=dict, init=False, eq=False, repr=False)
     """:meth:`position_probabilities` answers by ``(context_len, k, temperature)`` and
     :meth:`accepted_at`'s CDFs (``k_max`` entries) by ``(context_len, temperature)``: a
     simulation asks for the same few contexts many times (each cleared past
     :data:`MEMO_LIMIT` entries)."""
+    _tails: tuple[_Tails, ...] = attrs.field(factory=tuple, init=False, eq=False, repr=False)
+    """Each curve's Betas with ``draw: beta``; empty with ``draw: mean``."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.draw == "beta":
+            missing = [c.temperature for c in self.curves if not c.p95]
+            if missing:
+                raise ValueError(f"draw 'beta' needs p95 on every curve; the curves at temperature(s) {missing} have none")
+            object.__setattr__(self, "_tails", tuple(_Tails.of(c) for c in self.curves))
 
     @property
     def k_max(self) -> int:
@@ -244,11 +449,15 @@ class AcceptanceModel:
                 raise ValueError(
                     f"curve {self.name!r} has temperatures {list(self.temperatures)}: pass temperature="
                 )
+            if self._tails:
+                return self._mixture(self._strata_at(c, 0, 0.0))[:k]
             return curves[0].at(c)[:k]
         t = float(temperature)
         if not (math.isfinite(t) and t >= 0):
             raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
         temps = self.temperatures
+        if self._tails:
+            return self._mixture(self._strata_at(c, *_bracket(temps, t)))[:k]
         if len(curves) == 1 or t <= temps[0]:
             return curves[0].at(c)[:k]
         if t >= temps[-1]:
@@ -257,6 +466,69 @@ class AcceptanceModel:
         w = (t - temps[i]) / (temps[i + 1] - temps[i])
         lo, hi = curves[i].at(c), curves[i + 1].at(c)
         return tuple(min(1.0, max(0.0, _lerp(a, b, w))) for a, b in zip(lo[:k], hi[:k], strict=True))
+
+    # ------------------------------------------------------------------ draw: beta
+
+    def _strata_at(self, c: float, n: int, w: float) -> np.ndarray:
+        """By (position, stratum): each position's probability over the strata of ``v`` at
+        context *c*, between curves ``n`` and ``n + 1`` at weight *w*."""
+
+        def one(i: int) -> np.ndarray:
+            strata = self._tails[i].strata
+            r, u = self.curves[i].grid_point(c)
+            return strata[r] if u == 0.0 else (1.0 - u) * strata[r] + u * strata[r + 1]
+
+        s = one(n)
+        return s if w == 0.0 else (1.0 - w) * s + w * one(n + 1)
+
+    @staticmethod
+    def _mixture(strata: np.ndarray) -> tuple[float, ...]:
+        """``p_i = S_i / S_{i-1}`` with ``S_i = E[q_1(v) ... q_i(v)]`` over the strata of ``v``
+        (a position after one never accepted, ``S_{i-1} = 0``, gets its mean)."""
+        chain = np.cumprod(strata, axis=0) @ _WEIGHTS
+        before = np.concatenate(([1.0], chain[:-1]))
+        p = np.divide(chain, before, out=strata @ _WEIGHTS, where=before > 0.0)
+        return tuple(float(x) for x in np.clip(p, 0.0, 1.0))
+
+    def sample_round_probabilities(
+        self, rng: np.random.Generator, context_len: float, k: int, n: int, temperature: float | None = None
+    ) -> np.ndarray:
+        """*n* rounds' own probabilities ``p_1 .. p_k``, an ``(n, k)`` float64 array.
+
+        With ``draw: beta``, one ``rng.random(n)`` call gives each round its uniform
+        ``v``, and position ``i`` of the round is the ``v``-quantile of its Beta, read
+        between grid points as the interpolation of the neighbours' quantiles (module
+        docstring); so each column has the position's mean and 95th percentile. With
+        ``draw: mean`` every row is the means and nothing is drawn.
+
+        Examples
+        --------
+        >>> m = acceptance_from_dict({"method": "eagle", "source": "s", "draw": "beta", "bins": [
+        ...     {"context_len": 128, "acceptance": {"k=1": {"mean": 0.9, "p95": 0.97}}}]})
+        >>> p = m.sample_round_probabilities(np.random.default_rng(0), 128, 1, 100_000)
+        >>> round(float(p.mean()), 2), round(float(np.quantile(p, 0.95)), 2)
+        (0.9, 0.97)
+        """
+        self.position_probabilities(context_len, k, temperature)  # the argument checks
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+            raise ValueError(f"n must be a whole number >= 0, got {n!r}")
+        k = int(k)
+        if not self._tails:
+            return np.tile(np.asarray(self.position_probabilities(context_len, k, temperature), dtype=np.float64), (int(n), 1))
+        c = float(context_len)
+        v = rng.random(int(n))
+
+        def one(i: int) -> np.ndarray:
+            tails = self._tails[i]
+            r, u = self.curves[i].grid_point(c)
+            q = tails.quantiles(r, v)
+            return q if u == 0.0 else (1.0 - u) * q + u * tails.quantiles(r + 1, v)
+
+        i, w = (0, 0.0) if temperature is None else _bracket(self.temperatures, float(temperature))
+        q = one(i) if w == 0.0 else (1.0 - w) * one(i) + w * one(i + 1)
+        return np.ascontiguousarray(q[:k].T)
+
+    # ------------------------------------------------------------------ the chain
 
     def accepted_distribution(
         self, context_len: float, k: int, temperature: float | None = None
@@ -469,12 +741,18 @@ def acceptance_from_dict(data: Any, source: str = "<dict>") -> AcceptanceModel:
       verifier: required key is missing
       source: required key is missing
       method: required key is missing
-      curves: required key is missing
+      curves: required key is missing (or bins, for seed 003's k=N: {mean, p95} format)
+    >>> acceptance_from_dict({"method": "eagle", "source": "SpecBench24", "bins": [
+    ...     {"context_len": 128, "acceptance": {"k=1": {"mean": 0.92}, "k=2": {"mean": 0.85}, "k=4": {"mean": 0.72}}}]
+    ... }).position_probabilities(128, 4)                   # k=3 between k=2 and k=4
+    (0.92, 0.85, 0.7849999999999999, 0.72)
     """
     found = ProblemList(_WHAT, _MAX_PROBLEMS)
     if not isinstance(data, Mapping):
         found.add("", f"must be a mapping with keys {', '.join(_TOP_KEYS)}, got {type(data).__name__}")
         found.raise_if_any(source)
+    if "bins" in data:
+        return _bins_model(data, source)
     for key in data:
         if key not in _TOP_KEYS:
             found.add(str(key), f"unknown key; allowed: {', '.join(_TOP_KEYS)}")
@@ -491,7 +769,7 @@ def acceptance_from_dict(data: Any, source: str = "<dict>") -> AcceptanceModel:
     raw_curves = data.get("curves")
     curves: list[AcceptanceCurve | None] = []
     if "curves" not in data:
-        found.add("curves", "required key is missing")
+        found.add("curves", "required key is missing (or bins, for seed 003's k=N: {mean, p95} format)")
     elif not isinstance(raw_curves, list) or not raw_curves:
         found.add("curves", f"must be a non-empty list of curves, got {raw_curves!r}")
     else:
@@ -506,6 +784,168 @@ def acceptance_from_dict(data: Any, source: str = "<dict>") -> AcceptanceModel:
         name=texts["name"], drafter=texts["drafter"], verifier=texts["verifier"], method=str(method),
         source=texts["source"], illustrative=bool(illustrative), notes=notes,
         curves=tuple(c for c in curves if c is not None), path=source,
+    )
+
+
+def _entry(raw: Any, where: str, found: ProblemList) -> tuple[float, float | None] | None:
+    """``(mean, p95 or None)`` of one ``k=N: {mean, p95}`` entry, or None (problems recorded)."""
+    if not isinstance(raw, Mapping):
+        found.add(where, f"must be a mapping with keys mean (required) and p95, got {raw!r}")
+        return None
+    before = len(found)
+    for key in raw:
+        if key not in _ENTRY_KEYS:
+            found.add(f"{where}.{key}", f"unknown key; allowed: {', '.join(_ENTRY_KEYS)}")
+    values: dict[str, float] = {}
+    for key in _ENTRY_KEYS:
+        if key not in raw:
+            if key == "mean":
+                found.add(f"{where}.mean", "required key is missing")
+            continue
+        f = _number(raw[key])
+        if f is None or not 0.0 <= f <= 1.0:
+            found.add(f"{where}.{key}", f"must be a probability in [0, 1], got {raw[key]!r}")
+        else:
+            values[key] = f
+    if len(found) > before:
+        return None
+    return values["mean"], values.get("p95")
+
+
+def _bin(raw: Any, where: str, found: ProblemList) -> tuple[int, float | None, dict[int, tuple[float, float | None]]] | None:
+    """``(context_len, temperature or None, {N: (mean, p95)})`` of one bin, or None (problems recorded)."""
+    if not isinstance(raw, Mapping):
+        found.add(where, f"must be a mapping with keys {', '.join(_BIN_KEYS)}, got {raw!r}")
+        return None
+    before = len(found)
+    for key in raw:
+        if key not in _BIN_KEYS:
+            found.add(f"{where}.{key}", f"unknown key; allowed: {', '.join(_BIN_KEYS)}")
+    for key in ("context_len", "acceptance"):
+        if key not in raw:
+            found.add(f"{where}.{key}", "required key is missing")
+    ctx = _number(raw.get("context_len"))
+    if "context_len" in raw and (ctx is None or not ctx.is_integer() or not 1 <= ctx <= MAX_TOKENS):
+        found.add(f"{where}.context_len", f"must be a whole number in [1, {MAX_TOKENS}], got {raw['context_len']!r}")
+    temperature = _number(raw.get("temperature"))
+    if "temperature" in raw and (temperature is None or temperature < 0):
+        found.add(f"{where}.temperature", f"must be a finite number >= 0, got {raw['temperature']!r}")
+    entries: dict[int, tuple[float, float | None]] = {}
+    acc = raw.get("acceptance")
+    if "acceptance" in raw:
+        if not isinstance(acc, Mapping) or not acc:
+            found.add(f"{where}.acceptance", f"must be a non-empty mapping k=N: {{mean, p95}}, got {acc!r}")
+        else:
+            for key, value in acc.items():
+                at = f"{where}.acceptance.{key}"
+                match = _POSITION.fullmatch(key) if isinstance(key, str) else None
+                if match is None or int(match.group(1)) > MAX_K:
+                    found.add(at, f"must be k=N, N a whole number in [1, {MAX_K}] (the draft position)")
+                    continue
+                entry = _entry(value, at, found)
+                if entry is not None:
+                    entries[int(match.group(1))] = entry
+    if ctx is None or len(found) > before:
+        return None
+    return int(ctx), temperature, entries
+
+
+def _fill(given: dict[int, float], k_max: int) -> tuple[float, ...]:
+    """Positions ``1..k_max`` from the given ones, each missing one linear between its neighbours."""
+    known = sorted(given)
+    out = []
+    for i in range(1, k_max + 1):
+        if i in given:
+            out.append(given[i])
+            continue
+        j = bisect.bisect_left(known, i)
+        lo, hi = known[j - 1], known[j]
+        out.append(_lerp(given[lo], given[hi], (i - lo) / (hi - lo)))
+    return tuple(out)
+
+
+def _bins_model(data: Mapping[str, Any], source: str) -> AcceptanceModel:
+    """A file in the bins format (module docstring) as an :class:`AcceptanceModel`."""
+    found = ProblemList(_WHAT, _MAX_PROBLEMS)
+    for key in data:
+        if key == "curves":
+            found.add("curves", "give curves (rows p_1 .. p_kmax) or bins (k=N: {mean, p95}), not both")
+        elif key not in _BIN_TOP_KEYS:
+            found.add(str(key), f"unknown key; allowed: {', '.join(_BIN_TOP_KEYS)}")
+    texts = {key: _text(data, key, found, key in _REQUIRED_BIN_TOP) for key in ("name", "drafter", "verifier", "source")}
+    notes = _text(data, "notes", found, False)
+    method = data.get("method")
+    if "method" not in data:
+        found.add("method", "required key is missing")
+    elif method not in METHODS:
+        found.add("method", f"must be one of {', '.join(METHODS)}; got {method!r}")
+    illustrative = data.get("illustrative", False)
+    if not isinstance(illustrative, bool):
+        found.add("illustrative", f"must be true or false, got {illustrative!r}")
+    interpolation = data.get("interpolation", "log_linear")
+    if interpolation not in INTERPOLATIONS:
+        found.add("interpolation", f"must be one of {', '.join(INTERPOLATIONS)}; got {interpolation!r}")
+    draw = data.get("draw", "mean")
+    if draw not in DRAWS:
+        found.add("draw", f"must be one of {', '.join(DRAWS)}; got {draw!r}")
+    raw_bins = data["bins"]
+    if not isinstance(raw_bins, list) or not raw_bins:
+        found.add("bins", f"must be a non-empty list of bins, got {raw_bins!r}")
+        found.raise_if_any(source)
+    bins = [(r, b) for r, raw in enumerate(raw_bins) if (b := _bin(raw, f"bins[{r}]", found)) is not None]
+    found.raise_if_any(source)
+    # Across bins: one temperature rule, one order, one set of positions, p95 everywhere or nowhere.
+    given_t = [r for r, (_, t, _) in bins if t is not None]
+    if given_t and len(given_t) < len(bins):
+        for r, (_, t, _) in bins:
+            if t is None:
+                found.add(f"bins[{r}].temperature", "required key is missing: other bins give a temperature (give it in every bin or in none)")
+    else:
+        for (_, (c0, t0, _)), (r, (c1, t1, _)) in itertools.pairwise(bins):
+            if (t1 or 0.0) < (t0 or 0.0):
+                found.add(f"bins[{r}].temperature", f"bins must be in increasing (temperature, context_len) order: {t1} after {t0}")
+            elif (t1 or 0.0) == (t0 or 0.0) and c1 <= c0:
+                found.add(f"bins[{r}].context_len", f"must be strictly increasing within a temperature: {c1} after {c0}")
+    positions = sorted(bins[0][1][2])
+    if positions[0] != 1:
+        found.add("bins[0].acceptance", "must give k=1: the chain starts at the first draft position")
+    for r, (_, _, entries) in bins[1:]:
+        if sorted(entries) != positions:
+            found.add(f"bins[{r}].acceptance", f"gives k={sorted(entries)} but bins[0] gives k={positions}: every bin gives the same positions")
+    tails = any(q is not None for _, (_, _, e) in bins for _, q in e.values())
+    if tails:
+        for r, (_, _, entries) in bins:
+            for i, (_, q) in sorted(entries.items()):
+                if q is None:
+                    found.add(f"bins[{r}].acceptance.k={i}.p95",
+                              "required key is missing: other positions give p95 (give it for every position or for none)")
+    elif draw == "beta":
+        found.add("draw", "beta draws from each position's mean and p95: give p95 for every position")
+    found.raise_if_any(source)
+    k_max = positions[-1]
+    means = {r: _fill({i: e[0] for i, e in entries.items()}, k_max) for r, (_, _, entries) in bins}
+    p95s = {r: _fill({i: e[1] for i, e in entries.items() if e[1] is not None}, k_max) for r, (_, _, entries) in bins} if tails else {}
+    if draw == "beta":
+        for r, _ in bins:
+            for i, (m, q) in enumerate(zip(means[r], p95s[r], strict=True), start=1):
+                try:
+                    fit_beta(m, q)
+                except ValueError as exc:
+                    at = f"bins[{r}].acceptance.k={i}" if i in positions else f"bins[{r}].acceptance"
+                    found.add(at, str(exc) if i in positions else f"position {i} (interpolated between the given k): {exc}")
+    found.raise_if_any(source)
+    curves = []
+    for temperature in sorted({t for _, (_, t, _) in bins}, key=lambda t: t or 0.0):
+        rows = [(r, c) for r, (c, t, _) in bins if t == temperature]
+        curves.append(AcceptanceCurve(
+            temperature=float(temperature or 0.0), context_len=tuple(c for _, c in rows),
+            acceptance=tuple(means[r] for r, _ in rows), p95=tuple(p95s[r] for r, _ in rows) if tails else (),
+            interpolation=str(interpolation),
+        ))
+    return AcceptanceModel(
+        name=texts["name"] or Path(source).stem, drafter=texts["drafter"], verifier=texts["verifier"], method=str(method),
+        source=texts["source"], illustrative=bool(illustrative), notes=notes, curves=tuple(curves), path=source,
+        draw=str(draw),
     )
 
 

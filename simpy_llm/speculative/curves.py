@@ -24,7 +24,7 @@ def shipped_acceptance() -> tuple[str, ...]:
     """Names of the shipped curves (``profiles/acceptance/*.yaml``), sorted.
 
     >>> shipped_acceptance()
-    ('illustrative-laptop', 'illustrative-mobile', 't5-small_t5-xxl_ende')
+    ('illustrative-eagle-tails', 'illustrative-laptop', 'illustrative-mobile', 't5-small_t5-xxl_ende')
     """
     return tuple(sorted(p.stem for p in shipped_dir().glob("*.yaml")))
 

@@ -1,46 +1,23 @@
-"""Acceptance regressors: a RandomForest trained on a per-token profiling log (seed 003 §5.4).
+"""Acceptance regressors: tree ensembles trained on a per-token profiling log (seed 003 §5.4).
 
 An alternative to the YAML acceptance curves of :mod:`simpy_llm.speculative.acceptance`
 with the same interface: an :class:`AcceptanceRegressor` answers
 ``position_probabilities(context_len, k, temperature)`` (and everything built on it)
-from a scikit-learn ``RandomForestRegressor`` fitted on raw profiling rows, instead of
-interpolating a table. Seed 003 §5.4 ("Aggregation & Interpreter Pipeline", step 3):
+from a scikit-learn tree ensemble fitted on raw profiling rows, instead of interpolating
+a table: a random forest (``RandomForestRegressor``, the default) or gradient-boosted
+trees (``GradientBoostingRegressor``), chosen by ``estimator`` when training. Seed 003 §5.4 ("Aggregation & Interpreter Pipeline", step 3):
 "the simulator either loads the aggregated tables or the trained regression bundle".
 scikit-learn is needed to train or load a bundle (``pip install simpy-llm[learn]``),
 not to import this module.
 
-Profiling-log schema (per-token granularity of §5.4, "Profiling Outputs & Granularity")
--------------------------------------------------------------------------------------
-A :class:`pandas.DataFrame` with **one row per draft position that verification
-reached** in one speculative step:
-
-===============  ========================================================================
-column           meaning
-===============  ========================================================================
-``context_len``  tokens already in the sequence before the step (whole number > 0)
-``position``     1-based draft position ``i`` (whole number in 1..64)
-``temperature``  sampling temperature of the step (finite, >= 0; 0 = argmax)
-``accepted``     1 if the verifier accepted the draft at ``position``, else 0
-``drafter``      optional: the draft model; every value must equal the bundle's ``drafter``
-``verifier``     optional: the target model; every value must equal the bundle's ``verifier``
-``prompt_class`` optional: recorded, not a feature (rows of all classes are pooled, in
-                 the log's own proportions; to model one class, filter the log first)
-===============  ========================================================================
-
-Other columns (a step id, ``k``, latencies) are ignored. Verification stops at the first
-rejection, so a row for position ``i`` exists **only when positions 1..i-1 of the same
-step were accepted**: a step that proposed ``k`` drafts and had ``m`` accepted gives the
-rows ``1..m`` with ``accepted = 1`` and, when ``m < k``, the row ``m + 1`` with
-``accepted = 0`` (:func:`profiling_rows_from_steps` builds them from per-step counts).
-Hence the fraction of accepted rows among those with a given ``(position,
-context_len, temperature)`` estimates the **conditional** ``p_i`` of the curves, directly:
-it is never normalised across positions (seed 003 Appendix B: probabilities that no
-longer meant "position ``i`` accepted given ``< i`` were" made Spec++ pick wrong depths).
-Logging positions after the first rejection would bias every ``p_i`` downwards;
-:func:`train_acceptance_regressor` rejects a log in which some ``(context_len,
-temperature)`` has more rows at position ``i + 1`` than accepted rows at position ``i``.
-Profile with a fixed ``k`` (= the ``k_max`` wanted): with an adaptive ``k`` that depends
-on a request's past acceptance, deep positions over-represent easy requests.
+The profiling log
+-----------------
+A :class:`pandas.DataFrame` with one row per draft position that verification reached,
+columns ``context_len``, ``position``, ``temperature`` and ``accepted`` (0/1), optionally
+``drafter``, ``verifier`` and ``prompt_class``: its schema, its checks and how to read one
+from a file are in :mod:`simpy_llm.speculative.profiling_log`. The share of accepted rows
+among those with a given ``(position, context_len, temperature)`` estimates the
+**conditional** ``p_i`` of the curves, directly: it is never normalised across positions.
 
 The model
 ---------
@@ -66,6 +43,15 @@ a single ``predict_proba`` column to special-case). Predictions are clipped to [
 * All three features are tried at every split (``max_features=1.0``), and the forest
   predicts with ``n_jobs=1`` (Appendix B: process-parallel prediction of a few rows was
   10x slower).
+* ``estimator="gradient_boosting"`` fits ``GradientBoostingRegressor`` (squared error, the
+  same features and target) instead: ``n_estimators`` boosting rounds of trees of depth 3
+  with leaves of at least ``min_samples_leaf`` rows, learning rate 0.1, every row in every
+  round (no subsampling, so the fit draws nothing at random). Each round fits the residuals
+  of the ones before; the sum is piecewise constant too, and its predictions are clipped
+  to [0, 1]. It runs in one thread, and a lookup (``k_max`` rows) costs one pass over
+  100 shallow trees, about a tenth of a 100-tree forest's. (scikit-learn's
+  ``HistGradientBoostingRegressor`` is not used: it runs OpenMP threads on every
+  prediction, whose start-up cost on a few rows is Appendix B's parallel overhead again.)
 * ``temperature=None`` is allowed only for a bundle trained on one temperature. A bundle
   trained on one temperature answers the same at every temperature (the feature was
   constant, so no split uses it), as a one-curve file does.
@@ -78,6 +64,13 @@ answer by its exact ``(context_len, k, temperature)``, as
 :class:`~simpy_llm.speculative.acceptance.AcceptanceModel` does. Each memo is emptied
 once it holds :data:`~simpy_llm.speculative.acceptance.MEMO_LIMIT` entries. No two
 contexts share an answer, so the answers are those without the memo.
+
+Command line
+------------
+``python -m simpy_llm.speculative.train_acceptance LOG --out BUNDLE.joblib --drafter D
+--verifier V --source S`` trains a bundle on a profiling log file, prints its in-sample
+figures and, with ``--held-out LOG2``, its figures on a held-out log
+(:mod:`simpy_llm.speculative.train_acceptance`).
 
 Bundles
 -------
@@ -103,14 +96,15 @@ import attrs
 import numpy as np
 
 from simpy_llm.config.errors import ProblemList, ScenarioError
-from simpy_llm.config.validators import MAX_TOKENS
 from simpy_llm.speculative.acceptance import MAX_K, MEMO_LIMIT, METHODS, AcceptanceModel
+from simpy_llm.speculative.profiling_log import LOG_COLUMNS, check_profiling_log, profiling_rows_from_steps
 
 if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = [
     "BUNDLE_FORMAT",
+    "ESTIMATORS",
     "FEATURES",
     "LOG_COLUMNS",
     "AcceptanceRegressor",
@@ -119,10 +113,8 @@ __all__ = [
     "train_acceptance_regressor",
 ]
 
-LOG_COLUMNS = ("context_len", "position", "temperature", "accepted")
-"""Required columns of a profiling log (module docstring)."""
-OPTIONAL_COLUMNS = ("drafter", "verifier", "prompt_class")
-"""Optional columns of a profiling log, read as provenance checks, not features."""
+ESTIMATORS = ("random_forest", "gradient_boosting")
+"""The tree ensembles :func:`train_acceptance_regressor` fits (module docstring)."""
 FEATURES = ("log_context_len", "position", "temperature")
 """The forest's features, in column order: ``log(context_len)``, 1-based position, temperature."""
 BUNDLE_FORMAT = "simpy_llm.acceptance_regressor"
@@ -175,7 +167,8 @@ class AcceptanceRegressor(_ChainMethods):
     """
 
     estimator: Any = attrs.field(repr=False)
-    """The fitted ``sklearn.ensemble.RandomForestRegressor`` (features :data:`FEATURES`)."""
+    """The fitted ``sklearn.ensemble.RandomForestRegressor`` or ``GradientBoostingRegressor``
+    (features :data:`FEATURES`)."""
     name: str
     """Name of the bundle."""
     drafter: str
@@ -210,6 +203,12 @@ class AcceptanceRegressor(_ChainMethods):
     def illustrative(self) -> bool:
         """False: a bundle is trained from a profiling log (check ``source``)."""
         return False
+
+    @property
+    def kind(self) -> str:
+        """Which of :data:`ESTIMATORS` the bundle's model is."""
+        # By the class name: a bundle is checked when made, and the name needs no scikit-learn import.
+        return "gradient_boosting" if type(self.estimator).__name__ == "GradientBoostingRegressor" else "random_forest"
 
     def _check_k(self, k: Any) -> int:
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
@@ -301,134 +300,6 @@ class AcceptanceRegressor(_ChainMethods):
         return target
 
 
-# --------------------------------------------------------------------------- the log
-
-
-def _first_bad(log: pd.DataFrame, bad: np.ndarray) -> str:
-    """``"N row(s), first at index L"`` for the rows where *bad* is true."""
-    where = np.flatnonzero(bad)
-    return f"{where.size} row(s), first at index {log.index[where[0]]!r}"
-
-
-def _column(log: pd.DataFrame, name: str) -> np.ndarray:
-    """Column *name* as finite float64 values, or a ValueError naming it."""
-    import pandas as pd
-
-    series = log[name]
-    if not (pd.api.types.is_numeric_dtype(series) or pd.api.types.is_bool_dtype(series)):
-        raise ValueError(f"profiling log column {name!r} must be numeric, got dtype {series.dtype}")
-    values = series.to_numpy(dtype=np.float64, na_value=np.nan)
-    bad = ~np.isfinite(values)
-    if bad.any():
-        raise ValueError(f"profiling log column {name!r} has missing or non-finite values: {_first_bad(log, bad)}")
-    return values
-
-
-def _check_log(log: Any, drafter: str, verifier: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """``(context_len, position, temperature, accepted)`` of a valid log, else a ValueError."""
-    import pandas as pd
-
-    if not isinstance(log, pd.DataFrame):
-        raise TypeError(f"the profiling log must be a pandas DataFrame, got {type(log).__name__}")
-    missing = [c for c in LOG_COLUMNS if c not in log.columns]
-    if missing:
-        raise ValueError(
-            f"profiling log is missing column(s) {', '.join(map(repr, missing))} (required: {', '.join(LOG_COLUMNS)})"
-        )
-    if len(log) == 0:
-        raise ValueError("profiling log is empty: no rows to train on")
-    ctx, pos, temp, acc = (_column(log, c) for c in LOG_COLUMNS)
-    bad = (ctx != np.floor(ctx)) | (ctx < 1) | (ctx > MAX_TOKENS)
-    if bad.any():
-        raise ValueError(
-            f"profiling log column 'context_len' must hold whole numbers in [1, {MAX_TOKENS}] "
-            f"(tokens before the step): {_first_bad(log, bad)} (value {ctx[bad][0]!r})"
-        )
-    bad = (pos != np.floor(pos)) | (pos < 1) | (pos > MAX_K)
-    if bad.any():
-        raise ValueError(
-            f"profiling log column 'position' must hold whole numbers in [1, {MAX_K}] (1-based draft position): "
-            f"{_first_bad(log, bad)} (value {pos[bad][0]!r})"
-        )
-    bad = temp < 0
-    if bad.any():
-        raise ValueError(
-            f"profiling log column 'temperature' must be >= 0: {_first_bad(log, bad)} (value {temp[bad][0]!r})"
-        )
-    bad = (acc != 0) & (acc != 1)
-    if bad.any():
-        raise ValueError(f"profiling log column 'accepted' must be 0 or 1: {_first_bad(log, bad)} (value {acc[bad][0]!r})")
-    for column, wanted in (("drafter", drafter), ("verifier", verifier)):
-        if column in log.columns:
-            others = sorted({str(v) for v in log[column].unique()} - {wanted})
-            if others:
-                raise ValueError(
-                    f"profiling log column {column!r} holds {others} besides {column}={wanted!r}: a bundle is one "
-                    "drafter/verifier pair; filter the log first"
-                )
-    _check_chain(ctx, pos.astype(np.int64), temp, acc)
-    return ctx, pos, temp, acc
-
-
-def _check_chain(ctx: np.ndarray, pos: np.ndarray, temp: np.ndarray, acc: np.ndarray) -> None:
-    """Positions are reached only after acceptances: at each ``(context_len, temperature)``,
-    rows at position ``i + 1`` <= accepted rows at position ``i``."""
-    import pandas as pd
-
-    frame = pd.DataFrame({"c": ctx, "t": temp, "i": pos, "a": acc})
-    counts = frame.groupby(["c", "t", "i"])["a"].agg(rows="size", accepted="sum").reset_index()
-    before = counts[["c", "t", "i", "accepted"]].assign(i=counts["i"] + 1)
-    joined = counts.merge(before, on=["c", "t", "i"], how="left", suffixes=("", "_before"))
-    joined["accepted_before"] = joined["accepted_before"].fillna(0)
-    over = joined[(joined["i"] > 1) & (joined["rows"] > joined["accepted_before"])]
-    if len(over):
-        row = over.iloc[0]
-        i = int(row["i"])
-        raise ValueError(
-            f"profiling log column 'position': {int(row['rows'])} row(s) at position {i} but only "
-            f"{int(row['accepted_before'])} accepted at position {i - 1} (context_len={row['c']:g}, "
-            f"temperature={row['t']:g}); a row "
-            "must exist only for positions reached, after every earlier position of the step was accepted "
-            "(do not log positions after the first rejection)"
-        )
-
-
-def profiling_rows_from_steps(steps: pd.DataFrame) -> pd.DataFrame:
-    """Per-token rows (module docstring) from a per-step log: one row per speculative step
-    with ``context_len``, ``temperature``, ``k`` (drafts proposed, >= 0) and
-    ``accepted_count`` (0..k). A step gives rows ``1..m`` accepted and, when ``m < k``, row
-    ``m + 1`` rejected; other columns (``drafter``, ``prompt_class``, ...) are copied.
-
-    >>> import pandas as pd
-    >>> steps = pd.DataFrame({"context_len": [100, 200], "temperature": [0.0, 0.0],
-    ...                       "k": [3, 2], "accepted_count": [1, 2]})
-    >>> profiling_rows_from_steps(steps)[["context_len", "position", "accepted"]].to_numpy().tolist()
-    [[100, 1, 1], [100, 2, 0], [200, 1, 1], [200, 2, 1]]
-    """
-    import pandas as pd
-
-    if not isinstance(steps, pd.DataFrame):
-        raise TypeError(f"the step log must be a pandas DataFrame, got {type(steps).__name__}")
-    needed = ("context_len", "temperature", "k", "accepted_count")
-    missing = [c for c in needed if c not in steps.columns]
-    if missing:
-        raise ValueError(f"step log is missing column(s) {', '.join(map(repr, missing))} (required: {', '.join(needed)})")
-    k, m = _column(steps, "k"), _column(steps, "accepted_count")
-    bad = (k != np.floor(k)) | (k < 0) | (m != np.floor(m)) | (m < 0) | (m > k)
-    if bad.any():
-        raise ValueError(f"step log columns 'k', 'accepted_count' must be whole numbers with 0 <= accepted_count <= k: "
-                         f"{_first_bad(steps, bad)}")
-    k, m = k.astype(np.int64), m.astype(np.int64)
-    n = np.minimum(m + 1, k)
-    step = np.repeat(np.arange(len(steps)), n)
-    starts = np.cumsum(n) - n
-    position = np.arange(int(n.sum())) - np.repeat(starts, n) + 1
-    out = steps.drop(columns=["k", "accepted_count"]).iloc[step].reset_index(drop=True)
-    out["position"] = position
-    out["accepted"] = (position <= m[step]).astype(np.int64)
-    return out
-
-
 # --------------------------------------------------------------------------- training
 
 
@@ -455,16 +326,30 @@ def train_acceptance_regressor(
     n_estimators: int = 100,
     min_samples_leaf: int = 50,
     random_state: int | None = 0,
+    estimator: str = "random_forest",
 ) -> AcceptanceRegressor:
     """Fit an :class:`AcceptanceRegressor` on a per-token profiling log (module docstring).
 
-    Fits ``RandomForestRegressor(n_estimators, min_samples_leaf, max_features=1.0,
-    random_state, n_jobs=1)`` on ``(log(context_len), position, temperature) ->
-    accepted`` (a regressor on the 0/1 target: its predictions are acceptance
-    probabilities; the module docstring says why not a classifier). *k_max* defaults to
-    the log's largest position (every position up to it has rows: the chain check
-    below rejects a log with a gap). The same
-    *random_state* and log give the same forest.
+    With ``estimator="random_forest"`` (the default), fits
+    ``RandomForestRegressor(n_estimators, min_samples_leaf, max_features=1.0,
+    random_state, n_jobs=1)``; with ``"gradient_boosting"``,
+    ``GradientBoostingRegressor(n_estimators, min_samples_leaf, random_state)`` (depth 3,
+    learning rate 0.1); either on ``(log(context_len), position,
+    temperature) -> accepted`` (a regressor on the 0/1 target: its predictions are
+    acceptance probabilities; the module docstring says why not a classifier). *k_max*
+    defaults to the log's largest position (every position up to it has rows: the chain
+    check below rejects a log with a gap). The same *random_state* and log give the same
+    model.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> steps = pd.DataFrame({"context_len": [256] * 400, "temperature": [0.0] * 400, "k": [2] * 400,
+    ...                       "accepted_count": [0, 1, 2, 2] * 100})
+    >>> m = train_acceptance_regressor(profiling_rows_from_steps(steps), name="toy", drafter="d", verifier="v",
+    ...                                source="made up", estimator="gradient_boosting", n_estimators=20)
+    >>> m.kind, [round(p, 2) for p in m.position_probabilities(256, 2)]      # 3 of 4, then 2 of 3
+    ('gradient_boosting', [0.75, 0.67])
 
     Raises
     ------
@@ -476,28 +361,34 @@ def train_acceptance_regressor(
         ``position`` not a whole number in 1..64, a negative ``temperature``, an
         ``accepted`` other than 0/1, a ``drafter``/``verifier`` column naming another
         model, more rows at a position than acceptances at the one before; a *k_max*
-        beyond the positions logged; blank metadata or an unknown *method*.
+        beyond the positions logged; blank metadata, an unknown *method* or *estimator*.
     ImportError
         scikit-learn is not installed.
     """
     _check_text({"name": name, "drafter": drafter, "verifier": verifier, "source": source}, method, notes)
-    ctx, pos, temp, acc = _check_log(log, drafter, verifier)
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"estimator must be one of {', '.join(ESTIMATORS)}; got {estimator!r}")
+    ctx, pos, temp, acc = check_profiling_log(log, drafter=drafter, verifier=verifier)
     largest = int(pos.max())
     if k_max is None:
         k_max = largest
     elif isinstance(k_max, bool) or not isinstance(k_max, (int, np.integer)) or not 1 <= k_max <= largest:
         raise ValueError(f"k_max must be a whole number in [1, {largest}] (the log's largest position), got {k_max!r}")
     sklearn = _sklearn()
-    from sklearn.ensemble import RandomForestRegressor
+    from sklearn.ensemble import GradientBoostingRegressor, RandomForestRegressor
 
     x = np.column_stack([np.log(ctx), pos, temp])
-    forest = RandomForestRegressor(
-        n_estimators=n_estimators, min_samples_leaf=min_samples_leaf, max_features=1.0,
-        random_state=random_state, n_jobs=1,
-    )
-    forest.fit(x, acc)
+    model: RandomForestRegressor | GradientBoostingRegressor
+    if estimator == "gradient_boosting":
+        model = GradientBoostingRegressor(n_estimators=n_estimators, min_samples_leaf=min_samples_leaf, random_state=random_state)
+    else:
+        model = RandomForestRegressor(
+            n_estimators=n_estimators, min_samples_leaf=min_samples_leaf, max_features=1.0,
+            random_state=random_state, n_jobs=1,
+        )
+    model.fit(x, acc)
     return AcceptanceRegressor(
-        estimator=forest, name=name, drafter=drafter, verifier=verifier, method=method, source=source, notes=notes,
+        estimator=model, name=name, drafter=drafter, verifier=verifier, method=method, source=source, notes=notes,
         k_max=int(k_max), temperatures=tuple(float(t) for t in np.unique(temp)), n_rows=len(acc),
         sklearn_version=str(sklearn.__version__),
     )
@@ -508,7 +399,7 @@ def train_acceptance_regressor(
 
 def _bundle_problems(bundle: Any, found: ProblemList) -> None:
     """Record what makes *bundle* (an unpickled object) not a valid bundle."""
-    from sklearn.ensemble import RandomForestRegressor
+    from sklearn.ensemble import GradientBoostingRegressor, RandomForestRegressor
 
     if not isinstance(bundle, dict) or bundle.get("format") != BUNDLE_FORMAT:
         found.add("format", f"not an acceptance regressor bundle (no {BUNDLE_FORMAT!r} marker)")
@@ -520,8 +411,10 @@ def _bundle_problems(bundle: Any, found: ProblemList) -> None:
     if bundle.get("features") != list(FEATURES):
         found.add("features", f"must be {list(FEATURES)}, got {bundle.get('features')!r}")
     model = bundle.get("model")
-    if not isinstance(model, RandomForestRegressor) or getattr(model, "n_features_in_", None) != len(FEATURES):
-        found.add("model", f"must be a fitted RandomForestRegressor on {len(FEATURES)} features, got {type(model).__name__}")
+    if (not isinstance(model, (RandomForestRegressor, GradientBoostingRegressor))
+            or getattr(model, "n_features_in_", None) != len(FEATURES)):
+        found.add("model", f"must be a fitted RandomForestRegressor or GradientBoostingRegressor on {len(FEATURES)} features, "
+                           f"got {type(model).__name__}")
     meta = bundle.get("metadata")
     if not isinstance(meta, dict):
         found.add("metadata", f"must be a mapping, got {meta!r}")
