@@ -12,7 +12,8 @@ import os
 from pathlib import Path
 
 from simpy_llm.config.errors import ScenarioError
-from simpy_llm.speculative.acceptance import AcceptanceModel, load_acceptance, shipped_dir
+from simpy_llm.speculative.acceptance import AcceptanceModel, shipped_dir
+from simpy_llm.speculative.curve_files import load_acceptance
 from simpy_llm.speculative.regressor import AcceptanceRegressor, load_acceptance_regressor
 
 __all__ = ["acceptance_model", "shipped_acceptance"]

@@ -15,7 +15,8 @@ from scipy import stats
 
 from simpy_llm.config.errors import ScenarioError
 from simpy_llm.serving.latency import profiles_dir
-from simpy_llm.speculative.acceptance import AcceptanceModel, acceptance_from_dict, load_acceptance
+from simpy_llm.speculative.acceptance import AcceptanceModel
+from simpy_llm.speculative.curve_files import acceptance_from_dict, load_acceptance
 from simpy_llm.speculative.curves import acceptance_model, shipped_acceptance
 
 SHIPPED = profiles_dir() / "acceptance"

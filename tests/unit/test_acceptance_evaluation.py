@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simpy_llm.speculative.acceptance import acceptance_from_dict
+from simpy_llm.speculative.curve_files import acceptance_from_dict
 from simpy_llm.speculative.curves import acceptance_model
 from simpy_llm.speculative.evaluation import evaluate_acceptance, predicted_acceptance
 from simpy_llm.speculative.profiling_log import read_profiling_log

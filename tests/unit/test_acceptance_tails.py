@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from scipy import integrate, optimize, stats
 
 from simpy_llm.config.errors import ScenarioError
-from simpy_llm.speculative.acceptance import AcceptanceModel, acceptance_from_dict, fit_beta, load_acceptance
+from simpy_llm.speculative.acceptance import AcceptanceModel, fit_beta
+from simpy_llm.speculative.curve_files import acceptance_from_dict, load_acceptance
 from simpy_llm.speculative.curves import acceptance_model
 
 SEED_EXAMPLE = """\

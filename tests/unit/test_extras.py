@@ -38,7 +38,10 @@ HARNESS = {"pytest", "hypothesis", "ruff", "mypy", "types-pyyaml", "import-linte
 Hypothesis profile in tests/conftest.py, the gates of .ci/run), so they are not hidden."""
 
 FILES: dict[str, tuple[str, ...]] = {
-    "learn": ("tests/unit/test_acceptance_regressor.py", "tests/unit/test_gamma_head.py", "tests/integration/test_speculative_devices.py"),
+    "learn": (
+        "tests/unit/test_acceptance_regressor.py", "tests/unit/test_acceptance_boosting.py", "tests/unit/test_gamma_head.py",
+        "tests/integration/test_speculative_devices.py",
+    ),
     "explore": ("tests/unit/test_sweep_executors.py", "tests/unit/test_sweep_cli.py", "tests/notebooks/test_notebooks.py"),
     "notebooks": ("tests/notebooks/test_notebooks.py",),
     "parquet": ("tests/integration/test_simulation.py",),
