@@ -93,12 +93,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from simpy_llm import __version__
+from simpy_llm import progress as progress_display
 from simpy_llm.config import ScenarioError
 from simpy_llm.explore.search import RandomSearch
 from simpy_llm.loading import Overrides, load_plugins, load_scenario, ordered_overrides
 from simpy_llm.metrics.diagnostics import overload_judged
 from simpy_llm.metrics.summary import flatten_summary
-from simpy_llm.progress import progress_wanted, watched
 from simpy_llm.simulation import Simulation
 from simpy_llm.workload.checks import check_spec_files
 
@@ -1068,8 +1068,8 @@ def _progress_display(
     """A callback ``show(point, row, loaded)`` counting finished runs: a rich bar for a
     watcher, one line per run on standard error for a log, or nothing."""
 
-    terminal, jupyter = watched()
-    if not progress_wanted(setting, terminal=terminal, jupyter=jupyter, expected_requests=math.inf, min_requests=0):
+    terminal, jupyter = progress_display.watched()  # looked up on the module: tests stand in for a terminal
+    if not progress_display.progress_wanted(setting, terminal=terminal, jupyter=jupyter, expected_requests=math.inf, min_requests=0):
         yield lambda *_: None
         return
     if terminal or jupyter:
