@@ -27,7 +27,7 @@ from typing import Any, NewType
 
 import attrs
 
-from simpy_llm.config.common import LengthField, NetworkConfig, PolicySpec
+from simpy_llm.config.common import LatencySpec, LengthField, NetworkConfig, PolicySpec
 from simpy_llm.config.errors import FieldValueError
 from simpy_llm.config.paths import resolve_path
 from simpy_llm.config.validators import (
@@ -44,6 +44,7 @@ from simpy_llm.config.validators import (
 )
 
 __all__ = [
+    "MAX_DRAFT_BATCH",
     "SPECULATION_MODES",
     "DraftGroupConfig",
     "DrafterConfig",
@@ -60,6 +61,8 @@ VERIFY_ORDERS = ("fcfs", "edf", "least_slack")
 """``speculation.verify.order`` values."""
 PARTIAL_MODES = ("all", "sampled", "first_token")
 """``speculation.verify.partial`` values."""
+MAX_DRAFT_BATCH = 100_000
+"""Largest ``speculation.drafts[].max_batch``: requests one draft device runs and drafts for at once."""
 
 GammaSpec = NewType("GammaSpec", object)
 """A :class:`~simpy_llm.config.schema.PolicySpec` naming a γ policy (:mod:`simpy_llm.policies.gamma`)."""
@@ -87,7 +90,10 @@ class DrafterConfig:
 
     Its speed is ``draft_token_ms`` per drafted token, or, with ``weights_gb``, the
     memory-bound decode time ``weights_gb / memory_bandwidth_gb_per_s`` of its group's
-    device (every draft token reads all weights once).
+    device (every draft token reads all weights once), or, with ``latency_model``, a decode
+    step of that model (exactly one of the three). A draft step that drafts a token for
+    each of ``n`` requests at once (the group's ``max_batch``) takes the model's decode step
+    of ``n`` tokens, or the same time as one token without a model.
     """
 
     name: str = attrs.field(validator=non_empty)
@@ -100,8 +106,16 @@ class DrafterConfig:
     """Time to draft one token, ms."""
     weights_gb: float | None = attrs.field(default=None, validator=optional(all_of(greater_than(0), at_most(1e4))))
     """Bytes of the draft model's weights, GB (with the group's device: memory-bound speed)."""
+    latency_model: LatencySpec | None = None
+    """The draft model's latency model on the group's device (``{kind, params}``, as a replica
+    group's): a draft step for ``n`` requests takes its decode step of ``n`` tokens,
+    ``step_time_s(0, n)``, without attention terms (its expectation, for a model that draws)."""
 
     def __attrs_post_init__(self) -> None:
+        if self.latency_model is not None:
+            if self.draft_token_ms is not None or self.weights_gb is not None:
+                raise FieldValueError("latency_model", "give it instead of draft_token_ms and weights_gb, not with them")
+            return
         if (self.draft_token_ms is None) == (self.weights_gb is None):
             raise FieldValueError("draft_token_ms", "give exactly one of draft_token_ms and weights_gb")
 
@@ -116,9 +130,10 @@ def _device(value: Any) -> Any:
 class DraftGroupConfig:
     """Identical draft devices (a cohort: phones, laptops, edge GPUs).
 
-    Each device runs one conversation at a time, closed loop: a request bound to it
-    starts at ``max(its arrival, the device's previous request's end + think time)``
-    (seed 003 "Per-Draft Closed-Loop Think Time"). Requests bind by client: each request
+    Each device runs one conversation at a time (up to ``max_batch`` with draft-side
+    batching), closed loop: a request bound to it starts at ``max(its arrival, the
+    device's previous request's end + think time)`` (seed 003 "Per-Draft Closed-Loop Think
+    Time"). Requests bind by client: each request
     of a client in ``clients`` goes to one of the group's devices, round robin in
     arrival order, and every later request of the same session to the same device
     (seed 003 "Canonical Trace Mapping").
@@ -147,6 +162,13 @@ class DraftGroupConfig:
     escalate_below: float | None = attrs.field(default=None, validator=optional(in_range(0.0, 1.0)))
     """Mid-decode escalation (seed 003 §6.1): when a request's smoothed acceptance rate falls
     below this after a round, its next round uses the next drafter. None: never."""
+    max_batch: int = attrs.field(default=1, validator=all_of(at_least(1), at_most(MAX_DRAFT_BATCH)))
+    """Draft-side batching (seed 003 §6.1): the most requests a device runs at once, each
+    closed loop, and so the most it drafts for in one draft step (one token each). 1: one
+    request at a time, each round drafted alone."""
+    max_wait_ms: float = attrs.field(default=0.0, validator=all_of(at_least(0), at_most(MAX_TIME_S * 1e3)))
+    """How long a batch opened on an idle device waits for more rounds to join before its
+    first step, ms (it starts earlier once it holds ``max_batch``). Only with ``max_batch > 1``."""
 
     def __attrs_post_init__(self) -> None:
         if not self.drafters:
@@ -158,6 +180,8 @@ class DraftGroupConfig:
             raise FieldValueError("escalate_below", "needs at least two drafters to escalate to")
         if self.device is None and any(d.weights_gb is not None for d in self.drafters):
             raise FieldValueError("device", "required: a drafter gives weights_gb, whose speed needs the device's memory bandwidth")
+        if self.max_wait_ms and self.max_batch == 1:
+            raise FieldValueError("max_wait_ms", "applies only with max_batch > 1 (a device drafting alone never waits)")
 
 
 @attrs.frozen(kw_only=True)

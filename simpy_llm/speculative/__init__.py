@@ -5,6 +5,8 @@
 * :mod:`~simpy_llm.speculative.regressor`: a scikit-learn acceptance regressor trained
   from a profiling log, behind the same interface;
 * :mod:`~simpy_llm.speculative.draft`: draft devices and their fleet (SimPy processes);
+* :mod:`~simpy_llm.speculative.drafter` and :mod:`~simpy_llm.speculative.draft_batching`: a
+  draft model's speed, and the draft steps a batching device shares between its requests;
 * :mod:`~simpy_llm.speculative.verify`: the targets' verify servers;
 * :mod:`~simpy_llm.speculative.curves`: an acceptance curve by name or file, whichever kind;
 * :mod:`~simpy_llm.speculative.profiling_log`: the per-token profiling log regressors train on;

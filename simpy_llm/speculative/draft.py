@@ -20,6 +20,12 @@ out-of-service window), and the bundle goes up when drafted (``Link.put_at``: on
 scheduled event per bundle); the process itself waits for the request's end. In
 ``fused`` mode the device just waits for the answer.
 
+With draft-side batching (the group's ``max_batch`` above 1, seed 003 §6.1) a device is a
+:class:`BatchingDraftDevice`: it runs up to ``max_batch`` requests at once, each closed
+loop, and its rounds share draft steps (:class:`~simpy_llm.speculative.draft_batching.DraftSteps`),
+each taking the drafter's step time at its batch size (:meth:`Drafter.step_s`); a round's
+bundle goes up at the end of its last step (``docs/speculative.md``, "Draft-side batching").
+
 Per-request bookkeeping lives in a :class:`SpecState` on ``request.spec``; it turns
 a round's accepted prefix into tokens, records the round, and escalates to a larger
 drafter when the smoothed acceptance falls below the group's ``escalate_below``.
@@ -28,13 +34,18 @@ drafter when the smoothed acceptance falls below the group's ``escalate_below``.
 from __future__ import annotations
 
 import functools
+import heapq
 import math
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from simpy_llm.config.structure import build_policy
 from simpy_llm.kernel import timer_at
 from simpy_llm.network.link import Link
 from simpy_llm.policies.gamma import GammaState, StaticGamma
+from simpy_llm.serving.latency import latency_models
+from simpy_llm.speculative.draft_batching import DraftSteps
+from simpy_llm.speculative.drafter import Drafter
 from simpy_llm.wire import Wire
 
 if TYPE_CHECKING:
@@ -51,24 +62,11 @@ if TYPE_CHECKING:
     from simpy_llm.policies.gamma import GammaPolicy
     from simpy_llm.speculative.verify import VerifyServer
 
-__all__ = ["ACCEPTANCE_EWMA", "DraftDevice", "DraftFleet", "Drafter", "SpecState"]
+__all__ = ["ACCEPTANCE_EWMA", "BatchingDraftDevice", "DraftDevice", "DraftFleet", "Drafter", "SpecState"]
 
 ACCEPTANCE_EWMA = 0.3
 """Weight of the newest round in a request's smoothed acceptance rate (``acceptance_ewma``)."""
 _NO_SLO = (None, None, None)
-
-
-class Drafter:
-    """A draft model as run on one device group: its speed and acceptance curve."""
-
-    __slots__ = ("acceptance", "draft_token_s", "name")
-
-    def __init__(self, name: str, draft_token_s: float, acceptance: Any) -> None:
-        self.name = name
-        self.draft_token_s = draft_token_s
-        """Time to draft one token, s (before throttling)."""
-        self.acceptance = acceptance
-        """The :class:`~simpy_llm.speculative.acceptance.AcceptanceModel` against the target."""
 
 
 class SpecState:
@@ -205,8 +203,16 @@ class SpecState:
         return gained
 
 
+def _not_ahead(_payload: Any, _size_bytes: float) -> Message | None:
+    """The ``verdict_ahead`` of a batching device: its downlink carries several requests'
+    verdicts, so no delivery is known ahead (the verdict takes the ordinary path)."""
+    return None
+
+
 class DraftDevice:
-    """One draft device: a SimPy process running its bound requests closed loop.
+    """One draft device: a SimPy process running its bound requests closed loop, one at a
+    time, each round drafted alone (a group with ``max_batch`` above 1 has
+    :class:`BatchingDraftDevice` devices).
 
     Parameters
     ----------
@@ -235,7 +241,7 @@ class DraftDevice:
         self.queue: deque[Request] = deque()
         """Requests bound to it and not started."""
         self.current: Request | None = None
-        """The request it runs."""
+        """The request it runs (None on a :class:`BatchingDraftDevice`: it may run several)."""
         self.free_at = 0.0
         self._busy_s = 0.0
         self._pending_busy: tuple[float, float] | None = None  # (from s, drafting s) of a round drafted ahead
@@ -262,6 +268,13 @@ class DraftDevice:
                              rng=rng_down, dropped=fleet.lost, **net.link_faults())
         self._idle: Event | None = None
         self._active_since: float | None = None
+        self.max_batch = group.max_batch
+        """Most requests it runs, and drafts for in one step, at once."""
+        self.verdict_ahead: Callable[[Any, float], Message | None] = _not_ahead
+        """``Link.put_ahead`` of its downlink when the link carries one request's verdicts at a
+        time (a device drafting alone), else a function declining (:meth:`DraftFleet.send_verdict`)."""
+        if self.down is not None and group.max_batch == 1:
+            self.verdict_ahead = self.down.put_ahead
         self.process = env.process(self._run())
 
     def download_s(self, tokens: int) -> float:
@@ -314,7 +327,8 @@ class DraftDevice:
 
     def next_round(self, req: Request, at_s: float) -> None:
         """*req*'s verdict reaches the device at *at_s* (now, or later when the fleet knows
-        it in advance: :meth:`DraftFleet.send_verdict`): its next round drafts from then."""
+        it in advance: :meth:`DraftFleet.send_verdict`): its next round drafts its γ tokens
+        from then (once in service), its bundle going up when drafted."""
         spec = req.spec
         assert spec is not None  # set while the device runs the request
         fleet = self.fleet
@@ -375,6 +389,131 @@ class DraftDevice:
             if self.think is not None:
                 think = max(0.0, float(self.think.sample(fleet.think_rng, 1)[0]))
             self.free_at = env.now + think
+
+
+class BatchingDraftDevice(DraftDevice):
+    """A draft device of a group with ``max_batch`` above 1 (draft-side batching, seed 003
+    §6.1): it runs up to ``max_batch`` requests at once, each closed loop in a slot of its
+    own, and drafts for their rounds in shared draft steps (:class:`DraftSteps`;
+    ``docs/speculative.md``, "Draft-side batching").
+
+    Parameters are :class:`DraftDevice`'s.
+    """
+
+    def __init__(self, fleet: DraftFleet, group: DraftGroupConfig, index: int, drafters: list[Drafter]) -> None:
+        self._fresh_slots = group.max_batch  # slots never used yet: free from the start
+        self._slot_free: list[float] = []  # heap: when each used idle slot may start its next request
+        self._running = 0
+        super().__init__(fleet, group, index, drafters)
+        self.steps = DraftSteps(
+            self.env, group.max_batch, group.max_wait_ms / 1e3, step_s=self._step_s,
+            back_at=self._available_from if self.availability else None, done=self._drafted,
+        )
+        """Its draft steps."""
+
+    def _run(self) -> Generator[Event, None, None]:
+        """The device process: starts its bound requests in binding order, each in a slot of
+        its own (``max_batch`` slots, each closed loop: a request starts at ``max(its
+        arrival, the slot's previous request's end + think time)``, later while the device
+        is out of service), as soon as one can start.
+
+        Yields
+        ------
+        Event
+            A bound request, a slot freed, or the time the next request may start.
+        """
+        env = self.env
+        queue = self.queue
+        while True:
+            wake_at = None
+            if queue and (self._fresh_slots or self._slot_free):
+                now = env.now
+                slot_free = 0.0 if self._fresh_slots else self._slot_free[0]
+                req = queue[0]
+                start = self._available_from(max(now, slot_free, req.arrival_s))
+                if start <= now:
+                    queue.popleft()
+                    if self._fresh_slots:
+                        self._fresh_slots -= 1
+                    else:
+                        heapq.heappop(self._slot_free)
+                    self._start_request(req)
+                    continue
+                wake_at = start
+            if not queue and not self._running:
+                self._active_since = None
+            self._idle = env.event()
+            if wake_at is not None:
+                timer_at(env, wake_at).callbacks.append(self._wake)
+            yield self._idle
+            self._idle = None
+
+    def _wake(self, _event: Event | None = None) -> None:
+        """Wake the process (a slot freed, or a start time came)."""
+        idle = self._idle
+        if idle is not None and not idle.triggered:
+            idle.succeed()
+
+    def _start_request(self, req: Request) -> None:
+        """Start *req* in a free slot now: its prompt goes up."""
+        fleet = self.fleet
+        now = self.env.now
+        if self._active_since is None:
+            self._active_since = now
+        self._running += 1
+        req.draft_wait_s = now - req.arrival_s
+        req.arrival_s = now
+        spec = SpecState(fleet, self, fleet.new_policy(), req)
+        req.spec = spec
+        spec.wake.callbacks.append(functools.partial(self._request_ended, req))
+        fleet.send_prompt(req, self)
+
+    def _request_ended(self, req: Request, _event: Event) -> None:
+        """*req* finished or was dropped: its slot is free after the think time."""
+        req.spec = None
+        self._running -= 1
+        think = 0.0
+        if self.think is not None:
+            think = max(0.0, float(self.think.sample(self.fleet.think_rng, 1)[0]))
+        heapq.heappush(self._slot_free, self.env.now + think)
+        self._wake()
+
+    def next_round(self, req: Request, at_s: float) -> None:
+        """*req*'s verdict reaches the device at *at_s* (now, or later when the fleet knows it
+        in advance): its round is ready then."""
+        if at_s > self.env.now:
+            timer_at(self.env, at_s).callbacks.append(functools.partial(self._round_ready, req))
+        else:
+            self._round_ready(req)
+
+    def _round_ready(self, req: Request, _event: Event | None = None) -> None:
+        """*req*'s verdict is in: its round starts (now, or when the device is back in service)
+        and joins the draft steps, or, drafting nothing, sends its bundle at once."""
+        spec = req.spec
+        assert spec is not None  # set while the device runs the request
+        now = self.env.now
+        start = self._available_from(now) if self.availability else now
+        spec.round_start_s = start
+        gamma = spec.verdict_gamma
+        if gamma:
+            self.steps.add(req, spec, gamma)
+        else:
+            self.fleet.send_bundle(req, self, 0, start)
+
+    def _step_s(self, drafter: Drafter, n: int, now: float) -> float:
+        """A step of *n* rounds of *drafter* starting at *now*: the drafter's step time at *n*,
+        slower once thermally throttled; counted as drafting time."""
+        s = drafter.step_s(n)
+        if self.throttle is not None and self._active_since is not None:
+            after_s, factor = self.throttle
+            if now - self._active_since >= after_s:
+                s /= factor
+        self._busy_s += s
+        return s
+
+    def _drafted(self, req: Request, spec: SpecState) -> None:
+        """*req*'s round has drafted its tokens: its bundle goes up now."""
+        self.fleet.send_bundle(req, self, spec.verdict_gamma, self.env.now)
 
 
 class DraftFleet:
@@ -445,13 +584,18 @@ class DraftFleet:
         for group in config.drafts:
             drafters = []
             for d in group.drafters:
-                if d.draft_token_ms is not None:
+                latency = None
+                if d.latency_model is not None:
+                    token_s = 0.0  # the latency model's decode step
+                    latency = build_policy(d.latency_model, latency_models)
+                elif d.draft_token_ms is not None:
                     token_s = d.draft_token_ms / 1e3
                 else:
                     bandwidth = device_profiles[group.name].compute.memory_bandwidth_gb_per_s
                     token_s = d.weights_gb / bandwidth
-                drafters.append(Drafter(d.name, token_s, acceptance_model(d.acceptance)))
-            self.devices[group.name] = [DraftDevice(self, group, i, drafters) for i in range(group.count)]
+                drafters.append(Drafter(d.name, token_s, acceptance_model(d.acceptance), latency))
+            kind = DraftDevice if group.max_batch == 1 else BatchingDraftDevice
+            self.devices[group.name] = [kind(self, group, i, drafters) for i in range(group.count)]
             for cid in group.clients:
                 self.group_of_client[cid] = group.name
             if not group.clients:
@@ -574,9 +718,9 @@ class DraftFleet:
         size = device.message_bytes(tokens)
         if continuing:
             # The next round depends on nothing but when the verdict arrives: run it now, as
-            # of then, and save the delivery's event (Link.put_ahead; the downlink carries
-            # this request's verdicts only, one at a time).
-            msg = down.put_ahead(req, size)
+            # of then, and save the delivery's event (Link.put_ahead, when the downlink carries
+            # this request's verdicts only, one at a time: a device drafting alone).
+            msg = device.verdict_ahead(req, size)
             if msg is not None:
                 device.next_round(req, msg.delivered_s)
                 return
