@@ -106,6 +106,22 @@ def _curve(raw: Any, where: str, found: ProblemList, k_max: list[int]) -> Accept
     return AcceptanceCurve(temperature=float(temperature), context_len=tuple(grid), acceptance=tuple(rows))  # type: ignore[arg-type]
 
 
+def _metadata(data: Mapping[str, Any], found: ProblemList, required: tuple[str, ...]) -> tuple[dict[str, str], str, Any, Any]:
+    """The keys both formats share: the names and source (each required when in *required*),
+    the notes, the drafting method and the illustrative flag, their problems added to *found*."""
+    texts = {key: _text(data, key, found, key in required) for key in ("name", "drafter", "verifier", "source")}
+    notes = _text(data, "notes", found, False)
+    method = data.get("method")
+    if "method" not in data:
+        found.add("method", "required key is missing")
+    elif method not in METHODS:
+        found.add("method", f"must be one of {', '.join(METHODS)}; got {method!r}")
+    illustrative = data.get("illustrative", False)
+    if not isinstance(illustrative, bool):
+        found.add("illustrative", f"must be true or false, got {illustrative!r}")
+    return texts, notes, method, illustrative
+
+
 def acceptance_from_dict(data: Any, source: str = "<dict>") -> AcceptanceModel:
     """Validate a curve file's content (module docstring) into an :class:`AcceptanceModel`.
 
@@ -145,16 +161,7 @@ def acceptance_from_dict(data: Any, source: str = "<dict>") -> AcceptanceModel:
     for key in data:
         if key not in _TOP_KEYS:
             found.add(str(key), f"unknown key; allowed: {', '.join(_TOP_KEYS)}")
-    texts = {key: _text(data, key, found, key in _REQUIRED_TOP) for key in ("name", "drafter", "verifier", "source")}
-    notes = _text(data, "notes", found, False)
-    method = data.get("method")
-    if "method" not in data:
-        found.add("method", "required key is missing")
-    elif method not in METHODS:
-        found.add("method", f"must be one of {', '.join(METHODS)}; got {method!r}")
-    illustrative = data.get("illustrative", False)
-    if not isinstance(illustrative, bool):
-        found.add("illustrative", f"must be true or false, got {illustrative!r}")
+    texts, notes, method, illustrative = _metadata(data, found, _REQUIRED_TOP)
     raw_curves = data.get("curves")
     curves: list[AcceptanceCurve | None] = []
     if "curves" not in data:
@@ -261,16 +268,7 @@ def _bins_model(data: Mapping[str, Any], source: str) -> AcceptanceModel:
             found.add("curves", "give curves (rows p_1 .. p_kmax) or bins (k=N: {mean, p95}), not both")
         elif key not in _BIN_TOP_KEYS:
             found.add(str(key), f"unknown key; allowed: {', '.join(_BIN_TOP_KEYS)}")
-    texts = {key: _text(data, key, found, key in _REQUIRED_BIN_TOP) for key in ("name", "drafter", "verifier", "source")}
-    notes = _text(data, "notes", found, False)
-    method = data.get("method")
-    if "method" not in data:
-        found.add("method", "required key is missing")
-    elif method not in METHODS:
-        found.add("method", f"must be one of {', '.join(METHODS)}; got {method!r}")
-    illustrative = data.get("illustrative", False)
-    if not isinstance(illustrative, bool):
-        found.add("illustrative", f"must be true or false, got {illustrative!r}")
+    texts, notes, method, illustrative = _metadata(data, found, _REQUIRED_BIN_TOP)
     interpolation = data.get("interpolation", "log_linear")
     if interpolation not in INTERPOLATIONS:
         found.add("interpolation", f"must be one of {', '.join(INTERPOLATIONS)}; got {interpolation!r}")
