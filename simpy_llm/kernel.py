@@ -89,13 +89,20 @@ from simpy.core import BoundClass
 from simpy.events import NORMAL, PENDING, URGENT, Event, EventPriority, Process
 from simpy.resources.base import BaseResource, Get
 
+ChannelGet = Get
+"""The get event a :class:`Channel` subclass derives its own from (SimPy's ``Get``), offered here
+with :class:`BoundClass` (which binds it as the channel's ``get``) so that channels elsewhere in
+the package import SimPy's resource machinery from the kernel alone."""
+
 if TYPE_CHECKING:
     from collections.abc import Generator
 
 __all__ = [
     "CHECKED_SIMPY",
     "LATE",
+    "BoundClass",
     "Channel",
+    "ChannelGet",
     "Environment",
     "ProcessedEvent",
     "SimPyContractError",

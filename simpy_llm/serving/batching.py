@@ -48,14 +48,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 import numpy as np
-from simpy.core import BoundClass
-from simpy.resources.base import Get
 
 from simpy_llm.config.errors import FieldValueError
 from simpy_llm.config.structure import Problems, build_policy, tagged
 from simpy_llm.config.validators import MAX_TIME_S, at_least, at_most
 from simpy_llm.entities import Batch
-from simpy_llm.kernel import Channel, WirePut
+from simpy_llm.kernel import BoundClass, Channel, ChannelGet, WirePut
 from simpy_llm.policies.batching import (
     SLA_CONTROLLERS,
     DynamicBatchSizer,
@@ -282,7 +280,7 @@ class BinQueueStats:
     """Requests waiting: in bins, or in formed batches not yet taken."""
 
 
-class BatchGet(Get):
+class BatchGet(ChannelGet):
     """Request for the next batch of a :class:`BinQueue`; its value is a :class:`Batch`."""
 
 
