@@ -159,6 +159,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     _add_scenario_options(val, workload_keys=True)
 
+    drift = sub.add_parser(
+        "lut-drift", help="compare a LUT file with its previous version; exit 1 when a shared row moved more than the tolerance"
+    )
+    drift.add_argument("new", help="the new LUT file (CSV, or Parquet by its .parquet / .pq ending)")
+    drift.add_argument("previous", help="the previous version of the same LUT")
+    drift.add_argument("--tolerance", type=float, default=0.05, help="largest relative change that is not drift (default 0.05)")
+    drift.set_defaults(plugins=[])
+
     from simpy_llm.calibrate.cli import add_parser as add_calibrate
     from simpy_llm.explore.capacity_cli import add_parser as add_capacity
     from simpy_llm.explore.cli import add_parser as add_sweep
@@ -240,7 +248,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         return capacity(args)
     if args.command == "observe":
         return _observe(args)
+    if args.command == "lut-drift":
+        return _lut_drift(args)
     return _run(args)
+
+
+def _lut_drift(args: argparse.Namespace) -> int:
+    """``simpy-llm lut-drift NEW PREVIOUS``: print the shared rows that drifted; 0 when none,
+    1 on drift, 2 when a file is not a valid LUT or the tolerance is not positive."""
+    from simpy_llm.serving.lut import load_lut
+    from simpy_llm.serving.lut_drift import describe_drift, lut_drift
+
+    if not 0 < args.tolerance < float("inf"):
+        print(f"--tolerance must be a positive number, got {args.tolerance}", file=sys.stderr)
+        return 2
+    try:
+        new, old = load_lut(args.new), load_lut(args.previous)
+    except ScenarioError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    found = lut_drift(new.frame, old.frame, args.tolerance)
+    print(f"{args.new} against {args.previous}: {describe_drift(found, args.tolerance, limit=len(found) or 1)}")
+    return 1 if found else 0
 
 
 def _overrides(args: argparse.Namespace) -> list[str]:

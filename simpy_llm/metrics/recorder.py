@@ -155,6 +155,8 @@ class Recorder:
         self.num_replicas = num_replicas
         self.steps = [0] * num_replicas
         self.busy_s = [0.0] * num_replicas
+        self.energy_j: list[float | None] = [None] * num_replicas
+        """Energy of each replica's steps from its latency model's table, J (None: the model has none)."""
         self.kv_block_seconds = [0.0] * num_replicas
         self.prefill_tokens = [0] * num_replicas
         self.decode_tokens = [0] * num_replicas
@@ -259,6 +261,10 @@ class Recorder:
         self.prefill_tokens[replica] += prefill_tokens * steps
         self.decode_tokens[replica] += decode_tokens * steps
         self.batch_steps[batch_size] += steps
+
+    def on_energy(self, replica: int, joules: float) -> None:
+        """*replica*'s steps took *joules* by its latency model's table of step energies."""
+        self.energy_j[replica] = (self.energy_j[replica] or 0.0) + joules
 
     def on_busy(self, replica: int, seconds: float) -> None:
         """*replica* was busy *seconds* more than its reported steps say (a batch cut by the end of the run)."""

@@ -186,13 +186,16 @@ class DisaggregationStats(TypedDict):
 
 
 class DeviceStats(TypedDict):
-    """Energy and cost of a fleet whose replica groups name device profiles
-    (``docs/devices.md``); replicas without a device count as None and add nothing."""
+    """Energy and cost of a fleet whose replica groups name device profiles or whose latency
+    model gives step energies (a LUT's ``energy_mj``; ``docs/devices.md``); replicas with
+    neither count as None and add nothing."""
 
     gpus: int
     """Devices in the fleet: each replica's tensor-parallel degree, summed."""
     energy_j: float
-    """Energy over the run, J: per device ``active_w`` x busy time + ``idle_w`` x idle time."""
+    """Energy over the run, J: per device ``active_w`` x busy time + ``idle_w`` x idle time;
+    with a table of step energies, the steps' energies in place of ``active_w`` x busy time
+    (plus ``idle_w`` x idle time with a device profile)."""
     energy_j_per_replica: list[float | None]
     """Per replica (its devices together), J."""
     energy_j_per_output_token: float | None

@@ -292,6 +292,12 @@ class Replica:
         """Decoders that stream and are not warm-up: the only ones whose token gaps are
         tallied as ITL (a non-streaming client sees no gaps; warm-up is not measured)."""
         self._uses_context = latency.uses_context
+        self._energy = latency.step_energy_j
+        """The latency model's step energy (None: no table; energy then comes from the device's power)."""
+        self._step_j = 0.0
+        """The energy of each step of the current plan, J (with :attr:`_energy`)."""
+        if self._energy is not None:
+            recorder.energy_j[index] = 0.0
         self._decode_context = 0
         """Decode context as of the last composition change (context-dependent latency models)."""
         self.num_preemptions = 0
@@ -497,6 +503,8 @@ class Replica:
                 )
             else:
                 step_s = step_time_s(prefill_tokens, n_decode)
+            if self._energy is not None:
+                self._step_j = self._step_energy_j(chunks, n_decode, prefill_tokens, ubatch)
             if self._swap_tokens:
                 step_s += self._swap_tokens * self._swap_bytes_per_token / (self._swap_bandwidth_gb_per_s * 1e9)
             if self._restores:
@@ -562,7 +570,21 @@ class Replica:
         self._clock_ns = to_ns(self._clock)
         self.recorder.on_cold_start(self.index, start, self.env.now)
 
-    def _passes_time_s(self, chunks: list[tuple[Request, int]], n_decode: int, ubatch: int) -> float:
+    def _step_energy_j(self, chunks: list[tuple[Request, int]], n_decode: int, prefill_tokens: int, ubatch: int | None) -> float:
+        """The planned step's energy by the latency model's ``step_energy_j``, J, passed what
+        ``step_time_s`` is (pass by pass when the step takes several)."""
+        energy = self._energy
+        assert energy is not None  # called only with a table of step energies
+        if ubatch is not None and prefill_tokens + n_decode > ubatch:
+            return self._passes_time_s(chunks, n_decode, ubatch, energy)
+        if self._uses_context:
+            pairs = sum(c * r.kv_tokens + c * (c + 1) // 2 for r, c in chunks)
+            return energy(prefill_tokens, n_decode, self._decode_context, pairs)
+        return energy(prefill_tokens, n_decode)
+
+    def _passes_time_s(
+        self, chunks: list[tuple[Request, int]], n_decode: int, ubatch: int, measure: Callable[..., float] | None = None
+    ) -> float:
         """Time of a step computed as forward passes of at most *ubatch* tokens
         (``EngineConfig.ubatch_tokens``): the decode tokens first, then each prefill chunk in
         order, cut every *ubatch* tokens; each pass is timed by the latency model alone.
@@ -570,9 +592,10 @@ class Replica:
         A context-dependent model sees each pass's share: the decoders' context in
         proportion to the decoders in the pass, and the causal-attention pairs of the
         prefill tokens in it (token ``i`` of a chunk after ``p`` cached tokens attends to
-        ``p + i + 1`` keys).
+        ``p + i + 1`` keys). *measure* (default the model's ``step_time_s``) is what is
+        summed over the passes; the step's energy sums ``step_energy_j`` the same way.
         """
-        step_time_s = self.latency.step_time_s
+        step_time_s = self.latency.step_time_s if measure is None else measure
         uses_context = self._uses_context
         context_per_decoder = self._decode_context / n_decode if n_decode else 0.0
         total = 0.0
@@ -598,7 +621,7 @@ class Replica:
         passes.append((prefill, decoders, pairs))
         for p, d, q in passes:
             if uses_context:
-                total += step_time_s(p, d, decode_context_tokens=context_per_decoder * d, prefill_attention_pairs=q)
+                total += step_time_s(p, d, context_per_decoder * d, q)
             else:
                 total += step_time_s(p, d)
         return total
@@ -941,6 +964,8 @@ class Replica:
         if grown:
             self.kv.allocate(grown)
         self.recorder.on_steps(self.index, step_s, k, n_decode, 0, n_decode, step_s * (kv_used * k + weighted))
+        if self._energy is not None:
+            self.recorder.on_energy(self.index, self._step_j * k)
         self.recorder.on_token_gaps(step_s + self._alpha2, self._measured_streamers * k)
         last = s0 + k - 1
         end = self._advance(k)
@@ -958,6 +983,8 @@ class Replica:
         s = self.step
         batch = n_decode + len(chunks)
         self.recorder.on_steps(self.index, step_s, 1, batch, prefill_tokens, n_decode, step_s * kv_used)
+        if self._energy is not None:
+            self.recorder.on_energy(self.index, self._step_j)
         if self._measured_streamers:
             self.recorder.on_token_gaps(step_s + self._alpha2, self._measured_streamers)
         end = self._advance(1)

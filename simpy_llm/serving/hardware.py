@@ -263,6 +263,9 @@ class Hardware:
     """The kind of GPU."""
     tp: int = attrs.field(default=1, validator=_positive_int)
     """Tensor-parallel degree (GPUs in the group)."""
+    measured_kv_bytes_per_token: int | None = attrs.field(default=None, validator=attrs.validators.optional(_positive_int))
+    """KV bytes per token per GPU as measured (a LUT's ``kv_delta_mb``), in place of the
+    figure the model's shape gives; None: from the shape."""
 
     def __attrs_post_init__(self) -> None:
         self.model.check_tp(self.tp)
@@ -274,7 +277,9 @@ class Hardware:
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """KV-cache bytes one token occupies on each GPU of the group."""
+        """KV-cache bytes one token occupies on each GPU of the group (measured, when given)."""
+        if self.measured_kv_bytes_per_token is not None:
+            return self.measured_kv_bytes_per_token
         return kv_bytes_per_token(self.model, self.tp)
 
 

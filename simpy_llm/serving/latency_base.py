@@ -33,6 +33,9 @@ model derives from, so that callers read them as plain attributes:
 * ``verify_time_s`` (default None): a function timing a speculative verify pass from a table,
   ``verify_time_s(contexts, verified)`` (None when the table has no row for the pass: it is
   then timed as a decode step);
+* ``step_energy_j`` (default None): a function giving one engine step's energy from a table,
+  ``step_energy_j(prefill_tokens, decode_tokens, decode_context_tokens, prefill_attention_pairs)``
+  in J; the engine adds it up per replica (a LUT's ``energy_mj``);
 * ``needs_rng`` (a class attribute, default False): the simulation passes the model one of its
   random streams as ``rng``.
 
@@ -51,8 +54,12 @@ from simpy_llm.registry import Registry
 if TYPE_CHECKING:
     from simpy_llm.serving.hardware import Hardware
 
-__all__ = ["LatencyModel", "LatencyModelBase", "RequestOverheads", "VerifyTimer", "latency_models", "missing_members"]
+__all__ = ["EnergyMeter", "LatencyModel", "LatencyModelBase", "RequestOverheads", "VerifyTimer", "latency_models", "missing_members"]
 
+EnergyMeter = Callable[..., float]
+"""``step_energy_j(prefill_tokens, decode_tokens[, decode_context_tokens, prefill_attention_pairs])``:
+one engine step's energy, J, passed what ``step_time_s`` is (the attention terms only when the
+model's ``uses_context`` is True)."""
 VerifyTimer = Callable[[list[int], list[int]], float | None]
 """``verify_time_s(contexts, verified)``: the time of a verify pass over sequences with these
 contexts verifying these numbers of draft tokens, s, or None when the model has no figure for it."""
@@ -86,6 +93,11 @@ class LatencyModel(Protocol):
     @property
     def verify_time_s(self) -> VerifyTimer | None:
         """A verify pass's time from a table, or None (no table)."""
+        ...
+
+    @property
+    def step_energy_j(self) -> EnergyMeter | None:
+        """A step's energy from a table, or None (no table: energy from the device's power)."""
         ...
 
     def step_time_s(
@@ -130,6 +142,9 @@ class LatencyModelBase(abc.ABC):
     verify_time_s: VerifyTimer | None = None
     """A verify pass's time from a table (:data:`VerifyTimer`); None: no table, a verify pass is
     timed as a decode step."""
+    step_energy_j: EnergyMeter | None = None
+    """A step's energy from a table (:data:`EnergyMeter`); None: no table (a device profile's
+    power gives a replica's energy)."""
 
     @property
     @abc.abstractmethod

@@ -188,7 +188,10 @@ class ReplicaResults:
     def devices(self, duration_s: float, goodput_per_s: float) -> DeviceSection:
         """``{"devices": ...}`` (see :class:`~simpy_llm.metrics.summary.DeviceStats`) over a run of
         *duration_s*, whose ``goodput.requests_per_s`` is *goodput_per_s*; empty without devices."""
-        if self.replica_devices is None or not any(d is not None for d, _ in self.replica_devices):
+        table_j = self.recorder.energy_j
+        if self.replica_devices is None or not any(
+            d is not None or j is not None for (d, _), j in zip(self.replica_devices, table_j, strict=True)
+        ):
             return {}
         c = self.columns
         done = c["status"] == "completed"
@@ -197,15 +200,16 @@ class ReplicaResults:
         energy: list[float | None] = []
         cost: list[float | None] = []
         gpus, priced = 0, True
-        for (device, n), busy in zip(self.replica_devices, self.recorder.busy_s, strict=True):
+        for (device, n), busy, steps_j in zip(self.replica_devices, self.recorder.busy_s, table_j, strict=True):
             gpus += n
             if device is None:
-                energy.append(None)
+                energy.append(steps_j)  # the table's step energy alone: no idle power is known
                 cost.append(None)
                 priced = False
                 continue
             idle = max(duration_s - busy, 0.0)
-            energy.append(n * (device.energy.active_w * busy + device.energy.idle_w * idle))
+            active = n * device.energy.active_w * busy if steps_j is None else steps_j
+            energy.append(active + n * device.energy.idle_w * idle)
             price = device.price_per_hour_usd
             cost.append(None if price is None else n * price * duration_s / 3600)
             priced = priced and price is not None

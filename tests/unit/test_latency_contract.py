@@ -39,7 +39,7 @@ def test_the_protocol_declares_what_callers_read() -> None:
     """The Protocol names the required members and every optional capability."""
     assert PROTOCOL_MEMBERS == [
         "cache_restore_s", "hardware", "mean_step_time_s", "output_token_overhead_s", "queueing_time_s",
-        "step_time_s", "uses_context", "verify_time_s",
+        "step_energy_j", "step_time_s", "uses_context", "verify_time_s",
     ]
 
 
@@ -54,6 +54,7 @@ def test_every_built_in_kind_has_every_member(kind: str) -> None:
     assert isinstance(m.uses_context, bool)
     assert isinstance(m.cache_restore_s, float)
     assert m.verify_time_s is None or callable(m.verify_time_s)
+    assert m.step_energy_j is None or callable(m.step_energy_j)
     assert m.mean_step_time_s(512, 0) == m.step_time_s(512, 0) > 0
     assert isinstance(type(m).needs_rng, bool)
 
@@ -124,5 +125,5 @@ def test_a_model_of_ones_own_that_lacks_a_member_is_refused_before_the_run() -> 
             return 0.01
 
     with pytest.raises(FieldValueError, match=r"OnlyStep lacks cache_restore_s, hardware, mean_step_time_s, output_token_overhead_s, "
-                                               r"queueing_time_s, uses_context, verify_time_s: derive it from .*LatencyModelBase"):
+                                               r"queueing_time_s, step_energy_j, uses_context, verify_time_s: derive it from .*LatencyModelBase"):
         Simulation(scenario_from_dict(tiny_scenario()), latency_model=OnlyStep())
