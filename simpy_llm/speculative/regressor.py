@@ -52,6 +52,16 @@ a single ``predict_proba`` column to special-case). Predictions are clipped to [
   100 shallow trees, about a tenth of a 100-tree forest's. (scikit-learn's
   ``HistGradientBoostingRegressor`` is not used: it runs OpenMP threads on every
   prediction, whose start-up cost on a few rows is Appendix B's parallel overhead again.)
+* ``estimator="mixture_of_experts"`` (seed 003 §5.4: "mixture-of-experts by context-length
+  or temperature regime") splits the log into regimes by ``gate`` (``context_len`` or
+  ``temperature``) at the ascending ``edges`` (regime ``i`` holds values in
+  ``[edges[i-1], edges[i])``; the first starts at 0, the last has no end) and fits one
+  expert per regime (a forest, or boosted trees with ``expert="gradient_boosting"``) on that
+  regime's rows alone (:class:`RegimeExperts`). A query goes to the expert of its regime
+  (hard gating: one expert answers, no blend), so a regime's answers come from its own
+  rows only, whatever the others hold. Every regime must have rows: a regime without any
+  is refused when training, naming it. Choose edges where acceptance changes character
+  (a drafter trained on short contexts, a temperature above which sampling dominates).
 * ``temperature=None`` is allowed only for a bundle trained on one temperature. A bundle
   trained on one temperature answers the same at every temperature (the feature was
   constant, so no split uses it), as a one-curve file does.
@@ -105,16 +115,23 @@ if TYPE_CHECKING:
 __all__ = [
     "BUNDLE_FORMAT",
     "ESTIMATORS",
+    "EXPERTS",
     "FEATURES",
+    "GATES",
     "LOG_COLUMNS",
     "AcceptanceRegressor",
+    "RegimeExperts",
     "load_acceptance_regressor",
     "profiling_rows_from_steps",
     "train_acceptance_regressor",
 ]
 
-ESTIMATORS = ("random_forest", "gradient_boosting")
-"""The tree ensembles :func:`train_acceptance_regressor` fits (module docstring)."""
+ESTIMATORS = ("random_forest", "gradient_boosting", "mixture_of_experts")
+"""The models :func:`train_acceptance_regressor` fits (module docstring)."""
+EXPERTS = ("random_forest", "gradient_boosting")
+"""The models a mixture's experts may be."""
+GATES = ("context_len", "temperature")
+"""What a mixture of experts routes a query by."""
 FEATURES = ("log_context_len", "position", "temperature")
 """The forest's features, in column order: ``log(context_len)``, 1-based position, temperature."""
 BUNDLE_FORMAT = "simpy_llm.acceptance_regressor"
@@ -135,6 +152,70 @@ def _sklearn() -> Any:
 
 
 # --------------------------------------------------------------------------- the model
+
+
+class RegimeExperts:
+    """A mixture of experts with hard gating: one fitted model per regime of one feature
+    (module docstring, ``mixture_of_experts``); ``predict`` routes each row to its regime's
+    expert. Picklable, so a bundle holds it as it holds a forest.
+
+    Examples
+    --------
+    >>> class Const:
+    ...     def __init__(self, v): self.v = v
+    ...     def predict(self, x): return np.full(len(x), self.v)
+    >>> m = RegimeExperts(gate="context_len", edges=(1024.0,), experts=[Const(0.9), Const(0.5)])
+    >>> x = np.array([[math.log(100), 1, 0.0], [math.log(1024), 1, 0.0], [math.log(5000), 2, 0.0]])
+    >>> m.predict(x).tolist(), m.regime(512.0, 0.0), m.regime(2048.0, 0.0)
+    ([0.9, 0.5, 0.5], 0, 1)
+    """
+
+    def __init__(self, *, gate: str, edges: tuple[float, ...], experts: list[Any]) -> None:
+        if gate not in GATES:
+            raise ValueError(f"gate must be one of {', '.join(GATES)}; got {gate!r}")
+        if len(experts) != len(edges) + 1:
+            raise ValueError(f"{len(edges)} edge(s) make {len(edges) + 1} regimes, got {len(experts)} expert(s)")
+        self.gate = gate
+        self.edges = tuple(float(e) for e in edges)
+        self.experts = list(experts)
+        self.n_features_in_ = len(FEATURES)
+
+    def _column(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The gate's column of *x* and the edges on its scale (the context's log)."""
+        if self.gate == "context_len":
+            return x[:, 0], np.log(np.asarray(self.edges))
+        return x[:, 2], np.asarray(self.edges)
+
+    def regime(self, context_len: float, temperature: float) -> int:
+        """The regime a query at *context_len* and *temperature* falls in."""
+        value = context_len if self.gate == "context_len" else temperature
+        return int(np.searchsorted(np.asarray(self.edges), value, side="right"))
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """Each row's prediction by the expert of its regime."""
+        values, edges = self._column(x)
+        which = np.searchsorted(edges, values, side="right")
+        out = np.empty(len(x), dtype=np.float64)
+        for i in np.unique(which):
+            rows = which == i
+            out[rows] = self.experts[int(i)].predict(x[rows])
+        return out
+
+
+def _fit_one(kind: str, x: np.ndarray, y: np.ndarray, n_estimators: int, min_samples_leaf: int, random_state: int | None) -> Any:
+    """A fitted forest or boosted-trees model (module docstring) of *kind*, one of :data:`EXPERTS`."""
+    from sklearn.ensemble import GradientBoostingRegressor, RandomForestRegressor
+
+    model: RandomForestRegressor | GradientBoostingRegressor
+    if kind == "gradient_boosting":
+        model = GradientBoostingRegressor(n_estimators=n_estimators, min_samples_leaf=min_samples_leaf, random_state=random_state)
+    else:
+        model = RandomForestRegressor(
+            n_estimators=n_estimators, min_samples_leaf=min_samples_leaf, max_features=1.0,
+            random_state=random_state, n_jobs=1,
+        )
+    model.fit(x, y)
+    return model
 
 
 class _ChainMethods:
@@ -167,8 +248,8 @@ class AcceptanceRegressor(_ChainMethods):
     """
 
     estimator: Any = attrs.field(repr=False)
-    """The fitted ``sklearn.ensemble.RandomForestRegressor`` or ``GradientBoostingRegressor``
-    (features :data:`FEATURES`)."""
+    """The fitted ``sklearn.ensemble.RandomForestRegressor``, ``GradientBoostingRegressor`` or
+    :class:`RegimeExperts` (features :data:`FEATURES`)."""
     name: str
     """Name of the bundle."""
     drafter: str
@@ -208,6 +289,8 @@ class AcceptanceRegressor(_ChainMethods):
     def kind(self) -> str:
         """Which of :data:`ESTIMATORS` the bundle's model is."""
         # By the class name: a bundle is checked when made, and the name needs no scikit-learn import.
+        if isinstance(self.estimator, RegimeExperts):
+            return "mixture_of_experts"
         return "gradient_boosting" if type(self.estimator).__name__ == "GradientBoostingRegressor" else "random_forest"
 
     def _check_k(self, k: Any) -> int:
@@ -327,6 +410,9 @@ def train_acceptance_regressor(
     min_samples_leaf: int = 50,
     random_state: int | None = 0,
     estimator: str = "random_forest",
+    gate: str = "context_len",
+    edges: tuple[float, ...] = (),
+    expert: str = "random_forest",
 ) -> AcceptanceRegressor:
     """Fit an :class:`AcceptanceRegressor` on a per-token profiling log (module docstring).
 
@@ -336,7 +422,11 @@ def train_acceptance_regressor(
     ``GradientBoostingRegressor(n_estimators, min_samples_leaf, random_state)`` (depth 3,
     learning rate 0.1); either on ``(log(context_len), position,
     temperature) -> accepted`` (a regressor on the 0/1 target: its predictions are
-    acceptance probabilities; the module docstring says why not a classifier). *k_max*
+    acceptance probabilities; the module docstring says why not a classifier). With
+    ``"mixture_of_experts"``, one *expert* (either of those) per regime of *gate* cut at
+    *edges* (:class:`RegimeExperts`), each on its regime's rows; *gate* and *edges* are
+    refused with another estimator, *edges* must be ascending, > 0 for ``context_len``
+    and >= 0 for ``temperature``, and every regime must hold rows. *k_max*
     defaults to the log's largest position (every position up to it has rows: the chain
     check below rejects a log with a gap). The same *random_state* and log give the same
     model.
@@ -351,6 +441,13 @@ def train_acceptance_regressor(
     >>> m.kind, [round(p, 2) for p in m.position_probabilities(256, 2)]      # 3 of 4, then 2 of 3
     ('gradient_boosting', [0.75, 0.67])
 
+    >>> steps = pd.DataFrame({"context_len": [256] * 400 + [4096] * 400, "temperature": [0.0] * 800, "k": [1] * 800,
+    ...                       "accepted_count": [1, 1, 1, 0] * 100 + [1, 0] * 200})
+    >>> moe = train_acceptance_regressor(profiling_rows_from_steps(steps), name="toy", drafter="d", verifier="v",
+    ...                                  source="made up", estimator="mixture_of_experts", edges=(1024,), n_estimators=5)
+    >>> moe.kind, round(moe.position_probabilities(256, 1)[0], 2), round(moe.position_probabilities(4096, 1)[0], 2)
+    ('mixture_of_experts', 0.75, 0.5)
+
     Raises
     ------
     TypeError
@@ -361,13 +458,16 @@ def train_acceptance_regressor(
         ``position`` not a whole number in 1..64, a negative ``temperature``, an
         ``accepted`` other than 0/1, a ``drafter``/``verifier`` column naming another
         model, more rows at a position than acceptances at the one before; a *k_max*
-        beyond the positions logged; blank metadata, an unknown *method* or *estimator*.
+        beyond the positions logged; blank metadata, an unknown *method*, *estimator*,
+        *gate* or *expert*; bad *edges* or a regime without rows.
     ImportError
         scikit-learn is not installed.
     """
     _check_text({"name": name, "drafter": drafter, "verifier": verifier, "source": source}, method, notes)
     if estimator not in ESTIMATORS:
         raise ValueError(f"estimator must be one of {', '.join(ESTIMATORS)}; got {estimator!r}")
+    mixture = estimator == "mixture_of_experts"
+    _check_mixture(mixture, gate, edges, expert)
     ctx, pos, temp, acc = check_profiling_log(log, drafter=drafter, verifier=verifier)
     largest = int(pos.max())
     if k_max is None:
@@ -375,23 +475,46 @@ def train_acceptance_regressor(
     elif isinstance(k_max, bool) or not isinstance(k_max, (int, np.integer)) or not 1 <= k_max <= largest:
         raise ValueError(f"k_max must be a whole number in [1, {largest}] (the log's largest position), got {k_max!r}")
     sklearn = _sklearn()
-    from sklearn.ensemble import GradientBoostingRegressor, RandomForestRegressor
-
     x = np.column_stack([np.log(ctx), pos, temp])
-    model: RandomForestRegressor | GradientBoostingRegressor
-    if estimator == "gradient_boosting":
-        model = GradientBoostingRegressor(n_estimators=n_estimators, min_samples_leaf=min_samples_leaf, random_state=random_state)
+    model: Any
+    if mixture:
+        cuts = tuple(float(e) for e in edges)
+        which = np.searchsorted(np.asarray(cuts), ctx if gate == "context_len" else temp, side="right")
+        experts = []
+        for i in range(len(cuts) + 1):
+            rows = which == i
+            if not rows.any():
+                low = "0" if i == 0 else f"{cuts[i - 1]:g}"
+                high = f"{cuts[i]:g})" if i < len(cuts) else "inf)"
+                raise ValueError(f"the {gate} regime [{low}, {high} has no rows in the log: move or drop an edge")
+            experts.append(_fit_one(expert, x[rows], acc[rows], n_estimators, min_samples_leaf, random_state))
+        model = RegimeExperts(gate=gate, edges=cuts, experts=experts)
     else:
-        model = RandomForestRegressor(
-            n_estimators=n_estimators, min_samples_leaf=min_samples_leaf, max_features=1.0,
-            random_state=random_state, n_jobs=1,
-        )
-    model.fit(x, acc)
+        model = _fit_one(estimator, x, acc, n_estimators, min_samples_leaf, random_state)
     return AcceptanceRegressor(
         estimator=model, name=name, drafter=drafter, verifier=verifier, method=method, source=source, notes=notes,
         k_max=int(k_max), temperatures=tuple(float(t) for t in np.unique(temp)), n_rows=len(acc),
         sklearn_version=str(sklearn.__version__),
     )
+
+
+def _check_mixture(mixture: bool, gate: Any, edges: Any, expert: Any) -> None:
+    """Refuse a mixture's settings that are bad, or given without a mixture."""
+    if not mixture:
+        if gate != "context_len" or edges or expert != "random_forest":
+            raise ValueError("gate, edges and expert belong to estimator='mixture_of_experts'")
+        return
+    if gate not in GATES:
+        raise ValueError(f"gate must be one of {', '.join(GATES)}; got {gate!r}")
+    if expert not in EXPERTS:
+        raise ValueError(f"expert must be one of {', '.join(EXPERTS)}; got {expert!r}")
+    values = list(edges)
+    low = 0.0 if gate == "temperature" else None
+    if (not values or any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) for v in values)
+            or values != sorted(set(values)) or (low is None and values[0] <= 0) or (low is not None and values[0] < low)):
+        bound = "> 0" if gate == "context_len" else ">= 0"
+        raise ValueError(f"edges must be a non-empty ascending list of distinct numbers {bound} (the {gate} values "
+                         f"where one regime ends and the next begins), got {edges!r}")
 
 
 # --------------------------------------------------------------------------- loading
@@ -411,10 +534,11 @@ def _bundle_problems(bundle: Any, found: ProblemList) -> None:
     if bundle.get("features") != list(FEATURES):
         found.add("features", f"must be {list(FEATURES)}, got {bundle.get('features')!r}")
     model = bundle.get("model")
-    if (not isinstance(model, (RandomForestRegressor, GradientBoostingRegressor))
-            or getattr(model, "n_features_in_", None) != len(FEATURES)):
-        found.add("model", f"must be a fitted RandomForestRegressor or GradientBoostingRegressor on {len(FEATURES)} features, "
-                           f"got {type(model).__name__}")
+    trees = (RandomForestRegressor, GradientBoostingRegressor)
+    parts = model.experts if isinstance(model, RegimeExperts) else [model]
+    if not all(isinstance(m, trees) and getattr(m, "n_features_in_", None) == len(FEATURES) for m in parts):
+        found.add("model", f"must be a fitted RandomForestRegressor, GradientBoostingRegressor or RegimeExperts of them "
+                           f"on {len(FEATURES)} features, got {type(model).__name__}")
     meta = bundle.get("metadata")
     if not isinstance(meta, dict):
         found.add("metadata", f"must be a mapping, got {meta!r}")

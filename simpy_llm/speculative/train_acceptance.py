@@ -1,7 +1,8 @@
 """Train an acceptance regressor bundle on a profiling log and judge it on a held-out one.
 
 ``python -m simpy_llm.speculative.train_acceptance LOG --out BUNDLE.joblib --drafter D
---verifier V --source S [--estimator gradient_boosting] [--held-out LOG2]`` (seed 003 §5.4,
+--verifier V --source S [--estimator gradient_boosting | mixture_of_experts --edges 512,2048]
+[--held-out LOG2]`` (seed 003 §5.4,
 "Acceptance Profiling Pipeline", steps 3 and 4, in one command): :func:`main`. The command
 is a module of its own, imported by nothing, so that ``python -m`` runs it once (the
 package imports :mod:`~simpy_llm.speculative.regressor` on its way to this module).
@@ -20,7 +21,7 @@ from simpy_llm.config.errors import ScenarioError
 from simpy_llm.speculative.acceptance import METHODS
 from simpy_llm.speculative.evaluation import AcceptanceEvaluation, evaluate_acceptance
 from simpy_llm.speculative.profiling_log import profiling_rows_from_steps, read_profiling_log
-from simpy_llm.speculative.regressor import ESTIMATORS, train_acceptance_regressor
+from simpy_llm.speculative.regressor import ESTIMATORS, EXPERTS, GATES, train_acceptance_regressor
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -32,6 +33,14 @@ def _logged(path: str, per_step: bool) -> pd.DataFrame:
     """The profiling log in file *path* (per-token rows; a per-step log turned into them)."""
     log = read_profiling_log(path)
     return profiling_rows_from_steps(log) if per_step else log
+
+
+def _edges(text: str) -> tuple[float, ...]:
+    """``--edges 512,2048`` as numbers (their checks are the trainer's)."""
+    try:
+        return tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"edges are comma-separated numbers, got {text!r}") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -56,7 +65,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--source", required=True, help="where the profiling log comes from")
     parser.add_argument("--method", choices=METHODS, default="standard", help="how drafts were made and verified (default standard)")
     parser.add_argument("--notes", default="", help="free text kept in the bundle")
-    parser.add_argument("--estimator", choices=ESTIMATORS, default="random_forest", help="the tree ensemble (default random_forest)")
+    parser.add_argument("--estimator", choices=ESTIMATORS, default="random_forest", help="the model (default random_forest)")
+    parser.add_argument("--gate", choices=GATES, default="context_len",
+                        help="mixture_of_experts: the feature whose regimes get an expert each (default context_len)")
+    parser.add_argument("--edges", type=_edges, default=(),
+                        help="mixture_of_experts: where one regime ends and the next begins, ascending, comma-separated (e.g. 512,2048)")
+    parser.add_argument("--expert", choices=EXPERTS, default="random_forest",
+                        help="mixture_of_experts: each regime's model (default random_forest)")
     parser.add_argument("--n-estimators", type=int, default=100, help="trees of the forest, or boosting rounds (default 100)")
     parser.add_argument("--min-samples-leaf", type=int, default=50, help="fewest rows in a leaf (default 50)")
     parser.add_argument("--k-max", type=int, help="longest chain the bundle answers for (default: the log's largest position)")
@@ -78,6 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             log, name=args.name or Path(args.out).stem, drafter=args.drafter, verifier=args.verifier, method=args.method,
             source=args.source, notes=args.notes, k_max=args.k_max, n_estimators=args.n_estimators,
             min_samples_leaf=args.min_samples_leaf, random_state=args.seed, estimator=args.estimator,
+            gate=args.gate, edges=args.edges, expert=args.expert,
         )
         path = model.save(args.out)
         temps = ", ".join(f"{t:g}" for t in model.temperatures)

@@ -66,7 +66,7 @@ def test_boosted_and_forest_models_score_alike_held_out(boosted, train_log) -> N
 
 def test_an_unknown_estimator_is_refused(train_log) -> None:
     """estimator names one of the ensembles."""
-    with pytest.raises(ValueError, match="estimator must be one of random_forest, gradient_boosting; got 'svm'"):
+    with pytest.raises(ValueError, match="estimator must be one of random_forest, gradient_boosting, mixture_of_experts; got 'svm'"):
         train_acceptance_regressor(train_log, **META, estimator="svm")
 
 
