@@ -46,6 +46,7 @@ from simpy_llm.policies.gamma import GammaState, StaticGamma
 from simpy_llm.serving.latency import latency_models
 from simpy_llm.speculative.draft_batching import DraftSteps
 from simpy_llm.speculative.drafter import Drafter
+from simpy_llm.speculative.tree import TreeDrafting, TreeRound, queued_verify_tokens
 from simpy_llm.wire import Wire
 
 if TYPE_CHECKING:
@@ -74,7 +75,8 @@ class SpecState:
 
     __slots__ = (
         "_first", "_reads_probabilities", "accepted_last", "carry", "device", "drafter", "drafter_index", "ewma", "fleet",
-        "gamma", "last_token_s", "mode", "policy", "proposed_last", "req", "round_start_s", "sent_gamma", "verdict_gamma", "wake",
+        "gamma", "last_token_s", "mode", "policy", "proposed_last", "req", "round_start_s", "sent_gamma", "tree", "tree_plan",
+        "verdict_gamma", "wake",
     )
 
     def __init__(self, fleet: DraftFleet, device: DraftDevice, policy: GammaPolicy, req: Request) -> None:
@@ -100,6 +102,10 @@ class SpecState:
         self._first: int | None = None
         self.verdict_gamma = 0
         """γ of the next distributed round: the target's choice as it sent the verdict."""
+        self.tree_plan: TreeDrafting | None = device.trees[0]
+        """The current drafter's tree settings (None: it drafts chains)."""
+        self.tree: TreeRound | None = None
+        """The tree of the current distributed round (None: a chain round)."""
 
     def _prior(self, context: int) -> float:
         """The drafter's first-position acceptance at *context*: the smoothed rate's start."""
@@ -121,7 +127,17 @@ class SpecState:
         self.gamma = gamma
         req = self.req
         left = req.output_tokens - req.generated_tokens - 1
-        return gamma if gamma <= left else (left if left > 0 else 0)
+        capped = gamma if gamma <= left else (left if left > 0 else 0)
+        plan = self.tree_plan
+        if plan is None or fused:
+            return capped
+        # A tree drafter's round: its tree, chosen here as the verdict leaves (the target's
+        # verify backlog as it is now); γ caps its depth, and the depth is the round's γ.
+        tree = self.tree = plan.plan(
+            capped, req.prompt_tokens + req.generated_tokens, self.fleet.config.temperature,
+            queued_verify_tokens(server.rounds) if plan.control is not None else 0,
+        )
+        return tree.depth
 
     def _ask(self, server: VerifyServer, *, fused: bool) -> int:
         cfg = self.fleet.config
@@ -189,6 +205,9 @@ class SpecState:
             "" if fused else self.drafter.name, gamma, float(accepted), gained,
             req.prompt_tokens + req.generated_tokens - gained, tvt, int(rolled_back),
         ))
+        tree = self.tree
+        if tree is not None and not fused:
+            fleet.recorder.on_tree_round((len(fleet.recorder.spec_rounds) - 1, tree.depth, tree.width))
         threshold = device.escalate_below
         if (
             not fused and threshold is not None and self.ewma < threshold
@@ -197,6 +216,8 @@ class SpecState:
             old = self.drafter.name
             self.drafter_index += 1
             self.drafter = device.drafters[self.drafter_index]
+            self.tree_plan = device.trees[self.drafter_index]
+            self.tree = None
             req.drafter = self.drafter.name
             self.ewma = self._prior(req.prompt_tokens + req.generated_tokens)
             fleet.recorder.on_drafter_switch((now, req.id, device.group, device.index, old, self.drafter.name))
@@ -233,6 +254,8 @@ class DraftDevice:
         self.group = group.name
         self.index = index
         self.drafters = drafters
+        self.trees: list[TreeDrafting | None] = fleet.trees[group.name]
+        """Each drafter's tree settings, in drafter order (None: it drafts chains)."""
         self.escalate_below = group.escalate_below
         net = group.network
         self.network = net
@@ -335,7 +358,14 @@ class DraftDevice:
         gamma = spec.verdict_gamma
         start = self._available_from(at_s) if self.availability else at_s
         spec.round_start_s = start
-        draft_s = self._draft_s(gamma, spec.drafter, start) if self.throttle is not None else gamma * spec.drafter.draft_token_s
+        tree = spec.tree
+        if tree is None:
+            draft_s = self._draft_s(gamma, spec.drafter, start) if self.throttle is not None else gamma * spec.drafter.draft_token_s
+        else:
+            draft_s = tree.draft_s
+            throttle = self.throttle
+            if throttle is not None and self._active_since is not None and start - self._active_since >= throttle[0]:
+                draft_s /= throttle[1]
         pending = self._pending_busy
         if pending is not None:
             self._busy_s += pending[1]
@@ -579,6 +609,8 @@ class DraftFleet:
         hears at once, and the request goes on to *dropped*)."""
         self.devices: dict[str, list[DraftDevice]] = {}
         """Each group's devices, by group name."""
+        self.trees: dict[str, list[TreeDrafting | None]] = {}
+        """Each group's drafters' tree settings, by group name (None: a chain drafter)."""
         self.group_of_client: dict[str, str] = {}
         default = None
         for group in config.drafts:
@@ -594,6 +626,10 @@ class DraftFleet:
                     bandwidth = device_profiles[group.name].compute.memory_bandwidth_gb_per_s
                     token_s = d.weights_gb / bandwidth
                 drafters.append(Drafter(d.name, token_s, acceptance_model(d.acceptance), latency))
+            self.trees[group.name] = [
+                TreeDrafting(d.tree, drafter, batched=d.latency_model is not None) if d.tree is not None else None
+                for d, drafter in zip(group.drafters, drafters, strict=True)
+            ]
             kind = DraftDevice if group.max_batch == 1 else BatchingDraftDevice
             self.devices[group.name] = [kind(self, group, i, drafters) for i in range(group.count)]
             for cid in group.clients:
@@ -686,7 +722,8 @@ class DraftFleet:
         assert spec is not None  # set while the device runs the request
         spec.sent_gamma = gamma
         if device.up is not None:
-            device.up.put_at(req, device.message_bytes(gamma), at_s)
+            tree = spec.tree  # a tree's bundle carries its nodes
+            device.up.put_at(req, device.message_bytes(gamma if tree is None else tree.nodes), at_s)
         elif at_s > self.env.now:
             timer_at(self.env, at_s).callbacks.append(functools.partial(self._submit, req))
         else:
