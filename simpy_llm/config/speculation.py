@@ -228,6 +228,11 @@ class DraftGroupConfig:
     max_wait_ms: float = attrs.field(default=0.0, validator=all_of(at_least(0), at_most(MAX_TIME_S * 1e3)))
     """How long a batch opened on an idle device waits for more rounds to join before its
     first step, ms (it starts earlier once it holds ``max_batch``). Only with ``max_batch > 1``."""
+    chain: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    """Chained speculation (seed 003 Appendix A.3): ``[tiny, mid]``, the group's two drafters.
+    Each round the tiny one drafts γ tokens, the mid one verifies them (the tiny drafter's
+    ``acceptance`` is its curve against the mid one) and drafts the rest up to γ, and the
+    target verifies them with the mid drafter's curve. Empty: no chain."""
 
     def __attrs_post_init__(self) -> None:
         if not self.drafters:
@@ -241,9 +246,29 @@ class DraftGroupConfig:
             raise FieldValueError("device", "required: a drafter gives weights_gb, whose speed needs the device's memory bandwidth")
         if self.max_wait_ms and self.max_batch == 1:
             raise FieldValueError("max_wait_ms", "applies only with max_batch > 1 (a device drafting alone never waits)")
+        if self.chain:
+            self._check_chain(names)
         for i, d in enumerate(self.drafters):
             if d.tree is not None and self.max_batch > 1:
                 raise FieldValueError(f"drafters[{i}].tree", "tree drafting needs max_batch 1 (trees in shared draft steps are not modelled)")
+
+
+    def _check_chain(self, names: list[str]) -> None:
+        """A chain names the group's two drafters, tiny first, and runs alone on the device."""
+        chain = list(self.chain)
+        if len(chain) != 2 or len(set(chain)) != 2:
+            raise FieldValueError("chain", f"give two different drafter names, the tiny drafter then the mid one, got {chain}")
+        if sorted(chain) != sorted(names):
+            raise FieldValueError(
+                "chain", f"must name exactly the group's drafters {names} (a drafter outside the chain would never run), got {chain}",
+            )
+        if self.escalate_below is not None:
+            raise FieldValueError("escalate_below", "does not apply to a chained group (every round uses both drafters)")
+        if self.max_batch > 1:
+            raise FieldValueError("chain", "chained drafting needs max_batch 1 (chains in shared draft steps are not modelled)")
+        for i, d in enumerate(self.drafters):
+            if d.tree is not None:
+                raise FieldValueError(f"drafters[{i}].tree", "a chained group's drafters draft chains, not trees")
 
 
 @attrs.frozen(kw_only=True)

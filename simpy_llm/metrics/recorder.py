@@ -58,6 +58,8 @@ SPEC_ROUND_FIELDS: tuple[tuple[str, str], ...] = (
 """Fields of a speculative round's record, in order (see :meth:`Recorder.on_spec_round`)."""
 TREE_ROUND_FIELDS: tuple[tuple[str, str], ...] = (("round", "i"), ("tree_depth", "i"), ("tree_width", "i"))
 """Fields of a tree round's record (see :meth:`Recorder.on_tree_round`)."""
+CHAIN_ROUND_FIELDS: tuple[tuple[str, str], ...] = (("round", "i"), ("mid_accepted", "f"), ("mid_steps", "f"))
+"""Fields of a chained round's record (see :meth:`Recorder.on_chain_round`)."""
 
 
 class ColumnLog:
@@ -148,6 +150,8 @@ class Recorder:
         """Per speculative round: see :meth:`on_spec_round`."""
         self.tree_rounds = ColumnLog(TREE_ROUND_FIELDS)
         """Per tree-drafted round: see :meth:`on_tree_round`."""
+        self.chain_rounds = ColumnLog(CHAIN_ROUND_FIELDS)
+        """Per chained round: see :meth:`on_chain_round`."""
         self.drafter_switches: list[tuple] = []
         """Per drafter escalation: see :meth:`on_drafter_switch`."""
         self.itl = WeightedTally()
@@ -236,6 +240,11 @@ class Recorder:
         """The speculative round just recorded drafted a tree: (its row in :attr:`spec_rounds`,
         tree_depth, tree_width)."""
         self.tree_rounds.append(record)
+
+    def on_chain_round(self, record: tuple) -> None:
+        """The speculative round just recorded was chained: (its row in :attr:`spec_rounds`,
+        mid_accepted, mid_steps)."""
+        self.chain_rounds.append(record)
 
     def on_drafter_switch(self, record: tuple) -> None:
         """A request escalated to a larger drafter: (time_s, request_id, draft_group,

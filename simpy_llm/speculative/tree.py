@@ -29,10 +29,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from simpy_llm.config.speculation import LoadControlConfig, TreeConfig
+    from simpy_llm.metrics.recorder import Recorder
     from simpy_llm.speculative.drafter import Drafter
 
 __all__ = [
     "ChainAcceptance",
+    "RoundPlan",
+    "RoundPlanner",
     "TreeAcceptance",
     "TreeDrafting",
     "TreeRound",
@@ -57,6 +60,37 @@ class ChainAcceptance(Protocol):
 
     def position_probabilities(self, context_len: float, k: int, temperature: float | None = None) -> tuple[float, ...]:
         """``(p_1, ..., p_k)`` at *context_len*."""
+        ...
+
+
+class RoundPlan(Protocol):
+    """A distributed round planned as its verdict is sent: a tree (:class:`TreeRound`) or a
+    chained round (:class:`~simpy_llm.speculative.chain.ChainRound`). The device drafts for
+    :attr:`draft_s`, the bundle carries :attr:`nodes` tokens, and the target verifies
+    :attr:`nodes` positions and draws the accepted path from :attr:`acceptance`."""
+
+    depth: int
+    width: int
+    nodes: int
+    acceptance: Any
+    draft_s: float
+
+    def record(self, recorder: Recorder, row: int) -> None:
+        """Record its figures for the round at *row* of the recorder's ``spec_rounds``."""
+        ...
+
+
+class RoundPlanner(Protocol):
+    """What plans a drafter's distributed rounds (:class:`TreeDrafting`, or a chained group's
+    :class:`~simpy_llm.speculative.chain.ChainDrafting`)."""
+
+    @property
+    def control(self) -> LoadControlConfig | None:
+        """Its load control: when set, :meth:`plan` is given the target's queued verify tokens."""
+        ...
+
+    def plan(self, gamma: int, context_len: int, temperature: float | None, queued_tokens: float) -> RoundPlan:
+        """The round of *gamma* positions (capped) at *context_len* tokens of context."""
         ...
 
 
@@ -136,8 +170,8 @@ def queued_verify_tokens(rounds: Sequence[tuple]) -> int:
     for entry in rounds:
         job = entry[-1]
         spec = job.req.spec
-        tree = spec.tree if spec is not None else None
-        total += (job.gamma if tree is None else tree.nodes) + 1
+        plan = spec.plan if spec is not None else None
+        total += (job.gamma if plan is None else plan.nodes) + 1
     return total
 
 
@@ -244,6 +278,10 @@ class TreeRound:
         self.nodes = depth * width
         self.acceptance = acceptance
         self.draft_s = draft_s
+
+    def record(self, recorder: Recorder, row: int) -> None:
+        """Record its depth and width for the round at *row* (``Recorder.tree_rounds``)."""
+        recorder.on_tree_round((row, self.depth, self.width))
 
 
 class TreeDrafting:

@@ -321,8 +321,8 @@ class VerifyServer:
             deadline = math.inf
         own = 0.0
         if self.verify.order == "least_slack":
-            tree = req.spec.tree if kind == VERIFY and req.spec is not None else None  # a tree round verifies its nodes
-            own = self._pass_s([req.prompt_tokens + req.generated_tokens], [gamma if tree is None else tree.nodes])
+            plan = req.spec.plan if kind == VERIFY and req.spec is not None else None  # a tree round verifies its nodes
+            own = self._pass_s([req.prompt_tokens + req.generated_tokens], [gamma if plan is None else plan.nodes])
         self._push(self.rounds, _Job(kind, req, gamma, now, deadline), own)
 
     def _push(self, heap: list[tuple], job: _Job, own_s: float) -> None:
@@ -564,14 +564,14 @@ class VerifyServer:
             if gamma == 0:
                 m, verified, rolled = 0, 0, False
             else:
-                tree = None
+                plan = None
                 if job.kind == FUSED:
                     model = self.fused_acceptance
                 else:
                     spec = req.spec
                     assert spec is not None  # set while its device runs it
-                    tree = spec.tree  # a tree round: its accepted path, over its nodes
-                    model = spec.drafter.acceptance if tree is None else tree.acceptance
+                    plan = spec.plan  # a tree round: its accepted path, over its nodes
+                    model = spec.drafter.acceptance if plan is None else plan.acceptance
                 # The job's draws in order: the samples of positions 2..gamma, then its uniform.
                 draws = self.uniforms((gamma - 1 if sampled else 0) + (not expected))
                 m = model.expected_tokens(context, gamma, temp) - 1.0 if expected else model.accepted_at(draws[-1], context, gamma, temp)
@@ -582,7 +582,7 @@ class VerifyServer:
                 elif partial == "first_token":
                     verified, rolled = 1, 0 < whole < gamma
                 else:
-                    verified, rolled = (gamma if tree is None else tree.nodes), False
+                    verified, rolled = (gamma if plan is None else plan.nodes), False
             verified_counts.append(verified)
             accepted.append(m)
             rollback.append(rolled)

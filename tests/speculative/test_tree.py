@@ -141,7 +141,7 @@ def test_the_load_signal_counts_the_tokens_waiting_for_verification():
     """The queued-token signal is sum(v + 1) over the target's waiting rounds: γ for a chain
     round, depth x width for a tree round."""
     def job(gamma, tree=None):
-        return (0.0, 0, types.SimpleNamespace(gamma=gamma, req=types.SimpleNamespace(spec=types.SimpleNamespace(tree=tree))))
+        return (0.0, 0, types.SimpleNamespace(gamma=gamma, req=types.SimpleNamespace(spec=types.SimpleNamespace(plan=tree))))
 
     rounds = [job(4), job(3, types.SimpleNamespace(nodes=12)), job(0)]
     assert queued_verify_tokens(rounds) == (4 + 1) + (12 + 1) + (0 + 1)
