@@ -570,7 +570,7 @@ class VerifyServer:
                 else:
                     spec = req.spec
                     assert spec is not None  # set while its device runs it
-                    plan = spec.plan  # a tree round: its accepted path, over its nodes
+                    plan = spec.plan  # a tree or chained round: its own model and verified positions
                     model = spec.drafter.acceptance if plan is None else plan.acceptance
                 # The job's draws in order: the samples of positions 2..gamma, then its uniform.
                 draws = self.uniforms((gamma - 1 if sampled else 0) + (not expected))
