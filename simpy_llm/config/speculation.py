@@ -50,8 +50,10 @@ __all__ = [
     "DrafterConfig",
     "FusedConfig",
     "GammaSpec",
+    "LoadControlConfig",
     "ModeSelectorSpec",
     "SpeculationConfig",
+    "TreeConfig",
     "VerifyConfig",
 ]
 
@@ -61,6 +63,8 @@ VERIFY_ORDERS = ("fcfs", "edf", "least_slack")
 """``speculation.verify.order`` values."""
 PARTIAL_MODES = ("all", "sampled", "first_token")
 """``speculation.verify.partial`` values."""
+MAX_TREE_WIDTH = 64
+"""Largest ``speculation.drafts[].drafters[].tree.width``: candidate branches kept per depth."""
 MAX_DRAFT_BATCH = 100_000
 """Largest ``speculation.drafts[].max_batch``: requests one draft device runs and drafts for at once."""
 
@@ -82,6 +86,59 @@ def _curve_path(value: Any) -> Any:
     if isinstance(value, str) and (value.endswith((".yaml", ".yml", ".joblib")) or "/" in value):
         return resolve_path(value)
     return value
+
+
+@attrs.frozen(kw_only=True)
+class LoadControlConfig:
+    """EAGLE load control (seed 003 §6.1): a tree drafter shrinks its tree while the target
+    it drafts for has many tokens waiting to be verified (``docs/speculative.md``, "Tree
+    drafting (EAGLE) and load control").
+
+    With ``L`` the tokens queued for verification at the target as a round's shape is
+    chosen and ``s = (L - tokens_low) / (tokens_high - tokens_low)`` clamped to [0, 1], the
+    round's depth is ``depth x (1 - s (1 - min_depth_scale))`` and its width
+    ``width - s (width - min_beam_width)``, each rounded half up (depth at least 1): the
+    full tree at or below ``tokens_low``, the smallest at or above ``tokens_high``.
+    """
+
+    tokens_low: int = attrs.field(validator=all_of(at_least(0), at_most(10**12)))
+    """Queued verify tokens at or below which the full tree is drafted."""
+    tokens_high: int = attrs.field(validator=all_of(at_least(1), at_most(10**12)))
+    """Queued verify tokens at or above which the smallest tree is drafted (above ``tokens_low``)."""
+    min_depth_scale: float = attrs.field(default=0.5, validator=all_of(greater_than(0), at_most(1)))
+    """Share of the tree's depth kept at or above ``tokens_high``, (0, 1]."""
+    min_beam_width: int = attrs.field(default=1, validator=all_of(at_least(1), at_most(MAX_TREE_WIDTH)))
+    """Width kept at or above ``tokens_high``, 1..``width``."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.tokens_high <= self.tokens_low:
+            raise FieldValueError("tokens_high", f"must be above tokens_low ({self.tokens_low}), got {self.tokens_high}")
+
+
+@attrs.frozen(kw_only=True)
+class TreeConfig:
+    """EAGLE-style tree drafting: each round drafts a tree of ``depth`` levels keeping
+    ``width`` candidate branches per level (a beam), verified in one pass over all its
+    ``depth x width`` nodes (``docs/speculative.md``, "Tree drafting (EAGLE) and load control").
+    """
+
+    depth: int = attrs.field(validator=all_of(at_least(1), at_most(64)))
+    """Levels of the tree, at most ``speculation.k_max`` (a round drafts ``min(γ, depth)``)."""
+    width: int = attrs.field(validator=all_of(at_least(1), at_most(MAX_TREE_WIDTH)))
+    """Candidate branches kept at each level."""
+    prune_score_threshold: float = attrs.field(default=0.0, validator=in_range(0.0, 1.0))
+    """Branches whose cumulative score (the product of the curve's ``p_j`` along the path)
+    falls below this are dropped: the round stops at the last level whose score is at
+    least this (always at least one level). 0: no pruning."""
+    load_control: LoadControlConfig | None = None
+    """Shrink the tree with the target's verify backlog (:class:`LoadControlConfig`). None: never."""
+
+    def __attrs_post_init__(self) -> None:
+        control = self.load_control
+        if control is not None and control.min_beam_width > self.width:
+            raise FieldValueError(
+                "load_control.min_beam_width", f"must be at most the tree's width ({self.width}), got {control.min_beam_width}",
+            )
 
 
 @attrs.frozen(kw_only=True)
@@ -110,6 +167,8 @@ class DrafterConfig:
     """The draft model's latency model on the group's device (``{kind, params}``, as a replica
     group's): a draft step for ``n`` requests takes its decode step of ``n`` tokens,
     ``step_time_s(0, n)``, without attention terms (its expectation, for a model that draws)."""
+    tree: TreeConfig | None = None
+    """Draft a tree instead of a chain (:class:`TreeConfig`). None: a chain of γ tokens."""
 
     def __attrs_post_init__(self) -> None:
         if self.latency_model is not None:
@@ -169,6 +228,11 @@ class DraftGroupConfig:
     max_wait_ms: float = attrs.field(default=0.0, validator=all_of(at_least(0), at_most(MAX_TIME_S * 1e3)))
     """How long a batch opened on an idle device waits for more rounds to join before its
     first step, ms (it starts earlier once it holds ``max_batch``). Only with ``max_batch > 1``."""
+    chain: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    """Chained speculation (seed 003 Appendix A.3): ``[tiny, mid]``, the group's two drafters.
+    Each round the tiny one drafts γ tokens, the mid one verifies them (the tiny drafter's
+    ``acceptance`` is its curve against the mid one) and drafts the rest up to γ, and the
+    target verifies them with the mid drafter's curve. Empty: no chain."""
 
     def __attrs_post_init__(self) -> None:
         if not self.drafters:
@@ -182,6 +246,29 @@ class DraftGroupConfig:
             raise FieldValueError("device", "required: a drafter gives weights_gb, whose speed needs the device's memory bandwidth")
         if self.max_wait_ms and self.max_batch == 1:
             raise FieldValueError("max_wait_ms", "applies only with max_batch > 1 (a device drafting alone never waits)")
+        if self.chain:
+            self._check_chain(names)
+        for i, d in enumerate(self.drafters):
+            if d.tree is not None and self.max_batch > 1:
+                raise FieldValueError(f"drafters[{i}].tree", "tree drafting needs max_batch 1 (trees in shared draft steps are not modelled)")
+
+
+    def _check_chain(self, names: list[str]) -> None:
+        """A chain names the group's two drafters, tiny first, and runs alone on the device."""
+        chain = list(self.chain)
+        if len(chain) != 2 or len(set(chain)) != 2:
+            raise FieldValueError("chain", f"give two different drafter names, the tiny drafter then the mid one, got {chain}")
+        if sorted(chain) != sorted(names):
+            raise FieldValueError(
+                "chain", f"must name exactly the group's drafters {names} (a drafter outside the chain would never run), got {chain}",
+            )
+        if self.escalate_below is not None:
+            raise FieldValueError("escalate_below", "does not apply to a chained group (every round uses both drafters)")
+        if self.max_batch > 1:
+            raise FieldValueError("chain", "chained drafting needs max_batch 1 (chains in shared draft steps are not modelled)")
+        for i, d in enumerate(self.drafters):
+            if d.tree is not None:
+                raise FieldValueError(f"drafters[{i}].tree", "a chained group's drafters draft chains, not trees")
 
 
 @attrs.frozen(kw_only=True)
@@ -285,3 +372,13 @@ class SpeculationConfig:
             )
         if self.fused is not None and not needs_fused:
             raise FieldValueError("fused", "applies only with mode fused or hybrid, or verify.kv_spill: fused")
+        for g, group in enumerate(self.drafts):
+            for i, d in enumerate(group.drafters):
+                if d.tree is None:
+                    continue
+                if d.tree.depth > self.k_max:
+                    raise FieldValueError(f"drafts[{g}].drafters[{i}].tree.depth", f"must be at most k_max ({self.k_max}), got {d.tree.depth}")
+                if self.verify.partial != "all":
+                    raise FieldValueError(
+                        "verify.partial", f"must be all with tree drafting (drafts[{g}].drafters[{i}].tree): a tree is verified whole",
+                    )

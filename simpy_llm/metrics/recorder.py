@@ -56,6 +56,10 @@ SPEC_ROUND_FIELDS: tuple[tuple[str, str], ...] = (
     ("context_tokens", "i"), ("tvt_s", "f"), ("rollback", "i"),
 )
 """Fields of a speculative round's record, in order (see :meth:`Recorder.on_spec_round`)."""
+TREE_ROUND_FIELDS: tuple[tuple[str, str], ...] = (("round", "i"), ("tree_depth", "i"), ("tree_width", "i"))
+"""Fields of a tree round's record (see :meth:`Recorder.on_tree_round`)."""
+CHAIN_ROUND_FIELDS: tuple[tuple[str, str], ...] = (("round", "i"), ("mid_accepted", "f"), ("mid_steps", "f"))
+"""Fields of a chained round's record (see :meth:`Recorder.on_chain_round`)."""
 
 
 class ColumnLog:
@@ -144,6 +148,10 @@ class Recorder:
         memory_tokens) per batch a request-level batch server finished."""
         self.spec_rounds = ColumnLog(SPEC_ROUND_FIELDS)
         """Per speculative round: see :meth:`on_spec_round`."""
+        self.tree_rounds = ColumnLog(TREE_ROUND_FIELDS)
+        """Per tree-drafted round: see :meth:`on_tree_round`."""
+        self.chain_rounds = ColumnLog(CHAIN_ROUND_FIELDS)
+        """Per chained round: see :meth:`on_chain_round`."""
         self.drafter_switches: list[tuple] = []
         """Per drafter escalation: see :meth:`on_drafter_switch`."""
         self.itl = WeightedTally()
@@ -229,6 +237,16 @@ class Recorder:
         """A speculative round's verify pass ended: (time_s, request_id, replica, draft_group,
         draft_device, mode, drafter, gamma, accepted, tokens, context_tokens, tvt_s, rollback)."""
         self.spec_rounds.append(record)
+
+    def on_tree_round(self, record: tuple) -> None:
+        """The speculative round just recorded drafted a tree: (its row in :attr:`spec_rounds`,
+        tree_depth, tree_width)."""
+        self.tree_rounds.append(record)
+
+    def on_chain_round(self, record: tuple) -> None:
+        """The speculative round just recorded was chained: (its row in :attr:`spec_rounds`,
+        mid_accepted, mid_steps)."""
+        self.chain_rounds.append(record)
 
     def on_drafter_switch(self, record: tuple) -> None:
         """A request escalated to a larger drafter: (time_s, request_id, draft_group,

@@ -56,20 +56,38 @@ def _frame(rows: list[tuple], columns: tuple[tuple[str, str], ...]) -> pd.DataFr
     return pd.DataFrame(rows, columns=names).astype(dict(columns))
 
 
-def spec_round_frame(log: ColumnLog) -> pd.DataFrame:
+def spec_round_frame(log: ColumnLog, trees: ColumnLog | None = None, chains: ColumnLog | None = None) -> pd.DataFrame:
     """One row per verify round (in the order the passes ended): ``time_s`` (its pass
     ended), ``request_id``, ``replica`` (the target), ``draft_group``, ``draft_device``,
     ``mode`` (``distributed`` or ``fused``), ``drafter`` (empty when fused), ``gamma``
     (tokens proposed), ``accepted`` (drafts accepted; fractional with
     ``acceptance_sampling: expected``), ``tokens`` (output tokens the round added),
     ``context_tokens`` (before the round), ``tvt_s`` and ``rollback`` (1 when partial
-    verification missed the rejection)."""
+    verification missed the rejection). When some round drafted a tree (*trees*, the
+    recorder's ``tree_rounds``), also ``tree_depth`` and ``tree_width``: a chain round is a
+    tree of depth γ and width 1. When some round was chained (*chains*), also
+    ``mid_accepted`` (tiny drafts the mid drafter accepted) and ``mid_steps`` (its own
+    drafting steps), NaN for other rounds."""
     import pandas as pd  # pandas is imported where a frame is built: importing the package stays fast
 
     frame = pd.DataFrame(log.columns())
     for name, kind in SPEC_ROUND_FIELDS:
         if kind == "s":
             frame[name] = frame[name].astype("string")
+    if trees is not None and len(trees):
+        tree = trees.columns()
+        depth = frame["gamma"].to_numpy(copy=True)
+        width = np.ones(len(frame), dtype=np.int64)
+        depth[tree["round"]] = tree["tree_depth"]
+        width[tree["round"]] = tree["tree_width"]
+        frame["tree_depth"] = depth
+        frame["tree_width"] = width
+    if chains is not None and len(chains):
+        chain = chains.columns()
+        for name in ("mid_accepted", "mid_steps"):
+            column = np.full(len(frame), np.nan)
+            column[chain["round"]] = chain[name]
+            frame[name] = column
     return frame
 
 
@@ -241,7 +259,7 @@ class SpeculationResults:
 
     def to_dataframe(self) -> pd.DataFrame:
         """One row per verify round (:func:`spec_round_frame`)."""
-        return spec_round_frame(self.recorder.spec_rounds)
+        return spec_round_frame(self.recorder.spec_rounds, self.recorder.tree_rounds, self.recorder.chain_rounds)
 
     def drafter_switches(self) -> pd.DataFrame:
         """One row per mid-decode drafter escalation (:func:`drafter_switch_frame`)."""

@@ -44,8 +44,10 @@ from simpy_llm.kernel import timer_at
 from simpy_llm.network.link import Link
 from simpy_llm.policies.gamma import GammaState, StaticGamma
 from simpy_llm.serving.latency import latency_models
+from simpy_llm.speculative.chain import ChainDrafting
 from simpy_llm.speculative.draft_batching import DraftSteps
 from simpy_llm.speculative.drafter import Drafter
+from simpy_llm.speculative.tree import RoundPlan, RoundPlanner, TreeDrafting, queued_verify_tokens
 from simpy_llm.wire import Wire
 
 if TYPE_CHECKING:
@@ -74,7 +76,8 @@ class SpecState:
 
     __slots__ = (
         "_first", "_reads_probabilities", "accepted_last", "carry", "device", "drafter", "drafter_index", "ewma", "fleet",
-        "gamma", "last_token_s", "mode", "policy", "proposed_last", "req", "round_start_s", "sent_gamma", "verdict_gamma", "wake",
+        "gamma", "last_token_s", "mode", "plan", "planner", "policy", "proposed_last", "req", "round_start_s", "sent_gamma",
+        "verdict_gamma", "wake",
     )
 
     def __init__(self, fleet: DraftFleet, device: DraftDevice, policy: GammaPolicy, req: Request) -> None:
@@ -85,7 +88,8 @@ class SpecState:
         self._reads_probabilities = getattr(policy, "reads_position_probabilities", True)
         self.mode = ""
         self.drafter_index = 0
-        self.drafter = device.drafters[0]
+        # A chained group's request drafts with the level the target verifies (records, γ policies).
+        self.drafter = device.drafters[0] if device.chain is None else device.chain.mid
         cfg = fleet.config
         self.gamma = min(max(getattr(policy, "default_gamma", getattr(policy, "gamma", cfg.k_min)), cfg.k_min), cfg.k_max)
         self.accepted_last = 0
@@ -100,6 +104,11 @@ class SpecState:
         self._first: int | None = None
         self.verdict_gamma = 0
         """γ of the next distributed round: the target's choice as it sent the verdict."""
+        self.planner: RoundPlanner | None = device.planners[0]
+        """Plans each distributed round of the current drafter when it drafts a tree or a
+        chained round (None: a plain chain of γ tokens)."""
+        self.plan: RoundPlan | None = None
+        """The current distributed round's plan (None: a plain chain of γ tokens)."""
 
     def _prior(self, context: int) -> float:
         """The drafter's first-position acceptance at *context*: the smoothed rate's start."""
@@ -121,7 +130,17 @@ class SpecState:
         self.gamma = gamma
         req = self.req
         left = req.output_tokens - req.generated_tokens - 1
-        return gamma if gamma <= left else (left if left > 0 else 0)
+        capped = gamma if gamma <= left else (left if left > 0 else 0)
+        planner = self.planner
+        if planner is None or fused:
+            return capped
+        # A tree or chained round, planned here as the verdict leaves (the target's verify
+        # backlog as it is now); γ caps a tree's depth, and the depth is the round's γ.
+        plan = self.plan = planner.plan(
+            capped, req.prompt_tokens + req.generated_tokens, self.fleet.config.temperature,
+            queued_verify_tokens(server.rounds) if planner.control is not None else 0,
+        )
+        return plan.depth
 
     def _ask(self, server: VerifyServer, *, fused: bool) -> int:
         cfg = self.fleet.config
@@ -189,6 +208,9 @@ class SpecState:
             "" if fused else self.drafter.name, gamma, float(accepted), gained,
             req.prompt_tokens + req.generated_tokens - gained, tvt, int(rolled_back),
         ))
+        plan = self.plan
+        if plan is not None and not fused:
+            plan.record(fleet.recorder, len(fleet.recorder.spec_rounds) - 1)
         threshold = device.escalate_below
         if (
             not fused and threshold is not None and self.ewma < threshold
@@ -197,6 +219,8 @@ class SpecState:
             old = self.drafter.name
             self.drafter_index += 1
             self.drafter = device.drafters[self.drafter_index]
+            self.planner = device.planners[self.drafter_index]
+            self.plan = None
             req.drafter = self.drafter.name
             self.ewma = self._prior(req.prompt_tokens + req.generated_tokens)
             fleet.recorder.on_drafter_switch((now, req.id, device.group, device.index, old, self.drafter.name))
@@ -233,6 +257,11 @@ class DraftDevice:
         self.group = group.name
         self.index = index
         self.drafters = drafters
+        self.chain: ChainDrafting | None = fleet.chains.get(group.name)
+        """Its group's chained drafters (``chain``), or None."""
+        self.planners: list[RoundPlanner | None] = fleet.planners[group.name]
+        """Each drafter's round planner, in drafter order: its tree, or the group's chain (None:
+        it drafts plain chains)."""
         self.escalate_below = group.escalate_below
         net = group.network
         self.network = net
@@ -335,7 +364,14 @@ class DraftDevice:
         gamma = spec.verdict_gamma
         start = self._available_from(at_s) if self.availability else at_s
         spec.round_start_s = start
-        draft_s = self._draft_s(gamma, spec.drafter, start) if self.throttle is not None else gamma * spec.drafter.draft_token_s
+        plan = spec.plan
+        if plan is None:
+            draft_s = self._draft_s(gamma, spec.drafter, start) if self.throttle is not None else gamma * spec.drafter.draft_token_s
+        else:
+            draft_s = plan.draft_s
+            throttle = self.throttle
+            if throttle is not None and self._active_since is not None and start - self._active_since >= throttle[0]:
+                draft_s /= throttle[1]
         pending = self._pending_busy
         if pending is not None:
             self._busy_s += pending[1]
@@ -579,6 +615,10 @@ class DraftFleet:
         hears at once, and the request goes on to *dropped*)."""
         self.devices: dict[str, list[DraftDevice]] = {}
         """Each group's devices, by group name."""
+        self.planners: dict[str, list[RoundPlanner | None]] = {}
+        """Each group's drafters' round planners, by group name (None: a plain chain drafter)."""
+        self.chains: dict[str, ChainDrafting] = {}
+        """Each chained group's drafters, by group name."""
         self.group_of_client: dict[str, str] = {}
         default = None
         for group in config.drafts:
@@ -594,6 +634,17 @@ class DraftFleet:
                     bandwidth = device_profiles[group.name].compute.memory_bandwidth_gb_per_s
                     token_s = d.weights_gb / bandwidth
                 drafters.append(Drafter(d.name, token_s, acceptance_model(d.acceptance), latency))
+            planners: list[RoundPlanner | None] = [
+                TreeDrafting(d.tree, drafter, batched=d.latency_model is not None) if d.tree is not None else None
+                for d, drafter in zip(group.drafters, drafters, strict=True)
+            ]
+            if group.chain:
+                by_name = {d.name: d for d in drafters}
+                chain = self.chains[group.name] = ChainDrafting(
+                    by_name[group.chain[0]], by_name[group.chain[1]], streams(f"draft/{group.name}/chain"), expected=self.expected_acceptance,
+                )
+                planners = [chain] * len(drafters)
+            self.planners[group.name] = planners
             kind = DraftDevice if group.max_batch == 1 else BatchingDraftDevice
             self.devices[group.name] = [kind(self, group, i, drafters) for i in range(group.count)]
             for cid in group.clients:
@@ -686,7 +737,8 @@ class DraftFleet:
         assert spec is not None  # set while the device runs the request
         spec.sent_gamma = gamma
         if device.up is not None:
-            device.up.put_at(req, device.message_bytes(gamma), at_s)
+            plan = spec.plan  # a tree's bundle carries its nodes
+            device.up.put_at(req, device.message_bytes(gamma if plan is None else plan.nodes), at_s)
         elif at_s > self.env.now:
             timer_at(self.env, at_s).callbacks.append(functools.partial(self._submit, req))
         else:

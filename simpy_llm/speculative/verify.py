@@ -319,7 +319,10 @@ class VerifyServer:
             deadline = round_start_s + tpot * (gamma + 1)
         else:
             deadline = math.inf
-        own = self._pass_s([req.prompt_tokens + req.generated_tokens], [gamma]) if self.verify.order == "least_slack" else 0.0
+        own = 0.0
+        if self.verify.order == "least_slack":
+            plan = req.spec.plan if kind == VERIFY and req.spec is not None else None  # a tree round verifies its nodes
+            own = self._pass_s([req.prompt_tokens + req.generated_tokens], [gamma if plan is None else plan.nodes])
         self._push(self.rounds, _Job(kind, req, gamma, now, deadline), own)
 
     def _push(self, heap: list[tuple], job: _Job, own_s: float) -> None:
@@ -561,12 +564,14 @@ class VerifyServer:
             if gamma == 0:
                 m, verified, rolled = 0, 0, False
             else:
+                plan = None
                 if job.kind == FUSED:
                     model = self.fused_acceptance
                 else:
                     spec = req.spec
                     assert spec is not None  # set while its device runs it
-                    model = spec.drafter.acceptance
+                    plan = spec.plan  # a tree or chained round: its own model and verified positions
+                    model = spec.drafter.acceptance if plan is None else plan.acceptance
                 # The job's draws in order: the samples of positions 2..gamma, then its uniform.
                 draws = self.uniforms((gamma - 1 if sampled else 0) + (not expected))
                 m = model.expected_tokens(context, gamma, temp) - 1.0 if expected else model.accepted_at(draws[-1], context, gamma, temp)
@@ -577,7 +582,7 @@ class VerifyServer:
                 elif partial == "first_token":
                     verified, rolled = 1, 0 < whole < gamma
                 else:
-                    verified, rolled = gamma, False
+                    verified, rolled = (gamma if plan is None else plan.nodes), False
             verified_counts.append(verified)
             accepted.append(m)
             rollback.append(rolled)
