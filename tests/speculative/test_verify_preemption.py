@@ -178,15 +178,16 @@ def test_every_job_is_verified_exactly_once(tmp_path, jobs, threshold_ms, microb
     assert not server.rounds and not server._busy  # noqa: SLF001 - idle at the end
 
 
-def test_preemption_in_a_simulation_is_counted_and_deterministic(tmp_path):
-    """A loaded speculative scenario with tight round deadlines and a threshold: passes are
-    cut, each cut counted per request (``num_preemptions``) and in the summary
-    (``preemptions.by_mode.verify``); every round is recorded once; the same seed gives the
-    same records."""
+@pytest.mark.parametrize("prefix_caching", [False, True])
+def test_preemption_in_a_simulation_is_counted_and_deterministic(tmp_path, prefix_caching):
+    """A loaded speculative scenario with tight round deadlines and a threshold (with or
+    without prefix caching): passes are cut, each cut counted per request
+    (``num_preemptions``) and in the summary (``preemptions.by_mode.verify``); every round is
+    recorded once; the same seed gives the same records."""
     curve = flat_curve(tmp_path, [0.8, 0.7, 0.6, 0.5])
     data = spec_scenario(
         curve, requests=60, rate=40.0, devices=12, prompt=256, output=48,
-        speculation={"verify": {"order": "edf", "max_microbatch": 4, "preemption_slack_ms": 20.0}},
+        speculation={"verify": {"order": "edf", "max_microbatch": 4, "preemption_slack_ms": 20.0, "prefix_caching": prefix_caching}},
     )
     data["slo"] = {"default": {"tvt_s": 0.06}}
     first = Simulation(scenario_from_dict(data)).run()
