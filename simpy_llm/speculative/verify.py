@@ -1,5 +1,10 @@
 """A target replica of speculative decoding: a verify server (seed 003 §6.2, §7).
 
+Kept whole (over 800 lines): the start and end of a pass, the cut of a pass by an
+at-risk job and its re-run, admission and departure all change one state (the two
+queues, the pass in progress, the KV) from SimPy callbacks, and read best side by side;
+what prefix caching adds to the KV is :mod:`simpy_llm.speculative.verify_cache`.
+
 A :class:`VerifyServer` takes three kinds of job and runs them in **passes**, one
 SimPy timeout per pass:
 
@@ -57,8 +62,8 @@ from typing import TYPE_CHECKING, Any, cast
 import simpy
 
 from simpy_llm.policies.mode import ModeState
-from simpy_llm.serving.kv_cache import TokenMemory, blocks_for
-from simpy_llm.serving.prefix_cache import Holder, Match, PrefixCache
+from simpy_llm.serving.kv_cache import TokenMemory
+from simpy_llm.speculative.verify_cache import VerifyCache
 
 if TYPE_CHECKING:
     import numpy as np
@@ -67,6 +72,7 @@ if TYPE_CHECKING:
     from simpy_llm.config.speculation import SpeculationConfig
     from simpy_llm.entities import Request
     from simpy_llm.metrics.recorder import Recorder
+    from simpy_llm.serving.prefix_cache import PrefixCache
     from simpy_llm.wire import Wire
 
 __all__ = ["VerifyServer", "verify_pass_s"]
@@ -232,10 +238,12 @@ class VerifyServer:
         """KV counted in tokens, each request's reserved whole (without prefix caching)."""
         self.kv: TokenMemory | PrefixCache = self._memory
         self._kv_capacity = kv_capacity_tokens
+        self._blocks: VerifyCache | None = None
+        """The KV with ``verify.prefix_caching`` (None without)."""
         if config.verify.prefix_caching:
-            self.kv = self.prefix_cache = PrefixCache(kv_capacity_tokens // kv_block_size, kv_block_size)
-        self._holders: dict[int, Holder] = {}
-        """What each admitted request holds in the prefix cache, by id."""
+            share = 1.0 if config.verify.kv_spill == "fused" else config.verify.max_kv_utilization
+            self._blocks = VerifyCache(kv_capacity_tokens // kv_block_size, kv_block_size, share)
+            self.kv = self.prefix_cache = self._blocks.cache
         self.max_prefill_tokens = max_prefill_tokens
         self.max_seqs = max_seqs
         self.max_model_len = max_model_len
@@ -363,9 +371,9 @@ class VerifyServer:
     def _admissible(self, req: Request) -> bool:
         if self.max_seqs is not None and len(self.running) >= self.max_seqs:
             return False
-        cache = self.prefix_cache
-        if cache is not None:
-            return self._cache_plan(cache, req) is not None
+        blocks = self._blocks
+        if blocks is not None:
+            return blocks.plan(req) is not None
         need = req.prompt_tokens + req.output_tokens
         memory = self._memory
         limit = memory.num_blocks * (1.0 if self.verify.kv_spill == "fused" else self.verify.max_kv_utilization)
@@ -386,21 +394,6 @@ class VerifyServer:
         now = self.env.now
         self.recorder.kv_block_seconds[self.index] += self.kv.used_blocks * (now - self._kv_since)
         self._kv_since = now
-
-    def _cache_plan(self, cache: PrefixCache, req: Request) -> tuple[Holder, Match, int] | None:
-        """How *req* would be admitted into the prefix cache now: its holder, the cached
-        blocks its prompt finds (at most those wholly inside its first ``P - 1`` tokens, as
-        the engine looks up: a prefill computes at least one token) and the blocks to
-        allocate for the rest of its prompt and output; None when the KV guard refuses it
-        (the blocks it takes, new and found evictable, past the guard's share of the blocks)."""
-        bs = cache.block_size
-        holder = cache.holder(req)
-        match = cache.match(holder, (req.prompt_tokens - 1) // bs)
-        new = blocks_for(req.prompt_tokens + req.output_tokens, bs) - match.blocks
-        limit = cache.num_blocks * (1.0 if self.verify.kv_spill == "fused" else self.verify.max_kv_utilization)
-        if cache.used_blocks + new + match.evictable > limit:
-            return None
-        return holder, match, new
 
     def _kick(self) -> None:
         """Start the next pass if the server is idle and a job can run (work-conserving: a
@@ -459,9 +452,9 @@ class VerifyServer:
 
     def _prefill_pass(self) -> None:
         """Start a prefill pass: the waiting prompts, in order, while they fit."""
-        cache = self.prefix_cache
-        if cache is not None:
-            self._cached_prefill_pass(cache)
+        blocks = self._blocks
+        if blocks is not None:
+            self._cached_prefill_pass(blocks)
             return
         env = self.env
         now = env.now
@@ -496,12 +489,10 @@ class VerifyServer:
         self._pass_start = now
         env.timeout(step_s).callbacks.append(functools.partial(self._prefill_done, batch, tokens, step_s))
 
-    def _cached_prefill_pass(self, cache: PrefixCache) -> None:
+    def _cached_prefill_pass(self, blocks: VerifyCache) -> None:
         """Start a prefill pass with prefix caching: the waiting prompts, in order, while their
-        uncached tokens fit ``max_num_batched_tokens`` and the KV guard admits them. Each
-        pins the cached blocks its prompt finds, takes blocks for the rest of its prompt and
-        output, and registers its shared blocks at once (as the engine does when it
-        schedules a prefill), so a prompt later in the same pass finds them too."""
+        uncached tokens fit ``max_num_batched_tokens`` and the KV guard admits them
+        (:meth:`VerifyCache.admit <simpy_llm.speculative.verify_cache.VerifyCache.admit>`)."""
         env = self.env
         now = env.now
         batch: list[Request] = []
@@ -515,20 +506,16 @@ class VerifyServer:
             req = heap[0][-1].req
             if max_seqs is not None and len(self.running) >= max_seqs:
                 break
-            plan = self._cache_plan(cache, req)
+            plan = blocks.plan(req)
             if plan is None:
                 break
-            holder, match, new = plan
-            cached = match.blocks * cache.block_size
+            cached = plan[1].blocks * blocks.cache.block_size
             fresh = req.prompt_tokens - cached
             if batch and tokens + fresh > self.max_prefill_tokens:
                 break
             heapq.heappop(heap)
             self._kv_mark()
-            cache.pin(holder, match)
-            cache.allocate(new)
-            cache.register_shared(holder, req.prompt_tokens)
-            self._holders[req.id] = holder
+            blocks.admit(req, plan)
             batch.append(req)
             tokens += fresh
             prompts += req.prompt_tokens
@@ -793,27 +780,14 @@ class VerifyServer:
     # ------------------------------------------------------------------ leaving
     def _leave(self, req: Request) -> None:
         if self.running.pop(req.id, None) is not None:
-            cache = self.prefix_cache
-            if cache is None:
+            blocks = self._blocks
+            if blocks is None:
                 self._kv_change(-(req.prompt_tokens + req.output_tokens))
             else:
-                self._release_blocks(cache, req)
+                self._kv_mark()
+                blocks.release(req)
         self.departed += 1
         self.departed_tokens += req.prompt_tokens
-
-    def _release_blocks(self, cache: PrefixCache, req: Request) -> None:
-        """*req* leaves: its blocks go back to the prefix cache, cached. Its KV holds its prompt
-        and every token it made but the last (never fed back); the blocks reserved past that
-        go first, empty, then its own, from its last to its first (the cache's release order).
-        Its content stays findable when a later round of its session may continue it."""
-        self._kv_mark()
-        holder = self._holders.pop(req.id)
-        computed = req.prompt_tokens + (req.generated_tokens - 1 if req.generated_tokens else 0)
-        bs = cache.block_size
-        unused = blocks_for(req.prompt_tokens + req.output_tokens, bs) - blocks_for(computed, bs)
-        if unused:
-            cache.release(unused)
-        cache.unref(holder, computed, findable=req.continuable)
 
     def _complete(self, req: Request, tokens: int) -> None:
         """*req* made its last token: it leaves, and its device hears of its last *tokens*."""
