@@ -511,6 +511,7 @@ class Simulation:
                 max_model_len=engine.max_model_len, rng=self.streams.stream(f"verify/{i}"),
                 fused_acceptance=fused, slo=slo, send_verdict=drafts.send_verdict,
                 completions=completions, group=plan.group, throttle=settings["throttle"], load_s=plan.load_s,
+                kv_block_size=engine.kv_block_size,
             ))
         drafts.servers = servers
         return servers

@@ -310,6 +310,20 @@ class VerifyConfig:
     kv_spill: str = attrs.field(default="queue", validator=one_of(("queue", "fused")))
     """A request the KV guard refuses: ``queue`` (waits for KV), or ``fused`` (waits too, and
     then runs fused, keeping its bundles off the network; needs ``speculation.fused``)."""
+    prefix_caching: bool = False
+    """Prefix caching and KV reuse (seed 003 §3.2, §6.2): the target's KV is the engine's
+    paged prefix cache (``engine.kv_block_size`` tokens a block); a prefill computes only
+    the prompt tokens not found cached (a shared system prompt, an earlier round's context),
+    and a request's blocks stay cached, evictable, after it leaves. False: each request
+    reserves its tokens whole and every prompt is computed in full."""
+    preemption_slack_ms: float | None = attrs.field(
+        default=None, validator=optional(in_range(-MAX_TIME_S * 1e3, MAX_TIME_S * 1e3)),
+    )
+    """Preemption inside a verify pass (seed 003 §6.2): a verify or fused job that arrives
+    with slack (its deadline, minus now, minus its own verify time) below this many ms cuts
+    the round pass in progress, unless a job of that pass is itself that close to its
+    deadline; the cut pass's work is lost and it runs again, whole, right after the at-risk
+    job's own pass. None: a pass is never cut."""
 
     def __attrs_post_init__(self) -> None:
         if self.sample_rate != 1.0 and self.partial != "sampled":

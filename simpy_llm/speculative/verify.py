@@ -1,5 +1,10 @@
 """A target replica of speculative decoding: a verify server (seed 003 §6.2, §7).
 
+Kept whole (over 800 lines): the start and end of a pass, the cut of a pass by an
+at-risk job and its re-run, admission and departure all change one state (the two
+queues, the pass in progress, the KV) from SimPy callbacks, and read best side by side;
+what prefix caching adds to the KV is :mod:`simpy_llm.speculative.verify_cache`.
+
 A :class:`VerifyServer` takes three kinds of job and runs them in **passes**, one
 SimPy timeout per pass:
 
@@ -15,9 +20,11 @@ else none; a prefill's deadline is its arrival plus ``ttft_s``) or ``least_slack
 while their prompts fit ``max_num_batched_tokens`` and the KV guard admits them) or
 verify/fused jobs (up to ``max_microbatch``, with selective batching by context
 bucket: jobs outside the first one's bucket wait unless already past their deadline).
-Whichever queue's head comes first in the order runs; a pass in progress is never
-interrupted (a forward pass is not preemptible), so "preemption" of at-risk work
-happens at pass boundaries, where overdue jobs lead.
+Whichever queue's head comes first in the order runs. A pass in progress is not
+interrupted (a forward pass is not preemptible), so at-risk work leads at pass
+boundaries, where overdue jobs go first; with ``verify.preemption_slack_ms`` a round
+job arriving that close to its deadline cuts the round pass in progress instead (its
+work is lost): the job runs alone, then the cut pass again, whole, with the same draws.
 
 A server is a resource driven by callbacks, not a process: a pass starts the moment the
 server is idle and a job can run (an arrival, the end of the previous pass, or a
@@ -38,6 +45,10 @@ KV: a request is admitted (its prefill may run) only while the KV in use plus it
 prompt and output fit the guard, ``max_kv_utilization x capacity`` (``kv_spill:
 queue``); with ``kv_spill: fused`` it is admitted up to the whole capacity and runs
 fused when it pushed use past the guard. It holds that reservation until it leaves.
+With ``verify.prefix_caching`` the KV is the engine's paged prefix cache
+(:class:`~simpy_llm.serving.prefix_cache.PrefixCache`): a request reserves the blocks of
+its prompt and output less those it finds cached, its prefill computes the uncached
+prompt tokens only, and its blocks stay cached, evictable, when it leaves.
 """
 
 from __future__ import annotations
@@ -46,12 +57,13 @@ import functools
 import heapq
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import simpy
 
 from simpy_llm.policies.mode import ModeState
 from simpy_llm.serving.kv_cache import TokenMemory
+from simpy_llm.speculative.verify_cache import VerifyCache
 
 if TYPE_CHECKING:
     import numpy as np
@@ -60,6 +72,7 @@ if TYPE_CHECKING:
     from simpy_llm.config.speculation import SpeculationConfig
     from simpy_llm.entities import Request
     from simpy_llm.metrics.recorder import Recorder
+    from simpy_llm.serving.prefix_cache import PrefixCache
     from simpy_llm.wire import Wire
 
 __all__ = ["VerifyServer", "verify_pass_s"]
@@ -178,14 +191,18 @@ class VerifyServer:
         ``1 / factor`` as long, until it idles.
     load_s
         Cold start before its first pass (busy meanwhile).
+    kv_block_size
+        Tokens per KV block of its prefix cache (its engine's ``kv_block_size``; read only
+        with ``verify.prefix_caching``).
     """
 
-    prefix_cache = None
-    """No prefix cache: each conversation's KV is its own."""
+    prefix_cache: PrefixCache | None = None
+    """Its KV blocks with ``verify.prefix_caching`` (None without: each conversation's KV is its own)."""
 
     def prefix_hit_tokens(self, request: Request) -> int:
-        """Prompt tokens a prefix cache would find: none (there is none)."""
-        return 0
+        """Prompt tokens of *request* its prefix cache would find now (0 without one)."""
+        cache = self.prefix_cache
+        return 0 if cache is None else cache.hit_tokens(request)
 
     def __init__(
         self,
@@ -208,6 +225,7 @@ class VerifyServer:
         group: str = "default",
         throttle: tuple[float, float] | None = None,
         load_s: float = 0.0,
+        kv_block_size: int = 16,
     ) -> None:
         self.env = env
         self.index = index
@@ -216,7 +234,16 @@ class VerifyServer:
         self.recorder = recorder
         self.config = config
         self.verify = config.verify
-        self.kv = TokenMemory(kv_capacity_tokens)
+        self._memory = TokenMemory(kv_capacity_tokens)
+        """KV counted in tokens, each request's reserved whole (without prefix caching)."""
+        self.kv: TokenMemory | PrefixCache = self._memory
+        self._kv_capacity = kv_capacity_tokens
+        self._blocks: VerifyCache | None = None
+        """The KV with ``verify.prefix_caching`` (None without)."""
+        if config.verify.prefix_caching:
+            share = 1.0 if config.verify.kv_spill == "fused" else config.verify.max_kv_utilization
+            self._blocks = VerifyCache(kv_capacity_tokens // kv_block_size, kv_block_size, share)
+            self.kv = self.prefix_cache = self._blocks.cache
         self.max_prefill_tokens = max_prefill_tokens
         self.max_seqs = max_seqs
         self.max_model_len = max_model_len
@@ -259,6 +286,13 @@ class VerifyServer:
         self._busy_since: float | None = None
         self._kv_since = 0.0
         self._pass_start = math.nan
+        self._preempt_s = None if config.verify.preemption_slack_ms is None else config.verify.preemption_slack_ms / 1e3
+        """Slack below which an arriving round job cuts the round pass in progress, s (None: never)."""
+        self._round_pass: Event | None = None
+        """The timer of the latest round pass (pending while that pass runs)."""
+        self._cut: tuple[functools.partial[None], float] | None = None
+        """The round pass cut by an at-risk job, to run again after it: its end callback and
+        its duration before throttling."""
         # Optional capabilities of the latency model (absent: none), read once.
         self._output_overhead_s = float(latency.output_token_overhead_s)
         self._queueing = latency.queueing_time_s
@@ -289,7 +323,7 @@ class VerifyServer:
         (dropped at once when longer than ``max_model_len`` or than the whole KV)."""
         limit = self.max_model_len
         if (limit is not None and req.prompt_tokens + req.output_tokens > limit) or (
-            req.prompt_tokens + req.output_tokens > self.kv.num_blocks
+            req.prompt_tokens + req.output_tokens > self._kv_capacity
         ):
             self.abort(req, "max_model_len" if limit is not None and req.prompt_tokens + req.output_tokens > limit else "kv_capacity")
             self.send_verdict(req, 0)
@@ -319,11 +353,11 @@ class VerifyServer:
             deadline = round_start_s + tpot * (gamma + 1)
         else:
             deadline = math.inf
-        own = 0.0
-        if self.verify.order == "least_slack":
-            plan = req.spec.plan if kind == VERIFY and req.spec is not None else None  # a tree round verifies its nodes
-            own = self._pass_s([req.prompt_tokens + req.generated_tokens], [gamma if plan is None else plan.nodes])
-        self._push(self.rounds, _Job(kind, req, gamma, now, deadline), own)
+        own = self._own_s(kind, req, gamma) if self.verify.order == "least_slack" else 0.0
+        job = _Job(kind, req, gamma, now, deadline)
+        if self._preempt_s is not None and self._busy and self._preempts(job):
+            return
+        self._push(self.rounds, job, own)
 
     def _push(self, heap: list[tuple], job: _Job, own_s: float) -> None:
         order = self.verify.order
@@ -337,17 +371,29 @@ class VerifyServer:
     def _admissible(self, req: Request) -> bool:
         if self.max_seqs is not None and len(self.running) >= self.max_seqs:
             return False
+        blocks = self._blocks
+        if blocks is not None:
+            return blocks.plan(req) is not None
         need = req.prompt_tokens + req.output_tokens
-        limit = self.kv.num_blocks * (1.0 if self.verify.kv_spill == "fused" else self.verify.max_kv_utilization)
-        return self.kv.used_blocks + need <= limit
+        memory = self._memory
+        limit = memory.num_blocks * (1.0 if self.verify.kv_spill == "fused" else self.verify.max_kv_utilization)
+        return memory.used_blocks + need <= limit
 
     def _kv_change(self, tokens: int) -> None:
         """KV in use changes by *tokens*: the time integral of use so far goes to the recorder
         (a request holds its reservation between passes too, while its bundle travels)."""
         now = self.env.now
+        memory = self._memory
+        self.recorder.kv_block_seconds[self.index] += memory.used_blocks * (now - self._kv_since)
+        self._kv_since = now
+        memory.used_blocks += tokens
+
+    def _kv_mark(self) -> None:
+        """The prefix cache's use is about to change: the time integral of use so far goes to
+        the recorder, in blocks."""
+        now = self.env.now
         self.recorder.kv_block_seconds[self.index] += self.kv.used_blocks * (now - self._kv_since)
         self._kv_since = now
-        self.kv.used_blocks += tokens
 
     def _kick(self) -> None:
         """Start the next pass if the server is idle and a job can run (work-conserving: a
@@ -369,7 +415,7 @@ class VerifyServer:
         if heap is self.prefills:
             self._prefill_pass()
         else:
-            self._verify_pass()
+            self._verify_pass(self._take_round_batch())
 
     def _loaded_at(self, start_s: float, _event: Event) -> None:
         """The cold start that began at *start_s* is over."""
@@ -379,7 +425,12 @@ class VerifyServer:
         self._kick()
 
     def _pass_over(self) -> None:
-        """A pass's jobs are settled: the server is idle until it starts the next."""
+        """A pass's jobs are settled: the server is idle until it starts the next (or runs
+        the round pass an at-risk job cut, again)."""
+        cut = self._cut
+        if cut is not None:
+            self._rerun(cut)
+            return
         self._busy = False
         self._kick()
 
@@ -401,6 +452,10 @@ class VerifyServer:
 
     def _prefill_pass(self) -> None:
         """Start a prefill pass: the waiting prompts, in order, while they fit."""
+        blocks = self._blocks
+        if blocks is not None:
+            self._cached_prefill_pass(blocks)
+            return
         env = self.env
         now = env.now
         batch: list[Request] = []
@@ -420,7 +475,7 @@ class VerifyServer:
             self.running[req.id] = req
             req.first_scheduled_s = now
             self._choose_mode(req)
-        kv = self.kv
+        kv = self._memory
         if kv.used_blocks > kv.peak_used_blocks:
             kv.peak_used_blocks = kv.used_blocks
         self.queued_prompt_tokens -= tokens
@@ -430,6 +485,51 @@ class VerifyServer:
             step_s = lat.step_time_s(tokens, 0, prefill_attention_pairs=pairs)
         else:
             step_s = lat.step_time_s(tokens, 0)
+        step_s *= self._speed()
+        self._pass_start = now
+        env.timeout(step_s).callbacks.append(functools.partial(self._prefill_done, batch, tokens, step_s))
+
+    def _cached_prefill_pass(self, blocks: VerifyCache) -> None:
+        """Start a prefill pass with prefix caching: the waiting prompts, in order, while their
+        uncached tokens fit ``max_num_batched_tokens`` and the KV guard admits them
+        (:meth:`VerifyCache.admit <simpy_llm.speculative.verify_cache.VerifyCache.admit>`)."""
+        env = self.env
+        now = env.now
+        batch: list[Request] = []
+        tokens = 0
+        prompts = 0
+        pairs = 0.0
+        restores = 0
+        heap = self.prefills
+        max_seqs = self.max_seqs
+        while heap:
+            req = heap[0][-1].req
+            if max_seqs is not None and len(self.running) >= max_seqs:
+                break
+            plan = blocks.plan(req)
+            if plan is None:
+                break
+            cached = plan[1].blocks * blocks.cache.block_size
+            fresh = req.prompt_tokens - cached
+            if batch and tokens + fresh > self.max_prefill_tokens:
+                break
+            heapq.heappop(heap)
+            self._kv_mark()
+            blocks.admit(req, plan)
+            batch.append(req)
+            tokens += fresh
+            prompts += req.prompt_tokens
+            pairs += fresh * cached + fresh * (fresh + 1) / 2  # token i after c cached attends to c + i + 1 keys
+            self.running[req.id] = req
+            req.first_scheduled_s = now
+            req.cached_tokens = cached
+            restores += cached > 0
+            self._choose_mode(req)
+        self.queued_prompt_tokens -= prompts
+        lat = self.latency
+        step_s = lat.step_time_s(tokens, 0, prefill_attention_pairs=pairs) if self._uses_context else lat.step_time_s(tokens, 0)
+        if restores:  # a model that copies saved state back pays it per prompt starting from a cached prefix
+            step_s += restores * lat.cache_restore_s
         step_s *= self._speed()
         self._pass_start = now
         env.timeout(step_s).callbacks.append(functools.partial(self._prefill_done, batch, tokens, step_s))
@@ -537,8 +637,8 @@ class VerifyServer:
         taken.reverse()
         return taken
 
-    def _verify_pass(self) -> None:
-        """Start a verify pass over the next microbatch of verify and fused rounds.
+    def _verify_pass(self, batch: list[_Job]) -> None:
+        """Start a verify pass over *batch*, a microbatch of verify and fused rounds.
 
         Per job: the positions the target verifies (``verify.partial``: all, the first, or
         sampled: the first, and each later one when its uniform is below ``sample_rate``),
@@ -547,7 +647,6 @@ class VerifyServer:
         ``accepted + 1``, went unverified)."""
         env = self.env
         now = env.now
-        batch = self._take_round_batch()
         contexts: list[int] = []
         verified_counts: list[int] = []
         accepted: list[float] = []
@@ -595,7 +694,9 @@ class VerifyServer:
         step_s = draft_steps * self.fused_draft_s + pass_s + sum(rollback) * self._rollback_s
         step_s *= self._speed()
         self._pass_start = now
-        env.timeout(step_s).callbacks.append(functools.partial(self._verify_done, batch, accepted, rollback, step_s))
+        timer = env.timeout(step_s)
+        timer.callbacks.append(functools.partial(self._verify_done, batch, accepted, rollback, step_s))
+        self._round_pass = timer
 
     def _verify_done(self, batch: list[_Job], accepted: list[float], rollback: list[bool], step_s: float, _event: Event) -> None:
         """A verify pass ended: each round's tokens count, and its request goes on or ends."""
@@ -618,10 +719,79 @@ class VerifyServer:
         self.recorder.on_steps(self.index, step_s, 1, len(batch), 0, tokens_out, 0.0)
         self._pass_over()
 
+    def _own_s(self, kind: int, req: Request, gamma: int) -> float:
+        """A round's own verify time: a pass of it alone (a tree round verifies its nodes)."""
+        plan = req.spec.plan if kind == VERIFY and req.spec is not None else None
+        return self._pass_s([req.prompt_tokens + req.generated_tokens], [gamma if plan is None else plan.nodes])
+
+    # ------------------------------------------------------------------ preemption
+    def _slack_s(self, job: _Job, now: float) -> float:
+        """*job*'s slack at *now*: its deadline, minus now, minus its own verify time (a verify
+        pass of that job alone, as ``least_slack`` reckons it)."""
+        return job.deadline_s - now - self._own_s(job.kind, job.req, job.gamma)
+
+    def _preempts(self, job: _Job) -> bool:
+        """Whether the round *job*, just arrived while the server is busy, cuts the pass in
+        progress (``verify.preemption_slack_ms``), and if so cut it and start *job*'s own pass.
+
+        It does when its slack is below the threshold, a round pass (not a prefill pass nor a
+        cold start) is in progress, that pass was not started by such a cut, and none of its
+        jobs has slack below the threshold now. The cut pass's work is lost (its time so far
+        counts as busy); each of its jobs counts a preemption (mode ``verify``); it runs again
+        whole after *job*'s pass, its draws kept (:meth:`_rerun`)."""
+        threshold = self._preempt_s
+        timer = self._round_pass
+        if threshold is None or timer is None or not timer.callbacks or self._cut is not None:
+            return False  # no round pass in progress (it ended, or a prefill pass or cold start runs)
+        now = self.env.now
+        if self._slack_s(job, now) >= threshold:
+            return False
+        # By construction the timer's one callback is the pass's end, _verify_done with its arguments.
+        end = cast("functools.partial[None]", timer.callbacks[0])
+        batch: list[_Job] = end.args[0]
+        if any(self._slack_s(other, now) < threshold for other in batch):
+            return False
+        timer.callbacks.remove(end)  # the timer still fires, and does nothing
+        start = self._pass_start
+        step_s: float = end.args[3]
+        throttle = self.throttle
+        busy_since = self._busy_since
+        if throttle is not None and busy_since is not None and start - busy_since >= throttle[0]:
+            step_s *= throttle[1]  # its duration unthrottled: the re-run is throttled as it starts
+        self._cut = (end, step_s)
+        recorder = self.recorder
+        recorder.on_busy(self.index, now - start)
+        for other in batch:
+            req = other.req
+            if req.preemption_times_s is None:
+                req.preemption_times_s = []
+            req.preemption_times_s.append(now)
+            recorder.on_preemption(req, self.index, now, "verify")
+        self._verify_pass([job])
+        return True
+
+    def _rerun(self, cut: tuple[functools.partial[None], float]) -> None:
+        """The at-risk job's pass ended: the pass it cut runs again, whole, with the same jobs
+        and draws (the server stays busy)."""
+        end, base_s = cut
+        self._cut = None
+        env = self.env
+        step_s = base_s * self._speed()
+        batch, accepted, rollback = end.args[:3]
+        self._pass_start = env.now
+        timer = env.timeout(step_s)
+        timer.callbacks.append(functools.partial(self._verify_done, batch, accepted, rollback, step_s))
+        self._round_pass = timer
+
     # ------------------------------------------------------------------ leaving
     def _leave(self, req: Request) -> None:
         if self.running.pop(req.id, None) is not None:
-            self._kv_change(-(req.prompt_tokens + req.output_tokens))
+            blocks = self._blocks
+            if blocks is None:
+                self._kv_change(-(req.prompt_tokens + req.output_tokens))
+            else:
+                self._kv_mark()
+                blocks.release(req)
         self.departed += 1
         self.departed_tokens += req.prompt_tokens
 
@@ -657,5 +827,7 @@ class VerifyServer:
 
     def statistics(self) -> dict[str, float]:
         """Passes run, smoothed verify queue wait and pass time, KV in use."""
-        return {"passes": self.step, "queue_wait_s": self.queue_wait_s, "pass_s": self.pass_s, "kv_used_tokens": self.kv.used_blocks}
+        cache = self.prefix_cache
+        used = self.kv.used_blocks * (1 if cache is None else cache.block_size)
+        return {"passes": self.step, "queue_wait_s": self.queue_wait_s, "pass_s": self.pass_s, "kv_used_tokens": used}
 
