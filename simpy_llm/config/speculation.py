@@ -48,6 +48,7 @@ __all__ = [
     "SPECULATION_MODES",
     "DraftGroupConfig",
     "DrafterConfig",
+    "DrafterPolicySpec",
     "FusedConfig",
     "GammaSpec",
     "ModeSelectorSpec",
@@ -68,6 +69,9 @@ GammaSpec = NewType("GammaSpec", object)
 """A :class:`~simpy_llm.config.schema.PolicySpec` naming a γ policy (:mod:`simpy_llm.policies.gamma`)."""
 ModeSelectorSpec = NewType("ModeSelectorSpec", object)
 """A :class:`~simpy_llm.config.schema.PolicySpec` naming a mode selector (:mod:`simpy_llm.policies.mode`)."""
+DrafterPolicySpec = NewType("DrafterPolicySpec", object)
+"""A :class:`~simpy_llm.config.schema.PolicySpec` naming a drafter selection policy
+(:mod:`simpy_llm.policies.drafter_selection`)."""
 
 
 def _curve_name(_inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
@@ -169,6 +173,11 @@ class DraftGroupConfig:
     max_wait_ms: float = attrs.field(default=0.0, validator=all_of(at_least(0), at_most(MAX_TIME_S * 1e3)))
     """How long a batch opened on an idle device waits for more rounds to join before its
     first step, ms (it starts earlier once it holds ``max_batch``). Only with ``max_batch > 1``."""
+    drafter_policy: DrafterPolicySpec | None = None
+    """Drafter selection (seed 003 §5.5): ``{kind, params}`` naming a registered policy
+    (``fixed``, ``acceptance_portfolio``, ``bandit``), asked for the drafter when a request
+    starts and after each of its distributed rounds. None: the first drafter, escalating
+    with ``escalate_below`` when that is given."""
 
     def __attrs_post_init__(self) -> None:
         if not self.drafters:
@@ -178,6 +187,11 @@ class DraftGroupConfig:
             raise FieldValueError("drafters", f"drafter names must be unique, got {names}")
         if self.escalate_below is not None and len(self.drafters) < 2:
             raise FieldValueError("escalate_below", "needs at least two drafters to escalate to")
+        if self.drafter_policy is not None:
+            if len(self.drafters) < 2:
+                raise FieldValueError("drafter_policy", "needs at least two drafters to choose among")
+            if self.escalate_below is not None:
+                raise FieldValueError("drafter_policy", "give it or escalate_below, not both (escalate_below is its own rule)")
         if self.device is None and any(d.weights_gb is not None for d in self.drafters):
             raise FieldValueError("device", "required: a drafter gives weights_gb, whose speed needs the device's memory bandwidth")
         if self.max_wait_ms and self.max_batch == 1:

@@ -28,7 +28,9 @@ bundle goes up at the end of its last step (``docs/speculative.md``, "Draft-side
 
 Per-request bookkeeping lives in a :class:`SpecState` on ``request.spec``; it turns
 a round's accepted prefix into tokens, records the round, and escalates to a larger
-drafter when the smoothed acceptance falls below the group's ``escalate_below``.
+drafter when the smoothed acceptance falls below the group's ``escalate_below``, or asks
+the group's drafter policy (:mod:`simpy_llm.policies.drafter_selection`) for the drafter
+when the request starts and after each distributed round.
 """
 
 from __future__ import annotations
@@ -37,11 +39,12 @@ import functools
 import heapq
 import math
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from simpy_llm.config.structure import build_policy
 from simpy_llm.kernel import timer_at
 from simpy_llm.network.link import Link
+from simpy_llm.policies.drafter_selection import DrafterState, drafter_policies
 from simpy_llm.policies.gamma import GammaState, StaticGamma
 from simpy_llm.serving.latency import latency_models
 from simpy_llm.speculative.draft_batching import DraftSteps
@@ -55,10 +58,12 @@ if TYPE_CHECKING:
     import simpy
     from simpy.events import Event
 
+    from simpy_llm.config.common import PolicySpec
     from simpy_llm.config.speculation import DraftGroupConfig, SpeculationConfig
     from simpy_llm.entities import Request
     from simpy_llm.metrics.recorder import Recorder
     from simpy_llm.network.link import Message
+    from simpy_llm.policies.drafter_selection import DrafterPolicy
     from simpy_llm.policies.gamma import GammaPolicy
     from simpy_llm.speculative.verify import VerifyServer
 
@@ -74,7 +79,8 @@ class SpecState:
 
     __slots__ = (
         "_first", "_reads_probabilities", "accepted_last", "carry", "device", "drafter", "drafter_index", "ewma", "fleet",
-        "gamma", "last_token_s", "mode", "policy", "proposed_last", "req", "round_start_s", "sent_gamma", "verdict_gamma", "wake",
+        "gamma", "last_token_s", "mode", "policy", "proposed_last", "req", "round_start_s", "selector", "sent_gamma", "verdict_gamma",
+        "wake",
     )
 
     def __init__(self, fleet: DraftFleet, device: DraftDevice, policy: GammaPolicy, req: Request) -> None:
@@ -90,7 +96,16 @@ class SpecState:
         self.gamma = min(max(getattr(policy, "default_gamma", getattr(policy, "gamma", cfg.k_min)), cfg.k_min), cfg.k_max)
         self.accepted_last = 0
         self.proposed_last = 0
+        self.selector: DrafterPolicy | None = None
+        """The request's drafter policy (None: the first drafter, or ``escalate_below``)."""
         self.ewma = self._prior(req.prompt_tokens)
+        if device.drafter_policy is not None:
+            self.selector = build_policy(device.drafter_policy, drafter_policies)
+            index = self._choose_drafter(req, None)
+            if index:
+                self.drafter_index = index
+                self.drafter = device.drafters[index]
+                self.ewma = self._prior(req.prompt_tokens)
         self.carry = 0.0
         self.sent_gamma = 0
         self.last_token_s = math.nan
@@ -104,6 +119,36 @@ class SpecState:
     def _prior(self, context: int) -> float:
         """The drafter's first-position acceptance at *context*: the smoothed rate's start."""
         return self.drafter.acceptance.position_probabilities(max(context, 1), 1, self.fleet.config.temperature)[0]
+
+    def _choose_drafter(self, req: Request, server: VerifyServer | None) -> int:
+        """The drafter policy's answer, from the telemetry of *server* (None: the request is
+        starting, no target yet: its figures are 0)."""
+        selector = self.selector
+        assert selector is not None  # asked only under a drafter policy
+        device = self.device
+        drafters = device.drafters
+        index = selector.choose(DrafterState(
+            drafters=device.drafter_views, current=self.drafter_index, rounds=req.spec_rounds,
+            context_tokens=req.prompt_tokens + req.generated_tokens, gamma=self.gamma,
+            temperature=self.fleet.config.temperature, rtt_s=device.rtt_s,
+            verify_queue_wait_s=server.queue_wait_s if server is not None else 0.0,
+            verify_step_s=server.pass_s if server is not None else 0.0,
+            accepted_last=self.accepted_last, proposed_last=self.proposed_last, acceptance_ewma=self.ewma,
+        ))
+        if not 0 <= index < len(drafters):
+            raise ValueError(f"drafter policy {type(selector).__name__} returned drafter {index}; group {device.group!r} has {len(drafters)}")
+        return index
+
+    def _switch_drafter(self, req: Request, index: int, now: float) -> None:
+        """Run *req*'s next rounds on drafter *index*: its smoothed acceptance restarts at that
+        drafter's ``p_1`` at the current context, and the switch is recorded."""
+        device = self.device
+        old = self.drafter.name
+        self.drafter_index = index
+        self.drafter = device.drafters[index]
+        req.drafter = self.drafter.name
+        self.ewma = self._prior(req.prompt_tokens + req.generated_tokens)
+        self.fleet.recorder.on_drafter_switch((now, req.id, device.group, device.index, old, self.drafter.name))
 
     def first_gamma(self, server: VerifyServer) -> int:
         """γ of the first round, asked once (the mode selector reads it before the round)."""
@@ -194,12 +239,11 @@ class SpecState:
             not fused and threshold is not None and self.ewma < threshold
             and self.drafter_index + 1 < len(device.drafters) and req.generated_tokens < req.output_tokens
         ):
-            old = self.drafter.name
-            self.drafter_index += 1
-            self.drafter = device.drafters[self.drafter_index]
-            req.drafter = self.drafter.name
-            self.ewma = self._prior(req.prompt_tokens + req.generated_tokens)
-            fleet.recorder.on_drafter_switch((now, req.id, device.group, device.index, old, self.drafter.name))
+            self._switch_drafter(req, self.drafter_index + 1, now)
+        elif self.selector is not None and not fused and req.generated_tokens < req.output_tokens:
+            index = self._choose_drafter(req, fleet.servers[replica])
+            if index != self.drafter_index:
+                self._switch_drafter(req, index, now)
         return gained
 
 
@@ -234,6 +278,11 @@ class DraftDevice:
         self.index = index
         self.drafters = drafters
         self.escalate_below = group.escalate_below
+        # The loader structures it as a policy spec (the schema's DrafterPolicySpec).
+        self.drafter_policy = cast("PolicySpec | None", group.drafter_policy)
+        """The group's drafter policy (one policy object per request), or None."""
+        self.drafter_views = tuple(drafters)
+        """Its drafters, as a drafter policy sees them."""
         net = group.network
         self.network = net
         self.rtt_s = net.rtt_ms / 1e3 if net is not None else 0.0
