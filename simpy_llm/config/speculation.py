@@ -88,6 +88,42 @@ def _curve_path(value: Any) -> Any:
     return value
 
 
+def _curves_by_target(value: Any) -> Any:
+    """Each target's curve resolved as :func:`_curve_path` resolves one."""
+    return {k: _curve_path(v) for k, v in value.items()} if isinstance(value, dict) else value
+
+
+def _target_curves(_inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+    """A mapping of target names to curves (that each name is a target is the loader's check)."""
+    if not isinstance(value, dict):
+        raise FieldValueError(attr.name, f"must map target names to acceptance curves, got {value!r}")
+    for name, curve in value.items():
+        if not isinstance(name, str) or not name:
+            raise FieldValueError(attr.name, f"target names must be non-empty text, got {name!r}")
+        if not isinstance(curve, str) or not curve:
+            raise FieldValueError(f"{attr.name}.{name}", f"must be an acceptance curve name, YAML file or .joblib regressor bundle, got {curve!r}")
+
+
+def _target_rtts(_inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+    """A mapping of target names to round trips, ms."""
+    if not isinstance(value, dict):
+        raise FieldValueError(attr.name, f"must map target names to round trips in ms, got {value!r}")
+    for name, ms in value.items():
+        if not isinstance(name, str) or not name:
+            raise FieldValueError(attr.name, f"target names must be non-empty text, got {name!r}")
+        if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not 0 <= ms <= MAX_TIME_S * 1e3:
+            raise FieldValueError(f"{attr.name}.{name}", f"must be a round trip in ms, 0..{MAX_TIME_S * 1e3:g}, got {ms!r}")
+
+
+def _target_names(_inst: Any, attr: attrs.Attribute[Any], value: tuple[Any, ...]) -> None:
+    """Target names are non-empty text, each given once."""
+    for i, name in enumerate(value):
+        if not isinstance(name, str) or not name:
+            raise FieldValueError(f"{attr.name}[{i}]", f"must be a target name (replica group, cluster or replica), got {name!r}")
+    if len(set(value)) != len(value):
+        raise FieldValueError(attr.name, f"each target at most once, got {list(value)}")
+
+
 @attrs.frozen(kw_only=True)
 class DrafterConfig:
     """One draft model a draft device can run (seed 003 §4 ``drafter_models``).
@@ -114,6 +150,10 @@ class DrafterConfig:
     """The draft model's latency model on the group's device (``{kind, params}``, as a replica
     group's): a draft step for ``n`` requests takes its decode step of ``n`` tokens,
     ``step_time_s(0, n)``, without attention terms (its expectation, for a model that draws)."""
+    acceptance_by_target: dict[str, str] = attrs.field(factory=dict, converter=_curves_by_target, validator=_target_curves)
+    """This drafter's curve against particular targets, by target name (a replica group, a
+    cluster or a replica ``<group>/<k>``; the most specific name of a replica wins), in place
+    of ``acceptance`` there. Empty: ``acceptance`` against every target."""
 
     def __attrs_post_init__(self) -> None:
         if self.latency_model is not None:
@@ -178,6 +218,14 @@ class DraftGroupConfig:
     (``fixed``, ``acceptance_portfolio``, ``bandit``), asked for the drafter when a request
     starts and after each of its distributed rounds. None: the first drafter, escalating
     with ``escalate_below`` when that is given."""
+    targets: tuple[str, ...] = attrs.field(default=(), converter=tuple, validator=_target_names)
+    """The targets this group's requests may be verified on: replica group, cluster or replica
+    (``<group>/<k>``) names; the routers choose among those only. Empty: any target."""
+    rtt_ms_by_target: dict[str, float] = attrs.field(factory=dict, validator=_target_rtts)
+    """Round trip to particular targets, ms, by target name (the most specific name of a replica
+    wins), in place of ``network.rtt_ms``: bundles and verdicts to and from such a target take
+    links of their own with this round trip and the network's other figures. Needs ``network``.
+    Empty: ``network.rtt_ms`` to every target."""
 
     def __attrs_post_init__(self) -> None:
         if not self.drafters:
@@ -194,6 +242,8 @@ class DraftGroupConfig:
                 raise FieldValueError("drafter_policy", "give it or escalate_below, not both (escalate_below is its own rule)")
         if self.device is None and any(d.weights_gb is not None for d in self.drafters):
             raise FieldValueError("device", "required: a drafter gives weights_gb, whose speed needs the device's memory bandwidth")
+        if self.rtt_ms_by_target and self.network is None:
+            raise FieldValueError("rtt_ms_by_target", "needs network (the other figures of the links to those targets)")
         if self.max_wait_ms and self.max_batch == 1:
             raise FieldValueError("max_wait_ms", "applies only with max_batch > 1 (a device drafting alone never waits)")
 

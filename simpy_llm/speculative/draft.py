@@ -35,6 +35,7 @@ when the request starts and after each distributed round.
 
 from __future__ import annotations
 
+import copy
 import functools
 import heapq
 import math
@@ -46,6 +47,7 @@ from simpy_llm.kernel import timer_at
 from simpy_llm.network.link import Link
 from simpy_llm.policies.drafter_selection import DrafterState, drafter_policies
 from simpy_llm.policies.gamma import GammaState, StaticGamma
+from simpy_llm.policies.routing import AllowedTargets
 from simpy_llm.serving.latency import latency_models
 from simpy_llm.speculative.draft_batching import DraftSteps
 from simpy_llm.speculative.drafter import Drafter
@@ -65,9 +67,11 @@ if TYPE_CHECKING:
     from simpy_llm.network.link import Message
     from simpy_llm.policies.drafter_selection import DrafterPolicy
     from simpy_llm.policies.gamma import GammaPolicy
+    from simpy_llm.policies.routing import RoutingPolicy
+    from simpy_llm.speculative.targets import FleetTargets
     from simpy_llm.speculative.verify import VerifyServer
 
-__all__ = ["ACCEPTANCE_EWMA", "BatchingDraftDevice", "DraftDevice", "DraftFleet", "Drafter", "SpecState"]
+__all__ = ["ACCEPTANCE_EWMA", "BatchingDraftDevice", "DraftDevice", "DraftFleet", "DraftPath", "Drafter", "SpecState"]
 
 ACCEPTANCE_EWMA = 0.3
 """Weight of the newest round in a request's smoothed acceptance rate (``acceptance_ewma``)."""
@@ -78,9 +82,9 @@ class SpecState:
     """One request's speculative-decoding state (on ``request.spec`` while it runs)."""
 
     __slots__ = (
-        "_first", "_reads_probabilities", "accepted_last", "carry", "device", "drafter", "drafter_index", "ewma", "fleet",
-        "gamma", "last_token_s", "mode", "policy", "proposed_last", "req", "round_start_s", "selector", "sent_gamma", "verdict_gamma",
-        "wake",
+        "_first", "_reads_probabilities", "accepted_last", "carry", "device", "drafter", "drafter_index", "drafters", "ewma",
+        "fleet", "gamma", "last_token_s", "mode", "path", "policy", "proposed_last", "req", "round_start_s", "selector",
+        "sent_gamma", "verdict_gamma", "wake",
     )
 
     def __init__(self, fleet: DraftFleet, device: DraftDevice, policy: GammaPolicy, req: Request) -> None:
@@ -90,6 +94,12 @@ class SpecState:
         self.policy = policy
         self._reads_probabilities = getattr(policy, "reads_position_probabilities", True)
         self.mode = ""
+        self.drafters = device.drafters
+        """The group's drafters as they run against the request's target (each with its curve
+        there, once routed: ``acceptance_by_target``)."""
+        self.path: DraftDevice | DraftPath = device
+        """The links and round trip to the request's target: the device's own, or, once routed to
+        a target of ``rtt_ms_by_target``, that target's."""
         self.drafter_index = 0
         self.drafter = device.drafters[0]
         cfg = fleet.config
@@ -104,7 +114,7 @@ class SpecState:
             index = self._choose_drafter(req, None)
             if index:
                 self.drafter_index = index
-                self.drafter = device.drafters[index]
+                self.drafter = self.drafters[index]
                 self.ewma = self._prior(req.prompt_tokens)
         self.carry = 0.0
         self.sent_gamma = 0
@@ -126,11 +136,11 @@ class SpecState:
         selector = self.selector
         assert selector is not None  # asked only under a drafter policy
         device = self.device
-        drafters = device.drafters
+        drafters = self.drafters
         index = selector.choose(DrafterState(
-            drafters=device.drafter_views, current=self.drafter_index, rounds=req.spec_rounds,
+            drafters=tuple(drafters), current=self.drafter_index, rounds=req.spec_rounds,
             context_tokens=req.prompt_tokens + req.generated_tokens, gamma=self.gamma,
-            temperature=self.fleet.config.temperature, rtt_s=device.rtt_s,
+            temperature=self.fleet.config.temperature, rtt_s=self.path.rtt_s,
             verify_queue_wait_s=server.queue_wait_s if server is not None else 0.0,
             verify_step_s=server.pass_s if server is not None else 0.0,
             accepted_last=self.accepted_last, proposed_last=self.proposed_last, acceptance_ewma=self.ewma,
@@ -145,7 +155,7 @@ class SpecState:
         device = self.device
         old = self.drafter.name
         self.drafter_index = index
-        self.drafter = device.drafters[index]
+        self.drafter = self.drafters[index]
         req.drafter = self.drafter.name
         self.ewma = self._prior(req.prompt_tokens + req.generated_tokens)
         self.fleet.recorder.on_drafter_switch((now, req.id, device.group, device.index, old, self.drafter.name))
@@ -187,7 +197,7 @@ class SpecState:
         ewma = self.ewma
         state = GammaState.trusted_values((  # field order; values valid by construction
             self.gamma, k_min, k_max,
-            0.0 if fused else self.device.rtt_s,
+            0.0 if fused else self.path.rtt_s,
             server.queue_wait_s,
             used if used < 1.0 else 1.0,
             self.accepted_last, self.proposed_last,
@@ -221,7 +231,7 @@ class SpecState:
         req.accepted_tokens += gained - 1
         req.rollbacks += rolled_back
         device = self.device
-        down = 0.0 if fused else device.download_s(gained)
+        down = 0.0 if fused else self.path.download_s(gained)
         tvt = now + down - self.round_start_s
         if not tvt <= req.tvt_s:  # also replaces NaN
             req.tvt_s = tvt
@@ -237,7 +247,7 @@ class SpecState:
         threshold = device.escalate_below
         if (
             not fused and threshold is not None and self.ewma < threshold
-            and self.drafter_index + 1 < len(device.drafters) and req.generated_tokens < req.output_tokens
+            and self.drafter_index + 1 < len(self.drafters) and req.generated_tokens < req.output_tokens
         ):
             self._switch_drafter(req, self.drafter_index + 1, now)
         elif self.selector is not None and not fused and req.generated_tokens < req.output_tokens:
@@ -281,8 +291,10 @@ class DraftDevice:
         # The loader structures it as a policy spec (the schema's DrafterPolicySpec).
         self.drafter_policy = cast("PolicySpec | None", group.drafter_policy)
         """The group's drafter policy (one policy object per request), or None."""
-        self.drafter_views = tuple(drafters)
-        """Its drafters, as a drafter policy sees them."""
+        self.by_replica: list[tuple[list[Drafter], DraftDevice | DraftPath]] | None = None
+        """Per target (fleet index): its drafters and its path, with per-target settings (None: none)."""
+        self.path_links: list[Link] = []
+        """The links of its paths to particular targets (``rtt_ms_by_target``)."""
         net = group.network
         self.network = net
         self.rtt_s = net.rtt_ms / 1e3 if net is not None else 0.0
@@ -325,6 +337,15 @@ class DraftDevice:
         if self.down is not None and group.max_batch == 1:
             self.verdict_ahead = self.down.put_ahead
         self.process = env.process(self._run())
+
+    def bind_targets(self, group: DraftGroupConfig, drafters_by_replica: list[list[Drafter]], targets: FleetTargets) -> None:
+        """Use, for a request routed to fleet index ``r``, the drafters ``drafters_by_replica[r]``
+        and the path of the most specific ``rtt_ms_by_target`` name of ``r`` (its own links
+        otherwise)."""
+        paths = {name: DraftPath(self, group, name, ms) for name, ms in group.rtt_ms_by_target.items()}
+        self.path_links = [link for path in paths.values() for link in (path.up, path.down)]
+        chosen = targets.per_replica(paths)
+        self.by_replica = [(drafters_by_replica[r], path if path is not None else self) for r, path in enumerate(chosen)]
 
     def download_s(self, tokens: int) -> float:
         """Nominal time for a verdict of *tokens* tokens to reach the device, s."""
@@ -565,6 +586,49 @@ class BatchingDraftDevice(DraftDevice):
         self.fleet.send_bundle(req, self, spec.verdict_gamma, self.env.now)
 
 
+class DraftPath:
+    """A draft device's links to particular targets: the round trip ``rtt_ms_by_target`` gives
+    them, the other figures of its group's ``network`` (bandwidth, bytes, faults), an uplink
+    and a downlink of their own, named ``draft/<group>/<i>/<target name>/up`` and ``/down``.
+    Its requests routed to those targets send their bundles and receive their verdicts on it
+    (the prompt goes up the device's own uplink: the target is chosen when it arrives).
+
+    Parameters
+    ----------
+    device
+        The device.
+    group
+        Its group's config (with a ``network``).
+    target
+        The target name the round trip is given for.
+    rtt_ms
+        The round trip, ms.
+    """
+
+    def __init__(self, device: DraftDevice, group: DraftGroupConfig, target: str, rtt_ms: float) -> None:
+        net = group.network
+        assert net is not None  # rtt_ms_by_target needs a network (checked when made)
+        fleet = device.fleet
+        self.rtt_s = rtt_ms / 1e3
+        """Propagation round trip to these targets, s."""
+        self._one_way_s = rtt_ms * 5e-4  # as NetworkConfig.one_way_s
+        self._header_bytes, self._bandwidth, self._token_bytes = fleet.config.bundle_header_bytes, net.bandwidth_bytes_per_s, net.bytes_per_token
+        name = f"draft/{group.name}/{device.index}/{target}"
+        rng_up = fleet.streams(f"{name}/up") if net.random else None
+        rng_down = fleet.streams(f"{name}/down") if net.random else None
+        bw = net.bandwidth_bytes_per_s
+        self.up: Link = Link(device.env, fleet.uploaded, name=f"{name}/up", rtt_s=self.rtt_s, bandwidth_bytes_per_s=bw,
+                             rng=rng_up, dropped=fleet.lost, **net.link_faults())
+        self.down: Link = Link(device.env, fleet.downloaded, name=f"{name}/down", rtt_s=self.rtt_s, bandwidth_bytes_per_s=bw,
+                               rng=rng_down, dropped=fleet.lost, **net.link_faults())
+        self.verdict_ahead: Callable[[Any, float], Message | None] = self.down.put_ahead if group.max_batch == 1 else _not_ahead
+        """As :attr:`DraftDevice.verdict_ahead`, on this downlink."""
+
+    def download_s(self, tokens: int) -> float:
+        """Nominal time for a verdict of *tokens* tokens to reach the device on this path, s."""
+        return self._one_way_s + (self._header_bytes + tokens * self._token_bytes) / self._bandwidth
+
+
 class DraftFleet:
     """Every draft device, between the workload's *sent* Wire and the router's *arrivals*.
 
@@ -590,6 +654,9 @@ class DraftFleet:
         Each group's :class:`~simpy_llm.serving.devices.DeviceProfile`, by group name.
     dropped
         Wire receiving requests dropped on the network (e.g. the completions Wire).
+    targets
+        The fleet's replicas by target name: needed when a group gives ``targets``,
+        ``rtt_ms_by_target`` or a drafter's ``acceptance_by_target`` (None: none does).
     """
 
     def __init__(
@@ -605,6 +672,7 @@ class DraftFleet:
         streams: Callable[[str], np.random.Generator],
         device_profiles: dict[str, Any],
         dropped: Wire | None = None,
+        targets: FleetTargets | None = None,
     ) -> None:
         from simpy_llm.speculative.curves import acceptance_model
 
@@ -650,6 +718,13 @@ class DraftFleet:
             if not group.clients:
                 default = group.name
         self.default_group = default
+        self.targets = targets
+        self.bound: dict[str, frozenset[int]] = {}
+        """The fleet indices each group bound to ``targets`` may be verified on, by group name."""
+        self.per_target = False
+        """Whether some group has per-target drafters or links (routing then tells :meth:`routed`)."""
+        if targets is not None:
+            self._bind_targets(targets)
         self._next = dict.fromkeys(self.devices, 0)
         self._by_session: dict[str, DraftDevice] = {}
         self.pending: dict[int, Request] = {}
@@ -663,6 +738,71 @@ class DraftFleet:
         self.uploaded.connect(self._uploaded)
         self.downloaded.connect(self._downloaded)
         self.lost.connect(self._lost)
+
+    def _bind_targets(self, targets: FleetTargets) -> None:
+        """Each group's allowed targets, and each device's drafters and path per target."""
+        for group in self.config.drafts:
+            if group.targets:
+                self.bound[group.name] = targets.allowed(group.targets)
+            if not group.rtt_ms_by_target and not any(d.acceptance_by_target for d in group.drafters):
+                continue
+            self.per_target = True
+            devices = self.devices[group.name]
+            base = devices[0].drafters
+            curves = [targets.per_replica(d.acceptance_by_target) for d in group.drafters]
+            lists: dict[tuple[str | None, ...], list[Drafter]] = {}
+            by_replica = []
+            for r in range(len(targets.replicas)):
+                key = tuple(c[r] for c in curves)
+                if key not in lists:
+                    lists[key] = base if not any(key) else [self._drafter_at(d, curve) for d, curve in zip(base, key, strict=True)]
+                by_replica.append(lists[key])
+            for device in devices:
+                device.bind_targets(group, by_replica, targets)
+
+    @staticmethod
+    def _drafter_at(drafter: Drafter, curve: str | None) -> Drafter:
+        """*drafter* with the acceptance curve *curve* (None: its own)."""
+        from simpy_llm.speculative.curves import acceptance_model
+
+        if curve is None:
+            return drafter
+        other = copy.copy(drafter)
+        other.acceptance = acceptance_model(curve)
+        return other
+
+    def bind_routing(self, policy: RoutingPolicy, *, clusters: bool = False) -> RoutingPolicy:
+        """*policy* as a router of the fleet should ask it: restricted, for the requests of a
+        group bound to ``targets``, to that group's replicas (*clusters*: to the clusters holding
+        any of them), and, over replicas, telling :meth:`routed` of each choice when some group
+        has per-target settings. Unchanged when no group needs either."""
+        targets = self.targets
+        if targets is None or not (self.bound or self.per_target):
+            return policy
+        if clusters:
+            names = {g: {targets.clusters[i] for i in allowed} for g, allowed in self.bound.items()}
+            by_cluster = {g: frozenset(c for c, name in enumerate(targets.cluster_names) if name in held) for g, held in names.items()}
+            return AllowedTargets(policy, by_cluster) if by_cluster else policy
+        return AllowedTargets(policy, self.bound, self.routed if self.per_target else None)
+
+    def routed(self, req: Request, replica: int) -> None:
+        """*req* goes to fleet index *replica*: its drafters and path are that target's (its
+        smoothed acceptance restarts at its drafter's ``p_1`` there, and its nominal download
+        time is that path's)."""
+        spec = req.spec
+        if spec is None:
+            return
+        table = spec.device.by_replica
+        if table is None:
+            return
+        drafters, path = table[replica]
+        if drafters is not spec.drafters:
+            spec.drafters = drafters
+            spec.drafter = drafters[spec.drafter_index]
+            spec.ewma = spec._prior(req.prompt_tokens + req.generated_tokens)
+        if path is not spec.path:
+            spec.path = path
+            req.download_s = path.download_s(1)
 
     def plan_gamma(self, gamma: int) -> None:
         """Requests starting from now on run a static γ of *gamma* (``StaticGamma``), whatever
@@ -697,7 +837,7 @@ class DraftFleet:
 
     def links(self) -> list[Link]:
         """Every device's uplink and downlink, group by group."""
-        return [link for devices in self.devices.values() for d in devices for link in (d.up, d.down) if link is not None]
+        return [link for devices in self.devices.values() for d in devices for link in (d.up, d.down, *d.path_links) if link is not None]
 
     # ------------------------------------------------------------------ binding
     def _bind(self, req: Request) -> None:
@@ -734,8 +874,9 @@ class DraftFleet:
         spec = req.spec
         assert spec is not None  # set while the device runs the request
         spec.sent_gamma = gamma
-        if device.up is not None:
-            device.up.put_at(req, device.message_bytes(gamma), at_s)
+        up = spec.path.up
+        if up is not None:
+            up.put_at(req, device.message_bytes(gamma), at_s)
         elif at_s > self.env.now:
             timer_at(self.env, at_s).callbacks.append(functools.partial(self._submit, req))
         else:
@@ -760,7 +901,8 @@ class DraftFleet:
         if continuing:
             spec.verdict_gamma = spec.next_gamma(self.servers[req.replica])
         device = spec.device
-        down = device.down
+        path = spec.path
+        down = path.down
         if down is None:
             device.on_verdict(req)
             return
@@ -769,7 +911,7 @@ class DraftFleet:
             # The next round depends on nothing but when the verdict arrives: run it now, as
             # of then, and save the delivery's event (Link.put_ahead, when the downlink carries
             # this request's verdicts only, one at a time: a device drafting alone).
-            msg = device.verdict_ahead(req, size)
+            msg = path.verdict_ahead(req, size)
             if msg is not None:
                 device.next_round(req, msg.delivered_s)
                 return
