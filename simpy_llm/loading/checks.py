@@ -243,6 +243,18 @@ def _draft_targets(scenario: Scenario) -> None:
                     raise FieldValueError(f"{path}.{name}", f"{name!r} is none of the group's targets {list(group.targets)}: it would never apply")
 
 
+@_checks(Scenario)
+def _cohort_keys(scenario: Scenario) -> None:
+    """A fairness cohort groups by a key the scenario's records tell apart: draft groups and
+    devices need speculation, clusters need clusters."""
+    needs = {"draft_group": scenario.speculation is not None, "draft_device": scenario.speculation is not None,
+             "cluster": bool(scenario.serving.clusters)}
+    why = {"draft_group": "speculation (draft groups)", "draft_device": "speculation (draft devices)", "cluster": "serving.clusters"}
+    for i, cohort in enumerate(scenario.metrics.fairness.cohorts):
+        if not needs.get(cohort.by, True):
+            raise FieldValueError(f"metrics.fairness.cohorts[{i}].by", f"{cohort.by} needs {why[cohort.by]}; every request would be in one group")
+
+
 @_checks(PlannerConfig)
 def _planner_metrics(planner: PlannerConfig) -> None:
     """The objective and the constraints name numeric figures of a what-if's summary."""
