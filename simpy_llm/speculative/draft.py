@@ -31,6 +31,12 @@ a round's accepted prefix into tokens, records the round, and escalates to a lar
 drafter when the smoothed acceptance falls below the group's ``escalate_below``, or asks
 the group's drafter policy (:mod:`simpy_llm.policies.drafter_selection`) for the drafter
 when the request starts and after each distributed round.
+
+A group may be bound to targets (``targets``, ``rtt_ms_by_target``, drafters'
+``acceptance_by_target``): the routers then ask their policy through
+:class:`~simpy_llm.policies.routing.AllowedTargets` (:meth:`DraftFleet.bind_routing`), and a
+request routed to a target with its own settings takes that target's drafters and
+:class:`DraftPath` (:meth:`DraftFleet.routed`).
 """
 
 from __future__ import annotations
