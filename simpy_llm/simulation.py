@@ -74,6 +74,7 @@ from simpy_llm.serving.router import Router
 from simpy_llm.serving.views import ClusterView, LiveView, RouterCounts, SnapshotView, refresh_views
 from simpy_llm.speculative.curves import acceptance_model
 from simpy_llm.speculative.draft import DraftFleet
+from simpy_llm.speculative.targets import FleetTargets
 from simpy_llm.speculative.verify import VerifyServer
 from simpy_llm.wire import Wire
 from simpy_llm.workload.checks import check_spec_files, warn_unknown_trace_classes
@@ -329,13 +330,15 @@ class Simulation:
             ]
             self.router = Router(
                 env, arrivals, cluster_inboxes, cluster_views, RouterCounts(len(cluster_views)),
-                self.routing_policy, self.recorder, admission=admission, rejected=rejected,
+                drafts.bind_routing(self.routing_policy, clusters=True) if drafts is not None else self.routing_policy,
+                self.recorder, admission=admission, rejected=rejected,
             )
         else:
             entry = [i for i, plan in enumerate(self.plans) if plan.role != "decode"]
             self.router = Router(
                 env, arrivals, [replica_inboxes[i] for i in entry], [self.views[i] for i in entry], counts,
-                self.routing_policy, self.recorder, admission=admission, rejected=rejected, indices=entry,
+                drafts.bind_routing(self.routing_policy) if drafts is not None else self.routing_policy,
+                self.recorder, admission=admission, rejected=rejected, indices=entry,
             )
         """The router arrivals reach: over the replicas, the prefill pool when disaggregated,
         or the clusters (each then routing among its replicas)."""
@@ -473,6 +476,8 @@ class Simulation:
             members = [i for i, plan in enumerate(self.plans) if plan.cluster == cl.name]
             inbox = Wire(self.env)
             policy = build_policy(cl.router, routing_policies, rng=self.streams.stream(f"router/{cl.name}"))
+            if self.draft_fleet is not None:  # a draft group bound to targets sees only those
+                policy = self.draft_fleet.bind_routing(policy)
             self.cluster_routers.append(Router(
                 self.env, inbox, [replica_inboxes[i] for i in members], [self.views[i] for i in members], counts,
                 policy, self.recorder, indices=members,
@@ -490,6 +495,7 @@ class Simulation:
             self.env, spec, sent, arrivals, self.recorder,
             policy_factory=lambda: build_policy(gamma, gamma_policies),
             mode_selector=selector, streams=self.streams.stream, device_profiles=profiles, dropped=completions,
+            targets=FleetTargets(self.scenario.serving),
         )
 
     def _verify_servers(self, drafts: DraftFleet, inboxes: list[Wire], completions: Wire | None) -> list[VerifyServer]:

@@ -57,6 +57,7 @@ from simpy_llm.config.engine import (
     SlotCacheConfig,
 )
 from simpy_llm.config.errors import FieldValueError
+from simpy_llm.config.metrics import MetricsConfig
 from simpy_llm.config.paths import resolve_path
 from simpy_llm.config.planner import PlannerConfig, check_planner
 from simpy_llm.config.serving import (
@@ -303,6 +304,8 @@ class Scenario:
     """A periodic planner that resizes the fleet's active pools and batch limits by what-if
     simulations (:mod:`simpy_llm.config.planner`, ``docs/planner.md``). None: the
     configuration stays as given."""
+    metrics: MetricsConfig = attrs.field(factory=MetricsConfig)
+    """How the summary groups requests: fairness cohorts (:mod:`simpy_llm.config.metrics`)."""
     processes: tuple[ProcessSpec, ...] = ()
     """User processes placed at seams, in the order items pass them (``docs/processes.md``);
     their functions are registered in :data:`simpy_llm.processes.process_kinds`."""

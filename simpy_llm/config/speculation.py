@@ -48,6 +48,7 @@ __all__ = [
     "SPECULATION_MODES",
     "DraftGroupConfig",
     "DrafterConfig",
+    "DrafterPolicySpec",
     "FusedConfig",
     "GammaSpec",
     "LoadControlConfig",
@@ -72,6 +73,9 @@ GammaSpec = NewType("GammaSpec", object)
 """A :class:`~simpy_llm.config.schema.PolicySpec` naming a γ policy (:mod:`simpy_llm.policies.gamma`)."""
 ModeSelectorSpec = NewType("ModeSelectorSpec", object)
 """A :class:`~simpy_llm.config.schema.PolicySpec` naming a mode selector (:mod:`simpy_llm.policies.mode`)."""
+DrafterPolicySpec = NewType("DrafterPolicySpec", object)
+"""A :class:`~simpy_llm.config.schema.PolicySpec` naming a drafter selection policy
+(:mod:`simpy_llm.policies.drafter_selection`)."""
 
 
 def _curve_name(_inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
@@ -86,6 +90,42 @@ def _curve_path(value: Any) -> Any:
     if isinstance(value, str) and (value.endswith((".yaml", ".yml", ".joblib")) or "/" in value):
         return resolve_path(value)
     return value
+
+
+def _curves_by_target(value: Any) -> Any:
+    """Each target's curve resolved as :func:`_curve_path` resolves one."""
+    return {k: _curve_path(v) for k, v in value.items()} if isinstance(value, dict) else value
+
+
+def _target_curves(_inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+    """A mapping of target names to curves (that each name is a target is the loader's check)."""
+    if not isinstance(value, dict):
+        raise FieldValueError(attr.name, f"must map target names to acceptance curves, got {value!r}")
+    for name, curve in value.items():
+        if not isinstance(name, str) or not name:
+            raise FieldValueError(attr.name, f"target names must be non-empty text, got {name!r}")
+        if not isinstance(curve, str) or not curve:
+            raise FieldValueError(f"{attr.name}.{name}", f"must be an acceptance curve name, YAML file or .joblib regressor bundle, got {curve!r}")
+
+
+def _target_rtts(_inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+    """A mapping of target names to round trips, ms."""
+    if not isinstance(value, dict):
+        raise FieldValueError(attr.name, f"must map target names to round trips in ms, got {value!r}")
+    for name, ms in value.items():
+        if not isinstance(name, str) or not name:
+            raise FieldValueError(attr.name, f"target names must be non-empty text, got {name!r}")
+        if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not 0 <= ms <= MAX_TIME_S * 1e3:
+            raise FieldValueError(f"{attr.name}.{name}", f"must be a round trip in ms, 0..{MAX_TIME_S * 1e3:g}, got {ms!r}")
+
+
+def _target_names(_inst: Any, attr: attrs.Attribute[Any], value: tuple[Any, ...]) -> None:
+    """Target names are non-empty text, each given once."""
+    for i, name in enumerate(value):
+        if not isinstance(name, str) or not name:
+            raise FieldValueError(f"{attr.name}[{i}]", f"must be a target name (replica group, cluster or replica), got {name!r}")
+    if len(set(value)) != len(value):
+        raise FieldValueError(attr.name, f"each target at most once, got {list(value)}")
 
 
 @attrs.frozen(kw_only=True)
@@ -169,8 +209,14 @@ class DrafterConfig:
     ``step_time_s(0, n)``, without attention terms (its expectation, for a model that draws)."""
     tree: TreeConfig | None = None
     """Draft a tree instead of a chain (:class:`TreeConfig`). None: a chain of γ tokens."""
+    acceptance_by_target: dict[str, str] = attrs.field(factory=dict, converter=_curves_by_target, validator=_target_curves)
+    """This drafter's curve against particular targets, by target name (a replica group, a
+    cluster or a replica ``<group>/<k>``; the most specific name of a replica wins), in place
+    of ``acceptance`` there. Empty: ``acceptance`` against every target."""
 
     def __attrs_post_init__(self) -> None:
+        if self.tree is not None and self.acceptance_by_target:
+            raise FieldValueError("acceptance_by_target", "a tree drafter reads one curve: per-target curves with a tree are not modelled")
         if self.latency_model is not None:
             if self.draft_token_ms is not None or self.weights_gb is not None:
                 raise FieldValueError("latency_model", "give it instead of draft_token_ms and weights_gb, not with them")
@@ -233,6 +279,19 @@ class DraftGroupConfig:
     Each round the tiny one drafts γ tokens, the mid one verifies them (the tiny drafter's
     ``acceptance`` is its curve against the mid one) and drafts the rest up to γ, and the
     target verifies them with the mid drafter's curve. Empty: no chain."""
+    drafter_policy: DrafterPolicySpec | None = None
+    """Drafter selection (seed 003 §5.5): ``{kind, params}`` naming a registered policy
+    (``fixed``, ``acceptance_portfolio``, ``bandit``), asked for the drafter when a request
+    starts and after each of its distributed rounds. None: the first drafter, escalating
+    with ``escalate_below`` when that is given."""
+    targets: tuple[str, ...] = attrs.field(default=(), converter=tuple, validator=_target_names)
+    """The targets this group's requests may be verified on: replica group, cluster or replica
+    (``<group>/<k>``) names; the routers choose among those only. Empty: any target."""
+    rtt_ms_by_target: dict[str, float] = attrs.field(factory=dict, validator=_target_rtts)
+    """Round trip to particular targets, ms, by target name (the most specific name of a replica
+    wins), in place of ``network.rtt_ms``: bundles and verdicts to and from such a target take
+    links of their own with this round trip and the network's other figures. Needs ``network``.
+    Empty: ``network.rtt_ms`` to every target."""
 
     def __attrs_post_init__(self) -> None:
         if not self.drafters:
@@ -242,8 +301,15 @@ class DraftGroupConfig:
             raise FieldValueError("drafters", f"drafter names must be unique, got {names}")
         if self.escalate_below is not None and len(self.drafters) < 2:
             raise FieldValueError("escalate_below", "needs at least two drafters to escalate to")
+        if self.drafter_policy is not None:
+            if len(self.drafters) < 2:
+                raise FieldValueError("drafter_policy", "needs at least two drafters to choose among")
+            if self.escalate_below is not None:
+                raise FieldValueError("drafter_policy", "give it or escalate_below, not both (escalate_below is its own rule)")
         if self.device is None and any(d.weights_gb is not None for d in self.drafters):
             raise FieldValueError("device", "required: a drafter gives weights_gb, whose speed needs the device's memory bandwidth")
+        if self.rtt_ms_by_target and self.network is None:
+            raise FieldValueError("rtt_ms_by_target", "needs network (the other figures of the links to those targets)")
         if self.max_wait_ms and self.max_batch == 1:
             raise FieldValueError("max_wait_ms", "applies only with max_batch > 1 (a device drafting alone never waits)")
         if self.chain:
@@ -251,7 +317,6 @@ class DraftGroupConfig:
         for i, d in enumerate(self.drafters):
             if d.tree is not None and self.max_batch > 1:
                 raise FieldValueError(f"drafters[{i}].tree", "tree drafting needs max_batch 1 (trees in shared draft steps are not modelled)")
-
 
     def _check_chain(self, names: list[str]) -> None:
         """A chain names the group's two drafters, tiny first, and runs alone on the device."""
@@ -264,11 +329,15 @@ class DraftGroupConfig:
             )
         if self.escalate_below is not None:
             raise FieldValueError("escalate_below", "does not apply to a chained group (every round uses both drafters)")
+        if self.drafter_policy is not None:
+            raise FieldValueError("drafter_policy", "does not apply to a chained group (every round uses both drafters)")
         if self.max_batch > 1:
             raise FieldValueError("chain", "chained drafting needs max_batch 1 (chains in shared draft steps are not modelled)")
         for i, d in enumerate(self.drafters):
             if d.tree is not None:
                 raise FieldValueError(f"drafters[{i}].tree", "a chained group's drafters draft chains, not trees")
+            if d.acceptance_by_target:
+                raise FieldValueError(f"drafters[{i}].acceptance_by_target", "a chain reads one curve per level: per-target curves are not modelled")
 
 
 @attrs.frozen(kw_only=True)

@@ -26,7 +26,7 @@ simpy_llm.config.errors.ScenarioError: <config>: 1 problem(s) in scenario
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any, TypeVar
 
 import attrs
@@ -39,6 +39,7 @@ from simpy_llm.config.schema import (
     PolicySpec,
     ProcessSpec,
     ReplicaGroupConfig,
+    Scenario,
     ServingConfig,
     ToolConfig,
 )
@@ -51,6 +52,7 @@ from simpy_llm.serving.batching import batch_service_models
 from simpy_llm.serving.devices import DeviceProfile, device_profile
 from simpy_llm.serving.fleet import plan_fleet
 from simpy_llm.speculative.curves import acceptance_model
+from simpy_llm.speculative.targets import FleetTargets
 from simpy_llm.workload.distributions import ClampedGaussian
 from simpy_llm.workload.workflows import check_workflow
 
@@ -190,6 +192,67 @@ def _curves_cover_k(spec: SpeculationConfig) -> None:
             raise FieldValueError(path, f"curve {model.name!r} covers k up to {model.k_max}, below k_max ({spec.k_max})")
         if spec.temperature is None and len(model.temperatures) > 1:
             raise FieldValueError(path, f"curve {model.name!r} has temperatures {list(model.temperatures)}: set speculation.temperature")
+
+
+@_checks(DrafterConfig)
+def _known_target_curves(drafter: DrafterConfig) -> None:
+    """Each per-target curve names a curve, as ``acceptance`` does."""
+    for name, curve in drafter.acceptance_by_target.items():
+        try:
+            acceptance_model(curve)
+        except (ScenarioError, KeyError, ValueError) as exc:
+            raise FieldValueError(f"acceptance_by_target.{name}", str(exc)) from None
+
+
+@_checks(SpeculationConfig)
+def _target_curves_cover_k(spec: SpeculationConfig) -> None:
+    """Each per-target curve covers ``k_max`` and, with several temperatures, is told which."""
+    for g, group in enumerate(spec.drafts):
+        for d, drafter in enumerate(group.drafters):
+            for name, curve in drafter.acceptance_by_target.items():
+                path = f"drafts[{g}].drafters[{d}].acceptance_by_target.{name}"
+                model = acceptance_model(curve)
+                if model.k_max < spec.k_max:
+                    raise FieldValueError(path, f"curve {model.name!r} covers k up to {model.k_max}, below k_max ({spec.k_max})")
+                if spec.temperature is None and len(model.temperatures) > 1:
+                    raise FieldValueError(path, f"curve {model.name!r} has temperatures {list(model.temperatures)}: set speculation.temperature")
+
+
+@_checks(Scenario)
+def _draft_targets(scenario: Scenario) -> None:
+    """A draft group's ``targets`` and the keys of its per-target settings name targets of the
+    fleet, and a per-target setting reaches a target the group may use."""
+    spec = scenario.speculation
+    if spec is None:
+        return
+    fleet = FleetTargets(scenario.serving)
+    for g, group in enumerate(spec.drafts):
+        where = f"speculation.drafts[{g}]"
+        for j, name in enumerate(group.targets):
+            if not fleet.indices(name):
+                raise FieldValueError(f"{where}.targets[{j}]", fleet.unknown_message(name))
+        allowed = fleet.allowed(group.targets) if group.targets else None
+        keyed: list[tuple[str, Collection[str]]] = [(f"{where}.rtt_ms_by_target", group.rtt_ms_by_target.keys())]
+        keyed += [(f"{where}.drafters[{d}].acceptance_by_target", dr.acceptance_by_target.keys()) for d, dr in enumerate(group.drafters)]
+        for path, mapping in keyed:
+            for name in mapping:
+                covered = fleet.indices(name)
+                if not covered:
+                    raise FieldValueError(f"{path}.{name}", fleet.unknown_message(name))
+                if allowed is not None and not allowed.intersection(covered):
+                    raise FieldValueError(f"{path}.{name}", f"{name!r} is none of the group's targets {list(group.targets)}: it would never apply")
+
+
+@_checks(Scenario)
+def _cohort_keys(scenario: Scenario) -> None:
+    """A fairness cohort groups by a key the scenario's records tell apart: draft groups and
+    devices need speculation, clusters need clusters."""
+    needs = {"draft_group": scenario.speculation is not None, "draft_device": scenario.speculation is not None,
+             "cluster": bool(scenario.serving.clusters)}
+    why = {"draft_group": "speculation (draft groups)", "draft_device": "speculation (draft devices)", "cluster": "serving.clusters"}
+    for i, cohort in enumerate(scenario.metrics.fairness.cohorts):
+        if not needs.get(cohort.by, True):
+            raise FieldValueError(f"metrics.fairness.cohorts[{i}].by", f"{cohort.by} needs {why[cohort.by]}; every request would be in one group")
 
 
 @_checks(PlannerConfig)

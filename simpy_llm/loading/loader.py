@@ -51,7 +51,7 @@ from simpy_llm.config.schema import (
     WorkloadConfig,
     rebuild_with,
 )
-from simpy_llm.config.speculation import GammaSpec, ModeSelectorSpec
+from simpy_llm.config.speculation import DrafterPolicySpec, GammaSpec, ModeSelectorSpec
 from simpy_llm.config.structure import (
     Problems,
     Unreadable,
@@ -70,6 +70,7 @@ from simpy_llm.loading.overrides import Overrides, apply_overrides, ordered_over
 from simpy_llm.loading.plugins import import_plugins_of, load_entry_point_plugins
 from simpy_llm.policies.admission import admission_policies
 from simpy_llm.policies.batching import bin_selectors
+from simpy_llm.policies.drafter_selection import drafter_policies
 from simpy_llm.policies.gamma import gamma_policies
 from simpy_llm.policies.mode import mode_selectors
 from simpy_llm.policies.routing import routing_policies
@@ -227,6 +228,7 @@ converter.register_structure_hook(BinSelectorSpec, _policy_hook(bin_selectors))
 converter.register_structure_hook(KvBlocks, _kv_blocks)
 converter.register_structure_hook(GammaSpec, _policy_hook(gamma_policies))
 converter.register_structure_hook(ModeSelectorSpec, _policy_hook(mode_selectors))
+converter.register_structure_hook(DrafterPolicySpec, _policy_hook(drafter_policies))
 _engine_fields = attrs_hook_factory(EngineConfig)
 
 

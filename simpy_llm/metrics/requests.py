@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, NotRequired, TypedDict
 import attrs
 import numpy as np
 
-from simpy_llm.metrics.fairness import tenant_fairness
+from simpy_llm.metrics.fairness import bin_labels, cohort_fairness, tenant_fairness
 from simpy_llm.metrics.record import FRAME_DTYPES, RECORD_FIELDS, RequestRecord
 from simpy_llm.metrics.stats import counted_stats, latency_stats, weighted_stats
 
@@ -293,12 +293,40 @@ class RequestResults:
     def fairness(self, measured: np.ndarray) -> Fairness:
         """``summary()["fairness"]``: across the tenants of the *measured* requests."""
         c = self.columns
-        return tenant_fairness(
+        out = tenant_fairness(
             c["tenant_id"][measured],
             (c["status"] == "completed")[measured],
             (c["completion_s"] - c["arrival_s"])[measured],
             c["output_tokens"][measured],
         )
+        cohorts = self.scenario.metrics.fairness.cohorts
+        if cohorts:
+            done = (c["status"] == "completed") & measured
+            met = np.zeros(len(measured), dtype=bool)
+            met[done] = self.slo_met(done, {k: v[done] for k, v in self.derived().items()})
+            with_slo = bool(self.scenario.slo)
+            out["cohorts"] = {}
+            for cohort in cohorts:
+                labels, order = self.cohort_labels(cohort.by, cohort.bins)
+                out["cohorts"][cohort.label] = cohort_fairness(
+                    cohort.by, labels[measured], done[measured], met[measured], with_slo=with_slo, order=order,
+                )
+        return out
+
+    def cohort_labels(self, by: str, bins: tuple[int, ...] | None) -> tuple[np.ndarray, list[str] | None]:
+        """Each request's group under the cohort key *by* (``metrics.fairness.cohorts``), and the
+        groups' order for length bins (None: sorted)."""
+        c = self.columns
+        if bins is not None:
+            return bin_labels(c[by], bins)
+        if by == "draft_device":
+            return np.array([f"{g}/{d}" for g, d in zip(c["draft_group"].tolist(), c["draft_device"].tolist(), strict=True)], dtype=object), None
+        if by == "replica_group":
+            return self.replica_group_column(), None
+        if by == "cluster":
+            return self.cluster_column(), None
+        column = {"client": "client_id", "tenant": "tenant_id"}.get(by, by)
+        return np.asarray(c[column], dtype=object), None
 
     def slo_met(self, done: np.ndarray, d: dict[str, np.ndarray]) -> np.ndarray:
         """Whether each request in *done* met every target of its SLO class (*d*: :meth:`derived` over *done*)."""

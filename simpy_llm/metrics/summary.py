@@ -78,6 +78,8 @@ __all__ = [
     "ClassGoodput",
     "ClassLatency",
     "ClientLatency",
+    "CohortFairness",
+    "CohortGroup",
     "CountedLatencyStats",
     "DeviceStats",
     "DisaggregationStats",
@@ -459,6 +461,34 @@ class FairnessIndex(TypedDict):
     """x per tenant (tenants without a value are left out)."""
 
 
+class CohortGroup(TypedDict):
+    """One group of a fairness cohort: its measured requests and how they were served."""
+
+    requests: int
+    """Measured requests in the group."""
+    completed: int
+    """Those that completed."""
+    met: int
+    """Completed ones that met every target of their SLO class."""
+    completed_share: float
+    """``completed / requests``."""
+    slo_attainment: float | None
+    """``met / completed`` (``None`` without SLOs or without a completion)."""
+
+
+class CohortFairness(TypedDict):
+    """A fairness cohort (``metrics.fairness.cohorts``): the measured requests grouped by one key."""
+
+    by: str
+    """The record key grouped by."""
+    groups: dict[str, CohortGroup]
+    """Each group, by its key value (length bins in edge order)."""
+    attainment_gap: float | None
+    """Highest minus lowest ``slo_attainment`` over the groups with one (``None`` without any)."""
+    attainment_jain: float | None
+    """Jain's index of the groups' ``slo_attainment`` (``None`` without any, or all 0)."""
+
+
 class Fairness(TypedDict):
     """Fairness across the tenants of the measured requests (see :mod:`simpy_llm.metrics.fairness`)."""
 
@@ -469,6 +499,8 @@ class Fairness(TypedDict):
     inverse_normalized_e2e: FairnessIndex
     """x = 1 / mean of ``e2e_s / output_tokens`` over the tenant's completed requests, 1/s
     per token (tenants with no completion left out)."""
+    cohorts: NotRequired[dict[str, CohortFairness]]
+    """Each configured cohort (``metrics.fairness.cohorts``), by name; absent without any."""
 
 
 class SessionStats(TypedDict):

@@ -25,7 +25,7 @@ import bisect
 import heapq
 import math
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from simpy_llm.entities import Request
 
 __all__ = [
+    "AllowedTargets",
     "JoinIdleQueue",
     "JoinShortestQueue",
     "LeastKV",
@@ -144,6 +145,66 @@ class RoutingPolicy(Protocol):
 
 
 routing_policies: Registry[type] = Registry("routing policy")
+
+
+class AllowedTargets:
+    """A routing policy that sees, for a request of a draft group bound to targets, only the
+    replicas (or clusters) that group may use (``speculation.drafts[].targets``,
+    ``docs/speculative.md``, "Draft groups bound to targets").
+
+    The wrapped policy is asked with the part of the view whose ``index`` is in the request's
+    group's allowed set, and its answer is mapped back to a position in the whole view; a
+    request of a group with no set sees the whole view. With *routed*, each choice is told
+    ``routed(request, view[i].index)`` before the router sends the request on (the draft
+    fleet sets the request's per-target drafters and links there).
+
+    Parameters
+    ----------
+    policy
+        The routing policy (one object, shared by every group: a policy keeping memory by
+        position sees the positions of the part it was given).
+    allowed
+        The allowed view indices (fleet indices, or cluster positions in a view of clusters)
+        by draft group name.
+    routed
+        Told of each choice, or None.
+
+    Examples
+    --------
+    >>> import types
+    >>> view = [types.SimpleNamespace(index=i) for i in range(4)]
+    >>> bound = AllowedTargets(RoundRobin(), {"phones": frozenset({1, 3})})
+    >>> phone, other = types.SimpleNamespace(id=0, draft_group="phones"), types.SimpleNamespace(id=1, draft_group="laptops")
+    >>> [bound.choose(phone, view) for _ in range(3)], bound.choose(other, view)   # one round robin, shared
+    ([1, 3, 1], 1)
+    """
+
+    def __init__(
+        self, policy: RoutingPolicy, allowed: Mapping[str, frozenset[int]], routed: Callable[[Request, int], None] | None = None
+    ) -> None:
+        self.policy = policy
+        self._choose = policy.choose
+        self.allowed = dict(allowed)
+        self.routed = routed
+
+    def choose(self, request: Request, view: Sequence[ReplicaView]) -> int:
+        allowed = self.allowed.get(request.draft_group)
+        if allowed is None:
+            i = self._choose(request, view)
+        else:
+            positions = [k for k, v in enumerate(view) if v.index in allowed]
+            if not positions:
+                raise ValueError(
+                    f"request {request.id} of draft group {request.draft_group!r}: none of the group's targets is among "
+                    "the replicas this router may choose now"
+                )
+            k = self._choose(request, [view[p] for p in positions])
+            if not 0 <= k < len(positions):
+                raise ValueError(f"routing policy returned replica {k}; there are {len(positions)}")
+            i = positions[k]
+        if self.routed is not None:
+            self.routed(request, view[i].index)
+        return i
 
 
 def _default_rng() -> np.random.Generator:

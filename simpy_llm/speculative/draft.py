@@ -28,26 +28,38 @@ bundle goes up at the end of its last step (``docs/speculative.md``, "Draft-side
 
 Per-request bookkeeping lives in a :class:`SpecState` on ``request.spec``; it turns
 a round's accepted prefix into tokens, records the round, and escalates to a larger
-drafter when the smoothed acceptance falls below the group's ``escalate_below``.
+drafter when the smoothed acceptance falls below the group's ``escalate_below``, or asks
+the group's drafter policy (:mod:`simpy_llm.policies.drafter_selection`) for the drafter
+when the request starts and after each distributed round.
+
+A group may be bound to targets (``targets``, ``rtt_ms_by_target``, drafters'
+``acceptance_by_target``): the routers then ask their policy through
+:class:`~simpy_llm.policies.routing.AllowedTargets` (:meth:`DraftFleet.bind_routing`), and a
+request routed to a target with its own settings takes that target's drafters and
+:class:`DraftPath` (:meth:`DraftFleet.routed`).
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import heapq
 import math
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from simpy_llm.config.structure import build_policy
 from simpy_llm.kernel import timer_at
 from simpy_llm.network.link import Link
-from simpy_llm.policies.gamma import GammaState, StaticGamma
+from simpy_llm.policies.gamma import StaticGamma
+from simpy_llm.policies.routing import AllowedTargets
 from simpy_llm.serving.latency import latency_models
 from simpy_llm.speculative.chain import ChainDrafting
 from simpy_llm.speculative.draft_batching import DraftSteps
+from simpy_llm.speculative.draft_paths import DraftPath, no_verdict_ahead
 from simpy_llm.speculative.drafter import Drafter
-from simpy_llm.speculative.tree import RoundPlan, RoundPlanner, TreeDrafting, queued_verify_tokens
+from simpy_llm.speculative.spec_state import ACCEPTANCE_EWMA, SpecState
+from simpy_llm.speculative.tree import RoundPlanner, TreeDrafting
 from simpy_llm.wire import Wire
 
 if TYPE_CHECKING:
@@ -57,181 +69,17 @@ if TYPE_CHECKING:
     import simpy
     from simpy.events import Event
 
+    from simpy_llm.config.common import PolicySpec
     from simpy_llm.config.speculation import DraftGroupConfig, SpeculationConfig
     from simpy_llm.entities import Request
     from simpy_llm.metrics.recorder import Recorder
     from simpy_llm.network.link import Message
     from simpy_llm.policies.gamma import GammaPolicy
+    from simpy_llm.policies.routing import RoutingPolicy
+    from simpy_llm.speculative.targets import FleetTargets
     from simpy_llm.speculative.verify import VerifyServer
 
-__all__ = ["ACCEPTANCE_EWMA", "BatchingDraftDevice", "DraftDevice", "DraftFleet", "Drafter", "SpecState"]
-
-ACCEPTANCE_EWMA = 0.3
-"""Weight of the newest round in a request's smoothed acceptance rate (``acceptance_ewma``)."""
-_NO_SLO = (None, None, None)
-
-
-class SpecState:
-    """One request's speculative-decoding state (on ``request.spec`` while it runs)."""
-
-    __slots__ = (
-        "_first", "_reads_probabilities", "accepted_last", "carry", "device", "drafter", "drafter_index", "ewma", "fleet",
-        "gamma", "last_token_s", "mode", "plan", "planner", "policy", "proposed_last", "req", "round_start_s", "sent_gamma",
-        "verdict_gamma", "wake",
-    )
-
-    def __init__(self, fleet: DraftFleet, device: DraftDevice, policy: GammaPolicy, req: Request) -> None:
-        self.fleet = fleet
-        self.req = req
-        self.device = device
-        self.policy = policy
-        self._reads_probabilities = getattr(policy, "reads_position_probabilities", True)
-        self.mode = ""
-        self.drafter_index = 0
-        # A chained group's request drafts with the level the target verifies (records, γ policies).
-        self.drafter = device.drafters[0] if device.chain is None else device.chain.mid
-        cfg = fleet.config
-        self.gamma = min(max(getattr(policy, "default_gamma", getattr(policy, "gamma", cfg.k_min)), cfg.k_min), cfg.k_max)
-        self.accepted_last = 0
-        self.proposed_last = 0
-        self.ewma = self._prior(req.prompt_tokens)
-        self.carry = 0.0
-        self.sent_gamma = 0
-        self.last_token_s = math.nan
-        self.round_start_s = math.nan
-        self.wake: Event = fleet.env.event()
-        """Succeeded when the request has finished or was dropped (its device's process waits for it)."""
-        self._first: int | None = None
-        self.verdict_gamma = 0
-        """γ of the next distributed round: the target's choice as it sent the verdict."""
-        self.planner: RoundPlanner | None = device.planners[0]
-        """Plans each distributed round of the current drafter when it drafts a tree or a
-        chained round (None: a plain chain of γ tokens)."""
-        self.plan: RoundPlan | None = None
-        """The current distributed round's plan (None: a plain chain of γ tokens)."""
-
-    def _prior(self, context: int) -> float:
-        """The drafter's first-position acceptance at *context*: the smoothed rate's start."""
-        return self.drafter.acceptance.position_probabilities(max(context, 1), 1, self.fleet.config.temperature)[0]
-
-    def first_gamma(self, server: VerifyServer) -> int:
-        """γ of the first round, asked once (the mode selector reads it before the round)."""
-        if self._first is None:
-            self._first = self._ask(server, fused=False)
-        return self._first
-
-    def next_gamma(self, server: VerifyServer, *, fused: bool = False) -> int:
-        """γ of the next round: the policy's, and never more than the tokens still to make
-        minus the target's own token."""
-        if self._first is not None:
-            gamma, self._first = self._first, None
-        else:
-            gamma = self._ask(server, fused=fused)
-        self.gamma = gamma
-        req = self.req
-        left = req.output_tokens - req.generated_tokens - 1
-        capped = gamma if gamma <= left else (left if left > 0 else 0)
-        planner = self.planner
-        if planner is None or fused:
-            return capped
-        # A tree or chained round, planned here as the verdict leaves (the target's verify
-        # backlog as it is now); γ caps a tree's depth, and the depth is the round's γ.
-        plan = self.plan = planner.plan(
-            capped, req.prompt_tokens + req.generated_tokens, self.fleet.config.temperature,
-            queued_verify_tokens(server.rounds) if planner.control is not None else 0,
-        )
-        return plan.depth
-
-    def _ask(self, server: VerifyServer, *, fused: bool) -> int:
-        cfg = self.fleet.config
-        k_min, k_max = cfg.k_min, cfg.k_max
-        policy = self.policy
-        if type(policy) is StaticGamma:  # the rule needs no telemetry: skip building it
-            gamma = policy.gamma
-            return (gamma if gamma < k_max else k_max) if gamma > k_min else k_min
-        req = self.req
-        if self._reads_probabilities:
-            model = server.fused_acceptance if fused else self.drafter.acceptance
-            probabilities = model.position_probabilities(req.prompt_tokens + req.generated_tokens, k_max, cfg.temperature)
-        else:
-            probabilities = ()
-        # Clamps as conditional expressions, not min()/max() calls: this runs once per round.
-        kv = server.kv
-        used = kv.used_blocks / kv.num_blocks if kv.num_blocks else 0.0
-        ewma = self.ewma
-        state = GammaState.trusted_values((  # field order; values valid by construction
-            self.gamma, k_min, k_max,
-            0.0 if fused else self.device.rtt_s,
-            server.queue_wait_s,
-            used if used < 1.0 else 1.0,
-            self.accepted_last, self.proposed_last,
-            (ewma if ewma < 1.0 else 1.0) if ewma > 0.0 else 0.0,
-            probabilities,
-            server.fused_draft_s if fused else self.drafter.draft_token_s,
-            server.pass_s, server.slo.get(req.slo_class, _NO_SLO)[1],
-        ))
-        gamma = int(policy.next_gamma(state))
-        return (gamma if gamma < k_max else k_max) if gamma > k_min else k_min
-
-    def settle_round(self, req: Request, gamma: int, accepted: float, rolled_back: bool, now: float, replica: int, fused: bool) -> int:
-        """A round's verify pass ended at *now*: count its tokens and figures; returns the
-        tokens it added (the accepted prefix and the target's token, capped at what is left)."""
-        left = req.output_tokens - req.generated_tokens
-        fleet = self.fleet
-        if fleet.expected_acceptance:
-            self.carry += accepted + 1.0
-            gained = int(self.carry)
-            self.carry -= gained
-        else:
-            gained = int(accepted) + 1
-        if gained > left:
-            gained = left
-        req.generated_tokens += gained
-        if req.streaming and not req.warm_up:  # a round's tokens reach the client together
-            fleet.recorder.on_token_burst(now - self.last_token_s, gained)
-        self.last_token_s = now
-        req.spec_rounds += 1
-        req.drafted_tokens += gamma
-        req.accepted_tokens += gained - 1
-        req.rollbacks += rolled_back
-        device = self.device
-        down = 0.0 if fused else device.download_s(gained)
-        tvt = now + down - self.round_start_s
-        if not tvt <= req.tvt_s:  # also replaces NaN
-            req.tvt_s = tvt
-        if gamma:
-            self.ewma += ACCEPTANCE_EWMA * ((accepted if accepted < gamma else gamma) / gamma - self.ewma)
-        self.accepted_last = int(accepted)
-        self.proposed_last = gamma
-        fleet.recorder.on_spec_round((
-            now, req.id, replica, device.group, device.index, "fused" if fused else "distributed",
-            "" if fused else self.drafter.name, gamma, float(accepted), gained,
-            req.prompt_tokens + req.generated_tokens - gained, tvt, int(rolled_back),
-        ))
-        plan = self.plan
-        if plan is not None and not fused:
-            plan.record(fleet.recorder, len(fleet.recorder.spec_rounds) - 1)
-        threshold = device.escalate_below
-        if (
-            not fused and threshold is not None and self.ewma < threshold
-            and self.drafter_index + 1 < len(device.drafters) and req.generated_tokens < req.output_tokens
-        ):
-            old = self.drafter.name
-            self.drafter_index += 1
-            self.drafter = device.drafters[self.drafter_index]
-            self.planner = device.planners[self.drafter_index]
-            self.plan = None
-            req.drafter = self.drafter.name
-            self.ewma = self._prior(req.prompt_tokens + req.generated_tokens)
-            fleet.recorder.on_drafter_switch((now, req.id, device.group, device.index, old, self.drafter.name))
-        return gained
-
-
-def _not_ahead(_payload: Any, _size_bytes: float) -> Message | None:
-    """The ``verdict_ahead`` of a batching device: its downlink carries several requests'
-    verdicts, so no delivery is known ahead (the verdict takes the ordinary path)."""
-    return None
-
+__all__ = ["ACCEPTANCE_EWMA", "BatchingDraftDevice", "DraftDevice", "DraftFleet", "DraftPath", "Drafter", "SpecState"]
 
 class DraftDevice:
     """One draft device: a SimPy process running its bound requests closed loop, one at a
@@ -263,6 +111,13 @@ class DraftDevice:
         """Each drafter's round planner, in drafter order: its tree, or the group's chain (None:
         it drafts plain chains)."""
         self.escalate_below = group.escalate_below
+        # The loader structures it as a policy spec (the schema's DrafterPolicySpec).
+        self.drafter_policy = cast("PolicySpec | None", group.drafter_policy)
+        """The group's drafter policy (one policy object per request), or None."""
+        self.by_replica: list[tuple[list[Drafter], DraftDevice | DraftPath]] | None = None
+        """Per target (fleet index): its drafters and its path, with per-target settings (None: none)."""
+        self.path_links: list[Link] = []
+        """The links of its paths to particular targets (``rtt_ms_by_target``)."""
         net = group.network
         self.network = net
         self.rtt_s = net.rtt_ms / 1e3 if net is not None else 0.0
@@ -299,12 +154,21 @@ class DraftDevice:
         self._active_since: float | None = None
         self.max_batch = group.max_batch
         """Most requests it runs, and drafts for in one step, at once."""
-        self.verdict_ahead: Callable[[Any, float], Message | None] = _not_ahead
+        self.verdict_ahead: Callable[[Any, float], Message | None] = no_verdict_ahead
         """``Link.put_ahead`` of its downlink when the link carries one request's verdicts at a
         time (a device drafting alone), else a function declining (:meth:`DraftFleet.send_verdict`)."""
         if self.down is not None and group.max_batch == 1:
             self.verdict_ahead = self.down.put_ahead
         self.process = env.process(self._run())
+
+    def bind_targets(self, group: DraftGroupConfig, drafters_by_replica: list[list[Drafter]], targets: FleetTargets) -> None:
+        """Use, for a request routed to fleet index ``r``, the drafters ``drafters_by_replica[r]``
+        and the path of the most specific ``rtt_ms_by_target`` name of ``r`` (its own links
+        otherwise)."""
+        paths = {name: DraftPath(self, group, name, ms) for name, ms in group.rtt_ms_by_target.items()}
+        self.path_links = [link for path in paths.values() for link in (path.up, path.down)]
+        chosen = targets.per_replica(paths)
+        self.by_replica = [(drafters_by_replica[r], path if path is not None else self) for r, path in enumerate(chosen)]
 
     def download_s(self, tokens: int) -> float:
         """Nominal time for a verdict of *tokens* tokens to reach the device, s."""
@@ -577,6 +441,9 @@ class DraftFleet:
         Each group's :class:`~simpy_llm.serving.devices.DeviceProfile`, by group name.
     dropped
         Wire receiving requests dropped on the network (e.g. the completions Wire).
+    targets
+        The fleet's replicas by target name: needed when a group gives ``targets``,
+        ``rtt_ms_by_target`` or a drafter's ``acceptance_by_target`` (None: none does).
     """
 
     def __init__(
@@ -592,6 +459,7 @@ class DraftFleet:
         streams: Callable[[str], np.random.Generator],
         device_profiles: dict[str, Any],
         dropped: Wire | None = None,
+        targets: FleetTargets | None = None,
     ) -> None:
         from simpy_llm.speculative.curves import acceptance_model
 
@@ -652,6 +520,13 @@ class DraftFleet:
             if not group.clients:
                 default = group.name
         self.default_group = default
+        self.targets = targets
+        self.bound: dict[str, frozenset[int]] = {}
+        """The fleet indices each group bound to ``targets`` may be verified on, by group name."""
+        self.per_target = False
+        """Whether some group has per-target drafters or links (routing then tells :meth:`routed`)."""
+        if targets is not None:
+            self._bind_targets(targets)
         self._next = dict.fromkeys(self.devices, 0)
         self._by_session: dict[str, DraftDevice] = {}
         self.pending: dict[int, Request] = {}
@@ -665,6 +540,71 @@ class DraftFleet:
         self.uploaded.connect(self._uploaded)
         self.downloaded.connect(self._downloaded)
         self.lost.connect(self._lost)
+
+    def _bind_targets(self, targets: FleetTargets) -> None:
+        """Each group's allowed targets, and each device's drafters and path per target."""
+        for group in self.config.drafts:
+            if group.targets:
+                self.bound[group.name] = targets.allowed(group.targets)
+            if not group.rtt_ms_by_target and not any(d.acceptance_by_target for d in group.drafters):
+                continue
+            self.per_target = True
+            devices = self.devices[group.name]
+            base = devices[0].drafters
+            curves = [targets.per_replica(d.acceptance_by_target) for d in group.drafters]
+            lists: dict[tuple[str | None, ...], list[Drafter]] = {}
+            by_replica = []
+            for r in range(len(targets.replicas)):
+                key = tuple(c[r] for c in curves)
+                if key not in lists:
+                    lists[key] = base if not any(key) else [self._drafter_at(d, curve) for d, curve in zip(base, key, strict=True)]
+                by_replica.append(lists[key])
+            for device in devices:
+                device.bind_targets(group, by_replica, targets)
+
+    @staticmethod
+    def _drafter_at(drafter: Drafter, curve: str | None) -> Drafter:
+        """*drafter* with the acceptance curve *curve* (None: its own)."""
+        from simpy_llm.speculative.curves import acceptance_model
+
+        if curve is None:
+            return drafter
+        other = copy.copy(drafter)
+        other.acceptance = acceptance_model(curve)
+        return other
+
+    def bind_routing(self, policy: RoutingPolicy, *, clusters: bool = False) -> RoutingPolicy:
+        """*policy* as a router of the fleet should ask it: restricted, for the requests of a
+        group bound to ``targets``, to that group's replicas (*clusters*: to the clusters holding
+        any of them), and, over replicas, telling :meth:`routed` of each choice when some group
+        has per-target settings. Unchanged when no group needs either."""
+        targets = self.targets
+        if targets is None or not (self.bound or self.per_target):
+            return policy
+        if clusters:
+            names = {g: {targets.clusters[i] for i in allowed} for g, allowed in self.bound.items()}
+            by_cluster = {g: frozenset(c for c, name in enumerate(targets.cluster_names) if name in held) for g, held in names.items()}
+            return AllowedTargets(policy, by_cluster) if by_cluster else policy
+        return AllowedTargets(policy, self.bound, self.routed if self.per_target else None)
+
+    def routed(self, req: Request, replica: int) -> None:
+        """*req* goes to fleet index *replica*: its drafters and path are that target's (its
+        smoothed acceptance restarts at its drafter's ``p_1`` there, and its nominal download
+        time is that path's)."""
+        spec = req.spec
+        if spec is None:
+            return
+        table = spec.device.by_replica
+        if table is None:
+            return
+        drafters, path = table[replica]
+        if drafters is not spec.drafters:
+            spec.drafters = drafters
+            spec.drafter = drafters[spec.drafter_index]
+            spec.ewma = spec._prior(req.prompt_tokens + req.generated_tokens)
+        if path is not spec.path:
+            spec.path = path
+            req.download_s = path.download_s(1)
 
     def plan_gamma(self, gamma: int) -> None:
         """Requests starting from now on run a static γ of *gamma* (``StaticGamma``), whatever
@@ -699,7 +639,7 @@ class DraftFleet:
 
     def links(self) -> list[Link]:
         """Every device's uplink and downlink, group by group."""
-        return [link for devices in self.devices.values() for d in devices for link in (d.up, d.down) if link is not None]
+        return [link for devices in self.devices.values() for d in devices for link in (d.up, d.down, *d.path_links) if link is not None]
 
     # ------------------------------------------------------------------ binding
     def _bind(self, req: Request) -> None:
@@ -736,9 +676,10 @@ class DraftFleet:
         spec = req.spec
         assert spec is not None  # set while the device runs the request
         spec.sent_gamma = gamma
-        if device.up is not None:
+        up = spec.path.up
+        if up is not None:
             plan = spec.plan  # a tree's bundle carries its nodes
-            device.up.put_at(req, device.message_bytes(gamma if plan is None else plan.nodes), at_s)
+            up.put_at(req, device.message_bytes(gamma if plan is None else plan.nodes), at_s)
         elif at_s > self.env.now:
             timer_at(self.env, at_s).callbacks.append(functools.partial(self._submit, req))
         else:
@@ -763,7 +704,8 @@ class DraftFleet:
         if continuing:
             spec.verdict_gamma = spec.next_gamma(self.servers[req.replica])
         device = spec.device
-        down = device.down
+        path = spec.path
+        down = path.down
         if down is None:
             device.on_verdict(req)
             return
@@ -772,7 +714,7 @@ class DraftFleet:
             # The next round depends on nothing but when the verdict arrives: run it now, as
             # of then, and save the delivery's event (Link.put_ahead, when the downlink carries
             # this request's verdicts only, one at a time: a device drafting alone).
-            msg = device.verdict_ahead(req, size)
+            msg = path.verdict_ahead(req, size)
             if msg is not None:
                 device.next_round(req, msg.delivered_s)
                 return

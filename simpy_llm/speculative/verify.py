@@ -580,7 +580,7 @@ class VerifyServer:
         context = req.prompt_tokens + 1
         gamma = spec.first_gamma(self)
         drafter = spec.drafter
-        rtt = spec.device.rtt_s
+        rtt = spec.path.rtt_s  # the round trip to this target (rtt_ms_by_target)
         verify_s = self._pass_s([context], [gamma])
         temp = self.config.temperature
         dist = (gamma * drafter.draft_token_s + rtt + verify_s) / drafter.acceptance.expected_tokens(context, gamma, temp)

@@ -55,6 +55,7 @@ class Spec:
     each of its rounds (``settle_round``) in a shared log."""
 
     drafter = Drafter()
+    plan = None  # plain chains of γ tokens (no tree or chained round)
 
     def __init__(self, log: list[tuple[int, float]]) -> None:
         self.log = log
