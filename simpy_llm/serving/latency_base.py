@@ -33,6 +33,9 @@ model derives from, so that callers read them as plain attributes:
 * ``verify_time_s`` (default None): a function timing a speculative verify pass from a table,
   ``verify_time_s(contexts, verified)`` (None when the table has no row for the pass: it is
   then timed as a decode step);
+* ``fused_time_s`` (default None): a function timing a fused speculative step (the target drafting
+  and verifying its own γ tokens) from a table, ``fused_time_s(contexts, gammas)`` (None when the
+  table has no row for the step: it is then timed as γ draft steps plus a verify pass);
 * ``step_energy_j`` (default None): a function giving one engine step's energy from a table,
   ``step_energy_j(prefill_tokens, decode_tokens, decode_context_tokens, prefill_attention_pairs)``
   in J; the engine adds it up per replica (a LUT's ``energy_mj``);
@@ -96,6 +99,11 @@ class LatencyModel(Protocol):
         ...
 
     @property
+    def fused_time_s(self) -> VerifyTimer | None:
+        """A fused speculative step's time from a table, or None (no table)."""
+        ...
+
+    @property
     def step_energy_j(self) -> EnergyMeter | None:
         """A step's energy from a table, or None (no table: energy from the device's power)."""
         ...
@@ -142,6 +150,9 @@ class LatencyModelBase(abc.ABC):
     verify_time_s: VerifyTimer | None = None
     """A verify pass's time from a table (:data:`VerifyTimer`); None: no table, a verify pass is
     timed as a decode step."""
+    fused_time_s: VerifyTimer | None = None
+    """A fused speculative step's time from a table (:data:`VerifyTimer`, passed the contexts and
+    each sequence's γ); None: no table, a fused step is timed as draft steps plus a verify pass."""
     step_energy_j: EnergyMeter | None = None
     """A step's energy from a table (:data:`EnergyMeter`); None: no table (a device profile's
     power gives a replica's energy)."""

@@ -25,6 +25,7 @@ from simpy_llm.serving.hardware import Hardware, gpu_spec, resolve_hardware
 from simpy_llm.serving.latency_base import EnergyMeter, RequestOverheads, latency_models
 from simpy_llm.serving.lut_drift import DEFAULT_DRIFT_TOLERANCE, LutDriftWarning, describe_drift, lut_drift
 from simpy_llm.serving.lut_files import (
+    DECODE_PHASES,
     DTYPES,
     GRID_COLUMNS,
     KEY_COLUMNS,
@@ -214,6 +215,9 @@ class LutLatency(RequestOverheads):
     """The ``pipeline_parallel`` column of the rows to use."""
     dtype: str = attrs.field(default="fp16", validator=_choice(DTYPES))
     """The ``dtype`` column of the rows to use: fp16, bf16 or fp8."""
+    decode_phase: str = attrs.field(default="decode", validator=_choice(DECODE_PHASES))
+    """The rows of the decode term: ``decode`` (plain decoding), or ``draft_decode`` (a draft
+    model's steps, for a drafter's ``latency_model``)."""
     tail: str = attrs.field(default="mean", validator=_choice(("mean", "sampled")))
     """``mean``: every step takes the interpolated ``latency_ms``; ``sampled``: lognormal
     draws with that mean and the interpolated ``latency_p95_ms`` (class docstring)."""
@@ -238,7 +242,7 @@ class LutLatency(RequestOverheads):
     prefill: LutSlice = attrs.field(init=False, repr=False, eq=False)
     """The ``prefill`` slice used."""
     decode: LutSlice = attrs.field(init=False, repr=False, eq=False)
-    """The ``decode`` slice used."""
+    """The slice of the decode term (``decode_phase``)."""
     split_prefill: bool = attrs.field(init=False, repr=False, eq=False)
     """Whether the prefill slice splits its latency into ``cost_nonatt_ms`` and ``cost_attn_ms``
     (then a step's attention pairs are charged: class docstring)."""
@@ -252,7 +256,7 @@ class LutLatency(RequestOverheads):
         lut = self._load(self.path, "path")
         object.__setattr__(self, "lut", lut)
         object.__setattr__(self, "prefill", self._slice(lut, "prefill"))
-        object.__setattr__(self, "decode", self._slice(lut, "decode"))
+        object.__setattr__(self, "decode", self._slice(lut, self.decode_phase))
         for name in GRID_COLUMNS:
             for part in (self.prefill, self.decode):
                 grid = part.columns.get(name)
@@ -457,6 +461,17 @@ class LutLatency(RequestOverheads):
             ms += self.decode.latency_ms_at(decode_context_tokens / decode_tokens, decode_tokens)
         return ms / 1e3
 
+    def fused_time_s(self, contexts: list[int], gammas: list[int]) -> float | None:
+        """A fused speculative step (the target drafting ``γ`` tokens with its own draft model and
+        verifying them) read off the file's ``fused_decode`` rows, s; None when the file has no
+        ``fused_decode`` slice for this model and hardware with ``fanout_k`` equal to the
+        largest γ (the caller then times it as draft steps plus a verify pass).
+
+        The step of ``len(contexts)`` sequences reads the slice at their mean context and
+        ``microbatch = len(contexts)`` (drawn, with ``tail: sampled``).
+        """
+        return self._phase_time_s("fused_decode", contexts, gammas)
+
     def verify_time_s(self, contexts: list[int], verified: list[int]) -> float | None:
         """A speculative verify pass read off the file's ``verify`` rows, s; None when the file
         has no ``verify`` slice for this model and hardware with ``fanout_k`` equal to the
@@ -465,8 +480,13 @@ class LutLatency(RequestOverheads):
         The pass of ``len(contexts)`` sequences reads the slice at their mean context and
         ``microbatch = len(contexts)`` (drawn, with ``tail: sampled``).
         """
-        fanout = max(verified, default=0)
-        key = ("verify", self.model, self.hardware_name, self.tensor_parallel, self.pipeline_parallel, self.dtype, fanout)
+        return self._phase_time_s("verify", contexts, verified)
+
+    def _phase_time_s(self, phase: str, contexts: list[int], fanouts: list[int]) -> float | None:
+        """A speculative *phase*'s step over sequences at *contexts*, read at ``fanout_k = max``
+        of *fanouts*, the mean context and ``microbatch = len(contexts)``, s (None: no such slice)."""
+        fanout = max(fanouts, default=0)
+        key = (phase, self.model, self.hardware_name, self.tensor_parallel, self.pipeline_parallel, self.dtype, fanout)
         part = self.lut.slices.get(key)
         if part is None:
             return None

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = [
+    "DECODE_PHASES",
     "DTYPES",
     "GRID_COLUMNS",
     "KEY_COLUMNS",
@@ -68,6 +69,8 @@ __all__ = [
 
 PHASES = ("prefill", "draft_decode", "verify", "fused_decode", "decode")
 """Allowed ``phase`` values: the seed's four, plus ``decode`` (plain decoding, one token per sequence)."""
+DECODE_PHASES = ("decode", "draft_decode")
+"""The phases whose rows the ``lut`` model's decode term can read (its ``decode_phase``)."""
 DTYPES = ("fp16", "bf16", "fp8")
 """Allowed ``dtype`` values."""
 ATTN_MODES = ("batched", "per_request")

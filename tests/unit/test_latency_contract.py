@@ -38,8 +38,8 @@ def test_every_built_in_kind_is_listed_here() -> None:
 def test_the_protocol_declares_what_callers_read() -> None:
     """The Protocol names the required members and every optional capability."""
     assert PROTOCOL_MEMBERS == [
-        "cache_restore_s", "hardware", "mean_step_time_s", "output_token_overhead_s", "queueing_time_s",
-        "step_energy_j", "step_time_s", "uses_context", "verify_time_s",
+        "cache_restore_s", "fused_time_s", "hardware", "mean_step_time_s", "output_token_overhead_s",
+        "queueing_time_s", "step_energy_j", "step_time_s", "uses_context", "verify_time_s",
     ]
 
 
@@ -55,6 +55,7 @@ def test_every_built_in_kind_has_every_member(kind: str) -> None:
     assert isinstance(m.cache_restore_s, float)
     assert m.verify_time_s is None or callable(m.verify_time_s)
     assert m.step_energy_j is None or callable(m.step_energy_j)
+    assert m.fused_time_s is None or callable(m.fused_time_s)
     assert m.mean_step_time_s(512, 0) == m.step_time_s(512, 0) > 0
     assert isinstance(type(m).needs_rng, bool)
 
@@ -124,6 +125,6 @@ def test_a_model_of_ones_own_that_lacks_a_member_is_refused_before_the_run() -> 
         def step_time_s(self, prefill_tokens: int, decode_tokens: int) -> float:
             return 0.01
 
-    with pytest.raises(FieldValueError, match=r"OnlyStep lacks cache_restore_s, hardware, mean_step_time_s, output_token_overhead_s, "
+    with pytest.raises(FieldValueError, match=r"OnlyStep lacks cache_restore_s, fused_time_s, hardware, mean_step_time_s, output_token_overhead_s, "
                                                r"queueing_time_s, step_energy_j, uses_context, verify_time_s: derive it from .*LatencyModelBase"):
         Simulation(scenario_from_dict(tiny_scenario()), latency_model=OnlyStep())

@@ -319,3 +319,46 @@ def test_with_a_device_profile_the_table_replaces_active_power_and_idle_power_re
     busy, duration = summary["engine"]["busy_s"], summary["duration_s"]
     expected = [300.0 * b + 100.0 * (duration - b) for b in busy]
     assert summary["devices"]["energy_j_per_replica"] == pytest.approx(expected, rel=1e-6)
+
+
+# --------------------------------------------------------------------------- draft and fused rows
+
+
+def with_speculative_rows(tmp_path: Path) -> Path:
+    """The example plus ``draft_decode`` rows (a draft model's steps: 2 ms + 0.25 ms per sequence
+    at any context) and ``fused_decode`` rows at fanout 4 (12 ms + 1 ms per sequence)."""
+    frame = frame_of(EXAMPLE)
+    base = frame.iloc[0].to_dict()
+    rows = []
+    for phase, fanout, fixed, per in (("draft_decode", 1, 2.0, 0.25), ("fused_decode", 4, 12.0, 1.0)):
+        for ctx in (128, 2048):
+            for mb in (1, 8):
+                rows.append({**base, "phase": phase, "context_len": str(ctx), "microbatch": str(mb), "fanout_k": str(fanout),
+                             "latency_ms": repr(fixed + per * mb), "latency_p95_ms": "", "notes": ""})
+    return write(pd.concat([frame, pd.DataFrame(rows)], ignore_index=True), tmp_path, "spec.csv")
+
+
+def test_decode_phase_draft_decode_reads_the_draft_rows(tmp_path: Path) -> None:
+    """With ``decode_phase: draft_decode`` the decode term is the draft model's row: a step of 4
+    sequences takes 2 + 0.25 x 4 = 3 ms at any context; the prefill term is unchanged."""
+    path = with_speculative_rows(tmp_path)
+    drafter = example(path, decode_phase="draft_decode")
+    assert drafter.step_time_s(0, 4, decode_context_tokens=4 * 700) == pytest.approx(0.003, rel=1e-12)
+    assert drafter.step_time_s(512, 0) == example(path).step_time_s(512, 0) == pytest.approx(0.040)
+    with pytest.raises(FieldValueError, match="must be one of decode, draft_decode"):
+        example(path, decode_phase="verify")
+
+
+def test_a_file_without_draft_rows_names_the_phase(tmp_path: Path) -> None:
+    """``decode_phase: draft_decode`` on a file without draft rows is refused, naming the phase."""
+    with pytest.raises(FieldValueError, match="no draft_decode rows with fanout_k 1"):
+        example(EXAMPLE, decode_phase="draft_decode")
+
+
+def test_fused_rows_time_a_fused_step(tmp_path: Path) -> None:
+    """``fused_time_s`` reads the ``fused_decode`` slice at the largest γ (its ``fanout_k``), the
+    mean context and the sequences as microbatch; None without a slice for that γ."""
+    m = example(with_speculative_rows(tmp_path))
+    assert m.fused_time_s([300, 700], [4, 3]) == pytest.approx((12.0 + 2.0) / 1e3, rel=1e-12)
+    assert m.fused_time_s([300], [5]) is None
+    assert example(EXAMPLE).fused_time_s([300], [4]) is None
