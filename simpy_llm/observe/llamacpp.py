@@ -30,7 +30,10 @@ Settings that matter for measurements (see docs/real-server.md):
   turn format as Jinja text (``chat_template`` in xllamacpp is template *text*,
   not a built-in template name);
 * the prompt (prefix) cache is on, as in llama.cpp; send ``cache_prompt: false``
-  in a request body (or start with ``--no-cache-prompt``) when measuring prefill.
+  in a request body (or start with ``--no-cache-prompt``) when measuring prefill;
+* ``--speculative ngram-simple`` (``LlamaCppConfig.speculative``) turns on speculative
+  decoding with one of llama.cpp's n-gram drafters, and ``--debug-log`` its per-step log
+  lines, which :mod:`simpy_llm.observe.spec_profile` turns into an acceptance profiling log.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ __all__ = [
     "HOST",
     "MODEL_ALIAS",
     "MODEL_DIR_ENV",
+    "SPECULATIVE_TYPES",
     "LlamaCppConfig",
     "LlamaCppServer",
     "LlamaCppServerError",
@@ -74,6 +78,9 @@ MODEL_ALIAS = "gemma-3-270m-q4_k_m"
 
 MODEL_FILE = "gemma-3-270m-q4_k_m.gguf"
 """File name of the assembled GGUF inside the model directory."""
+
+DEBUG_VERBOSITY = 1_000_000
+"""llama.cpp's log verbosity threshold for ``debug_log``: every message, debug ones included."""
 
 MODEL_DIR_ENV = "SIMPY_LLM_MODEL_DIR"
 """Environment variable naming the directory that holds the assembled GGUF."""
@@ -174,6 +181,20 @@ def ensure_model(model_dir: Path | str | None = None) -> Path:
     return target
 
 
+SPECULATIVE_TYPES = {
+    "ngram-simple": "COMMON_SPECULATIVE_TYPE_NGRAM_SIMPLE",
+    "ngram-map-k": "COMMON_SPECULATIVE_TYPE_NGRAM_MAP_K",
+    "ngram-mod": "COMMON_SPECULATIVE_TYPE_NGRAM_MOD",
+}
+"""The speculative decoding llama.cpp can run here, by name: its n-gram drafters, which draft
+from the tokens already in the context and need no draft model (the extra ships one model)."""
+
+
+def _speculative(_inst: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
+    if value is not None and value not in SPECULATIVE_TYPES:
+        raise ValueError(f"{attribute.name} must be one of {', '.join(SPECULATIVE_TYPES)} (or unset), got {value!r}")
+
+
 def _positive(_inst: object, attribute: attrs.Attribute[Any], value: int | None) -> None:
     if value is not None and value < 1:
         raise ValueError(f"{attribute.name} must be >= 1, got {value}")
@@ -200,6 +221,15 @@ class LlamaCppConfig:
         Another GGUF file to serve instead (its chat template is then the file's own).
     cache_prompt
         Server default for the prompt (prefix) cache; requests can override it.
+    speculative
+        Speculative decoding with one of llama.cpp's n-gram drafters
+        (:data:`SPECULATIVE_TYPES`; None: off). Each response's ``timings`` then carries
+        ``draft_n`` and ``draft_n_accepted``.
+    debug_log
+        Log at llama.cpp's debug level: with ``speculative``, one line per verify step
+        (``accepted M/K draft tokens, new n_tokens = N``), which
+        :mod:`simpy_llm.speculative.server_logs` turns into profiling rows. Verbose (thousands of
+        lines per request): for profiling runs, not measurements of speed.
 
     Examples
     --------
@@ -221,6 +251,8 @@ class LlamaCppConfig:
     model_dir: str | None = None
     model: str | None = None
     cache_prompt: bool = True
+    speculative: str | None = attrs.field(default=None, validator=_speculative)
+    debug_log: bool = False
 
     def __attrs_post_init__(self) -> None:
         if self.ctx_per_slot < 64:
@@ -253,6 +285,10 @@ class LlamaCppConfig:
             args += ["--model", str(self.model)]
         if not self.cache_prompt:
             args.append("--no-cache-prompt")
+        if self.speculative is not None:
+            args += ["--speculative", self.speculative]
+        if self.debug_log:
+            args.append("--debug-log")
         return args
 
     @classmethod
@@ -271,6 +307,8 @@ class LlamaCppConfig:
             model_dir=ns.model_dir,
             model=ns.model,
             cache_prompt=ns.cache_prompt,
+            speculative=ns.speculative,
+            debug_log=ns.debug_log,
         )
 
     def server_block(self) -> dict[str, Any]:
@@ -303,6 +341,7 @@ class LlamaCppConfig:
             "n_batch": int(defaults.n_batch),
             "n_ubatch": int(defaults.n_ubatch),
             "cache_ram_mib": int(defaults.cache_ram_mib),
+            **({"speculative": self.speculative} if self.speculative is not None else {}),
         }
 
     def params(self, model_path: Path | str) -> Any:
@@ -322,6 +361,10 @@ class LlamaCppConfig:
         p.cpuparams_batch.n_threads = self.threads  # prompt processing has its own count: pin it too
         p.endpoint_metrics = True
         p.cache_prompt = self.cache_prompt
+        if self.speculative is not None:
+            p.speculative.types = [getattr(xllamacpp.common_speculative_type, SPECULATIVE_TYPES[self.speculative])]
+        if self.debug_log:
+            p.verbosity = DEBUG_VERBOSITY
         if self.model is None:
             p.chat_template = GEMMA_CHAT_TEMPLATE
         return p
@@ -397,6 +440,14 @@ def _parser() -> argparse.ArgumentParser:
         dest="cache_prompt",
         action="store_false",
         help="disable the prompt (prefix) cache by default (requests may still ask for it)",
+    )
+    p.add_argument(
+        "--speculative", choices=sorted(SPECULATIVE_TYPES), default=None,
+        help="speculative decoding with one of llama.cpp's n-gram drafters (no draft model needed)",
+    )
+    p.add_argument(
+        "--debug-log", action="store_true",
+        help="log at llama.cpp's debug level (with --speculative: one line per verify step; verbose)",
     )
     p.add_argument("--exit-with-parent", action="store_true", help="stop when the launching process exits")
     return p
