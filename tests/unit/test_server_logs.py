@@ -62,7 +62,7 @@ def test_a_tally_the_steps_do_not_reach_is_refused() -> None:
     """A request whose step lines fall short of its tally (a cut log) is refused, naming it."""
     steps = pd.DataFrame({"slot": [0], "task": [7], "context_len": [50], "k": [4], "accepted_count": [1]})
     totals = pd.DataFrame({"slot": [0, 0], "task": [7, 9], "accepted": [1, 2], "generated": [4, 6]})
-    with pytest.raises(ValueError, match="task 9 .* drafted 6 tokens but no step line shows them"):
+    with pytest.raises(ValueError, match=r"task 9 .* drafted 6 tokens but no step line shows them"):
         check_steps_against_totals(steps, totals)
 
 
