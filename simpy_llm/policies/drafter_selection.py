@@ -41,6 +41,7 @@ from typing import Protocol
 import attrs
 
 from simpy_llm.config.validators import at_least
+from simpy_llm.policies.bandits import ucb1_arm
 from simpy_llm.registry import Registry
 
 __all__ = [
@@ -287,13 +288,4 @@ class DrafterBandit:
                 counts[state.current] += 1
                 sums[state.current] += (state.accepted_last + 1) / round_s / ((gamma + 1) / ceiling_s)
                 self._credited += 1
-        if 0 in counts:
-            return counts.index(0)
-        scale = 2.0 * math.log(self._credited)
-        c = self.exploration
-        best, best_index = 0, -math.inf
-        for j, n in enumerate(counts):
-            index = sums[j] / n + c * math.sqrt(scale / n)
-            if index > best_index:
-                best, best_index = j, index
-        return best
+        return ucb1_arm(counts, sums, self._credited, self.exploration)

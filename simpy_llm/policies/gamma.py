@@ -39,6 +39,7 @@ import attrs
 
 from simpy_llm.config.errors import FieldValueError
 from simpy_llm.config.validators import at_least, greater_than, in_range, optional
+from simpy_llm.policies.bandits import ucb1_arm
 from simpy_llm.registry import Registry
 
 __all__ = [
@@ -642,15 +643,5 @@ class UcbBandit:
                 counts[arm] += 1
                 sums[arm] += (state.accepted_last + 1) / round_s / (low if low > high else high)
                 self._credited += 1
-        if 0 in counts:
-            arm = counts.index(0)
-        else:
-            scale = 2.0 * math.log(self._credited)
-            c = self.exploration
-            arm, best = 0, -math.inf
-            for i, n in enumerate(counts):
-                index = sums[i] / n + c * math.sqrt(scale / n)
-                if index > best:
-                    arm, best = i, index
-        self._pending = k_min + arm
+        self._pending = k_min + ucb1_arm(counts, sums, self._credited, self.exploration)
         return self._pending
