@@ -73,6 +73,7 @@ from simpy_llm.serving.planner import WHAT_IF_DRAIN_WINDOWS, FleetControl, Plann
 from simpy_llm.serving.router import Router
 from simpy_llm.serving.views import ClusterView, LiveView, RouterCounts, SnapshotView, refresh_views
 from simpy_llm.speculative.curves import acceptance_model
+from simpy_llm.speculative.decode_pool import DecodeVerifyServer, VerifyPool
 from simpy_llm.speculative.draft import DraftFleet
 from simpy_llm.speculative.targets import FleetTargets
 from simpy_llm.speculative.verify import VerifyServer
@@ -312,7 +313,7 @@ class Simulation:
                 self.recorder, completions=completions, group=plan.group,
             )
             for i, (inbox, plan) in enumerate(zip(replica_inboxes, self.plans, strict=True))
-        ] if drafts is None else self._verify_servers(drafts, replica_inboxes, completions)
+        ] if drafts is None else self._verify_servers(drafts, replica_inboxes, completions, handoffs, schedulers, fast=fast)
         counts = RouterCounts(n_replicas)
         refresh_s = serving.view_refresh_s
         view_cls = SnapshotView if refresh_s is not None else LiveView
@@ -347,7 +348,9 @@ class Simulation:
         self.kv_links: dict = {}
         """A disaggregated fleet's KV links, by (prefill fleet index, decode position)."""
         if dis is not None and handoffs is not None:
-            self.kv_handoff = self._build_handoff(dis, handoffs, replica_inboxes, counts, completions)
+            # With speculation a request the hand-off drops must reach its draft device too.
+            dropped = completions if drafts is None else self._told_devices(drafts, completions)
+            self.kv_handoff = self._build_handoff(dis, handoffs, replica_inboxes, counts, dropped)
         self.wires: dict[str, Wire] = self._seams(replica_inboxes, completions, handoffs)
         """The Wires between the components, by seam name (``docs/processes.md``)."""
         self._check_seams(scenario)
@@ -498,29 +501,60 @@ class Simulation:
             targets=FleetTargets(self.scenario.serving),
         )
 
-    def _verify_servers(self, drafts: DraftFleet, inboxes: list[Wire], completions: Wire | None) -> list[VerifyServer]:
-        """The fleet as the targets of *drafts*: one VerifyServer per replica."""
+    def _verify_servers(
+        self, drafts: DraftFleet, inboxes: list[Wire], completions: Wire | None, handoffs: Wire | None,
+        schedulers: dict[str, SchedulerPolicy], *, fast: bool,
+    ) -> list[Replica | VerifyServer]:
+        """The fleet as the targets of *drafts*: one VerifyServer per replica; with
+        *handoffs* (a disaggregated fleet) an engine Replica per prefill replica and a
+        DecodeVerifyServer per decode replica (``docs/speculative.md``)."""
         spec = drafts.config
         fused = acceptance_model(spec.fused.acceptance) if spec.fused is not None else None
         slo = {name: (t.ttft_s, t.tpot_s, t.tvt_s) for name, t in self.scenario.slo.items()}
-        servers = []
+        fleet: list[Replica | VerifyServer] = []
+        servers: dict[int, VerifyServer] = {}
+        prefill_out = None if handoffs is None else self._told_devices(drafts, completions)
         for i, (inbox, plan) in enumerate(zip(inboxes, self.plans, strict=True)):
             settings = _device_settings(plan)
             engine = plan.engine
+            if plan.role == "prefill":
+                fleet.append(Replica(
+                    self.env, i, inbox, engine, plan.latency, self.recorder, fast=fast, completions=prefill_out,
+                    scheduler=schedulers[plan.group], group=plan.group, role="prefill", handoffs=handoffs,
+                    until_s=self.scenario.simulation.until_s, **settings,
+                ))
+                continue
             blocks = engine.kv_num_blocks
             if not isinstance(blocks, int):  # plan_fleet resolves "auto" from the latency model's hardware
                 raise ValueError(f"kv_num_blocks must be a number of blocks, not {blocks!r}")
-            servers.append(VerifyServer(
+            kind = VerifyServer if plan.role != "decode" else DecodeVerifyServer
+            server = servers[i] = kind(
                 self.env, i, inbox, plan.latency, self.recorder, spec,
                 kv_capacity_tokens=blocks * engine.kv_block_size,
                 max_prefill_tokens=engine.max_num_batched_tokens, max_seqs=engine.max_num_seqs,
                 max_model_len=engine.max_model_len, rng=self.streams.stream(f"verify/{i}"),
                 fused_acceptance=fused, slo=slo, send_verdict=drafts.send_verdict,
                 completions=completions, group=plan.group, throttle=settings["throttle"], load_s=plan.load_s,
-                kv_block_size=engine.kv_block_size,
-            ))
-        drafts.servers = servers
-        return servers
+                kv_block_size=engine.kv_block_size, warm_retention_s=settings["warm_retention_s"],
+            )
+            fleet.append(server)
+        drafts.servers = list(servers.values()) if handoffs is None else VerifyPool(servers)
+        return fleet
+
+    def _told_devices(self, drafts: DraftFleet, completions: Wire | None) -> Wire:
+        """A Wire for the requests that end before reaching a decode-pool verify server (a
+        one-token answer completed by its prefill replica, a request that replica or the KV
+        hand-off dropped): each one's draft device hears of it, and *completions*, if any,
+        receives it."""
+        ended = Wire(self.env)
+
+        def tell(req: Request) -> None:
+            drafts.send_verdict(req, 0 if req.dropped_reason else req.generated_tokens)
+            if completions is not None:
+                completions.put(req)
+
+        ended.connect(tell)
+        return ended
 
     def _link_stream(self, name: str) -> np.random.Generator:
         """The random stream of the link *name* (its jitter and losses)."""

@@ -346,12 +346,12 @@ class Scenario:
                 "simulation.mode", "applies to continuous-batching replicas; verify servers take one event per pass in any mode"
             )
         if serving.disaggregation is not None:
-            raise FieldValueError("speculation", "runs on a co-located fleet; remove serving.disaggregation")
+            self._check_disaggregated_speculation()
         for path, group in zip(serving.group_paths(), serving.groups(), strict=True):
             if group.batch_server is not None:
                 raise FieldValueError(f"serving.{path}batch_server", "speculative decoding's targets are verify servers, not batch servers")
-            if group.warm_retention_s is not None:
-                raise FieldValueError(f"serving.{path}warm_retention_s", "verify servers do not unload their model")
+            if group.role == "prefill":
+                continue  # a disaggregated fleet's prefill pool: engine replicas, every engine key read
             engine = group.engine
             unread = (
                 ("scheduler", engine.scheduler.kind != "fcfs", "their order is speculation.verify.order"),
@@ -382,6 +382,29 @@ class Scenario:
                 claimed[cid] = draft_group.name
         if len([g for g in speculation.drafts if not g.clients]) > 1:
             raise FieldValueError("speculation.drafts", "at most one draft group may leave clients empty (it takes every other client)")
+
+    def _check_disaggregated_speculation(self) -> None:
+        """What speculation on a disaggregated fleet (``docs/speculative.md``) cannot run with."""
+        speculation = self.speculation
+        assert speculation is not None  # called only with a speculation section
+        if self.planner is not None:
+            raise FieldValueError("planner", "resizes a co-located speculative fleet; remove it or serving.disaggregation")
+        if speculation.verify.prefix_caching:
+            raise FieldValueError(
+                "speculation.verify.prefix_caching",
+                "a decode-pool verify server receives each prompt's KV whole; remove it with serving.disaggregation",
+            )
+        for g, group in enumerate(speculation.drafts):
+            bound = (
+                ("targets", bool(group.targets)), ("rtt_ms_by_target", bool(group.rtt_ms_by_target)),
+                ("drafters", any(d.acceptance_by_target for d in group.drafters)),
+            )
+            for key, set_ in bound:
+                if set_:
+                    raise FieldValueError(
+                        f"speculation.drafts[{g}].{key}" + ("[].acceptance_by_target" if key == "drafters" else ""),
+                        "binds a draft group to targets, which a disaggregated fleet's entry router (its prefill pool) does not see",
+                    )
 
     @property
     def loaded_from(self) -> str | None:

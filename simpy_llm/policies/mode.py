@@ -81,6 +81,18 @@ class ModeState:
     """Predicted time per output token when fused, s."""
     gamma: int = 0
     """γ the request's γ policy proposes for its first round (``gamma_head`` reads it)."""
+    target_cold_s: float = 0.0
+    """Load the request's first round would wait for at the target, s: 0 when the target's
+    model is loaded, else what is left of its cold start (its whole ``load_s`` when it is
+    unloaded)."""
+    distributed_ahead_s: float = 0.0
+    """Time a distributed first round spends before its bundle reaches the target,
+    ``γ·draft_step_s + rtt_s`` (the verdict down, the drafting, the bundle up), s: a cold
+    start of the target runs meanwhile."""
+    distributed_round_tokens: float = 1.0
+    """Expected tokens per distributed round, ``E_d`` (``latency`` spreads a cold start over them)."""
+    fused_round_tokens: float = 1.0
+    """Expected tokens per fused round, ``E_f``."""
 
 
 class ModeSelector(Protocol):
@@ -141,9 +153,23 @@ class LatencySelector:
     favours fused (distributed must be faster by that factor), below 1 distributed (the
     predictions ignore queueing, which a loaded target's fused passes feel more).
 
+    A cold target (``target_cold_s`` above 0) delays the first round, and the selector
+    compares the first round's time per token: a fused round waits for the whole load,
+    ``fused_token_s + target_cold_s / E_f``; a distributed round drafts meanwhile and waits
+    only for what is left of the load when its bundle arrives,
+    ``distributed_token_s + max(0, target_cold_s - distributed_ahead_s) / E_d``. A short
+    load thus favours distributed (its drafting hides it); a long one favours the mode
+    with more tokens per round.
+
     >>> LatencySelector().choose(ModeState(distributed_token_s=0.010, fused_token_s=0.012))
     'distributed'
     >>> LatencySelector(margin=1.5).choose(ModeState(distributed_token_s=0.010, fused_token_s=0.012))
+    'fused'
+    >>> warm = ModeState(distributed_token_s=0.010, fused_token_s=0.012, distributed_ahead_s=0.05,
+    ...                  distributed_round_tokens=3.0, fused_round_tokens=4.0)
+    >>> LatencySelector().choose(attrs.evolve(warm, target_cold_s=0.2))  # 0.010 + 0.15 / 3 = 0.060 < 0.012 + 0.2 / 4 = 0.062
+    'distributed'
+    >>> LatencySelector().choose(attrs.evolve(warm, target_cold_s=1.0))  # 0.010 + 0.95 / 3 = 0.327 > 0.012 + 1 / 4 = 0.262
     'fused'
     """
 
@@ -151,7 +177,12 @@ class LatencySelector:
     """Distributed is chosen only when ``distributed_token_s * margin < fused_token_s``."""
 
     def choose(self, state: ModeState) -> str:
-        return "distributed" if state.distributed_token_s * self.margin < state.fused_token_s else "fused"
+        distributed, fused = state.distributed_token_s, state.fused_token_s
+        cold = state.target_cold_s
+        if cold > 0.0:  # the first round waits for the target's load (class docstring)
+            distributed += max(0.0, cold - state.distributed_ahead_s) / state.distributed_round_tokens
+            fused += cold / state.fused_round_tokens
+        return "distributed" if distributed * self.margin < fused else "fused"
 
 
 @mode_selectors.register("gamma_head")

@@ -76,8 +76,8 @@ if TYPE_CHECKING:
     from simpy_llm.network.link import Message
     from simpy_llm.policies.gamma import GammaPolicy
     from simpy_llm.policies.routing import RoutingPolicy
+    from simpy_llm.speculative.decode_pool import VerifyServers
     from simpy_llm.speculative.targets import FleetTargets
-    from simpy_llm.speculative.verify import VerifyServer
 
 __all__ = ["ACCEPTANCE_EWMA", "BatchingDraftDevice", "DraftDevice", "DraftFleet", "DraftPath", "Drafter", "SpecState"]
 
@@ -472,8 +472,8 @@ class DraftFleet:
         self.streams = streams
         self.device_profiles = device_profiles
         self.dropped = dropped
-        self.servers: list[VerifyServer] = []
-        """The targets, by fleet index (set by the simulation once built)."""
+        self.servers: VerifyServers = []
+        """The targets, by fleet index (set by the simulation once built; a disaggregated fleet's: its decode pool's)."""
         self.expected_acceptance = config.acceptance_sampling == "expected"
         """Rounds count the acceptance curve's expectation (carried over), not a draw."""
         self.think_rng = streams("draft/think_time")

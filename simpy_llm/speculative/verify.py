@@ -191,6 +191,10 @@ class VerifyServer:
         ``1 / factor`` as long, until it idles.
     load_s
         Cold start before its first pass (busy meanwhile).
+    warm_retention_s
+        With a cold start: idle longer than this (no job queued and no request admitted), it
+        unloads its model and pays ``load_s`` again before its next pass (None: it never
+        unloads).
     kv_block_size
         Tokens per KV block of its prefix cache (its engine's ``kv_block_size``; read only
         with ``verify.prefix_caching``).
@@ -226,6 +230,7 @@ class VerifyServer:
         throttle: tuple[float, float] | None = None,
         load_s: float = 0.0,
         kv_block_size: int = 16,
+        warm_retention_s: float | None = None,
     ) -> None:
         self.env = env
         self.index = index
@@ -283,6 +288,14 @@ class VerifyServer:
         self._seq = 0
         self._busy = False
         self._loaded = load_s <= 0.0
+        self._retention = warm_retention_s if load_s > 0.0 else None
+        """Idle time after which it unloads (None: never; a server without a cold start keeps its model)."""
+        self._idle_since = math.inf
+        """Since when it has had no job and no admitted request (inf: it has one now), kept with a retention."""
+        self._load_end_s: float | None = None
+        """When the cold start in progress ends (None: none is)."""
+        self.cold_starts = 0
+        """Cold starts paid, the first included."""
         self._busy_since: float | None = None
         self._kv_since = 0.0
         self._pass_start = math.nan
@@ -403,26 +416,64 @@ class VerifyServer:
         heap = self._next_heap() if self.prefills else (self.rounds or None)
         if heap is None:
             self._busy_since = None
+            if self._retention is not None:
+                self._idle_since = self.env.now if not self.running else math.inf
             return
         env = self.env
         self._busy = True
-        if not self._loaded:
-            timer = env.timeout(self.load_s)
-            timer.callbacks.append(functools.partial(self._loaded_at, env.now))
-            return
-        if self._busy_since is None:
+        if self._busy_since is None:  # from idle: a cold start first when unloaded
+            if not self._loaded or (self._retention is not None and env.now - self._idle_since > self._retention):
+                self._start_load()
+                return
             self._busy_since = env.now
         if heap is self.prefills:
             self._prefill_pass()
         else:
             self._verify_pass(self._take_round_batch())
 
+    def _start_load(self) -> None:
+        """Load the model (``load_s``, busy): the passes wait for its end."""
+        env = self.env
+        self._busy = True
+        self._loaded = False
+        self._load_end_s = env.now + self.load_s
+        timer = env.timeout(self.load_s)
+        timer.callbacks.append(functools.partial(self._loaded_at, env.now))
+
     def _loaded_at(self, start_s: float, _event: Event) -> None:
         """The cold start that began at *start_s* is over."""
-        self.recorder.on_cold_start(self.index, start_s, self.env.now)
+        now = self.env.now
+        self.recorder.on_cold_start(self.index, start_s, now)
+        self.cold_starts += 1
         self._loaded = True
+        self._load_end_s = None
+        self._idle_since = now  # loaded now: its retention counts from here
         self._busy = False
         self._kick()
+
+    def cold_wait_s(self) -> float:
+        """The load a pass starting now would wait for, s: what is left of the cold start in
+        progress, ``load_s`` when it is unloaded (never loaded, or idle past its
+        ``warm_retention_s``), else 0.
+
+        >>> import types
+        >>> server = types.SimpleNamespace(  # a server idle since t = 1 s, with a 2 s load and 10 s of retention
+        ...     env=types.SimpleNamespace(now=20.0), _load_end_s=None, _busy=False, _loaded=True,
+        ...     _retention=10.0, _idle_since=1.0, load_s=2.0)
+        >>> VerifyServer.cold_wait_s(server)  # idle 19 s: unloaded, the whole load
+        2.0
+        >>> server._idle_since = 15.0
+        >>> VerifyServer.cold_wait_s(server)  # idle 5 s: still loaded
+        0.0
+        """
+        end = self._load_end_s
+        if end is not None:
+            return end - self.env.now
+        if self._busy:
+            return 0.0  # a pass runs: the model is loaded
+        if not self._loaded or (self._retention is not None and self.env.now - self._idle_since > self._retention):
+            return self.load_s
+        return 0.0
 
     def _pass_over(self) -> None:
         """A pass's jobs are settled: the server is idle until it starts the next (or runs
@@ -583,13 +634,16 @@ class VerifyServer:
         rtt = spec.path.rtt_s  # the round trip to this target (rtt_ms_by_target)
         verify_s = self._pass_s([context], [gamma])
         temp = self.config.temperature
-        dist = (gamma * drafter.draft_token_s + rtt + verify_s) / drafter.acceptance.expected_tokens(context, gamma, temp)
+        dist_e = drafter.acceptance.expected_tokens(context, gamma, temp)
+        dist = (gamma * drafter.draft_token_s + rtt + verify_s) / dist_e
         fused_e = self.fused_acceptance.expected_tokens(context, gamma, temp)
         fused = (gamma * self.fused_draft_s + verify_s) / fused_e
         return ModeState(
             draft_group=spec.device.group, rtt_s=rtt, verify_queue_wait_s=self.queue_wait_s,
             kv_utilization=min(1.0, self.kv.used_blocks / self.kv.num_blocks) if self.kv.num_blocks else 0.0,
             distributed_token_s=dist, fused_token_s=fused, gamma=gamma,
+            target_cold_s=self.cold_wait_s(), distributed_ahead_s=gamma * drafter.draft_token_s + rtt,
+            distributed_round_tokens=dist_e, fused_round_tokens=fused_e,
         )
 
     def _next_fused(self, req: Request, now: float) -> None:

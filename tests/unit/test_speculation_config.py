@@ -157,11 +157,12 @@ def test_client_network_refused_with_speculation(curve):
     assert_problem(data, "workload.clients[0].network", r"give the network to the draft group")
 
 
-def test_disaggregation_refused_with_speculation(curve):
-    """``serving.disaggregation`` with speculation is refused: it runs on a co-located fleet."""
-    data = spec_scenario(curve, replicas=2)
-    data["serving"]["disaggregation"] = {"prefill_replicas": 1}
-    assert_problem(data, "speculation", r"co-located fleet; remove serving.disaggregation")
+def test_verify_prefix_caching_refused_with_disaggregation(curve):
+    """Speculation runs on a disaggregated fleet, but not with ``verify.prefix_caching``: a
+    decode-pool verify server receives each prompt's KV whole."""
+    data = spec_scenario(curve, replicas=2, speculation={"verify": {"prefix_caching": True}})
+    data["serving"]["disaggregation"] = {"prefill_replicas": 1, "kv_transfer": {"bytes_per_token": 1000.0}}
+    assert_problem(data, "speculation.verify.prefix_caching", r"receives each prompt's KV whole")
 
 
 # --- verify ---------------------------------------------------------------------------
