@@ -364,6 +364,11 @@ class VerifyConfig:
     context_bucket_tokens: int | None = attrs.field(default=None, validator=optional(all_of(at_least(1), at_most(10**9))))
     """Selective batching: a pass takes only jobs whose context falls in the first job's
     bucket of this many tokens (a job past its deadline joins any pass). None: any."""
+    cohort: str | None = attrs.field(default=None, validator=optional(one_of(("prefix",))))
+    """Prefix cohorting: ``prefix`` makes a pass take only jobs of the first job's prefix group
+    (with ``context_bucket_tokens``, of its bucket too; a job past its deadline joins any pass),
+    and a pass whose requests all share a prefix reads that prefix's KV once (cascade attention).
+    None: any job joins."""
     partial: str = attrs.field(default="all", validator=one_of(PARTIAL_MODES))
     """Which drafted positions the target verifies: ``all``; ``first_token`` (the first
     only); ``sampled`` (the first, and each later one with probability ``sample_rate``).

@@ -19,7 +19,8 @@ else none; a prefill's deadline is its arrival plus ``ttft_s``) or ``least_slack
 (deadline minus the job's own verify time). A pass is either prefills (taken in order
 while their prompts fit ``max_num_batched_tokens`` and the KV guard admits them) or
 verify/fused jobs (up to ``max_microbatch``, with selective batching by context
-bucket: jobs outside the first one's bucket wait unless already past their deadline).
+bucket and, with ``verify.cohort: prefix``, by prefix group: jobs outside the first one's
+bucket or group wait unless already past their deadline).
 Whichever queue's head comes first in the order runs. A pass in progress is not
 interrupted (a forward pass is not preemptible), so at-risk work leads at pass
 boundaries, where overdue jobs go first; with ``verify.preemption_slack_ms`` a round
@@ -35,9 +36,11 @@ Costs (``docs/speculative.md``): a prefill pass is the latency model's
 ``v_i`` drafted positions is read off a LUT's ``verify`` rows (``fanout_k = max v_i``,
 at the mean context and ``microbatch`` = sequences) when the latency model is a LUT that
 has them, else a decode step of ``sum(v_i + 1)`` tokens with attention over
-``sum((v_i + 1) c_i)`` context tokens; plus, if fused jobs are in it, ``max γ``
-draft steps of ``fused.draft_token_ms``, plus ``rollback_penalty_ms`` per
-mis-speculation partial verification let through. Each job's accepted prefix is
+``sum((v_i + 1) c_i)`` context tokens (with ``verify.cohort: prefix``, a shared prefix of
+``P`` tokens read once: ``P + sum((v_i + 1) (c_i - P))``); plus, if fused jobs are in it,
+``max γ`` draft steps of ``fused.draft_token_ms`` (a pass of fused jobs only: the LUT's
+``fused_decode`` row instead, when it has one, drafting included), plus
+``rollback_penalty_ms`` per mis-speculation partial verification let through. Each job's accepted prefix is
 drawn from its drafter's acceptance curve at its context when the pass starts (one
 uniform through the inverse CDF of the accepted-prefix distribution).
 
@@ -99,25 +102,27 @@ def verify_pass_s(latency: Any, contexts: list[int], verified: list[int]) -> flo
 
 def _pass_time_s(
     from_table: Callable[[list[int], list[int]], float | None] | None, uses_context: bool, step_time_s: Callable[..., float],
-    contexts: list[int], verified: list[int],
+    contexts: list[int], verified: list[int], shared: int = 0,
 ) -> float:
     """:func:`verify_pass_s` given what it reads off the latency model: its ``verify_time_s``
-    (None: it has none), whether it ``uses_context``, and its ``step_time_s``."""
+    (None: it has none), whether it ``uses_context``, and its ``step_time_s``. With *shared* > 0
+    (a cohort's common prefix, ``verify.cohort: prefix``) the attention reads the first *shared*
+    context tokens of every sequence once for the pass: ``shared + sum((v + 1) (c - shared))``."""
     if from_table is not None:
         found = from_table(contexts, verified)
         if found is not None:
             return found
     tokens = 0
-    context = 0
+    context = shared
     for c, v in zip(contexts, verified, strict=True):
         tokens += v + 1
-        context += (v + 1) * c
+        context += (v + 1) * (c - shared)
     if uses_context:
         return step_time_s(0, tokens, decode_context_tokens=context)
     return step_time_s(0, tokens)
 
 
-def _pass_timer(latency: Any) -> Callable[[list[int], list[int]], float]:
+def _pass_timer(latency: Any) -> Callable[..., float]:
     """:func:`verify_pass_s` on *latency* as a server calls it every pass and round: the model's
     optional capabilities read once, and a model that has no verify table and ignores the
     context times ``sum(v + 1)`` decode tokens directly."""
@@ -125,7 +130,7 @@ def _pass_timer(latency: Any) -> Callable[[list[int], list[int]], float]:
     uses_context = latency.uses_context
     step_time_s = latency.step_time_s
     if from_table is None and not uses_context:
-        return lambda contexts, verified: step_time_s(0, sum(verified) + len(verified))
+        return lambda contexts, verified, shared=0: step_time_s(0, sum(verified) + len(verified))
     return functools.partial(_pass_time_s, from_table, uses_context, step_time_s)
 
 
@@ -190,7 +195,8 @@ class VerifyServer:
         ``(after_s, factor)``: after that long busy without a break, passes take
         ``1 / factor`` as long, until it idles.
     load_s
-        Cold start before its first pass (busy meanwhile).
+        Cold start before its first pass (busy meanwhile), and before the first pass after
+        each unload (``warm_retention_s``).
     warm_retention_s
         With a cold start: idle longer than this (no job queued and no request admitted), it
         unloads its model and pays ``load_s`` again before its next pass (None: it never
@@ -255,6 +261,10 @@ class VerifyServer:
         self.rng = rng
         self._uniforms: list[float] = []
         self._pass_s = _pass_timer(latency)
+        self._fused_table = latency.fused_time_s
+        """The latency model's table of fused steps (a LUT's ``fused_decode`` rows), or None."""
+        self._cohort = self.verify.cohort == "prefix"
+        """Whether a pass takes one prefix group's jobs (``verify.cohort: prefix``)."""
         # Read on every pass: the settings as plain attributes.
         self._temperature = config.temperature
         self._expected = config.acceptance_sampling == "expected"
@@ -654,23 +664,36 @@ class VerifyServer:
         spec.round_start_s = now
         self.submit(req, gamma, now, FUSED)
 
+    def _shared_prefix(self, batch: list[_Job]) -> int:
+        """The prefix every request of *batch* shares (``verify.cohort: prefix``): its prefix
+        group's tokens when all are of one non-empty group, else 0."""
+        group = batch[0].req.prefix_group
+        if not group or any(job.req.prefix_group != group for job in batch):
+            return 0
+        return min(job.req.prefix_tokens for job in batch)
+
     def _take_round_batch(self) -> list[_Job]:
         heap = self.rounds
         cap = self.verify.max_microbatch
         bucket_tokens = self.verify.context_bucket_tokens
         first = heapq.heappop(heap)[-1]
         batch = [first]
-        if bucket_tokens is None:
+        if bucket_tokens is None and not self._cohort:
             while heap and len(batch) < cap:
                 batch.append(heapq.heappop(heap)[-1])
             return batch
         now = self.env.now
-        bucket = (first.req.prompt_tokens + first.req.generated_tokens) // bucket_tokens
+        bucket = (first.req.prompt_tokens + first.req.generated_tokens) // bucket_tokens if bucket_tokens is not None else 0
+        group = first.req.prefix_group
         skipped = []
         while heap and len(batch) < cap:
             entry = heapq.heappop(heap)
             job = entry[-1]
-            if job.deadline_s < now or (job.req.prompt_tokens + job.req.generated_tokens) // bucket_tokens == bucket:
+            req = job.req
+            if job.deadline_s < now or (
+                (bucket_tokens is None or (req.prompt_tokens + req.generated_tokens) // bucket_tokens == bucket)
+                and (not self._cohort or req.prefix_group == group)
+            ):
                 batch.append(job)
             else:
                 skipped.append(entry)
@@ -742,10 +765,17 @@ class VerifyServer:
             if job.kind == FUSED:
                 draft_steps = max(draft_steps, gamma)
             wait_total += now - job.enqueued_s
-        pass_s = self._pass_s(contexts, verified_counts)
+        shared = self._shared_prefix(batch) if self._cohort else 0
+        pass_s = self._pass_s(contexts, verified_counts, shared) if shared else self._pass_s(contexts, verified_counts)
         self.pass_s += WAIT_EWMA * (pass_s - self.pass_s)
         self.queue_wait_s += WAIT_EWMA * (wait_total / len(batch) - self.queue_wait_s)
-        step_s = draft_steps * self.fused_draft_s + pass_s + sum(rollback) * self._rollback_s
+        fused_s = None
+        if draft_steps and self._fused_table is not None and all(job.kind == FUSED for job in batch):
+            fused_s = self._fused_table(contexts, [job.gamma for job in batch])  # the table's fused step, drafting included
+        if fused_s is None:
+            step_s = draft_steps * self.fused_draft_s + pass_s + sum(rollback) * self._rollback_s
+        else:
+            step_s = fused_s + sum(rollback) * self._rollback_s
         step_s *= self._speed()
         self._pass_start = now
         timer = env.timeout(step_s)
