@@ -73,6 +73,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DECISION_COLUMNS",
+    "TRIGGER_COLUMNS",
     "WHAT_IF_DRAIN_WINDOWS",
     "Fleet",
     "FleetControl",
@@ -106,6 +107,9 @@ DECISION_COLUMNS = (
     "candidate", "gpus", "score", "feasible", "violation", "chosen", "applied",
 )
 """Columns of :meth:`Results.planner_decisions() <simpy_llm.metrics.results.Results.planner_decisions>`."""
+
+TRIGGER_COLUMNS = ("tick", "time_s", "trigger", "condition_s")
+"""Columns of :meth:`PlannerResults.triggers() <simpy_llm.serving.planner_results.PlannerResults.triggers>`."""
 
 
 def describe(config: Mapping[str, float | None]) -> str:
@@ -676,7 +680,8 @@ def layout_serving(serving: ServingConfig, tp: int, base_tp: int) -> ServingConf
     is built with ``tp``. The result lists its groups under ``replica_groups``.
 
     >>> from simpy_llm.config.serving import ServingConfig
-    >>> s = ServingConfig(replicas=4, latency_model={"kind": "roofline", "params": {"model": "llama-3.1-8b-instruct", "gpu": "H100"}})
+    >>> roofline = PolicySpec(kind="roofline", params={"model": "llama-3.1-8b-instruct", "gpu": "H100"})
+    >>> s = ServingConfig(replicas=4, latency_model=roofline)
     >>> [(g.count, g.latency_model.params["tp"]) for g in layout_serving(s, 2, 1).groups()]
     [(2, 2)]
 

@@ -83,10 +83,13 @@ def test_a_crossing_within_min_gap_ticks_when_the_gap_ends(tmp_path: Path):
 
 def test_an_arrival_burst_ticks_at_its_nth_request(tmp_path: Path):
     """arrival_burst 30 fires as the 30th request since the last tick (10 s) reaches the
-    replica: the burst's 30th, at 12 s + 29 x 10 ms."""
-    sim, times = _run(_scenario(_burst(tmp_path / "t.csv"), {"on": {"arrival_burst": 30}, "min_gap_s": 1}))
-    assert times[1] == pytest.approx(BURST_START_S + 29 * BURST_GAP_S, abs=1e-9)
-    assert sim.planner is not None and sim.planner.log.triggers[0][2] == "arrival_burst"
+    replica: the burst's 30th, at 12 s + 29 x 10 ms; the trigger table shows it."""
+    results = Simulation(scenario_from_dict(_scenario(_burst(tmp_path / "t.csv"), {"on": {"arrival_burst": 30}, "min_gap_s": 1}))).run(progress=False)
+    nth = BURST_START_S + 29 * BURST_GAP_S
+    assert results.planner_decisions()["time_s"].tolist()[1] == pytest.approx(nth, abs=1e-9)
+    row = results.subsystems.planner.triggers().iloc[0]
+    assert (row["tick"], row["trigger"]) == (1, "arrival_burst")
+    assert row["time_s"] == row["condition_s"] == pytest.approx(nth, abs=1e-9)
 
 
 def test_triggers_that_never_fire_leave_the_cadence_and_records_unchanged(tmp_path: Path):
