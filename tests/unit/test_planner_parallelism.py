@@ -8,7 +8,7 @@ import functools
 
 import pytest
 
-from simpy_llm import Simulation
+from simpy_llm import Simulation, load_scenario
 from simpy_llm.config.errors import ScenarioError
 from simpy_llm.loading import scenario_from_dict
 from simpy_llm.serving.roofline import RooflineLatency
@@ -152,3 +152,26 @@ def test_a_disaggregated_fleet_is_refused():
     data["serving"]["disaggregation"] = {"prefill_replicas": 2}
     data["planner"] = {**LATENCY_PLANNER, "candidates": {"parallelism": [{"tp": 1}, {"tp": 2}]}}
     assert "planner.candidates.parallelism: not supported yet with serving.disaggregation" in _problem(data)
+
+
+def test_verify_servers_change_layout_under_speculative_decoding():
+    """The shipped speculative planner scenario on one tp 2 verify server, the planner
+    choosing between it and two tp 1 servers: it moves to tp 1 (two servers' queues beat
+    one faster server's at this load) at its first tick; prompts routed after it go to the
+    two servers built after the first, and every request still gets all its tokens."""
+    overrides = [
+        "serving.latency_model.params.tp=2", "planner.candidates={parallelism: [{tp: 1}, {tp: 2}]}",
+        "workload.num_requests=150",
+    ]
+    sim = Simulation(load_scenario("scenarios/planner_speculative.yaml", overrides))
+    results = sim.run(progress=False)
+    assert sim.layouts == {2: [0], 1: [1, 2]}
+    applied = results.planner_decisions().query("applied")
+    assert applied[["time_s", "candidate"]].values.tolist() == [[20.0, "parallelism=1"]]
+    records = results.to_dataframe()
+    assert set(records.loc[records["arrival_s"] < 20.0, "replica"]) == {0}
+    assert set(records.loc[records["arrival_s"] > 20.0, "replica"]) == {1, 2}
+    assert (records["generated_tokens"] == records["output_tokens"]).all()
+    rounds = results.spec_rounds()
+    late = set(records.loc[records["arrival_s"] > 20.0, "request_id"])
+    assert set(rounds.loc[rounds["request_id"].isin(late), "replica"]) == {1, 2}
