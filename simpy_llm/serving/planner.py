@@ -51,7 +51,7 @@ from simpy_llm.config.planner import KNOBS
 from simpy_llm.entities import Request
 from simpy_llm.policies.gamma import StaticGamma
 from simpy_llm.policies.planning import BestFeasible, Evaluation
-from simpy_llm.serving.fleet import plan_fleet
+from simpy_llm.serving.fleet import ReplicaPlan, plan_fleet
 
 if TYPE_CHECKING:
     from simpy.events import Event
@@ -62,10 +62,10 @@ if TYPE_CHECKING:
     from simpy_llm.kernel import Environment
     from simpy_llm.metrics.summary import Summary
     from simpy_llm.policies.planning import PlannerChoice
+    from simpy_llm.rng import RandomStreams
     from simpy_llm.serving.batching import BatchServer
     from simpy_llm.serving.disaggregation import KvHandoff
     from simpy_llm.serving.engine import Replica
-    from simpy_llm.serving.fleet import ReplicaPlan
     from simpy_llm.serving.router import Router
     from simpy_llm.speculative.draft import DraftFleet
     from simpy_llm.speculative.verify import VerifyServer
@@ -359,7 +359,7 @@ class PlannerLog:
     what_if_s: float = 0.0
     """Wall-clock seconds spent in what-if simulations."""
     triggers: list[tuple[int, float, str, float]] = attrs.field(factory=list)
-    """``(tick, time_s, trigger, fired_s)`` per tick a trigger condition brought forward:
+    """``(tick, time_s, trigger, condition_s)`` per tick a trigger condition brought forward:
     the trigger's name and when its condition became true (the tick waits out
     ``ticks.min_gap_s``)."""
 
@@ -660,6 +660,10 @@ def gpu_seconds(columns: dict[str, np.ndarray], kv_starts: dict[int, float], log
 def fleet_tp(plans: Sequence[ReplicaPlan]) -> int:
     """The tensor-parallel degree every replica of *plans* runs at.
 
+    >>> from simpy_llm.config.engine import EngineConfig
+    >>> fleet_tp([ReplicaPlan(group="a", engine=EngineConfig(), latency=None, capacity=1.0, gpus=2)] * 3)
+    2
+
     Raises
     ------
     FieldValueError
@@ -704,7 +708,7 @@ def layout_serving(serving: ServingConfig, tp: int, base_tp: int) -> ServingConf
 
 
 def parallelism_fleet(
-    scenario: Scenario, plans: list[ReplicaPlan], latency_override: object = None, streams: Any = None
+    scenario: Scenario, plans: list[ReplicaPlan], latency_override: object = None, streams: RandomStreams | None = None
 ) -> tuple[list[ReplicaPlan], dict[int, list[int]]]:
     """*plans* (the scenario's fleet) and, with parallelism candidates, the replicas of each
     candidate degree it does not run at, after them; and each degree's replicas.
@@ -712,6 +716,12 @@ def parallelism_fleet(
     Every layout keeps each group's GPUs (:func:`layout_serving`) and shares its group's
     name, so its replicas take the group's scheduler and latency stream. Without
     parallelism candidates: *plans* and no layouts.
+
+    >>> from simpy_llm import load_scenario
+    >>> sc = load_scenario("scenarios/planner_pool_split.yaml", ["planner.candidates={parallelism: [{tp: 1}, {tp: 2}]}"])
+    >>> fleet, layouts = parallelism_fleet(sc, plan_fleet(sc.serving))
+    >>> layouts, [p.gpus for p in fleet]
+    ({2: [0, 1, 2, 3], 1: [4, 5, 6, 7, 8, 9, 10, 11]}, [2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1])
 
     Raises
     ------
@@ -741,7 +751,14 @@ def what_if_layout(
 ) -> tuple[Scenario, dict[str, float]]:
     """The scenario a what-if of *candidate* runs and the knobs it applies at time 0: with a
     ``parallelism`` other than the fleet's own (the first of *layouts*), the candidate
-    degree's layout is the what-if's whole fleet."""
+    degree's layout is the what-if's whole fleet.
+
+    >>> from simpy_llm import load_scenario
+    >>> sc = load_scenario("scenarios/planner_pool_split.yaml")
+    >>> w, knobs = what_if_layout(sc, {"parallelism": 1, "max_num_seqs": 64}, {2: [0, 1, 2, 3], 1: list(range(4, 12))})
+    >>> knobs, [(g.count, g.latency_model.params["tp"]) for g in w.serving.groups()]
+    ({'max_num_seqs': 64}, [(8, 1)])
+    """
     knobs = {k: v for k, v in candidate.items() if k != "parallelism"}
     if "parallelism" not in candidate or not layouts:
         return scenario, knobs
