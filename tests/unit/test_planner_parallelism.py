@@ -175,3 +175,11 @@ def test_verify_servers_change_layout_under_speculative_decoding():
     rounds = results.spec_rounds()
     late = set(records.loc[records["arrival_s"] > 20.0, "request_id"])
     assert set(rounds.loc[rounds["request_id"].isin(late), "replica"]) == {1, 2}
+
+
+def test_a_degree_out_of_range_or_listed_twice_is_refused():
+    """tp is an integer in [1, 64], each listed once."""
+    zero = {**LATENCY_PLANNER, "candidates": {"parallelism": [{"tp": 0}]}}
+    assert "planner.candidates.parallelism[0].tp: must be >= 1" in _problem(_scenario(zero))
+    twice = {**LATENCY_PLANNER, "candidates": {"parallelism": [{"tp": 2}, {"tp": 2}]}}
+    assert "planner.candidates.parallelism: lists a tp twice: [2, 2]" in _problem(_scenario(twice))
