@@ -69,7 +69,7 @@ from simpy_llm.serving.devices import device_profile
 from simpy_llm.serving.disaggregation import KvHandoff
 from simpy_llm.serving.engine import Replica
 from simpy_llm.serving.fleet import ReplicaPlan, plan_fleet
-from simpy_llm.serving.planner import WHAT_IF_DRAIN_WINDOWS, FleetControl, Planner, WhatIf
+from simpy_llm.serving.planner import WHAT_IF_DRAIN_WINDOWS, FleetControl, Planner, WhatIf, parallelism_fleet, what_if_layout
 from simpy_llm.serving.router import Router
 from simpy_llm.serving.views import ClusterView, LiveView, RouterCounts, SnapshotView, refresh_views
 from simpy_llm.speculative.curves import acceptance_model
@@ -230,7 +230,9 @@ class Simulation:
         self.env = Environment()
         self.streams = RandomStreams(scenario.seed)
         serving = scenario.serving
-        self.plans = plan_fleet(serving, latency_model, self.streams)
+        self.plans, self.layouts = parallelism_fleet(scenario, plan_fleet(serving, latency_model, self.streams), latency_model, self.streams)
+        """Each replica's plan; with planner parallelism candidates, each candidate degree's
+        replicas follow the scenario's (``layouts``: their fleet indices by tp, the scenario's first)."""
         if token_listener is not None and any(p.batch_server is not None for p in self.plans):
             raise ValueError("a token_listener needs continuous-batching replicas; a batch server returns whole responses")
         n_replicas = len(self.plans)
@@ -921,13 +923,13 @@ class _PlannerHost:
         speculative decoding, the draft fleet (which binds it to a device and reports it when
         its prompt reaches the targets)."""
         sim = self._sim
-        scenario = attrs.evolve(sim.scenario, planner=None, seed=seed)
+        scenario, knobs = what_if_layout(attrs.evolve(sim.scenario, planner=None, seed=seed), candidate, sim.layouts)
         given = sim._given.copied()  # fresh objects for each what-if, with their state at the tick
         w = Simulation(
             scenario, external_arrivals=True, latency_model=given.latency_model, routing_policy=given.routing_policy,
             scheduler_policy=given.scheduler_policy, admission_policy=given.admission_policy, processes=given.processes,
         )
-        FleetControl(w).apply(candidate)
+        FleetControl(w).apply(knobs)
         env, recorder = w.env, w.recorder
         drafts = w.draft_fleet
         put = w.sent.put if drafts is not None else w.arrivals.put

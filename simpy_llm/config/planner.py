@@ -16,8 +16,10 @@ configuration, and applies the best feasible one to newly routed work
 
 With a ``speculation`` section the planner also tunes speculative decoding for newly
 started requests: ``gamma`` (a static speculation length) and ``fused_fraction`` (the
-share of requests running fused). Every key changes what is simulated; a knob the
-scenario's fleet cannot honour is rejected, naming it.
+share of requests running fused). ``parallelism`` lets it choose the replicas'
+tensor-parallel degree within the fleet's GPUs, and ``ticks`` adds ticks when a trigger
+condition becomes true between the cadence's. Every key changes what is simulated; a
+knob the scenario's fleet cannot honour is rejected, naming it.
 """
 
 from __future__ import annotations
@@ -40,15 +42,18 @@ from simpy_llm.config.validators import (
     optional,
 )
 
-__all__ = ["NAMED_OBJECTIVES", "PlannerCandidates", "PlannerConfig", "check_planner"]
+__all__ = ["NAMED_OBJECTIVES", "Parallelism", "PlannerCandidates", "PlannerConfig", "PlannerTicks", "TickTriggers", "check_planner"]
 
 NAMED_OBJECTIVES = ("goodput_per_gpu", "goodput")
 """``planner.objective`` values besides a summary path: requests meeting their SLO per second
 per GPU in use, and per second."""
 MAX_CANDIDATES = 256
 """Most candidate configurations a tick may evaluate (each one is a what-if simulation)."""
-KNOBS = ("active_replicas", "prefill_replicas", "decode_replicas", "max_num_seqs", "gamma", "fused_fraction")
-"""The knobs the planner can turn at run time, in the order a configuration lists them."""
+KNOBS = ("active_replicas", "prefill_replicas", "decode_replicas", "parallelism", "max_num_seqs", "gamma", "fused_fraction")
+"""The knobs the planner can turn at run time, in the order a configuration lists them
+(``parallelism`` by its tensor-parallel degree)."""
+MAX_TP = 64
+"""Largest tensor-parallel degree a parallelism candidate may name."""
 
 
 def _int_list(value: Any) -> Any:
@@ -92,6 +97,43 @@ def _float_list(value: Any) -> Any:
 
 
 @attrs.frozen(kw_only=True)
+class Parallelism:
+    """One parallelism candidate: the tensor-parallel degree of every replica (``{tp: 2}``).
+
+    Only tensor parallelism is offered: the latency models that describe their hardware
+    (``roofline``, ``profile``, ``blis_linear`` with a profile) take a TP degree and none
+    models pipeline stages, so a ``pp`` key is refused as unknown.
+
+    >>> Parallelism(tp=2)
+    Parallelism(tp=2)
+    """
+
+    tp: int = attrs.field(validator=all_of(at_least(1), at_most(MAX_TP)))
+    """Tensor-parallel degree: GPUs per replica."""
+
+
+def _parallelism_list(value: Any) -> Any:
+    """A list of ``{tp: n}`` mappings (from Python; YAML's are structured already) as a tuple."""
+    if isinstance(value, list):
+        return tuple(Parallelism(**v) if isinstance(v, dict) else v for v in value)
+    return value
+
+
+def _parallelisms(_inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+    """Validator: a non-empty list of distinct :class:`Parallelism`, or None."""
+    if value is None:
+        return
+    if not isinstance(value, tuple) or not value:
+        raise FieldValueError(attr.name, "must be a non-empty list of parallelism plans such as {tp: 2}")
+    for i, v in enumerate(value):
+        if not isinstance(v, Parallelism):
+            raise FieldValueError(f"{attr.name}[{i}]", f"must be a mapping such as {{tp: 2}}, got {v!r}")
+    tps = [v.tp for v in value]
+    if len(set(tps)) != len(tps):
+        raise FieldValueError(attr.name, f"lists a tp twice: {tps}")
+
+
+@attrs.frozen(kw_only=True)
 class PlannerCandidates:
     """The values each knob may take; the candidates are every combination of them.
 
@@ -112,6 +154,13 @@ class PlannerCandidates:
         default=None, converter=_int_list, validator=_values(1, MAX_REPLICAS)
     )
     """Decode replicas hand-offs may go to (the first *n* of the decode pool)."""
+    parallelism: tuple[Parallelism, ...] | None = attrs.field(
+        default=None, converter=_parallelism_list, validator=_parallelisms
+    )
+    """Tensor-parallel degrees of a co-located fleet's replicas (``[{tp: 1}, {tp: 2}]``):
+    every group's latency model is rebuilt at the degree and its GPUs kept, so a group of
+    *n* replicas at tp *t0* runs ``n t0 / tp`` replicas (``docs/planner.md``). Excludes
+    ``active_replicas`` (the GPU budget sets the replicas)."""
     max_num_seqs: tuple[int, ...] | None = attrs.field(
         default=None, converter=_int_list, validator=_values(1, 2**20)
     )
@@ -129,6 +178,10 @@ class PlannerCandidates:
     def __attrs_post_init__(self) -> None:
         if not self.knobs():
             raise FieldValueError("", f"name at least one knob: {', '.join(KNOBS)}")
+        if self.parallelism is not None and self.active_replicas is not None:
+            raise FieldValueError(
+                "parallelism", "excludes active_replicas: a parallelism plan sets the replicas (GPUs / tp); drop one of the two"
+            )
         if self.count() > MAX_CANDIDATES:
             raise FieldValueError("", f"{self.count()} combinations; at most {MAX_CANDIDATES} (each is a what-if simulation per tick)")
 
@@ -143,6 +196,16 @@ class PlannerCandidates:
             n *= len(getattr(self, k))
         return n
 
+    def values(self, knob: str) -> tuple[float, ...]:
+        """The values *knob* may take, as numbers (a parallelism plan by its ``tp``).
+
+        >>> PlannerCandidates(parallelism=[{"tp": 1}, {"tp": 2}]).values("parallelism")
+        (1, 2)
+        """
+        if knob == "parallelism":
+            return tuple(p.tp for p in self.parallelism or ())
+        return tuple(getattr(self, knob))
+
     def combinations(self) -> list[dict[str, float]]:
         """Every combination, as ``{knob: value}``, in the lists' order (last knob fastest).
 
@@ -150,7 +213,7 @@ class PlannerCandidates:
         [{'active_replicas': 1, 'max_num_seqs': 8}, {'active_replicas': 2, 'max_num_seqs': 8}]
         """
         knobs = self.knobs()
-        return [dict(zip(knobs, values, strict=True)) for values in itertools.product(*(getattr(self, k) for k in knobs))]
+        return [dict(zip(knobs, values, strict=True)) for values in itertools.product(*(self.values(k) for k in knobs))]
 
 
 def _objective(_inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
@@ -162,6 +225,49 @@ def _constraints(_inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
     for path, bound in value.items():
         if isinstance(bound, bool) or not isinstance(bound, (int, float)) or bound != bound:
             raise FieldValueError(f"{attr.name}.{path}", f"must be a number (the metric's upper bound), got {bound!r}")
+
+
+def _count(_inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_REQUESTS):
+        raise FieldValueError(attr.name, f"must be an integer in [1, {MAX_REQUESTS}] (requests), got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class TickTriggers:
+    """Conditions that fire a tick when they become true (``planner.ticks.on``).
+
+    >>> TickTriggers(queue_over=64).names()
+    ('queue_over',)
+    """
+
+    queue_over: int | None = attrs.field(default=None, validator=_count)
+    """A replica's waiting requests reach this many (checked as each request reaches a
+    replica; it fires again only after that replica has been seen below it)."""
+    arrival_burst: int | None = attrs.field(default=None, validator=_count)
+    """This many requests have reached the fleet's entry replicas since the last tick."""
+
+    def __attrs_post_init__(self) -> None:
+        if not self.names():
+            raise FieldValueError("", "name at least one trigger: queue_over, arrival_burst")
+
+    def names(self) -> tuple[str, ...]:
+        """The triggers given."""
+        return tuple(n for n in ("queue_over", "arrival_burst") if getattr(self, n) is not None)
+
+
+@attrs.frozen(kw_only=True)
+class PlannerTicks:
+    """Ticks on events as well as on the cadence (``planner.ticks``).
+
+    >>> PlannerTicks(on=TickTriggers(queue_over=64), min_gap_s=2).min_gap_s
+    2.0
+    """
+
+    on: TickTriggers
+    """The trigger conditions."""
+    min_gap_s: float = attrs.field(default=1.0, converter=float, validator=in_range(MIN_PERIOD_S, MAX_TIME_S))
+    """Least time between two ticks, s: a condition that becomes true sooner after the last
+    tick fires its tick this long after it."""
 
 
 @attrs.frozen(kw_only=True)
@@ -193,8 +299,14 @@ class PlannerConfig:
     constraints: dict[str, float] = attrs.field(factory=dict, validator=_constraints)
     """Upper bounds on what-if summary metrics (``latency_s.ttft.p95: 0.5``); a candidate
     that exceeds one, or whose metric is undefined (no completed request), is infeasible."""
+    ticks: PlannerTicks | None = None
+    """Ticks also when a condition becomes true (queue over a bound, a burst of arrivals),
+    at most one per ``ticks.min_gap_s``; the cadence then counts from the last tick
+    (``docs/planner.md``). None: ticks on the cadence only."""
 
     def __attrs_post_init__(self) -> None:
+        if self.ticks is not None and self.ticks.min_gap_s > self.interval_s:
+            raise FieldValueError("ticks.min_gap_s", f"{self.ticks.min_gap_s:g} exceeds interval_s ({self.interval_s:g}): a trigger could never fire")
         if self.window_s is None:
             object.__setattr__(self, "window_s", self.interval_s)
         if self.first_tick_s is None:
@@ -234,6 +346,14 @@ def check_planner(scenario: Any) -> None:
         if dis is None:
             raise FieldValueError(f"planner.candidates.{pool}_replicas", "needs serving.disaggregation; a co-located fleet uses active_replicas")
         _within(values, f"{pool}_replicas", pools[pool], f"the {pool} pool's replicas")
+    if cand.parallelism is not None:
+        if dis is not None:
+            raise FieldValueError("planner.candidates.parallelism", "not supported yet with serving.disaggregation: give a co-located fleet")
+        for path, group in zip(serving.group_paths(), serving.groups(), strict=True):
+            if group.batch_server is not None:
+                raise FieldValueError(
+                    "planner.candidates.parallelism", f"serving.{path}batch_server: a batch server's latency model is not rebuilt per tp"
+                )
     if cand.max_num_seqs is not None:
         for path, group in zip(serving.group_paths(), serving.groups(), strict=True):
             if group.batch_server is not None:

@@ -5,7 +5,7 @@ they import nothing above them. What needs the components themselves is checked 
 the build step above them: a replica group's device profile and its role, a batch server's
 need of a latency model, a fleet's plan (``kv_num_blocks: auto``, swap settings), a
 disaggregated fleet's topology, an agentic workflow's graph, a process's seam, acceptance
-curves and draft devices, the planner's summary metrics.
+curves and draft devices, the planner's summary metrics and parallelism candidates.
 
 Each check takes one config object and raises :class:`~simpy_llm.config.errors.FieldValueError`
 naming the key inside it, as the class's own checks do. The loader runs a class's checks
@@ -44,13 +44,15 @@ from simpy_llm.config.schema import (
     ToolConfig,
 )
 from simpy_llm.config.speculation import DrafterConfig, DraftGroupConfig, FusedConfig, SpeculationConfig
-from simpy_llm.config.structure import attrs_hook_factory, converter
+from simpy_llm.config.structure import attrs_hook_factory, build_policy, converter
 from simpy_llm.metrics.summary_paths import summary_metric_path
 from simpy_llm.network.topology import Topology
 from simpy_llm.processes import check_place
 from simpy_llm.serving.batching import batch_service_models
 from simpy_llm.serving.devices import DeviceProfile, device_profile
 from simpy_llm.serving.fleet import plan_fleet
+from simpy_llm.serving.latency import latency_models
+from simpy_llm.serving.planner import fleet_tp, layout_serving
 from simpy_llm.speculative.curves import acceptance_model
 from simpy_llm.speculative.targets import FleetTargets
 from simpy_llm.workload.distributions import ClampedGaussian
@@ -266,6 +268,52 @@ def _planner_metrics(planner: PlannerConfig) -> None:
         problem = summary_metric_path(path)
         if problem:
             raise FieldValueError(f"constraints.{path}", problem)
+
+
+@_checks(Scenario)
+def _planner_parallelism(scenario: Scenario) -> None:
+    """Parallelism candidates need latency models rebuilt at each degree: each group's model
+    takes ``tp`` and names its hardware, the groups share one degree, and every candidate's
+    layout splits the groups' GPUs and builds (the model shards that many ways, fits, has a
+    profile at that degree)."""
+    planner = scenario.planner
+    if planner is None or planner.candidates.parallelism is None:
+        return
+    serving = scenario.serving
+    try:
+        plans = plan_fleet(serving)
+    except FieldValueError:
+        return  # the fleet's own problem, reported at its key path by the serving checks
+    key = "planner.candidates.parallelism"
+    by_group = {p.group: p for p in plans}
+    for path, group in zip(serving.group_paths(), serving.groups(), strict=True):
+        spec = group.latency_model
+        if spec is None:
+            continue  # a batch server: refused by the planner's own check
+        plan = by_group[group.name]
+        hardware = getattr(plan.latency, "hardware", None)
+        try:
+            rebuilt = build_policy(PolicySpec(kind=spec.kind, params={**spec.params, "tp": plan.gpus}), latency_models)
+        except FieldValueError:
+            rebuilt = None
+        if hardware is None or rebuilt is None or getattr(rebuilt, "hardware", None) is None:
+            raise FieldValueError(
+                key, f"serving.{path}latency_model ({spec.kind}) cannot change its tensor-parallel degree: a parallelism "
+                "candidate needs a latency model that takes tp and names its model and gpu (roofline, profile, blis_linear with a profile)"
+            )
+    try:
+        base = fleet_tp(plans)
+    except FieldValueError as exc:
+        raise FieldValueError(key, exc.message) from None
+    for i, candidate in enumerate(planner.candidates.parallelism):
+        try:
+            layout = layout_serving(serving, candidate.tp, base)
+        except FieldValueError as exc:
+            raise FieldValueError(f"{key}[{i}].tp", exc.message) from None
+        try:
+            plan_fleet(layout)
+        except FieldValueError as exc:
+            raise FieldValueError(f"{key}[{i}].tp", f"at tp {candidate.tp}, serving.{exc.field}: {exc.message}") from None
 
 
 def _checked_hook(cls: type, checks: list[Callable[[Any], None]]) -> Callable[[Any, Any], Any]:

@@ -21,6 +21,13 @@ the draft fleet at the times their clients sent them, and the knobs ``gamma`` an
 ``fused_fraction`` reach the draft fleet (:meth:`~simpy_llm.speculative.draft.DraftFleet.plan_gamma`,
 :meth:`~simpy_llm.speculative.draft.DraftFleet.plan_fused_fraction`).
 
+With ``candidates.parallelism`` the fleet is also built at each candidate tensor-parallel
+degree it does not run at (:func:`parallelism_fleet`): those replicas follow the
+scenario's own, inactive, and a tick that changes the degree swaps the active set; a
+what-if runs the candidate's layout as its whole fleet (:func:`what_if_layout`). With
+``ticks.on`` the planner watches the replicas' inboxes (:meth:`Planner.watch`) and ticks
+also when a trigger condition becomes true.
+
 The planner sees its simulation through :class:`PlannerHost` (the clock, the fleet, the
 arrivals, what-if runs), which :class:`~simpy_llm.simulation.Simulation` implements: it
 imports neither the simulation nor the results.
@@ -28,36 +35,45 @@ imports neither the simulation nor the results.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import attrs
 import numpy as np
 
+from simpy_llm.config.common import PolicySpec
+from simpy_llm.config.engine import EngineConfig
+from simpy_llm.config.errors import FieldValueError
 from simpy_llm.config.planner import KNOBS
 from simpy_llm.entities import Request
 from simpy_llm.policies.gamma import StaticGamma
 from simpy_llm.policies.planning import BestFeasible, Evaluation
+from simpy_llm.serving.fleet import ReplicaPlan, plan_fleet
 
 if TYPE_CHECKING:
     from simpy.events import Event
 
     from simpy_llm.config.planner import PlannerConfig
+    from simpy_llm.config.schema import Scenario
+    from simpy_llm.config.serving import ServingConfig
     from simpy_llm.kernel import Environment
     from simpy_llm.metrics.summary import Summary
     from simpy_llm.policies.planning import PlannerChoice
+    from simpy_llm.rng import RandomStreams
     from simpy_llm.serving.batching import BatchServer
     from simpy_llm.serving.disaggregation import KvHandoff
     from simpy_llm.serving.engine import Replica
-    from simpy_llm.serving.fleet import ReplicaPlan
     from simpy_llm.serving.router import Router
     from simpy_llm.speculative.draft import DraftFleet
     from simpy_llm.speculative.verify import VerifyServer
+    from simpy_llm.wire import Wire
 
 __all__ = [
     "DECISION_COLUMNS",
+    "TRIGGER_COLUMNS",
     "WHAT_IF_DRAIN_WINDOWS",
     "Fleet",
     "FleetControl",
@@ -66,7 +82,10 @@ __all__ = [
     "PlannerLog",
     "WhatIf",
     "gpu_seconds",
+    "layout_serving",
+    "parallelism_fleet",
     "what_if_arrivals",
+    "what_if_layout",
 ]
 
 WHAT_IF_DRAIN_WINDOWS = 20
@@ -88,6 +107,9 @@ DECISION_COLUMNS = (
     "candidate", "gpus", "score", "feasible", "violation", "chosen", "applied",
 )
 """Columns of :meth:`Results.planner_decisions() <simpy_llm.metrics.results.Results.planner_decisions>`."""
+
+TRIGGER_COLUMNS = ("tick", "time_s", "trigger", "condition_s")
+"""Columns of :meth:`PlannerResults.triggers() <simpy_llm.serving.planner_results.PlannerResults.triggers>`."""
 
 
 def describe(config: Mapping[str, float | None]) -> str:
@@ -126,6 +148,17 @@ class Fleet(Protocol):
     @property
     def replicas(self) -> Sequence[Replica | BatchServer | VerifyServer]:
         """The replicas, in fleet order."""
+        ...
+
+    @property
+    def wires(self) -> Mapping[str, Wire]:
+        """The Wires between the components, by seam name (``replica:<i>``: replica *i*'s inbox)."""
+        ...
+
+    @property
+    def layouts(self) -> Mapping[int, Sequence[int]]:
+        """With parallelism candidates, each tensor-parallel degree's replicas (fleet indices),
+        the scenario's own degree first (empty without: :func:`parallelism_fleet`)."""
         ...
 
 
@@ -207,9 +240,17 @@ class FleetControl:
             **self._speculation_config(),
         }
         """Every knob's value in force (``max_num_seqs``: the largest of the groups' until set;
-        ``gamma``, ``fused_fraction``: None while the scenario's γ policy or mode selector decides)."""
+        ``gamma``, ``fused_fraction``: None while the scenario's γ policy or mode selector decides;
+        ``parallelism``: the degree whose replicas are active, with parallelism candidates)."""
         self.active = [True] * len(plans)
         """Whether each replica may receive newly routed requests."""
+        self.layouts: dict[int, list[int]] = {tp: list(members) for tp, members in fleet.layouts.items()}
+        """Each tensor-parallel degree's replicas (empty without parallelism candidates)."""
+        if self.layouts:
+            # The scenario's own degree comes first and serves from the start; the others wait.
+            tp, members = next(iter(self.layouts.items()))
+            self.config["parallelism"] = tp
+            self._use_layout(members)
 
     def _speculation_config(self) -> dict[str, float | None]:
         """``gamma`` and ``fused_fraction`` as the scenario sets them: a static γ policy's γ,
@@ -237,8 +278,30 @@ class FleetControl:
     def gpus(self, config: Mapping[str, float]) -> int:
         """GPUs of the replicas *config* keeps active (the rest of the fleet as in force)."""
         merged = {**self.config, **config}
+        pools = self.pools
+        if "parallelism" in config:
+            members = self.layouts[int(config["parallelism"])]
+            pools = {**pools, "active_replicas": members}
+            merged["active_replicas"] = len(members)
         plans = self.fleet.plans
-        return sum(plans[i].gpus for pool in _POOLS for i in self.pools[pool][:self.pool_size(pool, merged)])
+        return sum(plans[i].gpus for pool in _POOLS for i in pools[pool][:self.pool_size(pool, merged)])
+
+    def _use_layout(self, members: list[int]) -> list[tuple[int, bool]]:
+        """Make *members* the co-located pool, every other replica of the layouts inactive;
+        returns ``(replica, active)`` per replica whose activity changed."""
+        router = self.routers["active_replicas"]
+        entry = router.indices
+        router.set_active([entry.index(i) for i in members])
+        self.pools["active_replicas"] = members
+        self.config["active_replicas"] = len(members)
+        on = set(members)
+        changed = []
+        for layout in self.layouts.values():
+            for i in layout:
+                if self.active[i] != (i in on):
+                    self.active[i] = i in on
+                    changed.append((i, i in on))
+        return changed
 
     def apply(self, config: Mapping[str, float]) -> list[tuple[int, bool]]:
         """Put *config* in force for newly routed work (``gamma``: newly started requests;
@@ -254,6 +317,10 @@ class FleetControl:
                     drafts.plan_gamma(int(value))
                 else:
                     drafts.plan_fused_fraction(float(value))
+            elif knob == "parallelism":
+                if int(value) not in self.layouts:
+                    raise ValueError(f"planner knob parallelism: no replicas built at tp {value}")
+                changed.extend(self._use_layout(self.layouts[int(value)]))
             elif knob == "max_num_seqs":
                 for rep in self.fleet.replicas:
                     if hasattr(rep, "set_max_num_seqs"):
@@ -291,6 +358,10 @@ class PlannerLog:
     """The configuration in force at the end, over the planned knobs."""
     what_if_s: float = 0.0
     """Wall-clock seconds spent in what-if simulations."""
+    triggers: list[tuple[int, float, str, float]] = attrs.field(factory=list)
+    """``(tick, time_s, trigger, condition_s)`` per tick a trigger condition brought forward:
+    the trigger's name and when its condition became true (the tick waits out
+    ``ticks.min_gap_s``)."""
 
 
 class Planner:
@@ -317,9 +388,26 @@ class Planner:
         self.window_s = config.window_s if config.window_s is not None else config.interval_s
         """Recent arrivals each what-if replays, s (``window_s``, by default ``interval_s``)."""
         self.log = PlannerLog(gpus=[p.gpus for p in host.fleet.plans], final=self.control.current(self.knobs))
+        for i, on in enumerate(self.control.active):
+            if not on:  # a replica of another parallelism layout: its GPUs are not in use
+                self.log.activity.append((0.0, i, False))
         self.arrivals = host.arrival_log()
         """The requests that arrived since the last tick's window began, in arrival order."""
-        self.process = host.env.process(self._run())
+        self._fired: Event | None = None
+        """With ``ticks``: the event a trigger succeeds (None until the first tick)."""
+        self._cause: tuple[str, float] = ("", math.nan)
+        """The trigger that succeeded :attr:`_fired` and when its condition became true."""
+        self._over: list[bool] = []
+        """With ``ticks.on.queue_over``: whether each replica was last seen at or over the bound."""
+        self._deliver: list[Callable[[Request], None]] = []
+        """With ``ticks``: each replica's delivery past the planner (to where its inbox delivered before)."""
+        self._routed = 0
+        """With ``ticks.on.arrival_burst``: requests that reached an entry replica since the last tick."""
+        if config.ticks is None:
+            self.process = host.env.process(self._run())
+        else:
+            self.watch()
+            self.process = host.env.process(self._run_triggered())
 
     def _run(self) -> Generator[Event, None, None]:
         """Process: a tick at ``first_tick_s`` and every ``interval_s`` after, while the run is active.
@@ -337,6 +425,75 @@ class Planner:
             self.tick(tick)
             tick += 1
             yield env.timeout(self.config.interval_s)
+
+    def _run_triggered(self) -> Generator[Event, None, None]:
+        """Process: a tick at ``first_tick_s``, then ``interval_s`` after the last tick or when
+        a trigger fires, whichever comes first, never sooner than ``ticks.min_gap_s`` after
+        the last tick.
+
+        Yields
+        ------
+        Event
+            Until the next tick: a timeout, or any of the cadence's timeout and the trigger.
+        """
+        env = self.host.env
+        ticks = self.config.ticks
+        assert ticks is not None  # this process runs only with ticks
+        first = self.config.first_tick_s
+        yield env.timeout(first if first is not None else self.config.interval_s)
+        tick = 0
+        while self.host.active():
+            self.tick(tick)
+            tick += 1
+            last = env.now
+            fired = self._fired = env.event()
+            self._routed = 0
+            cadence = env.timeout(self.config.interval_s)
+            yield env.any_of([cadence, fired])
+            if cadence.processed or not fired.triggered:
+                continue
+            name, at = self._cause
+            self.log.triggers.append((tick, max(at, last + ticks.min_gap_s), name, at))
+            wait = last + ticks.min_gap_s - env.now
+            if wait > 0:
+                yield env.timeout(wait)
+
+    def watch(self) -> None:
+        """Check the trigger conditions as each request reaches a replica: the planner stands
+        between every replica's inbox and the replica (:meth:`~simpy_llm.kernel.Wire.intercept`)."""
+        on = self.config.ticks.on if self.config.ticks is not None else None
+        if on is None:
+            return
+        plans = self.host.fleet.plans
+        replicas = self.host.fleet.replicas
+        self._over = [False] * len(replicas)
+        wires = self.host.fleet.wires
+        for i in range(len(replicas)):
+            entry = plans[i].role != "decode"
+            self._deliver.append(wires[f"replica:{i}"].intercept(functools.partial(self._delivered, i, entry)))
+
+    def _delivered(self, i: int, entry: bool, req: Request) -> None:
+        """*req* reaches replica *i*: deliver it, then check the triggers."""
+        self._deliver[i](req)
+        ticks = self.config.ticks
+        assert ticks is not None  # watched only with ticks
+        on = ticks.on
+        if on.queue_over is not None:
+            over = len(self.host.fleet.replicas[i].waiting) >= on.queue_over
+            if over and not self._over[i]:
+                self._fire("queue_over")
+            self._over[i] = over
+        if entry and on.arrival_burst is not None:
+            self._routed += 1
+            if self._routed == on.arrival_burst:
+                self._fire("arrival_burst")
+
+    def _fire(self, name: str) -> None:
+        """Bring the next tick forward (the first condition since the last tick counts)."""
+        fired = self._fired
+        if fired is not None and not fired.triggered:
+            self._cause = (name, self.host.env.now)
+            fired.succeed()
 
     def window(self) -> list[Request]:
         """The requests that arrived in the last ``window_s`` (the log is trimmed to them)."""
@@ -498,3 +655,115 @@ def gpu_seconds(columns: dict[str, np.ndarray], kv_starts: dict[int, float], log
                 last = end
         total += log.gpus[i] * covered
     return total
+
+
+def fleet_tp(plans: Sequence[ReplicaPlan]) -> int:
+    """The tensor-parallel degree every replica of *plans* runs at.
+
+    >>> from simpy_llm.config.engine import EngineConfig
+    >>> fleet_tp([ReplicaPlan(group="a", engine=EngineConfig(), latency=None, capacity=1.0, gpus=2)] * 3)
+    2
+
+    Raises
+    ------
+    FieldValueError
+        (field ``parallelism``) When the groups run at different degrees: a parallelism
+        candidate sets one degree for the whole fleet.
+    """
+    tps = sorted({p.gpus for p in plans})
+    if len(tps) != 1:
+        raise FieldValueError(
+            "parallelism", f"the replica groups run at different tp ({', '.join(map(str, tps))}); a candidate sets one for the whole fleet"
+        )
+    return tps[0]
+
+
+def layout_serving(serving: ServingConfig, tp: int, base_tp: int) -> ServingConfig:
+    """*serving* with every group at tensor-parallel degree *tp* and its GPUs kept: a group
+    of ``n`` replicas at *base_tp* becomes ``n base_tp / tp`` replicas whose latency model
+    is built with ``tp``. The result lists its groups under ``replica_groups``.
+
+    >>> from simpy_llm.config.serving import ServingConfig
+    >>> roofline = PolicySpec(kind="roofline", params={"model": "llama-3.1-8b-instruct", "gpu": "H100"})
+    >>> s = ServingConfig(replicas=4, latency_model=roofline)
+    >>> [(g.count, g.latency_model.params["tp"]) for g in layout_serving(s, 2, 1).groups()]
+    [(2, 2)]
+
+    Raises
+    ------
+    FieldValueError
+        (field ``tp``) When a group's GPUs do not split into replicas of *tp* GPUs.
+    """
+    groups = []
+    for path, group in zip(serving.group_paths(), serving.groups(), strict=True):
+        gpus = group.count * base_tp
+        if gpus % tp:
+            raise FieldValueError(
+                "tp", f"serving.{path}count: {group.count} replicas x tp {base_tp} = {gpus} GPUs do not split into replicas of tp {tp}"
+            )
+        spec = group.latency_model
+        assert spec is not None  # a continuous-batching group has one (config.serving.check_replica_kind)
+        groups.append(attrs.evolve(group, count=gpus // tp, latency_model=PolicySpec(kind=spec.kind, params={**spec.params, "tp": tp})))
+    return attrs.evolve(serving, replica_groups=tuple(groups), replicas=1, latency_model=None, engine=EngineConfig(), batch_server=None)
+
+
+def parallelism_fleet(
+    scenario: Scenario, plans: list[ReplicaPlan], latency_override: object = None, streams: RandomStreams | None = None
+) -> tuple[list[ReplicaPlan], dict[int, list[int]]]:
+    """*plans* (the scenario's fleet) and, with parallelism candidates, the replicas of each
+    candidate degree it does not run at, after them; and each degree's replicas.
+
+    Every layout keeps each group's GPUs (:func:`layout_serving`) and shares its group's
+    name, so its replicas take the group's scheduler and latency stream. Without
+    parallelism candidates: *plans* and no layouts.
+
+    >>> from simpy_llm import load_scenario
+    >>> sc = load_scenario("scenarios/planner_pool_split.yaml", ["planner.candidates={parallelism: [{tp: 1}, {tp: 2}]}"])
+    >>> fleet, layouts = parallelism_fleet(sc, plan_fleet(sc.serving))
+    >>> layouts, [p.gpus for p in fleet]
+    ({2: [0, 1, 2, 3], 1: [4, 5, 6, 7, 8, 9, 10, 11]}, [2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1])
+
+    Raises
+    ------
+    ValueError
+        When a latency model given in Python replaces the scenario's (it cannot be rebuilt at another degree).
+    """
+    planner = scenario.planner
+    if planner is None or planner.candidates.parallelism is None:
+        return plans, {}
+    if latency_override is not None:
+        raise ValueError("planner.candidates.parallelism rebuilds each group's latency model at each tp: "
+                         "give the latency model in the scenario, not as Simulation(latency_model=...)")
+    base = fleet_tp(plans)
+    layouts = {base: list(range(len(plans)))}
+    fleet = list(plans)
+    for tp in planner.candidates.values("parallelism"):
+        if tp in layouts:
+            continue
+        extra = plan_fleet(layout_serving(scenario.serving, int(tp), base), None, streams)
+        layouts[int(tp)] = list(range(len(fleet), len(fleet) + len(extra)))
+        fleet.extend(extra)
+    return fleet, layouts
+
+
+def what_if_layout(
+    scenario: Scenario, candidate: Mapping[str, float], layouts: Mapping[int, Sequence[int]]
+) -> tuple[Scenario, dict[str, float]]:
+    """The scenario a what-if of *candidate* runs and the knobs it applies at time 0: with a
+    ``parallelism`` other than the fleet's own (the first of *layouts*), the candidate
+    degree's layout is the what-if's whole fleet.
+
+    >>> from simpy_llm import load_scenario
+    >>> sc = load_scenario("scenarios/planner_pool_split.yaml")
+    >>> w, knobs = what_if_layout(sc, {"parallelism": 1, "max_num_seqs": 64}, {2: [0, 1, 2, 3], 1: list(range(4, 12))})
+    >>> knobs, [(g.count, g.latency_model.params["tp"]) for g in w.serving.groups()]
+    ({'max_num_seqs': 64}, [(8, 1)])
+    """
+    knobs = {k: v for k, v in candidate.items() if k != "parallelism"}
+    if "parallelism" not in candidate or not layouts:
+        return scenario, knobs
+    base = next(iter(layouts))
+    tp = int(candidate["parallelism"])
+    if tp == base:
+        return scenario, knobs
+    return attrs.evolve(scenario, serving=layout_serving(scenario.serving, tp, base)), knobs

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, TypedDict
 
-from simpy_llm.serving.planner import DECISION_COLUMNS, gpu_seconds
+from simpy_llm.serving.planner import DECISION_COLUMNS, TRIGGER_COLUMNS, gpu_seconds
 
 if TYPE_CHECKING:
     import numpy as np
@@ -60,6 +60,15 @@ class PlannerResults:
 
         rows = self.log.rows if self.log is not None else []
         return pd.DataFrame(rows, columns=list(DECISION_COLUMNS))
+
+    def triggers(self) -> pd.DataFrame:
+        """One row per tick a trigger condition brought forward (``planner.ticks``): the tick,
+        its time, the trigger, and when its condition became true (earlier than the tick when
+        ``ticks.min_gap_s`` held it back); empty without a planner or triggers."""
+        import pandas as pd  # pandas is imported where a frame is built: importing the package stays fast
+
+        rows = self.log.triggers if self.log is not None else []
+        return pd.DataFrame(rows, columns=list(TRIGGER_COLUMNS))
 
     def summary(self, met: int) -> PlannerSection:
         """``{"planner": ...}`` of a run whose *met* completed measured requests met their SLO;
