@@ -367,27 +367,48 @@ def oracle_labels(
 
 
 # ---------------------------------------------------------------------------- fitting
-def fit_head(labels: pd.DataFrame, *, loss: str = "huber") -> dict[str, Any]:
-    """Fit the linear head on a label table; returns the ``params:`` of a ``latency_head``.
+def fit_head(
+    labels: pd.DataFrame,
+    *,
+    loss: str = "huber",
+    hidden: Sequence[int] = (16,),
+    activation: str = "relu",
+    random_state: int = 0,
+    alpha: float = 1e-4,
+    max_iter: int = 5000,
+) -> dict[str, Any]:
+    """Fit the latency head on a label table; returns the ``params:`` of a ``latency_head``.
 
     Regresses ``gamma_label`` on the columns :data:`~simpy_llm.policies.gamma.LATENCY_HEAD_FEATURES`
-    of *labels* (other columns are ignored) with scikit-learn: ``loss="huber"``, a
-    :class:`~sklearn.linear_model.HuberRegressor` (default ``epsilon`` 1.35, ``alpha``
-    1e-4, up to 1000 iterations), robust to a few odd labels; ``loss="l2"``, ordinary
-    least squares (:class:`~sklearn.linear_model.LinearRegression`). Each feature is
-    standardised before the fit (a constant one is only centred) and the coefficients
-    mapped back, so the weights apply to raw features as
-    :class:`~simpy_llm.policies.gamma.LatencyHead` reads them. A feature that does not
-    vary in the table (e.g. ``gamma`` or ``slo_tpot_s`` from one sweep) gets weight 0:
-    its effect is in the bias. A table of few rows (the default sweep gives 12 for 8
-    features) is nearly determined: a feature that varies only by noise (a smoothed wait
-    of 1e-9 s in one run, 1e-5 s in another) can get a very large weight. Sweep more
-    conditions, or check the head's outputs on the table before using it.
+    of *labels* (other columns are ignored) with scikit-learn:
 
-    The returned dict holds ``weights`` (8 floats, in feature order) and ``bias`` (a
-    float) only: the head's other parameters (``history``, ``min_samples``,
-    ``default_gamma``, ``smoothing``, ``fused_below``, ``fused_rounds``) are not fitted
-    and keep their defaults unless the caller adds them.
+    * ``loss="huber"``, a :class:`~sklearn.linear_model.HuberRegressor` (default ``epsilon``
+      1.35, ``alpha`` 1e-4, up to 1000 iterations), robust to a few odd labels, and
+      ``loss="l2"``, ordinary least squares (:class:`~sklearn.linear_model.LinearRegression`):
+      the linear head, ``{weights, bias}``;
+    * ``loss="mlp"``, an :class:`~sklearn.neural_network.MLPRegressor` with the hidden layers
+      *hidden* (units per layer), *activation* (``relu`` or ``tanh``), squared loss with L2
+      penalty *alpha*, the L-BFGS solver (suited to tables of a few thousand rows) for up to
+      *max_iter* iterations, and ``random_state`` *random_state* (its initial weights), so the
+      same table gives the same params: the MLP head,
+      ``{layers: [{weights, bias}, ...], activation}``
+      (:class:`~simpy_llm.policies.gamma.LatencyMlp`).
+
+    Each feature is standardised before the fit (a constant one is only centred) and the
+    result mapped back, so the params apply to raw features as the head reads them: the
+    linear weights are divided by the feature scales, and for the MLP the standardisation is
+    folded into the first layer (``W / scale`` column by column, ``b - (W / scale) · mean``);
+    the label is standardised too for the MLP and mapped back in its last layer. No
+    ``mean``/``scale`` params are needed. A feature that does not vary in the table (e.g.
+    ``gamma`` or ``slo_tpot_s`` from one sweep) gets weight 0: its effect is in the biases. A
+    table of few rows (the default per-condition sweep gives 12 for 8 features) is nearly
+    determined: a feature that varies only by noise (a smoothed wait of 1e-9 s in one run,
+    1e-5 s in another) can get a very large weight. Sweep more conditions, label per arrival
+    (:func:`oracle_labels`), or check the head's outputs on the table before using it.
+
+    The head's other parameters (``history``, ``min_samples``, ``default_gamma``,
+    ``smoothing``, ``fused_below``, ``fused_rounds``, ``history_scope``) are not fitted and
+    keep their defaults unless the caller adds them.
 
     Parameters
     ----------
@@ -395,15 +416,25 @@ def fit_head(labels: pd.DataFrame, *, loss: str = "huber") -> dict[str, Any]:
         A table with the feature columns and ``gamma_label`` (:func:`oracle_labels`), at
         least two rows.
     loss
-        ``"huber"`` or ``"l2"``.
+        ``"huber"``, ``"l2"`` or ``"mlp"``.
+    hidden
+        ``"mlp"`` only: units of each hidden layer, first to last (each >= 1, at least one layer).
+    activation
+        ``"mlp"`` only: ``"relu"`` or ``"tanh"``.
+    random_state
+        ``"mlp"`` only: seed of the initial weights.
+    alpha
+        ``"mlp"`` only: L2 penalty (>= 0).
+    max_iter
+        ``"mlp"`` only: most L-BFGS iterations (>= 1).
 
     Raises
     ------
     ImportError
         If scikit-learn is not installed (the ``learn`` extra).
     ValueError
-        If *loss* is unknown, a column is missing, the table has fewer than two rows or a
-        value is not finite.
+        If *loss* is unknown, an MLP setting is invalid, a column is missing, the table has
+        fewer than two rows or a value is not finite.
 
     Examples
     --------
@@ -415,11 +446,24 @@ def fit_head(labels: pd.DataFrame, *, loss: str = "huber") -> dict[str, Any]:
         params = fit_head(pd.DataFrame(rows), loss="l2")
         # params["weights"][2] == -20.0 and params["bias"] == 6.0 (to rounding)
         head = gamma_policies.get("latency_head")(**params)
+        mlp = fit_head(pd.DataFrame(rows), loss="mlp", hidden=(8,))
+        # {"layers": [{"weights": 8 rows of 8, "bias": 8}, {"weights": [[8 floats]], "bias": [1 float]}], "activation": "relu"}
+        head = LatencyHead.from_params(mlp)
     """
-    if loss not in ("huber", "l2"):
-        raise ValueError(f"loss: must be 'huber' or 'l2', got {loss!r}")
+    if loss not in ("huber", "l2", "mlp"):
+        raise ValueError(f"loss: must be 'huber', 'l2' or 'mlp', got {loss!r}")
+    if loss == "mlp":
+        if not hidden or any(isinstance(h, bool) or not isinstance(h, numbers.Integral) or h < 1 for h in hidden):
+            raise ValueError(f"hidden: give one or more layer sizes, each an integer >= 1, got {list(hidden)!r}")
+        if activation not in ("relu", "tanh"):
+            raise ValueError(f"activation: must be 'relu' or 'tanh', got {activation!r}")
+        if not (math.isfinite(alpha) and alpha >= 0):
+            raise ValueError(f"alpha: must be a finite number >= 0, got {alpha!r}")
+        if max_iter < 1:
+            raise ValueError(f"max_iter: must be >= 1, got {max_iter!r}")
     try:
         from sklearn.linear_model import HuberRegressor, LinearRegression
+        from sklearn.neural_network import MLPRegressor
     except ImportError as exc:
         raise ImportError(
             "fit_head needs scikit-learn: install the learn extra (pip install 'simpy-llm[learn]')"
@@ -441,6 +485,24 @@ def fit_head(labels: pd.DataFrame, *, loss: str = "huber") -> dict[str, Any]:
     scale[constant] = 1.0
     z = (x - mean) / scale
     z[:, constant] = 0.0
+    if loss == "mlp":
+        y_mean, y_scale = float(y.mean()), float(y.std()) or 1.0
+        net = MLPRegressor(
+            hidden_layer_sizes=tuple(int(h) for h in hidden), activation=activation, solver="lbfgs",
+            alpha=alpha, max_iter=max_iter, random_state=random_state,
+        )
+        net.fit(z, (y - y_mean) / y_scale)
+        # sklearn's coefs_[i] is (inputs, units): the head's rows are units, so transpose.
+        matrices = [np.asarray(c, dtype=np.float64).T for c in net.coefs_]
+        biases = [np.asarray(b, dtype=np.float64) for b in net.intercepts_]
+        first = np.where(constant, 0.0, matrices[0] / scale)  # z = (x - mean) / scale, folded in
+        matrices[0], biases[0] = first, biases[0] - first @ mean
+        matrices[-1], biases[-1] = matrices[-1] * y_scale, biases[-1] * y_scale + y_mean  # the label's scale
+        layers = [
+            {"weights": [[float(w) for w in row] for row in m], "bias": [float(b) for b in v]}
+            for m, v in zip(matrices, biases, strict=True)
+        ]
+        return {"layers": layers, "activation": activation}
     model = HuberRegressor(max_iter=1000) if loss == "huber" else LinearRegression()
     model.fit(z, y)
     weights = np.where(constant, 0.0, model.coef_ / scale)
@@ -458,12 +520,13 @@ def _ints(text: str) -> list[int]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m simpy_llm.explore.gamma_head SCENARIO [--out FILE] [--workers N]``.
+    """``python -m simpy_llm.explore.gamma_head SCENARIO [--out FILE] [--workers N] [--model linear|mlp]``.
 
     Sweeps :func:`oracle_labels` (through a :class:`~concurrent.futures.ProcessPoolExecutor`
     of N workers when N > 1), prints the label table, fits :func:`fit_head`, and writes
-    ``{kind: latency_head, params: {weights: [...], bias: ...}}`` to ``--out`` (standard
-    output without it), usable as the scenario's ``speculation.gamma_policy``.
+    ``{kind: latency_head, params: {weights: [...], bias: ...}}`` (``--model mlp``:
+    ``params: {layers: [...], activation: ...}``, hidden sizes ``--hidden``) to ``--out``
+    (standard output without it), usable as the scenario's ``speculation.gamma_policy``.
     """
     parser = argparse.ArgumentParser(
         prog="python -m simpy_llm.explore.gamma_head",
@@ -475,7 +538,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--rtt", type=_floats, default=[0.5, 1, 1.5, 2], help="RTT multipliers, comma-separated")
     parser.add_argument("--load", type=_floats, default=[0.6, 1.0, 1.3], help="offered-load multipliers, comma-separated")
     parser.add_argument("--gammas", type=_ints, default=[2, 3, 4, 6], help="distributed γ candidates, comma-separated")
-    parser.add_argument("--loss", choices=("huber", "l2"), default="huber", help="regression loss (default huber)")
+    parser.add_argument("--loss", choices=("huber", "l2"), default="huber", help="the linear head's regression loss (default huber)")
+    parser.add_argument("--model", choices=("linear", "mlp"), default="linear", help="the head: linear (default) or a small MLP")
+    parser.add_argument("--hidden", type=_ints, default=[16], help="MLP hidden layer sizes, comma-separated (default 16)")
+    parser.add_argument("--activation", choices=("relu", "tanh"), default="relu", help="MLP activation (default relu)")
     args = parser.parse_args(argv)
 
     scenario = load_scenario(args.scenario)
@@ -487,7 +553,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     else:
         labels = oracle_labels(scenario, args.rtt, args.load, args.gammas)
     print(labels.to_string(index=False))
-    policy = {"kind": "latency_head", "params": fit_head(labels, loss=args.loss)}
+    if args.model == "mlp":
+        params = fit_head(labels, loss="mlp", hidden=args.hidden, activation=args.activation)
+    else:
+        params = fit_head(labels, loss=args.loss)
+    policy = {"kind": "latency_head", "params": params}
     text = yaml.safe_dump(policy, sort_keys=False)
     if args.out:
         Path(args.out).write_text(text)
