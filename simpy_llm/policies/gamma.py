@@ -369,6 +369,11 @@ LATENCY_HEAD_FEATURES: tuple[str, ...] = (
 same names (``slo_tpot_s`` is 0 when the request has no target; ``gamma`` is the last γ)."""
 
 
+def _floats(value: Iterable[float]) -> tuple[float, ...]:
+    """A vector as a tuple."""
+    return tuple(value)
+
+
 def _weights_length(_inst: object, attr: attrs.Attribute, value: tuple[float, ...]) -> None:
     if len(value) != len(LATENCY_HEAD_FEATURES):
         raise FieldValueError(
@@ -526,7 +531,7 @@ class LatencyHead(_HeadControl):
     [4, 3, 2, 1]
     """
 
-    weights: tuple[float, ...] = attrs.field(converter=tuple, validator=_weights_length)
+    weights: tuple[float, ...] = attrs.field(converter=_floats, validator=_weights_length)
     """One coefficient per feature of :data:`LATENCY_HEAD_FEATURES`, tokens per feature unit."""
     bias: float = attrs.field(default=0.0, validator=greater_than(-math.inf))  # i.e. finite
     """Intercept of the head, tokens."""
@@ -579,11 +584,6 @@ class LatencyHead(_HeadControl):
             return clamp_gamma(1, state)
         rounded = math.floor(s + 0.5) if math.isfinite(s) else (state.k_max if s > 0 else state.k_min)
         return clamp_gamma(max(2, rounded), state)
-
-
-def _floats(value: Iterable[float]) -> tuple[float, ...]:
-    """A vector as a tuple."""
-    return tuple(value)
 
 
 def _rows(value: Iterable[Iterable[float]]) -> tuple[tuple[float, ...], ...]:
