@@ -1,7 +1,7 @@
 """Fitting the latency-aware γ head offline, on oracle labels from simulator sweeps.
 
-:class:`~simpy_llm.policies.gamma.LatencyHead` is a linear head on the telemetry
-vector :data:`~simpy_llm.policies.gamma.LATENCY_HEAD_FEATURES`; its ``weights`` and
+:class:`~simpy_llm.policies.latency_head.LatencyHead` is a linear head on the telemetry
+vector :data:`~simpy_llm.policies.latency_head.LATENCY_HEAD_FEATURES`; its ``weights`` and
 ``bias`` are parameters. Seed 003 §6.4.1 fits them offline with scikit-learn on
 **oracle labels** produced by simulator sweeps. This module is that procedure:
 
@@ -22,29 +22,41 @@ vector :data:`~simpy_llm.policies.gamma.LATENCY_HEAD_FEATURES`; its ``weights`` 
    meets it (or the scenario sets no TPOT target). Its features are the telemetry of
    the run *distributed at the base γ* at that condition (:func:`oracle_labels` lists
    how each is measured).
-2. :func:`fit_head` regresses the label on the features (Huber or least squares) and
-   returns the ``params:`` of a ``latency_head`` γ policy.
+   With ``per="arrival"`` each *request* of a condition is labelled instead (below).
+2. :func:`fit_head` regresses the label on the features (Huber or least squares: the
+   linear head; or a small MLP) and returns the ``params:`` of a ``latency_head`` γ policy.
 3. ``python -m simpy_llm.explore.gamma_head SCENARIO --out head.yaml`` does both and writes
    ``{kind: latency_head, params: {...}}``, ready for ``speculation.gamma_policy``.
 
 Using the fitted head: an output of 1 means "run fused" only under ``mode: hybrid``
 with ``mode_selector: {kind: gamma_head}``, and that selector decides once per request,
-from the head's *first* answer. With :class:`~simpy_llm.policies.gamma.LatencyHead`'s
+from the head's *first* answer. With :class:`~simpy_llm.policies.latency_head.LatencyHead`'s
 defaults (``min_samples: 2``, ``fused_rounds: 2``) the first answer is always
 ``default_gamma``, so no request would run fused: add ``min_samples: 1`` and
 ``fused_rounds: 1`` to the params for the fused decision to take effect. In
 ``distributed`` mode an output of 1 just drafts one token per round.
 
-**How this differs from the seed.** The seed labels each *arrival* (each decision
-point, from its own telemetry). Here a label belongs to a whole *condition*: one
-simulated run per candidate action, the action applied to every request throughout,
-and one feature row per condition made of run-level means (the end-of-run smoothed
-verify wait and pass time, the run's acceptance rate, the nominal RTT and draft speed).
-So the table has ``len(rtt_multipliers) x len(load_multipliers)`` rows, the head learns
-how the best *static* action varies with the operating point, and it does not see
-the per-request variation the policy meets at run time (a request's own acceptance
-history, the wait at the moment it asks). The fused action drafts at the base γ,
-standing for the seed's "γ = 1" (run fused), which the head reports as 1.
+**Per condition or per arrival.** By default (``per="condition"``) a label belongs to a
+whole *condition*: one simulated run per candidate action, the action applied to every
+request throughout, and one feature row per condition made of run-level means (the
+end-of-run smoothed verify wait and pass time, the run's acceptance rate, the nominal RTT
+and draft speed). So the table has ``len(rtt_multipliers) x len(load_multipliers)`` rows,
+and the head learns how the best *static* action varies with the operating point.
+
+With ``per="arrival"`` (the seed's "per-arrival oracle") the same runs label each
+*request*: every run of a condition draws the same workload (the workload's own random
+streams, the scenario's seed), so a request id names the same arrival in each; a request's
+label is the action that gave *that request* the least TPOT over the runs (ties: the
+smaller γ, fused counting as 1), and its features are the telemetry vector the head would
+read at that request's first γ decision in the distributed run at the base γ (recorded by
+wrapping that run's static policy; the run itself is unchanged). The table has one row per
+(condition, request). It still differs from the seed: each candidate action is applied to
+*every* request of its run, not to one request of an otherwise common run (the seed clones
+or fast-forwards the simulation per arrival), so a request's TPOT under an action also
+reflects the load that action puts on the target from the other requests.
+
+The fused action drafts at the base γ, standing for the seed's "γ = 1" (run fused),
+which the head reports as 1.
 
 Every run is a deterministic function of its scenario (the scenario's seed), so the
 labels are the same run serially or through any :class:`concurrent.futures.Executor`.
@@ -75,7 +87,8 @@ import yaml
 
 from simpy_llm.config.paths import base_dir
 from simpy_llm.loading import load_scenario, scenario_from_dict, scenario_to_dict
-from simpy_llm.policies.gamma import LATENCY_HEAD_FEATURES
+from simpy_llm.policies.gamma import GammaState, StaticGamma
+from simpy_llm.policies.latency_head import LATENCY_HEAD_FEATURES, LatencyHead
 from simpy_llm.simulation import Simulation
 
 if TYPE_CHECKING:
@@ -83,8 +96,10 @@ if TYPE_CHECKING:
 
     from simpy_llm.config.schema import PolicySpec, Scenario
     from simpy_llm.config.speculation import SpeculationConfig
+    from simpy_llm.entities import Request
+    from simpy_llm.speculative.draft import DraftFleet
 
-__all__ = ["LABEL_COLUMNS", "fit_head", "main", "oracle_labels"]
+__all__ = ["ARRIVAL_LABEL_COLUMNS", "LABEL_COLUMNS", "fit_head", "main", "oracle_labels"]
 
 LABEL_COLUMNS: tuple[str, ...] = (
     *LATENCY_HEAD_FEATURES,
@@ -95,37 +110,90 @@ LABEL_COLUMNS: tuple[str, ...] = (
     "load_multiplier",
 )
 """Columns of :func:`oracle_labels`' table, in order: the features of
-:data:`~simpy_llm.policies.gamma.LATENCY_HEAD_FEATURES`, then ``gamma_label`` (1: fused,
+:data:`~simpy_llm.policies.latency_head.LATENCY_HEAD_FEATURES`, then ``gamma_label`` (1: fused,
 else the distributed γ), ``latency_label_s`` (mean TPOT of the labelled action, s),
 ``slo_met`` (whether it meets the TPOT SLO), and the condition's two multipliers."""
+
+ARRIVAL_LABEL_COLUMNS: tuple[str, ...] = (*LABEL_COLUMNS, "request_id")
+"""Columns of :func:`oracle_labels`' table with ``per="arrival"``: :data:`LABEL_COLUMNS`, then
+the labelled request's id (one row per condition and request)."""
 
 FUSED_LABEL = 1
 """``gamma_label`` of the fused action."""
 
 
 # ---------------------------------------------------------------------------- one run
-def _simulate(job: tuple[dict[str, Any], str | None]) -> dict[str, Any]:
+class _FirstDecision:
+    """A request's γ policy in the base run of a per-arrival sweep: answers as the static policy
+    it wraps, and logs, once per request, the features and TPOT target of its first decision
+    (the telemetry :class:`~simpy_llm.policies.latency_head.LatencyHead` would read there).
+
+    The answers, and so the run, are those of the static policy alone: the wrapper only builds
+    the telemetry the static policy's fast path skips, and reading it changes nothing.
+    """
+
+    reads_position_probabilities = False
+
+    def __init__(self, inner: StaticGamma, log: dict[int, tuple[tuple[float, ...], float | None]]) -> None:
+        self.inner = inner
+        self.gamma = inner.gamma  # the starting γ the mechanism reads, as of the static policy
+        self.log = log
+        self.request_id: int | None = None
+
+    def bind_request(self, request: Request, scope: object) -> None:
+        self.request_id = request.id
+
+    def next_gamma(self, state: GammaState) -> int:
+        request_id = self.request_id
+        if request_id is not None:
+            self.log[request_id] = (LatencyHead.features(state), state.slo_tpot_s)
+            self.request_id = None  # the first decision only
+        return self.inner.next_gamma(state)
+
+
+def _recording(fleet: DraftFleet, log: dict[int, tuple[tuple[float, ...], float | None]]) -> None:
+    """Wrap every request's γ policy of *fleet* in :class:`_FirstDecision` (the run's policy is static)."""
+    make = fleet.new_policy
+
+    def wrapped() -> _FirstDecision:
+        inner = make()
+        if not isinstance(inner, StaticGamma):
+            raise TypeError(f"the base run's γ policy must be static, got {type(inner).__name__}")
+        return _FirstDecision(inner, log)
+
+    fleet.new_policy = wrapped
+
+
+def _simulate(job: tuple[dict[str, Any], str | None, bool, bool]) -> dict[str, Any]:
     """Run one scenario given as plain data; return its latency and telemetry (plain data).
 
-    *job* is ``(scenario_to_dict(scenario), file it was loaded from or None)``: picklable,
-    so an executor's worker process can run it. A top-level function for the same reason.
+    *job* is ``(scenario_to_dict(scenario), file it was loaded from or None, per request,
+    record)``: picklable, so an executor's worker process can run it. A top-level function for
+    the same reason. With *per request*, the outcome also holds ``requests``: each measured
+    (not warm-up) request's ``(tpot_s, prompt_tokens, output_tokens)`` by id (TPOT NaN when
+    it has none). With *record*, ``first``: each request's features and TPOT target at its
+    first γ decision, by id.
     """
-    data, loaded_from = job
+    data, loaded_from, per_request, record = job
     if loaded_from is None:
         scenario = scenario_from_dict(data, "<oracle_labels>")
     else:
         with base_dir(Path(loaded_from).parent):
             scenario = scenario_from_dict(data, loaded_from)
     sim = Simulation(scenario)
-    summary = sim.run(progress=False).summary()
     fleet = sim.draft_fleet
     assert fleet is not None  # the scenario has a speculation section (_check_args)
+    first: dict[int, tuple[tuple[float, ...], float | None]] = {}
+    if record:
+        _recording(fleet, first)
+    results = sim.run(progress=False)
+    summary = results.summary()
     servers = fleet.servers  # the simulation's replicas: its verify servers
     devices = [d for group in fleet.devices.values() for d in group]
     kv = summary["kv_utilization"]["time_weighted_mean"]
     acceptance = summary["speculation"]["acceptance_rate"]
     tpot = summary["latency_s"]["tpot"]["mean"]
-    return {
+    outcome: dict[str, Any] = {
         "tpot_s": tpot,
         "verify_queue_wait_s": sum(s.queue_wait_s for s in servers) / len(servers),
         "kv_utilization": min(1.0, max(0.0, kv)) if kv is not None and math.isfinite(kv) else 0.0,
@@ -134,6 +202,16 @@ def _simulate(job: tuple[dict[str, Any], str | None]) -> dict[str, Any]:
         "draft_step_s": sum(d.drafters[0].draft_token_s for d in devices) / len(devices),
         "verify_step_s": sum(s.pass_s for s in servers) / len(servers),
     }
+    if per_request:
+        table = results.to_dataframe()
+        table = table[table["warm_up"] == 0]
+        outcome["requests"] = {
+            int(i): (float(t), int(p), int(o))
+            for i, t, p, o in zip(table["request_id"], table["tpot_s"], table["prompt_tokens"], table["output_tokens"], strict=True)
+        }
+    if record:
+        outcome["first"] = first
+    return outcome
 
 
 # ---------------------------------------------------------------------------- labels
@@ -215,6 +293,7 @@ def oracle_labels(
     executor: Executor | None = None,
     *,
     base_gamma: int | None = None,
+    per: str = "condition",
 ) -> pd.DataFrame:
     """Oracle γ labels of a speculative scenario over a sweep of conditions (module docstring).
 
@@ -242,7 +321,16 @@ def oracle_labels(
     else of least latency; ties go to the earlier action in the order fused, then *gammas*
     as given.
 
-    Features, from the distributed run at the base γ at that condition, each a plain float:
+    Per arrival (*per* ``"arrival"``): each measured (not warm-up) request of the
+    condition is labelled with the action of least TPOT *for that request* (its own
+    ``(completion - first token) / (output tokens - 1)``; infinite under an action where it
+    has none), ties to the smaller γ (fused as 1); ``slo_met`` compares that TPOT with the
+    request's own class target. Its features are those a ``latency_head`` reads at the
+    request's first γ decision in the distributed run at the base γ (the
+    :class:`~simpy_llm.policies.gamma.GammaState` there); a request that made no γ decision
+    there (one output token, or dropped) or has no TPOT under any action gets no row.
+
+    Features per condition, from the distributed run at the base γ at that condition, each a plain float:
 
     * ``verify_queue_wait_s``: mean over the verify servers of their smoothed verify
       queue wait (``VerifyServer.queue_wait_s``) at the end of the run;
@@ -282,18 +370,24 @@ def oracle_labels(
         γ of the fused action and of the feature run (and the ``gamma`` feature). Default:
         the scenario's static ``gamma``, else its γ policy's ``default_gamma``, else 4,
         clamped to ``[k_min, k_max]``.
+    per
+        ``"condition"`` (one row per condition) or ``"arrival"`` (one per request of each
+        condition).
 
     Returns
     -------
     pandas.DataFrame
-        One row per condition, columns :data:`LABEL_COLUMNS`.
+        One row per condition, columns :data:`LABEL_COLUMNS`; per arrival, one row per
+        condition and request (in that order, requests by id), columns
+        :data:`ARRIVAL_LABEL_COLUMNS`.
 
     Raises
     ------
     ValueError
         If the scenario lacks ``speculation`` or ``speculation.fused``, a candidate γ is
-        invalid or outside ``[k_min, k_max]``, a multiplier is invalid, or every action of
-        a condition completed no request.
+        invalid or outside ``[k_min, k_max]``, a multiplier is invalid, *per* is unknown,
+        every action of a condition completed no request (per condition), or a request id
+        has other lengths in two runs of a condition (per arrival).
 
     Examples
     --------
@@ -316,9 +410,17 @@ def oracle_labels(
     >>> labels = oracle_labels(scenario, rtt_multipliers=(0, 10), load_multipliers=(1,), gammas=(2, 4))
     >>> labels["rtt_s"].round(3).tolist(), labels["gamma_label"].tolist(), labels["slo_met"].tolist()
     ([0.0, 0.2], [4, 1], [True, True])
+
+    Per arrival, each of the 20 requests at each round trip gets its own label:
+
+    >>> per_request = oracle_labels(scenario, rtt_multipliers=(0, 10), load_multipliers=(1,), gammas=(2, 4), per="arrival")
+    >>> per_request.groupby("rtt_multiplier")["gamma_label"].value_counts().to_dict()
+    {(0.0, 4): 10, (0.0, 2): 6, (0.0, 1): 4, (10.0, 1): 20}
     """
     import pandas as pd
 
+    if per not in ("condition", "arrival"):
+        raise ValueError(f"per: must be 'condition' or 'arrival', got {per!r}")
     rtt = [float(m) for m in rtt_multipliers]
     load = [float(m) for m in load_multipliers]
     gammas = [int(g) if isinstance(g, numbers.Integral) and not isinstance(g, bool) else g for g in gammas]
@@ -329,28 +431,33 @@ def oracle_labels(
     slo = _slo_tpot_s(scenario)
     actions = [("fused", base, FUSED_LABEL)] + [("distributed", g, g) for g in gammas]
     probe = None if base in gammas else ("distributed", base, None)  # features only
+    feature_run = len(actions) if probe is not None else 1 + gammas.index(base)
     loaded_from = scenario.loaded_from
+    arrival = per == "arrival"
 
     conditions = [(r, m) for r in rtt for m in load]
     jobs = []
     for r, m in conditions:
         scaled = _condition_changes(scenario, spec, r, m)
-        for mode, gamma, _label in actions + ([probe] if probe else []):
+        for i, (mode, gamma, _label) in enumerate(actions + ([probe] if probe else [])):
             variant = scenario.replace(**scaled, **_action_changes(spec, mode, gamma))
-            jobs.append((scenario_to_dict(variant), loaded_from))
+            jobs.append((scenario_to_dict(variant), loaded_from, arrival, arrival and i == feature_run))
     outcomes = list(executor.map(_simulate, jobs)) if executor is not None else [_simulate(j) for j in jobs]
 
     per_condition = len(actions) + (probe is not None)
     rows = []
     for c, (r, m) in enumerate(conditions):
         runs = outcomes[c * per_condition:(c + 1) * per_condition]
+        if arrival:
+            rows += _arrival_rows(runs, feature_run, actions, r, m)
+            continue
         latencies = [math.inf if o["tpot_s"] is None else float(o["tpot_s"]) for o in runs[: len(actions)]]
         if all(math.isinf(x) for x in latencies):
             raise ValueError(f"condition rtt x{r:g}, load x{m:g}: no action completed a request with two or more output tokens")
         met = [slo is None or x <= slo for x in latencies]
         pool = [i for i, ok in enumerate(met) if ok] or list(range(len(actions)))
         best = min(pool, key=lambda i: (latencies[i], i))
-        telemetry = runs[-1] if probe is not None else runs[1 + gammas.index(base)]
+        telemetry = runs[feature_run]
         features = {name: float(telemetry[name]) for name in LATENCY_HEAD_FEATURES[:6]}
         features["slo_tpot_s"] = 0.0 if slo is None else float(slo)
         features["gamma"] = float(base)
@@ -362,32 +469,90 @@ def oracle_labels(
             "rtt_multiplier": r,
             "load_multiplier": m,
         })
-    frame = pd.DataFrame(rows, columns=list(LABEL_COLUMNS))
-    return frame.astype({"gamma_label": "int64", "slo_met": "bool"})
+    frame = pd.DataFrame(rows, columns=list(ARRIVAL_LABEL_COLUMNS if arrival else LABEL_COLUMNS))
+    return frame.astype({"gamma_label": "int64", "slo_met": "bool"} | ({"request_id": "int64"} if arrival else {}))
+
+
+def _arrival_rows(
+    runs: list[dict[str, Any]], feature_run: int, actions: list[tuple[str, int, int]], rtt: float, load: float,
+) -> list[dict[str, Any]]:
+    """One condition's rows of a per-arrival table: one per request with a recorded first decision
+    in the feature run and a TPOT under some action (module docstring)."""
+    first = runs[feature_run]["first"]
+    per_action = [run["requests"] for run in runs[: len(actions)]]
+    reference = runs[feature_run]["requests"]
+    rows = []
+    for request_id in sorted(first):
+        if request_id not in reference:  # a warm-up request: not labelled
+            continue
+        shape = reference[request_id][1:]
+        latencies = []
+        for requests in per_action:
+            outcome = requests.get(request_id)
+            if outcome is not None and outcome[1:] != shape:
+                raise ValueError(f"condition rtt x{rtt:g}, load x{load:g}: request {request_id} has other lengths in another "
+                                 "action's run; per-arrival labels need the same workload in every run")
+            tpot = math.inf if outcome is None or not math.isfinite(outcome[0]) else outcome[0]
+            latencies.append(tpot)
+        if all(math.isinf(x) for x in latencies):
+            continue  # no action gave it a time per output token
+        best = min(range(len(actions)), key=lambda i: (latencies[i], actions[i][2]))  # ties: the smaller γ
+        features, target = first[request_id]
+        rows.append({
+            **dict(zip(LATENCY_HEAD_FEATURES, map(float, features), strict=True)),
+            "gamma_label": actions[best][2],
+            "latency_label_s": latencies[best],
+            "slo_met": target is None or latencies[best] <= target,
+            "rtt_multiplier": rtt,
+            "load_multiplier": load,
+            "request_id": request_id,
+        })
+    return rows
 
 
 # ---------------------------------------------------------------------------- fitting
-def fit_head(labels: pd.DataFrame, *, loss: str = "huber") -> dict[str, Any]:
-    """Fit the linear head on a label table; returns the ``params:`` of a ``latency_head``.
+def fit_head(
+    labels: pd.DataFrame,
+    *,
+    loss: str = "huber",
+    hidden: Sequence[int] = (16,),
+    activation: str = "relu",
+    random_state: int = 0,
+    alpha: float = 1e-4,
+    max_iter: int = 5000,
+) -> dict[str, Any]:
+    """Fit the latency head on a label table; returns the ``params:`` of a ``latency_head``.
 
-    Regresses ``gamma_label`` on the columns :data:`~simpy_llm.policies.gamma.LATENCY_HEAD_FEATURES`
-    of *labels* (other columns are ignored) with scikit-learn: ``loss="huber"``, a
-    :class:`~sklearn.linear_model.HuberRegressor` (default ``epsilon`` 1.35, ``alpha``
-    1e-4, up to 1000 iterations), robust to a few odd labels; ``loss="l2"``, ordinary
-    least squares (:class:`~sklearn.linear_model.LinearRegression`). Each feature is
-    standardised before the fit (a constant one is only centred) and the coefficients
-    mapped back, so the weights apply to raw features as
-    :class:`~simpy_llm.policies.gamma.LatencyHead` reads them. A feature that does not
-    vary in the table (e.g. ``gamma`` or ``slo_tpot_s`` from one sweep) gets weight 0:
-    its effect is in the bias. A table of few rows (the default sweep gives 12 for 8
-    features) is nearly determined: a feature that varies only by noise (a smoothed wait
-    of 1e-9 s in one run, 1e-5 s in another) can get a very large weight. Sweep more
-    conditions, or check the head's outputs on the table before using it.
+    Regresses ``gamma_label`` on the columns :data:`~simpy_llm.policies.latency_head.LATENCY_HEAD_FEATURES`
+    of *labels* (other columns are ignored) with scikit-learn:
 
-    The returned dict holds ``weights`` (8 floats, in feature order) and ``bias`` (a
-    float) only: the head's other parameters (``history``, ``min_samples``,
-    ``default_gamma``, ``smoothing``, ``fused_below``, ``fused_rounds``) are not fitted
-    and keep their defaults unless the caller adds them.
+    * ``loss="huber"``, a :class:`~sklearn.linear_model.HuberRegressor` (default ``epsilon``
+      1.35, ``alpha`` 1e-4, up to 1000 iterations), robust to a few odd labels, and
+      ``loss="l2"``, ordinary least squares (:class:`~sklearn.linear_model.LinearRegression`):
+      the linear head, ``{weights, bias}``;
+    * ``loss="mlp"``, an :class:`~sklearn.neural_network.MLPRegressor` with the hidden layers
+      *hidden* (units per layer), *activation* (``relu`` or ``tanh``), squared loss with L2
+      penalty *alpha*, the L-BFGS solver (suited to tables of a few thousand rows) for up to
+      *max_iter* iterations, and ``random_state`` *random_state* (its initial weights), so the
+      same table gives the same params: the MLP head,
+      ``{layers: [{weights, bias}, ...], activation}``
+      (:class:`~simpy_llm.policies.latency_head.LatencyMlp`).
+
+    Each feature is standardised before the fit (a constant one is only centred) and the
+    result mapped back, so the params apply to raw features as the head reads them: the
+    linear weights are divided by the feature scales, and for the MLP the standardisation is
+    folded into the first layer (``W / scale`` column by column, ``b - (W / scale) · mean``);
+    the label is standardised too for the MLP and mapped back in its last layer. No
+    ``mean``/``scale`` params are needed. A feature that does not vary in the table (e.g.
+    ``gamma`` or ``slo_tpot_s`` from one sweep) gets weight 0: its effect is in the biases. A
+    table of few rows (the default per-condition sweep gives 12 for 8 features) is nearly
+    determined: a feature that varies only by noise (a smoothed wait of 1e-9 s in one run,
+    1e-5 s in another) can get a very large weight. Sweep more conditions, label per arrival
+    (:func:`oracle_labels`), or check the head's outputs on the table before using it.
+
+    The head's other parameters (``history``, ``min_samples``, ``default_gamma``,
+    ``smoothing``, ``fused_below``, ``fused_rounds``, ``history_scope``) are not fitted and
+    keep their defaults unless the caller adds them.
 
     Parameters
     ----------
@@ -395,15 +560,25 @@ def fit_head(labels: pd.DataFrame, *, loss: str = "huber") -> dict[str, Any]:
         A table with the feature columns and ``gamma_label`` (:func:`oracle_labels`), at
         least two rows.
     loss
-        ``"huber"`` or ``"l2"``.
+        ``"huber"``, ``"l2"`` or ``"mlp"``.
+    hidden
+        ``"mlp"`` only: units of each hidden layer, first to last (each >= 1, at least one layer).
+    activation
+        ``"mlp"`` only: ``"relu"`` or ``"tanh"``.
+    random_state
+        ``"mlp"`` only: seed of the initial weights.
+    alpha
+        ``"mlp"`` only: L2 penalty (>= 0).
+    max_iter
+        ``"mlp"`` only: most L-BFGS iterations (>= 1).
 
     Raises
     ------
     ImportError
         If scikit-learn is not installed (the ``learn`` extra).
     ValueError
-        If *loss* is unknown, a column is missing, the table has fewer than two rows or a
-        value is not finite.
+        If *loss* is unknown, an MLP setting is invalid, a column is missing, the table has
+        fewer than two rows or a value is not finite.
 
     Examples
     --------
@@ -415,11 +590,24 @@ def fit_head(labels: pd.DataFrame, *, loss: str = "huber") -> dict[str, Any]:
         params = fit_head(pd.DataFrame(rows), loss="l2")
         # params["weights"][2] == -20.0 and params["bias"] == 6.0 (to rounding)
         head = gamma_policies.get("latency_head")(**params)
+        mlp = fit_head(pd.DataFrame(rows), loss="mlp", hidden=(8,))
+        # {"layers": [{"weights": 8 rows of 8, "bias": 8}, {"weights": [[8 floats]], "bias": [1 float]}], "activation": "relu"}
+        head = LatencyHead.from_params(mlp)
     """
-    if loss not in ("huber", "l2"):
-        raise ValueError(f"loss: must be 'huber' or 'l2', got {loss!r}")
+    if loss not in ("huber", "l2", "mlp"):
+        raise ValueError(f"loss: must be 'huber', 'l2' or 'mlp', got {loss!r}")
+    if loss == "mlp":
+        if not hidden or any(isinstance(h, bool) or not isinstance(h, numbers.Integral) or h < 1 for h in hidden):
+            raise ValueError(f"hidden: give one or more layer sizes, each an integer >= 1, got {list(hidden)!r}")
+        if activation not in ("relu", "tanh"):
+            raise ValueError(f"activation: must be 'relu' or 'tanh', got {activation!r}")
+        if not (math.isfinite(alpha) and alpha >= 0):
+            raise ValueError(f"alpha: must be a finite number >= 0, got {alpha!r}")
+        if max_iter < 1:
+            raise ValueError(f"max_iter: must be >= 1, got {max_iter!r}")
     try:
         from sklearn.linear_model import HuberRegressor, LinearRegression
+        from sklearn.neural_network import MLPRegressor
     except ImportError as exc:
         raise ImportError(
             "fit_head needs scikit-learn: install the learn extra (pip install 'simpy-llm[learn]')"
@@ -441,6 +629,24 @@ def fit_head(labels: pd.DataFrame, *, loss: str = "huber") -> dict[str, Any]:
     scale[constant] = 1.0
     z = (x - mean) / scale
     z[:, constant] = 0.0
+    if loss == "mlp":
+        y_mean, y_scale = float(y.mean()), float(y.std()) or 1.0
+        net = MLPRegressor(
+            hidden_layer_sizes=tuple(int(h) for h in hidden), activation=activation, solver="lbfgs",
+            alpha=alpha, max_iter=max_iter, random_state=random_state,
+        )
+        net.fit(z, (y - y_mean) / y_scale)
+        # sklearn's coefs_[i] is (inputs, units): the head's rows are units, so transpose.
+        matrices = [np.asarray(c, dtype=np.float64).T for c in net.coefs_]
+        biases = [np.asarray(b, dtype=np.float64) for b in net.intercepts_]
+        first = np.where(constant, 0.0, matrices[0] / scale)  # z = (x - mean) / scale, folded in
+        matrices[0], biases[0] = first, biases[0] - first @ mean
+        matrices[-1], biases[-1] = matrices[-1] * y_scale, biases[-1] * y_scale + y_mean  # the label's scale
+        layers = [
+            {"weights": [[float(w) for w in row] for row in m], "bias": [float(b) for b in v]}
+            for m, v in zip(matrices, biases, strict=True)
+        ]
+        return {"layers": layers, "activation": activation}
     model = HuberRegressor(max_iter=1000) if loss == "huber" else LinearRegression()
     model.fit(z, y)
     weights = np.where(constant, 0.0, model.coef_ / scale)
@@ -458,12 +664,16 @@ def _ints(text: str) -> list[int]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m simpy_llm.explore.gamma_head SCENARIO [--out FILE] [--workers N]``.
+    """``python -m simpy_llm.explore.gamma_head SCENARIO [--out FILE] [--workers N] [--model linear|mlp] [--per condition|arrival]``.
 
     Sweeps :func:`oracle_labels` (through a :class:`~concurrent.futures.ProcessPoolExecutor`
-    of N workers when N > 1), prints the label table, fits :func:`fit_head`, and writes
-    ``{kind: latency_head, params: {weights: [...], bias: ...}}`` to ``--out`` (standard
-    output without it), usable as the scenario's ``speculation.gamma_policy``.
+    of N workers when N > 1; ``--per arrival``: one row per request of each condition), prints
+    the label table (per arrival: the count of each label per condition), writes it to
+    ``--labels`` when given (with a first column ``scenario_id``, the scenario's ``name`` or
+    its file's stem; Parquet for a ``.parquet`` name, else CSV), fits :func:`fit_head`, and writes
+    ``{kind: latency_head, params: {weights: [...], bias: ...}}`` (``--model mlp``:
+    ``params: {layers: [...], activation: ...}``, hidden sizes ``--hidden``) to ``--out``
+    (standard output without it), usable as the scenario's ``speculation.gamma_policy``.
     """
     parser = argparse.ArgumentParser(
         prog="python -m simpy_llm.explore.gamma_head",
@@ -475,7 +685,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--rtt", type=_floats, default=[0.5, 1, 1.5, 2], help="RTT multipliers, comma-separated")
     parser.add_argument("--load", type=_floats, default=[0.6, 1.0, 1.3], help="offered-load multipliers, comma-separated")
     parser.add_argument("--gammas", type=_ints, default=[2, 3, 4, 6], help="distributed γ candidates, comma-separated")
-    parser.add_argument("--loss", choices=("huber", "l2"), default="huber", help="regression loss (default huber)")
+    parser.add_argument("--loss", choices=("huber", "l2"), default="huber", help="the linear head's regression loss (default huber)")
+    parser.add_argument("--model", choices=("linear", "mlp"), default="linear", help="the head: linear (default) or a small MLP")
+    parser.add_argument("--hidden", type=_ints, default=[16], help="MLP hidden layer sizes, comma-separated (default 16)")
+    parser.add_argument("--activation", choices=("relu", "tanh"), default="relu", help="MLP activation (default relu)")
+    parser.add_argument("--per", choices=("condition", "arrival"), default="condition",
+                        help="one label per condition (default) or per request of each condition")
+    parser.add_argument("--labels", help="also write the label table here, with a scenario_id column (.parquet, else CSV)")
     args = parser.parse_args(argv)
 
     scenario = load_scenario(args.scenario)
@@ -483,11 +699,27 @@ def main(argv: Sequence[str] | None = None) -> None:
         from concurrent.futures import ProcessPoolExecutor
 
         with ProcessPoolExecutor(max_workers=args.workers) as pool:
-            labels = oracle_labels(scenario, args.rtt, args.load, args.gammas, executor=pool)
+            labels = oracle_labels(scenario, args.rtt, args.load, args.gammas, executor=pool, per=args.per)
     else:
-        labels = oracle_labels(scenario, args.rtt, args.load, args.gammas)
-    print(labels.to_string(index=False))
-    policy = {"kind": "latency_head", "params": fit_head(labels, loss=args.loss)}
+        labels = oracle_labels(scenario, args.rtt, args.load, args.gammas, per=args.per)
+    if args.per == "condition":
+        print(labels.to_string(index=False))
+    else:  # one row per request: the labels' counts per condition
+        counts = labels.groupby(["rtt_multiplier", "load_multiplier"])["gamma_label"].value_counts().unstack(fill_value=0)
+        print(counts.to_string())
+    if args.labels:
+        table = labels.copy()
+        table.insert(0, "scenario_id", scenario.name or Path(args.scenario).stem)
+        if args.labels.endswith(".parquet"):
+            table.to_parquet(args.labels, index=False)
+        else:
+            table.to_csv(args.labels, index=False)
+        print(f"wrote {args.labels}", file=sys.stderr)
+    if args.model == "mlp":
+        params = fit_head(labels, loss="mlp", hidden=args.hidden, activation=args.activation)
+    else:
+        params = fit_head(labels, loss=args.loss)
+    policy = {"kind": "latency_head", "params": params}
     text = yaml.safe_dump(policy, sort_keys=False)
     if args.out:
         Path(args.out).write_text(text)

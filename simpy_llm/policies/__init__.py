@@ -41,6 +41,7 @@ from simpy_llm.policies.admission import (
     predicted_ttft_s,
 )
 from simpy_llm.policies.gamma import GammaPolicy, GammaState, gamma_policies
+from simpy_llm.policies.latency_head import LatencyHead
 from simpy_llm.policies.mode import ModeSelector, ModeState, mode_selectors
 from simpy_llm.policies.predictors import OutputPredictor
 from simpy_llm.policies.routing import (
@@ -71,6 +72,7 @@ __all__ = [
     "GammaState",
     "JoinIdleQueue",
     "JoinShortestQueue",
+    "LatencyHead",
     "LeastKV",
     "LeastLoaded",
     "LeastOutstandingTokens",

@@ -7,9 +7,9 @@ asks the request's :class:`GammaPolicy` for ``next_gamma(state)``, an integer in
 A policy never touches SimPy; one that needs memory keeps it in its own fields.
 
 Built-ins (``kind:`` under a scenario's γ policy): ``static``, ``backpressure``,
-``acceptance_backoff``, ``specpp``, ``latency_head``, ``pid`` and ``bandit``; each
-class's docstring states its exact rule, and its fields are its ``params:`` (with
-units and defaults).
+``acceptance_backoff``, ``specpp``, ``latency_head`` (in :mod:`simpy_llm.policies.latency_head`),
+``pid`` and ``bandit``; each class's docstring states its exact rule, and its fields are its
+``params:`` (with units and defaults).
 
 A custom policy registers with the same decorator as the built-ins:
 
@@ -32,7 +32,6 @@ A custom policy registers with the same decorator as the built-ins:
 from __future__ import annotations
 
 import math
-from collections import deque
 from typing import ClassVar, Protocol
 
 import attrs
@@ -43,12 +42,10 @@ from simpy_llm.policies.bandits import ucb1_arm
 from simpy_llm.registry import Registry
 
 __all__ = [
-    "LATENCY_HEAD_FEATURES",
     "AcceptanceBackoff",
     "Backpressure",
     "GammaPolicy",
     "GammaState",
-    "LatencyHead",
     "PidGamma",
     "SpecPlusPlus",
     "StaticGamma",
@@ -181,6 +178,11 @@ class GammaPolicy(Protocol):
     A policy class may set ``reads_position_probabilities = False`` to say its rule never
     reads ``state.position_probabilities``; the mechanism then passes ``()`` there and
     saves the curve lookup. Absent, the probabilities are always filled in.
+
+    A policy object may also define ``bind_request(request, scope)``: the mechanism calls it
+    once, as the request the object serves starts, with that request (its ``replica`` is its
+    target once routed) and an object that lives as long as the simulation (its draft
+    fleet), for memory kept beyond one request (``latency_head``'s ``history_scope: target``).
     """
 
     def next_gamma(self, state: GammaState) -> int:
@@ -342,132 +344,6 @@ class SpecPlusPlus:
                 break
             selected += 1
         return clamp_gamma(selected, state)
-
-
-LATENCY_HEAD_FEATURES: tuple[str, ...] = (
-    "verify_queue_wait_s",
-    "kv_utilization",
-    "rtt_s",
-    "acceptance_ewma",
-    "draft_step_s",
-    "verify_step_s",
-    "slo_tpot_s",
-    "gamma",
-)
-"""The feature vector of :class:`LatencyHead`, in order: the :class:`GammaState` fields of the
-same names (``slo_tpot_s`` is 0 when the request has no target; ``gamma`` is the last γ)."""
-
-
-def _weights_length(_inst: object, attr: attrs.Attribute, value: tuple[float, ...]) -> None:
-    if len(value) != len(LATENCY_HEAD_FEATURES):
-        raise FieldValueError(
-            attr.name,
-            f"give one weight per feature ({len(LATENCY_HEAD_FEATURES)}: {', '.join(LATENCY_HEAD_FEATURES)}), "
-            f"got {len(value)}",
-        )
-    for i, w in enumerate(value):
-        if not (isinstance(w, (int, float)) and math.isfinite(w)):
-            raise FieldValueError(f"{attr.name}[{i}]", f"must be a finite number, got {w!r}")
-
-
-@gamma_policies.register("latency_head")
-@attrs.define
-class LatencyHead:
-    """Linear latency-aware γ head (seed 003 §6.4.1, in small).
-
-    Each call appends this state's feature vector (:data:`LATENCY_HEAD_FEATURES`)
-    to a ring buffer of the last ``history`` rounds, and then:
-
-    1. while the buffer holds fewer than ``min_samples`` rounds, returns
-       ``default_gamma`` (the cold-start fallback; the head is not evaluated);
-    2. otherwise the head's output is ``y = weights · mean(buffer) + bias``,
-       smoothed as ``s = smoothing * y + (1 - smoothing) * s_prev`` (the first
-       output is taken as is);
-    3. fused hysteresis: γ = 1 ("run fused") only once ``s < fused_below`` has
-       held for ``fused_rounds`` consecutive evaluated rounds; leaving fused
-       needs just one round at or above it;
-    4. otherwise γ = ``floor(s + 0.5)`` (round half up), at least 2 (γ = 1 is
-       reserved for fused), clamped to ``[k_min, k_max]``. Fused also gives
-       ``k_min`` when ``k_min > 1``.
-
-    The weights and bias are parameters (§6.4.1 fits them offline on oracle labels
-    from simulator sweeps: :mod:`simpy_llm.explore.gamma_head` does, with scikit-learn;
-    no fitted weights ship). The policy keeps per-instance state: use one instance per request
-    (or per target, as the seed places it).
-
-    Examples
-    --------
-    >>> head = LatencyHead(weights=(0, 0, -20, 0, 0, 0, 0, 0), bias=5.0, history=2, min_samples=1,
-    ...                    smoothing=1.0, fused_below=1.5, fused_rounds=2)
-    >>> [head.next_gamma(GammaState(gamma=4, k_min=1, k_max=6, rtt_s=r)) for r in (0.05, 0.2, 0.2, 0.2)]
-    [4, 3, 2, 1]
-    """
-
-    reads_position_probabilities: ClassVar[bool] = False
-    """The rule never reads ``state.position_probabilities`` (the mechanism may leave it empty)."""
-
-    weights: tuple[float, ...] = attrs.field(converter=tuple, validator=_weights_length)
-    """One coefficient per feature of :data:`LATENCY_HEAD_FEATURES`, tokens per feature unit."""
-    bias: float = attrs.field(default=0.0, validator=greater_than(-math.inf))  # i.e. finite
-    """Intercept of the head, tokens."""
-    history: int = attrs.field(default=3, validator=at_least(1))
-    """Rounds kept in the ring buffer whose features are averaged."""
-    min_samples: int = attrs.field(default=2, validator=at_least(1))
-    """Rounds in the buffer before the head is used (<= history)."""
-    default_gamma: int = attrs.field(default=4, validator=at_least(1))
-    """γ while the buffer holds fewer than min_samples rounds, tokens."""
-    smoothing: float = attrs.field(default=0.5, validator=[greater_than(0.0), in_range(0.0, 1.0)])
-    """Weight of the newest head output in the exponential smoothing, (0, 1] (1: none)."""
-    fused_below: float = attrs.field(default=1.5, validator=greater_than(-math.inf))
-    """Smoothed output below which a round counts towards fused, tokens."""
-    fused_rounds: int = attrs.field(default=2, validator=at_least(1))
-    """Consecutive rounds below fused_below before γ = 1 is chosen."""
-    _buffer: deque[tuple[float, ...]] = attrs.field(init=False, repr=False)
-    _smoothed: float | None = attrs.field(default=None, init=False, repr=False)
-    _below: int = attrs.field(default=0, init=False, repr=False)
-
-    @min_samples.validator
-    def _min_samples_within_history(self, attr: attrs.Attribute, value: int) -> None:
-        if value > self.history:
-            raise FieldValueError(attr.name, f"must be <= history ({self.history}), got {value}")
-
-    def __attrs_post_init__(self) -> None:
-        self._buffer = deque(maxlen=self.history)
-
-    @staticmethod
-    def features(state: GammaState) -> tuple[float, ...]:
-        """The feature vector of *state*, in the order of :data:`LATENCY_HEAD_FEATURES`."""
-        return (
-            state.verify_queue_wait_s,
-            state.kv_utilization,
-            state.rtt_s,
-            state.acceptance_ewma,
-            state.draft_step_s,
-            state.verify_step_s,
-            state.slo_tpot_s or 0.0,
-            float(state.gamma),
-        )
-
-    @property
-    def smoothed_output(self) -> float | None:
-        """The last smoothed head output, tokens (None before the head was first used)."""
-        return self._smoothed
-
-    def next_gamma(self, state: GammaState) -> int:
-        self._buffer.append(self.features(state))
-        n = len(self._buffer)
-        if n < self.min_samples:
-            return clamp_gamma(self.default_gamma, state)
-        mean = [sum(column) / n for column in zip(*self._buffer, strict=True)]
-        y = sum(w * x for w, x in zip(self.weights, mean, strict=True)) + self.bias
-        a = self.smoothing
-        s = y if self._smoothed is None else a * y + (1 - a) * self._smoothed
-        self._smoothed = s
-        self._below = self._below + 1 if s < self.fused_below else 0
-        if self._below >= self.fused_rounds:
-            return clamp_gamma(1, state)
-        rounded = math.floor(s + 0.5) if math.isfinite(s) else (state.k_max if s > 0 else state.k_min)
-        return clamp_gamma(max(2, rounded), state)
 
 
 @gamma_policies.register("pid")

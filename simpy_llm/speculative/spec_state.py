@@ -50,6 +50,9 @@ class SpecState:
         self.device = device
         self.policy = policy
         self._reads_probabilities = getattr(policy, "reads_position_probabilities", True)
+        bind = getattr(policy, "bind_request", None)  # a policy keeping memory beyond its request (per target)
+        if bind is not None:
+            bind(req, fleet)
         self.mode = ""
         self.drafters = device.drafters
         """The group's drafters as they run against the request's target (each with its curve

@@ -13,7 +13,8 @@ import pytest
 
 from simpy_llm import scenario_from_dict
 from simpy_llm.explore.gamma_head import LABEL_COLUMNS, fit_head, oracle_labels
-from simpy_llm.policies.gamma import LATENCY_HEAD_FEATURES, LatencyHead, gamma_policies
+from simpy_llm.policies.gamma import gamma_policies
+from simpy_llm.policies.latency_head import LATENCY_HEAD_FEATURES, LatencyHead
 from tests.spec_helpers import flat_curve, spec_scenario
 
 TRUE_WEIGHTS = np.array([-10.0, -2.0, -8.0, 3.0, -40.0, -15.0, 5.0, 0.5])

@@ -17,13 +17,13 @@ from simpy_llm.policies.gamma import (
     AcceptanceBackoff,
     Backpressure,
     GammaState,
-    LatencyHead,
     PidGamma,
     SpecPlusPlus,
     StaticGamma,
     UcbBandit,
     gamma_policies,
 )
+from simpy_llm.policies.latency_head import LatencyHead
 
 
 def state(**fields) -> GammaState:
@@ -322,7 +322,7 @@ def test_latency_head_fused_respects_k_min() -> None:
 
 def test_latency_head_features_follow_the_documented_order() -> None:
     """``features`` packs the state in the order of LATENCY_HEAD_FEATURES (no SLO counts as 0)."""
-    from simpy_llm.policies.gamma import LATENCY_HEAD_FEATURES
+    from simpy_llm.policies.latency_head import LATENCY_HEAD_FEATURES
 
     s = state(verify_queue_wait_s=0.1, kv_utilization=0.2, rtt_s=0.3, acceptance_ewma=0.4,
               draft_step_s=0.5, verify_step_s=0.6, gamma=3)
