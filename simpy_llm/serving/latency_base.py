@@ -235,7 +235,7 @@ def missing_members(model: object) -> list[str]:
     ...     def step_time_s(self, prefill_tokens, decode_tokens):
     ...         return 0.01
     >>> missing_members(OnlyStep())[:3]
-    ['cache_restore_s', 'hardware', 'mean_step_time_s']
+    ['cache_restore_s', 'fused_time_s', 'hardware']
     """
     members = sorted(name for name in LatencyModel.__dict__ if not name.startswith("_") or name == "__call__")
     return [name for name in members if not hasattr(model, name)]
