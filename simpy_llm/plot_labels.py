@@ -199,6 +199,8 @@ GROUP_NOUNS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "preemptions.by_mode": ("mode",),
     "per_replica": ("replica",),
     "engine.busy_s": ("replica",),
+    "devices.energy_j_per_replica": ("replica",),
+    "devices.cost_usd_per_replica": ("replica",),
     "batch_size.histogram": ("batch size",),
     "by_tenant": ("tenant",),
 })
