@@ -26,10 +26,29 @@ with a black ``x`` labelled ``overloaded``, the rows whose ``overloaded`` column
 arrival window: their latencies describe no steady state); ``mark=`` names another flag
 column, or ``None`` for no marks.
 
+**Labels, titles and captions.** An axis says its column in words, with its unit
+(:func:`~simpy_llm.plot_labels.axis_label`: ``latency_s.ttft.p99`` is ``TTFT p99 (s)``,
+``workload.aggregate_rate`` is ``offered load (requests/s)``, a column no rule knows is
+its own label); ``xlabel=`` and ``ylabel=`` replace them. The title says what is compared
+(``TTFT p99 against offered load, by replicas``); ``title=`` replaces it, ``title=""``
+leaves none. The columns themselves, key paths and all, stay on the figure in a caption:
+small grey text under the x-axis label, an annotation with gid ``caption`` (one per axes:
+drawing again into the same axes replaces it), which ``layout="constrained"`` and
+``savefig(bbox_inches="tight")`` make room for. An axis that shows a count (a key path
+:func:`~simpy_llm.plot_labels.is_count` knows, such as ``serving.replicas`` or
+``serving.batch_server.bins.count``, or a column whose values are all whole numbers) gets
+integer ticks (:class:`matplotlib.ticker.MaxNLocator` with ``integer=True``): no tick at
+1.5 replicas.
+
 matplotlib is a dependency, imported only when a figure is drawn. Each function draws into the ``ax`` it is
 given, or else into a new :class:`matplotlib.figure.Figure` made without pyplot
 (nothing joins pyplot's list of open figures, and the pyplot backend is left alone),
 and returns the figure: ``fig.savefig("plot.png")`` writes it.
+
+Kept whole (over 800 lines): each function is one figure kind, read on its own, and all
+share the conventions above (labels and captions, count ticks, overload marks, figures
+made without pyplot) through the few private functions at the top; the words of the axes
+are already apart, in :mod:`simpy_llm.plot_labels`.
 """
 
 from __future__ import annotations
@@ -40,6 +59,8 @@ from numbers import Real
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from simpy_llm.plot_labels import LATENCY_METRICS, axis_label, is_count, title_against, title_over_time, title_words
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -104,6 +125,59 @@ def _legend(ax: Axes) -> None:
         ax.legend(fontsize="small")
 
 
+def _counts(path: str, values: Any) -> bool:
+    """Whether an axis showing column *path*, whose values are *values*, counts things: by
+    its key path, or because every finite value is a whole number (never for values that
+    are not numbers, such as a categorical axis's names)."""
+    a = np.asarray(values).ravel()
+    if a.dtype.kind not in "iuf":
+        return False
+    if is_count(path) or a.dtype.kind in "iu":
+        return True
+    a = a[np.isfinite(a)]
+    return a.size > 0 and bool(np.all(a == np.round(a)))
+
+
+def _finish(
+    ax: Axes,
+    given: tuple[str | None, str | None, str | None],
+    default: tuple[str, str, str],
+    caption: str,
+    *,
+    x_counts: bool = False,
+    y_counts: bool = False,
+) -> None:
+    """Set *ax*'s x label, y label and title (each *given* one, else its *default*), give
+    count axes integer ticks, and write *caption* under the x-axis label (replacing a
+    caption an earlier plot left in *ax*)."""
+    from matplotlib.ticker import MaxNLocator  # loaded with the figure, as in _axes
+
+    xlabel, ylabel, title = (d if g is None else g for g, d in zip(given, default, strict=True))
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    for axis, counts in ((ax.xaxis, x_counts), (ax.yaxis, y_counts)):
+        # A log axis keeps its own locator: integer steps there would crowd or vanish.
+        if counts and axis.get_scale() == "linear":
+            axis.set_major_locator(MaxNLocator(nbins="auto", steps=[1, 2, 2.5, 5, 10], integer=True))
+    for text in [t for t in ax.texts if t.get_gid() == "caption"]:
+        text.remove()
+    # Anchored to the x-axis label's box, the caption sits under it whatever the tick labels' height.
+    note = ax.annotate(caption, xy=(0.5, 0.0), xycoords=ax.xaxis.label, xytext=(0, -3), textcoords="offset points",
+                       ha="center", va="top", fontsize="x-small", color="0.4")
+    note.set_gid("caption")
+
+
+def _finish_sweep(
+    ax: Axes, frame: pd.DataFrame, x: str, y: str, by: str | None, given: tuple[str | None, str | None, str | None], what: str = ""
+) -> None:
+    """:func:`_finish` for a plot of a sweep's column *y* against *x*, one curve per value of
+    *by*; *what* names the plot in the default title (``Pareto front``)."""
+    title = title_against(y, x, by)
+    _finish(ax, given, (axis_label(x), axis_label(y), f"{what}: {title}" if what else title),
+            f"x: {x}; y: {y}" + ("" if by is None else f"; by: {by}"), x_counts=_counts(x, frame[x]), y_counts=_counts(y, frame[y]))
+
+
 def _mark(ax: Axes, frame: pd.DataFrame, x: str, y: str, mark: str | None) -> bool:
     """Cross the rows of *frame* whose column *mark* is 1 at their (*x*, *y*), labelled
     *mark*; whether any was drawn (a frame without the column has none)."""
@@ -126,6 +200,7 @@ def line(
     ax: Axes | None = None,
     reference: Mapping[str, float | Sequence[float]] | None = None,
     mark: str | None = "overloaded",
+    xlabel: str | None = None, ylabel: str | None = None, title: str | None = None,
 ) -> Figure:
     """Column *y* against column *x* of a tidy *frame*, one line per value of *hue*.
 
@@ -152,11 +227,14 @@ def line(
         A flag column: rows where it is 1 are crossed out at their own (*x*, *y*), and the
         legend names the column (default ``overloaded``, a sweep's overload flag;
         ``None``: no marks).
+    xlabel, ylabel, title
+        Replace the axis labels (default: the columns in words, with units) and the title
+        (default: what is compared, ``Throughput against k, by policy``; ``""``: none).
 
     Returns
     -------
     matplotlib.figure.Figure
-        The figure drawn into.
+        The figure drawn into, its key paths in the caption (``x: k; y: throughput; by: policy``).
 
     Raises
     ------
@@ -196,8 +274,7 @@ def line(
             )
         ax.plot(xs, ys, color="k", linestyle=style, linewidth=1, label=str(label))
     marked = _mark(ax, frame, x, y, mark)
-    ax.set_xlabel(x)
-    ax.set_ylabel(y)
+    _finish_sweep(ax, frame, x, y, hue, (xlabel, ylabel, title))
     if marked:
         ax.legend(fontsize="small")
     elif hue is not None or reference:
@@ -205,7 +282,12 @@ def line(
     return fig
 
 
-def batch_size_over_time(batches: pd.DataFrame, *, ax: Axes | None = None) -> Figure:
+def batch_size_over_time(
+    batches: pd.DataFrame,
+    *,
+    ax: Axes | None = None,
+    xlabel: str | None = None, ylabel: str | None = None, title: str | None = None,
+) -> Figure:
     """Batch size against batch start time, a step line per replica; the dynamic batcher's
     ``b_target`` dashed in the same colour where there is one.
 
@@ -217,6 +299,11 @@ def batch_size_over_time(batches: pd.DataFrame, *, ax: Axes | None = None) -> Fi
         :meth:`Results.batches() <simpy_llm.metrics.results.Results.batches>` gives.
     ax
         Axes to draw into (default: a new figure's).
+    xlabel, ylabel
+        Axis labels (default ``batch start (s)``, ``batch size (requests)``; the size axis
+        has integer ticks).
+    title
+        The title (default ``Batch size over time, by replica``; ``""``: none).
 
     Returns
     -------
@@ -236,6 +323,7 @@ def batch_size_over_time(batches: pd.DataFrame, *, ax: Axes | None = None) -> Fi
     """
     fig, ax = _axes(ax)
     _require(batches, ["start_s", "size", "replica"], "batches")
+    targets = False
     for replica, part in batches.groupby("replica", sort=True):
         part = part.sort_values("start_s", kind="stable")
         start = part["start_s"].to_numpy(dtype=np.float64)
@@ -243,9 +331,10 @@ def batch_size_over_time(batches: pd.DataFrame, *, ax: Axes | None = None) -> Fi
         if "b_target" in part.columns:
             target = part["b_target"].to_numpy(dtype=np.float64)
             if not np.isnan(target).all():
+                targets = True
                 ax.step(start, target, where="post", linestyle="--", color=drawn.get_color(), label=f"replica {replica} b_target")
-    ax.set_xlabel("batch start (s)")
-    ax.set_ylabel("batch size (requests)")
+    _finish(ax, (xlabel, ylabel, title), ("batch start (s)", "batch size (requests)", "Batch size over time, by replica"),
+            "x: start_s; y: size" + (", b_target (dashed)" if targets else "") + "; by: replica", y_counts=True)
     _legend(ax)
     return fig
 
@@ -332,7 +421,12 @@ def sla_attainment(batches: pd.DataFrame, d_sla_s: float, window_s: float) -> pd
 
 
 def sla_attainment_over_time(
-    batches: pd.DataFrame, d_sla_s: float, *, window_s: float, ax: Axes | None = None
+    batches: pd.DataFrame,
+    d_sla_s: float,
+    *,
+    window_s: float,
+    ax: Axes | None = None,
+    xlabel: str | None = None, ylabel: str | None = None, title: str | None = None,
 ) -> Figure:
     """The share of requests whose batch met ``service_s <= d_sla_s``, window by window of
     batch end times, one line per replica (the numbers are :func:`sla_attainment`'s).
@@ -347,6 +441,12 @@ def sla_attainment_over_time(
         Window length, s.
     ax
         Axes to draw into (default: a new figure's).
+    xlabel, ylabel
+        Axis labels (default ``batch end (s), windows of W s`` and ``share of requests
+        with service <= D s``).
+    title
+        The title (default ``SLA attainment (service <= D s) over time, by replica``;
+        ``""``: none).
 
     Returns
     -------
@@ -369,8 +469,9 @@ def sla_attainment_over_time(
         middle = part["window_start_s"].to_numpy() + float(window_s) / 2
         ax.plot(middle, part["share"].to_numpy(dtype=np.float64), marker="o", label=f"replica {replica}")
     ax.set_ylim(-0.02, 1.02)
-    ax.set_xlabel(f"batch end (s), windows of {window_s:g} s")
-    ax.set_ylabel(f"share of requests with service <= {d_sla_s:g} s")
+    _finish(ax, (xlabel, ylabel, title), (f"batch end (s), windows of {window_s:g} s", f"share of requests with service <= {d_sla_s:g} s",
+                                          f"SLA attainment (service <= {d_sla_s:g} s) over time, by replica"),
+            f"x: end_s, windows of {window_s:g} s; y: share of size with service_s <= {d_sla_s:g} s; by: replica")
     _legend(ax)
     return fig
 
@@ -385,7 +486,12 @@ def _frame_of(data: Any, method: str) -> pd.DataFrame:
 
 
 def latency_cdf(
-    records: Any, metric: str = "ttft_s", by: str | None = "slo_class", *, ax: Axes | None = None
+    records: Any,
+    metric: str = "ttft_s",
+    by: str | None = "slo_class",
+    *,
+    ax: Axes | None = None,
+    xlabel: str | None = None, ylabel: str | None = None, title: str | None = None,
 ) -> Figure:
     """The empirical CDF of a per-request metric, one step line per value of *by*.
 
@@ -401,6 +507,11 @@ def latency_cdf(
         The column whose values split the requests into lines (``None``: one line).
     ax
         Axes to draw into (default: a new figure's).
+    xlabel, ylabel
+        Axis labels (default: the metric in words, ``TTFT (s)``, and ``fraction of
+        requests <= x``).
+    title
+        The title (default ``CDF of TTFT, by SLO class``; ``""``: none).
 
     Returns
     -------
@@ -436,8 +547,9 @@ def latency_cdf(
         label = f"{metric if by is None else value} (n={values.size})"
         ax.step(values, heights, where="post", label=label)
     ax.set_ylim(0.0, 1.02)
-    ax.set_xlabel(metric)
-    ax.set_ylabel("fraction of requests <= x")
+    split = "" if by is None else f", by {title_words(by)}"
+    _finish(ax, (xlabel, ylabel, title), (axis_label(metric), "fraction of requests <= x", f"CDF of {title_words(metric)}{split}"),
+            f"x: {metric}" + ("" if by is None else f"; by: {by}"), x_counts=_counts(metric, frame[metric]))
     _legend(ax)
     return fig
 
@@ -449,6 +561,7 @@ def time_series(
     x: str = "time_s",
     by: str | None = "replica",
     ax: Axes | None = None,
+    xlabel: str | None = None, ylabel: str | None = None, title: str | None = None,
 ) -> Figure:
     """Columns of a time-indexed frame against time, one line per (value of *by*, column).
 
@@ -469,6 +582,12 @@ def time_series(
         that column: one line per column of *y*).
     ax
         Axes to draw into (default: a new figure's).
+    xlabel, ylabel
+        Axis labels (default: the columns in words, with units, ``time (s)`` and
+        ``waiting requests, running requests``).
+    title
+        The title (default ``Waiting requests and running requests over time, by
+        replica``; ``""``: none).
 
     Returns
     -------
@@ -507,14 +626,22 @@ def time_series(
         for column in columns:
             label = column if by is None else f"{by}={value} {column}"
             ax.plot(part[x].to_numpy(), part[column].to_numpy(), label=label)
-    ax.set_xlabel(x)
-    ax.set_ylabel(columns[0] if len(columns) == 1 else ", ".join(columns))
+    _finish(ax, (xlabel, ylabel, title), (axis_label(x), ", ".join(map(axis_label, columns)), title_over_time(columns, by)),
+            f"x: {x}; y: {', '.join(columns)}" + ("" if by is None else f"; by: {by}"),
+            x_counts=_counts(x, frame[x]), y_counts=all(_counts(c, frame[c]) for c in columns))
     _legend(ax)
     return fig
 
 
 def throughput_latency(
-    frame: pd.DataFrame, x: str, y: str, by: str | None = None, *, ax: Axes | None = None, mark: str | None = "overloaded"
+    frame: pd.DataFrame,
+    x: str,
+    y: str,
+    by: str | None = None,
+    *,
+    ax: Axes | None = None,
+    mark: str | None = "overloaded",
+    xlabel: str | None = None, ylabel: str | None = None, title: str | None = None,
 ) -> Figure:
     """A throughput-latency curve: one line of markers per value of *by* through the
     points of a sweep, in increasing *x*.
@@ -535,6 +662,9 @@ def throughput_latency(
     mark
         A flag column whose rows equal to 1 are crossed out (default ``overloaded``;
         ``None``: no marks).
+    xlabel, ylabel, title
+        Replace the axis labels (default: the columns in words, with units) and the title
+        (default: ``TTFT p99 against throughput, by replicas``; ``""``: none).
 
     Returns
     -------
@@ -568,8 +698,7 @@ def throughput_latency(
         label = y if by is None else f"{by}={value}"
         ax.plot(part[x].to_numpy(dtype=np.float64), part[y].to_numpy(dtype=np.float64), marker="o", label=label)
     marked = _mark(ax, frame, x, y, mark)
-    ax.set_xlabel(x)
-    ax.set_ylabel(y)
+    _finish_sweep(ax, frame, x, y, by, (xlabel, ylabel, title))
     if marked:
         ax.legend(fontsize="small")
     elif by is not None:
@@ -586,6 +715,7 @@ def pareto_front(
     maximize: Sequence[str] = (),
     ax: Axes | None = None,
     mark: str | None = "overloaded",
+    xlabel: str | None = None, ylabel: str | None = None, title: str | None = None,
 ) -> Figure:
     """Every point of *frame* in *x*-*y*, and its non-dominated points joined by a step line.
 
@@ -607,13 +737,19 @@ def pareto_front(
     mark
         A flag column whose rows equal to 1 are crossed out (default ``overloaded``;
         ``None``: no marks).
+    xlabel, ylabel, title
+        Replace the axis labels (default: the columns in words, with units) and the title
+        (default: ``Pareto front: TTFT p99 against replicas``; ``""``: none).
 
     Returns
     -------
     matplotlib.figure.Figure
-        The figure drawn into: first a grey scatter of every point (label ``all``),
-        then a post-step line with markers through the front's points sorted by *x*
-        (label ``Pareto front``), then the marked points' crosses.
+        The figure drawn into: first every point (label ``all``), small, light grey and
+        half transparent, under everything else (``zorder`` 1), so that the dominated
+        points show and each front point's own dot hides under its marker; then a
+        post-step line with markers through the front's points sorted by *x* (label
+        ``Pareto front``, ``zorder`` 2.5, over the points and other lines), then the
+        marked points' crosses (``zorder`` 3).
 
     Raises
     ------
@@ -647,20 +783,26 @@ def pareto_front(
         chosen = frame[mask]
     fig, ax = _axes(ax)
     ax.scatter(frame[x].to_numpy(dtype=np.float64), frame[y].to_numpy(dtype=np.float64),
-               color="0.6", s=14, label="all")
+               color="0.55", alpha=0.6, s=12, linewidths=0, zorder=1, label="all")
     chosen = chosen.sort_values([x, y], kind="stable")
     # The staircase bounds the region the front dominates: it keeps a point's y until the
     # next point when smaller x is better, and takes the next point's y at once otherwise.
     ax.step(chosen[x].to_numpy(dtype=np.float64), chosen[y].to_numpy(dtype=np.float64),
-            where="pre" if x in maximize else "post", marker="o", color="C3", label="Pareto front")
+            where="pre" if x in maximize else "post", marker="o", color="C3", zorder=2.5, label="Pareto front")
     _mark(ax, frame, x, y, mark)
-    ax.set_xlabel(x)
-    ax.set_ylabel(y)
+    _finish_sweep(ax, frame, x, y, None, (xlabel, ylabel, title), what="Pareto front")
     ax.legend(fontsize="small")
     return fig
 
 
-def calibration_qq(observed: Any, predicted: Any = None, *, metric: str = "", ax: Axes | None = None) -> Figure:
+def calibration_qq(
+    observed: Any,
+    predicted: Any = None,
+    *,
+    metric: str = "",
+    ax: Axes | None = None,
+    xlabel: str | None = None, ylabel: str | None = None, title: str | None = None,
+) -> Figure:
     """Quantile-quantile plot of observed against predicted values, with the line y = x.
 
     The quantiles are the calibration report's (:mod:`simpy_llm.calibrate.stats`): at
@@ -675,9 +817,13 @@ def calibration_qq(observed: Any, predicted: Any = None, *, metric: str = "", ax
     predicted
         The simulated values (s); the two samples may differ in size.
     metric
-        Name for the axis labels (``ttft``), or the comparison's.
+        Name for the axis labels (``ttft``, said ``TTFT``), or the comparison's.
     ax
         Axes to draw into (default: a new figure's).
+    xlabel, ylabel
+        Axis labels (default ``observed TTFT quantile (s)``, ``predicted TTFT quantile (s)``).
+    title
+        The title (default ``Quantiles of TTFT: predicted against observed``; ``""``: none).
 
     Returns
     -------
@@ -729,8 +875,10 @@ def calibration_qq(observed: Any, predicted: Any = None, *, metric: str = "", ax
     pad = (hi - lo) * 0.03 or 1.0
     ax.set_xlim(lo - pad, hi + pad)
     ax.set_ylim(lo - pad, hi + pad)
-    name = f"{metric} " if metric else ""
-    ax.set_xlabel(f"observed {name}quantile (s)")
-    ax.set_ylabel(f"predicted {name}quantile (s)")
+    words = LATENCY_METRICS.get(metric, metric)
+    name, of, said = (f"{words} ", f" of {words}", f" {metric}") if metric else ("", "", "")
+    _finish(ax, (xlabel, ylabel, title),
+            (f"observed {name}quantile (s)", f"predicted {name}quantile (s)", f"Quantiles{of}: predicted against observed"),
+            f"x: observed{said}; y: predicted{said}; quantiles at (i + 0.5) / {QQ_POINTS}")
     ax.legend(loc="upper left", fontsize="small")
     return fig

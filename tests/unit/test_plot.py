@@ -234,7 +234,7 @@ def test_latency_cdf_steps_through_sorted_values_at_i_over_n(records):
     assert _xy(ax.lines[0]) == ([1.0, 2.0], [0.5, 1.0])
     assert _xy(ax.lines[1]) == ([0.1, 0.4], [0.5, 1.0])
     assert ax.lines[0].get_drawstyle() == "steps-post"
-    assert ax.get_xlabel() == "ttft_s"
+    assert ax.get_xlabel() == "TTFT (s)"
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["batch (n=2)", "interactive (n=2)"]
 
 
@@ -284,7 +284,7 @@ def test_time_series_one_line_per_replica_and_column(samples):
         "replica=0 waiting", "replica=0 running", "replica=1 waiting", "replica=1 running"]
     assert _xy(ax.lines[0]) == ([0.0, 1.0], [2, 5])
     assert _xy(ax.lines[3]) == ([0.0, 1.0], [3, 6])
-    assert ax.get_xlabel() == "time_s"
+    assert ax.get_xlabel() == "time (s)"
 
 
 def test_time_series_without_by_column(samples):
@@ -400,7 +400,7 @@ def test_calibration_qq_of_a_comparison():
     ax = calibration_qq(comparison).axes[0]
     assert ax.lines[1].get_xdata().tolist() == list(comparison.qq_observed)
     assert ax.lines[1].get_ydata().tolist() == list(comparison.qq_simulated)
-    assert "ttft" in ax.get_xlabel()
+    assert "TTFT" in ax.get_xlabel()
 
 
 def test_calibration_qq_empty_sample_is_an_error():
