@@ -23,6 +23,10 @@ if TYPE_CHECKING:
 __all__ = ["input_files"]
 
 
+_CURVES_BY_NAME = ("acceptance_by_target",)
+"""Keys whose mapping values are acceptance curves, named by the mapping's keys."""
+
+
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -68,7 +72,8 @@ def input_files(scenario: Scenario) -> dict[str, dict[str, str]]:
     def walk(value: Any, path: str, key: str) -> None:
         if isinstance(value, dict):
             for k, v in value.items():
-                walk(v, f"{path}.{k}" if path else str(k), str(k))
+                # A mapping of targets to curves (acceptance_by_target) holds curve names under target names.
+                walk(v, f"{path}.{k}" if path else str(k), "acceptance" if key in _CURVES_BY_NAME else str(k))
         elif isinstance(value, (list, tuple)):
             for i, v in enumerate(value):
                 walk(v, f"{path}[{i}]", key)

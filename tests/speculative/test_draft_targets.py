@@ -180,3 +180,21 @@ def test_a_per_target_curve_for_an_unknown_target_or_short_curve_is_refused(tmp_
         paths, message = _refusal(data)
         assert paths == [f"speculation.drafts[0].drafters[0].{path}"], paths
         assert re.search(words, message), message
+
+
+def test_the_manifest_pins_per_target_curves_by_name(tmp_path):
+    """A shipped curve named under ``acceptance_by_target`` is pinned in the run's manifest with
+    its file and hash, as the drafter's own ``acceptance`` is."""
+    import hashlib
+
+    from simpy_llm.metrics.manifest import input_files
+    from simpy_llm.speculative.curves import acceptance_model
+
+    curve = flat_curve(tmp_path, [0.5] * 4)
+    data = spec_scenario(curve, group={"drafters": [{"name": "d0", "acceptance": "illustrative-mobile", "draft_token_ms": 5.0,
+                                                     "acceptance_by_target": {"far": "illustrative-laptop"}}]})
+    files = input_files(scenario_from_dict(two_targets(data)))
+    drafter = "speculation.drafts[0].drafters[0]"
+    for key, name in ((f"{drafter}.acceptance", "illustrative-mobile"), (f"{drafter}.acceptance_by_target.far", "illustrative-laptop")):
+        file = Path(acceptance_model(name).path)
+        assert files[key]["sha256"] == hashlib.sha256(file.read_bytes()).hexdigest(), key
