@@ -263,3 +263,16 @@ def test_a_stable_fleet_holding_hundreds_in_flight_is_not_pruned():
     frame = card.to_frame().set_index("replicas")
     assert not frame.loc[3, "pruned"] and frame.loc[3, "stable"]
     assert frame.loc[1, "pruned"]  # a quarter of the probe in the system at once
+
+
+def test_a_replicas_card_plot_says_its_axes_in_words_with_whole_replica_ticks():
+    """The replicas card's plot labels its axes in words with units, and puts its replica ticks
+    on whole numbers only."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    card = min_replicas(cap._doctest_scenario(), load=40.0,
+                        criteria=StabilityCriteria(slo={"queue_delay_mean": 0.02}), **SMALL)
+    ax = card.plot(ax=Figure().subplots(), metric="e2e_p99_s")
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("replicas", "E2E p99 (s)")
+    assert all(float(t).is_integer() for t in ax.get_xticks())

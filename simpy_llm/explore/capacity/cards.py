@@ -17,6 +17,7 @@ import attrs
 
 from simpy_llm.explore.capacity.criteria import StabilityCriteria
 from simpy_llm.explore.capacity.probing import Probe, _jsonable, _unjson
+from simpy_llm.plot_labels import axis_label
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -169,8 +170,8 @@ class CapacityCard:
             metric = f"slo:{self.criteria.slo[0].name}" if self.criteria.slo else "e2e_p99_s"
         if len(frame):
             ax.plot(frame["load"], frame[metric], "o-", color="C0", label=metric)
-        ax.set_xlabel(self.load_key)
-        ax.set_ylabel(f"{metric} (s)")
+        ax.set_xlabel(axis_label(self.load_key))
+        ax.set_ylabel(_latency_label(metric))
         ax2 = ax.twinx()
         if len(frame):
             ax2.plot(frame["load"], frame["throughput_rps"], "s--", color="C1", label="throughput")
@@ -263,6 +264,7 @@ class ReplicaCard:
     def plot(self, ax: Any = None, metric: str | None = None) -> Any:
         """Latency against replica count, the answer marked; returns the axes (needs matplotlib)."""
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import MaxNLocator
 
         if ax is None:
             _fig, ax = plt.subplots(figsize=(7, 4))
@@ -277,8 +279,9 @@ class ReplicaCard:
         for t in self.criteria.slo:
             if metric == f"slo:{t.name}":
                 ax.axhline(t.target_s, color="C3", linestyle=":", label=f"target {t.target_s:g} s")
-        ax.set_xlabel(self.replicas_key)
-        ax.set_ylabel(f"{metric} (s)")
+        ax.set_xlabel(axis_label(self.replicas_key))
+        ax.set_ylabel(_latency_label(metric))
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # replica counts: no tick at 1.5
         ax.legend(fontsize="small")
         ax.set_title(f"replicas at {self.load:g}: {self.scenario}")
         return ax
@@ -287,6 +290,18 @@ class ReplicaCard:
         """Write ``replicas.json``, ``replicas.csv``, ``replicas.md`` and ``replicas.png``
         into *directory* (created); returns the paths written."""
         return _save(self, Path(directory), "replicas")
+
+
+def _latency_label(metric: str) -> str:
+    """A card's latency column (``e2e_p99_s``, or ``slo:ttft_p99`` for an SLO criterion's) in
+    words with its unit, as :func:`~simpy_llm.plot_labels.axis_label` says a latency.
+
+    >>> _latency_label("e2e_p99_s"), _latency_label("slo:ttft_p99"), _latency_label("slo:my_own")
+    ('E2E p99 (s)', 'TTFT p99 (s)', 'slo:my_own (s)')
+    """
+    name, _, stat = metric.removeprefix("slo:").removesuffix("_s").partition("_")
+    label = axis_label(f"latency_s.{name}.{stat}")
+    return label if not label.startswith("latency_s.") else f"{metric} (s)"
 
 
 def _save(card: CapacityCard | ReplicaCard, directory: Path, stem: str) -> list[Path]:
