@@ -60,7 +60,7 @@ import functools
 import heapq
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import simpy
 
@@ -132,6 +132,19 @@ def _pass_timer(latency: Any) -> Callable[..., float]:
     if from_table is None and not uses_context:
         return lambda contexts, verified, shared=0: step_time_s(0, sum(verified) + len(verified))
     return functools.partial(_pass_time_s, from_table, uses_context, step_time_s)
+
+
+class _Pass:
+    """A round pass: its jobs, their accepted counts and rollbacks (drawn as it started), and
+    its duration."""
+
+    __slots__ = ("accepted", "batch", "rollback", "step_s")
+
+    def __init__(self, batch: list[_Job], accepted: list[float], rollback: list[bool], step_s: float) -> None:
+        self.batch = batch
+        self.accepted = accepted
+        self.rollback = rollback
+        self.step_s = step_s
 
 
 class _Job:
@@ -311,11 +324,12 @@ class VerifyServer:
         self._pass_start = math.nan
         self._preempt_s = None if config.verify.preemption_slack_ms is None else config.verify.preemption_slack_ms / 1e3
         """Slack below which an arriving round job cuts the round pass in progress, s (None: never)."""
-        self._round_pass: Event | None = None
-        """The timer of the latest round pass (pending while that pass runs)."""
-        self._cut: tuple[functools.partial[None], float] | None = None
-        """The round pass cut by an at-risk job, to run again after it: its end callback and
-        its duration before throttling."""
+        self._round_pass: _Pass | None = None
+        """The round pass in progress (None: none runs); a pass's end timer that finds another
+        here was cut, and does nothing."""
+        self._cut: tuple[_Pass, float] | None = None
+        """The round pass cut by an at-risk job, to run again after it: the pass and its
+        duration before throttling."""
         # Optional capabilities of the latency model (absent: none), read once.
         self._output_overhead_s = float(latency.output_token_overhead_s)
         self._queueing = latency.queueing_time_s
@@ -777,13 +791,21 @@ class VerifyServer:
         else:
             step_s = fused_s + sum(rollback) * self._rollback_s
         step_s *= self._speed()
-        self._pass_start = now
-        timer = env.timeout(step_s)
-        timer.callbacks.append(functools.partial(self._verify_done, batch, accepted, rollback, step_s))
-        self._round_pass = timer
+        self._start_round_pass(_Pass(batch, accepted, rollback, step_s))
 
-    def _verify_done(self, batch: list[_Job], accepted: list[float], rollback: list[bool], step_s: float, _event: Event) -> None:
+    def _start_round_pass(self, round_pass: _Pass) -> None:
+        """Run *round_pass*: one timeout of its duration, ending in :meth:`_verify_done`."""
+        env = self.env
+        self._pass_start = env.now
+        self._round_pass = round_pass
+        env.timeout(round_pass.step_s).callbacks.append(functools.partial(self._verify_done, round_pass))
+
+    def _verify_done(self, round_pass: _Pass, _event: Event) -> None:
         """A verify pass ended: each round's tokens count, and its request goes on or ends."""
+        if round_pass is not self._round_pass:
+            return  # a pass an at-risk job cut: it runs again whole (_rerun)
+        self._round_pass = None
+        batch, accepted, rollback, step_s = round_pass.batch, round_pass.accepted, round_pass.rollback, round_pass.step_s
         self._pass_start = math.nan
         self.step += 1
         end = self.env.now
@@ -824,25 +846,22 @@ class VerifyServer:
         counts as busy); each of its jobs counts a preemption (mode ``verify``); it runs again
         whole after *job*'s pass, its draws kept (:meth:`_rerun`)."""
         threshold = self._preempt_s
-        timer = self._round_pass
-        if threshold is None or timer is None or not timer.callbacks or self._cut is not None:
-            return False  # no round pass in progress (it ended, or a prefill pass or cold start runs)
+        current = self._round_pass
+        if threshold is None or current is None or self._cut is not None:
+            return False  # no round pass in progress (a prefill pass or cold start may run)
         now = self.env.now
         if self._slack_s(job, now) >= threshold:
             return False
-        # By construction the timer's one callback is the pass's end, _verify_done with its arguments.
-        end = cast("functools.partial[None]", timer.callbacks[0])
-        batch: list[_Job] = end.args[0]
+        batch = current.batch
         if any(self._slack_s(other, now) < threshold for other in batch):
             return False
-        timer.callbacks.remove(end)  # the timer still fires, and does nothing
         start = self._pass_start
-        step_s: float = end.args[3]
+        step_s = current.step_s
         throttle = self.throttle
         busy_since = self._busy_since
         if throttle is not None and busy_since is not None and start - busy_since >= throttle[0]:
             step_s *= throttle[1]  # its duration unthrottled: the re-run is throttled as it starts
-        self._cut = (end, step_s)
+        self._cut = (current, step_s)
         recorder = self.recorder
         recorder.on_busy(self.index, now - start)
         for other in batch:
@@ -854,18 +873,12 @@ class VerifyServer:
         self._verify_pass([job])
         return True
 
-    def _rerun(self, cut: tuple[functools.partial[None], float]) -> None:
+    def _rerun(self, cut: tuple[_Pass, float]) -> None:
         """The at-risk job's pass ended: the pass it cut runs again, whole, with the same jobs
         and draws (the server stays busy)."""
-        end, base_s = cut
+        cut_pass, base_s = cut
         self._cut = None
-        env = self.env
-        step_s = base_s * self._speed()
-        batch, accepted, rollback = end.args[:3]
-        self._pass_start = env.now
-        timer = env.timeout(step_s)
-        timer.callbacks.append(functools.partial(self._verify_done, batch, accepted, rollback, step_s))
-        self._round_pass = timer
+        self._start_round_pass(_Pass(cut_pass.batch, cut_pass.accepted, cut_pass.rollback, base_s * self._speed()))
 
     # ------------------------------------------------------------------ leaving
     def _leave(self, req: Request) -> None:
