@@ -255,9 +255,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _lut_drift(args: argparse.Namespace) -> int:
     """``simpy-llm lut-drift NEW PREVIOUS``: print the shared rows that drifted; 0 when none,
-    1 on drift, 2 when a file is not a valid LUT or the tolerance is not positive."""
+    1 on drift, 2 when a file is not a valid LUT, the two share no row, or the tolerance is not positive."""
     from simpy_llm.serving.lut import load_lut
-    from simpy_llm.serving.lut_drift import describe_drift, lut_drift
+    from simpy_llm.serving.lut_drift import describe_drift, lut_drift, shared_rows
 
     if not 0 < args.tolerance < float("inf"):
         print(f"--tolerance must be a positive number, got {args.tolerance}", file=sys.stderr)
@@ -266,6 +266,10 @@ def _lut_drift(args: argparse.Namespace) -> int:
         new, old = load_lut(args.new), load_lut(args.previous)
     except ScenarioError as exc:
         print(exc, file=sys.stderr)
+        return 2
+    if not shared_rows(new.frame, old.frame):
+        print(f"{args.new} and {args.previous} share no row (phase, model, hardware, TP, PP, dtype, fanout, context, "
+              "microbatch): there is nothing to compare", file=sys.stderr)
         return 2
     found = lut_drift(new.frame, old.frame, args.tolerance)
     print(f"{args.new} against {args.previous}: {describe_drift(found, args.tolerance, limit=len(found) or 1)}")

@@ -365,6 +365,13 @@ class Scenario:
             for key, set_, why in unread:
                 if set_:
                     raise FieldValueError(f"serving.{path}engine.{key}", f"does not apply to speculative decoding's verify servers: {why}")
+        if speculation.verify.preemption_slack_ms is not None and not any(
+            c.tvt_s is not None or c.tpot_s is not None for c in self.slo.values()
+        ):
+            raise FieldValueError(
+                "speculation.verify.preemption_slack_ms",
+                "no SLO class sets tvt_s or tpot_s: no round has a deadline, so none would ever cut a pass",
+            )
         known = {c.id for c in wl.clients}
         for i, c in enumerate(wl.clients):
             if c.network is not None:

@@ -23,7 +23,7 @@ from simpy_llm.config.paths import resolve_path
 from simpy_llm.config.validators import MAX_COEFFICIENT_US, MAX_TOKENS, at_least, at_most
 from simpy_llm.serving.hardware import Hardware, gpu_spec, resolve_hardware
 from simpy_llm.serving.latency_base import EnergyMeter, RequestOverheads, latency_models
-from simpy_llm.serving.lut_drift import DEFAULT_DRIFT_TOLERANCE, LutDriftWarning, describe_drift, lut_drift
+from simpy_llm.serving.lut_drift import DEFAULT_DRIFT_TOLERANCE, LutDriftWarning, describe_drift, lut_drift, shared_rows
 from simpy_llm.serving.lut_files import (
     DECODE_PHASES,
     DTYPES,
@@ -327,6 +327,11 @@ class LutLatency(RequestOverheads):
         tolerance = DEFAULT_DRIFT_TOLERANCE if self.drift_tolerance is None else self.drift_tolerance
         where = {"model": self.model, "hardware": self.hardware_name, "tensor_parallel": self.tensor_parallel,
                  "pipeline_parallel": self.pipeline_parallel, "dtype": self.dtype}
+        if not shared_rows(self.lut.frame, old.frame, where):
+            raise FieldValueError(
+                "previous", f"{self.previous} shares no row with {self.path} for {self.model} on {self.hardware_name} "
+                f"tp{self.tensor_parallel} pp{self.pipeline_parallel} {self.dtype}: there is nothing to compare for drift"
+            )
         found = lut_drift(self.lut.frame, old.frame, tolerance, where)
         if not found:
             return

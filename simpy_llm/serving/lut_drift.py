@@ -32,7 +32,7 @@ import attrs
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["DEFAULT_DRIFT_TOLERANCE", "DRIFT_COLUMNS", "DriftRow", "LutDriftWarning", "describe_drift", "lut_drift"]
+__all__ = ["DEFAULT_DRIFT_TOLERANCE", "DRIFT_COLUMNS", "DriftRow", "LutDriftWarning", "describe_drift", "lut_drift", "shared_rows"]
 
 DEFAULT_DRIFT_TOLERANCE = 0.05
 """The largest relative change of a shared row's latency that is not drift (the seed's 5 %)."""
@@ -101,6 +101,20 @@ def lut_drift(
             if abs(b - a) > tolerance * abs(a) + 1e-12:
                 out.append(DriftRow(key=key, row=int(rec["row"]), column=column, old=float(a), new=float(b)))
     return out
+
+
+def shared_rows(new: pd.DataFrame, old: pd.DataFrame, where: Mapping[str, Any] | None = None) -> int:
+    """How many rows (of those matching *where*) the two versions share: the rows
+    :func:`lut_drift` compares. None shared means there was nothing to compare, not "no drift".
+
+    >>> import pandas as pd
+    >>> key = dict(phase="decode", model="m", hardware="g", tensor_parallel=1, pipeline_parallel=1,
+    ...            dtype="fp16", fanout_k=1, microbatch=1, latency_ms=1.0, row=2)
+    >>> shared_rows(pd.DataFrame([dict(key, context_len=128)]), pd.DataFrame([dict(key, context_len=256)]))
+    0
+    """
+    before = {tuple(rec[k] for k in _KEY) for rec in _records(old, where)}
+    return sum(tuple(rec[k] for k in _KEY) in before for rec in _records(new, where))
 
 
 def _records(frame: pd.DataFrame, where: Mapping[str, Any] | None) -> list[dict[str, Any]]:

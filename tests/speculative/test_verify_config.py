@@ -17,7 +17,9 @@ from tests.spec_helpers import flat_curve, spec_scenario
 
 
 def scenario(tmp_path: Path, **verify: Any) -> dict[str, Any]:
-    return spec_scenario(flat_curve(tmp_path, [0.8, 0.7, 0.6, 0.5]), speculation={"verify": verify})
+    data = spec_scenario(flat_curve(tmp_path, [0.8, 0.7, 0.6, 0.5]), speculation={"verify": verify})
+    data["slo"] = {"default": {"tvt_s": 0.1}}  # rounds have deadlines, so a preemption threshold applies
+    return data
 
 
 def problem(data: dict[str, Any]) -> tuple[str, str]:
@@ -56,3 +58,16 @@ def test_preemption_slack_ms_must_be_a_finite_number_of_ms(tmp_path, bad):
     path, message = problem(scenario(tmp_path, preemption_slack_ms=bad))
     assert path == "speculation.verify.preemption_slack_ms"
     assert re.search(r"finite|must be in|number|float", message), message
+
+
+def test_a_preemption_threshold_without_any_round_deadline_is_refused(tmp_path):
+    """With no SLO class setting tvt_s or tpot_s no round has a deadline, so the threshold
+    could never cut a pass: it is refused at its key path, not accepted and left idle."""
+    from simpy_llm import scenario_from_dict
+    from simpy_llm.config.errors import ScenarioError
+    from tests.spec_helpers import flat_curve, spec_scenario
+
+    data = spec_scenario(flat_curve(tmp_path, [0.7] * 4), speculation={"verify": {"preemption_slack_ms": 5.0}})
+    data["slo"] = {"default": {"ttft_s": 1.0}}
+    with pytest.raises(ScenarioError, match=r"speculation\.verify\.preemption_slack_ms: no SLO class sets tvt_s or tpot_s"):
+        scenario_from_dict(data)

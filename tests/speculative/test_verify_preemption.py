@@ -69,7 +69,9 @@ class Spec:
 def server_with(tmp_path: Path, **verify: Any) -> tuple[simpy.Environment, VerifyServer, Recorder]:
     """An idle verify server on blis_linear (5 ms + 100 µs a token) with *verify* settings."""
     curve = flat_curve(tmp_path, [0.8, 0.7, 0.6, 0.5])
-    config = scenario_from_dict(spec_scenario(curve, speculation={"verify": verify})).speculation
+    data = spec_scenario(curve, speculation={"verify": verify})
+    data["slo"] = {"default": {"tvt_s": 0.008}}  # a round deadline, so a preemption threshold loads; the server takes SLO below
+    config = scenario_from_dict(data).speculation
     assert config is not None
     env = simpy.Environment()
     recorder = Recorder(num_replicas=1)

@@ -362,3 +362,15 @@ def test_fused_rows_time_a_fused_step(tmp_path: Path) -> None:
     assert m.fused_time_s([300, 700], [4, 3]) == pytest.approx((12.0 + 2.0) / 1e3, rel=1e-12)
     assert m.fused_time_s([300], [5]) is None
     assert example(EXAMPLE).fused_time_s([300], [4]) is None
+
+
+def test_a_previous_version_sharing_no_row_is_refused_not_called_steady(tmp_path: Path) -> None:
+    """A previous file with none of the model's rows leaves nothing to compare: refused (and the
+    command exits 2), never reported as "no drift"."""
+    frame = frame_of(EXAMPLE)
+    frame["model"] = "other-8b"
+    other = write(frame, tmp_path, "other.csv")
+    with pytest.raises(FieldValueError, match="shares no row") as info:
+        example(EXAMPLE, previous=str(other))
+    assert info.value.field == "previous"
+    assert cli(["lut-drift", str(EXAMPLE), str(other)]) == 2
