@@ -152,6 +152,30 @@ class _HeadControl:
             float(state.gamma),
         )
 
+    def output(self, features: Sequence[float]) -> float:
+        """The head's raw output on one feature vector, tokens (each form defines it)."""
+        raise NotImplementedError
+
+    def next_gamma(self, state: GammaState) -> int:
+        """Append this state's features; before ``min_samples`` answer ``default_gamma``; then
+        smooth :meth:`output` on the buffer's mean, count rounds below ``fused_below`` (fused after
+        ``fused_rounds`` of them), else round the smoothed output half up, at least 2."""
+        memory = self._memory or self._target_memory()
+        buffer = memory.buffer
+        buffer.append(self.features(state))
+        n = len(buffer)
+        if n < self.min_samples:
+            return clamp_gamma(self.default_gamma, state)
+        y = self.output([sum(column) / n for column in zip(*buffer, strict=True)])
+        a = self.smoothing
+        s = y if memory.smoothed is None else a * y + (1 - a) * memory.smoothed
+        memory.smoothed = s
+        memory.below = memory.below + 1 if s < self.fused_below else 0
+        if memory.below >= self.fused_rounds:
+            return clamp_gamma(1, state)
+        rounded = math.floor(s + 0.5) if math.isfinite(s) else (state.k_max if s > 0 else state.k_min)
+        return clamp_gamma(max(2, rounded), state)
+
     @property
     def smoothed_output(self) -> float | None:
         """The last smoothed head output, tokens (None before the head was first used; under
@@ -376,20 +400,3 @@ class LatencyMlp(_HeadControl):
             else:
                 np.tanh(h, out=h)
         return float(self._out_weights @ h) + self._out_bias
-
-    def next_gamma(self, state: GammaState) -> int:
-        memory = self._memory or self._target_memory()
-        buffer = memory.buffer
-        buffer.append(self.features(state))
-        n = len(buffer)
-        if n < self.min_samples:
-            return clamp_gamma(self.default_gamma, state)
-        y = self.output([sum(column) / n for column in zip(*buffer, strict=True)])
-        a = self.smoothing
-        s = y if memory.smoothed is None else a * y + (1 - a) * memory.smoothed
-        memory.smoothed = s
-        memory.below = memory.below + 1 if s < self.fused_below else 0
-        if memory.below >= self.fused_rounds:
-            return clamp_gamma(1, state)
-        rounded = math.floor(s + 0.5) if math.isfinite(s) else (state.k_max if s > 0 else state.k_min)
-        return clamp_gamma(max(2, rounded), state)
