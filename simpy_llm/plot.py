@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from simpy_llm.plot_labels import LATENCY_METRICS, axis_label, is_count, title_against, title_over_time, title_words
+from simpy_llm.plot_labels import LATENCY_METRICS, axis_label, is_count, legend_label, title_against, title_over_time, title_words
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -249,7 +249,7 @@ def line(
     ...                       "throughput": [3.0, 1.0, 1.8, 1.0, 1.5, 2.0]})
     >>> fig = line(sweep, "k", "throughput", hue="policy", reference={"k x 1.0": [1.0, 2.0, 4.0], "cap": 3.5})
     >>> [(l.get_label(), l.get_ydata().tolist()) for l in fig.axes[0].lines[:3]]
-    [('policy=a', [1.0, 1.8, 3.0]), ('policy=b', [1.0, 1.5, 2.0]), ('k x 1.0', [1.0, 2.0, 4.0])]
+    [('policy a', [1.0, 1.8, 3.0]), ('policy b', [1.0, 1.5, 2.0]), ('k x 1.0', [1.0, 2.0, 4.0])]
     """
     fig, ax = _axes(ax)
     _require(frame, [x, y] if hue is None else [x, y, hue], "frame")
@@ -258,7 +258,7 @@ def line(
     for value, part in parts:
         values = part[[x, y]].dropna(subset=[x])
         means = values.groupby(x, sort=True)[y].mean()
-        label = y if hue is None else f"{hue}={value}"
+        label = legend_label(y) if hue is None else legend_label(hue, value)
         (drawn,) = ax.plot(means.index.to_numpy(), means.to_numpy(dtype=np.float64), marker="o", label=label)
         if len(values) > len(means):  # replicated points: show the spread
             ax.scatter(values[x].to_numpy(), values[y].to_numpy(dtype=np.float64), s=10, alpha=0.35, color=drawn.get_color())
@@ -518,7 +518,7 @@ def latency_cdf(
     matplotlib.figure.Figure
         The figure drawn into: per value of *by* (sorted), a post-step line through
         the sorted values ``v_1 <= ... <= v_n`` at heights ``i / n``, labelled
-        ``value (n=N)``; a class without any value draws nothing.
+        in words (``SLO class interactive (n=N)``); a class without any value draws nothing.
 
     Raises
     ------
@@ -531,8 +531,8 @@ def latency_cdf(
     >>> records = pd.DataFrame({"slo_class": ["a", "b", "a", "a"], "ttft_s": [0.3, 0.5, 0.1, 0.2]})
     >>> [(l.get_label(), l.get_xdata().tolist(), l.get_ydata().tolist())
     ...  for l in latency_cdf(records).axes[0].lines]  # doctest: +NORMALIZE_WHITESPACE
-    [('a (n=3)', [0.1, 0.2, 0.3], [0.3333333333333333, 0.6666666666666666, 1.0]),
-     ('b (n=1)', [0.5], [1.0])]
+    [('SLO class a (n=3)', [0.1, 0.2, 0.3], [0.3333333333333333, 0.6666666666666666, 1.0]),
+     ('SLO class b (n=1)', [0.5], [1.0])]
     """
     frame = _frame_of(records, "to_dataframe")
     fig, ax = _axes(ax)
@@ -544,7 +544,7 @@ def latency_cdf(
         if values.size == 0:
             continue
         heights = np.arange(1, values.size + 1) / values.size
-        label = f"{metric if by is None else value} (n={values.size})"
+        label = f"{legend_label(metric) if by is None else legend_label(by, value)} (n={values.size})"
         ax.step(values, heights, where="post", label=label)
     ax.set_ylim(0.0, 1.02)
     split = "" if by is None else f", by {title_words(by)}"
@@ -607,7 +607,7 @@ def time_series(
     >>> ts = pd.DataFrame({"time_s": [0.5, 0.0, 0.0, 0.5], "replica": [0, 0, 1, 1],
     ...                    "waiting": [3, 1, 0, 2], "running": [8, 4, 2, 6]})
     >>> [(l.get_label(), l.get_ydata().tolist()) for l in time_series(ts, "waiting").axes[0].lines]
-    [('replica=0 waiting', [1, 3]), ('replica=1 waiting', [0, 2])]
+    [('replica 0: waiting requests', [1, 3]), ('replica 1: waiting requests', [0, 2])]
     """
     frame = _frame_of(frame, "timeseries")
     columns = [y] if isinstance(y, str) else list(y)
@@ -624,7 +624,7 @@ def time_series(
     for value, part in parts:
         part = part.sort_values(x, kind="stable")
         for column in columns:
-            label = column if by is None else f"{by}={value} {column}"
+            label = legend_label(column) if by is None else f"{legend_label(by, value)}: {legend_label(column)}"
             ax.plot(part[x].to_numpy(), part[column].to_numpy(), label=label)
     _finish(ax, (xlabel, ylabel, title), (axis_label(x), ", ".join(map(axis_label, columns)), title_over_time(columns, by)),
             f"x: {x}; y: {', '.join(columns)}" + ("" if by is None else f"; by: {by}"),
@@ -695,7 +695,7 @@ def throughput_latency(
     parts = [(None, frame)] if by is None else list(frame.groupby(by, sort=True, dropna=False))
     for value, part in parts:
         part = part.dropna(subset=[x, y]).sort_values(x, kind="stable")
-        label = y if by is None else f"{by}={value}"
+        label = legend_label(y) if by is None else legend_label(by, value)
         ax.plot(part[x].to_numpy(dtype=np.float64), part[y].to_numpy(dtype=np.float64), marker="o", label=label)
     marked = _mark(ax, frame, x, y, mark)
     _finish_sweep(ax, frame, x, y, by, (xlabel, ylabel, title))

@@ -58,6 +58,7 @@ __all__ = [
     "LATENCY_METRICS",
     "axis_label",
     "is_count",
+    "legend_label",
     "title_against",
     "title_over_time",
     "title_words",
@@ -328,6 +329,19 @@ def title_words(path: str) -> str:
     ('TTFT p99', 'output tokens/s', 'k')
     """
     return _parts(axis_label(path))[0]
+
+
+def legend_label(path: str, value: object = None) -> str:
+    """A legend entry in words: the curve of column *path*, or with *value*, the group whose
+    column *path* has that value.
+
+    Examples
+    --------
+    >>> legend_label("latency_s.ttft.p99"), legend_label("serving.replicas", 2), legend_label("policy", "fcfs")
+    ('TTFT p99', 'replicas 2', 'policy fcfs')
+    """
+    words = title_words(path)
+    return words if value is None else f"{words} {value}"
 
 
 def _sentence(text: str) -> str:

@@ -55,9 +55,9 @@ def batches() -> pd.DataFrame:
 
 # --- line --------------------------------------------------------------------------
 def test_line_draws_one_sorted_line_per_hue(sweep_frame):
-    """One line per hue value (sorted), through y at the sorted x values, labelled hue=value."""
+    """One line per hue value (sorted), through y at the sorted x values, labelled in words with the value."""
     ax = line(sweep_frame, "k", "throughput", hue="policy").axes[0]
-    assert [d.get_label() for d in ax.lines] == ["policy=edf", "policy=fifo"]
+    assert [d.get_label() for d in ax.lines] == ["policy edf", "policy fifo"]
     assert _xy(ax.lines[0]) == ([1, 2, 4], [1.0, 1.5, 2.0])
     assert _xy(ax.lines[1]) == ([1, 2, 4], [1.0, 1.8, 3.0])
     assert ax.lines[0].get_marker() == "o"
@@ -95,7 +95,7 @@ def test_line_reference_curves(sweep_frame):
     assert curve.get_linestyle() == "--"
     assert cap.get_label() == "cap"
     assert list(cap.get_ydata()) == [3.5, 3.5]
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["policy=edf", "policy=fifo", "closed form", "cap"]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["policy edf", "policy fifo", "closed form", "cap"]
 
 
 def test_line_reference_of_wrong_length_is_an_error(sweep_frame):
@@ -230,18 +230,18 @@ def records() -> pd.DataFrame:
 def test_latency_cdf_steps_through_sorted_values_at_i_over_n(records):
     """Per class (sorted) a post-step line through the sorted values at heights i/n, NaN left out."""
     ax = latency_cdf(records).axes[0]
-    assert [d.get_label() for d in ax.lines] == ["batch (n=2)", "interactive (n=2)"]
+    assert [d.get_label() for d in ax.lines] == ["SLO class batch (n=2)", "SLO class interactive (n=2)"]
     assert _xy(ax.lines[0]) == ([1.0, 2.0], [0.5, 1.0])
     assert _xy(ax.lines[1]) == ([0.1, 0.4], [0.5, 1.0])
     assert ax.lines[0].get_drawstyle() == "steps-post"
     assert ax.get_xlabel() == "TTFT (s)"
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["batch (n=2)", "interactive (n=2)"]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["SLO class batch (n=2)", "SLO class interactive (n=2)"]
 
 
 def test_latency_cdf_other_metric_without_classes(records):
     """by=None pools every request into one line labelled by the metric."""
     (drawn,) = latency_cdf(records, "e2e_s", by=None).axes[0].lines
-    assert drawn.get_label() == "e2e_s (n=4)"
+    assert drawn.get_label() == "E2E latency (n=4)"
     assert _xy(drawn) == ([2.0, 3.0, 8.0, 9.0], [0.25, 0.5, 0.75, 1.0])
 
 
@@ -253,7 +253,7 @@ def test_latency_cdf_accepts_results():
     frame = results.to_dataframe()
     ax = latency_cdf(results).axes[0]
     for drawn in ax.lines:
-        cls = drawn.get_label().split(" (n=")[0]
+        cls = drawn.get_label().split(" (n=")[0].removeprefix("SLO class ")
         expected = np.sort(frame.loc[frame["slo_class"] == cls, "ttft_s"].dropna().to_numpy())
         np.testing.assert_array_equal(drawn.get_xdata(), expected)
     assert len(ax.lines) == frame["slo_class"][frame["ttft_s"].notna()].nunique()
@@ -281,16 +281,16 @@ def test_time_series_one_line_per_replica_and_column(samples):
     """Per replica (ascending), per column in order, a line through the samples in time order."""
     ax = time_series(samples).axes[0]
     assert [d.get_label() for d in ax.lines] == [
-        "replica=0 waiting", "replica=0 running", "replica=1 waiting", "replica=1 running"]
+        "replica 0: waiting requests", "replica 0: running requests", "replica 1: waiting requests", "replica 1: running requests"]
     assert _xy(ax.lines[0]) == ([0.0, 1.0], [2, 5])
     assert _xy(ax.lines[3]) == ([0.0, 1.0], [3, 6])
     assert ax.get_xlabel() == "time (s)"
 
 
 def test_time_series_without_by_column(samples):
-    """A frame without the by column (or by=None) gives one line per column, labelled by it."""
+    """A frame without the by column (or by=None) gives one line per column, labelled by it in words."""
     ax = time_series(samples.drop(columns="replica").iloc[:2], "waiting").axes[0]
-    assert [(d.get_label(), *_xy(d)) for d in ax.lines] == [("waiting", [0.0, 1.0], [2, 5])]
+    assert [(d.get_label(), *_xy(d)) for d in ax.lines] == [("waiting requests", [0.0, 1.0], [2, 5])]
 
 
 def test_time_series_of_results_timeseries():
@@ -320,7 +320,7 @@ def test_throughput_latency_curve_per_setting_sorted_by_throughput():
         "p99": [2.0, 0.5, 1.0, 0.3, 1.5, 0.2],
     })
     ax = throughput_latency(runs, "tput", "p99", by="replicas").axes[0]
-    assert [d.get_label() for d in ax.lines] == ["replicas=1", "replicas=2"]
+    assert [d.get_label() for d in ax.lines] == ["replicas 1", "replicas 2"]
     assert _xy(ax.lines[0]) == ([10.0, 20.0], [0.5, 2.0])
     assert _xy(ax.lines[1]) == ([10.0, 19.0, 40.0], [0.2, 0.3, 1.5])
     assert ax.lines[0].get_marker() == "o"

@@ -76,6 +76,15 @@ def test_line_labels_title_caption_and_count_ticks(load_sweep):
     assert _default_ticks(ax.yaxis)  # a latency keeps the default ticks
 
 
+def test_legend_entries_are_words_with_the_group_value(load_sweep):
+    """A sweep's legend names each group in words with its value, and a lone curve by its
+    metric in words: no key path and no ``key=value`` in a legend."""
+    ax = _drawn(line(load_sweep, "serving.replicas", "latency_s.ttft.p99", hue="workload.aggregate_rate"))
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["offered load 10.0", "offered load 20.0", "overloaded"]
+    (lone,) = _drawn(throughput_latency(load_sweep, "throughput.requests_per_s", "latency_s.ttft.p99", mark=None)).lines
+    assert lone.get_label() == "TTFT p99"
+
+
 def test_line_overrides_and_unknown_columns():
     """xlabel=, ylabel= and title= replace the defaults (title="" leaves none); a column no
     rule knows is its own label, and an all-integer column still gets integer ticks."""
