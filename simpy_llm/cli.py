@@ -92,6 +92,13 @@ def _parser() -> argparse.ArgumentParser:
     obs.add_argument("--seed", type=int, help=_SEED_HELP)
     obs.add_argument("--stream", choices=("auto", "on", "off"), default="auto", help="auto: per request, as the workload says")
     obs.add_argument("--concurrency", type=int, help="at most this many requests in flight (default: open loop)")
+    obs.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="processes sending the schedule (default 1); a --concurrency limit is split across them",
+    )
     obs.add_argument("--timeout", type=float, default=600.0, metavar="S", help="per-attempt limit, seconds (default 600)")
     obs.add_argument("--retries", type=int, default=0, help="retries of 429/503 answers with backoff (default 0)")
     obs.add_argument("--no-ignore-eos", action="store_true", help="let the server stop before max_tokens")
@@ -418,11 +425,26 @@ def _observe(args: argparse.Namespace) -> int:
     if args.concurrency is not None and args.concurrency < 1:
         print(f"--concurrency must be at least 1, got {args.concurrency}", file=sys.stderr)
         return 2
+    if args.workers < 1:
+        print(f"--workers must be at least 1, got {args.workers}", file=sys.stderr)
+        return 2
+    if args.concurrency is not None and args.workers > args.concurrency:
+        print(f"--workers ({args.workers}) must not exceed --concurrency ({args.concurrency}): each worker needs a slot",
+              file=sys.stderr)
+        return 2
     if args.warm_up_requests < 0:
         print(f"--warm-up-requests must be at least 0, got {args.warm_up_requests}", file=sys.stderr)
         return 2
-    if _checked_spec(args.workload, overrides, args.out) is None:  # before anything is sent
+    spec = _checked_spec(args.workload, overrides, args.out)  # before anything is sent
+    if spec is None:
         return 2
+    if args.workers > 1:
+        from simpy_llm.observe.sessions import has_sessions
+
+        if has_sessions(spec):
+            print(f"--workers {args.workers}: the workload's clients open closed-loop sessions, which one process "
+                  "runs (their later calls share request ids and tool slots); use --workers 1", file=sys.stderr)
+            return 2
     try:
         summary = observe(
             args.workload,
@@ -446,6 +468,7 @@ def _observe(args: argparse.Namespace) -> int:
             server_type=args.server_type,
             server_config=args.server_config,
             warm_up_requests=args.warm_up_requests,
+            workers=args.workers,
         )
     except (ScenarioError, PromptDatasetError) as exc:
         print(exc, file=sys.stderr)
