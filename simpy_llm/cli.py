@@ -130,7 +130,7 @@ def _parser() -> argparse.ArgumentParser:
     obs.add_argument(
         "--server-type",
         choices=_SERVER_TYPES,
-        help="the server's kind, for the trace header's server block: llamacpp and emulated are described "
+        help="the server's kind, for the trace header's server block: llamacpp, emulated and tgi are described "
         "from the server itself, vllm and sglang from --server-config (default: its server.type, else other)",
     )
     obs.add_argument(
@@ -188,7 +188,7 @@ _SPEC_HELP = (
     "a bare workload spec (a workload at the top level: version, seed, aggregate_rate, clients, ...) or a "
     "scenario (a mapping with serving or workload at the top: its workload section is used), told apart by content"
 )
-_SERVER_TYPES = ("vllm", "sglang", "llamacpp", "emulated", "other")
+_SERVER_TYPES = ("vllm", "sglang", "llamacpp", "emulated", "tgi", "other")
 """simpy_llm.observe.server_info.SERVER_TYPES, written out so that starting the command does not import aiohttp."""
 _SEED_HELP = (
     "the whole run's root seed: sets the scenario's seed and its workload's seed (a workload file's own seed "

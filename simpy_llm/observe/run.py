@@ -145,7 +145,7 @@ def observe(
     progress
         Show a live progress line on standard error (``rich``) while the run goes.
     server_type
-        ``vllm``, ``sglang``, ``llamacpp``, ``emulated`` or ``other`` (default: the server
+        ``vllm``, ``sglang``, ``llamacpp``, ``emulated``, ``tgi`` or ``other`` (default: the server
         config's ``server.type``, else ``other``): which settings the header's ``server``
         block holds and how they are discovered (:mod:`simpy_llm.observe.server_info`).
     server_config
