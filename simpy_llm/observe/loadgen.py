@@ -16,7 +16,10 @@ slots, so requests queue in FIFO order and their schedule delay includes the
 queueing. The run summary reports requested vs achieved send rate and the
 schedule delay; when the median client lag (dispatch time - target) exceeds
 ``lag_threshold_s`` (10 ms) it sets ``lagging`` and warns with
-:class:`ScheduleLagWarning`.
+:class:`ScheduleLagWarning`; when the generator itself could not keep the schedule
+(the p99 above the threshold, or the achieved rate short of the requested one:
+:func:`saturation`) it sets ``saturated`` with the reason. To send from several
+processes, see :mod:`simpy_llm.observe.workers`.
 
 Stopping: :meth:`LoadGenerator.stop` (e.g. from a SIGINT handler installed with
 ``loop.add_signal_handler(signal.SIGINT, gen.stop)``) or cancelling the task
