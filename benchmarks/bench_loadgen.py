@@ -5,6 +5,7 @@ Run from the repository root::
     python -m benchmarks.bench_loadgen                          # the default ladder, asyncio and uvloop (~2.5 min)
     python -m benchmarks.bench_loadgen --rates 300,500 --loop uvloop --duration 4
     python -m benchmarks.bench_loadgen --rates 500 --loop asyncio --profile   # where the client's time goes
+    python -m benchmarks.bench_loadgen --rates 10000 --duration 10 --loop uvloop --workers 1,2
 
 A no-op OpenAI-compatible server (``benchmarks/noop_sse_server.py``: it
 answers every streamed request at once with a few chunks, usage and
@@ -17,6 +18,12 @@ p99 and max, the median client lag (``dispatched - target``), the ok count
 and the client's CPU time per request. The verdict per loop is the highest
 rate whose p99 schedule delay stays below 10 ms (the goal: >= 300 requests/s
 on 2 cores). See ``benchmarks/README.md``; figures go to ``RESULTS.md`` by hand.
+
+``--workers 1,2`` runs each case with one sending process
+(:class:`~simpy_llm.observe.LoadGenerator`) and with two worker processes
+(:class:`~simpy_llm.observe.workers.ProcessLoadGenerator`); the client's CPU is
+then the parent's plus its workers' (their start-up included), and the wall time
+counts from the shared run start.
 
 This is a benchmark, not a test: it asserts nothing. The figures are
 wall-clock figures on a shared machine: p99 and max move by a few
@@ -86,14 +93,18 @@ def run_case(args: argparse.Namespace) -> dict[str, Any]:
     import cProfile
     import io
     import pstats
+    import resource
 
     from simpy_llm.observe import OBSERVER_COLUMNS, LoadGenerator, OpenAIClient, RequestSpec, resolve_loop, run_loop
+    from simpy_llm.observe.workers import ProcessLoadGenerator
     from simpy_llm.workload.traces import TraceV2Writer
 
     url = f"http://127.0.0.1:{args.port}"
     times = targets(args.case_rate, args.duration, args.arrivals, args.seed)
     requests = [{"arrival_time_s": t, "input_tokens": args.input_tokens, "output_tokens": args.output_tokens} for t in times]
-    out: dict[str, Any] = {"loop": args.case_loop, "loop_used": resolve_loop(args.case_loop), "rate": args.case_rate}
+    out: dict[str, Any] = {
+        "loop": args.case_loop, "loop_used": resolve_loop(args.case_loop), "rate": args.case_rate, "workers": args.case_workers,
+    }
     profiler = cProfile.Profile() if args.profile else None
 
     async def main() -> None:
@@ -103,15 +114,25 @@ def run_case(args: argparse.Namespace) -> dict[str, Any]:
                 await client.send(RequestSpec("warm up", 4, request_id=-1))
             with tempfile.TemporaryDirectory() as tmp, TraceV2Writer(Path(tmp) / "trace", extra_columns=OBSERVER_COLUMNS) as writer:
                 # An infinite threshold: the lag is reported below, not warned about.
-                gen = LoadGenerator(client, requests, writer, lag_threshold_s=math.inf)
+                gen: LoadGenerator | ProcessLoadGenerator
+                if args.case_workers > 1:
+                    gen = ProcessLoadGenerator(
+                        client, requests, writer, workers=args.case_workers, lag_threshold_s=math.inf, loop=args.case_loop
+                    )
+                else:
+                    gen = LoadGenerator(client, requests, writer, lag_threshold_s=math.inf)
                 server_cpu0 = _proc_cpu_s(args.server_pid) if args.server_pid else None
-                cpu0, wall0 = time.process_time(), time.perf_counter()
+                children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu0 = time.process_time()
                 if profiler is not None:
                     profiler.enable()
                 s = await gen.run()
                 if profiler is not None:
                     profiler.disable()
-                cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+                children1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                # Wall time from the run start (the workers' start-up before it is left out).
+                wall = time.perf_counter() - client.run_start
+                cpu = time.process_time() - cpu0 + (children1.ru_utime + children1.ru_stime) - (children0.ru_utime + children0.ru_stime)
                 server_cpu1 = _proc_cpu_s(args.server_pid) if args.server_pid else None
         out.update(
             n_requests=s.n_requests,
@@ -124,6 +145,8 @@ def run_case(args: argparse.Namespace) -> dict[str, Any]:
             delay_p99_s=s.schedule_delay_p99_s,
             delay_max_s=s.schedule_delay_max_s,
             lag_p50_s=s.lag_p50_s,
+            saturated=s.saturated,
+            saturation_reason=s.saturation_reason,
             wall_s=wall,
             client_cpu_s=cpu,
             client_cpu_us_per_request=cpu / s.n_requests * 1e6 if s.n_requests else None,
@@ -172,10 +195,11 @@ def stop_server(proc: subprocess.Popen[str]) -> None:
         proc.stdout.close()
 
 
-def spawn(rate: float, loop: str, port: int, server_pid: int, args: argparse.Namespace) -> dict[str, Any]:
+def spawn(rate: float, loop: str, workers: int, port: int, server_pid: int, args: argparse.Namespace) -> dict[str, Any]:
     cmd = [
         sys.executable, "-m", "benchmarks.bench_loadgen",
-        "--case-rate", repr(rate), "--case-loop", loop, "--port", str(port), "--server-pid", str(server_pid),
+        "--case-rate", repr(rate), "--case-loop", loop, "--case-workers", str(workers),
+        "--port", str(port), "--server-pid", str(server_pid),
         "--duration", repr(args.duration), "--arrivals", args.arrivals, "--seed", str(args.seed),
         "--input-tokens", str(args.input_tokens), "--output-tokens", str(args.output_tokens),
     ]
@@ -188,7 +212,7 @@ def spawn(rate: float, loop: str, port: int, server_pid: int, args: argparse.Nam
         if line.startswith(RESULT_TAG):
             return json.loads(line[len(RESULT_TAG) :])
     sys.stderr.write(proc.stdout + proc.stderr)
-    raise RuntimeError(f"rate {rate} on {loop} failed with exit code {proc.returncode}")
+    raise RuntimeError(f"rate {rate} on {loop} with {workers} worker(s) failed with exit code {proc.returncode}")
 
 
 def machine_line() -> str:
@@ -214,6 +238,7 @@ def _fmt(value: Any, spec: str) -> str:
 def print_rows(rows: list[dict[str, Any]]) -> None:
     headers = [
         ("loop", "<", lambda r: r["loop_used"]),
+        ("workers", ">", lambda r: str(r.get("workers", 1))),
         ("rate", ">", lambda r: f"{r['rate']:g}"),
         ("requested/s", ">", lambda r: _fmt(r["requested_rate"], ".1f")),
         ("achieved/s", ">", lambda r: _fmt(r["achieved_rate"], ".1f")),
@@ -226,6 +251,7 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
         ("client CPU us/req", ">", lambda r: _fmt(r["client_cpu_us_per_request"], ".0f")),
         ("client CPU %", ">", lambda r: _fmt(r["client_cpu_share"] and r["client_cpu_share"] * 100, ".0f")),
         ("server CPU %", ">", lambda r: _fmt(r["server_cpu_share"] and r["server_cpu_share"] * 100, ".0f")),
+        ("saturated", "^", lambda r: "yes" if r.get("saturated") else "no"),
         ("p99 < 10 ms", "^", lambda r: "yes" if _passes(r) else "NO"),
     ]
     cells = [[fn(r) for _, _, fn in headers] for r in rows]
@@ -234,6 +260,11 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
     print("-+-".join("-" * w for w in widths))
     for c in cells:
         print(" | ".join(format(v, f"{al}{w}") for v, (_, al, _), w in zip(c, headers, widths, strict=True)), flush=True)
+
+
+def _case(loop: str, workers: int) -> str:
+    """A case's name: the loop, and the workers when more than one."""
+    return loop if workers == 1 else f"{loop} x{workers}"
 
 
 def _passes(r: dict[str, Any]) -> bool:
@@ -289,9 +320,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="run each case under cProfile and print the top functions (slows the client down)")
     p.add_argument("--profile-top", type=int, default=25, help="functions shown with --profile (default 25)")
     p.add_argument("--json", metavar="PATH", help="also write every figure to this JSON file")
+    p.add_argument("--workers", default="1",
+                   help="comma-separated numbers of sending processes, one case each (default 1: the one-process generator)")
     # Worker mode: one case, started by the parent.
     p.add_argument("--case-rate", type=float, help=argparse.SUPPRESS)
     p.add_argument("--case-loop", help=argparse.SUPPRESS)
+    p.add_argument("--case-workers", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, help=argparse.SUPPRESS)
     p.add_argument("--server-pid", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -302,8 +336,12 @@ def main(argv: list[str] | None = None) -> int:
 
     rates = [float(x) for x in args.rates.split(",") if x.strip()]
     loops = ["asyncio", "uvloop"] if args.loop == "both" else [args.loop]
+    worker_counts = [int(x) for x in args.workers.split(",") if x.strip()]
     if args.repeat < 1 or not rates or any(r <= 0 for r in rates):
         p.error("--repeat must be >= 1 and every rate > 0")
+    if not worker_counts or any(w < 1 for w in worker_counts):
+        p.error("--workers must list whole numbers >= 1")
+    cases = [(loop, w) for loop in loops for w in worker_counts]
     now = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     print("simpy_llm load-generator benchmark (open loop against a no-op SSE server on loopback)")
@@ -317,41 +355,41 @@ def main(argv: list[str] | None = None) -> int:
     print(flush=True)
 
     server, port = start_server(args.chunks, "auto")
-    rows: dict[str, list[dict[str, Any]]] = {loop: [] for loop in loops}
+    rows: dict[str, list[dict[str, Any]]] = {_case(loop, w): [] for loop, w in cases}
     all_runs: list[dict[str, Any]] = []
     t_start = time.perf_counter()
     try:
         # Loops interleaved per rate, so a change in the machine's load hits both alike.
         for rate in rates:
-            for loop in loops:
+            for loop, w in cases:
                 runs = []
                 for k in range(args.repeat):
-                    print(f"  running {rate:>6g}/s on {loop:<7} {k + 1}/{args.repeat} ...", end=" ", flush=True)
-                    r = spawn(rate, loop, port, server.pid, args)
+                    print(f"  running {rate:>6g}/s on {loop:<7} x{w} {k + 1}/{args.repeat} ...", end=" ", flush=True)
+                    r = spawn(rate, loop, w, port, server.pid, args)
                     print(f"p99 {_ms(r['delay_p99_s'])} ms, ok {r['ok']}/{r['n_requests']}"
                           + (f" (first error: {r['first_error']})" if r.get("first_error") else ""), flush=True)
                     if r.get("profile"):
                         print(r.pop("profile"))
                     runs.append(r)
                     all_runs.append(r)
-                rows[loop].append(median_row(runs))
+                rows[_case(loop, w)].append(median_row(runs))
     finally:
         stop_server(server)
     print(f"\n  total {time.perf_counter() - t_start:.0f} s\n")
 
     print("Figures (delay = sent - target; lag = dispatched - target; rates between the first and last send"
           + (f"; median of {args.repeat} runs" if args.repeat > 1 else "") + ")")
-    print_rows([r for loop in loops for r in rows[loop]])
+    print_rows([r for key in rows for r in rows[key]])
     print()
     print(f"Highest rate with p99 schedule delay < {P99_TARGET_S * 1e3:g} ms and every request ok "
           f"(goal: >= {GOAL_RATE:g} requests/s):")
     verdicts = {}
-    for loop in loops:
-        contiguous, best = verdict(rows[loop])
-        verdicts[loop] = {"contiguous": contiguous, "highest": best}
+    for key in rows:
+        contiguous, best = verdict(rows[key])
+        verdicts[key] = {"contiguous": contiguous, "highest": best}
         met = contiguous is not None and contiguous >= GOAL_RATE
         extra = f" (a higher rate, {best:g}/s, passed too, after a failure)" if best != contiguous and best is not None else ""
-        print(f"  {loop:<8} {_fmt(contiguous, 'g')} requests/s{extra}  [{'met' if met else 'not met'}]")
+        print(f"  {key:<12} {_fmt(contiguous, 'g')} requests/s{extra}  [{'met' if met else 'not met'}]")
 
     if args.json:
         payload = {"date": now, "machine": machine_line(), "load_avg_at_start": load, "args": vars(args),

@@ -92,6 +92,13 @@ def _parser() -> argparse.ArgumentParser:
     obs.add_argument("--seed", type=int, help=_SEED_HELP)
     obs.add_argument("--stream", choices=("auto", "on", "off"), default="auto", help="auto: per request, as the workload says")
     obs.add_argument("--concurrency", type=int, help="at most this many requests in flight (default: open loop)")
+    obs.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="processes sending the schedule (default 1); a --concurrency limit is split across them",
+    )
     obs.add_argument("--timeout", type=float, default=600.0, metavar="S", help="per-attempt limit, seconds (default 600)")
     obs.add_argument("--retries", type=int, default=0, help="retries of 429/503 answers with backoff (default 0)")
     obs.add_argument("--no-ignore-eos", action="store_true", help="let the server stop before max_tokens")
@@ -123,7 +130,7 @@ def _parser() -> argparse.ArgumentParser:
     obs.add_argument(
         "--server-type",
         choices=_SERVER_TYPES,
-        help="the server's kind, for the trace header's server block: llamacpp and emulated are described "
+        help="the server's kind, for the trace header's server block: llamacpp, emulated and tgi are described "
         "from the server itself, vllm and sglang from --server-config (default: its server.type, else other)",
     )
     obs.add_argument(
@@ -181,7 +188,7 @@ _SPEC_HELP = (
     "a bare workload spec (a workload at the top level: version, seed, aggregate_rate, clients, ...) or a "
     "scenario (a mapping with serving or workload at the top: its workload section is used), told apart by content"
 )
-_SERVER_TYPES = ("vllm", "sglang", "llamacpp", "emulated", "other")
+_SERVER_TYPES = ("vllm", "sglang", "llamacpp", "emulated", "tgi", "other")
 """simpy_llm.observe.server_info.SERVER_TYPES, written out so that starting the command does not import aiohttp."""
 _SEED_HELP = (
     "the whole run's root seed: sets the scenario's seed and its workload's seed (a workload file's own seed "
@@ -418,11 +425,26 @@ def _observe(args: argparse.Namespace) -> int:
     if args.concurrency is not None and args.concurrency < 1:
         print(f"--concurrency must be at least 1, got {args.concurrency}", file=sys.stderr)
         return 2
+    if args.workers < 1:
+        print(f"--workers must be at least 1, got {args.workers}", file=sys.stderr)
+        return 2
+    if args.concurrency is not None and args.workers > args.concurrency:
+        print(f"--workers ({args.workers}) must not exceed --concurrency ({args.concurrency}): each worker needs a slot",
+              file=sys.stderr)
+        return 2
     if args.warm_up_requests < 0:
         print(f"--warm-up-requests must be at least 0, got {args.warm_up_requests}", file=sys.stderr)
         return 2
-    if _checked_spec(args.workload, overrides, args.out) is None:  # before anything is sent
+    spec = _checked_spec(args.workload, overrides, args.out)  # before anything is sent
+    if spec is None:
         return 2
+    if args.workers > 1:
+        from simpy_llm.observe.sessions import has_sessions
+
+        if has_sessions(spec):
+            print(f"--workers {args.workers}: the workload's clients open closed-loop sessions, which one process "
+                  "runs (their later calls share request ids and tool slots); use --workers 1", file=sys.stderr)
+            return 2
     try:
         summary = observe(
             args.workload,
@@ -446,6 +468,7 @@ def _observe(args: argparse.Namespace) -> int:
             server_type=args.server_type,
             server_config=args.server_config,
             warm_up_requests=args.warm_up_requests,
+            workers=args.workers,
         )
     except (ScenarioError, PromptDatasetError) as exc:
         print(exc, file=sys.stderr)

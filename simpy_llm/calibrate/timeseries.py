@@ -12,10 +12,12 @@ series             scraped (the first of these the file holds)       simulated (
 =================  ================================================  ===========================
 ``queue_depth``    ``vllm:num_requests_waiting``,                    ``waiting``
                    ``llamacpp:requests_deferred``,
-                   ``sglang:num_queue_reqs``
+                   ``sglang:num_queue_reqs``,
+                   ``tgi_queue_size``
 ``running_batch``  ``vllm:num_requests_running``,                    ``running``
                    ``llamacpp:requests_processing``,
-                   ``sglang:num_running_reqs``
+                   ``sglang:num_running_reqs``,
+                   ``tgi_batch_current_size``
 ``kv_usage``       ``vllm:kv_cache_usage_perc``,                     ``kv_utilization``
                    ``vllm:gpu_cache_usage_perc``,
                    ``llamacpp:kv_cache_usage_ratio``,
@@ -64,12 +66,16 @@ SIMULATED_COLUMNS: dict[str, str] = {"queue_depth": "waiting", "running_batch": 
 """Each series' column of :meth:`~simpy_llm.metrics.results.Results.timeseries`."""
 
 SCRAPED_METRICS: dict[str, tuple[str, ...]] = {
-    "queue_depth": ("vllm:num_requests_waiting", "llamacpp:requests_deferred", "sglang:num_queue_reqs"),
-    "running_batch": ("vllm:num_requests_running", "llamacpp:requests_processing", "sglang:num_running_reqs"),
+    "queue_depth": ("vllm:num_requests_waiting", "llamacpp:requests_deferred", "sglang:num_queue_reqs", "tgi_queue_size"),
+    "running_batch": (
+        "vllm:num_requests_running", "llamacpp:requests_processing", "sglang:num_running_reqs", "tgi_batch_current_size"
+    ),
     "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "llamacpp:kv_cache_usage_ratio", "sglang:token_usage"),
 }
 """Each series' Prometheus metrics, in order of preference (vLLM and the emulated server,
-llama.cpp, SGLang; vLLM's older name for the KV fraction after its current one)."""
+llama.cpp, SGLang, TGI; vLLM's older name for the KV fraction after its current one). TGI
+exports no KV-cache fraction (its ``tgi_batch_current_max_tokens`` is the tokens the batch
+may reach, not the cache in use), so a TGI run compares the queue and the batch only."""
 
 _AVERAGED = frozenset({"kv_usage"})
 """Series that are a fraction per replica: averaged over replicas, not summed."""

@@ -16,7 +16,10 @@ slots, so requests queue in FIFO order and their schedule delay includes the
 queueing. The run summary reports requested vs achieved send rate and the
 schedule delay; when the median client lag (dispatch time - target) exceeds
 ``lag_threshold_s`` (10 ms) it sets ``lagging`` and warns with
-:class:`ScheduleLagWarning`.
+:class:`ScheduleLagWarning`; when the generator itself could not keep the schedule
+(the p99 above the threshold, or the achieved rate short of the requested one:
+:func:`saturation`) it sets ``saturated`` with the reason. To send from several
+processes, see :mod:`simpy_llm.observe.workers`.
 
 Stopping: :meth:`LoadGenerator.stop` (e.g. from a SIGINT handler installed with
 ``loop.add_signal_handler(signal.SIGINT, gen.stop)``) or cancelling the task
@@ -58,6 +61,9 @@ __all__ = [
     "load_requests",
     "prefix_text",
     "record_row",
+    "run_statistics",
+    "saturation",
+    "summarize_run",
     "synthetic_prompt",
 ]
 
@@ -196,6 +202,12 @@ class RunSummary:
     """TTFT, TPOT, ITL and E2E statistics over the whole run (:func:`~simpy_llm.observe.report.latency_report`)."""
     latency_s_by_client: dict[str, dict[str, Any]] = attrs.field(factory=dict)
     """The same per ``client_id``."""
+    lag_p99_s: float | None = None
+    """The 99th percentile of the client lag (``dispatch - target``)."""
+    saturated: bool = False
+    """The load generator itself could not keep the schedule (:func:`saturation`)."""
+    saturation_reason: str | None = None
+    """Why :attr:`saturated` is set (``None`` when it is not)."""
 
 
 def _rate(times: list[float]) -> float | None:
@@ -203,6 +215,138 @@ def _rate(times: list[float]) -> float | None:
         return None
     span = max(times) - min(times)
     return (len(times) - 1) / span if span > 0 else math.inf
+
+
+RATE_SHORTFALL = 0.05
+"""An open-loop run whose achieved send rate is below ``1 - RATE_SHORTFALL`` of the requested
+rate saturated the load generator (:func:`saturation`)."""
+
+
+def saturation(
+    *,
+    delay_p99_s: float | None,
+    lag_p99_s: float | None,
+    requested_rate: float | None,
+    achieved_rate: float | None,
+    threshold_s: float,
+    limited: bool,
+) -> str | None:
+    """Why the load generator itself saturated, or ``None`` when it kept the schedule.
+
+    Open loop (*limited* false): the schedule delay's p99 (send - target) above
+    *threshold_s*, or an achieved send rate below 95 % of the requested one (not judged
+    when every target is at one instant: the requested rate is then infinite). Under a
+    concurrency limit the waits for a slot are the server's doing, not the generator's:
+    the client lag's p99 (dispatch - target) is judged instead, and the rate is not.
+
+    >>> saturation(delay_p99_s=0.002, lag_p99_s=0.001, requested_rate=100.0, achieved_rate=99.5,
+    ...            threshold_s=0.010, limited=False) is None
+    True
+    >>> saturation(delay_p99_s=0.030, lag_p99_s=0.030, requested_rate=100.0, achieved_rate=80.0,
+    ...            threshold_s=0.010, limited=False)
+    'schedule delay p99 30.0 ms > 10.0 ms; achieved rate 80.0/s < 95% of the requested 100.0/s'
+    """
+    reasons = []
+    delay, name = (lag_p99_s, "client lag") if limited else (delay_p99_s, "schedule delay")
+    if delay is not None and delay > threshold_s:
+        reasons.append(f"{name} p99 {delay * 1e3:.1f} ms > {threshold_s * 1e3:.1f} ms")
+    if (
+        not limited
+        and requested_rate is not None
+        and math.isfinite(requested_rate)
+        and achieved_rate is not None
+        and achieved_rate < (1.0 - RATE_SHORTFALL) * requested_rate
+    ):
+        reasons.append(
+            f"achieved rate {achieved_rate:.1f}/s < {100 * (1 - RATE_SHORTFALL):.0f}% of the requested {requested_rate:.1f}/s"
+        )
+    return "; ".join(reasons) or None
+
+
+def summarize_run(
+    requests: Iterable[LoadRequest],
+    records: Mapping[int, ObservedRequest],
+    *,
+    lag_threshold_s: float,
+    stopped: bool,
+    limited: bool = False,
+) -> RunSummary:
+    """The :class:`RunSummary` of *requests* measured as *records* (by request id).
+
+    *limited*: the run had a concurrency limit (see :func:`saturation`).
+
+    >>> s = summarize_run([LoadRequest(0, 0.0, 8, 2)], {}, lag_threshold_s=0.01, stopped=False)
+    >>> (s.n_requests, s.n_sent, s.saturated)
+    (1, 0, False)
+    """
+    requests = list(requests)
+    recs = [records[r.request_id] for r in requests if r.request_id in records]
+    sent = [r for r in recs if r.sent_s is not None]
+    delays = [r.schedule_delay_s for r in sent if r.schedule_delay_s is not None]
+    lags = [r.dispatched_s - r.scheduled_s for r in recs if r.dispatched_s is not None and r.scheduled_s is not None]
+    counts: dict[str, int] = {}
+    for r in recs:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    lag50 = statistics.median(lags) if lags else None
+    done = [r.done_s for r in recs if r.done_s is not None]
+    clients = {r.request_id: str(r.fields["client_id"]) for r in requests if "client_id" in r.fields}
+    latency = latency_report(recs, clients)
+    requested_rate = _rate([r.arrival_s for r in requests])
+    achieved_rate = _rate([r.sent_s for r in sent if r.sent_s is not None])
+    delay_p99 = _quantile(delays, 0.99)
+    lag_p99 = _quantile(lags, 0.99)
+    reason = saturation(
+        delay_p99_s=delay_p99,
+        lag_p99_s=lag_p99,
+        requested_rate=requested_rate,
+        achieved_rate=achieved_rate,
+        threshold_s=lag_threshold_s,
+        limited=limited,
+    )
+    return RunSummary(
+        n_requests=len(requests),
+        n_sent=len(sent),
+        status_counts=counts,
+        requested_rate=requested_rate,
+        achieved_rate=achieved_rate,
+        schedule_delay_p50_s=statistics.median(delays) if delays else None,
+        schedule_delay_p99_s=delay_p99,
+        schedule_delay_max_s=max(delays) if delays else None,
+        lag_p50_s=lag50,
+        lag_threshold_s=lag_threshold_s,
+        lagging=lag50 is not None and lag50 > lag_threshold_s,
+        stopped=stopped,
+        duration_s=max(done) if done else 0.0,
+        latency_s=latency["latency_s"],
+        latency_s_by_client=latency["latency_s_by_client"],
+        lag_p99_s=lag_p99,
+        saturated=reason is not None,
+        saturation_reason=reason,
+    )
+
+
+def run_statistics(summary: RunSummary, *, concurrency: int | None, workers: int = 1) -> dict[str, Any]:
+    """The trace header's ``load_generator`` block of a run summarized as *summary*
+    (see :meth:`LoadGenerator.statistics`)."""
+    s = summary
+    return {
+        "requests": s.n_requests,
+        "sent": s.n_sent,
+        "requested_rate": s.requested_rate,
+        "achieved_rate": s.achieved_rate,
+        "schedule_delay_p50_s": s.schedule_delay_p50_s,
+        "schedule_delay_p99_s": s.schedule_delay_p99_s,
+        "schedule_delay_max_s": s.schedule_delay_max_s,
+        "lag_p50_s": s.lag_p50_s,
+        "lag_p99_s": s.lag_p99_s,
+        "lag_threshold_s": s.lag_threshold_s,
+        "lagging": s.lagging,
+        "saturated": s.saturated,
+        "saturation_reason": s.saturation_reason,
+        "concurrency": concurrency,
+        "workers": workers,
+        "stopped": s.stopped,
+    }
 
 
 def _quantile(values: list[float], q: float) -> float | None:
@@ -249,6 +393,10 @@ class LoadGenerator:
         Where prompt text comes from (:mod:`simpy_llm.observe.prompts`; default
         :class:`~simpy_llm.observe.prompts.SyntheticPrompts`). Each record's
         ``approx_prompt_tokens`` is what was sent, measured by its token rule.
+    run_start
+        The ``time.perf_counter()`` value that targets count from (default: when :meth:`run`
+        starts sending). Worker processes of one run share it
+        (:mod:`simpy_llm.observe.workers`); a value in the future delays the first sends.
 
     :attr:`live` counts requests as they start and end (for a progress display).
     """
@@ -269,6 +417,7 @@ class LoadGenerator:
         prefixes: Mapping[str, int] | None = None,
         conversations: Conversations | None = None,
         prompts: PromptSource | None = None,
+        run_start: float | None = None,
     ) -> None:
         if concurrency is not None and concurrency < 1:
             raise ValueError(f"concurrency must be >= 1 or None, got {concurrency}")
@@ -284,6 +433,7 @@ class LoadGenerator:
         self.conversations = conversations
         self.prefixes = dict(prefixes or {})
         self.prompts: PromptSource = prompts if prompts is not None else SyntheticPrompts()
+        self.run_start = run_start
         self.live = LiveStats()
         self.records: dict[int, ObservedRequest] = {}
         self.summary: RunSummary | None = None
@@ -302,31 +452,20 @@ class LoadGenerator:
         (sends per second between the first and last target / send; ``None`` with fewer
         than two), ``schedule_delay_p50_s``, ``schedule_delay_p99_s`` and
         ``schedule_delay_max_s`` (send - target, concurrency-limit waits included),
-        ``lag_p50_s`` (dispatch - target), ``lag_threshold_s`` and ``lagging`` (the median
-        lag exceeded it), ``concurrency`` (the limit; ``None``: open loop) and ``stopped``.
+        ``lag_p50_s`` and ``lag_p99_s`` (dispatch - target), ``lag_threshold_s`` and
+        ``lagging`` (the median lag exceeded it), ``saturated`` and ``saturation_reason``
+        (the generator itself could not keep the schedule: :func:`saturation`),
+        ``concurrency`` (the limit; ``None``: open loop), ``workers`` (1 here; see
+        :mod:`simpy_llm.observe.workers`) and ``stopped``.
 
         Raises
         ------
         RuntimeError
             :meth:`run` has not finished.
         """
-        s = self.summary
-        if s is None:
+        if self.summary is None:
             raise RuntimeError("the load generator has not run: no statistics yet")
-        return {
-            "requests": s.n_requests,
-            "sent": s.n_sent,
-            "requested_rate": s.requested_rate,
-            "achieved_rate": s.achieved_rate,
-            "schedule_delay_p50_s": s.schedule_delay_p50_s,
-            "schedule_delay_p99_s": s.schedule_delay_p99_s,
-            "schedule_delay_max_s": s.schedule_delay_max_s,
-            "lag_p50_s": s.lag_p50_s,
-            "lag_threshold_s": s.lag_threshold_s,
-            "lagging": s.lagging,
-            "concurrency": self.concurrency,
-            "stopped": s.stopped,
-        }
+        return run_statistics(self.summary, concurrency=self.concurrency)
 
     def stop(self) -> None:
         """Ask the run to stop now: unfinished requests are cancelled and written as ``cancelled``."""
@@ -479,7 +618,7 @@ class LoadGenerator:
 
     async def _dispatch(self) -> RunSummary:
         client = self.client
-        client.run_start = time.perf_counter()
+        client.run_start = time.perf_counter() if self.run_start is None else self.run_start
         slots = self._slots = asyncio.Semaphore(self.concurrency) if self.concurrency else None
         tasks = self._tasks
         stopper = asyncio.ensure_future(self._stop.wait())
@@ -543,31 +682,10 @@ class LoadGenerator:
             self.writer.flush()
 
     def _summarize(self) -> RunSummary:
-        recs = [self.records[r.request_id] for r in self.requests if r.request_id in self.records]
-        sent = [r for r in recs if r.sent_s is not None]
-        delays = [r.schedule_delay_s for r in sent if r.schedule_delay_s is not None]
-        lags = [r.dispatched_s - r.scheduled_s for r in recs if r.dispatched_s is not None and r.scheduled_s is not None]
-        counts: dict[str, int] = {}
-        for r in recs:
-            counts[r.status] = counts.get(r.status, 0) + 1
-        lag50 = statistics.median(lags) if lags else None
-        done = [r.done_s for r in recs if r.done_s is not None]
-        clients = {r.request_id: str(r.fields["client_id"]) for r in self.requests if "client_id" in r.fields}
-        latency = latency_report(recs, clients)
-        return RunSummary(
-            n_requests=len(self.requests),
-            n_sent=len(sent),
-            status_counts=counts,
-            requested_rate=_rate([r.arrival_s for r in self.requests]),
-            achieved_rate=_rate([r.sent_s for r in sent if r.sent_s is not None]),
-            schedule_delay_p50_s=statistics.median(delays) if delays else None,
-            schedule_delay_p99_s=_quantile(delays, 0.99),
-            schedule_delay_max_s=max(delays) if delays else None,
-            lag_p50_s=lag50,
+        return summarize_run(
+            self.requests,
+            self.records,
             lag_threshold_s=self.lag_threshold_s,
-            lagging=lag50 is not None and lag50 > self.lag_threshold_s,
             stopped=self._stop.is_set(),
-            duration_s=max(done) if done else 0.0,
-            latency_s=latency["latency_s"],
-            latency_s_by_client=latency["latency_s_by_client"],
+            limited=self.concurrency is not None,
         )

@@ -62,6 +62,7 @@ from simpy_llm.observe.runner import run as run_loop
 from simpy_llm.observe.scrape import MetricsScraper
 from simpy_llm.observe.server_info import ServerConfig, describe_server, load_server_config, resolve_server_type
 from simpy_llm.observe.sessions import Conversations, has_sessions
+from simpy_llm.observe.workers import ProcessLoadGenerator
 from simpy_llm.workload.export import generate_requests
 from simpy_llm.workload.sources import spec_workload
 from simpy_llm.workload.traces import TraceV2Writer
@@ -100,6 +101,7 @@ def observe(
     server_type: str | None = None,
     server_config: Path | str | Mapping[str, Any] | ServerConfig | None = None,
     warm_up_requests: int = 0,
+    workers: int = 1,
 ) -> RunSummary:
     """Send the workload *workload* to the server at *url*; write to *out*.
 
@@ -143,7 +145,7 @@ def observe(
     progress
         Show a live progress line on standard error (``rich``) while the run goes.
     server_type
-        ``vllm``, ``sglang``, ``llamacpp``, ``emulated`` or ``other`` (default: the server
+        ``vllm``, ``sglang``, ``llamacpp``, ``emulated``, ``tgi`` or ``other`` (default: the server
         config's ``server.type``, else ``other``): which settings the header's ``server``
         block holds and how they are discovered (:mod:`simpy_llm.observe.server_info`).
     server_config
@@ -152,18 +154,27 @@ def observe(
     warm_up_requests
         Written to the header: the first this many requests (in request-id order) are
         left out of calibration. They are sent and recorded like the others.
+    workers
+        Processes that send (default 1: this process's event loop). More spread the schedule
+        over worker processes (:mod:`simpy_llm.observe.workers`); a concurrency limit is then
+        split across them, and a workload with closed-loop sessions is refused.
 
     Raises
     ------
     ScenarioError
         The workload file or the server config is bad.
     ValueError
-        An unknown *server_type*, or a *warm_up_requests* that is not a whole number >= 0.
+        An unknown *server_type*, a *warm_up_requests* that is not a whole number >= 0, a
+        *workers* that is not a whole number >= 1, above *concurrency*, or above 1 with sessions.
     PromptDatasetError
         The prompt dataset cannot be used (raised before anything is sent).
     """
     if isinstance(warm_up_requests, bool) or not isinstance(warm_up_requests, int) or warm_up_requests < 0:
         raise ValueError(f"warm_up_requests must be a whole number >= 0, got {warm_up_requests!r}")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a whole number >= 1, got {workers!r}")
+    if concurrency is not None and workers > concurrency:
+        raise ValueError(f"workers ({workers}) must not exceed concurrency ({concurrency}): each worker needs a slot")
     server_cfg = load_server_config(server_config)
     kind = resolve_server_type(server_type, server_cfg)
     if isinstance(workload, (Scenario, WorkloadConfig)):
@@ -190,6 +201,11 @@ def observe(
     prompts_header["token_rule"] = source.token_rule
     requests = load_requests(generate_requests(spec))
     conversations = Conversations(spec, requests, prompts=source) if has_sessions(spec) else None
+    if conversations is not None and workers > 1:
+        raise ValueError(
+            f"workers={workers}: the workload's clients open closed-loop sessions, which one process runs "
+            "(their later calls share request ids and tool slots); use workers=1"
+        )
     prefixes = {c.prefix_group: c.prefix_length for c in wl.clients if c.prefix_group}
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -208,6 +224,7 @@ def observe(
             "retries": retries,
             "ignore_eos": ignore_eos,
             "closed_loop_sessions": conversations is not None,
+            "workers": workers,
         },
         "prompts": prompts_header,
         "prefix_groups": prefixes,
@@ -228,18 +245,34 @@ def observe(
                 )
             )
             with TraceV2Writer(out / "trace", header=header, extra_columns=OBSERVER_COLUMNS) as writer:
-                gen = LoadGenerator(
-                    client,
-                    requests,
-                    writer,
-                    endpoint=api,
-                    stream=stream,
-                    concurrency=concurrency,
-                    ignore_eos=ignore_eos,
-                    prefixes=prefixes,
-                    conversations=conversations,
-                    prompts=source,
-                )
+                gen: LoadGenerator | ProcessLoadGenerator
+                if workers > 1:
+                    gen = ProcessLoadGenerator(
+                        client,
+                        requests,
+                        writer,
+                        workers=workers,
+                        endpoint=api,
+                        stream=stream,
+                        concurrency=concurrency,
+                        ignore_eos=ignore_eos,
+                        prefixes=prefixes,
+                        prompts=source,
+                        loop=loop,
+                    )
+                else:
+                    gen = LoadGenerator(
+                        client,
+                        requests,
+                        writer,
+                        endpoint=api,
+                        stream=stream,
+                        concurrency=concurrency,
+                        ignore_eos=ignore_eos,
+                        prefixes=prefixes,
+                        conversations=conversations,
+                        prompts=source,
+                    )
                 scraper = None
                 if scrape_metrics:
                     headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
@@ -257,7 +290,10 @@ def observe(
                     # The generator resets the client's clock when it starts; the scraper reads
                     # the same clock, so it starts after the first await of the run.
                     run_task = asyncio.create_task(gen.run())
-                    await asyncio.sleep(0)
+                    if isinstance(gen, ProcessLoadGenerator):  # its clock is set once the workers are ready
+                        await gen.wait_started(run_task)
+                    else:
+                        await asyncio.sleep(0)
                     scrape_task = asyncio.create_task(scraper.run()) if scraper is not None else None
                     if progress:
                         from rich.console import Console

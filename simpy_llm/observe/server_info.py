@@ -22,6 +22,12 @@ writes three blocks:
       ``simulation_mode``).
     * ``vllm``, ``sglang``: ``max_model_len`` from the model's card in ``GET /v1/models``
       when the server lists it (vLLM does); the rest from the config.
+    * ``tgi`` (Hugging Face text-generation-inference): ``GET /info``, the router's
+      settings (:func:`tgi_settings`): ``model_id`` (``model``),
+      ``max_concurrent_requests``, ``max_input_tokens`` (``max_input_length`` before TGI
+      2.0), ``max_total_tokens``, ``version``, and where that version reports them
+      ``max_batch_total_tokens``, ``max_batch_size``, ``max_waiting_tokens`` and
+      ``waiting_served_ratio``.
     * ``other``: the config's keys and the model.
 
 ``hardware``
@@ -74,9 +80,10 @@ __all__ = [
     "local_machine",
     "measure_rtt_ms",
     "resolve_server_type",
+    "tgi_settings",
 ]
 
-SERVER_TYPES = ("vllm", "sglang", "llamacpp", "emulated", "other")
+SERVER_TYPES = ("vllm", "sglang", "llamacpp", "emulated", "tgi", "other")
 """The values of ``--server-type``."""
 
 SERVER_CONFIG_KEYS = ("server", "hardware", "network")
@@ -94,12 +101,24 @@ _VLLM_KEYS = (
 )
 _LLAMACPP_KEYS = ("n_parallel", "ctx_per_slot", "n_ctx", "n_batch", "n_ubatch", "cache_prompt", "cache_ram_mib", "threads")
 _EMULATED_KEYS = ("max_num_seqs", "block_size", "max_model_len", "max_num_batched_tokens", "enable_prefix_caching")
+_TGI_KEYS = (
+    "max_concurrent_requests",
+    "max_input_tokens",
+    "max_total_tokens",
+    "max_batch_total_tokens",
+    "max_batch_prefill_tokens",
+    "max_batch_size",
+    "max_waiting_tokens",
+    "waiting_served_ratio",
+    "version",
+)
 
 SERVER_KEYS: dict[str, tuple[str, ...]] = {
     "vllm": _VLLM_KEYS,
     "sglang": _VLLM_KEYS,
     "llamacpp": _LLAMACPP_KEYS,
     "emulated": _EMULATED_KEYS,
+    "tgi": _TGI_KEYS,
     "other": (),
 }
 """The settings each server type's block always has (null when unknown), in order."""
@@ -113,7 +132,9 @@ RTT_PROBES = 5
 
 _POSITIVE_INTS = frozenset(
     ("n_parallel", "ctx_per_slot", "n_ctx", "n_batch", "n_ubatch", "threads", "max_num_seqs", "block_size",
-     "max_model_len", "max_num_batched_tokens", "tensor_parallel", "replicas")
+     "max_model_len", "max_num_batched_tokens", "tensor_parallel", "replicas", "max_concurrent_requests",
+     "max_input_tokens", "max_total_tokens", "max_batch_total_tokens", "max_batch_prefill_tokens", "max_batch_size",
+     "max_waiting_tokens")
 )
 _BOOLS = frozenset(("cache_prompt", "enable_prefix_caching"))
 _WRITTEN_BY_OBSERVER = ("discovered", "defaulted")
@@ -241,7 +262,7 @@ def _server_value_problem(key: str, value: Any) -> str:
         return ""
     if key == "type":
         return "" if value in SERVER_TYPES else f"must be one of {', '.join(SERVER_TYPES)}, got {reprlib.repr(value)}"
-    if key in ("model", "quantization"):
+    if key in ("model", "quantization", "version"):
         return "" if isinstance(value, str) else f"must be a string, got {reprlib.repr(value)}"
     is_int = isinstance(value, int) and not isinstance(value, bool)
     if key in _POSITIVE_INTS:
@@ -250,6 +271,9 @@ def _server_value_problem(key: str, value: Any) -> str:
         return "" if is_int and value >= 0 else f"must be a whole number >= 0, got {reprlib.repr(value)}"
     if key in _BOOLS:
         return "" if isinstance(value, bool) else f"must be true or false, got {reprlib.repr(value)}"
+    if key == "waiting_served_ratio":
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+        return "" if ok else f"must be a number > 0, got {reprlib.repr(value)}"
     if key == "gpu_memory_utilization":
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= 1
         return "" if ok else f"must be a number in (0, 1], got {reprlib.repr(value)}"
@@ -375,6 +399,42 @@ async def _discover_emulated(client: OpenAIClient) -> dict[str, Any]:
     return {str(k): v for k, v in desc.items() if k != "type"}
 
 
+_TGI_INFO_KEYS = {
+    "max_concurrent_requests": "max_concurrent_requests",
+    "max_input_tokens": "max_input_tokens",
+    "max_input_length": "max_input_tokens",  # its name before TGI 2.0
+    "max_total_tokens": "max_total_tokens",
+    "max_batch_total_tokens": "max_batch_total_tokens",
+    "max_batch_size": "max_batch_size",
+    "max_waiting_tokens": "max_waiting_tokens",
+}
+"""``/info`` fields (whole numbers >= 1) and the ``server`` key each gives."""
+
+
+def tgi_settings(info: Any) -> dict[str, Any]:
+    """The ``server`` keys that a TGI router's ``GET /info`` body *info* gives (see the module
+    docstring); fields it lacks, or of the wrong kind, give nothing.
+
+    >>> tgi_settings({"model_id": "org/tiny", "max_concurrent_requests": 128, "max_input_tokens": 1024,
+    ...               "max_total_tokens": 2048, "max_batch_size": None, "version": "3.0.1"})
+    {'model': 'org/tiny', 'max_concurrent_requests': 128, 'max_input_tokens': 1024, 'max_total_tokens': 2048, 'version': '3.0.1'}
+    """
+    if not isinstance(info, Mapping):
+        return {}
+    found: dict[str, Any] = {}
+    if isinstance(info.get("model_id"), str) and info["model_id"]:
+        found["model"] = info["model_id"]
+    for field, key in _TGI_INFO_KEYS.items():
+        if key not in found and (value := _positive_int(info.get(field))) is not None:
+            found[key] = value
+    ratio = info.get("waiting_served_ratio")
+    if isinstance(ratio, (int, float)) and not isinstance(ratio, bool) and math.isfinite(ratio) and ratio > 0:
+        found["waiting_served_ratio"] = float(ratio)
+    if isinstance(info.get("version"), str) and info["version"]:
+        found["version"] = info["version"]
+    return found
+
+
 async def _discover_max_model_len(client: OpenAIClient, model: str) -> dict[str, Any]:
     """``max_model_len`` of *model*'s card in ``/v1/models`` (vLLM lists it)."""
     listing = await _get_json(client, "/v1/models")
@@ -450,6 +510,8 @@ async def describe_server(
         found = await _discover_emulated(client)
     elif server_type in ("vllm", "sglang"):
         found = await _discover_max_model_len(client, model)
+    elif server_type == "tgi":
+        found = tgi_settings(await _get_json(client, "/info"))
     if "model" not in found and model_discovered:
         found["model"] = model
     given = {k: v for k, v in config.server.items() if k != "type"}

@@ -262,7 +262,7 @@ def test_bad_inputs_are_refused_before_anything_is_sent(tmp_path: Path) -> None:
         with pytest.raises(ValueError, match="warm_up_requests must be a whole number"):
             observe(spec, fake.url, tmp_path / "a", warm_up_requests=-1)
         with pytest.raises(ValueError, match="server_type must be one of"):
-            observe(spec, fake.url, tmp_path / "b", server_type="tgi")
+            observe(spec, fake.url, tmp_path / "b", server_type="triton")
         with pytest.raises(ScenarioError) as err:
             observe(spec, fake.url, tmp_path / "c", server_config=bad_config)
     assert err.value.source == str(bad_config) and err.value.paths == ["server.n_parallel"]

@@ -105,7 +105,7 @@ def test_a_server_config_file_is_read(tmp_path: Path) -> None:
         ("server: {cache_prompt: yes please}\n", "server.cache_prompt", "must be true or false"),
         ("server: {cache_ram_mib: -1}\n", "server.cache_ram_mib", "must be a whole number >= 0"),
         ("server: {gpu_memory_utilization: 1.5}\n", "server.gpu_memory_utilization", "must be a number in (0, 1]"),
-        ("server: {type: tgi}\n", "server.type", "must be one of vllm, sglang, llamacpp, emulated, other"),
+        ("server: {type: triton}\n", "server.type", "must be one of vllm, sglang, llamacpp, emulated, tgi, other"),
         ("server: {model: 3}\n", "server.model", "must be a string"),
         ("server: {discovered: [x]}\n", "server.discovered", "is written by the observer"),
         ("network: {measured_rtt_ms: .nan}\n", "network.measured_rtt_ms", "must be a finite number"),
@@ -147,7 +147,7 @@ def test_the_server_type_comes_from_the_option_or_the_config() -> None:
         resolve_server_type("vllm", ServerConfig(server={"type": "llamacpp"}, source="s.yaml"))
     assert err.value.paths == ["server.type"] and err.value.source == "s.yaml"
     with pytest.raises(ValueError, match="server_type must be one of"):
-        resolve_server_type("tgi", ServerConfig())
+        resolve_server_type("triton", ServerConfig())
 
 
 @pytest.mark.parametrize(
