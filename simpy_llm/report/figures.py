@@ -69,7 +69,7 @@ def _subplots() -> Any:
 
 def _layout(fig: Any, title: str, height: int = 420) -> Any:
     fig.update_layout(
-        title=title, height=height, template="plotly_white", margin={"l": 70, "r": 30, "t": 60, "b": 60},
+        title=title, height=height, template="plotly_white", showlegend=True, margin={"l": 70, "r": 30, "t": 60, "b": 60},
         legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1.0},
     )
     return fig

@@ -87,9 +87,12 @@ EXPECTED_PLOTS = {
 """The figures each page of :func:`pages` has, by their div ids."""
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium() -> Iterator[Any]:
-    """Debian's Chromium, headless, launched by playwright (skips, or fails when required, without either)."""
+    """Debian's Chromium, headless, launched by playwright (skips, or fails when required, without either).
+
+    One per module: playwright's synchronous API keeps an event loop running in this thread while
+    it is open, and the tests that run ``asyncio.run`` (observe, the emulated server) must not meet it."""
     if not CHROMIUM.exists():
         _missing("browser", f"needs Chromium at {CHROMIUM}: apt-get install -y chromium")
     if not _importable("playwright"):

@@ -145,3 +145,21 @@ def test_page_refuses_two_figures_with_one_id() -> None:
     page = Page("t", [Section("s", plots=[Plot("same", fig), Plot("same", fig)])])
     with pytest.raises(ValueError, match="repeated: same"):
         render_page(page)
+
+
+def test_observe_html_against_the_emulated_server(tmp_path: Path) -> None:
+    """``observe --html`` against ``simpy-llm serve`` (127.0.0.1, stopped by PID) writes the observed
+    trace's page beside its files, with the schedule and the server's scraped series; the page is
+    the one ``report DIR`` makes of the same directory."""
+    from tests.observe.serve_process import serve_process
+
+    scenario = ROOT / "scenarios" / "quickstart.yaml"
+    out, page = tmp_path / "obs", tmp_path / "obs.html"
+    with serve_process(scenario, tmp_path) as server:
+        code = main(["observe", str(scenario), "--url", server.url, "--out", str(out), "--set", "workload.num_requests=8",
+                     "--scrape-metrics", "--scrape-interval", "0.2", "--html", str(page)])
+    assert code == 0 and server.returncode == 0
+    text = page.read_text(encoding="utf-8")
+    assert all(f'id="{div_id}"' in text for div_id in EXPECTED_PLOTS["observe"])
+    assert main(["report", str(out), "--html", str(tmp_path / "again.html")]) == 0
+    assert (tmp_path / "again.html").read_bytes() == page.read_bytes()
