@@ -33,6 +33,11 @@ DOCTESTS_NEEDING: dict[str, tuple[str, tuple[str, ...]]] = {
     "simpy_llm.observe.llamacpp.LlamaCppConfig.server_block": ("real-server", ("xllamacpp",)),
     # Training a regressor fits a scikit-learn model.
     "simpy_llm.speculative.regressor.train_acceptance_regressor": ("learn", ("sklearn",)),
+    # The HTML report's figures are plotly figures.
+    **{f"simpy_llm.report.{name}": ("report", ("plotly",)) for name in (
+        "figures", "figures.cdf_figure", "figures.over_time_figure", "figures.pairs_figure", "figures.rate_curves_figure",
+        "figures.schedule_figure", "figures.stepped_comparison_figure", "sources.observe_page", "sources.run_page",
+    )},
 }
 """Doctest name -> (the extra, the top-level modules its example imports)."""
 

@@ -46,6 +46,7 @@ from simpy_llm import __version__
 from simpy_llm.config import Scenario, ScenarioError
 from simpy_llm.loading import load_plugins, load_scenario
 from simpy_llm.metrics.results import rate_lines
+from simpy_llm.report.cli import HTML_HELP, html_ok, write_html
 
 # Each subcommand imports what it runs, when it runs (the function-local imports below): the
 # command line starts fast whatever it does, and a run loads neither the observer, the
@@ -65,6 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run a scenario and print its summary")
     run.add_argument("scenario", help="scenario YAML file")
     run.add_argument("--out", metavar="DIR", help="write records, summary and manifest here")
+    run.add_argument("--html", metavar="FILE", help=HTML_HELP)
     _add_scenario_options(run)
     run.add_argument("--seed", type=int, help=_SEED_HELP)
     run.add_argument(
@@ -88,6 +90,7 @@ def _parser() -> argparse.ArgumentParser:
     obs.add_argument("--api", choices=("chat", "completions"), default="chat", help="endpoint (default chat)")
     obs.add_argument("--out", metavar="DIR", default="runs/observe", help="output directory (default runs/observe)")
     obs.add_argument("--api-key", help="bearer token (default: the OPENAI_API_KEY environment variable)")
+    obs.add_argument("--html", metavar="FILE", help=HTML_HELP)
     _add_scenario_options(obs, workload_keys=True)
     obs.add_argument("--seed", type=int, help=_SEED_HELP)
     obs.add_argument("--stream", choices=("auto", "on", "off"), default="auto", help="auto: per request, as the workload says")
@@ -177,10 +180,12 @@ def _parser() -> argparse.ArgumentParser:
     from simpy_llm.calibrate.cli import add_parser as add_calibrate
     from simpy_llm.explore.capacity_cli import add_parser as add_capacity
     from simpy_llm.explore.cli import add_parser as add_sweep
+    from simpy_llm.report.cli import add_parser as add_report
 
     add_sweep(sub, _add_scenario_options)
     add_calibrate(sub, _add_scenario_options)
     add_capacity(sub, _add_scenario_options)
+    add_report(sub)
     return p
 
 
@@ -248,7 +253,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "calibrate":
         from simpy_llm.calibrate.cli import main as calibrate
 
-        return calibrate(args)
+        if getattr(args, "html", None) is None:
+            return calibrate(args)
+        if not html_ok(args.html):
+            return 2
+        return calibrate(args, on_report=lambda report, samples: _compare_html(report, samples, args.html))
+    if args.command == "report":
+        from simpy_llm.report.cli import main as report
+
+        return report(args)
     if args.command == "capacity":
         from simpy_llm.explore.capacity_cli import main as capacity
 
@@ -436,7 +449,7 @@ def _observe(args: argparse.Namespace) -> int:
         print(f"--warm-up-requests must be at least 0, got {args.warm_up_requests}", file=sys.stderr)
         return 2
     spec = _checked_spec(args.workload, overrides, args.out)  # before anything is sent
-    if spec is None:
+    if spec is None or not html_ok(args.html):
         return 2
     if args.workers > 1:
         from simpy_llm.observe.sessions import has_sessions
@@ -492,6 +505,10 @@ def _observe(args: argparse.Namespace) -> int:
     )
     Console(soft_wrap=True).print(latency_table(summary.latency_s, summary.latency_s_by_client, "observed latency"))
     print(f"trace written to {args.out}")
+    if args.html:
+        from simpy_llm.report.sources import observe_page
+
+        write_html(observe_page(args.out), args.html)
     return 0
 
 
@@ -547,7 +564,7 @@ def _run(args: argparse.Namespace) -> int:
     from simpy_llm.simulation import Simulation
 
     scenario = _load(args)
-    if scenario is None or not _out_ok(args.out):
+    if scenario is None or not _out_ok(args.out) or not html_ok(args.html):
         return 2
 
     console = Console(soft_wrap=True)
@@ -565,10 +582,22 @@ def _run(args: argparse.Namespace) -> int:
         written: list[Path] = []
         out = results.save(args.out, written=written)
         console.print(f"wrote {', '.join(f.name for f in written)} in {out}")
+    if args.html:
+        from simpy_llm.report.sources import run_page
+
+        write_html(run_page(results), args.html)
     n = len(results)
     rate = n / results.wall_s if results.wall_s > 0 else float("inf")
     console.print(f"simulated {n} requests in {results.wall_s:.2f} wall seconds ({rate:,.0f} requests per wall-second)")
     return 0
+
+
+def _compare_html(report: Any, samples: Any, path: str) -> None:
+    """``calibrate compare --html``: the calibration's page (the calibrator hands its report over,
+    as it sits below the report's layer)."""
+    from simpy_llm.report.sources import compare_page
+
+    write_html(compare_page(report, samples), path)
 
 
 def _fmt(value: Any, scale: float = 1.0, digits: int = 3) -> str:

@@ -132,6 +132,7 @@ LABELS: Mapping[str, str] = MappingProxyType({
     # Per-request columns (Results.to_dataframe()).
     "ttft_s": "TTFT (s)",
     "tpot_s": "TPOT (s)",
+    "itl_s": "ITL (s)",
     "e2e_s": "E2E latency (s)",
     "queue_delay_s": "queue delay (s)",
     "client_ttft_s": "TTFT at the client (s)",

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,8 @@ def add_parser(sub: Any, add_scenario_options: Any) -> None:
     _common(cmp, add_scenario_options)
     cmp.add_argument("--profile", metavar="PROFILE", help="apply this fitted latency profile to the scenario")
     cmp.add_argument("--out", metavar="DIR", help="write report.json, report.md and plots here")
+    cmp.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report (interactive plots, works offline) "
+                     "to FILE (needs the report extra)")
 
     fit = verbs.add_parser("fit", help="fit a batch_table latency model to an observed trace and write it as a profile")
     _common(fit, add_scenario_options)
@@ -120,9 +123,11 @@ def coefficient_table(result: Any) -> Any:
     return table
 
 
-def main(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace, on_report: Callable[[Any, Any], None] | None = None) -> int:
     """Run the ``calibrate`` command *args* asks for; exit status 0, 2 on bad input (1 when
-    the probe cannot reach the server)."""
+    the probe cannot reach the server). *on_report* is called with the comparison's report and
+    samples after they are printed and written (``compare --html``: the command line above this
+    layer writes the page)."""
     if args.calibrate_command == "probe":
         return _probe(args)
     from rich.console import Console
@@ -203,6 +208,8 @@ def main(args: argparse.Namespace) -> int:
     if out:
         written = write_report(report, cal.samples, Path(out))
         console.print(f"wrote {', '.join(p.name for p in written)} in {out}")
+    if on_report is not None:
+        on_report(report, cal.samples)
     return 0
 
 
