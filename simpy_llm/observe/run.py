@@ -75,6 +75,12 @@ CALL_COLUMNS = (
     "start_s", "wait_s", "end_s", "latency_s", "output_tokens", "status",
 )
 """The columns of ``calls.csv`` (:meth:`~simpy_llm.observe.sessions.Conversations.calls`)."""
+_OWN_HEADER_KEYS = frozenset((
+    "trace_version", "time_unit", "created_at", "mode", "server_url", "api", "workload_spec", "overrides", "seed",
+    "warm_up_requests", "load", "prompts", "prefix_groups", "metrics_file", "metrics_url", "metrics_interval_s",
+    "model", "server", "hardware", "network", "load_generator",
+))
+"""The trace header keys the observer (and the trace writer) fill: ``observe(header=...)`` may not give them."""
 
 
 def observe(
@@ -176,6 +182,8 @@ def observe(
     """
     if isinstance(warm_up_requests, bool) or not isinstance(warm_up_requests, int) or warm_up_requests < 0:
         raise ValueError(f"warm_up_requests must be a whole number >= 0, got {warm_up_requests!r}")
+    if clash := sorted(set(header or {}) & _OWN_HEADER_KEYS):
+        raise ValueError(f"header keys {', '.join(clash)} are written by the observer itself")
     server_cfg = load_server_config(server_config)
     kind = resolve_server_type(server_type, server_cfg)
     if isinstance(workload, (Scenario, WorkloadConfig)):
@@ -232,9 +240,6 @@ def observe(
         header_["metrics_file"] = "metrics.csv"
         header_["metrics_url"] = scrape_metrics
         header_["metrics_interval_s"] = scrape_interval_s
-    clash = sorted(set(header or {}) & {*header_, "model", "server", "hardware", "network", "load_generator"})
-    if clash:
-        raise ValueError(f"header keys {', '.join(clash)} are written by the observer itself")
     header_.update(header or {})
 
     async def main() -> RunSummary:

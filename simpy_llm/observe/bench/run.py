@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import itertools
 import json
 import math
 import warnings
+from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,7 @@ from simpy_llm.observe.bench.datasets import BenchRequest, dataset_requests
 from simpy_llm.observe.bench.metrics import DEFAULT_PERCENTILES, bench_metrics, read_rows
 from simpy_llm.observe.bench.profiles import FIXED_PROFILES, PROFILES, RunPlan, arrival_times, fixed_plans, sweep_rates
 from simpy_llm.observe.bench.tokens import TokenCounter, token_counter
+from simpy_llm.observe.client import ObservedRequest
 from simpy_llm.observe.loadgen import LoadGenerator, ScheduleLagWarning
 from simpy_llm.observe.prompts import synthetic_prompt
 from simpy_llm.observe.run import observe
@@ -90,26 +93,46 @@ class StopCriteria:
         """Stop *gen* on the first criterion met; append its name to *reason*."""
         if self.max_seconds is None and self.max_error_rate is None:
             return
+        window = _EndedWindow(gen)
         while True:
             now = gen.client.now()
             if self.max_seconds is not None and now >= self.max_seconds:
                 reason.append("max_seconds")
                 gen.stop()
                 return
-            if self.max_error_rate is not None and self._error_share(gen) > self.max_error_rate:
+            if self.max_error_rate is not None and window.error_share() > self.max_error_rate:
                 reason.append("max_error_rate")
                 gen.stop()
                 return
             wait = POLL_S if self.max_seconds is None else min(POLL_S, max(self.max_seconds - now, 0.0))
             await asyncio.sleep(wait)
 
-    @staticmethod
-    def _error_share(gen: LoadGenerator) -> float:
-        ended = [r for r in gen.records.values() if r.status in ("ok", "error", "timeout") and r.done_s is not None]
-        if not ended:
-            return 0.0
-        last = sorted(ended, key=lambda r: r.done_s or 0.0)[-ERROR_WINDOW:]
-        return sum(r.status != "ok" for r in last) / len(last)
+
+class _EndedWindow:
+    """The statuses of the last :data:`ERROR_WINDOW` requests of a run to end, in the order of
+    their ends, kept up to date by looking only at requests still in flight and new ones (a
+    poll costs what is in flight, not the whole run)."""
+
+    def __init__(self, gen: LoadGenerator) -> None:
+        self.gen = gen
+        self.seen = 0
+        self.pending: dict[int, ObservedRequest] = {}
+        self.last: deque[bool] = deque(maxlen=ERROR_WINDOW)
+
+    def error_share(self) -> float:
+        """The share of failed (``error`` or ``timeout``) among the window's requests (0 for none)."""
+        records = self.gen.records
+        if len(records) > self.seen:
+            # Records are kept in the order they were made; skip to the new ones.
+            for rec in itertools.islice(records.values(), self.seen, None):
+                self.pending[id(rec)] = rec
+            self.seen = len(records)
+        ended = [rec for rec in self.pending.values() if rec.status in ("ok", "error", "timeout") and rec.done_s is not None]
+        for rec in ended:
+            del self.pending[id(rec)]
+        for rec in sorted(ended, key=lambda r: r.done_s or 0.0):
+            self.last.append(rec.status != "ok")
+        return sum(self.last) / len(self.last) if self.last else 0.0
 
 
 def _write_workload(run_dir: Path, plan: RunPlan, requests: Sequence[BenchRequest], seed: int) -> Path:
