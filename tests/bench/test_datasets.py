@@ -117,6 +117,7 @@ def test_a_prompt_file_without_replies_needs_an_output_length(tmp_path: Path) ->
         ("synthetic", {"input_len": 10, "output_len": 2, "range_ratio": 0.2}, "is for --dataset random"),
         ("random", {"input_len": 10, "output_len": 2, "range_ratio": 1.0}, r"must be in \[0, 1\)"),
         (str(SAMPLE), {"input_len": 10}, "--input-len is for --dataset random or synthetic"),
+        (str(SAMPLE), {"prompt_field": "text"}, "is ShareGPT JSON, whose prompts are the first human turns"),
     ],
 )
 def test_lengths_that_do_not_fit_the_dataset_are_refused(dataset: str, kwargs: dict[str, Any], message: str) -> None:

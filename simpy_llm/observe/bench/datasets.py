@@ -226,7 +226,8 @@ def dataset_requests(
     Raises
     ------
     ValueError
-        A length is missing or not allowed for the dataset, or *range_ratio* is outside [0, 1).
+        A length is missing or not allowed for the dataset, *range_ratio* is outside [0, 1), or
+        *prompt_field* is given for a dataset without fields.
     PromptDatasetError
         The dataset cannot be read or yields no request.
 
@@ -262,6 +263,8 @@ def dataset_requests(
     if dataset == "sharegpt":
         raise PromptDatasetError(SHAREGPT_FILE_NEEDED)
     if _is_sharegpt(Path(dataset)):
+        if prompt_field is not None:
+            raise ValueError(f"--prompt-field: {dataset} is ShareGPT JSON, whose prompts are the first human turns")
         pairs = conversation_pairs(sharegpt_records(dataset))
         requests = sample_sharegpt(pairs, num, counter, seed, output_len)
         if not requests:
