@@ -180,12 +180,14 @@ def _parser() -> argparse.ArgumentParser:
     from simpy_llm.calibrate.cli import add_parser as add_calibrate
     from simpy_llm.explore.capacity_cli import add_parser as add_capacity
     from simpy_llm.explore.cli import add_parser as add_sweep
+    from simpy_llm.observe.bench.cli import add_parser as add_bench
     from simpy_llm.report.cli import add_parser as add_report
 
     add_sweep(sub, _add_scenario_options)
     add_calibrate(sub, _add_scenario_options)
     add_capacity(sub, _add_scenario_options)
     add_report(sub)
+    add_bench(sub, _add_scenario_options)
     return p
 
 
@@ -268,6 +270,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return capacity(args)
     if args.command == "observe":
         return _observe(args)
+    if args.command == "bench":
+        from simpy_llm.observe.bench.cli import main as bench_command
+
+        return bench_command(args)
     if args.command == "lut-drift":
         return _lut_drift(args)
     return _run(args)

@@ -46,7 +46,7 @@ import json
 import signal
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +76,12 @@ CALL_COLUMNS = (
     "start_s", "wait_s", "end_s", "latency_s", "output_tokens", "status",
 )
 """The columns of ``calls.csv`` (:meth:`~simpy_llm.observe.sessions.Conversations.calls`)."""
+_OWN_HEADER_KEYS = frozenset((
+    "trace_version", "time_unit", "created_at", "mode", "server_url", "api", "workload_spec", "overrides", "seed",
+    "warm_up_requests", "load", "prompts", "prefix_groups", "metrics_file", "metrics_url", "metrics_interval_s",
+    "model", "server", "hardware", "network", "load_generator",
+))
+"""The trace header keys the observer (and the trace writer) fill: ``observe(header=...)`` may not give them."""
 
 
 def observe(
@@ -95,13 +101,15 @@ def observe(
     scrape_metrics: str | None = None,
     scrape_interval_s: float = 1.0,
     loop: str = "auto",
-    prompts: Path | str | None = None,
+    prompts: Path | str | PromptSource | None = None,
     prompt_field: str | None = None,
     progress: bool = False,
     server_type: str | None = None,
     server_config: Path | str | Mapping[str, Any] | ServerConfig | None = None,
     warm_up_requests: int = 0,
     workers: int = 1,
+    header: Mapping[str, Any] | None = None,
+    watch: Callable[[LoadGenerator], Awaitable[None]] | None = None,
 ) -> RunSummary:
     """Send the workload *workload* to the server at *url*; write to *out*.
 
@@ -141,7 +149,9 @@ def observe(
         A prompt dataset (JSON or JSONL, ShareGPT or records with a text field; see
         :func:`~simpy_llm.observe.prompts.load_prompts`) and the field to read (default: found
         by itself). Each request's text is a dataset prompt fitted to its drawn length, chosen
-        with the workload's seed. ``None``: synthetic words.
+        with the workload's seed. ``None``: synthetic words. A
+        :class:`~simpy_llm.observe.prompts.PromptSource` is used as it is (the header's
+        ``prompts`` then says ``source: custom`` and its token rule).
     progress
         Show a live progress line on standard error (``rich``) while the run goes.
     server_type
@@ -158,6 +168,13 @@ def observe(
         Processes that send (default 1: this process's event loop). More spread the schedule
         over worker processes (:mod:`simpy_llm.observe.workers`); a concurrency limit is then
         split across them, and a workload with closed-loop sessions is refused.
+    header
+        More keys for the trace header (written with the others, before the first request);
+        a key the observer writes itself is an error.
+    watch
+        A coroutine function run beside the load generator from its start (given it), e.g. to
+        call :meth:`~simpy_llm.observe.loadgen.LoadGenerator.stop` on a stop criterion; it is
+        cancelled when the run ends.
 
     Raises
     ------
@@ -165,7 +182,8 @@ def observe(
         The workload file or the server config is bad.
     ValueError
         An unknown *server_type*, a *warm_up_requests* that is not a whole number >= 0, a
-        *workers* that is not a whole number >= 1, above *concurrency*, or above 1 with sessions.
+        *workers* that is not a whole number >= 1, above *concurrency*, or above 1 with sessions,
+        a *header* key the observer writes itself, or *watch* with more than one worker.
     PromptDatasetError
         The prompt dataset cannot be used (raised before anything is sent).
     """
@@ -175,6 +193,10 @@ def observe(
         raise ValueError(f"workers must be a whole number >= 1, got {workers!r}")
     if concurrency is not None and workers > concurrency:
         raise ValueError(f"workers ({workers}) must not exceed concurrency ({concurrency}): each worker needs a slot")
+    if watch is not None and workers > 1:
+        raise ValueError("watch reads the generator of one process: give workers=1 with it")
+    if clash := sorted(set(header or {}) & _OWN_HEADER_KEYS):
+        raise ValueError(f"header keys {', '.join(clash)} are written by the observer itself")
     server_cfg = load_server_config(server_config)
     kind = resolve_server_type(server_type, server_cfg)
     if isinstance(workload, (Scenario, WorkloadConfig)):
@@ -185,10 +207,14 @@ def observe(
         spec_file = str(workload)
     wl, seed = spec_workload(spec)
     source: PromptSource
-    if prompts is not None:
+    prompts_header: dict[str, Any]
+    if prompts is not None and not isinstance(prompts, (str, Path)):
+        source = prompts
+        prompts_header = {"source": "custom"}
+    elif prompts is not None:
         dataset = load_prompts(prompts, prompt_field)
         source = DatasetPrompts(dataset, seed=seed)
-        prompts_header: dict[str, Any] = {
+        prompts_header = {
             "source": "dataset",
             "file": dataset.path,
             "field": dataset.field,
@@ -209,7 +235,7 @@ def observe(
     prefixes = {c.prefix_group: c.prefix_length for c in wl.clients if c.prefix_group}
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    header: dict[str, Any] = {
+    header_: dict[str, Any] = {
         "mode": "real",
         "server_url": url,
         "api": api,
@@ -230,21 +256,22 @@ def observe(
         "prefix_groups": prefixes,
     }
     if scrape_metrics:
-        header["metrics_file"] = "metrics.csv"
-        header["metrics_url"] = scrape_metrics
-        header["metrics_interval_s"] = scrape_interval_s
+        header_["metrics_file"] = "metrics.csv"
+        header_["metrics_url"] = scrape_metrics
+        header_["metrics_interval_s"] = scrape_interval_s
+    header_.update(header or {})
 
     async def main() -> RunSummary:
         retry = RetryPolicy(max_retries=retries)
         async with OpenAIClient(url, api_key=api_key, model=model, timeout_s=timeout_s, retry=retry) as client:
-            header["model"] = await client.default_model()
+            header_["model"] = await client.default_model()
             # The server's description, discovered and measured before the first request is sent.
-            header.update(
+            header_.update(
                 await describe_server(
-                    client, server_type=kind, config=server_cfg, model=header["model"], model_discovered=model is None
+                    client, server_type=kind, config=server_cfg, model=header_["model"], model_discovered=model is None
                 )
             )
-            with TraceV2Writer(out / "trace", header=header, extra_columns=OBSERVER_COLUMNS) as writer:
+            with TraceV2Writer(out / "trace", header=header_, extra_columns=OBSERVER_COLUMNS) as writer:
                 gen: LoadGenerator | ProcessLoadGenerator
                 if workers > 1:
                     gen = ProcessLoadGenerator(
@@ -286,6 +313,7 @@ def observe(
                 if on_main:
                     loop_.add_signal_handler(signal.SIGINT, gen.stop)
                 progress_task: asyncio.Task[None] | None = None
+                watch_task: asyncio.Task[None] | None = None
                 try:
                     # The generator resets the client's clock when it starts; the scraper reads
                     # the same clock, so it starts after the first await of the run.
@@ -295,6 +323,8 @@ def observe(
                     else:
                         await asyncio.sleep(0)
                     scrape_task = asyncio.create_task(scraper.run()) if scraper is not None else None
+                    if watch is not None and isinstance(gen, LoadGenerator):  # workers=1 (checked above)
+                        watch_task = asyncio.create_task(_awaited(watch(gen)))
                     if progress:
                         from rich.console import Console
 
@@ -303,16 +333,17 @@ def observe(
                         )
                     summary = await run_task
                     # Known only now: how the run kept its schedule, beside what it measured.
-                    network = header.get("network") or {}
+                    network = header_.get("network") or {}
                     writer.update_header(
                         {"load_generator": {**gen.statistics(), "measured_rtt_ms": network.get("measured_rtt_ms")}}
                     )
                 finally:
                     if on_main:
                         loop_.remove_signal_handler(signal.SIGINT)
-                    if progress_task is not None:
-                        progress_task.cancel()
-                        await asyncio.gather(progress_task, return_exceptions=True)
+                    for task in (progress_task, watch_task):
+                        if task is not None:
+                            task.cancel()
+                            await asyncio.gather(task, return_exceptions=True)
                     if scraper is not None and scrape_task is not None:
                         scraper.stop()
                         await scrape_task
@@ -331,6 +362,10 @@ def observe(
             _write_csv(out / "calls.csv", conversations.calls(), CALL_COLUMNS)
     (out / "summary.json").write_text(json.dumps(attrs.asdict(summary), indent=2, default=str) + "\n", encoding="utf-8")
     return summary
+
+
+async def _awaited(awaitable: Awaitable[None]) -> None:
+    await awaitable
 
 
 def _loop_running() -> bool:

