@@ -80,6 +80,7 @@ from simpy_llm.speculative.verify import VerifyServer
 from simpy_llm.wire import Wire
 from simpy_llm.workload.checks import check_spec_files, warn_unknown_trace_classes
 from simpy_llm.workload.distributions import SamplingError
+from simpy_llm.workload.gate import ConcurrencyGate
 from simpy_llm.workload.generator import ClientSource, WorkloadGenerator, sampling_scenario_error
 from simpy_llm.workload.sessions import ReplayedContexts, SessionRegistry
 from simpy_llm.workload.sources import WorkloadSources, build_sources, workload_seed
@@ -265,7 +266,8 @@ class Simulation:
         self.ids = itertools.count()
         arrivals = self.arrivals = Wire(env)
         needs_sessions = any(s.workflow is not None for s in self.sources)
-        completions = Wire(env) if needs_sessions else None
+        gated = wl.max_concurrency is not None
+        completions = Wire(env) if needs_sessions or gated else None
         networks = {src.client.id: src.client.network for src in self.sources if src.client.network is not None}
         self.client_network: ClientNetwork | None = None
         """The networked clients' uplinks (None when no client has a network)."""
@@ -358,13 +360,24 @@ class Simulation:
         self._check_seams(scenario)
         self.user_processes: list[simpy.Process] = self._place_processes([*map(_user_process, scenario.processes), *processes])
         """The user processes, in the order given (the scenario's first; ``docs/processes.md``)."""
+        # The workload announces its requests to the books where they enter the serving system:
+        # here, unless a client network or the draft devices stand before it, or a client cap
+        # holds them back (the gate announces each as it sends it).
+        announce = not networks and spec is None
         self.sessions = (
             SessionRegistry(
-                env, completions, sent, self.recorder, self.ids, wl.horizon_s, announce=not networks and spec is None
+                env, completions, sent, self.recorder, self.ids, wl.horizon_s, announce=announce and not gated
             )
-            if completions is not None
+            if needs_sessions and completions is not None
             else None
         )
+        self.gate: ConcurrencyGate | None = None
+        """The client's cap on requests in flight (None without ``workload.max_concurrency``)."""
+        if wl.max_concurrency is not None and completions is not None:
+            self.gate = ConcurrencyGate(
+                env, wl.max_concurrency, sent, completions,
+                on_send=self.recorder.on_arrival if announce else None, consumer_waits=self.sessions is not None,
+            )
         self._ran = False
         if refresh_s is not None:
             snapshots = [v for v in self.views if isinstance(v, SnapshotView)]  # every view, with a refresh period
@@ -387,7 +400,7 @@ class Simulation:
             num_requests=wl.num_requests,
             horizon_s=wl.horizon_s,
             on_request=self._on_request if self.sessions is not None or self._replayed is not None else None,
-            announce=not networks and spec is None,
+            announce=announce and not gated,
         )
         if scenario.planner is not None:
             self.planner = Planner(_PlannerHost(self), scenario.planner, planner_policy)
@@ -658,6 +671,8 @@ class Simulation:
             pending += len(self.kv_handoff.in_transfer)
         if self.draft_fleet is not None:
             pending += len(self.draft_fleet.pending)
+        if self.gate is not None:
+            pending += len(self.gate.waiting)
         return self.generator.done and not self.recorder.live and not pending
 
     def __repr__(self) -> str:

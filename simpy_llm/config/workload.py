@@ -402,6 +402,11 @@ class WorkloadConfig:
     """Clients loaded from ServeGen data."""
     traces: tuple[TraceSource, ...] = ()
     """Traces replayed open-loop."""
+    max_concurrency: int | None = attrs.field(default=None, validator=optional(all_of(at_least(1), at_most(MAX_REQUESTS))))
+    """At most this many of the workload's requests in flight at once (sent and neither
+    answered nor dropped): a request due while that many are in flight waits at the client, in
+    the order they fell due, and is sent when one ends (a benchmark client's closed loop:
+    ``vllm bench --max-concurrency``, guidellm's concurrent runs). None: no limit, an open loop."""
 
     def __attrs_post_init__(self) -> None:
         synthetic = bool(self.clients) or self.servegen_data is not None

@@ -257,6 +257,18 @@ def _cohort_keys(scenario: Scenario) -> None:
             raise FieldValueError(f"metrics.fairness.cohorts[{i}].by", f"{cohort.by} needs {why[cohort.by]}; every request would be in one group")
 
 
+@_checks(Scenario)
+def _client_cap(scenario: Scenario) -> None:
+    """A cap on the workload's requests in flight needs every request's end told to the client:
+    the draft devices of speculative decoding take a rejected prompt's end themselves, and a
+    planner's what-if runs replay arrivals without the client, so both are refused with it."""
+    if scenario.workload.max_concurrency is None:
+        return
+    for section, given in (("speculation", scenario.speculation is not None), ("planner", scenario.planner is not None)):
+        if given:
+            raise FieldValueError("workload.max_concurrency", f"is not modelled with a {section} section (give one or the other)")
+
+
 @_checks(PlannerConfig)
 def _planner_metrics(planner: PlannerConfig) -> None:
     """The objective and the constraints name numeric figures of a what-if's summary."""

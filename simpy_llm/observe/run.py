@@ -136,7 +136,8 @@ def observe(
     stream
         Force streaming on or off (default: each request's ``streaming``).
     concurrency
-        At most this many requests in flight (default: open loop).
+        At most this many requests in flight (default: the workload's ``max_concurrency``, else
+        an open loop); given beside a workload ``max_concurrency``, the two must agree.
     timeout_s, retries
         Per-attempt limit, and retries of 429/503 answers with exponential backoff.
     ignore_eos
@@ -181,9 +182,10 @@ def observe(
     ScenarioError
         The workload file or the server config is bad.
     ValueError
-        An unknown *server_type*, a *warm_up_requests* that is not a whole number >= 0, a
-        *workers* that is not a whole number >= 1, above *concurrency*, or above 1 with sessions,
-        a *header* key the observer writes itself, or *watch* with more than one worker.
+        An unknown *server_type*; a *warm_up_requests* that is not a whole number >= 0; a
+        *workers* that is not a whole number >= 1, above *concurrency*, or above 1 with sessions;
+        a *concurrency* other than the workload's ``max_concurrency``; a *header* key the
+        observer writes itself; or *watch* with more than one worker.
     PromptDatasetError
         The prompt dataset cannot be used (raised before anything is sent).
     """
@@ -191,8 +193,6 @@ def observe(
         raise ValueError(f"warm_up_requests must be a whole number >= 0, got {warm_up_requests!r}")
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a whole number >= 1, got {workers!r}")
-    if concurrency is not None and workers > concurrency:
-        raise ValueError(f"workers ({workers}) must not exceed concurrency ({concurrency}): each worker needs a slot")
     if watch is not None and workers > 1:
         raise ValueError("watch reads the generator of one process: give workers=1 with it")
     if clash := sorted(set(header or {}) & _OWN_HEADER_KEYS):
@@ -206,6 +206,12 @@ def observe(
         spec = load_workload_or_scenario(workload, list(overrides))
         spec_file = str(workload)
     wl, seed = spec_workload(spec)
+    if wl.max_concurrency is not None:
+        if concurrency is not None and concurrency != wl.max_concurrency:
+            raise ValueError(f"concurrency {concurrency} differs from the workload's max_concurrency {wl.max_concurrency}: give one")
+        concurrency = wl.max_concurrency
+    if concurrency is not None and workers > concurrency:
+        raise ValueError(f"workers ({workers}) must not exceed concurrency ({concurrency}): each worker needs a slot")
     source: PromptSource
     prompts_header: dict[str, Any]
     if prompts is not None and not isinstance(prompts, (str, Path)):

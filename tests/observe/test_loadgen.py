@@ -245,3 +245,25 @@ def test_observe_writes_the_load_statistics_into_the_trace_header(tmp_path: Path
     assert stats["schedule_delay_p50_s"] == pytest.approx(float(np.median(delay)), abs=2e-6)
     assert stats["lag_threshold_s"] == 0.010 and isinstance(stats["lagging"], bool)
     assert stats["measured_rtt_ms"] == trace.header["network"]["measured_rtt_ms"] is not None
+
+
+def test_observe_sends_under_the_workloads_own_cap(tmp_path: Path) -> None:
+    """A workload's max_concurrency is the observer's concurrency limit (header and statistics say
+    2), and a different --concurrency beside it is refused before anything is sent."""
+    import yaml
+
+    from simpy_llm.observe.run import observe
+    from tests.helpers import tiny_scenario
+    from tests.observe.fake_thread import fake_server_thread
+
+    data = tiny_scenario(seed=3)
+    data["workload"].update(num_requests=6, max_concurrency=2)
+    spec = tmp_path / "w.yaml"
+    spec.write_text(yaml.safe_dump(data))
+    with fake_server_thread() as fake:
+        with pytest.raises(ValueError, match="differs from the workload's max_concurrency 2"):
+            observe(spec, fake.url, tmp_path / "refused", concurrency=3, timeout_s=5.0)
+        assert not (tmp_path / "refused").exists()
+        observe(spec, fake.url, tmp_path / "run", timeout_s=5.0)
+    header = read_trace_v2(tmp_path / "run" / "trace").header
+    assert header["load"]["concurrency"] == 2 and header["load_generator"]["concurrency"] == 2
