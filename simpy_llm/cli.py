@@ -177,6 +177,7 @@ def _parser() -> argparse.ArgumentParser:
     drift.add_argument("--tolerance", type=float, default=0.05, help="largest relative change that is not drift (default 0.05)")
     drift.set_defaults(plugins=[])
 
+    from simpy_llm.calibrate.bench_cli import add_verbs as add_bench_verbs
     from simpy_llm.calibrate.cli import add_parser as add_calibrate
     from simpy_llm.explore.capacity_cli import add_parser as add_capacity
     from simpy_llm.explore.cli import add_parser as add_sweep
@@ -187,7 +188,7 @@ def _parser() -> argparse.ArgumentParser:
     add_calibrate(sub, _add_scenario_options)
     add_capacity(sub, _add_scenario_options)
     add_report(sub)
-    add_bench(sub, _add_scenario_options)
+    add_bench_verbs(add_bench(sub, _add_scenario_options), _add_scenario_options)
     return p
 
 
@@ -271,9 +272,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "observe":
         return _observe(args)
     if args.command == "bench":
+        if not html_ok(args.html):
+            return 2
+        if args.bench_command != "run":
+            from simpy_llm.calibrate.bench_cli import main as bench_predicted
+
+            return bench_predicted(args, on_page=lambda result, predicted, errors: _bench_html(result, predicted, errors, args.html))
         from simpy_llm.observe.bench.cli import main as bench_command
 
-        return bench_command(args)
+        code = bench_command(args)
+        if code == 0 and args.html:
+            from simpy_llm.report.sources import bench_dir_page
+
+            write_html(bench_dir_page(args.out), args.html)
+        return code
     if args.command == "lut-drift":
         return _lut_drift(args)
     return _run(args)
@@ -604,6 +616,14 @@ def _compare_html(report: Any, samples: Any, path: str) -> None:
     from simpy_llm.report.sources import compare_page
 
     write_html(compare_page(report, samples), path)
+
+
+def _bench_html(result: Any, predicted: Any, errors: Any, path: str) -> None:
+    """``bench predict --html`` / ``bench compare --html``: the benchmark's page (handed over by
+    the calibrator's layer, which sits below the report's)."""
+    from simpy_llm.report.sources import bench_page
+
+    write_html(bench_page(result, predicted, errors), path)
 
 
 def _fmt(value: Any, scale: float = 1.0, digits: int = 3) -> str:

@@ -19,9 +19,9 @@ HTML_HELP = "also write a self-contained HTML report (interactive plots, works o
 
 def add_parser(sub: Any) -> None:
     """Add ``report DIR --html FILE`` to the subparsers *sub*."""
-    rep = sub.add_parser("report", help="write the HTML report of an output directory of run, observe or calibrate compare")
+    rep = sub.add_parser("report", help="write the HTML report of an output directory of run, observe, calibrate compare or bench")
     rep.add_argument("directory", metavar="DIR",
-                     help="what run --out, observe --out or calibrate compare --out wrote (told apart by its files)")
+                     help="what run, observe, calibrate compare or bench wrote with --out (told apart by its files)")
     rep.add_argument("--html", metavar="FILE", required=True, help="the HTML file to write")
     rep.set_defaults(plugins=[], overrides=[])  # it reads no scenario: no --set, no --plugin
 

@@ -349,14 +349,76 @@ KINDS: Sequence[tuple[str, str]] = (
     ("report.json", "a calibration (simpy-llm calibrate compare --out DIR)"),
     ("trace.yaml", "an observed trace (simpy-llm observe --out DIR)"),
     ("records.csv", "a simulation run (simpy-llm run --out DIR)"),
+    ("bench.json", "a benchmark (simpy-llm bench run / predict / compare --out DIR)"),
 )
 """The file that tells each kind of directory apart, first match wins."""
 
 
+def rate_rows(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """A benchmark's runs (``bench.json``'s ``runs``) as the rows of
+    :func:`~simpy_llm.report.figures.rate_curves_figure`: each run at its achieved request rate,
+    with its p50 and p99 TTFT and E2E latency in seconds (a run that completed nothing is left out).
+
+    Examples
+    --------
+    >>> rate_rows([{"request_throughput": 2.0, "median_ttft_ms": 100.0, "p99_ttft_ms": 300.0,
+    ...             "median_e2el_ms": 900.0, "p99_e2el_ms": 1500.0, "completed": 4}])
+    [{'request_rate': 2.0, 'ttft_p50_s': 0.1, 'ttft_p99_s': 0.3, 'e2e_p50_s': 0.9, 'e2e_p99_s': 1.5}]
+    """
+    return [
+        {"request_rate": r["request_throughput"], "ttft_p50_s": r["median_ttft_ms"] / 1e3, "ttft_p99_s": r["p99_ttft_ms"] / 1e3,
+         "e2e_p50_s": r["median_e2el_ms"] / 1e3, "e2e_p99_s": r["p99_e2el_ms"] / 1e3}
+        for r in runs if r.get("completed")
+    ]
+
+
+def bench_page(result: Mapping[str, Any], predicted: Mapping[str, Any] | None = None, errors: Mapping[str, Any] | None = None) -> Page:
+    """The page of a benchmark (``simpy-llm bench run``, or ``bench predict`` alone): latency
+    against the achieved request rate, and with *predicted* (``bench compare``) the prediction
+    overlaid and *errors* (:func:`~simpy_llm.calibrate.bench_predict.bench_errors`) run by run.
+    Both need p99 among the benchmark's percentiles."""
+    kind = "Predicted benchmark" if result.get("predicted") and predicted is None else "Benchmark"
+    title = f"{kind}: {result.get('profile', '?')} ({result.get('dataset', '?')}, {result.get('num_prompts', '?')} prompts)"
+    predicted_rows = rate_rows(predicted["runs"]) if predicted is not None else None
+    caption = ("p50 and p99 of TTFT and E2E latency at each run's achieved request rate (`request_throughput`), from "
+               "`bench.json`" + (", measured (solid) and predicted by the simulator (dashed)." if predicted is not None else "."))
+    sections = [Section("Latency against request rate", plots=[
+        Plot("bench-rate-curves", figures.rate_curves_figure(rate_rows(result["runs"]), predicted_rows), caption)])]
+    rows = [(str(r["run"]), str(r["strategy"]), str(r["request_rate"]), str(r.get("max_concurrency") or "-"), _number(r["completed"]),
+             _number(r["request_throughput"]), _number(r["median_ttft_ms"]), _number(r["p99_ttft_ms"]),
+             _number(r["median_e2el_ms"]), _number(r["p99_e2el_ms"])) for r in result["runs"]]
+    sections.append(Section("Runs", table=Table(
+        ("run", "strategy", "rate", "cap", "completed", "requests/s", "TTFT p50 (ms)", "TTFT p99 (ms)", "E2E p50 (ms)", "E2E p99 (ms)"), rows)))
+    if errors is not None:
+        err_rows = [(str(r["strategy"]), str(r["request_rate"]), _number(r["request_throughput"]),
+                     *(_pct(r[name]) for name in ("median_ttft_ms", "p99_ttft_ms", "median_e2el_ms", "p99_e2el_ms"))) for r in errors["runs"]]
+        sat = errors.get("saturation") or {}
+        mape = errors.get("mape") or {}
+        notes = [f"Saturation rate: measured {_number(sat.get('measured'))}, predicted {_number(sat.get('predicted'))} "
+                 f"requests/s ({_pct(sat.get('error'))}).",
+                 "Below saturation, MAPE: " + ", ".join(f"{name} {_pct(value)}" for name, value in mape.items()) + ".",
+                 "Errors are relative, (predicted − measured) / measured."]
+        sections.append(Section("Prediction errors", table=Table(
+            ("strategy", "rate", "measured requests/s", "TTFT p50", "TTFT p99", "E2E p50", "E2E p99"), err_rows), notes=notes))
+    return Page(title, sections)
+
+
+def bench_dir_page(directory: str | Path) -> Page:
+    """The page of a benchmark's output directory: ``bench run``'s or ``bench predict``'s alone,
+    or ``bench compare``'s (its ``compare.json`` names the measured benchmark) with the
+    measured runs, the predicted ones overlaid and the errors."""
+    out = Path(directory)
+    result = _json(out / "bench.json")
+    if (out / "compare.json").is_file():
+        scored = _json(out / "compare.json")
+        return bench_page(_json(Path(scored["measured"]) / "bench.json"), result, scored["errors"])
+    return bench_page(result)
+
+
 def directory_page(directory: str | Path) -> Page:
-    """The page of an output directory of ``run``, ``observe`` or ``calibrate compare``, told
-    apart by the file it holds (:data:`KINDS`: ``report.json``, ``trace.yaml`` of mode
-    ``real``, ``records.csv``).
+    """The page of an output directory of ``run``, ``observe``, ``calibrate compare`` or
+    ``bench``, told apart by the file it holds (:data:`KINDS`: ``report.json``, ``trace.yaml``
+    of mode ``real``, ``records.csv``, ``bench.json``).
 
     Raises
     ------
@@ -370,11 +432,11 @@ def directory_page(directory: str | Path) -> Page:
     ... except ScenarioError as exc:
     ...     print(exc)  # doctest: +ELLIPSIS
     scenarios: 1 problem(s) in report directory
-      <top level>: holds none of report.json (a calibration (...)), trace.yaml (...), records.csv (...)
+      <top level>: holds none of report.json (a calibration (...)), trace.yaml (...), records.csv (...), bench.json (...)
     """
     out = Path(directory)
     if not out.is_dir():
-        raise ScenarioError(str(out), [("", "not a directory: give the output directory of run, observe or calibrate compare")],
+        raise ScenarioError(str(out), [("", "not a directory: give the output directory of run, observe, calibrate compare or bench")],
                             "report directory")
     if (out / "report.json").is_file():
         return compare_page(_json(out / "report.json"))
@@ -384,5 +446,7 @@ def directory_page(directory: str | Path) -> Page:
             return observe_page(out)
     if (out / "records.csv").is_file():
         return run_dir_page(out)
+    if (out / "bench.json").is_file():
+        return bench_dir_page(out)
     said = ", ".join(f"{name} ({what})" for name, what in KINDS)
     raise ScenarioError(str(out), [("", f"holds none of {said}")], "report directory")

@@ -13,9 +13,9 @@ import math
 import sys
 from typing import Any
 
-__all__ = ["add_parser", "main"]
+__all__ = ["add_parser", "add_profile_options", "main", "print_results", "rate_text"]
 
-_SERVER_TYPES = ("vllm", "sglang", "llamacpp", "emulated", "other")
+_SERVER_TYPES = ("vllm", "sglang", "llamacpp", "emulated", "tgi", "other")
 """simpy_llm.observe.server_info.SERVER_TYPES, written out so that starting the command does not import aiohttp."""
 _PROFILES = ("synchronous", "concurrency", "throughput", "constant", "poisson", "sweep")
 """simpy_llm.observe.bench.profiles.PROFILES, written out for the same reason."""
@@ -31,47 +31,55 @@ def _rate(text: str) -> float:
     return value
 
 
-def add_parser(sub: Any, add_scenario_options: Any = None) -> None:
-    """Add ``bench`` with its ``run`` subcommand to the subparsers *sub* (*add_scenario_options*
-    is not used: a benchmark reads no scenario)."""
-    bench = sub.add_parser("bench", help="benchmark a server with vllm bench / guidellm profiles, recording every run as a trace")
-    verbs = bench.add_subparsers(dest="bench_command", required=True)
-    run = verbs.add_parser("run", help="run a benchmark profile: one trace per rate, bench.json and bench.csv")
-    run.set_defaults(plugins=[])
-    run.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:8000 (without /v1)")
-    run.add_argument(
+def add_profile_options(parser: argparse.ArgumentParser) -> None:
+    """The options that say what a benchmark sends: dataset, profile, rates, concurrency,
+    metrics and seed (``bench run`` and ``bench predict`` share them)."""
+    parser.add_argument(
         "--dataset",
         default="random",
         metavar="sharegpt|random|synthetic|FILE",
         help="where prompts come from (default random): ShareGPT V3 (the bench extra), vLLM's random lengths, "
         "exact synthetic lengths, or a prompt file (ShareGPT JSON, JSON/JSONL records)",
     )
-    run.add_argument("--num-prompts", "--max-requests", dest="num_prompts", type=int, default=1000, metavar="N",
-                     help="requests per run (default 1000)")
-    run.add_argument("--profile", choices=_PROFILES, default="poisson",
-                     help="how requests are sent (default poisson, vLLM's arrivals; see docs/observe.md)")
-    run.add_argument("--request-rate", type=_rate, nargs="+", metavar="RATE",
-                     help="requests per second of constant / poisson runs, one run each (default inf: all at once)")
-    run.add_argument("--max-concurrency", type=int, nargs="+", metavar="N",
-                     help="at most N requests in flight; several values with --profile concurrency: one run each")
-    run.add_argument("--rates", type=int, metavar="N", help="sweep: rates between the synchronous and throughput runs (default 5)")
-    run.add_argument("--sweep-arrivals", choices=("constant", "poisson"), help="sweep: how those rates space requests (default constant)")
+    parser.add_argument("--num-prompts", "--max-requests", dest="num_prompts", type=int, default=1000, metavar="N",
+                        help="requests per run (default 1000)")
+    parser.add_argument("--profile", choices=_PROFILES, default="poisson",
+                        help="how requests are sent (default poisson, vLLM's arrivals; see docs/observe.md)")
+    parser.add_argument("--request-rate", type=_rate, nargs="+", metavar="RATE",
+                        help="requests per second of constant / poisson runs, one run each (default inf: all at once)")
+    parser.add_argument("--max-concurrency", type=int, nargs="+", metavar="N",
+                        help="at most N requests in flight; several values with --profile concurrency: one run each")
+    parser.add_argument("--rates", type=int, metavar="N", help="sweep: rates between the synchronous and throughput runs (default 5)")
+    parser.add_argument("--sweep-arrivals", choices=("constant", "poisson"), help="sweep: how those rates space requests (default constant)")
+    parser.add_argument("--percentiles", default="99", metavar="P,P,...", help="percentiles of each latency metric (default 99)")
+    parser.add_argument("--goodput", nargs="+", default=[], metavar="KEY:MS",
+                        help="SLOs for goodput, vLLM's syntax: ttft:500 tpot:50 e2el:3000 (milliseconds)")
+    parser.add_argument("--input-len", type=int, metavar="N", help="random / synthetic: prompt tokens (default 1024)")
+    parser.add_argument("--output-len", type=int, metavar="N",
+                        help="output tokens: random / synthetic (default 128), a prompt file (required), sharegpt (instead of the reply's)")
+    parser.add_argument("--random-range-ratio", type=float, default=0.0, metavar="R",
+                        help="random: lengths drawn in [len*(1-R), len*(1+R)] (default 0)")
+    parser.add_argument("--prompt-field", metavar="NAME", help="a prompt file's field (default: found by itself)")
+    parser.add_argument("--tokenizer", metavar="FILE",
+                        help="a tokenizers file (tokenizer.json) to count tokens with (default: the server's /tokenize)")
+    parser.add_argument("--seed", type=int, default=0, help="draws the dataset, the lengths and the Poisson gaps (default 0)")
+
+
+def add_parser(sub: Any, add_scenario_options: Any = None) -> Any:
+    """Add ``bench`` with its ``run`` subcommand to the subparsers *sub* and return the
+    subparsers of its verbs, for the layers above to add theirs (*add_scenario_options* is
+    not used: a benchmark of a server reads no scenario)."""
+    bench = sub.add_parser("bench", help="benchmark a server with vllm bench / guidellm profiles, recording every run as a trace")
+    verbs = bench.add_subparsers(dest="bench_command", required=True)
+    run = verbs.add_parser("run", help="run a benchmark profile: one trace per rate, bench.json and bench.csv")
+    run.set_defaults(plugins=[])
+    run.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:8000 (without /v1)")
+    add_profile_options(run)
     run.add_argument("--max-seconds", type=float, metavar="S", help="stop each run after S seconds (in-flight requests cancelled)")
     run.add_argument("--max-error-rate", type=float, metavar="F",
                      help="stop a run when more than this share of the last 20 ended requests failed")
-    run.add_argument("--percentiles", default="99", metavar="P,P,...", help="percentiles of each latency metric (default 99)")
-    run.add_argument("--goodput", nargs="+", default=[], metavar="KEY:MS",
-                     help="SLOs for goodput, vLLM's syntax: ttft:500 tpot:50 e2el:3000 (milliseconds)")
-    run.add_argument("--input-len", type=int, metavar="N", help="random / synthetic: prompt tokens (default 1024)")
-    run.add_argument("--output-len", type=int, metavar="N",
-                     help="output tokens: random / synthetic (default 128), a prompt file (required), sharegpt (instead of the reply's)")
-    run.add_argument("--random-range-ratio", type=float, default=0.0, metavar="R",
-                     help="random: lengths drawn in [len*(1-R), len*(1+R)] (default 0)")
-    run.add_argument("--prompt-field", metavar="NAME", help="a prompt file's field (default: found by itself)")
-    run.add_argument("--tokenizer", metavar="FILE",
-                     help="a tokenizers file (tokenizer.json) to count tokens with (default: the server's /tokenize)")
-    run.add_argument("--seed", type=int, default=0, help="draws the dataset, the lengths and the Poisson gaps (default 0)")
     run.add_argument("--out", metavar="DIR", default="runs/bench", help="output directory (default runs/bench)")
+    run.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page of the latency-vs-rate curves (needs the report extra)")
     run.add_argument("--model", help="model name to request (default: the first of the server's /v1/models)")
     run.add_argument("--api", choices=("chat", "completions"), default="completions", help="endpoint (default completions, as vLLM)")
     run.add_argument("--api-key", help="bearer token (default: the OPENAI_API_KEY environment variable)")
@@ -80,6 +88,7 @@ def add_parser(sub: Any, add_scenario_options: Any = None) -> None:
     run.add_argument("--server-type", choices=_SERVER_TYPES, help="the server's kind, for each trace header's server block")
     run.add_argument("--server-config", metavar="FILE", help="YAML with server, hardware and network mappings for the trace headers")
     run.add_argument("--loop", choices=("auto", "uvloop", "asyncio"), default="auto", help="event loop (auto: uvloop)")
+    return verbs
 
 
 def main(args: argparse.Namespace) -> int:
@@ -135,26 +144,37 @@ def main(args: argparse.Namespace) -> int:
     except (aiohttp.ClientError, OSError) as exc:
         print(f"cannot reach {args.url}: {exc}", file=sys.stderr)
         return 1
-    _print(result, percentiles)
+    print_results(result, percentiles)
     print(f"written to {args.out}: bench.json, bench.csv, rate_<k>/")
     return 0
 
 
-def _print(result: dict[str, Any], percentiles: tuple[float, ...]) -> None:
+def rate_text(rate: float | str) -> str:
+    """A run's target rate for a table: four significant figures, or ``inf``.
+
+    >>> rate_text(27.816641451006806), rate_text("inf")
+    ('27.82', 'inf')
+    """
+    return rate if isinstance(rate, str) else f"{rate:.4g}"
+
+
+def print_results(result: dict[str, Any], percentiles: tuple[float, ...]) -> None:
+    """The runs of a benchmark (``bench.json``'s content) as a table on standard output."""
     from rich.console import Console
     from rich.table import Table
 
     from simpy_llm.observe.bench.metrics import percentile_key
 
     p = percentiles[-1]
-    table = Table(title=f"bench {result['profile']} ({result['dataset']}, {result['num_prompts']} prompts, "
+    kind = "predicted " if result.get("predicted") else ""
+    table = Table(title=f"{kind}bench {result['profile']} ({result['dataset']}, {result['num_prompts']} prompts, "
                         f"tokens: {result['token_counting']})")
     for name in ("run", "strategy", "rate", "conc.", "done", "failed", "req/s", "out tok/s", "goodput",
                  "TTFT p50 ms", f"TTFT p{p:g} ms", "TPOT p50 ms", "ITL p50 ms", "E2EL p50 ms"):
         table.add_column(name, justify="right")
     for r in result["runs"]:
         table.add_row(
-            str(r["run"]), r["strategy"], str(r["request_rate"]), str(r["max_concurrency"] or "-"),
+            str(r["run"]), r["strategy"], rate_text(r["request_rate"]), str(r["max_concurrency"] or "-"),
             str(r["completed"]), str(r["failed"]), f"{r['request_throughput']:.2f}", f"{r['output_throughput']:.1f}",
             "-" if r["request_goodput"] is None else f"{r['request_goodput']:.2f}",
             f"{r['median_ttft_ms']:.1f}", f"{r[percentile_key(p, 'ttft')]:.1f}", f"{r['median_tpot_ms']:.1f}",

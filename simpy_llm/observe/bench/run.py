@@ -19,7 +19,7 @@ import json
 import math
 import warnings
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,17 @@ from simpy_llm.observe.prompts import synthetic_prompt
 from simpy_llm.observe.run import observe
 from simpy_llm.workload.traces import TraceV2Writer
 
-__all__ = ["ERROR_WINDOW", "POLL_S", "BenchPrompts", "StopCriteria", "bench"]
+__all__ = [
+    "ERROR_WINDOW",
+    "POLL_S",
+    "BenchPrompts",
+    "StopCriteria",
+    "bench",
+    "check_options",
+    "run_profile",
+    "write_bench_results",
+    "write_run_workload",
+]
 
 ERROR_WINDOW = 20
 """Requests over which ``--max-error-rate`` is judged: the last this many ended (fewer while fewer have)."""
@@ -135,8 +145,11 @@ class _EndedWindow:
         return sum(self.last) / len(self.last) if self.last else 0.0
 
 
-def _write_workload(run_dir: Path, plan: RunPlan, requests: Sequence[BenchRequest], seed: int) -> Path:
-    """The run's bare workload spec (a trace of its requests at their target times); its path."""
+def write_run_workload(run_dir: Path, plan: RunPlan, requests: Sequence[BenchRequest], seed: int) -> Path:
+    """Write the run's bare workload spec into *run_dir* and return its path: a trace of its
+    requests at their target times (``requests.yaml`` / ``requests.csv``) and, for a run with
+    a cap on requests in flight, ``max_concurrency``. The observer sends it, and the simulator
+    runs the same file (``simpy-llm bench predict``)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     times = arrival_times(plan, len(requests), seed)
     header = {"mode": "generated", "bench": {"strategy": plan.strategy, "rate": _rate_value(plan.rate)}}
@@ -146,9 +159,44 @@ def _write_workload(run_dir: Path, plan: RunPlan, requests: Sequence[BenchReques
                 {"request_id": i, "client_id": "bench", "arrival_time_us": round(t * 1e6),
                  "input_tokens": req.input_len, "output_tokens": req.output_len, "streaming": True}
             )
-    spec = run_dir / "workload.yaml"
-    spec.write_text(yaml.safe_dump({"version": "1", "seed": seed, "traces": [{"path": "requests.csv"}]}, sort_keys=False))
-    return spec
+    spec: dict[str, Any] = {"version": "1", "seed": seed, "traces": [{"path": "requests.csv"}]}
+    if plan.concurrency is not None:
+        spec["max_concurrency"] = plan.concurrency
+    path = run_dir / "workload.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def run_profile(
+    profile: str,
+    request_rates: Sequence[float],
+    max_concurrency: Sequence[int],
+    rates: int | None,
+    sweep_arrivals: str | None,
+    one: Callable[[RunPlan], Mapping[str, Any]],
+) -> None:
+    """Make the runs of *profile* (:mod:`~simpy_llm.observe.bench.profiles`), each by calling
+    *one* with its plan, which returns the run's row (its metrics); a sweep places its rates
+    from the rows of its synchronous and throughput runs. The measured benchmark and the
+    predicted one (``simpy-llm bench predict``) share this order of runs.
+
+    Raises
+    ------
+    ValueError
+        A sweep whose synchronous or throughput run completed no request.
+    """
+    if profile != "sweep":
+        for plan in fixed_plans(profile, request_rates, max_concurrency):
+            one(plan)
+        return
+    sync = one(RunPlan("synchronous", concurrency=1))
+    limit = max_concurrency[0] if max_concurrency else None
+    thr = one(RunPlan("throughput", concurrency=limit))
+    low, high = sync["request_throughput"], thr["request_throughput"]
+    if not (low > 0 and high > 0):
+        raise ValueError("sweep: the synchronous or the throughput run completed no request; no rate to sweep (see bench.json)")
+    for rate in sweep_rates(low, high, 5 if rates is None else rates):
+        one(RunPlan(sweep_arrivals or "constant", rate=rate, concurrency=limit))
 
 
 def _rate_value(rate: float) -> float | str:
@@ -219,7 +267,7 @@ def bench(
     PromptDatasetError
         The dataset cannot be used.
     """
-    _check(profile, request_rates, max_concurrency, rates, sweep_arrivals, max_seconds, max_error_rate, num_prompts)
+    check_options(profile, request_rates, max_concurrency, rates, sweep_arrivals, max_seconds, max_error_rate, num_prompts)
     if dataset in ("random", "synthetic"):
         input_len = 1024 if input_len is None else input_len
         output_len = 128 if output_len is None else output_len
@@ -246,7 +294,7 @@ def bench(
     def one(plan: RunPlan) -> dict[str, Any]:
         k = len(result["runs"])
         run_dir = out / f"rate_{k}"
-        spec = _write_workload(run_dir, plan, requests, seed)
+        spec = write_run_workload(run_dir, plan, requests, seed)
         reason: list[str] = []
         with warnings.catch_warnings():
             if plan.strategy not in ("constant", "poisson") or math.isinf(plan.rate):
@@ -255,7 +303,7 @@ def bench(
                 warnings.simplefilter("ignore", ScheduleLagWarning)
             summary = observe(
                 spec, url, run_dir, model=model, api=api, api_key=api_key, stream=True,
-                concurrency=plan.concurrency, timeout_s=timeout_s, ignore_eos=ignore_eos, loop=loop,
+                timeout_s=timeout_s, ignore_eos=ignore_eos, loop=loop,
                 prompts=BenchPrompts(requests, counter), server_type=server_type, server_config=server_config,
                 header={
                     "token_counting": counter.name,
@@ -277,24 +325,14 @@ def bench(
         result["runs"].append(row)
         return row
 
-    if profile == "sweep":
-        sync = one(RunPlan("synchronous", concurrency=1))
-        limit = max_concurrency[0] if max_concurrency else None
-        thr = one(RunPlan("throughput", concurrency=limit))
-        low, high = sync["request_throughput"], thr["request_throughput"]
-        if not (low > 0 and high > 0):
-            _write(out, result)
-            raise ValueError("sweep: the synchronous or the throughput run completed no request; no rate to sweep (see bench.json)")
-        for rate in sweep_rates(low, high, 5 if rates is None else rates):
-            one(RunPlan(sweep_arrivals or "constant", rate=rate, concurrency=limit))
-    else:
-        for plan in fixed_plans(profile, request_rates, max_concurrency):
-            one(plan)
-    _write(out, result)
+    try:
+        run_profile(profile, request_rates, max_concurrency, rates, sweep_arrivals, one)
+    finally:  # what was measured is kept, whatever stopped the benchmark
+        write_bench_results(out, result)
     return result
 
 
-def _check(
+def check_options(
     profile: str,
     request_rates: Sequence[float],
     max_concurrency: Sequence[int],
@@ -336,7 +374,8 @@ def _check(
 _CSV_SKIP = ("errors",)
 
 
-def _write(out: Path, result: dict[str, Any]) -> None:
+def write_bench_results(out: Path, result: Mapping[str, Any]) -> None:
+    """Write *result* (``bench.json``'s content) as ``out/bench.json`` and its runs as ``out/bench.csv``."""
     (out / "bench.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     runs = result["runs"]
     if not runs:
