@@ -69,8 +69,10 @@ def _subplots() -> Any:
 
 def _layout(fig: Any, title: str, height: int = 420) -> Any:
     fig.update_layout(
-        title=title, height=height, template="plotly_white", showlegend=True, margin={"l": 70, "r": 30, "t": 60, "b": 60},
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1.0},
+        # The legend goes under the x axis's title: above the plot it collides with the title
+        # once its entries wrap (a measured and a predicted curve of four statistics do).
+        title=title, height=height + 60, template="plotly_white", showlegend=True, margin={"l": 70, "r": 30, "t": 60, "b": 120},
+        legend={"orientation": "h", "yanchor": "top", "y": -0.2, "xanchor": "left", "x": 0.0},
     )
     return fig
 

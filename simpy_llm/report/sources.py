@@ -372,6 +372,9 @@ def rate_rows(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+_ERROR_WORDS = {"median_ttft_ms": "TTFT p50", "p99_ttft_ms": "TTFT p99", "median_e2el_ms": "E2E p50", "p99_e2el_ms": "E2E p99"}
+
+
 def bench_page(result: Mapping[str, Any], predicted: Mapping[str, Any] | None = None, errors: Mapping[str, Any] | None = None) -> Page:
     """The page of a benchmark (``simpy-llm bench run``, or ``bench predict`` alone): latency
     against the achieved request rate, and with *predicted* (``bench compare``) the prediction
@@ -384,19 +387,19 @@ def bench_page(result: Mapping[str, Any], predicted: Mapping[str, Any] | None = 
                "`bench.json`" + (", measured (solid) and predicted by the simulator (dashed)." if predicted is not None else "."))
     sections = [Section("Latency against request rate", plots=[
         Plot("bench-rate-curves", figures.rate_curves_figure(rate_rows(result["runs"]), predicted_rows), caption)])]
-    rows = [(str(r["run"]), str(r["strategy"]), str(r["request_rate"]), str(r.get("max_concurrency") or "-"), _number(r["completed"]),
+    rows = [(str(r["run"]), str(r["strategy"]), _number(r["request_rate"]), str(r.get("max_concurrency") or "-"), _number(r["completed"]),
              _number(r["request_throughput"]), _number(r["median_ttft_ms"]), _number(r["p99_ttft_ms"]),
              _number(r["median_e2el_ms"]), _number(r["p99_e2el_ms"])) for r in result["runs"]]
     sections.append(Section("Runs", table=Table(
         ("run", "strategy", "rate", "cap", "completed", "requests/s", "TTFT p50 (ms)", "TTFT p99 (ms)", "E2E p50 (ms)", "E2E p99 (ms)"), rows)))
     if errors is not None:
-        err_rows = [(str(r["strategy"]), str(r["request_rate"]), _number(r["request_throughput"]),
+        err_rows = [(str(r["strategy"]), _number(r["request_rate"]), _number(r["request_throughput"]),
                      *(_pct(r[name]) for name in ("median_ttft_ms", "p99_ttft_ms", "median_e2el_ms", "p99_e2el_ms"))) for r in errors["runs"]]
         sat = errors.get("saturation") or {}
         mape = errors.get("mape") or {}
         notes = [f"Saturation rate: measured {_number(sat.get('measured'))}, predicted {_number(sat.get('predicted'))} "
                  f"requests/s ({_pct(sat.get('error'))}).",
-                 "Below saturation, MAPE: " + ", ".join(f"{name} {_pct(value)}" for name, value in mape.items()) + ".",
+                 "Below saturation, MAPE of " + ", ".join(f"{_ERROR_WORDS[name]} {_pct(value)}" for name, value in mape.items()) + ".",
                  "Errors are relative, (predicted − measured) / measured."]
         sections.append(Section("Prediction errors", table=Table(
             ("strategy", "rate", "measured requests/s", "TTFT p50", "TTFT p99", "E2E p50", "E2E p99"), err_rows), notes=notes))
