@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import attrs
+import numpy as np
 
 __all__ = [
     "AUTO_FIELDS",
@@ -80,6 +81,9 @@ _WORDS = (
     "animals life enough took sometimes four head above kind began almost live page got earth need far hand "
     "high year mother light parts country father let night following picture being study second eyes soon times"
 ).split()
+_WORD_ARRAY = np.array(_WORDS, dtype=object)
+_N_WORDS = float(len(_WORDS))
+_TWO_POW_MINUS_53 = 1.0 / 9007199254740992.0
 
 
 def synthetic_prompt(n_tokens: int, seed: int | str = 0) -> str:
@@ -98,8 +102,15 @@ def synthetic_prompt(n_tokens: int, seed: int | str = 0) -> str:
     >>> synthetic_prompt(6, "4/request/0").startswith(synthetic_prompt(2, "4/request/0"))
     True
     """
-    rng = random.Random(seed)
-    return " ".join(rng.choices(_WORDS, k=max(int(n_tokens), 1)))
+    k = max(int(n_tokens), 1)
+    # The words random.Random(seed).choices(_WORDS, k=k) draws, ~1.5x faster: choices takes
+    # word floor(random() * 238) per draw, and random() is (a >> 5, b >> 6) of two 32-bit
+    # outputs a, b of the Mersenne Twister, / 2**53 (CPython's genrand_res53). getrandbits
+    # hands over those outputs in one call (little-endian, first output lowest), and numpy
+    # does the same float arithmetic on all of them at once: the same doubles, the same words.
+    out = np.frombuffer(random.Random(seed).getrandbits(64 * k).to_bytes(8 * k, "little"), dtype="<u4")
+    draws = ((out[0::2] >> 5) * 67108864.0 + (out[1::2] >> 6)) * _TWO_POW_MINUS_53
+    return " ".join(_WORD_ARRAY[(draws * _N_WORDS).astype(np.intp)].tolist())
 
 
 def request_seed(workload_seed: int, request_id: int) -> str:

@@ -43,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
-from simpy_llm.observe.client import ObservedRequest, OpenAIClient
+from simpy_llm.observe.client import ObservedRequest, OpenAIClient, raise_open_files_limit
 from simpy_llm.observe.loadgen import (
     LoadGenerator,
     LoadRequest,
@@ -263,6 +263,9 @@ class ProcessLoadGenerator:
         if concurrency is not None and concurrency < 1:
             raise ValueError(f"concurrency must be >= 1 or None, got {concurrency}")
         self.limits = split_limit(concurrency, workers)  # checks workers and concurrency against it
+        # Workers inherit this process's limit: raised (and checked against a worker's share) here,
+        # before any is started, so that a share no worker could hold is refused up front.
+        raise_open_files_limit(self.limits[0])
         self.client = client
         self.requests = load_requests(requests)
         self.writer = writer
