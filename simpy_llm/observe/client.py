@@ -30,6 +30,7 @@ from typing import Any
 
 import aiohttp
 import attrs
+import orjson
 
 from simpy_llm.observe.sse import SSEParser, interpret
 
@@ -264,6 +265,22 @@ def _fill_usage(rec: ObservedRequest, usage: dict[str, Any]) -> None:
         rec.cached_tokens = details["cached_tokens"]
 
 
+def _encode(body: dict[str, Any]) -> bytes:
+    """*body* as compact UTF-8 JSON (orjson: a tenth of json.dumps's time for a long prompt);
+    what orjson cannot encode (integers beyond 64 bits, keys that are not strings, other types)
+    is encoded by json.dumps. Non-finite floats are sent as ``null`` (JSON has no NaN).
+
+    >>> _encode({"model": "m", "n": 2**70})
+    b'{"model": "m", "n": 1180591620717411303424}'
+    >>> _encode({"model": "m", "prompt": "é"}).decode()
+    '{"model":"m","prompt":"é"}'
+    """
+    try:
+        return orjson.dumps(body)
+    except orjson.JSONEncodeError:
+        return json.dumps(body).encode()
+
+
 def _short(text: str) -> str:
     text = " ".join(text.split())
     return text if len(text) <= _MAX_ERROR_CHARS else text[: _MAX_ERROR_CHARS - 3] + "..."
@@ -403,9 +420,7 @@ class OpenAIClient:
         rec.request_id, rec.endpoint, rec.streaming = spec.request_id, spec.endpoint, spec.stream
         try:
             body = spec.body(await self.default_model()) if spec.model is None else spec.body(spec.model)
-            # Encoded once for every attempt; the bytes aiohttp's json= would send (json.dumps,
-            # UTF-8) under the session's Content-Type, without its payload machinery.
-            data = json.dumps(body).encode()
+            data = _encode(body)  # once for every attempt, sent under the session's Content-Type
             for attempt in range(self.retry.max_retries + 1):
                 retry_after = await self._attempt(spec, data, rec)
                 if rec.status == "ok" or rec.http_status not in self.retry.retry_on or attempt == self.retry.max_retries:
