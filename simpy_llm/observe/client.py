@@ -37,6 +37,7 @@ from simpy_llm.observe.sse import SSEParser, interpret
 __all__ = [
     "FILES_RESERVE",
     "KEEPALIVE_S",
+    "UNSENT_RETRIES",
     "ObservedRequest",
     "OpenAIClient",
     "OpenFilesLimitError",
@@ -51,6 +52,11 @@ KEEPALIVE_S = 2.0
 """Seconds an idle connection is kept for reuse: below the 5 s idle timeout of uvicorn (vLLM,
 SGLang) and of llama.cpp's server, so that the client does not reuse a connection the server
 is closing at that moment (aiohttp's default, 15 s, is above them)."""
+UNSENT_RETRIES = 4
+"""A request that could not be written in full on a kept-alive connection (the server closed it
+just then: llama.cpp's server does so after a streamed answer about one time in three) is sent
+again on another connection, at most this many times; it is not an attempt of the record (the
+server never had it) and not a retry of :class:`RetryPolicy`."""
 _MAX_ERROR_CHARS = 300
 
 
@@ -265,6 +271,11 @@ def _fill_usage(rec: ObservedRequest, usage: dict[str, Any]) -> None:
         rec.cached_tokens = details["cached_tokens"]
 
 
+def _unsent(exc: aiohttp.ClientOSError) -> bool:
+    """Whether *exc* says the request could not be written in full (aiohttp's words for it)."""
+    return not isinstance(exc, aiohttp.ClientConnectorError) and "Can not write request body" in str(exc)
+
+
 def _encode(body: dict[str, Any]) -> bytes:
     """*body* as compact UTF-8 JSON (orjson: a tenth of json.dumps's time for a long prompt);
     what orjson cannot encode (integers beyond 64 bits, keys that are not strings, other types)
@@ -452,18 +463,27 @@ class OpenAIClient:
         retry_after = None
         try:
             async with asyncio.timeout(self.timeout_s):
-                async with self.session.post(self.base_url + ENDPOINTS[spec.endpoint], data=data) as resp:
-                    rec.headers_s = self.now()
-                    rec.http_status = resp.status
-                    if resp.status != 200:
-                        retry_after = resp.headers.get("Retry-After")
-                        raw = await resp.content.read(64 * 1024)
-                        rec.status = "error"
-                        rec.error_message = _http_error_message(resp.status, resp.reason, raw)
-                    elif spec.stream:
-                        await self._read_stream(resp, rec)
-                    else:
-                        await self._read_json(resp, rec)
+                for resend in range(UNSENT_RETRIES + 1):
+                    try:
+                        async with self.session.post(self.base_url + ENDPOINTS[spec.endpoint], data=data) as resp:
+                            rec.headers_s = self.now()
+                            rec.http_status = resp.status
+                            if resp.status != 200:
+                                retry_after = resp.headers.get("Retry-After")
+                                raw = await resp.content.read(64 * 1024)
+                                rec.status = "error"
+                                rec.error_message = _http_error_message(resp.status, resp.reason, raw)
+                            elif spec.stream:
+                                await self._read_stream(resp, rec)
+                            else:
+                                await self._read_json(resp, rec)
+                        break
+                    except aiohttp.ClientOSError as exc:
+                        # A kept-alive connection the server closed as the request went out: the
+                        # request was not written in full, so the server did not act on it; it
+                        # goes again, on another connection (RFC 9112, 9.3.1).
+                        if resend == UNSENT_RETRIES or rec.headers_s is not None or not _unsent(exc):
+                            raise
         except TimeoutError:
             rec.status = "timeout"
             rec.error_message = f"no complete response within {self.timeout_s} s"
