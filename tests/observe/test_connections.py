@@ -175,3 +175,20 @@ def test_the_recorded_prompt_length_is_the_length_counted(source: Any) -> None:
         rec = ObservedRequest()
         spec = gen._spec(req, rec)
         assert rec.approx_prompt_tokens == approx_prompt_tokens(source, spec.prompt)
+
+
+@pytest.mark.parametrize("keep_alive", [True, False])
+def test_workers_reuse_connections_as_the_parent_client_says(keep_alive: bool) -> None:
+    """Worker processes make their clients with the parent client's keep_alive: kept alive, the
+    server sees fewer client ports than requests; not, one port per request."""
+    from simpy_llm.observe.workers import ProcessLoadGenerator
+
+    async def run() -> tuple[dict[str, int], list[int]]:
+        async with _server() as (url, peers), OpenAIClient(url, model="m", keep_alive=keep_alive) as client:
+            reqs = [{"arrival_time_s": i * 0.01, "input_tokens": 4, "output_tokens": 2} for i in range(12)]
+            summary = await ProcessLoadGenerator(client, reqs, workers=2).run()
+        return summary.status_counts, peers.ports
+
+    counts, ports = asyncio.run(run())
+    assert counts == {"ok": 12}
+    assert (len(set(ports)) < 12) if keep_alive else (len(set(ports)) == 12)
