@@ -177,8 +177,11 @@ def record_row(req: LoadRequest, rec: ObservedRequest, columns: Iterable[str] | 
         "itl_us": " ".join(str(_us(gap)) for gap in rec.itl_s),
     }
     if columns is not None:
-        keep = set(columns)
-        row = {k: v for k, v in row.items() if k in keep}
+        # A frozenset (a generator's writer's columns, made once) is used as it is; the copy is
+        # made only when some key is not kept, which for a writer of the observer's columns is never.
+        keep = columns if isinstance(columns, frozenset) else frozenset(columns)
+        if not keep.issuperset(row):
+            row = {k: v for k, v in row.items() if k in keep}
     return row
 
 
@@ -457,7 +460,7 @@ class LoadGenerator:
         self._waker: asyncio.Future[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._slots: asyncio.Semaphore | None = None
-        self._columns = tuple(writer.columns) if writer is not None and hasattr(writer, "columns") else None
+        self._columns = frozenset(writer.columns) if writer is not None and hasattr(writer, "columns") else None
 
     def statistics(self) -> dict[str, Any]:
         """How the run kept its schedule, as plain data: the trace header's ``load_generator``

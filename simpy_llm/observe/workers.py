@@ -289,7 +289,7 @@ class ProcessLoadGenerator:
         self.failures: list[str] = []
         """The tracebacks of workers that failed (the run then raises :class:`RuntimeError`)."""
         self._by_id = {r.request_id: r for r in self.requests}
-        self._columns = tuple(writer.columns) if writer is not None and hasattr(writer, "columns") else None
+        self._columns = frozenset(writer.columns) if writer is not None and hasattr(writer, "columns") else None
         self._sent = [0] * workers
         self._conns: list[Connection] = []
         self._started = asyncio.Event()
