@@ -9,9 +9,10 @@ keep-alive, aiohttp's connection pool): a connection is opened only when none
 is idle, and one the server closes (``Connection: close``, or an end of stream
 that leaves the response unfinished) is not reused. An idle connection is
 closed after :data:`KEEPALIVE_S`, before the servers' own idle timeouts (5 s
-for uvicorn, i.e. vLLM and SGLang, and for llama.cpp's server), so the client
-does not send on a connection the server is closing at that moment. ``keep_alive=False`` opens
-a new connection per request, as earlier versions did (see docs/observe.md).
+for uvicorn, i.e. vLLM and SGLang, and for llama.cpp's server). A request that
+could not be written because the server closed its connection just then is
+sent again on another (:data:`UNSENT_RETRIES`). ``keep_alive=False`` opens a
+new connection per request, as earlier versions did (see docs/observe.md).
 
 The client never raises for a failed request: HTTP errors (429 and 503
 included), broken or truncated streams, invalid JSON, server ``error`` events
@@ -54,9 +55,10 @@ SGLang) and of llama.cpp's server, so that the client does not reuse a connectio
 is closing at that moment (aiohttp's default, 15 s, is above them)."""
 UNSENT_RETRIES = 4
 """A request that could not be written in full on a kept-alive connection (the server closed it
-just then: llama.cpp's server does so after a streamed answer about one time in three) is sent
-again on another connection, at most this many times; it is not an attempt of the record (the
-server never had it) and not a retry of :class:`RetryPolicy`."""
+just then: llama.cpp's server closes its connection after each streamed answer, and a client
+reusing it failed about one time in three) is sent again on another connection, at most this
+many times; it is not an attempt of the record (the server never had it) and not a retry of
+:class:`RetryPolicy`."""
 _MAX_ERROR_CHARS = 300
 
 
