@@ -112,7 +112,8 @@ def synthetic_prompt(n_tokens: int, seed: int | str = 0) -> str:
     # Mersenne Twister, and a str seed seeds it with init_by_array over the 32-bit words
     # (least significant first) of int.from_bytes(seed + sha512(seed)). numpy's legacy
     # RandomState is the same generator with the same seeding from such an array (of more
-    # than one word: a sha512 alone has 16) and the same random(): the same words.
+    # than one word: a sha512 alone has 16) and the same random(): the same words. numpy
+    # keeps RandomState's streams unchanged across versions (NEP 19).
     raw = seed.encode()
     key = int.from_bytes(raw + hashlib.sha512(raw).digest(), "big")
     words = np.frombuffer(key.to_bytes(-(-key.bit_length() // 32) * 4, "little"), dtype="<u4")
