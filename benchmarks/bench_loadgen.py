@@ -19,6 +19,9 @@ and the client's CPU time per request. The verdict per loop is the highest
 rate whose p99 schedule delay stays below 10 ms (the goal: >= 300 requests/s
 on 2 cores). See ``benchmarks/README.md``; figures go to ``RESULTS.md`` by hand.
 
+``--new-connections`` makes the client open a connection per request
+(``OpenAIClient(keep_alive=False)``), to measure what kept-alive connections save.
+
 ``--workers 1,2`` runs each case with one sending process
 (:class:`~simpy_llm.observe.LoadGenerator`) and with two worker processes
 (:class:`~simpy_llm.observe.workers.ProcessLoadGenerator`); the client's CPU is
@@ -108,7 +111,7 @@ def run_case(args: argparse.Namespace) -> dict[str, Any]:
     profiler = cProfile.Profile() if args.profile else None
 
     async def main() -> None:
-        async with OpenAIClient(url, timeout_s=30.0) as client:
+        async with OpenAIClient(url, timeout_s=30.0, keep_alive=not args.new_connections) as client:
             # Warm-up: the first requests pay lazy imports and first-use costs.
             for _ in range(5):
                 await client.send(RequestSpec("warm up", 4, request_id=-1))
@@ -205,6 +208,8 @@ def spawn(rate: float, loop: str, workers: int, port: int, server_pid: int, args
     ]
     if args.profile:
         cmd += ["--profile", "--profile-top", str(args.profile_top)]
+    if args.new_connections:
+        cmd.append("--new-connections")
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=args.duration * 20 + 60)
@@ -320,6 +325,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="run each case under cProfile and print the top functions (slows the client down)")
     p.add_argument("--profile-top", type=int, default=25, help="functions shown with --profile (default 25)")
     p.add_argument("--json", metavar="PATH", help="also write every figure to this JSON file")
+    p.add_argument("--new-connections", action="store_true",
+                   help="open a new connection per request (OpenAIClient(keep_alive=False)), as the client did "
+                        "before it kept connections alive")
     p.add_argument("--workers", default="1",
                    help="comma-separated numbers of sending processes, one case each (default 1: the one-process generator)")
     # Worker mode: one case, started by the parent.

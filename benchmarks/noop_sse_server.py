@@ -10,10 +10,12 @@ benchmark run is the client and not the server:
 - ``GET /v1/models``: one model, ``noop``;
 - ``GET /health``: ``{"status": "ok"}``.
 
-Anything else is a 404. Every response carries ``Connection: close`` and the
-server closes the connection after writing it (the observer's client opens a
-new connection per request anyway), so the closing side's TIME_WAIT sockets
-pile up here and not among the client's ephemeral ports.
+Anything else is a 404. Connections are kept alive (HTTP/1.1), as real servers
+keep them, for as many requests as the client sends on them; a request with
+``Connection: close`` (a client that opens a connection per request) is
+answered with ``Connection: close`` and the server closes the connection after
+writing it, so the closing side's TIME_WAIT sockets pile up here and not among
+the client's ephemeral ports.
 
 It is a bare ``asyncio.Protocol`` rather than an aiohttp app: a few lines of
 HTTP/1.1 parsing cost far less per request than a web framework, which
@@ -42,23 +44,26 @@ def _event(obj: Any) -> bytes:
     return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
 
 
-def _response(status: str, content_type: str, body: bytes) -> bytes:
+def _response(status: str, content_type: str, body: bytes, close: bool = False) -> bytes:
     head = (
         f"HTTP/1.1 {status}\r\n"
         f"Content-Type: {content_type}\r\n"
         f"Content-Length: {len(body)}\r\n"
         "Cache-Control: no-cache\r\n"
-        "Connection: close\r\n\r\n"
+        f"Connection: {'close' if close else 'keep-alive'}\r\n\r\n"
     )
     return head.encode("latin-1") + body
 
 
 def build_responses(chunks: int) -> dict[str, bytes]:
-    """Every answer the server gives, as complete HTTP responses (built once at start-up).
+    """Every answer the server gives, as complete HTTP responses (built once at start-up), each
+    also with ``Connection: close`` (its name and ``_close``).
 
     >>> r = build_responses(2)
     >>> r["chat_stream"].count(b"data: "), r["chat_stream"].endswith(b"data: [DONE]\\n\\n")
     (5, True)
+    >>> b"Connection: close" in r["chat_stream_close"], b"Connection: close" in r["chat_stream"]
+    (True, False)
     """
     usage = {"prompt_tokens": PROMPT_TOKENS, "completion_tokens": chunks, "total_tokens": PROMPT_TOKENS + chunks}
     chat = [{"id": "noop", "object": "chat.completion.chunk", "model": MODEL,
@@ -75,7 +80,7 @@ def build_responses(chunks: int) -> dict[str, bytes]:
     sse = "text/event-stream"
     js = "application/json"
     content = " tok" * chunks
-    return {
+    out = {
         "chat_stream": _response("200 OK", sse, b"".join(map(_event, [*chat, tail])) + done),
         "completions_stream": _response("200 OK", sse, b"".join(map(_event, [*text, {**tail, "object": "text_completion"}])) + done),
         "chat_json": _response("200 OK", js, json.dumps({
@@ -91,58 +96,72 @@ def build_responses(chunks: int) -> dict[str, bytes]:
         "not_found": _response("404 Not Found", js, b'{"error":{"message":"not found"}}'),
         "bad_request": _response("400 Bad Request", js, b'{"error":{"message":"bad request"}}'),
     }
+    for name, response in list(out.items()):
+        out[name + "_close"] = response.replace(b"Connection: keep-alive\r\n", b"Connection: close\r\n", 1)
+    return out
 
 
 class _Connection(asyncio.Protocol):
-    """One connection: buffer until the request (headers and Content-Length body) is complete, answer, close."""
+    """One connection: buffer until a request (headers and Content-Length body) is complete, answer
+    it; keep the connection for the next request unless the request asked for ``Connection: close``."""
 
     def __init__(self, responses: dict[str, bytes]) -> None:
         self.responses = responses
         self.buf = bytearray()
         self.transport: asyncio.Transport | None = None
-        self.answered = False
+        self.closing = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement asyncio.Transport without subclassing it.
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
-        if self.answered:
+        if self.closing:
             return
         self.buf += data
-        end = self.buf.find(b"\r\n\r\n")
-        if end < 0:
-            return
-        head = bytes(self.buf[:end]).decode("latin-1").split("\r\n")
-        length = 0
-        for line in head[1:]:
-            name, _, value = line.partition(":")
-            if name.strip().lower() == "content-length":
-                length = int(value.strip() or 0)
-        body_start = end + 4
-        if len(self.buf) < body_start + length:
-            return  # wait for the rest of the body
-        self.answered = True
-        parts = head[0].split(" ")
-        method, path = (parts[0], parts[1].split("?", 1)[0]) if len(parts) >= 2 else ("", "")
-        self._answer(method, path, bytes(self.buf[body_start : body_start + length]))
+        while not self.closing:
+            end = self.buf.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head = bytes(self.buf[:end]).decode("latin-1").split("\r\n")
+            length = 0
+            close = False
+            for line in head[1:]:
+                name, _, value = line.partition(":")
+                name = name.strip().lower()
+                if name == "content-length":
+                    length = int(value.strip() or 0)
+                elif name == "connection":
+                    close = value.strip().lower() == "close"
+            body_start = end + 4
+            if len(self.buf) < body_start + length:
+                return  # wait for the rest of the body
+            body = bytes(self.buf[body_start : body_start + length])
+            del self.buf[: body_start + length]
+            parts = head[0].split(" ")
+            method, path = (parts[0], parts[1].split("?", 1)[0]) if len(parts) >= 2 else ("", "")
+            self._answer(method, path, body, close)
 
-    def _answer(self, method: str, path: str, body: bytes) -> None:
+    def _answer(self, method: str, path: str, body: bytes, close: bool) -> None:
         r = self.responses
         if method == "GET" and path == "/health":
-            out = r["health"]
+            name = "health"
         elif method == "GET" and path == "/v1/models":
-            out = r["models"]
+            name = "models"
         elif method == "POST" and path in ("/v1/chat/completions", "/v1/completions"):
             kind = "chat" if path.endswith("chat/completions") else "completions"
             # Only the stream flag matters; a substring test spares a JSON parse of the whole prompt.
             stream = b'"stream": false' not in body and b'"stream":false' not in body
-            out = r[f"{kind}_{'stream' if stream else 'json'}"]
+            name = f"{kind}_{'stream' if stream else 'json'}"
         else:
-            out = r["not_found"]
+            name = "not_found"
         assert self.transport is not None
-        self.transport.write(out)
-        self.transport.close()  # after the buffered write: the server sends FIN first
+        if close:
+            self.closing = True
+            self.transport.write(r[name + "_close"])
+            self.transport.close()  # after the buffered write: the server sends FIN first
+        else:
+            self.transport.write(r[name])
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None

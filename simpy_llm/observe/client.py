@@ -4,9 +4,15 @@
 streamed (SSE, parsed by :mod:`simpy_llm.observe.sse`) or not, and returns a
 :class:`ObservedRequest` per request: raw timestamps in seconds since the
 client's run start (``time.perf_counter()`` based), the token counts with
-their source, and the outcome. Every request opens a **new connection**
-(``TCPConnector(force_close=True)``): reusing keep-alive connections after
-streamed responses fails intermittently with aiohttp (see docs/observe.md).
+their source, and the outcome. Requests **reuse connections** (HTTP/1.1
+keep-alive, aiohttp's connection pool): a connection is opened only when none
+is idle, and one the server closes (``Connection: close``, or an end of stream
+that leaves the response unfinished) is not reused. An idle connection is
+closed after :data:`KEEPALIVE_S`, before the servers' own idle timeouts (5 s
+for uvicorn, i.e. vLLM and SGLang, and for llama.cpp's server). A request that
+could not be written because the server closed its connection just then is
+sent again on another (:data:`UNSENT_RETRIES`). ``keep_alive=False`` opens a
+new connection per request, as earlier versions did (see docs/observe.md).
 
 The client never raises for a failed request: HTTP errors (429 and 503
 included), broken or truncated streams, invalid JSON, server ``error`` events
@@ -25,14 +31,88 @@ from typing import Any
 
 import aiohttp
 import attrs
+import orjson
 
 from simpy_llm.observe.sse import SSEParser, interpret
 
-__all__ = ["ObservedRequest", "OpenAIClient", "RequestSpec", "RetryPolicy"]
+__all__ = [
+    "FILES_RESERVE",
+    "KEEPALIVE_S",
+    "UNSENT_RETRIES",
+    "ObservedRequest",
+    "OpenAIClient",
+    "OpenFilesLimitError",
+    "RequestSpec",
+    "RetryPolicy",
+    "raise_open_files_limit",
+]
 
 STATUSES = ("ok", "error", "timeout", "cancelled")
 ENDPOINTS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+KEEPALIVE_S = 2.0
+"""Seconds an idle connection is kept for reuse: below the 5 s idle timeout of uvicorn (vLLM,
+SGLang) and of llama.cpp's server, so that the client does not reuse a connection the server
+is closing at that moment (aiohttp's default, 15 s, is above them)."""
+UNSENT_RETRIES = 4
+"""A request that could not be written in full on a kept-alive connection (the server closed it
+just then: llama.cpp's server closes its connection after each streamed answer, and a client
+reusing it failed about one time in three) is sent again on another connection, at most this
+many times; it is not an attempt of the record (the server never had it) and not a retry of
+:class:`RetryPolicy`."""
 _MAX_ERROR_CHARS = 300
+
+
+FILES_RESERVE = 64
+"""Open files a sending process keeps besides its connections (the trace, pipes, the event
+loop's own, imports), counted when :func:`raise_open_files_limit` checks a concurrency."""
+
+
+class OpenFilesLimitError(RuntimeError):
+    """The process may not open as many files as the connections asked for need (the message
+    says how many, the limit, and what to change)."""
+
+
+def raise_open_files_limit(connections: int | None = None) -> int | None:
+    """Raise this process's soft limit on open files (``RLIMIT_NOFILE``) to its hard limit, and
+    return the limit now in force (``None`` where there is none to read: no :mod:`resource`).
+
+    Every connection is an open file, and an open-loop run at a high rate holds as many as it
+    has requests in flight (rate x latency); the usual soft limit (1,024) is far below the
+    usual hard one. *connections*: the most the caller will hold at once (a concurrency
+    limit), checked against the limit with :data:`FILES_RESERVE` more.
+
+    Raises
+    ------
+    OpenFilesLimitError
+        *connections* plus :data:`FILES_RESERVE` exceed the limit, even raised.
+
+    Examples
+    --------
+    >>> limit = raise_open_files_limit(8)
+    >>> limit is None or limit >= 8 + FILES_RESERVE
+    True
+    """
+    try:
+        import resource
+    except ImportError:  # Windows: no such limit to raise
+        return None
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard and soft != resource.RLIM_INFINITY:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):  # e.g. an infinite hard limit that the kernel caps lower
+            pass
+    if soft == resource.RLIM_INFINITY:
+        return None
+    if connections is not None and connections + FILES_RESERVE > soft:
+        raise OpenFilesLimitError(
+            f"concurrency {connections} needs up to {connections + FILES_RESERVE} open files (a connection per "
+            f"request in flight, {FILES_RESERVE} more for the rest of the process), but this process may open "
+            f"at most {soft} (RLIMIT_NOFILE, its hard limit {'' if soft == hard else 'not '}reached): lower "
+            "the concurrency, or raise the hard limit (`ulimit -Hn`, /etc/security/limits.conf)"
+        )
+    return soft
 
 
 @attrs.frozen
@@ -193,6 +273,27 @@ def _fill_usage(rec: ObservedRequest, usage: dict[str, Any]) -> None:
         rec.cached_tokens = details["cached_tokens"]
 
 
+def _unsent(exc: aiohttp.ClientOSError) -> bool:
+    """Whether *exc* says the request could not be written in full (aiohttp's words for it)."""
+    return not isinstance(exc, aiohttp.ClientConnectorError) and "Can not write request body" in str(exc)
+
+
+def _encode(body: dict[str, Any]) -> bytes:
+    """*body* as compact UTF-8 JSON (orjson: a tenth of json.dumps's time for a long prompt);
+    what orjson cannot encode (integers beyond 64 bits, keys that are not strings, other types)
+    is encoded by json.dumps. Non-finite floats are sent as ``null`` (JSON has no NaN).
+
+    >>> _encode({"model": "m", "n": 2**70})
+    b'{"model": "m", "n": 1180591620717411303424}'
+    >>> _encode({"model": "m", "prompt": "é"}).decode()
+    '{"model":"m","prompt":"é"}'
+    """
+    try:
+        return orjson.dumps(body)
+    except orjson.JSONEncodeError:
+        return json.dumps(body).encode()
+
+
 def _short(text: str) -> str:
     text = " ".join(text.split())
     return text if len(text) <= _MAX_ERROR_CHARS else text[: _MAX_ERROR_CHARS - 3] + "..."
@@ -229,6 +330,11 @@ class OpenAIClient:
         aiohttp read buffer (bytes); large so that long responses are not read 64 KiB at a time.
     run_start
         ``time.perf_counter()`` value that times are relative to (default: when created).
+    keep_alive
+        Reuse connections (default): requests in flight at once each hold one, and an idle one
+        is kept :data:`KEEPALIVE_S` for the next request. ``False``: a new connection per
+        request (each request then pays the connection set-up, and the client's sockets
+        linger in ``TIME_WAIT``).
     """
 
     def __init__(
@@ -242,6 +348,7 @@ class OpenAIClient:
         read_bufsize: int = 4 * 2**20,
         headers: dict[str, str] | None = None,
         run_start: float | None = None,
+        keep_alive: bool = True,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
@@ -253,6 +360,7 @@ class OpenAIClient:
         if api_key:
             self.headers["Authorization"] = f"Bearer {api_key}"
         self.run_start = time.perf_counter() if run_start is None else run_start
+        self.keep_alive = keep_alive
         self._session: aiohttp.ClientSession | None = None
 
     def now(self) -> float:
@@ -267,9 +375,15 @@ class OpenAIClient:
         await self.close()
 
     async def open(self) -> None:
-        """Create the HTTP session (new connection per request)."""
+        """Create the HTTP session and its connection pool (see *keep_alive*)."""
         if self._session is None:
-            connector = aiohttp.TCPConnector(force_close=True, limit=0)
+            # No limit on connections: a concurrency limit, where there is one, is the load
+            # generator's (a limit here would queue requests out of its sight), so the pool
+            # holds at most as many connections as requests were in flight at once.
+            if self.keep_alive:
+                connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S)
+            else:
+                connector = aiohttp.TCPConnector(limit=0, force_close=True)
             # No aiohttp timeouts: each attempt runs under asyncio.timeout(timeout_s) already.
             # aiohttp's defaults (total 300 s, connect 30 s) would add two timers per request
             # and cut a stream at 300 s even when timeout_s is longer or None.
@@ -319,8 +433,9 @@ class OpenAIClient:
         rec.request_id, rec.endpoint, rec.streaming = spec.request_id, spec.endpoint, spec.stream
         try:
             body = spec.body(await self.default_model()) if spec.model is None else spec.body(spec.model)
+            data = _encode(body)  # once for every attempt, sent under the session's Content-Type
             for attempt in range(self.retry.max_retries + 1):
-                retry_after = await self._attempt(spec, body, rec)
+                retry_after = await self._attempt(spec, data, rec)
                 if rec.status == "ok" or rec.http_status not in self.retry.retry_on or attempt == self.retry.max_retries:
                     break
                 await asyncio.sleep(self.retry.delay(attempt, retry_after))
@@ -335,7 +450,7 @@ class OpenAIClient:
             rec.done_s = self.now()
         return rec
 
-    async def _attempt(self, spec: RequestSpec, body: dict[str, Any], rec: ObservedRequest) -> str | None:
+    async def _attempt(self, spec: RequestSpec, data: bytes, rec: ObservedRequest) -> str | None:
         """One POST; fills *rec*; returns the ``Retry-After`` header if any."""
         rec.attempts += 1
         rec.status, rec.error_message, rec.http_status = "pending", "", None
@@ -350,18 +465,27 @@ class OpenAIClient:
         retry_after = None
         try:
             async with asyncio.timeout(self.timeout_s):
-                async with self.session.post(self.base_url + ENDPOINTS[spec.endpoint], json=body) as resp:
-                    rec.headers_s = self.now()
-                    rec.http_status = resp.status
-                    if resp.status != 200:
-                        retry_after = resp.headers.get("Retry-After")
-                        raw = await resp.content.read(64 * 1024)
-                        rec.status = "error"
-                        rec.error_message = _http_error_message(resp.status, resp.reason, raw)
-                    elif spec.stream:
-                        await self._read_stream(resp, rec)
-                    else:
-                        await self._read_json(resp, rec)
+                for resend in range(UNSENT_RETRIES + 1):
+                    try:
+                        async with self.session.post(self.base_url + ENDPOINTS[spec.endpoint], data=data) as resp:
+                            rec.headers_s = self.now()
+                            rec.http_status = resp.status
+                            if resp.status != 200:
+                                retry_after = resp.headers.get("Retry-After")
+                                raw = await resp.content.read(64 * 1024)
+                                rec.status = "error"
+                                rec.error_message = _http_error_message(resp.status, resp.reason, raw)
+                            elif spec.stream:
+                                await self._read_stream(resp, rec)
+                            else:
+                                await self._read_json(resp, rec)
+                        break
+                    except aiohttp.ClientOSError as exc:
+                        # A kept-alive connection the server closed as the request went out: the
+                        # request was not written in full, so the server did not act on it; it
+                        # goes again, on another connection (RFC 9112, 9.3.1).
+                        if resend == UNSENT_RETRIES or rec.headers_s is not None or not _unsent(exc):
+                            raise
         except TimeoutError:
             rec.status = "timeout"
             rec.error_message = f"no complete response within {self.timeout_s} s"

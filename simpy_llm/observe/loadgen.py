@@ -41,11 +41,18 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from simpy_llm.observe.client import ObservedRequest, OpenAIClient, RequestSpec
+from simpy_llm.observe.client import ObservedRequest, OpenAIClient, RequestSpec, raise_open_files_limit
 from simpy_llm.observe.progress import LiveStats
 
 # prefix_text and synthetic_prompt live in prompts; they are still importable from here.
-from simpy_llm.observe.prompts import PromptSource, SyntheticPrompts, approx_prompt_tokens, prefix_text, synthetic_prompt
+from simpy_llm.observe.prompts import (
+    DatasetPrompts,
+    PromptSource,
+    SyntheticPrompts,
+    approx_prompt_tokens,
+    prefix_text,
+    synthetic_prompt,
+)
 from simpy_llm.observe.report import latency_report
 from simpy_llm.workload.traces import OBSERVED_COLUMNS
 
@@ -71,6 +78,10 @@ OBSERVER_COLUMNS: tuple[str, ...] = tuple(OBSERVED_COLUMNS)
 """Extra trace columns the observer fills (declare them with ``TraceV2Writer(..., extra_columns=OBSERVER_COLUMNS)``;
 a writer without them gets the trace v2 columns only). ``approx_input_tokens`` is the prompt
 sent, measured by the prompt source's token rule (:mod:`simpy_llm.observe.prompts`)."""
+
+_EXACT_SOURCES = (SyntheticPrompts, DatasetPrompts)
+"""Prompt sources whose ``text(n)`` and ``prefix(group, n)`` measure exactly ``max(n, 1)`` tokens
+by their own rule (as their tests check): the length of what they give is known without counting."""
 
 _PASSTHROUGH = ("client_id", "tenant_id", "slo_class", "session_id", "round_index", "prefix_group", "reason_ratio")
 
@@ -166,8 +177,11 @@ def record_row(req: LoadRequest, rec: ObservedRequest, columns: Iterable[str] | 
         "itl_us": " ".join(str(_us(gap)) for gap in rec.itl_s),
     }
     if columns is not None:
-        keep = set(columns)
-        row = {k: v for k, v in row.items() if k in keep}
+        # A frozenset (a generator's writer's columns, made once) is used as it is; the copy is
+        # made only when some key is not kept, which for a writer of the observer's columns is never.
+        keep = columns if isinstance(columns, frozenset) else frozenset(columns)
+        if not keep.issuperset(row):
+            row = {k: v for k, v in row.items() if k in keep}
     return row
 
 
@@ -421,6 +435,7 @@ class LoadGenerator:
     ) -> None:
         if concurrency is not None and concurrency < 1:
             raise ValueError(f"concurrency must be >= 1 or None, got {concurrency}")
+        raise_open_files_limit(concurrency)
         self.client = client
         self.requests = load_requests(requests)
         self.writer = writer
@@ -433,6 +448,9 @@ class LoadGenerator:
         self.conversations = conversations
         self.prefixes = dict(prefixes or {})
         self.prompts: PromptSource = prompts if prompts is not None else SyntheticPrompts()
+        # The exact class: a subclass may give text of another length than it was asked for.
+        self._lengths_known = type(self.prompts) in _EXACT_SOURCES
+        self._prefix_texts: dict[tuple[str, int], str] = {}  # a group's text, the same for each of its requests
         self.run_start = run_start
         self.live = LiveStats()
         self.records: dict[int, ObservedRequest] = {}
@@ -442,7 +460,7 @@ class LoadGenerator:
         self._waker: asyncio.Future[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._slots: asyncio.Semaphore | None = None
-        self._columns = tuple(writer.columns) if writer is not None and hasattr(writer, "columns") else None
+        self._columns = frozenset(writer.columns) if writer is not None and hasattr(writer, "columns") else None
 
     def statistics(self) -> dict[str, Any]:
         """How the run kept its schedule, as plain data: the trace header's ``load_generator``
@@ -477,19 +495,31 @@ class LoadGenerator:
         """The request body spec of *req*: its own text from :attr:`prompts` (after its group's
         shared prefix, see *prefixes*), or, for a session round, the conversation so far
         (:attr:`conversations`)."""
+        return self._build(req)[0]
+
+    def _build(self, req: LoadRequest) -> tuple[RequestSpec, int | None]:
+        """:meth:`spec`, and the prompt's length by the source's rule when known without counting."""
         messages = self.conversations.messages(req) if self.conversations is not None else None
         prompt: str | list[dict[str, str]]
+        length = None
         if messages is not None:
             prompt = messages
         else:
             group = str(req.fields.get("prefix_group", ""))
             shared = min(self.prefixes.get(group, 0), req.input_tokens - 1) if group else 0
-            own = self.prompts.text(req.input_tokens - max(shared, 0), req.request_id)
+            n_own = req.input_tokens - max(shared, 0)
+            own = self.prompts.text(n_own, req.request_id)
             if shared > 0:
-                prompt = [{"role": "system", "content": self.prompts.prefix(group, shared)}, {"role": "user", "content": own}]
+                key = (group, shared)
+                prefix = self._prefix_texts.get(key)
+                if prefix is None:
+                    prefix = self._prefix_texts[key] = self.prompts.prefix(group, shared)
+                prompt = [{"role": "system", "content": prefix}, {"role": "user", "content": own}]
             else:
                 prompt = own
-        return RequestSpec(
+            if self._lengths_known:
+                length = max(int(n_own), 1) + max(shared, 0)
+        spec = RequestSpec(
             prompt=prompt,
             max_tokens=max(req.output_tokens, 1),
             endpoint=self.endpoint,
@@ -499,10 +529,11 @@ class LoadGenerator:
             extra_body=dict(self.extra_body),
             keep_text=messages is not None,
         )
+        return spec, length
 
     def _spec(self, req: LoadRequest, rec: ObservedRequest) -> RequestSpec:
-        spec = self.spec(req)
-        rec.approx_prompt_tokens = approx_prompt_tokens(self.prompts, spec.prompt)
+        spec, length = self._build(req)
+        rec.approx_prompt_tokens = length if length is not None else approx_prompt_tokens(self.prompts, spec.prompt)
         return spec
 
     def _finish(self, req: LoadRequest, rec: ObservedRequest) -> None:

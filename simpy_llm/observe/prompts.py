@@ -30,14 +30,17 @@ a JSON list of strings.
 from __future__ import annotations
 
 import bisect
+import hashlib
 import json
 import math
 import random
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 import attrs
+import numpy as np
 
 __all__ = [
     "AUTO_FIELDS",
@@ -80,6 +83,9 @@ _WORDS = (
     "animals life enough took sometimes four head above kind began almost live page got earth need far hand "
     "high year mother light parts country father let night following picture being study second eyes soon times"
 ).split()
+_WORD_ARRAY = np.array(_WORDS, dtype=object)
+_N_WORDS = float(len(_WORDS))
+_THREAD = threading.local()
 
 
 def synthetic_prompt(n_tokens: int, seed: int | str = 0) -> str:
@@ -98,8 +104,24 @@ def synthetic_prompt(n_tokens: int, seed: int | str = 0) -> str:
     >>> synthetic_prompt(6, "4/request/0").startswith(synthetic_prompt(2, "4/request/0"))
     True
     """
-    rng = random.Random(seed)
-    return " ".join(rng.choices(_WORDS, k=max(int(n_tokens), 1)))
+    k = max(int(n_tokens), 1)
+    if not isinstance(seed, str):
+        return " ".join(random.Random(seed).choices(_WORDS, k=k))
+    # The words random.Random(seed).choices(_WORDS, k=k) draws, in 2/3 of the time: choices
+    # takes word floor(random() * 238) per draw; random() is CPython's genrand_res53 of the
+    # Mersenne Twister, and a str seed seeds it with init_by_array over the 32-bit words
+    # (least significant first) of int.from_bytes(seed + sha512(seed)). numpy's legacy
+    # RandomState is the same generator with the same seeding from such an array (of more
+    # than one word: a sha512 alone has 16) and the same random(): the same words. numpy
+    # keeps RandomState's streams unchanged across versions (NEP 19).
+    raw = seed.encode()
+    key = int.from_bytes(raw + hashlib.sha512(raw).digest(), "big")
+    words = np.frombuffer(key.to_bytes(-(-key.bit_length() // 32) * 4, "little"), dtype="<u4")
+    state = getattr(_THREAD, "state", None)
+    if state is None:  # one per thread: seeding then drawing must not interleave with another's
+        state = _THREAD.state = np.random.RandomState()
+    state.seed(words)
+    return " ".join(_WORD_ARRAY[(state.random_sample(k) * _N_WORDS).astype(np.intp)].tolist())
 
 
 def request_seed(workload_seed: int, request_id: int) -> str:

@@ -25,13 +25,16 @@ usage-only final chunk has ``choices: []``).
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import attrs
+import orjson
 
 __all__ = ["SSEEvent", "SSEParser", "StreamChunk", "interpret", "parse_events"]
 
 _BOM = "\ufeff"
+_LINE_END = re.compile("\r\n|\r|\n")
 
 
 @attrs.frozen
@@ -68,28 +71,29 @@ class SSEParser:
         self.bytes_fed += len(chunk)
         buf = self._buf
         buf += chunk
-        events: list[SSEEvent] = []
-        start = 0
-        pos = self._scan
         n = len(buf)
-        while True:
-            lf = buf.find(b"\n", pos)
-            cr = buf.find(b"\r", pos, lf if lf >= 0 else n)
-            if cr >= 0:
-                if cr + 1 == n:  # a \r at the very end: wait to see whether \n follows
-                    pos = cr
-                    break
-                end, nxt = cr, (cr + 2 if buf[cr + 1] == 0x0A else cr + 1)
-            elif lf >= 0:
-                end, nxt = lf, lf + 1
+        # A \r as the very last byte may be the first half of \r\n: wait for the next byte.
+        stop = n - 1 if n and buf[-1] == 0x0D else n
+        # Everything up to the last line end is whole lines; the scan starts where the last
+        # one stopped, so a very long line fed in small chunks costs linear time.
+        cut = max(buf.rfind(b"\n", self._scan, stop), buf.rfind(b"\r", self._scan, stop))
+        if cut < 0:
+            self._scan = stop
+            return []
+        # Decoded in one piece: a UTF-8 sequence never holds a \r or \n byte, so this splits
+        # exactly where line-by-line decoding would.
+        text = bytes(buf[: cut + 1]).decode("utf-8", "replace")
+        del buf[: cut + 1]
+        self._scan = 0
+        lines = text.split("\n") if "\r" not in text else _LINE_END.split(text)
+        lines.pop()  # the empty text after the last line end
+        events: list[SSEEvent] = []
+        line_ = self._line
+        for line in lines:
+            if line.startswith("data:") and not self._first_line:  # the usual line, in short
+                self._data.append(line[6:] if line.startswith(" ", 5) else line[5:])
             else:
-                pos = n
-                break
-            self._line(bytes(buf[start:end]).decode("utf-8", "replace"), events)
-            start = pos = nxt
-        if start:
-            del buf[:start]
-        self._scan = pos - start
+                line_(line, events)
         return events
 
     def close(self) -> bool:
@@ -172,6 +176,17 @@ def _error_message(err: Any) -> str:
     return str(err)[:500]
 
 
+def _loads(data: str) -> Any:
+    """``json.loads(data)``, in a third of the time: orjson parses what it can, giving json's
+    objects but for integers beyond 64 bits (floats; json: int, so such a count is not taken as
+    a token count); what it refuses (NaN, lone surrogates, deep nesting, invalid JSON) goes to
+    json, which gives its own answer or error."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
+
+
 def interpret(event: SSEEvent) -> StreamChunk:
     """*event* as a :class:`StreamChunk` (see there).
 
@@ -183,18 +198,17 @@ def interpret(event: SSEEvent) -> StreamChunk:
     'invalid'
     """
     data = event.data
-    if data.strip() == "[DONE]":
+    if data == "[DONE]" or data.strip() == "[DONE]":
         return StreamChunk("done")
     try:
-        obj = json.loads(data)
+        obj = _loads(data)
     except (json.JSONDecodeError, RecursionError) as exc:
         return StreamChunk("invalid", error=f"invalid JSON in stream event: {exc} (data {data[:80]!r})")
     if not isinstance(obj, dict):
         return StreamChunk("invalid", error=f"stream event is not a JSON object: {data[:80]!r}")
     if event.event == "error" or obj.get("error") is not None:
         return StreamChunk("error", error=_error_message(obj.get("error", obj)))
-    content: list[str] = []
-    reasoning: list[str] = []
+    content = reasoning = ""  # joined over the choices (usually one: no list to join)
     finish = None
     choices = obj.get("choices") or []
     for choice in choices if isinstance(choices, list) else ():
@@ -204,17 +218,11 @@ def interpret(event: SSEEvent) -> StreamChunk:
         src = delta if isinstance(delta, dict) else choice
         text = src.get("content") if isinstance(delta, dict) else choice.get("text")
         if isinstance(text, str):
-            content.append(text)
+            content += text
         r = src.get("reasoning_content") or src.get("reasoning")
         if isinstance(r, str):
-            reasoning.append(r)
+            reasoning += r
         if finish is None and choice.get("finish_reason"):
             finish = str(choice["finish_reason"])
     usage = obj.get("usage")
-    return StreamChunk(
-        "data",
-        content="".join(content),
-        reasoning="".join(reasoning),
-        usage=usage if isinstance(usage, dict) else None,
-        finish_reason=finish,
-    )
+    return StreamChunk("data", content, reasoning, usage if isinstance(usage, dict) else None, None, finish)

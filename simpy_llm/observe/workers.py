@@ -43,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
-from simpy_llm.observe.client import ObservedRequest, OpenAIClient
+from simpy_llm.observe.client import ObservedRequest, OpenAIClient, raise_open_files_limit
 from simpy_llm.observe.loadgen import (
     LoadGenerator,
     LoadRequest,
@@ -209,7 +209,8 @@ class ProcessLoadGenerator:
     ----------
     client
         An open :class:`~simpy_llm.observe.client.OpenAIClient` of the parent: each
-        worker makes its own with the same URL, key, timeout, retries and headers; the
+        worker makes its own with the same URL, key, timeout, retries, headers and
+        connection reuse (``keep_alive``); the
         parent's ``run_start`` is set to the shared run start, so that its clock (the
         metrics scraper's) is the trace's.
     requests, writer, endpoint, stream, model, ignore_eos, extra_body, lag_threshold_s, prefixes, prompts
@@ -263,6 +264,9 @@ class ProcessLoadGenerator:
         if concurrency is not None and concurrency < 1:
             raise ValueError(f"concurrency must be >= 1 or None, got {concurrency}")
         self.limits = split_limit(concurrency, workers)  # checks workers and concurrency against it
+        # Workers inherit this process's limit: raised (and checked against a worker's share) here,
+        # before any is started, so that a share no worker could hold is refused up front.
+        raise_open_files_limit(self.limits[0])
         self.client = client
         self.requests = load_requests(requests)
         self.writer = writer
@@ -285,7 +289,7 @@ class ProcessLoadGenerator:
         self.failures: list[str] = []
         """The tracebacks of workers that failed (the run then raises :class:`RuntimeError`)."""
         self._by_id = {r.request_id: r for r in self.requests}
-        self._columns = tuple(writer.columns) if writer is not None and hasattr(writer, "columns") else None
+        self._columns = frozenset(writer.columns) if writer is not None and hasattr(writer, "columns") else None
         self._sent = [0] * workers
         self._conns: list[Connection] = []
         self._started = asyncio.Event()
@@ -353,6 +357,7 @@ class ProcessLoadGenerator:
             "timeout_s": c.timeout_s,
             "retry": c.retry,
             "read_bufsize": c.read_bufsize,
+            "keep_alive": c.keep_alive,
             "headers": {k: v for k, v in c.headers.items() if k not in ("Content-Type", "Authorization")},
         }
         procs = []
