@@ -444,6 +444,7 @@ def _observe(args: argparse.Namespace) -> int:
     import aiohttp
     from rich.console import Console
 
+    from simpy_llm.observe.client import OpenFilesLimitError
     from simpy_llm.observe.progress import show_progress
     from simpy_llm.observe.prompts import PromptDatasetError
     from simpy_llm.observe.report import latency_table
@@ -501,7 +502,7 @@ def _observe(args: argparse.Namespace) -> int:
             warm_up_requests=args.warm_up_requests,
             workers=args.workers,
         )
-    except (ScenarioError, PromptDatasetError) as exc:
+    except (ScenarioError, PromptDatasetError, OpenFilesLimitError) as exc:
         print(exc, file=sys.stderr)
         return 2
     except (aiohttp.ClientError, OSError) as exc:

@@ -101,6 +101,7 @@ def main(args: argparse.Namespace) -> int:
     from simpy_llm.config import ScenarioError
     from simpy_llm.observe.bench.metrics import parse_goodput, parse_percentiles
     from simpy_llm.observe.bench.run import bench
+    from simpy_llm.observe.client import OpenFilesLimitError
     from simpy_llm.observe.prompts import PromptDatasetError
 
     if args.prompt_field is not None and args.dataset in ("sharegpt", "random", "synthetic"):
@@ -138,7 +139,7 @@ def main(args: argparse.Namespace) -> int:
             server_config=args.server_config,
             loop=args.loop,
         )
-    except (ValueError, ScenarioError, PromptDatasetError) as exc:
+    except (ValueError, ScenarioError, PromptDatasetError, OpenFilesLimitError) as exc:
         print(exc, file=sys.stderr)
         return 2
     except (aiohttp.ClientError, OSError) as exc:
