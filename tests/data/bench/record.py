@@ -40,7 +40,8 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=HERE, help="where to write (default: this folder)")
-    out = parser.parse_args().out / "llamacpp_bench"
+    # named relative to the working directory (the repository root), as the headers record them
+    out = Path(os.path.relpath(parser.parse_args().out / "llamacpp_bench"))
     config = LlamaCppConfig(port=0, parallel=4, threads=1, cache_prompt=False)
     server_config = out / "server.yaml"
     out.mkdir(parents=True, exist_ok=True)
@@ -56,10 +57,9 @@ def main() -> None:
         assert cli(["bench", "run", *common, "--profile", "constant", "--request-rate", f"{1.5 * sync_rate:.4f}",
                     "--num-prompts", "24", "--out", str(out / "fit_rate")]) == 0
         assert cli(["bench", "run", *common, "--profile", "sweep", "--rates", "4", "--num-prompts", "20", "--out", str(out / "sweep")]) == 0
-    # named relative to the working directory (the repository root), as the profiles record them
-    sync = fit(os.path.relpath(out / "fit_synchronous" / "rate_0"))
+    sync = fit(out / "fit_synchronous" / "rate_0")
     write_profile(sync, out / "fit_synchronous" / "profile.yaml")
-    both = fit(os.path.relpath(out / "fit_rate" / "rate_0"), priors=out / "fit_synchronous" / "profile.yaml")
+    both = fit(out / "fit_rate" / "rate_0", priors=out / "fit_synchronous" / "profile.yaml")
     print(f"wrote {write_profile(both, out / 'profile.yaml')}")
 
 
