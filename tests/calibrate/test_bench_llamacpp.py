@@ -1,5 +1,5 @@
 """Real data, deterministic: a benchmark of the llama.cpp server predicted from a fit of two
-short runs (``tests/data/bench/llamacpp_bench``, recorded by ``tests/data/bench/record.py``).
+short runs (``tests/data/bench/llamacpp_bench``, recorded by ``tests/data/bench/record_benchmark.py``).
 
 The fit (``profile.yaml``) comes from a synchronous run of 8 requests and one constant-rate run
 of 24 (``fit_synchronous``, ``fit_rate``); the sweep (``sweep``) was recorded after them on the

@@ -3,7 +3,7 @@
 Run from the repository root, with the ``real-server`` extra installed, on a machine that is
 otherwise idle (other work on the cores shows up in the server's step times)::
 
-    python -m tests.data.bench.record [--out DIR]
+    python -m tests.data.bench.record_benchmark [--out DIR]
 
 One fresh llama.cpp server (``LlamaCppServer``: 4 slots of 2,048 tokens, 1 thread, prompt cache
 off), loaded for a while first (as ``tests/data/calibration/record.py`` does), serves, one
