@@ -532,7 +532,10 @@ class LoadGenerator:
         return spec, length
 
     def _spec(self, req: LoadRequest, rec: ObservedRequest) -> RequestSpec:
-        spec, length = self._build(req)
+        if type(self).spec is LoadGenerator.spec:
+            spec, length = self._build(req)
+        else:  # a subclass shapes the body (spec() is its seam): its prompt is counted as sent
+            spec, length = self.spec(req), None
         rec.approx_prompt_tokens = length if length is not None else approx_prompt_tokens(self.prompts, spec.prompt)
         return spec
 

@@ -267,3 +267,25 @@ def test_observe_sends_under_the_workloads_own_cap(tmp_path: Path) -> None:
         observe(spec, fake.url, tmp_path / "run", timeout_s=5.0)
     header = read_trace_v2(tmp_path / "run" / "trace").header
     assert header["load"]["concurrency"] == 2 and header["load_generator"]["concurrency"] == 2
+
+
+def test_a_subclass_shapes_every_request_through_spec(tmp_path: Path) -> None:
+    """spec() is the seam a subclass shapes request bodies with: every body sent carries what
+    the override adds (here each request's id as ``user``), and its prompt is counted as sent."""
+    import attrs
+
+    class Tagged(LoadGenerator):
+        def spec(self, req):  # type: ignore[no-untyped-def]
+            base = super().spec(req)
+            return attrs.evolve(base, extra_body={**base.extra_body, "user": f"r{req.request_id}"})
+
+    async def go() -> tuple[list[dict], Tagged]:
+        async with serve() as fake, OpenAIClient(fake.url, timeout_s=TIMEOUT_S) as client:
+            rows = [{"request_id": i, "arrival_time_s": 0.0, "input_tokens": 5, "output_tokens": 2} for i in range(4)]
+            gen = Tagged(client, rows, None, lag_threshold_s=QUIET)
+            await gen.run()
+            return fake.bodies, gen
+
+    bodies, gen = asyncio.run(go())
+    assert sorted(b["user"] for b in bodies) == ["r0", "r1", "r2", "r3"]
+    assert all(rec.approx_prompt_tokens == 5 for rec in gen.records.values())
