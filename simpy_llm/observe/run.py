@@ -193,6 +193,8 @@ def observe(
         raise ValueError(f"warm_up_requests must be a whole number >= 0, got {warm_up_requests!r}")
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a whole number >= 1, got {workers!r}")
+    if concurrency is not None and workers > concurrency:  # before anything is read: the options alone say so
+        raise ValueError(f"workers ({workers}) must not exceed concurrency ({concurrency}): each worker needs a slot")
     if watch is not None and workers > 1:
         raise ValueError("watch reads the generator of one process: give workers=1 with it")
     if clash := sorted(set(header or {}) & _OWN_HEADER_KEYS):
@@ -210,8 +212,8 @@ def observe(
         if concurrency is not None and concurrency != wl.max_concurrency:
             raise ValueError(f"concurrency {concurrency} differs from the workload's max_concurrency {wl.max_concurrency}: give one")
         concurrency = wl.max_concurrency
-    if concurrency is not None and workers > concurrency:
-        raise ValueError(f"workers ({workers}) must not exceed concurrency ({concurrency}): each worker needs a slot")
+        if workers > concurrency:
+            raise ValueError(f"workers ({workers}) must not exceed the workload's max_concurrency ({concurrency}): each worker needs a slot")
     source: PromptSource
     prompts_header: dict[str, Any]
     if prompts is not None and not isinstance(prompts, (str, Path)):

@@ -249,7 +249,8 @@ def test_observe_writes_the_load_statistics_into_the_trace_header(tmp_path: Path
 
 def test_observe_sends_under_the_workloads_own_cap(tmp_path: Path) -> None:
     """A workload's max_concurrency is the observer's concurrency limit (header and statistics say
-    2), and a different --concurrency beside it is refused before anything is sent."""
+    2); a different --concurrency beside it, or more workers than it, is refused before anything
+    is sent."""
     import yaml
 
     from simpy_llm.observe.run import observe
@@ -263,6 +264,8 @@ def test_observe_sends_under_the_workloads_own_cap(tmp_path: Path) -> None:
     with fake_server_thread() as fake:
         with pytest.raises(ValueError, match="differs from the workload's max_concurrency 2"):
             observe(spec, fake.url, tmp_path / "refused", concurrency=3, timeout_s=5.0)
+        with pytest.raises(ValueError, match=r"workers \(3\) must not exceed the workload's max_concurrency \(2\)"):
+            observe(spec, fake.url, tmp_path / "refused", workers=3, timeout_s=5.0)
         assert not (tmp_path / "refused").exists()
         observe(spec, fake.url, tmp_path / "run", timeout_s=5.0)
     header = read_trace_v2(tmp_path / "run" / "trace").header
