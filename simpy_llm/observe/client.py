@@ -4,15 +4,17 @@
 streamed (SSE, parsed by :mod:`simpy_llm.observe.sse`) or not, and returns a
 :class:`ObservedRequest` per request: raw timestamps in seconds since the
 client's run start (``time.perf_counter()`` based), the token counts with
-their source, and the outcome. Requests **reuse connections** (HTTP/1.1
-keep-alive, aiohttp's connection pool): a connection is opened only when none
-is idle, and one the server closes (``Connection: close``, or an end of stream
-that leaves the response unfinished) is not reused. An idle connection is
-closed after :data:`KEEPALIVE_S`, before the servers' own idle timeouts (5 s
-for uvicorn, i.e. vLLM and SGLang, and for llama.cpp's server). A request that
-could not be written because the server closed its connection just then is
-sent again on another (:data:`UNSENT_RETRIES`). ``keep_alive=False`` opens a
-new connection per request, as earlier versions did (see docs/observe.md).
+their source, and the outcome. Each request opens a **new connection** by default
+(``keep_alive=False``). llama.cpp's server closes its connection after a streamed answer, and
+a kept-alive connection reused just then failed: at write, which the client now recovers by
+sending again on another connection (:data:`UNSENT_RETRIES`), but also as "Server
+disconnected" after the write, which it cannot tell from a server that took the request and
+dropped it (an agentic run against llama.cpp lost a call that way in 2 of 5 runs on a busy
+machine). With ``keep_alive=True`` requests reuse connections (HTTP/1.1 keep-alive,
+aiohttp's pool): a connection is opened only when none is idle, one the server closes is
+not reused, and an idle one is closed after :data:`KEEPALIVE_S`, before the servers' own
+idle timeouts (5 s for uvicorn, i.e. vLLM and SGLang). That saves the connection set-up
+where a server keeps connections (docs/observe.md, "Connections").
 
 The client never raises for a failed request: HTTP errors (429 and 503
 included), broken or truncated streams, invalid JSON, server ``error`` events
@@ -331,10 +333,10 @@ class OpenAIClient:
     run_start
         ``time.perf_counter()`` value that times are relative to (default: when created).
     keep_alive
-        Reuse connections (default): requests in flight at once each hold one, and an idle one
-        is kept :data:`KEEPALIVE_S` for the next request. ``False``: a new connection per
-        request (each request then pays the connection set-up, and the client's sockets
-        linger in ``TIME_WAIT``).
+        Reuse connections: requests in flight at once each hold one, and an idle one is kept
+        :data:`KEEPALIVE_S` for the next request. ``False`` (the default): a new connection per
+        request, which every server answers reliably (each request pays the connection
+        set-up, and the client's sockets linger in ``TIME_WAIT``; module docstring).
     """
 
     def __init__(
@@ -348,7 +350,7 @@ class OpenAIClient:
         read_bufsize: int = 4 * 2**20,
         headers: dict[str, str] | None = None,
         run_start: float | None = None,
-        keep_alive: bool = True,
+        keep_alive: bool = False,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key

@@ -79,32 +79,35 @@ def _sequential(n: int, close: bool = False, **client_kw: Any) -> tuple[list[str
 
 
 def test_requests_one_after_another_reuse_one_connection() -> None:
-    """Streamed requests sent one after another all arrive on one connection (one client port)."""
-    statuses, ports = _sequential(8)
+    """Kept alive, streamed requests sent one after another all arrive on one connection (one
+    client port)."""
+    statuses, ports = _sequential(8, keep_alive=True)
     assert statuses == ["ok"] * 8
     assert len(set(ports)) == 1
 
 
-def test_keep_alive_off_opens_a_connection_per_request() -> None:
-    """With keep_alive=False every request arrives on a connection of its own."""
-    statuses, ports = _sequential(8, keep_alive=False)
+@pytest.mark.parametrize("client_kw", [{}, {"keep_alive": False}])
+def test_by_default_each_request_opens_a_connection(client_kw: dict[str, Any]) -> None:
+    """By default (keep_alive=False) every request arrives on a connection of its own."""
+    statuses, ports = _sequential(8, **client_kw)
     assert statuses == ["ok"] * 8
     assert len(set(ports)) == 8
 
 
 def test_a_connection_the_server_closes_is_not_reused() -> None:
-    """A server that answers with Connection: close gets each request on a new connection, all ok."""
-    statuses, ports = _sequential(6, close=True)
+    """Kept alive, a server that answers with Connection: close gets each request on a new
+    connection, all ok."""
+    statuses, ports = _sequential(6, close=True, keep_alive=True)
     assert statuses == ["ok"] * 6
     assert len(set(ports)) == 6
 
 
 def test_requests_in_flight_together_hold_one_connection_each_and_reuse_them() -> None:
-    """Two rounds of 5 requests sent together: the first round opens 5 connections, the second
-    reuses them (5 client ports in all)."""
+    """Kept alive, two rounds of 5 requests sent together: the first round opens 5 connections,
+    the second reuses them (5 client ports in all)."""
 
     async def run() -> tuple[list[str], list[int]]:
-        async with _server() as (url, peers), OpenAIClient(url, model="m") as client:
+        async with _server() as (url, peers), OpenAIClient(url, model="m", keep_alive=True) as client:
             statuses = []
             for _ in range(2):
                 recs = await asyncio.gather(*(client.send(RequestSpec("x", 2, request_id=i)) for i in range(5)))

@@ -22,7 +22,7 @@ def test_streamed_requests_one_after_another_all_end_ok(llamacpp_server: LlamaCp
     assert url is not None, "the shared llama.cpp server is not running"
 
     async def run() -> list[ObservedRequest]:
-        async with OpenAIClient(url, model=llamacpp_server.model, timeout_s=120.0) as client:
+        async with OpenAIClient(url, model=llamacpp_server.model, timeout_s=120.0, keep_alive=True) as client:
             return [
                 await client.send(RequestSpec("hello there", 4, request_id=i, extra_body={"ignore_eos": True, "cache_prompt": False}))
                 for i in range(20)
