@@ -97,7 +97,7 @@ def test_bench_errors_pair_runs_by_strategy_and_rate() -> None:
     """Runs that do not pair (another strategy or rate at the same place) are refused."""
     m = [{"strategy": "constant", "request_rate": 1.0, "request_throughput": 1.0}]
     p = [{"strategy": "constant", "request_rate": 2.0, "request_throughput": 1.0}]
-    with pytest.raises(ValueError, match="run 0: measured constant at 1.0, predicted constant at 2.0"):
+    with pytest.raises(ValueError, match=r"run 0: measured constant at 1\.0, predicted constant at 2\.0"):
         bench_errors(m, p)
 
 
