@@ -105,7 +105,7 @@ def mean_step_time_s(latency: Any) -> Any:
     return latency.mean_step_time_s
 
 
-def _capacity(group: ReplicaGroupConfig, latency: Any) -> float:
+def _replica_capacity(group: ReplicaGroupConfig, latency: Any) -> float:
     if group.capacity is not None:
         return group.capacity
     seqs = group.engine.max_num_seqs
@@ -151,7 +151,7 @@ def plan_fleet(serving: ServingConfig, latency_override: Any = None, streams: An
         except FieldValueError as exc:
             raise FieldValueError(f"{prefix}{exc.field}", exc.message) from None
         plan = ReplicaPlan(
-            group=group.name, engine=engine, latency=latency, capacity=_capacity(group, latency), role=group.role,
+            group=group.name, engine=engine, latency=latency, capacity=_replica_capacity(group, latency), role=group.role,
             cluster=clusters.get(group.name, ""), device=device, gpus=hardware.tp if hardware is not None else 1,
             load_s=load_s, warm_retention_s=group.warm_retention_s,
         )

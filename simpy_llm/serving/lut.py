@@ -113,7 +113,7 @@ def _choice(allowed: tuple[str, ...]) -> Any:
     return check
 
 
-def _generator(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
+def _numpy_generator(inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
     if value is not None and not isinstance(value, np.random.Generator):
         raise FieldValueError("rng", f"must be a numpy Generator (set by the simulation, not the scenario), got {value!r}")
 
@@ -235,7 +235,7 @@ class LutLatency(RequestOverheads):
     :class:`~simpy_llm.serving.lut_drift.LutDriftWarning`."""
     drift_tolerance: float | None = attrs.field(default=None, validator=attrs.validators.optional(_fraction))
     """With ``previous``: the largest relative change that is not drift (default 0.05)."""
-    rng: np.random.Generator | None = attrs.field(default=None, eq=False, repr=False, validator=_generator)
+    rng: np.random.Generator | None = attrs.field(default=None, eq=False, repr=False, validator=_numpy_generator)
     """Random stream of ``tail: sampled`` (set by the simulation, not the scenario); unused with ``tail: mean``."""
     lut: Lut = attrs.field(init=False, repr=False, eq=False)
     """The loaded file."""
