@@ -272,12 +272,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "observe":
         return _observe(args)
     if args.command == "bench":
-        if not html_ok(args.html):
+        from simpy_llm.report.cli import bench_page_ok, write_bench_html
+
+        if not html_ok(args.html) or not bench_page_ok(args):
             return 2
         if args.bench_command != "run":
             from simpy_llm.calibrate.bench_cli import main as bench_predicted
 
-            return bench_predicted(args, on_page=lambda result, predicted, errors: _bench_html(result, predicted, errors, args.html))
+            return bench_predicted(args, on_page=lambda result, predicted, errors: write_bench_html(result, predicted, errors, args.html))
         from simpy_llm.observe.bench.cli import main as bench_command
 
         code = bench_command(args)
@@ -420,7 +422,8 @@ def _workload(args: argparse.Namespace) -> int:
     wall = time.perf_counter() - wall0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    paths = write_generated_trace(frame, out / "trace", source=args.spec, seed=spec_workload(spec)[1])
+    wl, seed = spec_workload(spec)
+    paths = write_generated_trace(frame, out / "trace", source=args.spec, seed=seed, max_concurrency=wl.max_concurrency)
     summary = workload_summary(frame)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(f"wrote {', '.join(str(p) for p in paths)} and {out / 'summary.json'}")
@@ -617,14 +620,6 @@ def _compare_html(report: Any, samples: Any, path: str) -> None:
     from simpy_llm.report.sources import compare_page
 
     write_html(compare_page(report, samples), path)
-
-
-def _bench_html(result: Any, predicted: Any, errors: Any, path: str) -> None:
-    """``bench predict --html`` / ``bench compare --html``: the benchmark's page (handed over by
-    the calibrator's layer, which sits below the report's)."""
-    from simpy_llm.report.sources import bench_page
-
-    write_html(bench_page(result, predicted, errors), path)
 
 
 def _fmt(value: Any, scale: float = 1.0, digits: int = 3) -> str:

@@ -1,4 +1,4 @@
-"""``--html FILE`` of ``run``, ``observe`` and ``calibrate compare``, and ``simpy-llm report DIR --html FILE``.
+"""``--html FILE`` of ``run``, ``observe``, ``calibrate compare`` and ``bench``, and ``simpy-llm report DIR --html FILE``.
 
 Every command checks its ``--html`` file before it simulates or sends anything (:func:`html_ok`:
 plotly installed, the file writable), so a missing extra never costs a run.
@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["HTML_HELP", "add_parser", "html_ok", "main", "write_html"]
+__all__ = ["HTML_HELP", "add_parser", "bench_page_ok", "html_ok", "main", "write_bench_html", "write_html"]
 
 HTML_HELP = "also write a self-contained HTML report (interactive plots, works offline) to FILE (needs the report extra)"
 """The help of every command's ``--html``."""
@@ -48,6 +48,39 @@ def write_html(page: Any, path: str | Path) -> None:
     from simpy_llm.report.html import write_page
 
     print(f"wrote {write_page(page, path)}")
+
+
+def bench_page_ok(args: argparse.Namespace) -> bool:
+    """Whether a benchmark's ``--html`` page can be drawn: its curves are p50 and p99, so p99 must
+    be among the percentiles (the benchmark's own for ``bench compare``); prints why not."""
+    if args.html is None:
+        return True
+    if args.bench_command == "compare":
+        import json
+
+        try:
+            percentiles = json.loads((Path(args.measured) / "bench.json").read_text(encoding="utf-8")).get("percentiles", [])
+        except (OSError, ValueError):
+            return True  # the command itself says what is wrong with the directory
+    else:
+        from simpy_llm.observe.bench.metrics import parse_percentiles
+
+        try:
+            percentiles = parse_percentiles(args.percentiles)
+        except ValueError:
+            return True  # the command itself refuses the percentiles
+    if 99.0 in [float(p) for p in percentiles]:
+        return True
+    print("--html draws p50 and p99 against the request rate: add 99 to --percentiles", file=sys.stderr)
+    return False
+
+
+def write_bench_html(result: Any, predicted: Any, errors: Any, path: str) -> None:
+    """``bench predict --html`` / ``bench compare --html``: the benchmark's page (handed over by
+    the calibrator's layer, which sits below the report's)."""
+    from simpy_llm.report.sources import bench_page
+
+    write_html(bench_page(result, predicted, errors), path)
 
 
 def main(args: argparse.Namespace) -> int:

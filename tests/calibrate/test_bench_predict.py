@@ -125,9 +125,11 @@ def test_bench_compare_writes_the_errors_and_a_page(tmp_path: Path, capsys: pyte
     (["bench", "predict", "--num-prompts", "2"], "give a scenario or --from-trace"),
     (["bench", "predict", "scenarios/quickstart.yaml", "--profile", "synchronous", "--max-concurrency", "2"],
      "--max-concurrency does not apply to --profile synchronous"),
+    (["bench", "predict", "scenarios/quickstart.yaml", "--percentiles", "50,90", "--html", "page.html"],
+     "add 99 to --percentiles"),
 ])
 def test_bench_predict_refuses_what_it_cannot_predict(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
-    """bench predict without a serving system, or with options the profile does not take,
-    exits 2 naming the problem."""
+    """bench predict without a serving system, with options the profile does not take, or with a
+    page whose p99 curves its percentiles leave out, exits 2 naming the problem."""
     assert cli(argv) == 2
     assert message in capsys.readouterr().err

@@ -36,6 +36,15 @@ def test_a_bare_spec_writes_the_trace_its_scenario_form_writes(tmp_path: Path, c
     assert "generated 2000 requests" in capsys.readouterr().out
 
 
+def test_a_cap_on_requests_in_flight_is_written_into_the_header(tmp_path: Path) -> None:
+    """The requests of a workload with max_concurrency are the same due times as without it, and
+    the header says the cap they are sent under (absent without one)."""
+    capped_csv, capped = _workload(tmp_path, "capped", BARE, "--set", "num_requests=50", "--set", "max_concurrency=3")
+    open_csv, open_loop = _workload(tmp_path, "open", BARE, "--set", "num_requests=50")
+    assert capped_csv == open_csv
+    assert capped["max_concurrency"] == 3 and "max_concurrency" not in open_loop
+
+
 def test_set_keys_of_a_bare_spec_work_with_and_without_the_workload_prefix(tmp_path: Path) -> None:
     """``--set aggregate_rate=50`` and ``--set workload.aggregate_rate=50`` give the same table, the
     one the scenario referencing the file with ``aggregate_rate: 50`` beside it gives."""

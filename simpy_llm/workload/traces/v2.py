@@ -252,14 +252,16 @@ def write_trace_v2(
 
 
 def write_generated_trace(
-    frame: pd.DataFrame, path: Path | str, *, source: Any = None, seed: int | None = None
+    frame: pd.DataFrame, path: Path | str, *, source: Any = None, seed: int | None = None, max_concurrency: int | None = None
 ) -> tuple[Path, Path]:
     """Write a generated workload (a frame with ``arrival_time_s`` in seconds, as
     :func:`simpy_llm.workload.export.generate_requests` makes) as a trace v2 with
     ``mode: generated``; returns ``(header_path, csv_path)``.
 
     Arrival times are rounded to whole microseconds. The header records the
-    spec file (``workload_spec``) and ``seed`` when given.
+    spec file (``workload_spec``), ``seed`` and the workload's cap on requests in flight
+    (``max_concurrency``: the arrival times are when requests fall due, not when a capped
+    client sends them) when given.
     """
     data = frame.copy()
     if "arrival_time_s" in data.columns:
@@ -270,6 +272,8 @@ def write_generated_trace(
         header["workload_spec"] = str(source)
     if seed is not None:
         header["seed"] = int(seed)
+    if max_concurrency is not None:
+        header["max_concurrency"] = int(max_concurrency)
     return write_trace_v2(data, path, header)
 
 
