@@ -119,6 +119,13 @@ class EngineConfig:
     ``n_ubatch``): decode tokens first, then the prefill chunks in order, cut every
     ``ubatch_tokens``; the step takes the sum of the passes' times, so each pass pays
     the latency model's fixed cost. Default: one pass per step (vLLM)."""
+    ubatch_split: str = attrs.field(default="simple", validator=one_of(("simple", "by_slot")))
+    """How a step is cut into passes (``simpy_llm.serving.passes``): ``simple``, the step's
+    tokens in order every ``ubatch_tokens``; ``by_slot``, llama.cpp's server with a KV stream
+    per slot: one pass per run of consecutive slot ids, an equal number of tokens from each
+    sequence in it, so a step costs more when its requests sit on scattered slots. A request
+    holds slot ``0 .. max_num_seqs - 1`` from admission to its end (the slot cache's, or the
+    least recently used idle one). ``by_slot`` needs ``ubatch_tokens``."""
     prefill_breaks: tuple[int, ...] = attrs.field(default=(), validator=each_item(all_of(at_least(1), at_most(MAX_TOKENS))))
     """Prompt positions, counted back from the end of the prompt, that a prefill chunk
     never crosses: with ``(516, 4)`` the last 4 prompt tokens are computed in a step of
@@ -144,6 +151,8 @@ class EngineConfig:
             raise FieldValueError("prefill_breaks", "needs chunked_prefill: true (a prompt is then computed in pieces)")
         if self.slot_cache is not None:
             self._check_slot_cache()
+        if self.ubatch_split == "by_slot" and self.ubatch_tokens is None:
+            raise FieldValueError("ubatch_split", "by_slot needs ubatch_tokens (the tokens of one forward pass)")
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise FieldValueError(
                 "max_num_batched_tokens",
@@ -281,6 +290,12 @@ class LlamaCppPreset:
     cache_idle_slots: bool | None = None
     """``--cache-idle-slots`` (``slots`` only; default the server's true): every idle slot's
     context is saved to host memory whenever a request starts (needs ``cache_ram_tokens`` > 0)."""
+    kv_unified: bool = False
+    """``--kv-unified``: one KV buffer for all slots, so a step's tokens run in passes of
+    ``n_ubatch`` in order (``ubatch_split: simple``). Off (the server's default when
+    ``--parallel`` is given), each slot has its own KV stream and a step runs one pass per
+    run of consecutive slot ids (``ubatch_split: by_slot``; docs/model.md, "Passes by
+    slot"). One slot is one stream either way."""
     ctx_checkpoints: int | None = attrs.field(default=None, validator=optional(all_of(at_least(1), at_most(MAX_TOKENS))))
     """``--ctx-checkpoints`` (``slots`` with ``prompt_checkpoints`` only; default the
     server's 32): checkpoints a slot keeps, the oldest dropped first."""
@@ -323,6 +338,7 @@ class LlamaCppPreset:
             max_num_seqs=self.n_parallel,
             max_num_batched_tokens=n_batch,
             ubatch_tokens=min(self.n_ubatch, n_batch),
+            ubatch_split="simple" if self.kv_unified or self.n_parallel == 1 else "by_slot",
             chunked_prefill=True,
             kv_block_size=1,
             kv_num_blocks=n_ctx + (self.cache_ram_tokens if radix else 0),

@@ -61,7 +61,8 @@ from simpy_llm.kernel import LATE, TimerAt, move_wait, succeed_at
 from simpy_llm.policies.scheduling import FirstComeFirstServed
 from simpy_llm.serving.kv_cache import PagedKVCache, blocks_for
 from simpy_llm.serving.prefix_cache import PrefixCache
-from simpy_llm.serving.slot_cache import SlotCache
+from simpy_llm.serving.passes import simple_passes, slot_passes
+from simpy_llm.serving.slot_cache import SlotCache, SlotIds
 
 if TYPE_CHECKING:
     from collections.abc import Generator
@@ -248,6 +249,16 @@ class Replica:
             self.kv = self.prefix_cache = PrefixCache(num_blocks, bs)
         else:
             self.kv = PagedKVCache(num_blocks, bs)
+        self._slot_ids: SlotIds | None = None
+        """Slots held by the running requests when ``ubatch_split: by_slot`` has no slot cache to ask."""
+        self._slot_of: Callable[[int], int] | None = None
+        """The slot a running request holds (``ubatch_split: by_slot``), else None."""
+        if config.ubatch_split == "by_slot":
+            if self.slot_cache is not None:
+                self._slot_of = self.slot_cache.slot_of
+            else:
+                self._slot_ids = SlotIds(config.max_num_seqs)
+                self._slot_of = self._slot_ids.slot_of
         capacity = num_blocks * bs
         limit = config.max_model_len if config.max_model_len is not None else capacity
         if not config.chunked_prefill:
@@ -492,7 +503,7 @@ class Replica:
                 raise RuntimeError(f"replica {self.index}: waiting requests but nothing schedulable")
             if self._uses_context and (chunks or self._changed):
                 self._decode_context = self._ctx_base + n_decode * self.step
-            if ubatch is not None and prefill_tokens + n_decode > ubatch:
+            if ubatch is not None and (prefill_tokens + n_decode > ubatch or self._slot_of is not None):
                 step_s = self._passes_time_s(chunks, n_decode, ubatch)
             elif self._uses_context:
                 step_s = step_time_s(
@@ -575,7 +586,7 @@ class Replica:
         ``step_time_s`` is (pass by pass when the step takes several)."""
         energy = self._energy
         assert energy is not None  # called only with a table of step energies
-        if ubatch is not None and prefill_tokens + n_decode > ubatch:
+        if ubatch is not None and (prefill_tokens + n_decode > ubatch or self._slot_of is not None):
             return self._passes_time_s(chunks, n_decode, ubatch, energy)
         if self._uses_context:
             pairs = sum(c * r.kv_tokens + c * (c + 1) // 2 for r, c in chunks)
@@ -586,43 +597,29 @@ class Replica:
         self, chunks: list[tuple[Request, int]], n_decode: int, ubatch: int, measure: Callable[..., float] | None = None
     ) -> float:
         """Time of a step computed as forward passes of at most *ubatch* tokens
-        (``EngineConfig.ubatch_tokens``): the decode tokens first, then each prefill chunk in
-        order, cut every *ubatch* tokens; each pass is timed by the latency model alone.
+        (``EngineConfig.ubatch_tokens``), cut as ``ubatch_split`` says
+        (:mod:`simpy_llm.serving.passes`); each pass is timed by the latency model alone.
 
         A context-dependent model sees each pass's share: the decoders' context in
         proportion to the decoders in the pass, and the causal-attention pairs of the
-        prefill tokens in it (token ``i`` of a chunk after ``p`` cached tokens attends to
-        ``p + i + 1`` keys). *measure* (default the model's ``step_time_s``) is what is
+        prefill tokens in it. *measure* (default the model's ``step_time_s``) is what is
         summed over the passes; the step's energy sums ``step_energy_j`` the same way.
         """
         step_time_s = self.latency.step_time_s if measure is None else measure
-        uses_context = self._uses_context
-        context_per_decoder = self._decode_context / n_decode if n_decode else 0.0
+        slot_of = self._slot_of
+        if slot_of is None:
+            passes = simple_passes([(req.kv_tokens, chunk) for req, chunk in chunks], n_decode, ubatch)
+        else:
+            prefilling = {req.id for _k, _q, req in self._prefilling}
+            decoders = [slot_of(i) for i in self.running if i not in prefilling]
+            passes = slot_passes(decoders, [(slot_of(req.id), req.kv_tokens, chunk) for req, chunk in chunks], ubatch)
         total = 0.0
-        passes: list[tuple[int, int, int]] = []  # (prefill tokens, decode tokens, attention pairs)
-        decoders = n_decode
-        while decoders > ubatch:
-            passes.append((0, ubatch, 0))
-            decoders -= ubatch
-        prefill, pairs, room = 0, 0, ubatch - decoders
-        for req, chunk in chunks:
-            cached = req.kv_tokens
-            a = 0
-            while a < chunk:
-                if not room:
-                    passes.append((prefill, decoders, pairs))
-                    decoders = prefill = pairs = 0
-                    room = ubatch
-                b = min(chunk, a + room)
-                prefill += b - a
-                pairs += (b - a) * cached + (b * (b + 1) - a * (a + 1)) // 2
-                room -= b - a
-                a = b
-        passes.append((prefill, decoders, pairs))
-        for p, d, q in passes:
-            if uses_context:
+        if self._uses_context:
+            context_per_decoder = self._decode_context / n_decode if n_decode else 0.0
+            for p, d, q in passes:
                 total += step_time_s(p, d, context_per_decoder * d, q)
-            else:
+        else:
+            for p, d, _q in passes:
                 total += step_time_s(p, d)
         return total
 
@@ -767,6 +764,8 @@ class Replica:
             if new_blocks + pinned_free > kv.free_blocks:
                 break
             heapq.heappop(waiting)
+            if self._slot_ids is not None:
+                self._slot_ids.take(req.id)
             if slots is not None:
                 slots.admit(req, plan)
                 if plan.restored:
@@ -869,6 +868,8 @@ class Replica:
             req.decode_anchor_step = -1  # its finish-heap entry is now stale
             req.last_token_engine_s = now
         self._release_kv(req, tokens)
+        if self._slot_ids is not None:
+            self._slot_ids.free(req.id)
         mode = "recompute"
         if self.swap and tokens and self.swap_free_blocks >= blocks_for(tokens, bs):
             mode = "swap"
@@ -1060,6 +1061,8 @@ class Replica:
         req.kv_holder = None
         if self.slot_cache is not None:
             self.slot_cache.release(req, req.kv_tokens)
+        elif self._slot_ids is not None:
+            self._slot_ids.free(req.id)
         req.last_token_engine_s = end
         self.departed += 1
         self.departed_tokens += req.prompt_tokens
@@ -1077,6 +1080,8 @@ class Replica:
         req.kv_holder = None
         if self.slot_cache is not None:
             self.slot_cache.release(req, tokens)
+        elif self._slot_ids is not None:
+            self._slot_ids.free(req.id)
         req.completion_s = completion_s = end + req.output_tokens * self._alpha2
         self.departed += 1
         self.departed_tokens += req.prompt_tokens

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from simpy_llm.config.schema import SlotCacheConfig
     from simpy_llm.entities import Request
 
-__all__ = ["SlotCache", "SlotContext", "SlotPlan", "common_prefix_tokens", "cut_segments"]
+__all__ = ["SlotCache", "SlotContext", "SlotIds", "SlotPlan", "common_prefix_tokens", "cut_segments"]
 
 
 def common_prefix_tokens(a: Sequence[Segment], b: Sequence[Segment]) -> int:
@@ -441,3 +441,55 @@ class SlotCache:
         """Prompt tokens *req* would find cached if admitted now (0 while no slot is idle)."""
         plan = self.plan(req)
         return 0 if plan is None else plan.cached
+
+    def slot_of(self, request_id: int) -> int:
+        """The slot the running request *request_id* holds."""
+        return self._running[request_id][0].index
+
+
+class SlotIds:
+    """Which slot each running request holds on a llama.cpp server whose prompt cache is not
+    modelled (``cache_prompt`` off): a request takes the least recently used idle slot, ties
+    to the highest number, as :class:`SlotCache` does when no slot's context is similar
+    enough to the prompt (prompts that share nothing).
+
+    Examples
+    --------
+    >>> ids = SlotIds(3)
+    >>> [ids.take(i) for i in range(3)]          # a fresh server: highest number first
+    [2, 1, 0]
+    >>> ids.free(1); ids.free(0)                 # slots 1, then 2 become idle
+    >>> ids.take(3), ids.slot_of(2)              # the one idle longest
+    (1, 0)
+    """
+
+    __slots__ = ("_busy", "_last_used", "_of", "_releases")
+
+    def __init__(self, slots: int) -> None:
+        self._last_used = [-1] * slots
+        self._busy = [False] * slots
+        self._of: dict[int, int] = {}
+        self._releases = 0
+
+    def take(self, request_id: int) -> int:
+        """Give *request_id* the least recently used idle slot; return its number."""
+        chosen = -1
+        for i, busy in enumerate(self._busy):
+            if not busy and (chosen < 0 or self._last_used[i] <= self._last_used[chosen]):
+                chosen = i
+        if chosen < 0:
+            raise RuntimeError(f"request {request_id}: no idle slot (the engine admits at most one request per slot)")
+        self._busy[chosen] = True
+        self._of[request_id] = chosen
+        return chosen
+
+    def free(self, request_id: int) -> None:
+        """*request_id* left its slot."""
+        slot = self._of.pop(request_id)
+        self._busy[slot] = False
+        self._last_used[slot] = self._releases
+        self._releases += 1
+
+    def slot_of(self, request_id: int) -> int:
+        """The slot the running request *request_id* holds."""
+        return self._of[request_id]
