@@ -5,7 +5,8 @@ by ``simpy-llm observe``, see ``docs/observe.md``) into the serving system that
 recorded it, so a trace can be replayed without writing a scenario by hand:
 
 * ``llamacpp``: the ``llamacpp`` engine preset with the block's ``n_parallel``,
-  ``ctx_per_slot``, ``n_batch``, ``n_ubatch`` and ``cache_prompt``;
+  ``ctx_per_slot``, ``n_batch``, ``n_ubatch``, ``cache_prompt`` and ``kv_unified``
+  (absent: the preset's default, passes in order);
 * ``emulated`` (``simpy-llm serve``): the server's own ``serving`` section, seed and
   engine mode, which it reports about itself;
 * ``vllm`` / ``sglang``: the default engine with ``max_num_seqs``, ``block_size``,
@@ -44,7 +45,7 @@ from simpy_llm.workload.traces import SERVER_BLOCK_KEYS, Trace, read_trace_v2, t
 __all__ = ["PROFILE_VERSION", "apply_profile", "load_profile", "replay_scenario", "scenario_from_trace"]
 
 
-_LLAMACPP_KEYS = ("n_parallel", "ctx_per_slot", "n_batch", "n_ubatch", "cache_prompt")
+_LLAMACPP_KEYS = ("n_parallel", "ctx_per_slot", "n_batch", "n_ubatch", "cache_prompt", "kv_unified")
 """The ``llamacpp`` preset's keys a llama.cpp server block gives."""
 
 

@@ -221,6 +221,9 @@ class LlamaCppPreset:
       (``max_num_batched_tokens``; longer prompts continue in the next steps), computed in
       forward passes of ``n_ubatch`` tokens (``ubatch_tokens``); llama.cpp clamps both to the
       context (``n_batch <= n_ctx``, ``n_ubatch <= n_batch``) and so does this mapping;
+      with a KV stream per slot (``kv_unified`` off) a pass takes only
+      sequences on consecutive slot ids (``ubatch_split: by_slot``, docs/model.md, "Passes
+      by slot");
     * ``cache_prompt`` is the prompt cache (``prefix_caching``). With ``cache_model: slots``
       (the default) it is modelled as the server keeps it (``slot_cache``, docs/model.md, "The
       prompt cache, slot by slot"): each slot keeps its last context; a prompt goes to the
@@ -290,12 +293,15 @@ class LlamaCppPreset:
     cache_idle_slots: bool | None = None
     """``--cache-idle-slots`` (``slots`` only; default the server's true): every idle slot's
     context is saved to host memory whenever a request starts (needs ``cache_ram_tokens`` > 0)."""
-    kv_unified: bool = False
+    kv_unified: bool = True
     """``--kv-unified``: one KV buffer for all slots, so a step's tokens run in passes of
-    ``n_ubatch`` in order (``ubatch_split: simple``). Off (the server's default when
-    ``--parallel`` is given), each slot has its own KV stream and a step runs one pass per
-    run of consecutive slot ids (``ubatch_split: by_slot``; docs/model.md, "Passes by
-    slot"). One slot is one stream either way."""
+    ``n_ubatch`` in order (``ubatch_split: simple``): the server's setting when it chooses
+    the slots itself (4). Off (its default when ``--parallel`` is given, and the project's
+    launcher's), each slot has its own KV stream and a step runs one pass per run of
+    consecutive slot ids (``ubatch_split: by_slot``; docs/model.md, "Passes by slot"). One
+    slot is one stream either way. The calibrator's estimates still assume passes in order
+    (docs/calibration.md), so a trace header that does not say ``kv_unified`` is replayed
+    with this default."""
     ctx_checkpoints: int | None = attrs.field(default=None, validator=optional(all_of(at_least(1), at_most(MAX_TOKENS))))
     """``--ctx-checkpoints`` (``slots`` with ``prompt_checkpoints`` only; default the
     server's 32): checkpoints a slot keeps, the oldest dropped first."""

@@ -136,7 +136,7 @@ _POSITIVE_INTS = frozenset(
      "max_input_tokens", "max_total_tokens", "max_batch_total_tokens", "max_batch_prefill_tokens", "max_batch_size",
      "max_waiting_tokens")
 )
-_BOOLS = frozenset(("cache_prompt", "enable_prefix_caching"))
+_BOOLS = frozenset(("cache_prompt", "kv_unified", "enable_prefix_caching"))
 _WRITTEN_BY_OBSERVER = ("discovered", "defaulted")
 _DESCRIPTION_PATH = "/simpy_llm/server"  # simpy_llm.observe.emulate.server.DESCRIPTION_PATH, without importing the server
 
@@ -165,7 +165,7 @@ def load_server_config(config: str | os.PathLike[str] | Mapping[str, Any] | Serv
     In ``server``, ``type`` must be one of :data:`SERVER_TYPES`; ``model`` and
     ``quantization`` are strings; slot, context, batch, thread and parallelism counts
     (``n_parallel``, ``max_num_seqs``, ...) whole numbers >= 1; ``cache_ram_mib`` a whole
-    number >= 0; ``cache_prompt`` and ``enable_prefix_caching`` true or false;
+    number >= 0; ``cache_prompt``, ``kv_unified`` and ``enable_prefix_caching`` true or false;
     ``gpu_memory_utilization`` a number in (0, 1]; each may be null (unknown).
     ``discovered`` and ``defaulted`` are the observer's to write. In ``network``,
     ``bandwidth_mbps`` (the client's, each way) and ``bytes_per_token`` are numbers > 0 and

@@ -60,8 +60,8 @@ from simpy_llm.entities import Request
 from simpy_llm.kernel import LATE, TimerAt, move_wait, succeed_at
 from simpy_llm.policies.scheduling import FirstComeFirstServed
 from simpy_llm.serving.kv_cache import PagedKVCache, blocks_for
-from simpy_llm.serving.prefix_cache import PrefixCache
 from simpy_llm.serving.passes import simple_passes, slot_passes
+from simpy_llm.serving.prefix_cache import PrefixCache
 from simpy_llm.serving.slot_cache import SlotCache, SlotIds
 
 if TYPE_CHECKING:

@@ -16,6 +16,7 @@ import pytest
 
 from simpy_llm.calibrate.bench_predict import bench_errors, predict_measured
 from simpy_llm.calibrate.scenario import scenario_from_trace
+from simpy_llm.loading import scenario_from_dict, scenario_to_dict
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "bench" / "llamacpp_bench"
 
@@ -48,3 +49,17 @@ def test_median_e2e_errors_run_by_run(scored: dict) -> None:
     assert [r["median_ttft_ms"] for r in runs] == pytest.approx([0.017, -0.024, -0.053, -0.042, -0.019, 0.196], abs=5e-4)
     assert scored["mape"]["median_e2el_ms"] == pytest.approx(0.127, abs=5e-4)
     assert scored["mape"]["median_ttft_ms"] == pytest.approx(0.033, abs=5e-4)
+
+
+def test_passes_by_slot_bring_the_median_e2e_below_saturation_within_ten_percent(tmp_path: Path) -> None:
+    """The same profile replayed with a KV stream per slot (``kv_unified: false``, the
+    launcher's setting): p50 E2E +9.0 %, -1.4 %, +0.2 %, +7.2 %, +6.9 %, +15.7 % (every run below
+    saturation within 10 %), while p50 TTFT near saturation is over-predicted (+28.4 %, +58.3 %:
+    docs/calibration.md says why)."""
+    measured = json.loads((DATA / "sweep" / "bench.json").read_text())
+    data = scenario_to_dict(scenario_from_trace(DATA / "sweep" / "rate_0" / "trace", profile=DATA / "profile.yaml"))
+    data["serving"]["engine"]["ubatch_split"] = "by_slot"  # the preset with kv_unified: false
+    predicted = predict_measured(scenario_from_dict(data), DATA / "sweep", tmp_path)
+    runs = bench_errors(measured["runs"], predicted["runs"])["runs"]
+    assert [r["median_e2el_ms"] for r in runs] == pytest.approx([0.090, -0.014, 0.002, 0.072, 0.069, 0.157], abs=5e-4)
+    assert [r["median_ttft_ms"] for r in runs] == pytest.approx([0.017, -0.024, -0.027, 0.037, 0.284, 0.583], abs=5e-4)
