@@ -10,15 +10,43 @@ The public API::
 the core and are never imported from here.
 """
 
-from simpy_llm.config import Scenario, ScenarioError
-from simpy_llm.entities import Request
-from simpy_llm.loading import load_scenario, scenario_from_dict
-from simpy_llm.metrics.record import RequestRecord
-from simpy_llm.metrics.recorder import Recorder
-from simpy_llm.metrics.results import Results
-from simpy_llm.registry import Registry
-from simpy_llm.rng import RandomStreams
-from simpy_llm.simulation import Simulation
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from simpy_llm.config import Scenario, ScenarioError
+    from simpy_llm.entities import Request
+    from simpy_llm.loading import load_scenario, scenario_from_dict
+    from simpy_llm.metrics.record import RequestRecord
+    from simpy_llm.metrics.recorder import Recorder
+    from simpy_llm.metrics.results import Results
+    from simpy_llm.registry import Registry
+    from simpy_llm.rng import RandomStreams
+    from simpy_llm.simulation import Simulation
+
+_HOME = {
+    "Scenario": "config", "ScenarioError": "config", "Request": "entities", "load_scenario": "loading",
+    "scenario_from_dict": "loading", "RequestRecord": "metrics.record", "Recorder": "metrics.recorder",
+    "Results": "metrics.results", "Registry": "registry", "RandomStreams": "rng", "Simulation": "simulation",
+}
+"""Each public name's module. They are imported on first use (PEP 562): the command line
+(``simpy_llm.cli``) imports this package first, and a command imports only what it runs."""
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module 'simpy_llm' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"simpy_llm.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
     "RandomStreams",

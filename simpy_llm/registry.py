@@ -10,10 +10,16 @@ Registering a taken name raises, so a typo in a user module cannot silently
 replace a built-in. Registering the same definition again (the same module and
 qualified name, as when a notebook cell or a plugin is run a second time)
 replaces the entry with the new object.
+
+A registry may also name modules that register more entries when imported
+(:meth:`Registry.load_from`): they are imported the first time a name is
+missing or the names are listed, so a kind that only a few scenarios use costs
+nothing to the others, and a kind named in a scenario is still found.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
@@ -56,6 +62,30 @@ class Registry(Generic[T]):
     def __init__(self, what: str) -> None:
         self.what = what
         self._items: dict[str, T] = {}
+        self._pending: tuple[str, ...] = ()
+
+    def load_from(self, *modules: str) -> None:
+        """Import *modules* (dotted names), which register more entries, on first need.
+
+        They are imported, in order, the first time :meth:`get` or ``in`` misses a name, or
+        :meth:`names` or iteration lists them; a name already registered is found without
+        them. Declared by the module that makes the registry complete (as an import of them
+        would), so that the registry is the same whichever of its entries is looked up.
+
+        Examples
+        --------
+        >>> from simpy_llm.serving.latency import latency_models
+        >>> "lut" in latency_models  # simpy_llm.serving.latency declares simpy_llm.serving.lut, which registers it
+        True
+        """
+        self._pending += modules
+
+    def _load_pending(self) -> bool:
+        """Import the modules declared by :meth:`load_from` not imported yet; whether there were any."""
+        pending, self._pending = self._pending, ()
+        for module in pending:
+            importlib.import_module(module)
+        return bool(pending)
 
     def register(self, name: str) -> Callable[[T], T]:
         """Return a decorator that registers its argument under *name*.
@@ -101,16 +131,19 @@ class Registry(Generic[T]):
         try:
             return self._items[name]
         except KeyError:
+            if self._load_pending():
+                return self.get(name)
             raise RegistryError(
                 f"unknown {self.what} {name!r}; known: {', '.join(self.names())}"
             ) from None
 
     def names(self) -> list[str]:
-        """Registered names, sorted."""
+        """Registered names, sorted (the modules of :meth:`load_from` imported first)."""
+        self._load_pending()
         return sorted(self._items)
 
     def __contains__(self, name: object) -> bool:
-        return name in self._items
+        return name in self._items or (self._load_pending() and name in self._items)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())

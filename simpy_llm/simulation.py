@@ -44,12 +44,7 @@ from simpy_llm.entities import Request
 from simpy_llm.kernel import Environment
 from simpy_llm.metrics.recorder import Recorder
 from simpy_llm.metrics.results import Results
-from simpy_llm.network.client import ClientNetwork
-from simpy_llm.network.link import Link
-from simpy_llm.network.topology import Topology
 from simpy_llm.policies.admission import AlwaysAdmit, admission_policies
-from simpy_llm.policies.gamma import gamma_policies
-from simpy_llm.policies.mode import mode_selectors
 from simpy_llm.policies.routing import routing_policies
 from simpy_llm.policies.scheduling import scheduler_policies
 from simpy_llm.processes import Ports, UserProcess, process_kinds, seam_error
@@ -65,18 +60,11 @@ from simpy_llm.progress import (
 )
 from simpy_llm.rng import RandomStreams
 from simpy_llm.serving.batching import BatchServer, build_service_model
-from simpy_llm.serving.devices import device_profile
-from simpy_llm.serving.disaggregation import KvHandoff
 from simpy_llm.serving.engine import Replica
 from simpy_llm.serving.fleet import ReplicaPlan, plan_fleet
 from simpy_llm.serving.planner import WHAT_IF_DRAIN_WINDOWS, FleetControl, Planner, WhatIf, parallelism_fleet, what_if_layout
 from simpy_llm.serving.router import Router
 from simpy_llm.serving.views import ClusterView, LiveView, RouterCounts, SnapshotView, refresh_views
-from simpy_llm.speculative.curves import acceptance_model
-from simpy_llm.speculative.decode_pool import DecodeVerifyServer, VerifyPool
-from simpy_llm.speculative.draft import DraftFleet
-from simpy_llm.speculative.targets import FleetTargets
-from simpy_llm.speculative.verify import VerifyServer
 from simpy_llm.wire import Wire
 from simpy_llm.workload.checks import check_spec_files, warn_unknown_trace_classes
 from simpy_llm.workload.distributions import SamplingError
@@ -91,12 +79,17 @@ if TYPE_CHECKING:
 
     from simpy_llm.config.schema import DisaggregationConfig, PolicySpec, ProcessSpec, Scenario
     from simpy_llm.config.speculation import SpeculationConfig
+    from simpy_llm.network.client import ClientNetwork
+    from simpy_llm.network.link import Link
     from simpy_llm.policies.admission import AdmissionPolicy
     from simpy_llm.policies.planning import PlannerChoice
     from simpy_llm.policies.routing import RoutingPolicy
     from simpy_llm.policies.scheduling import SchedulerPolicy
+    from simpy_llm.serving.disaggregation import KvHandoff
     from simpy_llm.serving.engine import TokenListener
     from simpy_llm.serving.latency import LatencyModel
+    from simpy_llm.speculative.draft import DraftFleet
+    from simpy_llm.speculative.verify import VerifyServer
 
 __all__ = ["Simulation"]
 
@@ -282,6 +275,8 @@ class Simulation:
             sent = Wire(env)
             drafts = self.draft_fleet = self._build_draft_fleet(spec, sent, arrivals, completions)
         elif networks:
+            from simpy_llm.network.client import ClientNetwork
+
             sent = Wire(env)
             self.client_network = ClientNetwork(
                 env, sent, arrivals, self.recorder, networks, streams=self._link_stream, dropped=completions,
@@ -471,6 +466,8 @@ class Simulation:
 
     def _replica_ports(self, seam: str, wire: Wire) -> Ports:
         """A replica's inbox and a completing outbox for a process that stands in for it."""
+        from simpy_llm.speculative.verify import VerifyServer
+
         replica = self.replicas[int(seam.split(":")[1])]
         # With speculation every replica is a verify server.
         if isinstance(replica, VerifyServer) or self.scenario.serving.disaggregation is not None:
@@ -505,6 +502,12 @@ class Simulation:
 
     def _build_draft_fleet(self, spec: SpeculationConfig, sent: Wire, arrivals: Wire, completions: Wire | None) -> DraftFleet:
         """The draft devices of *spec*, between the workload and the router (``docs/speculative.md``)."""
+        from simpy_llm.policies.gamma import gamma_policies
+        from simpy_llm.policies.mode import mode_selectors
+        from simpy_llm.serving.devices import device_profile
+        from simpy_llm.speculative.draft import DraftFleet
+        from simpy_llm.speculative.targets import FleetTargets
+
         # The loader structures both as policy specs (the schema's GammaSpec and ModeSelectorSpec).
         selector = build_policy(cast("PolicySpec", spec.mode_selector), mode_selectors) if spec.mode_selector is not None else None
         gamma = cast("PolicySpec", spec.gamma_policy)
@@ -523,6 +526,10 @@ class Simulation:
         """The fleet as the targets of *drafts*: one VerifyServer per replica; with
         *handoffs* (a disaggregated fleet) an engine Replica per prefill replica and a
         DecodeVerifyServer per decode replica (``docs/speculative.md``)."""
+        from simpy_llm.speculative.curves import acceptance_model
+        from simpy_llm.speculative.decode_pool import DecodeVerifyServer, VerifyPool
+        from simpy_llm.speculative.verify import VerifyServer
+
         spec = drafts.config
         fused = acceptance_model(spec.fused.acceptance) if spec.fused is not None else None
         slo = {name: (t.ttft_s, t.tpot_s, t.tvt_s) for name, t in self.scenario.slo.items()}
@@ -579,6 +586,10 @@ class Simulation:
         self, dis: DisaggregationConfig, handoffs: Wire, replica_inboxes: list[Wire], counts: RouterCounts, completions: Wire | None
     ) -> KvHandoff:
         """The decode router, the KV links and the :class:`KvHandoff` of the fleet *dis* disaggregates."""
+        from simpy_llm.network.link import Link
+        from simpy_llm.network.topology import Topology
+        from simpy_llm.serving.disaggregation import KvHandoff
+
         env = self.env
         prefill = [i for i, plan in enumerate(self.plans) if plan.role == "prefill"]
         decode = [i for i, plan in enumerate(self.plans) if plan.role == "decode"]

@@ -21,12 +21,61 @@ Beside the simulation core (pandas and scipy; nothing in the core imports it):
 ``docs/calibration.md`` walks through observing a real server, fitting and predicting.
 """
 
-from simpy_llm.calibrate.compare import Calibration, compare
-from simpy_llm.calibrate.fit import FitResult, fit, write_profile
-from simpy_llm.calibrate.report import CalibrationReport, report_table, write_report
-from simpy_llm.calibrate.scenario import apply_profile, scenario_from_trace
-from simpy_llm.calibrate.stats import MetricComparison, compare_metric, rate
-from simpy_llm.calibrate.synthetic import simulated_observation
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from simpy_llm.calibrate.compare import Calibration, compare
+    from simpy_llm.calibrate.fit import FitResult, fit, write_profile
+    from simpy_llm.calibrate.report import CalibrationReport, report_table, write_report
+    from simpy_llm.calibrate.scenario import apply_profile, scenario_from_trace
+    from simpy_llm.calibrate.stats import MetricComparison, compare_metric, rate
+    from simpy_llm.calibrate.synthetic import simulated_observation
+
+_HOME = {
+    "Calibration": "compare", "compare": "compare", "FitResult": "fit", "fit": "fit", "write_profile": "fit",
+    "CalibrationReport": "report", "report_table": "report", "write_report": "report",
+    "apply_profile": "scenario", "scenario_from_trace": "scenario",
+    "MetricComparison": "stats", "compare_metric": "stats", "rate": "stats",
+    "simulated_observation": "synthetic",
+}
+"""Each public name's module. They are imported on first use (PEP 562): the command line
+builds the ``calibrate`` verbs' parsers (:mod:`simpy_llm.calibrate.cli`) for every command, and
+a ``simpy-llm run`` should not pay for SciPy and pandas."""
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module 'simpy_llm.calibrate' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"simpy_llm.calibrate.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+class _Package(types.ModuleType):
+    """This package, whose ``compare`` and ``fit`` stay the functions when their modules load.
+
+    The import system binds a newly loaded submodule to its name in the package; the
+    package's ``compare`` and ``fit`` are the functions of the same names (as they were
+    when the package imported them eagerly), whichever module loaded first.
+    """
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in ("compare", "fit") and isinstance(value, types.ModuleType):
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "Calibration",

@@ -7,6 +7,11 @@ need of a latency model, a fleet's plan (``kv_num_blocks: auto``, swap settings)
 disaggregated fleet's topology, an agentic workflow's graph, a process's seam, acceptance
 curves and draft devices, the planner's summary metrics and parallelism candidates.
 
+A check that needs a component only a feature uses (device profiles, topologies, acceptance
+curves, the planner, batch servers, agentic workflows) imports it when it runs, that is when
+the scenario has the feature: loading a scenario imports what the scenario uses, and
+``simpy-llm run`` starts the sooner (``benchmarks/bench_startup.py``).
+
 Each check takes one config object and raises :class:`~simpy_llm.config.errors.FieldValueError`
 naming the key inside it, as the class's own checks do. The loader runs a class's checks
 right after it makes an object of that class (:func:`register_checks`), so a problem is
@@ -27,7 +32,7 @@ simpy_llm.config.errors.ScenarioError: <config>: 1 problem(s) in scenario
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
@@ -45,18 +50,13 @@ from simpy_llm.config.schema import (
 )
 from simpy_llm.config.speculation import DrafterConfig, DraftGroupConfig, FusedConfig, SpeculationConfig
 from simpy_llm.config.structure import attrs_hook_factory, build_policy, converter
-from simpy_llm.metrics.summary_paths import summary_metric_path
-from simpy_llm.network.topology import Topology
 from simpy_llm.processes import check_place
-from simpy_llm.serving.batching import batch_service_models
-from simpy_llm.serving.devices import DeviceProfile, device_profile
 from simpy_llm.serving.fleet import plan_fleet
 from simpy_llm.serving.latency import latency_models
-from simpy_llm.serving.planner import fleet_tp, layout_serving
-from simpy_llm.speculative.curves import acceptance_model
-from simpy_llm.speculative.targets import FleetTargets
 from simpy_llm.workload.distributions import ClampedGaussian
-from simpy_llm.workload.workflows import check_workflow
+
+if TYPE_CHECKING:
+    from simpy_llm.serving.devices import DeviceProfile
 
 __all__ = ["CHECKS", "check_config", "register_checks"]
 
@@ -84,13 +84,19 @@ def _tool_latency(tool: ToolConfig) -> None:
         )
 
 
-_checks(AgenticConfig)(check_workflow)
+@_checks(AgenticConfig)
+def _workflow(config: AgenticConfig) -> None:
+    from simpy_llm.workload.workflows import check_workflow
+
+    check_workflow(config)
 
 
 def _batch_service_latency(batch_server: BatchServerConfig | None, latency_model: PolicySpec | None) -> None:
     """A batch server has a latency model exactly when its service model uses one."""
     if batch_server is None:
         return
+    from simpy_llm.serving.batching import batch_service_models
+
     kind = batch_server.service.kind
     needs = getattr(batch_service_models.get(kind), "needs_latency_model", False)  # a user's service model may leave it out
     if needs and latency_model is None:
@@ -101,6 +107,8 @@ def _batch_service_latency(batch_server: BatchServerConfig | None, latency_model
 
 def _device(name: str) -> DeviceProfile:
     """The device profile *name* (a shipped id or a file), its problems reported at ``device``."""
+    from simpy_llm.serving.devices import device_profile
+
     try:
         return device_profile(name)
     except ScenarioError as exc:
@@ -137,6 +145,8 @@ def _topology(serving: ServingConfig, spec: dict[str, Any]) -> None:
     """The topology builds, and its endpoints are the fleet's replicas (``<group>/<k>``):
     every replica is one; a ``complete`` or ``clos`` topology names no other (a ``links``
     topology may have switches)."""
+    from simpy_llm.network.topology import Topology
+
     try:
         topology = Topology.from_spec(spec)
     except FieldValueError as exc:
@@ -163,6 +173,8 @@ def _process_place(spec: ProcessSpec) -> None:
 
 
 def _known_curve(curve: str) -> None:
+    from simpy_llm.speculative.curves import acceptance_model
+
     try:
         acceptance_model(curve)
     except (ScenarioError, KeyError, ValueError) as exc:
@@ -185,6 +197,8 @@ def _draft_device(group: DraftGroupConfig) -> None:
 @_checks(SpeculationConfig)
 def _curves_cover_k(spec: SpeculationConfig) -> None:
     """Each acceptance curve covers ``k_max`` and, with several temperatures, is told which."""
+    from simpy_llm.speculative.curves import acceptance_model
+
     where = [(f"drafts[{g}].drafters[{d}].acceptance", dr.acceptance) for g, grp in enumerate(spec.drafts) for d, dr in enumerate(grp.drafters)]
     if spec.fused is not None:
         where.append(("fused.acceptance", spec.fused.acceptance))
@@ -199,6 +213,8 @@ def _curves_cover_k(spec: SpeculationConfig) -> None:
 @_checks(DrafterConfig)
 def _known_target_curves(drafter: DrafterConfig) -> None:
     """Each per-target curve names a curve, as ``acceptance`` does."""
+    from simpy_llm.speculative.curves import acceptance_model
+
     for name, curve in drafter.acceptance_by_target.items():
         try:
             acceptance_model(curve)
@@ -209,6 +225,8 @@ def _known_target_curves(drafter: DrafterConfig) -> None:
 @_checks(SpeculationConfig)
 def _target_curves_cover_k(spec: SpeculationConfig) -> None:
     """Each per-target curve covers ``k_max`` and, with several temperatures, is told which."""
+    from simpy_llm.speculative.curves import acceptance_model
+
     for g, group in enumerate(spec.drafts):
         for d, drafter in enumerate(group.drafters):
             for name, curve in drafter.acceptance_by_target.items():
@@ -227,6 +245,8 @@ def _draft_targets(scenario: Scenario) -> None:
     spec = scenario.speculation
     if spec is None:
         return
+    from simpy_llm.speculative.targets import FleetTargets
+
     fleet = FleetTargets(scenario.serving)
     for g, group in enumerate(spec.drafts):
         where = f"speculation.drafts[{g}]"
@@ -272,6 +292,8 @@ def _client_cap(scenario: Scenario) -> None:
 @_checks(PlannerConfig)
 def _planner_metrics(planner: PlannerConfig) -> None:
     """The objective and the constraints name numeric figures of a what-if's summary."""
+    from simpy_llm.metrics.summary_paths import summary_metric_path
+
     if planner.objective not in NAMED_OBJECTIVES:
         problem = summary_metric_path(planner.objective.removeprefix("-"))
         if problem:
@@ -291,6 +313,8 @@ def _planner_parallelism(scenario: Scenario) -> None:
     planner = scenario.planner
     if planner is None or planner.candidates.parallelism is None:
         return
+    from simpy_llm.serving.planner import fleet_tp, layout_serving
+
     serving = scenario.serving
     try:
         plans = plan_fleet(serving)

@@ -19,9 +19,10 @@ deciding by content (a mapping with ``serving`` or ``workload`` at the top is a 
 from __future__ import annotations
 
 import functools
+import importlib
 import re
 import reprlib
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any, get_type_hints
 
@@ -69,19 +70,17 @@ from simpy_llm.loading.checks import register_checks
 from simpy_llm.loading.overrides import Overrides, apply_overrides, ordered_overrides, override_items
 from simpy_llm.loading.plugins import import_plugins_of, load_entry_point_plugins
 from simpy_llm.policies.admission import admission_policies
-from simpy_llm.policies.batching import bin_selectors
-from simpy_llm.policies.drafter_selection import drafter_policies
-from simpy_llm.policies.gamma import gamma_policies
-from simpy_llm.policies.mode import mode_selectors
 from simpy_llm.policies.routing import routing_policies
 from simpy_llm.policies.scheduling import scheduler_policies
 from simpy_llm.processes import process_kinds
 from simpy_llm.registry import Registry
-from simpy_llm.serving.batching import batch_service_models
 from simpy_llm.serving.latency import latency_models
-from simpy_llm.workload import servegen as _servegen  # noqa: F401 - registers the servegen_windows arrival process
 from simpy_llm.workload.arrivals import arrival_processes
 from simpy_llm.workload.distributions import length_distributions
+
+# The servegen_windows arrival process registers itself when its module is imported: on first
+# need, so that a scenario without it does not load the ServeGen reader.
+arrival_processes.load_from("simpy_llm.workload.servegen")
 
 __all__ = [
     "WORKLOAD_SPEC",
@@ -102,38 +101,56 @@ def _placeholders(names: tuple[str, ...]) -> dict[str, Any]:
     return {name: known[name] for name in names if name in known}
 
 
-def _policy_hook(registry: Registry[Any], injected: tuple[str, ...] = ()) -> Any:
-    """Hook for a :class:`PolicySpec`; *injected* names the fields the simulation sets."""
+def _elsewhere(module: str, name: str) -> Callable[[], Registry[Any]]:
+    """The registry *name* of *module*, imported when a scenario first gives a spec of its kind
+    (batch servers, speculative decoding): a scenario without one does not load the module."""
+
+    def registry() -> Registry[Any]:
+        found: Registry[Any] = getattr(importlib.import_module(module), name)
+        return found
+
+    return registry
+
+
+def _policy_hook(registry: Registry[Any] | Callable[[], Registry[Any]], injected: tuple[str, ...] = ()) -> Any:
+    """Hook for a :class:`PolicySpec`; *injected* names the fields the simulation sets;
+    *registry* may be given by a function that returns it (:func:`_elsewhere`)."""
 
     def hook(value: Any, _t: Any) -> PolicySpec:
-        value = require_mapping(value, "with keys kind and params")
-        extra = sorted(set(value) - {"kind", "params"}, key=str)
-        if extra:
-            raise Problems([(str(extra[0]), "unknown key; allowed: kind, params")])
-        kind = value.get("kind")
-        if kind is None:
-            raise Problems([("kind", f"required key is missing; one of: {', '.join(registry.names())}")])
-        if not isinstance(kind, str) or kind not in registry:
-            raise Problems([("kind", f"unknown {registry.what} {kind!r}; one of: {', '.join(registry.names())}")])
-        params = value.get("params") or {}
-        if not isinstance(params, Mapping):
-            raise Problems([("params", f"must be a mapping (of parameters), got {reprlib.repr(params)}")])
-        params = dict(params)
-        odd = sorted((k for k in params if not isinstance(k, str)), key=str)
-        if odd:
-            raise Problems([(f"params.{odd[0]}", "unknown key; parameter names are strings")])
-        bad = sorted((k for k in params if k in injected), key=str)
-        if bad:
-            raise Problems([(f"params.{bad[0]}", "is set by the simulation, not the scenario")])
-        spec = PolicySpec(kind=kind, params=params)
-        try:
-            built = build_policy(spec, registry, **_placeholders(injected))
-        except Exception as exc:  # noqa: BLE001 - reported with its path
-            raise Problems(list(problems_of(exc, "params"))) from None
-        resolved = _resolved_paths(built, params)
-        return PolicySpec(kind=kind, params={**params, **resolved}) if resolved else spec
+        registry_ = registry if isinstance(registry, Registry) else registry()
+        return _policy_spec(value, registry_, injected)
 
     return hook
+
+
+def _policy_spec(value: Any, registry: Registry[Any], injected: tuple[str, ...]) -> PolicySpec:
+    """*value* structured as a :class:`PolicySpec` of *registry* (see :func:`_policy_hook`)."""
+    value = require_mapping(value, "with keys kind and params")
+    extra = sorted(set(value) - {"kind", "params"}, key=str)
+    if extra:
+        raise Problems([(str(extra[0]), "unknown key; allowed: kind, params")])
+    kind = value.get("kind")
+    if kind is None:
+        raise Problems([("kind", f"required key is missing; one of: {', '.join(registry.names())}")])
+    if not isinstance(kind, str) or kind not in registry:
+        raise Problems([("kind", f"unknown {registry.what} {kind!r}; one of: {', '.join(registry.names())}")])
+    params = value.get("params") or {}
+    if not isinstance(params, Mapping):
+        raise Problems([("params", f"must be a mapping (of parameters), got {reprlib.repr(params)}")])
+    params = dict(params)
+    odd = sorted((k for k in params if not isinstance(k, str)), key=str)
+    if odd:
+        raise Problems([(f"params.{odd[0]}", "unknown key; parameter names are strings")])
+    bad = sorted((k for k in params if k in injected), key=str)
+    if bad:
+        raise Problems([(f"params.{bad[0]}", "is set by the simulation, not the scenario")])
+    spec = PolicySpec(kind=kind, params=params)
+    try:
+        built = build_policy(spec, registry, **_placeholders(injected))
+    except Exception as exc:  # noqa: BLE001 - reported with its path
+        raise Problems(list(problems_of(exc, "params"))) from None
+    resolved = _resolved_paths(built, params)
+    return PolicySpec(kind=kind, params={**params, **resolved}) if resolved else spec
 
 
 def _resolved_paths(built: Any, params: dict[str, Any]) -> dict[str, Any]:
@@ -223,12 +240,14 @@ converter.register_structure_hook(LatencySpec, _latency)
 converter.register_structure_hook(SchedulerSpec, _policy_hook(scheduler_policies, injected=("slo",)))
 converter.register_structure_hook(AdmissionSpec, _policy_hook(admission_policies, injected=("slo", "rng")))
 converter.register_structure_hook(ProcessKindSpec, _policy_hook(process_kinds, injected=("env", "ports")))
-converter.register_structure_hook(BatchServiceSpec, _policy_hook(batch_service_models, injected=("rng", "latency")))
-converter.register_structure_hook(BinSelectorSpec, _policy_hook(bin_selectors))
+converter.register_structure_hook(
+    BatchServiceSpec, _policy_hook(_elsewhere("simpy_llm.serving.batching", "batch_service_models"), injected=("rng", "latency"))
+)
+converter.register_structure_hook(BinSelectorSpec, _policy_hook(_elsewhere("simpy_llm.policies.batching", "bin_selectors")))
 converter.register_structure_hook(KvBlocks, _kv_blocks)
-converter.register_structure_hook(GammaSpec, _policy_hook(gamma_policies))
-converter.register_structure_hook(ModeSelectorSpec, _policy_hook(mode_selectors))
-converter.register_structure_hook(DrafterPolicySpec, _policy_hook(drafter_policies))
+converter.register_structure_hook(GammaSpec, _policy_hook(_elsewhere("simpy_llm.policies.gamma", "gamma_policies")))
+converter.register_structure_hook(ModeSelectorSpec, _policy_hook(_elsewhere("simpy_llm.policies.mode", "mode_selectors")))
+converter.register_structure_hook(DrafterPolicySpec, _policy_hook(_elsewhere("simpy_llm.policies.drafter_selection", "drafter_policies")))
 _engine_fields = attrs_hook_factory(EngineConfig)
 
 

@@ -50,7 +50,6 @@ import numpy as np
 
 from simpy_llm.config.profile import RANGE_QUANTITIES
 from simpy_llm.serving.fleet import plan_fleet
-from simpy_llm.serving.roofline import Roofline
 
 if TYPE_CHECKING:
     from simpy_llm.metrics.results import Results
@@ -287,6 +286,8 @@ def _weight_read_s(hardware: Any) -> float:
     """The roofline's step of one decoding request without context at peak bandwidth
     (``mbu`` 1): the weights a one-token step must read (an MoE layer's routed experts
     only), the LM head and the all-reduces; a lower bound on any real step."""
+    from simpy_llm.serving.roofline import Roofline  # only a latency model with hardware is checked so
+
     gpu = hardware.gpu
     return Roofline(hardware=hardware, mfu=gpu.mfu_prefill, mfu_decode=gpu.mfu_decode).step_time_s(0, 1)
 

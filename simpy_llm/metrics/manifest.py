@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 from simpy_llm.config.plain import scenario_to_dict
 from simpy_llm.serving.devices import profiles_path
 from simpy_llm.serving.profiles import profiles_dir
-from simpy_llm.speculative.curves import acceptance_model
 
 if TYPE_CHECKING:
     from simpy_llm.config.schema import Scenario
@@ -34,6 +33,7 @@ def _sha256(path: Path) -> str:
 def _named_file(key: str, value: str) -> Path | None:
     """The file a shipped name stands for under *key* (an acceptance curve, a device profile)."""
     if key in ("acceptance",):
+        from simpy_llm.speculative.curves import acceptance_model  # only speculative scenarios name curves
 
         try:
             return Path(acceptance_model(value).path)

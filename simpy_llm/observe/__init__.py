@@ -21,27 +21,66 @@ See docs/observe.md for the metric definitions.
 
 from __future__ import annotations
 
-from simpy_llm.observe.client import ObservedRequest, OpenAIClient, RequestSpec, RetryPolicy
-from simpy_llm.observe.loadgen import (
-    OBSERVER_COLUMNS,
-    LoadGenerator,
-    LoadRequest,
-    RunSummary,
-    ScheduleLagWarning,
-    load_requests,
-    record_row,
-    synthetic_prompt,
-)
-from simpy_llm.observe.prompts import DatasetPrompts, PromptDatasetError, SyntheticPrompts, load_prompts
-from simpy_llm.observe.report import latency_report
-from simpy_llm.observe.run import observe
+import importlib
+from typing import TYPE_CHECKING, Any
 
-# Exported as run_loop: simpy_llm.observe.run is the module of the observe command.
-from simpy_llm.observe.runner import loop_factory, resolve_loop
-from simpy_llm.observe.runner import run as run_loop
-from simpy_llm.observe.scrape import MetricsScraper, read_metrics
-from simpy_llm.observe.sessions import Conversations
-from simpy_llm.observe.sse import SSEEvent, SSEParser, StreamChunk, interpret, parse_events
+if TYPE_CHECKING:
+    from simpy_llm.observe.client import ObservedRequest, OpenAIClient, RequestSpec, RetryPolicy
+    from simpy_llm.observe.loadgen import (
+        OBSERVER_COLUMNS,
+        LoadGenerator,
+        LoadRequest,
+        RunSummary,
+        ScheduleLagWarning,
+        load_requests,
+        record_row,
+        synthetic_prompt,
+    )
+    from simpy_llm.observe.prompts import DatasetPrompts, PromptDatasetError, SyntheticPrompts, load_prompts
+    from simpy_llm.observe.report import latency_report
+    from simpy_llm.observe.run import observe
+
+    # Exported as run_loop: simpy_llm.observe.run is the module of the observe command.
+    from simpy_llm.observe.runner import loop_factory, resolve_loop
+    from simpy_llm.observe.runner import run as run_loop
+    from simpy_llm.observe.scrape import MetricsScraper, read_metrics
+    from simpy_llm.observe.sessions import Conversations
+    from simpy_llm.observe.sse import SSEEvent, SSEParser, StreamChunk, interpret, parse_events
+
+_HOME = {
+    "ObservedRequest": ("client", "ObservedRequest"), "OpenAIClient": ("client", "OpenAIClient"),
+    "RequestSpec": ("client", "RequestSpec"), "RetryPolicy": ("client", "RetryPolicy"),
+    "OBSERVER_COLUMNS": ("loadgen", "OBSERVER_COLUMNS"), "LoadGenerator": ("loadgen", "LoadGenerator"),
+    "LoadRequest": ("loadgen", "LoadRequest"), "RunSummary": ("loadgen", "RunSummary"),
+    "ScheduleLagWarning": ("loadgen", "ScheduleLagWarning"), "load_requests": ("loadgen", "load_requests"),
+    "record_row": ("loadgen", "record_row"), "synthetic_prompt": ("loadgen", "synthetic_prompt"),
+    "DatasetPrompts": ("prompts", "DatasetPrompts"), "PromptDatasetError": ("prompts", "PromptDatasetError"),
+    "SyntheticPrompts": ("prompts", "SyntheticPrompts"), "load_prompts": ("prompts", "load_prompts"),
+    "latency_report": ("report", "latency_report"), "observe": ("run", "observe"),
+    "loop_factory": ("runner", "loop_factory"), "resolve_loop": ("runner", "resolve_loop"),
+    "run_loop": ("runner", "run"), "MetricsScraper": ("scrape", "MetricsScraper"),
+    "read_metrics": ("scrape", "read_metrics"), "Conversations": ("sessions", "Conversations"),
+    "SSEEvent": ("sse", "SSEEvent"), "SSEParser": ("sse", "SSEParser"), "StreamChunk": ("sse", "StreamChunk"),
+    "interpret": ("sse", "interpret"), "parse_events": ("sse", "parse_events"),
+}
+"""Each public name's module and its name there. They are imported on first use (PEP 562):
+the command line builds the ``bench`` verbs' parsers (:mod:`simpy_llm.observe.bench.cli`) for
+every command, and a ``simpy-llm run`` should not pay for aiohttp, pandas and the Prometheus
+client."""
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home[0]}"), home[1])
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
     "OBSERVER_COLUMNS",

@@ -31,39 +31,74 @@ proposes next (:data:`gamma_policies`) and mode selectors whether a request's
 speculative decoding runs distributed or fused (:data:`mode_selectors`).
 """
 
-from simpy_llm.policies.admission import (
-    AdmissionPolicy,
-    AlwaysAdmit,
-    MaxQueue,
-    SloShed,
-    TokenBucket,
-    admission_policies,
-    predicted_ttft_s,
-)
-from simpy_llm.policies.gamma import GammaPolicy, GammaState, gamma_policies
-from simpy_llm.policies.latency_head import LatencyHead
-from simpy_llm.policies.mode import ModeSelector, ModeState, mode_selectors
-from simpy_llm.policies.predictors import OutputPredictor
-from simpy_llm.policies.routing import (
-    JoinIdleQueue,
-    JoinShortestQueue,
-    LeastKV,
-    LeastLoaded,
-    LeastOutstandingTokens,
-    PowerOfD,
-    PrefixAffinity,
-    RandomRouting,
-    ReplicaView,
-    RoundRobin,
-    RoutingPolicy,
-    Scorer,
-    SemiClairvoyant,
-    WeightedPowerOfD,
-    WeightedScore,
-    prefix_key,
-    routing_policies,
-    routing_scorers,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from simpy_llm.policies.admission import (
+        AdmissionPolicy,
+        AlwaysAdmit,
+        MaxQueue,
+        SloShed,
+        TokenBucket,
+        admission_policies,
+        predicted_ttft_s,
+    )
+    from simpy_llm.policies.gamma import GammaPolicy, GammaState, gamma_policies
+    from simpy_llm.policies.latency_head import LatencyHead
+    from simpy_llm.policies.mode import ModeSelector, ModeState, mode_selectors
+    from simpy_llm.policies.predictors import OutputPredictor
+    from simpy_llm.policies.routing import (
+        JoinIdleQueue,
+        JoinShortestQueue,
+        LeastKV,
+        LeastLoaded,
+        LeastOutstandingTokens,
+        PowerOfD,
+        PrefixAffinity,
+        RandomRouting,
+        ReplicaView,
+        RoundRobin,
+        RoutingPolicy,
+        Scorer,
+        SemiClairvoyant,
+        WeightedPowerOfD,
+        WeightedScore,
+        prefix_key,
+        routing_policies,
+        routing_scorers,
+    )
+
+_HOME = {
+    "AdmissionPolicy": "admission", "AlwaysAdmit": "admission", "MaxQueue": "admission", "SloShed": "admission",
+    "TokenBucket": "admission", "admission_policies": "admission", "predicted_ttft_s": "admission",
+    "GammaPolicy": "gamma", "GammaState": "gamma", "gamma_policies": "gamma", "LatencyHead": "latency_head",
+    "ModeSelector": "mode", "ModeState": "mode", "mode_selectors": "mode", "OutputPredictor": "predictors",
+    "JoinIdleQueue": "routing", "JoinShortestQueue": "routing", "LeastKV": "routing", "LeastLoaded": "routing",
+    "LeastOutstandingTokens": "routing", "PowerOfD": "routing", "PrefixAffinity": "routing",
+    "RandomRouting": "routing", "ReplicaView": "routing", "RoundRobin": "routing", "RoutingPolicy": "routing",
+    "Scorer": "routing", "SemiClairvoyant": "routing", "WeightedPowerOfD": "routing", "WeightedScore": "routing",
+    "prefix_key": "routing", "routing_policies": "routing", "routing_scorers": "routing",
+}
+"""Each public name's module. They are imported on first use (PEP 562): a module that needs
+one policy module (the loader, the simulation) does not load the others (γ policies, mode
+selectors and the latency head belong to speculative decoding only)."""
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module 'simpy_llm.policies' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"simpy_llm.policies.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
     "AdmissionPolicy",

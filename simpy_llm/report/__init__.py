@@ -10,7 +10,34 @@ plotly is the ``report`` extra, imported when a figure is made.
 
 from __future__ import annotations
 
-from simpy_llm.report.figures import rate_curves_figure, require_plotly
-from simpy_llm.report.html import Page, Plot, Section, Table, render_page, write_page
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from simpy_llm.report.figures import rate_curves_figure, require_plotly
+    from simpy_llm.report.html import Page, Plot, Section, Table, render_page, write_page
+
+_HOME = {
+    "rate_curves_figure": ("figures", "rate_curves_figure"), "require_plotly": ("figures", "require_plotly"),
+    "Page": ("html", "Page"), "Plot": ("html", "Plot"), "Section": ("html", "Section"), "Table": ("html", "Table"),
+    "render_page": ("html", "render_page"), "write_page": ("html", "write_page"),
+}
+"""Each public name's module and its name there. They are imported on first use (PEP 562):
+the command line reads ``--html``'s help (:mod:`simpy_llm.report.cli`) for every command, and
+a ``simpy-llm run`` without ``--html`` needs neither the figures nor the page."""
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home[0]}"), home[1])
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = ["Page", "Plot", "Section", "Table", "rate_curves_figure", "render_page", "require_plotly", "write_page"]

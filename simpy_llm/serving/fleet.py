@@ -16,7 +16,6 @@ import attrs
 from simpy_llm.config.errors import FieldValueError
 from simpy_llm.config.serving import LOCAL_NVME_BYTES_PER_S
 from simpy_llm.config.structure import build_policy
-from simpy_llm.serving.devices import device_profile
 from simpy_llm.serving.hardware import auto_kv_blocks
 from simpy_llm.serving.latency import latency_models
 from simpy_llm.serving.latency_base import missing_members
@@ -179,6 +178,8 @@ def _on_device(name: str, engine: EngineConfig, latency: Any) -> tuple[Any, Engi
     FieldValueError
         Naming ``device`` or ``engine.kv_num_blocks``.
     """
+    from simpy_llm.serving.devices import device_profile  # only a group on a named device reads the catalogue
+
     device = device_profile(name)
     hardware = latency.hardware
     if hardware is not None:

@@ -3,8 +3,10 @@
 A replica's engine asks its latency model how long one step takes; the contract
 (:class:`LatencyModel`, its optional capabilities and their defaults in
 :class:`LatencyModelBase`) is stated in :mod:`simpy_llm.serving.latency_base`. This module
-imports every built-in kind, so that :data:`latency_models` is complete wherever it is read
-from here, and is the import path for all of them.
+makes :data:`latency_models` complete wherever it is read from here, and is the import path
+for every built-in kind: the kinds of other modules are imported when a scenario names one
+of them (:meth:`~simpy_llm.registry.Registry.load_from`) or their class is read from here,
+so a run pays only for the models it uses.
 
 Built-in models (``docs/latency.md``):
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import importlib
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -33,10 +36,25 @@ from simpy_llm.config.validators import MAX_COEFFICIENT_US, at_least, at_most
 from simpy_llm.serving.batch_table import BatchTableLatency
 from simpy_llm.serving.hardware import Hardware, resolve_hardware
 from simpy_llm.serving.latency_base import LatencyModel, LatencyModelBase, RequestOverheads, VerifyTimer, latency_models
-from simpy_llm.serving.lut import LutLatency
-from simpy_llm.serving.profiled import ProfiledLatency
 from simpy_llm.serving.profiles import profiles_dir
-from simpy_llm.serving.roofline import RooflineLatency
+
+if TYPE_CHECKING:
+    from simpy_llm.serving.lut import LutLatency
+    from simpy_llm.serving.profiled import ProfiledLatency
+    from simpy_llm.serving.roofline import RooflineLatency
+
+_ELSEWHERE = {"LutLatency": "lut", "ProfiledLatency": "profiled", "RooflineLatency": "roofline"}
+"""The built-in kinds registered by their own modules, by class name (imported on first need)."""
+latency_models.load_from(*(f"simpy_llm.serving.{module}" for module in _ELSEWHERE.values()))
+
+
+def __getattr__(name: str) -> Any:
+    module = _ELSEWHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"simpy_llm.serving.{module}"), name)
+    globals()[name] = value
+    return value
 
 __all__ = [
     "BatchTableLatency",

@@ -49,7 +49,6 @@ from simpy_llm.config.engine import EngineConfig
 from simpy_llm.config.errors import FieldValueError
 from simpy_llm.config.planner import KNOBS
 from simpy_llm.entities import Request
-from simpy_llm.policies.gamma import StaticGamma
 from simpy_llm.policies.planning import BestFeasible, Evaluation
 from simpy_llm.serving.fleet import ReplicaPlan, plan_fleet
 
@@ -258,6 +257,8 @@ class FleetControl:
         fleet = self.fleet.draft_fleet
         if fleet is None:
             return {"gamma": None, "fused_fraction": None}
+        from simpy_llm.policies.gamma import StaticGamma  # a draft fleet's: speculative decoding only
+
         cfg = fleet.config
         policy = fleet.new_policy()
         gamma = max(cfg.k_min, min(cfg.k_max, policy.gamma)) if type(policy) is StaticGamma else None

@@ -41,7 +41,6 @@ from simpy_llm.config.errors import ScenarioWarning
 from simpy_llm.config.schema import Scenario, WorkloadConfig
 from simpy_llm.rng import RandomStreams
 from simpy_llm.workload.generator import ClientSource
-from simpy_llm.workload.servegen import load_servegen
 
 if TYPE_CHECKING:
     from simpy_llm.config.schema import ClientConfig, Scenario, TraceSource, WorkloadConfig
@@ -192,6 +191,7 @@ def _client_sources(workload: WorkloadConfig, streams: RandomStreams, key_prefix
     if workload.clients:
         groups.append((workload.clients, workload.aggregate_rate or 0.0))
     if workload.servegen_data is not None:
+        from simpy_llm.workload.servegen import load_servegen  # the ServeGen reader, for the workloads that use it
 
         servegen_clients, rate = load_servegen(workload.servegen_data)
         groups.append((tuple(servegen_clients), rate))

@@ -7,8 +7,38 @@
 vLLM's metrics (:mod:`~simpy_llm.observe.bench.metrics`). See docs/observe.md, "Benchmarks".
 """
 
-from simpy_llm.observe.bench.metrics import bench_metrics, parse_goodput, parse_percentiles
-from simpy_llm.observe.bench.profiles import PROFILES, RunPlan, arrival_times, sweep_rates
-from simpy_llm.observe.bench.run import bench
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from simpy_llm.observe.bench.metrics import bench_metrics, parse_goodput, parse_percentiles
+    from simpy_llm.observe.bench.profiles import PROFILES, RunPlan, arrival_times, sweep_rates
+    from simpy_llm.observe.bench.run import bench
+
+_HOME = {
+    "bench_metrics": ("metrics", "bench_metrics"), "parse_goodput": ("metrics", "parse_goodput"),
+    "parse_percentiles": ("metrics", "parse_percentiles"), "PROFILES": ("profiles", "PROFILES"),
+    "RunPlan": ("profiles", "RunPlan"), "arrival_times": ("profiles", "arrival_times"),
+    "sweep_rates": ("profiles", "sweep_rates"), "bench": ("run", "bench"),
+}
+"""Each public name's module and its name there. They are imported on first use (PEP 562):
+the command line builds the ``bench`` verbs' parsers (:mod:`simpy_llm.observe.bench.cli`) for
+every command, and a ``simpy-llm run`` should not pay for the observer."""
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home[0]}"), home[1])
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = ["PROFILES", "RunPlan", "arrival_times", "bench", "bench_metrics", "parse_goodput", "parse_percentiles", "sweep_rates"]

@@ -1,0 +1,95 @@
+"""``simpy-llm run`` imports what a run needs: the heavy libraries and the components a
+scenario does not use are loaded on first use (``benchmarks/bench_startup.py`` times it)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
+
+LAZY = (
+    # libraries of the observer, the calibrator, the report, the explorer and optional extras
+    "pandas", "scipy", "plotly", "aiohttp", "prometheus_client", "dask", "optuna", "sklearn", "matplotlib",
+    "networkx", "pyarrow", "uvloop",
+    # what the command line's other verbs run
+    "simpy_llm.calibrate.compare", "simpy_llm.calibrate.fit", "simpy_llm.calibrate.stats", "simpy_llm.observe.client",
+    "simpy_llm.observe.run", "simpy_llm.observe.bench.run", "simpy_llm.report.html", "simpy_llm.explore.sweeps",
+    # latency models, arrival processes and policies the quickstart does not name
+    "simpy_llm.serving.lut", "simpy_llm.serving.profiled", "simpy_llm.workload.servegen", "simpy_llm.policies.gamma",
+    "simpy_llm.policies.mode", "simpy_llm.policies.drafter_selection", "simpy_llm.policies.latency_head",
+    # features it does not use: speculative decoding, networks, disaggregation
+    "simpy_llm.speculative", "simpy_llm.network.topology", "simpy_llm.network.link", "simpy_llm.network.client",
+    "simpy_llm.serving.disaggregation",
+)
+"""Modules a quickstart run has no use for before its first event."""
+
+
+def _fresh(code: str) -> object:
+    """The JSON that *code*, run in a fresh interpreter from the repository root, prints last."""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_run_loads_no_lazy_module_before_its_first_event() -> None:
+    """``simpy-llm run`` of the quickstart (its main(), as the command calls it) has loaded
+    none of :data:`LAZY` when the simulation's first event has been processed."""
+    code = f"""
+import contextlib, io, json, sys
+import simpy_llm.kernel as kernel
+
+seen = []
+def first_step(env):
+    del kernel.Environment.step  # back to SimPy's own
+    env.step()
+    seen.extend(sys.modules)
+
+kernel.Environment.step = first_step
+from simpy_llm.cli import main
+with contextlib.redirect_stdout(io.StringIO()):
+    code = main(["run", {str(QUICKSTART)!r}, "--set", "workload.num_requests=20", "--progress", "off"])
+lazy = {LAZY!r}
+print(json.dumps([code, bool(seen), sorted(m for m in seen if m in lazy or m.startswith(tuple(f"{{x}}." for x in lazy)))]))
+"""
+    assert _fresh(code) == [0, True, []]
+
+
+def test_a_latency_kind_of_a_module_not_loaded_is_found() -> None:
+    """``latency_models`` lists and finds the kinds of modules not imported yet (lut, profile,
+    roofline), importing them on that lookup."""
+    code = """
+import json, sys
+from simpy_llm.serving.latency import latency_models
+before = "simpy_llm.serving.lut" in sys.modules
+found = latency_models.get("lut").__module__
+print(json.dumps([before, found, latency_models.names()]))
+"""
+    assert _fresh(code) == [False, "simpy_llm.serving.lut", ["batch_table", "blis_linear", "lut", "profile", "roofline"]]
+
+
+def test_a_scenario_naming_a_lazily_loaded_kind_loads() -> None:
+    """A scenario whose latency model is ``roofline`` loads and runs in a fresh interpreter,
+    as it did when every kind was imported up front."""
+    code = f"""
+import json
+from simpy_llm import Simulation, load_scenario
+scenario = load_scenario({str(QUICKSTART)!r}, ["workload.num_requests=20", "serving.latency_model.kind=roofline",
+    "serving.latency_model.params={{model: llama-3.1-8b-instruct, gpu: H100, tp: 2}}"])
+print(json.dumps([scenario.serving.latency_model.kind, Simulation(scenario).run().summary()["requests"]["completed"]]))
+"""
+    assert _fresh(code) == ["roofline", 20]
+
+
+def test_calibrate_exports_the_functions_whatever_module_loaded_first() -> None:
+    """``simpy_llm.calibrate.compare`` and ``.fit`` are the functions, also when their modules
+    were imported (by the command line's verbs) before the package's name was read."""
+    code = """
+import json
+import simpy_llm.calibrate.fit
+from simpy_llm.calibrate import compare, fit
+print(json.dumps([callable(compare) and compare.__name__, callable(fit) and fit.__name__]))
+"""
+    assert _fresh(code) == ["compare", "fit"]
