@@ -85,6 +85,7 @@ if TYPE_CHECKING:
     from simpy_llm.policies.planning import PlannerChoice
     from simpy_llm.policies.routing import RoutingPolicy
     from simpy_llm.policies.scheduling import SchedulerPolicy
+    from simpy_llm.serving.autoscaler import Autoscaler
     from simpy_llm.serving.disaggregation import KvHandoff
     from simpy_llm.serving.engine import TokenListener
     from simpy_llm.serving.latency import LatencyModel
@@ -381,6 +382,14 @@ class Simulation:
             env.process(self._sample(scenario.simulation.timeseries_interval_s))
         self.planner: Planner | None = None
         """The planner process (None without a ``planner`` section)."""
+        self.autoscaler: Autoscaler | None = None
+        """The autoscaler process (None without an ``autoscaler`` section)."""
+        if scenario.autoscaler is not None:
+            from simpy_llm.policies.scaling import scaling_policies  # an autoscaler's only
+            from simpy_llm.serving.autoscaler import Autoscaler
+
+            policy = build_policy(scenario.autoscaler.policy, scaling_policies)
+            self.autoscaler = Autoscaler(env, self, self.recorder, scenario.autoscaler, policy, self._active)
         if self.workload_sources is None:
             self.generator: WorkloadGenerator | None = None
             return
@@ -831,6 +840,7 @@ class Simulation:
                 if self.draft_fleet is not None else None
             ),
             planner=self.planner.log if self.planner is not None else None,
+            autoscaler=self.autoscaler.log if self.autoscaler is not None else None,
         )
 
     def _run_sliced(

@@ -31,6 +31,7 @@ from typing import Any, NewType
 
 import attrs
 
+from simpy_llm.config.autoscaler import AutoscalerConfig, check_autoscaler
 from simpy_llm.config.common import (
     AdmissionSpec,
     ArrivalField,
@@ -304,6 +305,10 @@ class Scenario:
     """A periodic planner that resizes the fleet's active pools and batch limits by what-if
     simulations (:mod:`simpy_llm.config.planner`, ``docs/planner.md``). None: the
     configuration stays as given."""
+    autoscaler: AutoscalerConfig | None = None
+    """A metric-driven autoscaler of the co-located fleet's active replicas
+    (:mod:`simpy_llm.config.autoscaler`, ``docs/autoscaling.md``). None: every replica serves
+    throughout."""
     metrics: MetricsConfig = attrs.field(factory=MetricsConfig)
     """How the summary groups requests: fairness cohorts (:mod:`simpy_llm.config.metrics`)."""
     processes: tuple[ProcessSpec, ...] = ()
@@ -324,6 +329,10 @@ class Scenario:
             self._check_speculation()
         if self.planner is not None:
             check_planner(self)
+        if self.autoscaler is not None:
+            if self.speculation is not None:
+                raise FieldValueError("autoscaler", "is not modelled with a speculation section yet (give one or the other)")
+            check_autoscaler(self)
 
     def _check_slo_classes(self) -> None:
         """With an ``slo`` section, every SLO class the scenario names is one of its keys: a

@@ -84,7 +84,7 @@ from simpy_llm.metrics.record import RECORD_FIELDS
 from simpy_llm.metrics.requests import RequestResults
 from simpy_llm.metrics.speculation import SpeculationResults
 from simpy_llm.metrics.stats import latency_stats
-from simpy_llm.metrics.summary import FRAME_COLUMNS, Summary, flatten_summary
+from simpy_llm.metrics.summary import FRAME_COLUMNS, AutoscalerSection, Summary, flatten_summary
 from simpy_llm.network.link_results import LinkResults
 from simpy_llm.serving.batch_results import CONVERGENCE_WINDOW_BATCHES, BatchServerResults, controller_stats
 from simpy_llm.serving.disaggregation_results import KvTransferResults
@@ -99,6 +99,7 @@ if TYPE_CHECKING:
     from simpy_llm.metrics.record import RequestRecord
     from simpy_llm.metrics.recorder import Recorder
     from simpy_llm.network.link import LinkStats
+    from simpy_llm.serving.autoscaler import AutoscalerLog
     from simpy_llm.serving.devices import DeviceProfile
     from simpy_llm.serving.planner import PlannerLog
 
@@ -158,6 +159,7 @@ class Results:
         links: dict[str, LinkStats] | None = None,
         draft_busy_s: dict[str, list[float]] | None = None,
         planner: PlannerLog | None = None,
+        autoscaler: AutoscalerLog | None = None,
     ) -> None:
         self.columns = columns
         """Record columns (strings decoded), sorted by request id."""
@@ -186,6 +188,8 @@ class Results:
         """Speculative decoding: each draft group's devices' drafting time, s, by group name."""
         self.planner_log = planner
         """The planner's :class:`~simpy_llm.serving.planner.PlannerLog` (None: no planner)."""
+        self.autoscaler_log = autoscaler
+        """The autoscaler's :class:`~simpy_llm.serving.autoscaler.AutoscalerLog` (None: no autoscaler)."""
         groups = self.replica_groups
         kv = KvTransferResults(recorder.kv_transfers, groups)
         self.subsystems = Subsystems(
@@ -220,6 +224,7 @@ class Results:
         links: dict[str, LinkStats] | None = None,
         draft_busy_s: dict[str, list[float]] | None = None,
         planner: PlannerLog | None = None,
+        autoscaler: AutoscalerLog | None = None,
     ) -> Results:
         """Freeze a recorder's columns into Results (records sorted by request id).
 
@@ -249,6 +254,7 @@ class Results:
             links=links,
             draft_busy_s=draft_busy_s,
             planner=planner,
+            autoscaler=autoscaler,
         )
 
     def __len__(self) -> int:
@@ -385,6 +391,32 @@ class Results:
         """
         return self.subsystems.planner.to_dataframe()
 
+
+    def autoscaler_decisions(self) -> pd.DataFrame:
+        """The autoscaler's decisions, one row each (:data:`~simpy_llm.serving.autoscaler.DECISION_COLUMNS`:
+        ``time_s``, ``seen``, ``samples``, ``current``, ``recommended``, ``stabilized``,
+        ``replicas``); empty without an autoscaler (``docs/autoscaling.md``)."""
+        if self.autoscaler_log is None:
+            from simpy_llm.serving.autoscaler import AutoscalerLog
+
+            return AutoscalerLog().decisions()
+        return self.autoscaler_log.decisions()
+
+    def _autoscaler_summary(self) -> AutoscalerSection:
+        """``{"autoscaler": ...}``; empty without an autoscaler."""
+        log = self.autoscaler_log
+        if log is None:
+            return {}
+        replica_s, gpu_s = log.active_seconds(self.end_s)
+        rows = log.rows
+        return {"autoscaler": {
+            "decisions": len(rows),
+            "changes": sum(1 for r in rows if r[6] != r[3]),
+            "final_replicas": rows[-1][6] if rows else sum(1 for _t, _i, on in log.activity if on),
+            "replica_seconds": replica_s,
+            "gpu_seconds": gpu_s,
+            "mean_replicas": replica_s / self.end_s if self.end_s > 0 else None,
+        }}
     def spec_rounds(self) -> pd.DataFrame:
         """Speculative decoding: one row per verify round
         (:func:`~simpy_llm.metrics.speculation.spec_round_frame`)."""
@@ -475,6 +507,7 @@ class Results:
             **parts.links.summary(),
             **parts.speculation.summary(outcomes.done, outcomes.met),
             **parts.planner.summary(int(outcomes.met.sum())),
+            **self._autoscaler_summary(),
             "diagnostics": [d.to_dict() for d in diagnose(self)],
         }
 
@@ -591,6 +624,8 @@ class Results:
             self.drafter_switches().to_csv(put("drafter_switches.csv"), index=False)
         if self.planner_log is not None:
             self.planner_decisions().to_csv(put("planner_decisions.csv"), index=False)
+        if self.autoscaler_log is not None:
+            self.autoscaler_decisions().to_csv(put("autoscaler_decisions.csv"), index=False)
         put("summary.json").write_text(json.dumps(_strict_json(self.summary()), indent=2, allow_nan=False, default=_json_default) + "\n")
         manifest = {
             "seed": self.scenario.seed,

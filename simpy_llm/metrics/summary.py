@@ -68,6 +68,8 @@ from typing import NotRequired, TypedDict
 
 __all__ = [
     "FRAME_COLUMNS",
+    "AutoscalerSection",
+    "AutoscalerStats",
     "BatchController",
     "BatchMemory",
     "BatchServerStats",
@@ -768,6 +770,29 @@ class PlannerStats(TypedDict):
     """Measured requests meeting their SLO per GPU-second in use."""
 
 
+class AutoscalerStats(TypedDict):
+    """What the autoscaler did (``docs/autoscaling.md``); only with an ``autoscaler`` section."""
+
+    decisions: int
+    """Decisions taken (those that saw no sample included)."""
+    changes: int
+    """Decisions that changed the active replicas."""
+    final_replicas: int
+    """Active replicas at the end."""
+    replica_seconds: float
+    """Replicas active over the run, replica-s (a removed replica's drain not counted)."""
+    gpu_seconds: float
+    """GPUs of the active replicas over the run, GPU-s."""
+    mean_replicas: float | None
+    """``replica_seconds`` over ``duration_s``."""
+
+
+class AutoscalerSection(TypedDict, total=False):
+    """The summary's ``autoscaler`` section (absent without an autoscaler)."""
+
+    autoscaler: AutoscalerStats
+
+
 class Summary(TypedDict):
     """What :meth:`Results.summary() <simpy_llm.metrics.results.Results.summary>` returns."""
 
@@ -819,6 +844,8 @@ class Summary(TypedDict):
     """Speculative decoding's figures; only with a ``speculation`` section."""
     planner: NotRequired[PlannerStats]
     """The planner's ticks, changes and GPU use; only with a ``planner`` section."""
+    autoscaler: NotRequired[AutoscalerStats]
+    """The autoscaler's decisions and replica use; only with an ``autoscaler`` section."""
     disaggregation: NotRequired[DisaggregationStats]
     """KV transfers between the prefill and decode pools; only for a disaggregated fleet."""
     workflows: NotRequired[dict[str, WorkflowStats]]

@@ -1,0 +1,245 @@
+"""The autoscaler: a process that samples a metric of the active replicas, sees it late and
+averaged, and resizes the co-located pool by a scaling policy (``docs/autoscaling.md``).
+
+One process does both jobs, so that a sample and a decision due at the same time come in a
+fixed order (the sample first):
+
+* **samples** at ``k x sample_interval_s`` (``k >= 1``): the metric averaged over the replicas
+  active then (:data:`~simpy_llm.config.autoscaler.AUTOSCALER_METRICS`);
+* **decisions** at ``first_sync_s + j x sync_period_s``: the mean of the samples taken in
+  ``(t - lag_s - window_s, t - lag_s]`` is *seen*; the policy recommends a count from it and the
+  count active now; the recommendation is stabilised as Kubernetes' HPA does (no higher than
+  the lowest recommendation of the last ``scale_up_stabilization_s``, no lower than the highest
+  of the last ``scale_down_stabilization_s``, itself included), bounded by ``min_replicas`` and
+  ``max_replicas``, and applied to newly routed requests (the first *n* replicas of the pool,
+  :class:`~simpy_llm.serving.planner.FleetControl`). A decision that sees no sample changes
+  nothing.
+
+A replica added serves at once, paying its cold start (if its group has one) when work first
+reaches it; one removed finishes the requests it holds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Generator, Sequence, Sized
+from typing import TYPE_CHECKING, Protocol
+
+import attrs
+
+from simpy_llm.serving.planner import FleetControl
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from simpy.core import Environment
+    from simpy.events import Event
+
+    from simpy_llm.config.autoscaler import AutoscalerConfig
+    from simpy_llm.metrics.recorder import Recorder
+    from simpy_llm.policies.scaling import ScalingPolicy
+    from simpy_llm.serving.planner import Fleet
+
+__all__ = ["DECISION_COLUMNS", "Autoscaler", "AutoscalerLog", "Sampled", "sample_metric"]
+
+DECISION_COLUMNS = ("time_s", "seen", "samples", "current", "recommended", "stabilized", "replicas")
+"""One row per decision: its time, the metric seen (NaN: no sample in the window), the samples
+averaged, the replicas active before it, the policy's recommendation, the recommendation after
+the stabilisation windows, and the replicas active after it (bounded)."""
+
+
+@attrs.define(eq=False)
+class AutoscalerLog:
+    """What the autoscaler did, for :class:`~simpy_llm.metrics.results.Results`."""
+
+    rows: list[tuple[float, float, int, int, int, int, int]] = attrs.field(factory=list)
+    """One row per decision, :data:`DECISION_COLUMNS`."""
+    samples: list[tuple[float, float, int]] = attrs.field(factory=list)
+    """``(time_s, value, active replicas)`` per sample."""
+    activity: list[tuple[float, int, bool]] = attrs.field(factory=list)
+    """``(time_s, replica, active)`` per change of a replica's activity (time 0: the initial pool)."""
+    gpus: list[int] = attrs.field(factory=list)
+    """GPUs of each replica."""
+
+    def decisions(self) -> pd.DataFrame:
+        """The decisions as a frame (:data:`DECISION_COLUMNS`)."""
+        import pandas as pd  # where a frame is built: importing the package stays fast
+
+        return pd.DataFrame(self.rows, columns=list(DECISION_COLUMNS))
+
+    def active_seconds(self, end_s: float) -> tuple[float, float]:
+        """``(replica-seconds, GPU-seconds)`` the pool was active over ``[0, end_s]``.
+
+        >>> log = AutoscalerLog(activity=[(0.0, 0, True), (10.0, 1, True), (30.0, 1, False)], gpus=[2, 2])
+        >>> log.active_seconds(40.0)
+        (60.0, 120.0)
+        """
+        since: dict[int, float] = {}
+        replica_s = gpu_s = 0.0
+        for t, i, on in self.activity:
+            if on:
+                since.setdefault(i, t)
+            elif i in since:
+                span = t - since.pop(i)
+                replica_s += span
+                gpu_s += span * self.gpus[i]
+        for i, t in since.items():
+            replica_s += end_s - t
+            gpu_s += (end_s - t) * self.gpus[i]
+        return replica_s, gpu_s
+
+
+class _Blocks(Protocol):
+    @property
+    def num_blocks(self) -> int: ...
+
+    @property
+    def used_blocks(self) -> int: ...
+
+
+class Sampled(Protocol):
+    """What a sample reads of a replica (every replica kind has it, as the router's views read it)."""
+
+    @property
+    def waiting(self) -> Sized: ...
+
+    @property
+    def running(self) -> Sized: ...
+
+    @property
+    def kv(self) -> _Blocks: ...
+
+
+def sample_metric(metric: str, replicas: Sequence[Sampled], routed: int, interval_s: float) -> float:
+    """*metric* averaged over the active *replicas* (:data:`~simpy_llm.config.autoscaler.AUTOSCALER_METRICS`);
+    ``arrival_rate`` is *routed* requests over *interval_s* per replica.
+
+    >>> class R:
+    ...     waiting, running = [0] * 3, [0] * 5
+    ...     class kv:
+    ...         num_blocks, used_blocks = 100, 75
+    >>> [sample_metric(m, [R(), R()], 40, 5.0) for m in ("queue_depth", "running", "in_system", "kv_usage", "arrival_rate")]
+    [3.0, 5.0, 8.0, 0.75, 4.0]
+    """
+    n = len(replicas)
+    if metric == "arrival_rate":
+        return routed / interval_s / n
+    total = 0.0
+    for r in replicas:
+        if metric == "queue_depth":
+            total += len(r.waiting)
+        elif metric == "running":
+            total += len(r.running)
+        elif metric == "in_system":
+            total += len(r.waiting) + len(r.running)
+        else:  # kv_usage
+            total += r.kv.used_blocks / r.kv.num_blocks
+    return total / n
+
+
+class Autoscaler:
+    """The autoscaler process of one simulation (module docstring).
+
+    Parameters
+    ----------
+    env
+        The simulation's environment.
+    fleet
+        The fleet it resizes (its co-located pool).
+    recorder
+        The run's recorder (its arrival count gives ``arrival_rate``).
+    config
+        The scenario's ``autoscaler`` section.
+    policy
+        The scaling policy built from ``config.policy``.
+    active
+        Whether the run may still do anything (the process stops when it returns False).
+    """
+
+    def __init__(self, env: Environment, fleet: Fleet, recorder: Recorder, config: AutoscalerConfig,
+                 policy: ScalingPolicy, active: Callable[[], bool]) -> None:
+        self.env = env
+        self.config = config
+        self.policy = policy
+        self.recorder = recorder
+        self._active = active
+        self.control = FleetControl(fleet)
+        self.pool = self.control.pools["active_replicas"]
+        self.replicas = fleet.replicas
+        self.max_replicas = config.max_replicas if config.max_replicas is not None else len(self.pool)
+        self.log = AutoscalerLog(gpus=[p.gpus for p in fleet.plans])
+        initial = config.initial_replicas if config.initial_replicas is not None else config.min_replicas
+        self._apply(initial)
+        for n, i in enumerate(self.pool):
+            if n < initial:
+                self.log.activity.append((0.0, i, True))
+        self._recent: deque[tuple[float, int]] = deque()
+        """``(time_s, recommendation)`` of the decisions inside the longer stabilisation window."""
+        self.process = env.process(self._run())
+
+    @property
+    def current(self) -> int:
+        """Replicas active now."""
+        return self.control.pool_size("active_replicas")
+
+    def _apply(self, n: int) -> None:
+        now = self.env.now
+        for i, on in self.control.apply({"active_replicas": n}):
+            if now > 0.0 or on:
+                self.log.activity.append((now, i, on))
+
+    def _run(self) -> Generator[Event, None, None]:
+        """Process: samples and decisions in time order, a sample first at a tie.
+
+        Yields
+        ------
+        Timeout
+            Until the next sample or decision.
+        """
+        cfg = self.config
+        env = self.env
+        interval = cfg.sample_interval_s
+        next_sample = interval
+        next_sync = cfg.first_sync_s if cfg.first_sync_s is not None else cfg.sync_period_s
+        k = j = 1
+        routed_before = 0
+        while self._active():
+            t = min(next_sample, next_sync)
+            if t > env.now:
+                yield env.timeout(t - env.now)
+            if next_sample <= t:
+                routed = self.recorder.arrived
+                active = [self.replicas[i] for i in self.pool[:self.current]]
+                self.log.samples.append((env.now, sample_metric(cfg.metric, active, routed - routed_before, interval), len(active)))
+                routed_before = routed
+                k += 1
+                next_sample = k * interval
+            if next_sync <= t:
+                self.decide(env.now)
+                next_sync = (cfg.first_sync_s if cfg.first_sync_s is not None else cfg.sync_period_s) + j * cfg.sync_period_s
+                j += 1
+
+    def decide(self, now: float) -> None:
+        """The decision at *now* (module docstring)."""
+        cfg = self.config
+        high = now - cfg.lag_s
+        low = high - cfg.window_s
+        values = [v for t, v, _n in self.log.samples if low < t <= high]
+        current = self.current
+        if not values:
+            self.log.rows.append((now, math.nan, 0, current, current, current, current))
+            return
+        seen = sum(values) / len(values)
+        recommended = self.policy.desired(seen, current)
+        recent = self._recent
+        recent.append((now, recommended))
+        keep = max(cfg.scale_up_stabilization_s, cfg.scale_down_stabilization_s)
+        while recent and recent[0][0] <= now - keep:
+            recent.popleft()
+        up = min(r for t, r in recent if t > now - cfg.scale_up_stabilization_s or t == now)
+        down = max(r for t, r in recent if t > now - cfg.scale_down_stabilization_s or t == now)
+        stabilized = min(max(current, up), down)
+        replicas = min(max(stabilized, cfg.min_replicas), self.max_replicas)
+        if replicas != current:
+            self._apply(replicas)
+        self.log.rows.append((now, seen, len(values), current, recommended, stabilized, replicas))
