@@ -923,6 +923,10 @@ class Simulation:
         cols = self.recorder.columns
         completions = np.frombuffer(cols["completion_s"], dtype=np.float64)
         arrivals = np.frombuffer(cols["arrival_s"], dtype=np.float64)
+        if self.recorder.spilled_extremes:  # streamed records: each chunk's latest, with those still held
+            spilled = np.array(self.recorder.spilled_extremes, dtype=np.float64).reshape(-1, 2)
+            completions = np.concatenate([completions, spilled[:, 0]])
+            arrivals = np.concatenate([arrivals, spilled[:, 1]])
         last = float(np.nanmax(completions, initial=0.0)) if completions.size else 0.0
         return max(last, float(arrivals.max(initial=0.0)))
 

@@ -194,6 +194,9 @@ class Recorder:
         planner's telemetry, which trims it); None: not kept."""
         self.sink: RecordSink | None = None
         """Where the records go in chunks as they come (None: they stay here to the end)."""
+        self.spilled_extremes: list[tuple[float, float]] = []
+        """Per chunk handed to the sink: its latest completion (NaN ignored, at least 0) and its
+        latest arrival (NaN if one is), so that the run's end is known without its records."""
 
     # --- lifecycle -------------------------------------------------------
     def on_arrival(self, req: Request, now_s: float) -> None:
@@ -366,7 +369,11 @@ class Recorder:
         held = len(self._columns["request_id"])
         whole = held - held % size
         for start in range(0, whole, size):
-            sink.write(self._decoded(start, start + size))
+            chunk = self._decoded(start, start + size)
+            self.spilled_extremes.append(
+                (float(np.nanmax(chunk["completion_s"], initial=0.0)), float(chunk["arrival_s"].max(initial=0.0)))
+            )
+            sink.write(chunk)
         if whole:
             for target in self._columns.values():
                 del target[:whole]

@@ -166,7 +166,7 @@ class StreamedRecords:
 
         floats = [n for n in names if _KINDS[n] == "f"]
         frame = pd.read_csv(
-            path, usecols=list(names), keep_default_na=False, na_values={n: [""] for n in floats}, float_precision="round_trip",
+            path, usecols=list(names), keep_default_na=False, na_values={n: [""] for n in floats},
             dtype={n: str if _KINDS[n] == "s" else "float64" if _KINDS[n] == "f" else "int64" for n in names},
         )
         return {name: self._array(frame[name].to_numpy(), name) for name in names}
