@@ -75,21 +75,10 @@ def _parser() -> argparse.ArgumentParser:
         default="auto",
         help="progress: on = a bar on a terminal, else a line every 10 s; auto = a bar on a terminal for long runs",
     )
-    run.add_argument(
-        "--stream-records",
-        metavar="DIR",
-        help=(
-            "write the records to DIR in chunks as the run goes (records-00000.parquet, ... with the parquet extra, "
-            ".csv otherwise) instead of holding them in memory: memory stays flat however many requests; the "
-            "summary is the same, read back from the chunks (docs/model.md, 'Streamed records')"
-        ),
-    )
-    run.add_argument(
-        "--stream-chunk",
-        metavar="N",
-        type=int,
-        help="records per chunk with --stream-records (default 65,536: about 26 MB of records in memory)",
-    )
+    run.add_argument("--stream-records", metavar="DIR", help=(
+        "write the records to DIR in chunks as the run goes (Parquet with the parquet extra, else CSV), not held in memory; "
+        "the summary is the same, read from the chunks (docs/model.md, 'Streamed records')"))
+    run.add_argument("--stream-chunk", metavar="N", type=int, help="records per chunk with --stream-records (default 16,384)")
 
     wl = sub.add_parser("workload", help="generate a workload's requests without simulating them")
     wl.add_argument("spec", metavar="SPEC", help=_SPEC_HELP)

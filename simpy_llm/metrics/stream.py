@@ -12,7 +12,7 @@ chunks put together and sorted by ``request_id`` are the in-memory run's frame, 
 
 What stays in memory while the run goes is one chunk of records, not the run's: records
 cost ~400 bytes each in memory (the recorder's columns), so a million take ~400 MB
-in memory and a chunk of 65,536 about 26 MB.
+in memory and a chunk of 16,384 about 6.5 MB.
 
 The summary of a streamed run (:class:`StreamedRequestResults`) is the in-memory one,
 figure for figure: counts, sums, minima and maxima are kept as each chunk is written;
@@ -62,8 +62,8 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_CHUNK_REQUESTS", "ChunkColumns", "RecordStream", "StreamedRecords", "StreamedRequestResults", "stream_format"]
 
-DEFAULT_CHUNK_REQUESTS = 65_536
-"""Records per chunk file unless told otherwise (~26 MB of records in memory at a time)."""
+DEFAULT_CHUNK_REQUESTS = 16_384
+"""Records per chunk file unless told otherwise (~6.5 MB of records in memory at a time; the frame written from them takes a few times that)."""
 
 _KINDS = dict(RECORD_FIELDS)
 _NAMES = tuple(name for name, _ in RECORD_FIELDS)
@@ -161,7 +161,15 @@ class StreamedRecords:
             import pyarrow.parquet as pq  # optional (the parquet extra): imported where a chunk is read
 
             table = pq.read_table(path, columns=list(names))
-            return {name: self._array(table.column(name).to_numpy(), name) for name in names}
+            out: dict[str, np.ndarray] = {}
+            for name in names:
+                column = table.column(name)
+                if _KINDS[name] == "s":  # one object per distinct string, not per record
+                    coded = column.dictionary_encode().combine_chunks()
+                    out[name] = np.array(coded.dictionary.to_pylist(), dtype=object)[coded.indices.to_numpy(zero_copy_only=False)]
+                else:
+                    out[name] = self._array(column.to_numpy(), name)
+            return out
         import pandas as pd  # pandas is imported where a chunk is read: importing the package stays fast
 
         floats = [n for n in names if _KINDS[n] == "f"]
