@@ -75,6 +75,10 @@ def _parser() -> argparse.ArgumentParser:
         default="auto",
         help="progress: on = a bar on a terminal, else a line every 10 s; auto = a bar on a terminal for long runs",
     )
+    run.add_argument("--stream-records", metavar="DIR", help=(
+        "write the records to DIR in chunks as the run goes (Parquet with the parquet extra, else CSV), not held in memory; "
+        "the summary is the same, read from the chunks (docs/model.md, 'Streamed records')"))
+    run.add_argument("--stream-chunk", metavar="N", type=int, help="records per chunk with --stream-records (default 16,384)")
 
     wl = sub.add_parser("workload", help="generate a workload's requests without simulating them")
     wl.add_argument("spec", metavar="SPEC", help=_SPEC_HELP)
@@ -591,7 +595,8 @@ def _run(args: argparse.Namespace) -> int:
 
     console = Console(soft_wrap=True)
     try:  # a bad row of a replayed file, a distribution drawing NaN: the message, not a traceback
-        sim = Simulation(scenario)
+        stream = {} if args.stream_chunk is None else {"stream_chunk_requests": args.stream_chunk}
+        sim = Simulation(scenario, stream_to=args.stream_records, **stream)
         # auto: the same rule as in Python (simpy_llm.progress): a terminal and a long run.
         results = sim.run(progress={"auto": None, "on": True, "off": False}[args.progress])
     except ScenarioError as exc:

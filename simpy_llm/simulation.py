@@ -33,6 +33,7 @@ import math
 import sys
 import time
 from collections.abc import Generator, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, cast
 
 import attrs
@@ -44,6 +45,7 @@ from simpy_llm.entities import Request
 from simpy_llm.kernel import Environment
 from simpy_llm.metrics.recorder import Recorder
 from simpy_llm.metrics.results import Results
+from simpy_llm.metrics.stream import DEFAULT_CHUNK_REQUESTS, RecordStream
 from simpy_llm.policies.admission import AlwaysAdmit, admission_policies
 from simpy_llm.policies.routing import routing_policies
 from simpy_llm.policies.scheduling import scheduler_policies
@@ -200,6 +202,14 @@ class Simulation:
         Your own SimPy processes, each placed at a seam with
         :func:`~simpy_llm.processes.between` or :func:`~simpy_llm.processes.instead_of`
         (after those of the scenario's ``processes:`` section; ``docs/processes.md``).
+    stream_to
+        Write the records to this directory in chunks as the run goes, instead of keeping
+        them in memory to the end (Parquet with the ``parquet`` extra, CSV otherwise;
+        :mod:`simpy_llm.metrics.stream`): the run's memory no longer grows with its
+        requests, and its Results read the chunks (``Results.streamed_records``).
+    stream_chunk_requests
+        Records per chunk with *stream_to* (default
+        :data:`~simpy_llm.metrics.stream.DEFAULT_CHUNK_REQUESTS`).
     """
 
     def __init__(
@@ -214,6 +224,8 @@ class Simulation:
         token_listener: TokenListener | None = None,
         planner_policy: PlannerChoice | None = None,
         processes: Sequence[UserProcess] = (),
+        stream_to: str | Path | None = None,
+        stream_chunk_requests: int = DEFAULT_CHUNK_REQUESTS,
     ) -> None:
         self.scenario = scenario
         self._given = _Given(latency_model, routing_policy, scheduler_policy, admission_policy, tuple(processes))
@@ -232,6 +244,12 @@ class Simulation:
             raise ValueError("a token_listener needs continuous-batching replicas; a batch server returns whole responses")
         n_replicas = len(self.plans)
         self.recorder = Recorder(num_replicas=n_replicas)
+        self.record_stream: RecordStream | None = None
+        """Where the records go as the run goes (``stream_to``); None: they stay in memory."""
+        if stream_to is not None:
+            self.record_stream = self.recorder.sink = RecordStream(
+                stream_to, scenario=scenario, replica_groups=[p.group for p in self.plans], chunk_requests=stream_chunk_requests,
+            )
         self.latency_model = self.plans[0].latency
         """The first replica's latency model (the only one unless the fleet has several groups)."""
         ttft_targets = {name: t.ttft_s for name, t in scenario.slo.items() if t.ttft_s is not None}
@@ -824,6 +842,10 @@ class Simulation:
             self.recorder.on_in_flight(req)
         if self.sessions is not None:
             self.sessions.close()
+        streamed = None
+        if self.record_stream is not None:
+            self.recorder.finish_stream()
+            streamed = self.record_stream.close()
         return Results.from_recorder(
             self.recorder,
             scenario=self.scenario,
@@ -841,6 +863,7 @@ class Simulation:
             ),
             planner=self.planner.log if self.planner is not None else None,
             autoscaler=self.autoscaler.log if self.autoscaler is not None else None,
+            streamed=streamed,
         )
 
     def _run_sliced(
@@ -921,6 +944,10 @@ class Simulation:
         cols = self.recorder.columns
         completions = np.frombuffer(cols["completion_s"], dtype=np.float64)
         arrivals = np.frombuffer(cols["arrival_s"], dtype=np.float64)
+        if self.recorder.spilled_extremes:  # streamed records: each chunk's latest, with those still held
+            spilled = np.array(self.recorder.spilled_extremes, dtype=np.float64).reshape(-1, 2)
+            completions = np.concatenate([completions, spilled[:, 0]])
+            arrivals = np.concatenate([arrivals, spilled[:, 1]])
         last = float(np.nanmax(completions, initial=0.0)) if completions.size else 0.0
         return max(last, float(arrivals.max(initial=0.0)))
 

@@ -14,7 +14,7 @@ from array import array
 from collections import Counter
 from collections.abc import Sequence
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -25,7 +25,7 @@ from simpy_llm.metrics.record import RECORD_COLUMNS, RECORD_FIELDS
 if TYPE_CHECKING:
     from simpy_llm.entities import Batch, Request
 
-__all__ = ["RECORD_FIELDS", "SPEC_ROUND_FIELDS", "ColumnLog", "Recorder"]
+__all__ = ["RECORD_FIELDS", "SPEC_ROUND_FIELDS", "ColumnLog", "RecordSink", "Recorder"]
 
 _FROM_REQUEST = tuple(c for c in RECORD_COLUMNS if c.attr is not None)
 """Record columns read from the request (the rest, its status, the recorder supplies)."""
@@ -118,8 +118,26 @@ class ColumnLog:
         return out
 
 
+class RecordSink(Protocol):
+    """Where a recorder hands its records over as the run goes (streamed records,
+    :class:`~simpy_llm.metrics.stream.RecordStream`)."""
+
+    chunk_size: int
+    """Records per :meth:`write`."""
+
+    def write(self, columns: dict[str, np.ndarray]) -> None:
+        """Take *chunk_size* records (the last chunk: the rest), as columns with strings decoded."""
+
+
 class Recorder:
-    """Collects per-request records, preemptions, step statistics and levels."""
+    """Collects per-request records, preemptions, step statistics and levels.
+
+    With a :attr:`sink`, the records leave the recorder in chunks of the sink's
+    ``chunk_size`` as they come (checked when the buffered rows are moved into the columns,
+    every :data:`_FLUSH_EVERY` records, so recording a request costs the same), and
+    :meth:`finish_stream` hands over the rest: the columns then hold at most a chunk and
+    a buffer.
+    """
 
     def __init__(self, num_replicas: int = 1) -> None:
         self._columns: dict[str, array] = {
@@ -174,6 +192,11 @@ class Recorder:
         self.arrival_log: list[Request] | None = None
         """Every arriving request, in arrival order, when someone asked for them (the
         planner's telemetry, which trims it); None: not kept."""
+        self.sink: RecordSink | None = None
+        """Where the records go in chunks as they come (None: they stay here to the end)."""
+        self.spilled_extremes: list[tuple[float, float]] = []
+        """Per chunk handed to the sink: its latest completion (NaN ignored, at least 0) and its
+        latest arrival (NaN if one is), so that the run's end is known without its records."""
 
     # --- lifecycle -------------------------------------------------------
     def on_arrival(self, req: Request, now_s: float) -> None:
@@ -338,6 +361,43 @@ class Recorder:
                 target.fromlist(list(values))  # fromlist: about twice extend's speed
         self._buffer = []
         self._status = []
+        if self.sink is not None:
+            self._spill(self.sink, self.sink.chunk_size)
+
+    def _spill(self, sink: RecordSink, size: int) -> None:
+        """Hand the oldest whole chunks of *size* records to *sink* and forget them."""
+        held = len(self._columns["request_id"])
+        whole = held - held % size
+        for start in range(0, whole, size):
+            chunk = self._decoded(start, start + size)
+            self.spilled_extremes.append(
+                (float(np.nanmax(chunk["completion_s"], initial=0.0)), float(chunk["arrival_s"].max(initial=0.0)))
+            )
+            sink.write(chunk)
+        if whole:
+            for target in self._columns.values():
+                del target[:whole]
+
+    def _decoded(self, start: int, stop: int) -> dict[str, np.ndarray]:
+        """Records *start* to *stop* of the columns, in the order recorded, strings decoded."""
+        out: dict[str, np.ndarray] = {}
+        for name, kind in RECORD_FIELDS:
+            arr = np.frombuffer(self._columns[name], dtype=np.float64 if kind == "f" else np.int64)[start:stop].copy()
+            if kind == "s":
+                names = np.array(self.codes[name].names, dtype=object)
+                arr = names[arr] if arr.size else np.array([], dtype=object)
+            out[name] = arr
+        return out
+
+    def finish_stream(self) -> None:
+        """Hand every record still held to the sink (the last chunk holds the rest); no-op without one."""
+        sink = self.sink
+        if sink is None:
+            return
+        self._flush()
+        held = len(self._columns["request_id"])
+        if held:
+            self._spill(sink, held)
 
     @property
     def columns(self) -> dict[str, array]:

@@ -84,6 +84,7 @@ from simpy_llm.metrics.record import RECORD_FIELDS
 from simpy_llm.metrics.requests import RequestResults
 from simpy_llm.metrics.speculation import SpeculationResults
 from simpy_llm.metrics.stats import latency_stats
+from simpy_llm.metrics.stream import ChunkColumns, StreamedRecords, StreamedRequestResults
 from simpy_llm.metrics.summary import FRAME_COLUMNS, AutoscalerSection, Summary, flatten_summary
 from simpy_llm.network.link_results import LinkResults
 from simpy_llm.serving.batch_results import CONVERGENCE_WINDOW_BATCHES, BatchServerResults, controller_stats
@@ -160,9 +161,16 @@ class Results:
         draft_busy_s: dict[str, list[float]] | None = None,
         planner: PlannerLog | None = None,
         autoscaler: AutoscalerLog | None = None,
+        streamed: StreamedRecords | None = None,
     ) -> None:
+        self.streamed_records = streamed
+        """A streamed run's chunk files (``Simulation(..., stream_to=DIR)``, :mod:`simpy_llm.metrics.stream`):
+        its records are there, not in memory; None: the records are in :attr:`columns`."""
+        if streamed is not None:
+            columns = ChunkColumns(streamed)
         self.columns = columns
-        """Record columns (strings decoded), sorted by request id."""
+        """Record columns (strings decoded), sorted by request id (a streamed run: each read
+        from the chunks when looked up, :class:`~simpy_llm.metrics.stream.ChunkColumns`)."""
         self.scenario = scenario
         self.end_s = end_s
         """Simulated duration, s."""
@@ -192,8 +200,12 @@ class Results:
         """The autoscaler's :class:`~simpy_llm.serving.autoscaler.AutoscalerLog` (None: no autoscaler)."""
         groups = self.replica_groups
         kv = KvTransferResults(recorder.kv_transfers, groups)
+        requests = (
+            RequestResults(columns, scenario=scenario, end_s=end_s, replica_groups=groups) if streamed is None
+            else StreamedRequestResults(streamed, scenario=scenario, end_s=end_s, replica_groups=groups)
+        )
         self.subsystems = Subsystems(
-            requests=RequestResults(columns, scenario=scenario, end_s=end_s, replica_groups=groups),
+            requests=requests,
             replicas=ReplicaResults(
                 recorder, columns=columns, end_s=end_s, steps=steps, kv_blocks=kv_blocks, replica_groups=groups,
                 replica_devices=self.replica_devices,
@@ -225,11 +237,13 @@ class Results:
         draft_busy_s: dict[str, list[float]] | None = None,
         planner: PlannerLog | None = None,
         autoscaler: AutoscalerLog | None = None,
+        streamed: StreamedRecords | None = None,
     ) -> Results:
         """Freeze a recorder's columns into Results (records sorted by request id).
 
         *kv_blocks* is each replica's KV block count; *replica_groups*, when given,
-        each replica's group name (both indexed by replica).
+        each replica's group name (both indexed by replica); *streamed*, the chunks a
+        streamed run's records went to (the recorder then holds none).
         """
         order = np.argsort(np.frombuffer(recorder.columns["request_id"], dtype=np.int64), kind="stable")
         columns: dict[str, np.ndarray] = {}
@@ -255,9 +269,12 @@ class Results:
             draft_busy_s=draft_busy_s,
             planner=planner,
             autoscaler=autoscaler,
+            streamed=streamed,
         )
 
     def __len__(self) -> int:
+        if self.streamed_records is not None:
+            return self.streamed_records.count
         return len(self.columns["request_id"])
 
     # --- the request table ---------------------------------------------------
@@ -544,8 +561,11 @@ class Results:
         TTFT and throughput are the summary's (client-side TTFT of completed measured
         streaming requests; completions per second of the arrival window, see "Rates and
         their windows" in :mod:`simpy_llm.metrics.results`), computed without the rest of
-        :meth:`summary`.
+        :meth:`summary`. A streamed run's shows its records' chunks and the summary's
+        counts (its TTFT needs the chunks: :meth:`summary`).
         """
+        if self.streamed_records is not None:
+            return self._streamed_repr(self.streamed_records)
         requests = self.subsystems.requests
         status = self.columns["status"]
         measured = self.columns["warm_up"] == 0
@@ -565,13 +585,24 @@ class Results:
             f" TTFT p50 {_duration(ttft['p50'])}, p99 {_duration(ttft['p99'])}; {rates}; {_duration(self.wall_s)} wall>"
         )
 
+    def _streamed_repr(self, streamed: StreamedRecords) -> str:
+        name = f" {self.scenario.name!r}" if self.scenario.name else ""
+        status = streamed.tally.status
+        counts = ", ".join(f"{status[s]:,} {s.replace('_', ' ')}" for s in ("completed", "dropped", "in_flight"))
+        return (
+            f"<Results{name}: {self._recorder.arrived:,} arrived, {counts}; {self.end_s:,.3f} s simulated; "
+            f"{_duration(self.wall_s)} wall\n records streamed, not in memory: {streamed.count:,} in {len(streamed.files)} "
+            f"{streamed.format} chunks in {str(streamed.directory)!r} (summary() and to_dataframe() read them)>"
+        )
+
     def _repr_html_(self) -> str:
         """The summary as HTML tables (latency statistics, then the run's figures), for Jupyter."""
         return _summary_html(self.summary(), self.scenario.name, self.wall_s)
 
     # --- files ---------------------------------------------------------------
     def save(self, directory: str | Path, *, written: list[Path] | None = None) -> Path:
-        """Write ``records.csv`` (and ``records.parquet`` when pyarrow is installed),
+        """Write ``records.csv`` (and ``records.parquet`` when pyarrow is installed; not for a
+        streamed run, whose records are its chunks, listed in the manifest's ``streamed_records``),
         ``preemptions.csv`` (with each preemption's mode), ``sessions.csv`` (when there
         were sessions), ``timeseries.csv`` (when the run was sampled, see
         :meth:`timeseries`), ``batches.csv`` (when batch servers ran, see :meth:`batches`),
@@ -594,14 +625,15 @@ class Results:
             wrote.append(out / name)
             return out / name
 
-        frame = self.to_dataframe()
-        frame.to_csv(put("records.csv"), index=False)
-        try:
-            import pyarrow  # noqa: F401 - optional (the parquet extra): written only when installed
-        except ImportError:
-            pass
-        else:
-            frame.to_parquet(put("records.parquet"), index=False)
+        if self.streamed_records is None:
+            frame = self.to_dataframe()
+            frame.to_csv(put("records.csv"), index=False)
+            try:
+                import pyarrow  # noqa: F401 - optional (the parquet extra): written only when installed
+            except ImportError:
+                pass
+            else:
+                frame.to_parquet(put("records.parquet"), index=False)
         rec = self._recorder
         self.preemptions().to_csv(put("preemptions.csv"), index=False)
         if rec.sessions:
@@ -642,6 +674,8 @@ class Results:
                 "engine_steps": self.steps,
             },
         }
+        if self.streamed_records is not None:
+            manifest["streamed_records"] = [str(f) for f in self.streamed_records.files]
         put("manifest.json").write_text(json.dumps(manifest, indent=2, default=_json_default) + "\n")
         return out
 
