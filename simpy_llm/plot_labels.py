@@ -151,6 +151,10 @@ LABELS: Mapping[str, str] = MappingProxyType({
     "kv_utilization": "KV cache use (share of blocks)",
     "busy": "busy (1 = yes)",
     "mean_gamma": "mean γ (draft tokens)",
+    # The autoscaler's decisions (Results.autoscaler_decisions()).
+    "seen": "metric seen (per replica)",
+    "recommended": "recommended replicas",
+    "stabilized": "stabilised replicas",
     # Batches (Results.batches()).
     "start_s": "start (s)",
     "end_s": "end (s)",
@@ -213,7 +217,8 @@ COUNT_NAMES = frozenset({
     "replicas", "count", "num_requests", "max_num_seqs", "max_num_batched_tokens", "batch_size", "batches",
     "bins", "gpus", "steps", "seed", "arrived", "completed", "dropped", "in_flight", "warm_up", "met", "total",
     "requests_preempted", "tenants", "peak", "overflows", "queued_at_end", "prompt_tokens", "output_tokens",
-    "waiting", "running", "kv_used_blocks", "size", "replica", "num_preemptions",
+    "waiting", "running", "kv_used_blocks", "size", "replica", "num_preemptions", "recommended", "stabilized",
+    "current",
 })
 """Last parts of key paths that count things (``serving.replicas``, ``latency_s.ttft.count``,
 ``serving.batch_server.bins.count``): :func:`is_count` is true for them."""

@@ -23,13 +23,21 @@ removes finishes what it holds. Every key changes what is simulated.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, NewType, TypeAlias
+
 import attrs
 
 from simpy_llm.config.common import PolicySpec
 from simpy_llm.config.errors import FieldValueError
 from simpy_llm.config.validators import MAX_REPLICAS, MAX_TIME_S, MIN_PERIOD_S, all_of, at_least, at_most, one_of, optional
 
-__all__ = ["AUTOSCALER_METRICS", "AutoscalerConfig", "check_autoscaler"]
+__all__ = ["AUTOSCALER_METRICS", "AutoscalerConfig", "ScalingSpec", "check_autoscaler"]
+
+if TYPE_CHECKING:
+    ScalingSpec: TypeAlias = PolicySpec
+else:
+    ScalingSpec = NewType("ScalingSpec", PolicySpec)
+    """A :class:`PolicySpec` naming a scaling policy (:mod:`simpy_llm.policies.scaling`)."""
 
 AUTOSCALER_METRICS = ("queue_depth", "running", "in_system", "kv_usage", "arrival_rate")
 """What the autoscaler can watch, each averaged over the active replicas at the sample:
@@ -41,7 +49,7 @@ requests routed per second since the previous sample."""
 class AutoscalerConfig:
     """A metric-driven autoscaler of a co-located fleet's active replicas (module docstring)."""
 
-    policy: PolicySpec
+    policy: ScalingSpec
     """The scaling policy (:mod:`simpy_llm.policies.scaling`): ``target`` (desired =
     ceil(current x seen / target), Kubernetes' formula) or ``threshold`` (one step up above
     ``high``, one down below ``low``), or a registered one."""

@@ -29,6 +29,7 @@ from typing import Any, get_type_hints
 import attrs
 import numpy as np
 
+from simpy_llm.config.autoscaler import ScalingSpec
 from simpy_llm.config.errors import WORKLOAD_SPEC, ScenarioError
 from simpy_llm.config.paths import base_dir, resolve_path
 from simpy_llm.config.plain import scenario_to_dict, unstructure, workload_to_dict
@@ -246,6 +247,7 @@ converter.register_structure_hook(
 converter.register_structure_hook(BinSelectorSpec, _policy_hook(_elsewhere("simpy_llm.policies.batching", "bin_selectors")))
 converter.register_structure_hook(KvBlocks, _kv_blocks)
 converter.register_structure_hook(GammaSpec, _policy_hook(_elsewhere("simpy_llm.policies.gamma", "gamma_policies")))
+converter.register_structure_hook(ScalingSpec, _policy_hook(_elsewhere("simpy_llm.policies.scaling", "scaling_policies")))
 converter.register_structure_hook(ModeSelectorSpec, _policy_hook(_elsewhere("simpy_llm.policies.mode", "mode_selectors")))
 converter.register_structure_hook(DrafterPolicySpec, _policy_hook(_elsewhere("simpy_llm.policies.drafter_selection", "drafter_policies")))
 _engine_fields = attrs_hook_factory(EngineConfig)

@@ -85,8 +85,9 @@ from simpy_llm.metrics.requests import RequestResults
 from simpy_llm.metrics.speculation import SpeculationResults
 from simpy_llm.metrics.stats import latency_stats
 from simpy_llm.metrics.stream import ChunkColumns, StreamedRecords, StreamedRequestResults
-from simpy_llm.metrics.summary import FRAME_COLUMNS, AutoscalerSection, Summary, flatten_summary
+from simpy_llm.metrics.summary import FRAME_COLUMNS, Summary, flatten_summary
 from simpy_llm.network.link_results import LinkResults
+from simpy_llm.serving.autoscaler import AutoscalerLog, autoscaler_summary
 from simpy_llm.serving.batch_results import CONVERGENCE_WINDOW_BATCHES, BatchServerResults, controller_stats
 from simpy_llm.serving.disaggregation_results import KvTransferResults
 from simpy_llm.serving.planner_results import PlannerResults
@@ -100,7 +101,6 @@ if TYPE_CHECKING:
     from simpy_llm.metrics.record import RequestRecord
     from simpy_llm.metrics.recorder import Recorder
     from simpy_llm.network.link import LinkStats
-    from simpy_llm.serving.autoscaler import AutoscalerLog
     from simpy_llm.serving.devices import DeviceProfile
     from simpy_llm.serving.planner import PlannerLog
 
@@ -410,30 +410,8 @@ class Results:
 
 
     def autoscaler_decisions(self) -> pd.DataFrame:
-        """The autoscaler's decisions, one row each (:data:`~simpy_llm.serving.autoscaler.DECISION_COLUMNS`:
-        ``time_s``, ``seen``, ``samples``, ``current``, ``recommended``, ``stabilized``,
-        ``replicas``); empty without an autoscaler (``docs/autoscaling.md``)."""
-        if self.autoscaler_log is None:
-            from simpy_llm.serving.autoscaler import AutoscalerLog
-
-            return AutoscalerLog().decisions()
-        return self.autoscaler_log.decisions()
-
-    def _autoscaler_summary(self) -> AutoscalerSection:
-        """``{"autoscaler": ...}``; empty without an autoscaler."""
-        log = self.autoscaler_log
-        if log is None:
-            return {}
-        replica_s, gpu_s = log.active_seconds(self.end_s)
-        rows = log.rows
-        return {"autoscaler": {
-            "decisions": len(rows),
-            "changes": sum(1 for r in rows if r[6] != r[3]),
-            "final_replicas": rows[-1][6] if rows else sum(1 for _t, _i, on in log.activity if on),
-            "replica_seconds": replica_s,
-            "gpu_seconds": gpu_s,
-            "mean_replicas": replica_s / self.end_s if self.end_s > 0 else None,
-        }}
+        """The autoscaler's decisions (:data:`~simpy_llm.serving.autoscaler.DECISION_COLUMNS`); empty without one."""
+        return (self.autoscaler_log or AutoscalerLog()).decisions()
     def spec_rounds(self) -> pd.DataFrame:
         """Speculative decoding: one row per verify round
         (:func:`~simpy_llm.metrics.speculation.spec_round_frame`)."""
@@ -524,7 +502,7 @@ class Results:
             **parts.links.summary(),
             **parts.speculation.summary(outcomes.done, outcomes.met),
             **parts.planner.summary(int(outcomes.met.sum())),
-            **self._autoscaler_summary(),
+            **autoscaler_summary(self.autoscaler_log, self.end_s),
             "diagnostics": [d.to_dict() for d in diagnose(self)],
         }
 

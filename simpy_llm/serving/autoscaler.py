@@ -37,10 +37,11 @@ if TYPE_CHECKING:
 
     from simpy_llm.config.autoscaler import AutoscalerConfig
     from simpy_llm.metrics.recorder import Recorder
+    from simpy_llm.metrics.summary import AutoscalerSection
     from simpy_llm.policies.scaling import ScalingPolicy
     from simpy_llm.serving.planner import Fleet
 
-__all__ = ["DECISION_COLUMNS", "Autoscaler", "AutoscalerLog", "Sampled", "sample_metric"]
+__all__ = ["DECISION_COLUMNS", "Autoscaler", "AutoscalerLog", "Sampled", "autoscaler_summary", "sample_metric"]
 
 DECISION_COLUMNS = ("time_s", "seen", "samples", "current", "recommended", "stabilized", "replicas")
 """One row per decision: its time, the metric seen (NaN: no sample in the window), the samples
@@ -89,6 +90,7 @@ class AutoscalerLog:
         return replica_s, gpu_s
 
 
+
 class _Blocks(Protocol):
     @property
     def num_blocks(self) -> int: ...
@@ -108,6 +110,23 @@ class Sampled(Protocol):
 
     @property
     def kv(self) -> _Blocks: ...
+
+
+def autoscaler_summary(log: AutoscalerLog | None, end_s: float) -> AutoscalerSection:
+    """The summary's ``autoscaler`` section of a run of *end_s* seconds
+    (:class:`~simpy_llm.metrics.summary.AutoscalerStats`); empty without an autoscaler."""
+    if log is None:
+        return {}
+    replica_s, gpu_s = log.active_seconds(end_s)
+    rows = log.rows
+    return {"autoscaler": {
+        "decisions": len(rows),
+        "changes": sum(1 for r in rows if r[6] != r[3]),
+        "final_replicas": rows[-1][6] if rows else sum(1 for _t, _i, on in log.activity if on),
+        "replica_seconds": replica_s,
+        "gpu_seconds": gpu_s,
+        "mean_replicas": replica_s / end_s if end_s > 0 else None,
+    }}
 
 
 def sample_metric(metric: str, replicas: Sequence[Sampled], routed: int, interval_s: float) -> float:
