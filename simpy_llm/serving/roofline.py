@@ -126,7 +126,8 @@ class Roofline:
         attn_params = 2 * h * q_heads * d + 2 * h * kv_heads * d
         router = m.router_params_per_layer  # replicated: tiny, and every GPU routes every token
         per_token = attn_params + m.active_ffn_params_per_token / tp + router
-        weights: float = (attn_params + router + 2 * h) * m.dtype_bytes  # the experts' bytes may be fractional
+        # the projections' and experts' bytes may be fractional (a quantised release)
+        weights: float = attn_params * m.attention_weight_bytes + (router + 2 * h) * m.dtype_bytes
         if m.is_moe:
             expert = m.expert_params / tp * m.ffn_weight_bytes
             weights += m.num_shared_experts * expert
