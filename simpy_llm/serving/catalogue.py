@@ -7,21 +7,31 @@ fitted on, the shipped model configuration its model resolves to (``profiles/mod
 directly or through ``aliases.yaml``) and whether the model's weights and KV cache can be
 sized on that GPU (which ``kv_num_blocks: auto``, swap and disaggregation need).
 ``simpy-llm catalogue`` prints the same table. ``docs/latency.md`` ("The catalogue")
-lists the models without a configuration and why.
+lists the models without a configuration and why. :func:`gpu_prices` reads what a GPU costs
+per hour (``profiles/gpu_prices.yaml``, or a user's file over it).
 """
 
 from __future__ import annotations
 
 import csv
 import functools
+import math
+from pathlib import Path
 
 import attrs
+import yaml
 
-from simpy_llm.config.errors import FieldValueError
-from simpy_llm.serving.hardware import DEFAULT_ACTIVATION_HEADROOM_BYTES, auto_kv_blocks, canonical_model_name, resolve_hardware
+from simpy_llm.config.errors import FieldValueError, ScenarioError
+from simpy_llm.serving.hardware import (
+    DEFAULT_ACTIVATION_HEADROOM_BYTES,
+    auto_kv_blocks,
+    canonical_model_name,
+    gpu_spec,
+    resolve_hardware,
+)
 from simpy_llm.serving.profiles import profiles_dir
 
-__all__ = ["CatalogueEntry", "catalogue"]
+__all__ = ["CatalogueEntry", "catalogue", "gpu_prices"]
 
 
 @attrs.frozen(kw_only=True)
@@ -91,3 +101,72 @@ def catalogue() -> tuple[CatalogueEntry, ...]:
                 )
             )
     return tuple(entries)
+
+
+def _price_problems(raw: object) -> tuple[dict[str, float], list[tuple[str, str]]]:
+    """The prices a price table gives, by canonical GPU name, and its problems as (key, message)."""
+    if not isinstance(raw, dict):
+        got = "an empty file" if raw is None else type(raw).__name__
+        return {}, [("", f"must be a mapping of GPU name to US dollars per GPU-hour, got {got}")]
+    prices: dict[str, float] = {}
+    problems: list[tuple[str, str]] = []
+    for key, value in raw.items():
+        try:
+            name = gpu_spec(key).name
+        except FieldValueError as exc:
+            problems.append((str(key), exc.message))
+            continue
+        if name in prices:
+            problems.append((str(key), f"names {name}, already priced under another of its names"))
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+            problems.append((str(key), f"must be a price in US dollars per GPU-hour, a number > 0, got {value!r}"))
+        else:
+            prices[name] = float(value)
+    return prices, problems
+
+
+def _read_prices(path: Path) -> dict[str, float]:
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ScenarioError(str(path), [("", f"cannot be read: {exc.strerror or exc}")], what="GPU price table") from None
+    except yaml.YAMLError as exc:
+        raise ScenarioError(str(path), [("", f"is not valid YAML: {exc}")], what="GPU price table") from None
+    prices, problems = _price_problems(raw)
+    if problems:
+        raise ScenarioError(str(path), problems, what="GPU price table")
+    return prices
+
+
+def gpu_prices(path: str | Path | None = None) -> dict[str, float]:
+    """US dollars per GPU-hour by GPU name: the shipped table, with a user's file over it.
+
+    Parameters
+    ----------
+    path
+        A YAML file mapping GPU names (``profiles/gpus.yaml`` names or aliases, any case) to
+        prices per GPU-hour; each price it gives replaces the shipped one, the others stay.
+        None: the shipped ``profiles/gpu_prices.yaml`` alone (its header names the source
+        and the date).
+
+    Raises
+    ------
+    ScenarioError
+        For a file that cannot be read or parsed, that is not a mapping, or whose entry names
+        an unknown GPU, names a GPU twice or gives a price that is not a number > 0: every
+        problem at once, each at its key.
+
+    Examples
+    --------
+    >>> gpu_prices()
+    {'H100': 3.9492, 'A100-80': 2.4984, 'L40S': 1.9512}
+    """
+    prices = dict(_shipped_prices())
+    if path is not None:
+        prices.update(_read_prices(Path(path)))
+    return prices
+
+
+@functools.cache
+def _shipped_prices() -> dict[str, float]:
+    return _read_prices(profiles_dir() / "gpu_prices.yaml")

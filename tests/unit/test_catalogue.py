@@ -7,16 +7,27 @@ import contextlib
 import csv
 import io
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from simpy_llm.cli import main
-from simpy_llm.config.errors import FieldValueError
-from simpy_llm.serving.catalogue import catalogue
-from simpy_llm.serving.hardware import _parse_aliases, canonical_model_name, model_spec, resolve_hardware
+from simpy_llm.config.errors import FieldValueError, ScenarioError
+from simpy_llm.serving.catalogue import catalogue, gpu_prices
+from simpy_llm.serving.hardware import (
+    _parse_aliases,
+    canonical_model_name,
+    gpu_names,
+    gpu_spec,
+    model_spec,
+    resolve_hardware,
+)
 from simpy_llm.serving.latency import BlisLinearLatency
 from simpy_llm.serving.profiles import profiles_dir
 
@@ -156,3 +167,78 @@ def test_the_command_line_does_not_load_the_catalogue_until_asked() -> None:
     code = "import json, sys; import simpy_llm.cli as c; c._parser(); print(json.dumps('simpy_llm.serving.catalogue' in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert json.loads(out.stdout.strip().splitlines()[-1]) is False
+
+
+# --- GPU prices -----------------------------------------------------------------------------
+
+
+def test_shipped_prices_cover_every_shipped_gpu() -> None:
+    """The shipped price table gives a positive price for each GPU of profiles/gpus.yaml."""
+    prices = gpu_prices()
+    assert sorted(prices) == sorted(gpu_names())
+    assert prices == {"H100": 3.9492, "A100-80": 2.4984, "L40S": 1.9512}
+
+
+def test_a_user_file_overrides_the_prices_it_gives(tmp_path: Path) -> None:
+    """A user's file replaces the prices it names (by any alias or case) and keeps the others."""
+    path = tmp_path / "prices.yaml"
+    path.write_text("h100-sxm: 2.25\n")
+    assert gpu_prices(path) == {"H100": 2.25, "A100-80": 2.4984, "L40S": 1.9512}
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "needle"),
+    [
+        ("B200: 3.0\n", "B200", "unknown GPU 'B200'; known GPUs: A100-80, H100, L40S"),
+        ("L40S: 0\n", "L40S", "a number > 0, got 0"),
+        ("L40S: cheap\n", "L40S", "a number > 0, got 'cheap'"),
+        ("L40S: .inf\n", "L40S", "a number > 0, got inf"),
+        ("H100: 2\nh100-sxm: 3\n", "h100-sxm", "names H100, already priced under another of its names"),
+        ("- H100\n", "<top level>", "must be a mapping of GPU name to US dollars per GPU-hour"),
+        ("H100: [\n", "<top level>", "is not valid YAML"),
+    ],
+)
+def test_a_bad_price_file_is_refused_naming_file_key_and_what_is_allowed(
+    tmp_path: Path, text: str, key: str, needle: str
+) -> None:
+    """A price file with an unknown GPU, a price that is not a number > 0, a GPU named twice,
+    a list, or broken YAML is refused with the file, the key and what is allowed."""
+    path = tmp_path / "prices.yaml"
+    path.write_text(text)
+    with pytest.raises(ScenarioError) as info:
+        gpu_prices(path)
+    message = str(info.value)
+    assert str(path) in message and f"  {key}: " in message and needle in message
+
+
+def test_a_missing_price_file_is_refused_naming_it(tmp_path: Path) -> None:
+    """A path that does not exist is refused as a ScenarioError naming the file."""
+    with pytest.raises(ScenarioError, match="cannot be read"):
+        gpu_prices(tmp_path / "none.yaml")
+
+
+_KEYS = st.one_of(st.sampled_from(["H100", "h100", "H100-SXM", "A100-80", "a100-sxm", "L40S", "B200", ""]), st.text(max_size=8))
+_VALUES = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True), st.integers(-5, 5), st.booleans(), st.none(), st.text(max_size=5),
+    st.lists(st.integers(), max_size=2),
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(raw=st.one_of(st.dictionaries(_KEYS, _VALUES, max_size=5), _VALUES))
+def test_the_price_loader_accepts_good_tables_and_refuses_bad_ones(tmp_path: Path, raw: object) -> None:
+    """Over arbitrary YAML content the loader either returns every shipped GPU with a finite
+    positive price (and the user's value where one was given) or raises ScenarioError naming
+    the file; it never raises anything else."""
+    path = tmp_path / "fuzz.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    try:
+        prices = gpu_prices(path)
+    except ScenarioError as exc:
+        assert str(path) in str(exc)
+        return
+    assert sorted(prices) == sorted(gpu_names())
+    assert all(isinstance(v, float) and 0 < v < math.inf for v in prices.values())
+    if isinstance(raw, dict):
+        for key, value in raw.items():
+            assert prices[gpu_spec(key).name] == float(value)
