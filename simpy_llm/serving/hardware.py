@@ -46,10 +46,12 @@ from simpy_llm.serving.profiles import profiles_dir
 __all__ = [
     "DEFAULT_ACTIVATION_HEADROOM_BYTES",
     "GIB",
+    "WEIGHT_DTYPE_BYTES",
     "GpuSpec",
     "Hardware",
     "ModelSpec",
     "auto_kv_blocks",
+    "canonical_model_name",
     "gpu_names",
     "gpu_spec",
     "kv_bytes_per_token",
@@ -114,6 +116,10 @@ class ModelSpec:
         default=attrs.Factory(lambda self: float(self.dtype_bytes), takes_self=True), validator=greater_than(0)
     )
     """Bytes per MLP/expert weight (1 for an fp8 checkpoint that quantises them)."""
+    attention_weight_bytes: float = attrs.field(
+        default=attrs.Factory(lambda self: float(self.dtype_bytes), takes_self=True), validator=greater_than(0)
+    )
+    """Bytes per q/k/v/o projection weight (1 for an fp8 checkpoint that quantises them, 0.5 for int4)."""
     num_experts: int = attrs.field(default=0, validator=_count)
     """Routed experts per layer; 0 for a dense model."""
     experts_per_token: int = attrs.field(default=0, validator=_count)
@@ -219,9 +225,12 @@ class ModelSpec:
         attn = 2 * h * self.q_heads_per_gpu(tp) * d + 2 * h * self.kv_heads_per_gpu(tp) * d
         vocab = self.vocab_size * h * (1 if self.tie_word_embeddings else 2) / tp
         norms = 2 * h * self.num_layers + h
-        per_layer_dtype = attn + self.router_params_per_layer
         ffn = self.num_layers * self.ffn_params_per_layer / tp
-        return (self.num_layers * per_layer_dtype + vocab + norms) * self.dtype_bytes + ffn * self.ffn_weight_bytes
+        return (
+            (self.num_layers * self.router_params_per_layer + vocab + norms) * self.dtype_bytes
+            + self.num_layers * attn * self.attention_weight_bytes
+            + ffn * self.ffn_weight_bytes
+        )
 
 
 @attrs.frozen(kw_only=True)
@@ -347,10 +356,47 @@ def auto_kv_blocks(
 # --- shipped data -------------------------------------------------------------------------
 
 
+WEIGHT_DTYPE_BYTES: dict[str, float] = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+"""Bytes per weight of each weight dtype an alias in ``profiles/models/aliases.yaml`` may state
+(``int4``: the 4-bit values alone; a group-quantised checkpoint's scales, one bf16 value per
+group of 128, add 3%, not counted)."""
+
+
+@attrs.frozen
+class _Alias:
+    """An alias's target model and, for a quantised release, the bytes of its linear weights."""
+
+    model: str
+    weight_bytes: float | None = None
+
+
+def _parse_aliases(raw: object, source: str) -> dict[str, _Alias]:
+    """The entries of an aliases file: ``name: model`` or ``name: {model: M, weights: DTYPE}``."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"{source}: must be a mapping of release name to model, got {type(raw).__name__}")
+    table: dict[str, _Alias] = {}
+    for key, value in raw.items():
+        if isinstance(value, str):
+            table[str(key).lower()] = _Alias(value.lower())
+            continue
+        if not isinstance(value, dict) or not isinstance(value.get("model"), str) or set(value) - {"model", "weights"}:
+            raise ValueError(
+                f"{source}: {key}: must be a model name or a mapping with 'model' (a name) and optionally "
+                f"'weights' (one of {', '.join(WEIGHT_DTYPE_BYTES)}), got {value!r}"
+            )
+        weights = value.get("weights")
+        if weights is not None and weights not in WEIGHT_DTYPE_BYTES:
+            raise ValueError(f"{source}: {key}.weights: must be one of {', '.join(WEIGHT_DTYPE_BYTES)}, got {weights!r}")
+        table[str(key).lower()] = _Alias(value["model"].lower(), None if weights is None else WEIGHT_DTYPE_BYTES[weights])
+    return table
+
+
 @functools.cache
-def _model_aliases() -> dict[str, str]:
+def _model_aliases() -> dict[str, _Alias]:
     path = profiles_dir() / "models" / "aliases.yaml"
-    return {str(k): str(v) for k, v in (yaml.safe_load(path.read_text()) or {}).items()}
+    return _parse_aliases(yaml.safe_load(path.read_text()), str(path))
 
 
 @functools.cache
@@ -360,10 +406,30 @@ def model_names() -> tuple[str, ...]:
     return tuple(sorted(p.parent.name for p in root.glob("*/config.json")))
 
 
-def _canonical_model(name: str) -> str | None:
+def _resolve_model(name: str) -> tuple[str, float | None] | None:
     key = name.lower().split("/", 1)[-1]
-    key = _model_aliases().get(key, key)
-    return key if key in model_names() else None
+    alias = _model_aliases().get(key)
+    if alias is not None:
+        key = alias.model
+    if key not in model_names():
+        return None
+    return key, None if alias is None else alias.weight_bytes
+
+
+def canonical_model_name(name: str) -> str | None:
+    """The shipped configuration a model name resolves to (folder name or alias), or None.
+
+    Examples
+    --------
+    >>> canonical_model_name("meta-llama/llama-3.3-70b-instruct")
+    'llama-3.1-70b-instruct'
+    >>> canonical_model_name("redhatai/phi-4-quantized.w4a16")
+    'phi-4'
+    >>> canonical_model_name("openai/gpt-oss-20b") is None
+    True
+    """
+    found = _resolve_model(name) if isinstance(name, str) else None
+    return None if found is None else found[0]
 
 
 @functools.cache
@@ -372,15 +438,29 @@ def model_spec(name: str) -> ModelSpec:
 
     The name is matched case-insensitively and without an organisation
     prefix (``meta-llama/Llama-3.1-8B-Instruct`` finds ``llama-3.1-8b-instruct``).
+    An alias of a quantised release (``profiles/models/aliases.yaml``, an entry
+    with ``weights``) gives its base model's shape with every attention
+    projection and MLP/expert weight at that dtype's bytes; the embedding, LM
+    head, norms, router and KV cache stay at the base model's dtype.
     An unknown name raises :class:`FieldValueError` (field ``model``) listing
     the known names.
+
+    Examples
+    --------
+    >>> m = model_spec("redhatai/qwen2.5-7b-instruct-quantized.w4a16")
+    >>> m.name, m.attention_weight_bytes, m.ffn_weight_bytes, m.dtype_bytes
+    ('qwen2.5-7b-instruct', 0.5, 0.5, 2)
     """
-    key = _canonical_model(name) if isinstance(name, str) else None
-    if key is None:
+    found = _resolve_model(name) if isinstance(name, str) else None
+    if found is None:
         known = ", ".join([*model_names(), *sorted(_model_aliases())])
         raise FieldValueError("model", f"unknown model {name!r}; known models: {known}")
+    key, weight_bytes = found
     config = json.loads((profiles_dir() / "models" / key / "config.json").read_text())
-    return spec_from_hf_config(key, config)
+    spec = spec_from_hf_config(key, config)
+    if weight_bytes is not None:
+        spec = attrs.evolve(spec, attention_weight_bytes=weight_bytes, ffn_weight_bytes=weight_bytes)
+    return spec
 
 
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
@@ -499,7 +579,7 @@ def resolve_hardware(model: str | None, gpu: str | None, tp: int | None) -> Hard
     --------
     >>> round(resolve_hardware("meta-llama/llama-3.1-8b-instruct", "H100", 2).weight_bytes_per_gpu / 2**30, 3)
     7.479
-    >>> resolve_hardware("ibm-granite/granite-3.1-8b-instruct", "H100", 1) is None
+    >>> resolve_hardware("openai/gpt-oss-20b", "H100", 1) is None
     True
     """
     if model is None or gpu is None or tp is None:

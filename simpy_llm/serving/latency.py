@@ -34,7 +34,7 @@ import attrs
 from simpy_llm.config.errors import FieldValueError
 from simpy_llm.config.validators import MAX_COEFFICIENT_US, at_least, at_most
 from simpy_llm.serving.batch_table import BatchTableLatency
-from simpy_llm.serving.hardware import Hardware, resolve_hardware
+from simpy_llm.serving.hardware import Hardware, gpu_spec, resolve_hardware
 from simpy_llm.serving.latency_base import LatencyModel, LatencyModelBase, RequestOverheads, VerifyTimer, latency_models
 from simpy_llm.serving.profiles import profiles_dir
 
@@ -92,6 +92,10 @@ def blis_profiles() -> dict[tuple[str, str, int], dict[str, float]]:
 def _find_profile(model: str, gpu: str, tp: int) -> dict[str, float]:
     table = blis_profiles()
     model_l = model.lower()
+    try:  # a GPU alias or another case (h100, H100-SXM) names the row's GPU, as in roofline
+        gpu = gpu_spec(gpu).name
+    except FieldValueError:
+        pass  # not a shipped GPU: no row has it, reported below
     for (m, g, t), coeffs in table.items():
         if (m == model_l or m.split("/", 1)[-1] == model_l) and g == gpu and t == tp:
             return coeffs

@@ -9,16 +9,19 @@ with BLIS's fitted coefficients.
 
 from __future__ import annotations
 
+import functools
 from typing import ClassVar, NamedTuple
 
 import attrs
+import yaml
 
 from simpy_llm.config.errors import FieldValueError
 from simpy_llm.config.validators import MAX_COEFFICIENT_US, at_least, at_most, in_range, optional
 from simpy_llm.serving.hardware import Hardware, gpu_spec, model_spec
 from simpy_llm.serving.latency_base import RequestOverheads, latency_models
+from simpy_llm.serving.profiles import profiles_dir
 
-__all__ = ["Roofline", "RooflineLatency"]
+__all__ = ["Roofline", "RooflineLatency", "calibrated_efficiencies"]
 
 
 def _positive_int(_inst: object, attr: attrs.Attribute[int], value: object) -> None:
@@ -126,7 +129,8 @@ class Roofline:
         attn_params = 2 * h * q_heads * d + 2 * h * kv_heads * d
         router = m.router_params_per_layer  # replicated: tiny, and every GPU routes every token
         per_token = attn_params + m.active_ffn_params_per_token / tp + router
-        weights: float = (attn_params + router + 2 * h) * m.dtype_bytes  # the experts' bytes may be fractional
+        # the projections' and experts' bytes may be fractional (a quantised release)
+        weights: float = attn_params * m.attention_weight_bytes + (router + 2 * h) * m.dtype_bytes
         if m.is_moe:
             expert = m.expert_params / tp * m.ffn_weight_bytes
             weights += m.num_shared_experts * expert
@@ -218,6 +222,26 @@ class Roofline:
         )
 
 
+@functools.cache
+def calibrated_efficiencies() -> dict[str, tuple[float, float, float]]:
+    """GPU name -> its calibrated ``(mfu_prefill, mfu_decode, mbu)`` from ``profiles/gpus.yaml``.
+
+    Fitted to BLIS's measured rows (:mod:`simpy_llm.serving.roofline_fit`); GPUs without a
+    ``calibrated`` set are absent.
+
+    Examples
+    --------
+    >>> calibrated_efficiencies()["H100"]
+    (0.754, 0.331, 0.656)
+    """
+    raw = yaml.safe_load((profiles_dir() / "gpus.yaml").read_text())
+    return {
+        str(name): (float(c["mfu_prefill"]), float(c["mfu_decode"]), float(c["mbu"]))
+        for name, f in raw.items()
+        if (c := f.get("calibrated"))
+    }
+
+
 @latency_models.register("roofline")
 @attrs.frozen(kw_only=True)
 class RooflineLatency(RequestOverheads):
@@ -261,6 +285,10 @@ class RooflineLatency(RequestOverheads):
     (BLIS: H100 0.30, A100 0.18, L40S 0.08)."""
     mbu: float = attrs.field(default=1.0, validator=_efficiency)
     """Fraction of peak memory bandwidth reached; 1.0 as in BLIS's roofline (no bandwidth haircut)."""
+    efficiency: str = attrs.field(default="blis", validator=attrs.validators.in_(("blis", "calibrated")))
+    """Where the efficiencies come from: ``blis`` (``mfu``, ``mfu_decode`` as given or the GPU's
+    BLIS MFUs, ``mbu`` as given) or ``calibrated`` (all three from the GPU's ``calibrated`` set in
+    ``profiles/gpus.yaml``, fitted to BLIS's measured rows; then none of them may be given)."""
     allreduce_latency_us: float = attrs.field(default=0.0, validator=at_least(0))
     """Fixed time per all-reduce call (launch, synchronisation), µs."""
     alpha0_us: float = attrs.field(default=0.0, validator=[at_least(0), at_most(MAX_COEFFICIENT_US)])
@@ -275,12 +303,24 @@ class RooflineLatency(RequestOverheads):
     def __attrs_post_init__(self) -> None:
         gpu = gpu_spec(self.gpu)
         hardware = Hardware(model=model_spec(self.model), gpu=gpu, tp=self.tp)
+        mfu = gpu.mfu_prefill if self.mfu is None else self.mfu
+        mfu_decode = gpu.mfu_decode if self.mfu_decode is None else self.mfu_decode
+        mbu = self.mbu
+        if self.efficiency == "calibrated":
+            given = [name for name in ("mfu", "mfu_decode") if getattr(self, name) is not None]
+            if given or self.mbu != 1.0:
+                raise FieldValueError(
+                    (given or ["mbu"])[0], "efficiency: calibrated takes mfu, mfu_decode and mbu from the GPU; give none of them"
+                )
+            table = calibrated_efficiencies()
+            if gpu.name not in table:
+                raise FieldValueError(
+                    "efficiency", f"no calibrated efficiencies for {gpu.name}; calibrated GPUs: {', '.join(sorted(table))}"
+                )
+            mfu, mfu_decode, mbu = table[gpu.name]
+            object.__setattr__(self, "mbu", mbu)
         roofline = Roofline(
-            hardware=hardware,
-            mfu=gpu.mfu_prefill if self.mfu is None else self.mfu,
-            mfu_decode=gpu.mfu_decode if self.mfu_decode is None else self.mfu_decode,
-            mbu=self.mbu,
-            allreduce_latency_us=self.allreduce_latency_us,
+            hardware=hardware, mfu=mfu, mfu_decode=mfu_decode, mbu=mbu, allreduce_latency_us=self.allreduce_latency_us
         )
         object.__setattr__(self, "roofline", roofline)
         if self.mfu is None:

@@ -159,5 +159,5 @@ def test_blis_linear_resolves_its_hardware() -> None:
     assert m.hardware == Hardware(model=model_spec(LLAMA_8B), gpu=gpu_spec("A100-80"), tp=2)
     assert (m.model, m.gpu, m.tp) == ("meta-llama/llama-3.1-8b-instruct", "A100-80", 2)
     assert BlisLinearLatency(beta0_us=1.0).hardware is None
-    granite = BlisLinearLatency.from_params({"model": "ibm-granite/granite-3.1-8b-instruct", "gpu": "H100", "tp": 1})
-    assert granite.hardware is None  # no config.json shipped for it
+    gpt_oss = BlisLinearLatency.from_params({"model": "openai/gpt-oss-20b", "gpu": "H100", "tp": 1})
+    assert gpt_oss.hardware is None  # no config.json shipped for it
