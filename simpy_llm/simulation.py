@@ -90,6 +90,7 @@ if TYPE_CHECKING:
     from simpy_llm.serving.autoscaler import Autoscaler
     from simpy_llm.serving.disaggregation import KvHandoff
     from simpy_llm.serving.engine import TokenListener
+    from simpy_llm.serving.gateway import Gateway
     from simpy_llm.serving.latency import LatencyModel
     from simpy_llm.speculative.draft import DraftFleet
     from simpy_llm.speculative.verify import VerifyServer
@@ -279,7 +280,7 @@ class Simulation:
         arrivals = self.arrivals = Wire(env)
         needs_sessions = any(s.workflow is not None for s in self.sources)
         gated = wl.max_concurrency is not None
-        completions = Wire(env) if needs_sessions or gated else None
+        completions = Wire(env) if needs_sessions or gated or serving.gateway is not None else None
         networks = {src.client.id: src.client.network for src in self.sources if src.client.network is not None}
         self.client_network: ClientNetwork | None = None
         """The networked clients' uplinks (None when no client has a network)."""
@@ -391,6 +392,18 @@ class Simulation:
             self.gate = ConcurrencyGate(
                 env, wl.max_concurrency, sent, completions,
                 on_send=self.recorder.on_arrival if announce else None, consumer_waits=self.sessions is not None,
+            )
+        self.gateway: Gateway | None = None
+        """Flow control in front of the router (None without ``serving.gateway``)."""
+        if serving.gateway is not None and completions is not None:
+            from simpy_llm.policies.gateway import gateway_dispatch  # a gateway's only
+            from simpy_llm.serving.gateway import Gateway
+
+            router = self.router
+            self.gateway = Gateway(
+                env, arrivals, completions, lambda: router.active_views, serving.gateway,
+                build_policy(serving.gateway.dispatch, gateway_dispatch), self.recorder,
+                consumer_waits=self.sessions is not None or self.gate is not None,
             )
         self._ran = False
         if refresh_s is not None:
@@ -863,6 +876,7 @@ class Simulation:
             ),
             planner=self.planner.log if self.planner is not None else None,
             autoscaler=self.autoscaler.log if self.autoscaler is not None else None,
+            gateway=self.gateway.summary() if self.gateway is not None else None,
             streamed=streamed,
         )
 

@@ -327,6 +327,8 @@ class Scenario:
             self._check_slo_classes()
         if self.speculation is not None:
             self._check_speculation()
+            if self.serving.gateway is not None:
+                raise FieldValueError("serving.gateway", "is not modelled with a speculation section yet (give one or the other)")
         if self.planner is not None:
             check_planner(self)
         if self.autoscaler is not None:

@@ -22,6 +22,7 @@ from simpy_llm.config.common import (
 )
 from simpy_llm.config.engine import EngineConfig
 from simpy_llm.config.errors import FieldValueError
+from simpy_llm.config.gateway import GatewayConfig
 from simpy_llm.config.paths import resolve_path
 from simpy_llm.config.predictor import OutputPredictor
 from simpy_llm.config.validators import (
@@ -431,8 +432,15 @@ class ServingConfig:
     cluster_router: RouterSpec | None = None
     """Routing policy among the clusters (with ``clusters``; default round robin), which sees
     each cluster as the sum of its replicas (seed 003, "Multi-Cluster Routing")."""
+    gateway: GatewayConfig | None = None
+    """Flow control in front of the router: requests wait in ordered sub-queues while every
+    replica is saturated (:mod:`simpy_llm.config.gateway`, ``docs/gateway.md``). None: none."""
 
     def __attrs_post_init__(self) -> None:
+        if self.gateway is not None:
+            for key, given in (("clusters", bool(self.clusters)), ("view_refresh_s", self.view_refresh_s is not None)):
+                if given:
+                    raise FieldValueError("gateway", f"is not modelled with serving.{key} yet (its saturation needs the live counts of one router)")
         if self.clusters:
             self._check_clusters()
         elif self.cluster_router is not None:

@@ -31,6 +31,7 @@ import numpy as np
 
 from simpy_llm.config.autoscaler import ScalingSpec
 from simpy_llm.config.errors import WORKLOAD_SPEC, ScenarioError
+from simpy_llm.config.gateway import DispatchSpec
 from simpy_llm.config.paths import base_dir, resolve_path
 from simpy_llm.config.plain import scenario_to_dict, unstructure, workload_to_dict
 from simpy_llm.config.profile import FittedLatencySpec, check_ranges, load_profile, profile_latency_model
@@ -248,6 +249,7 @@ converter.register_structure_hook(BinSelectorSpec, _policy_hook(_elsewhere("simp
 converter.register_structure_hook(KvBlocks, _kv_blocks)
 converter.register_structure_hook(GammaSpec, _policy_hook(_elsewhere("simpy_llm.policies.gamma", "gamma_policies")))
 converter.register_structure_hook(ScalingSpec, _policy_hook(_elsewhere("simpy_llm.policies.scaling", "scaling_policies")))
+converter.register_structure_hook(DispatchSpec, _policy_hook(_elsewhere("simpy_llm.policies.gateway", "gateway_dispatch")))
 converter.register_structure_hook(ModeSelectorSpec, _policy_hook(_elsewhere("simpy_llm.policies.mode", "mode_selectors")))
 converter.register_structure_hook(DrafterPolicySpec, _policy_hook(_elsewhere("simpy_llm.policies.drafter_selection", "drafter_policies")))
 _engine_fields = attrs_hook_factory(EngineConfig)

@@ -1,5 +1,9 @@
 """Results of a run: per-request records, summaries, files.
 
+Kept whole (over 800 lines): it is the one object a user reads a run through; the figures
+themselves live with their subsystems (:class:`Subsystems`), and what is left here is their
+joining, the request table's accessors and the files a run saves.
+
 Metric definitions (seconds unless named otherwise):
 
 * ``ttft_s`` = first_token_s - arrival_s
@@ -85,7 +89,7 @@ from simpy_llm.metrics.requests import RequestResults
 from simpy_llm.metrics.speculation import SpeculationResults
 from simpy_llm.metrics.stats import latency_stats
 from simpy_llm.metrics.stream import ChunkColumns, StreamedRecords, StreamedRequestResults
-from simpy_llm.metrics.summary import FRAME_COLUMNS, Summary, flatten_summary
+from simpy_llm.metrics.summary import FRAME_COLUMNS, GatewaySection, GatewayStats, Summary, flatten_summary
 from simpy_llm.network.link_results import LinkResults
 from simpy_llm.serving.autoscaler import AutoscalerLog, autoscaler_summary
 from simpy_llm.serving.batch_results import CONVERGENCE_WINDOW_BATCHES, BatchServerResults, controller_stats
@@ -161,6 +165,7 @@ class Results:
         draft_busy_s: dict[str, list[float]] | None = None,
         planner: PlannerLog | None = None,
         autoscaler: AutoscalerLog | None = None,
+        gateway: GatewayStats | None = None,
         streamed: StreamedRecords | None = None,
     ) -> None:
         self.streamed_records = streamed
@@ -198,6 +203,8 @@ class Results:
         """The planner's :class:`~simpy_llm.serving.planner.PlannerLog` (None: no planner)."""
         self.autoscaler_log = autoscaler
         """The autoscaler's :class:`~simpy_llm.serving.autoscaler.AutoscalerLog` (None: no autoscaler)."""
+        self.gateway_stats = gateway
+        """The gateway's figures at the end (:class:`~simpy_llm.metrics.summary.GatewayStats`; None: no gateway)."""
         groups = self.replica_groups
         kv = KvTransferResults(recorder.kv_transfers, groups)
         requests = (
@@ -237,6 +244,7 @@ class Results:
         draft_busy_s: dict[str, list[float]] | None = None,
         planner: PlannerLog | None = None,
         autoscaler: AutoscalerLog | None = None,
+        gateway: GatewayStats | None = None,
         streamed: StreamedRecords | None = None,
     ) -> Results:
         """Freeze a recorder's columns into Results (records sorted by request id).
@@ -269,6 +277,7 @@ class Results:
             draft_busy_s=draft_busy_s,
             planner=planner,
             autoscaler=autoscaler,
+            gateway=gateway,
             streamed=streamed,
         )
 
@@ -485,6 +494,7 @@ class Results:
         requests = parts.requests
         outcomes = requests.outcomes()
         whole_s = self.end_s if self.end_s > 0 else float("nan")  # the engines' figures cover the whole run
+        gateway: GatewaySection = {"gateway": self.gateway_stats} if self.gateway_stats is not None else {}
         return {
             "requests": requests.counts(self._recorder.arrived),
             "duration_s": self.end_s,
@@ -503,6 +513,7 @@ class Results:
             **parts.speculation.summary(outcomes.done, outcomes.met),
             **parts.planner.summary(int(outcomes.met.sum())),
             **autoscaler_summary(self.autoscaler_log, self.end_s),
+            **gateway,
             "diagnostics": [d.to_dict() for d in diagnose(self)],
         }
 

@@ -88,6 +88,8 @@ __all__ = [
     "EngineCounts",
     "Fairness",
     "FairnessIndex",
+    "GatewaySection",
+    "GatewayStats",
     "Goodput",
     "GpuUtilization",
     "InSystem",
@@ -787,6 +789,27 @@ class AutoscalerStats(TypedDict):
     """``replica_seconds`` over ``duration_s``."""
 
 
+class GatewayStats(TypedDict):
+    """The summary's ``gateway`` section (``docs/gateway.md``); only with ``serving.gateway``."""
+
+    queued: int
+    """Requests that waited at the gateway."""
+    dropped: int
+    """Requests dropped because ``max_queue`` were waiting."""
+    max_waiting: int
+    """Most requests waiting at once."""
+    waiting_at_end: int
+    """Requests still waiting when the run ended."""
+    mean_wait_s: dict[str, float]
+    """Mean wait of the dispatched requests that waited, s, per sub-queue (its key as a string)."""
+
+
+class GatewaySection(TypedDict, total=False):
+    """The summary's ``gateway`` section (absent without a gateway)."""
+
+    gateway: GatewayStats
+
+
 class AutoscalerSection(TypedDict, total=False):
     """The summary's ``autoscaler`` section (absent without an autoscaler)."""
 
@@ -846,6 +869,8 @@ class Summary(TypedDict):
     """The planner's ticks, changes and GPU use; only with a ``planner`` section."""
     autoscaler: NotRequired[AutoscalerStats]
     """The autoscaler's decisions and replica use; only with an ``autoscaler`` section."""
+    gateway: NotRequired[GatewayStats]
+    """The gateway's queues; only with ``serving.gateway``."""
     disaggregation: NotRequired[DisaggregationStats]
     """KV transfers between the prefill and decode pools; only for a disaggregated fleet."""
     workflows: NotRequired[dict[str, WorkflowStats]]

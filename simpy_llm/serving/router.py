@@ -93,6 +93,11 @@ class Router:
         self._active_views = self.views
         inbox.connect(self.route)
 
+    @property
+    def active_views(self) -> Sequence[ReplicaView]:
+        """The views of the replicas the policies may choose now (:meth:`set_active`)."""
+        return self._active_views
+
     def set_active(self, positions: Sequence[int] | None) -> None:
         """Let the policies see only the replicas at *positions* (None: all) from now on.
 
