@@ -404,3 +404,11 @@ class Recorder:
         """Record columns so far (string fields as codes into ``codes[name].names``)."""
         self._flush()
         return self._columns
+
+    def take_column(self, name: str) -> array:
+        """Hand column *name* over, leaving it empty here: a run's Results take the records
+        one column at a time, so the records are never held twice."""
+        self._flush()
+        taken = self._columns[name]
+        self._columns[name] = array(taken.typecode)
+        return taken

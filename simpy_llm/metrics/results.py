@@ -247,7 +247,8 @@ class Results:
         gateway: GatewayStats | None = None,
         streamed: StreamedRecords | None = None,
     ) -> Results:
-        """Freeze a recorder's columns into Results (records sorted by request id).
+        """Freeze a recorder's columns into Results (records sorted by request id); the
+        recorder's columns are emptied as they are taken.
 
         *kv_blocks* is each replica's KV block count; *replica_groups*, when given,
         each replica's group name (both indexed by replica); *streamed*, the chunks a
@@ -256,8 +257,8 @@ class Results:
         order = np.argsort(np.frombuffer(recorder.columns["request_id"], dtype=np.int64), kind="stable")
         columns: dict[str, np.ndarray] = {}
         for name, kind in RECORD_FIELDS:
-            raw = recorder.columns[name]
-            arr = np.frombuffer(raw, dtype=np.float64 if kind == "f" else np.int64)[order].copy()
+            # taken out of the recorder (memory for one copy); indexing by *order* copies
+            arr = np.frombuffer(recorder.take_column(name), dtype=np.float64 if kind == "f" else np.int64)[order]
             if kind == "s":
                 names = np.array(recorder.codes[name].names, dtype=object)
                 arr = names[arr] if arr.size else np.array([], dtype=object)
