@@ -228,3 +228,24 @@ def test_tp4_over_tp2_prefill_cost_is_near_blis(model: str) -> None:
     c = 2048
     step = {tp: RooflineLatency(model=model, gpu="H100", tp=tp).step_time_s(c, 0, 0, c * (c + 1) // 2) for tp in (2, 4)}
     assert 0.75 <= step[4] / step[2] / blis <= 1.05
+
+
+def test_disaggregated_hand_off_needs_its_size_with_stages() -> None:
+    """A disaggregated fleet whose prefill pool runs pipeline stages must give kv_transfer.bytes_per_token."""
+    roofline = f"serving.latency_model={{kind: roofline, params: {{model: {LLAMA_8B}, gpu: H100, tp: 1, pp: 2}}}}"
+    with pytest.raises(ScenarioError) as info:
+        load_scenario("scenarios/disaggregated.yaml", [roofline])
+    assert [p for p, _ in info.value.problems] == ["serving.disaggregation.kv_transfer.bytes_per_token"]
+    given = load_scenario("scenarios/disaggregated.yaml", [roofline, "serving.disaggregation.kv_transfer.bytes_per_token=131072"])
+    assert {p.gpus for p in plan_fleet(given.serving)} == {2}
+
+
+def test_planner_parallelism_refuses_pipelined_replicas() -> None:
+    """Parallelism candidates, which set a one-stage replica's tp, are refused for a fleet with pp > 1."""
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(
+            "scenarios/planner_pool_split.yaml",
+            [f"serving.latency_model={{kind: roofline, params: {{model: {LLAMA_8B}, gpu: H100, tp: 1, pp: 2}}}}",
+             "planner.candidates={parallelism: [{tp: 1}, {tp: 2}]}"],
+        )
+    assert [(p, "pp 2 pipeline stages" in why) for p, why in info.value.problems] == [("planner.candidates.parallelism", True)]
