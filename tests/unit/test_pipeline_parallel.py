@@ -5,6 +5,7 @@ tensor-parallel all-reduce against its closed form and BLIS's TP variants."""
 from __future__ import annotations
 
 import csv
+from pathlib import Path
 
 import pytest
 
@@ -47,11 +48,11 @@ def _tiny(tp: int, pp: int, microbatches: int | None = None, allreduce_latency_u
     )
 
 
-def _roofline_scenario(params: str) -> Scenario:
+def _roofline_scenario(params: str, *overrides: str) -> Scenario:
     return load_scenario(
         "scenarios/quickstart.yaml",
         [f"serving.latency_model={{kind: roofline, params: {{model: {LLAMA_8B}, gpu: H100, {params}}}}}",
-         "serving.engine.kv_num_blocks=auto"],
+         "serving.engine.kv_num_blocks=auto", *overrides],
     )
 
 
@@ -249,3 +250,22 @@ def test_planner_parallelism_refuses_pipelined_replicas() -> None:
              "planner.candidates={parallelism: [{tp: 1}, {tp: 2}]}"],
         )
     assert [(p, "pp 2 pipeline stages" in why) for p, why in info.value.problems] == [("planner.candidates.parallelism", True)]
+
+
+
+def test_device_max_pp_bounds_the_stages(tmp_path: Path) -> None:
+    """A replica on a device whose max_pp is below its latency model's pp is refused at device."""
+    text = (profiles_dir() / "devices" / "h100-sxm.yaml").read_text()
+    device = tmp_path / "h100-two-stages.yaml"
+    device.write_text(text.replace("id: h100-sxm", "id: h100-two-stages").replace("  max_tp: 8\n", "  max_tp: 8\n  max_pp: 2\n"))
+    def fleet(pp: int) -> Scenario:
+        roofline = f"{{kind: roofline, params: {{model: {LLAMA_8B}, gpu: H100, tp: 2, pp: {pp}}}}}"
+        return load_scenario(
+            "scenarios/heterogeneous_fleet.yaml",
+            [f"serving.replica_groups.0.device={device}", f"serving.replica_groups.0.latency_model={roofline}"],
+        )
+
+    assert [p.gpus for p in plan_fleet(fleet(2).serving)] == [4] * 4 + [1] * 4
+    with pytest.raises(ScenarioError) as info:
+        fleet(4)
+    assert [(p, "pp 4 exceeds" in why) for p, why in info.value.problems] == [("serving.replica_groups[0].device", True)]
