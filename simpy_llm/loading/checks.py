@@ -138,7 +138,15 @@ def _serving(serving: ServingConfig) -> None:
     dis = serving.disaggregation
     if dis is not None and dis.topology is not None:
         _topology(serving, dis.topology)
-    plan_fleet(serving)  # resolves kv_num_blocks: auto and the swap settings, or says why not
+    plans = plan_fleet(serving)  # resolves kv_num_blocks: auto and the swap settings, or says why not
+    if dis is not None and dis.kv_transfer.bytes_per_token is None:
+        # the hand-off's default size is one stage's KV times tp: it would miss the other stages' layers
+        staged = sorted({p.group for p in plans if p.role == "prefill" and p.latency.hardware is not None and p.latency.hardware.pp > 1})
+        if staged:
+            raise FieldValueError(
+                "disaggregation.kv_transfer.bytes_per_token",
+                f"required: the prefill group {staged[0]!r} runs pipeline stages (pp > 1), whose KV hand-off size is not derived",
+            )
 
 
 def _topology(serving: ServingConfig, spec: dict[str, Any]) -> None:
@@ -332,6 +340,11 @@ def _planner_parallelism(scenario: Scenario) -> None:
             rebuilt = build_policy(PolicySpec(kind=spec.kind, params={**spec.params, "tp": plan.gpus}), latency_models)
         except FieldValueError:
             rebuilt = None
+        if hardware is not None and hardware.pp > 1:
+            raise FieldValueError(
+                key, f"serving.{path}latency_model runs pp {hardware.pp} pipeline stages: a parallelism candidate sets the "
+                "tensor-parallel degree of one-stage replicas (give pp: 1, or leave parallelism out)"
+            )
         if hardware is None or rebuilt is None or getattr(rebuilt, "hardware", None) is None:
             raise FieldValueError(
                 key, f"serving.{path}latency_model ({spec.kind}) cannot change its tensor-parallel degree: a parallelism "

@@ -48,7 +48,8 @@ class ReplicaPlan:
     device: Any = None
     """The :class:`~simpy_llm.serving.devices.DeviceProfile` it runs on (None: not modelled)."""
     gpus: int = 1
-    """Devices (GPUs) it occupies: its latency model's tensor-parallel degree (1 if unknown)."""
+    """Devices (GPUs) it occupies: its latency model's tensor-parallel degree times its
+    pipeline stages (``Hardware.gpus``; 1 if unknown)."""
     load_s: float = 0.0
     """Cold start: time to load its model before serving (0: loaded from the start)."""
     warm_retention_s: float | None = None
@@ -151,7 +152,7 @@ def plan_fleet(serving: ServingConfig, latency_override: Any = None, streams: An
             raise FieldValueError(f"{prefix}{exc.field}", exc.message) from None
         plan = ReplicaPlan(
             group=group.name, engine=engine, latency=latency, capacity=_replica_capacity(group, latency), role=group.role,
-            cluster=clusters.get(group.name, ""), device=device, gpus=hardware.tp if hardware is not None else 1,
+            cluster=clusters.get(group.name, ""), device=device, gpus=hardware.gpus if hardware is not None else 1,
             load_s=load_s, warm_retention_s=group.warm_retention_s,
         )
         plans.extend([plan] * group.count)
@@ -171,7 +172,7 @@ def _check_contract(latency: object) -> None:
 
 def _on_device(name: str, engine: EngineConfig, latency: Any) -> tuple[Any, EngineConfig]:
     """The device profile *name* and *engine* within its KV memory limit, checked against
-    the latency model's hardware: the same GPU, a TP degree the device's board allows.
+    the latency model's hardware: the same GPU, a TP degree and pipeline stages the device allows.
 
     Raises
     ------
@@ -187,6 +188,8 @@ def _on_device(name: str, engine: EngineConfig, latency: Any) -> tuple[Any, Engi
             raise FieldValueError("device", f"{device.id!r} is a {device.gpu}, but the latency model runs on {hardware.gpu.name}")
         if device.parallelism is not None and hardware.tp > device.parallelism.max_tp:
             raise FieldValueError("device", f"the latency model's tp {hardware.tp} exceeds {device.id!r}'s max_tp {device.parallelism.max_tp}")
+        if device.parallelism is not None and device.parallelism.max_pp is not None and hardware.pp > device.parallelism.max_pp:
+            raise FieldValueError("device", f"the latency model's pp {hardware.pp} exceeds {device.id!r}'s max_pp {device.parallelism.max_pp}")
     limit_mb = device.memory.kv_cache_limit_mb
     if limit_mb is not None:
         if hardware is None:

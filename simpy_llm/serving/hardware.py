@@ -3,7 +3,8 @@
 A :class:`ModelSpec` is the part of a Hugging Face ``config.json`` that a
 latency or memory model needs; a :class:`GpuSpec` holds one GPU's peak
 compute, memory bandwidth, memory size and links; a :class:`Hardware` is a
-model served on ``tp`` GPUs of one kind with tensor parallelism.
+model served on ``tp x pp`` GPUs of one kind: ``pp`` pipeline stages, each a
+``tp``-way tensor-parallel group.
 
 Shipped data (found through :func:`~simpy_llm.serving.profiles.profiles_dir`):
 
@@ -15,7 +16,9 @@ Shipped data (found through :func:`~simpy_llm.serving.profiles.profiles_dir`):
 Tensor-parallel sharding follows vLLM: query heads, the MLP width, every
 expert, the vocabulary (embedding and LM head) are split ``tp`` ways; a GPU
 holds ``num_kv_heads / tp`` KV heads, or one replicated KV head when
-``tp > num_kv_heads``; norms are replicated.
+``tp > num_kv_heads``; norms are replicated. Pipeline stages split the layers
+as vLLM's ``get_pp_indices`` does (:func:`stage_layers`); the first stage holds
+the embedding, the last the final norm and the LM head.
 
 Examples
 --------
@@ -58,6 +61,7 @@ __all__ = [
     "model_names",
     "model_spec",
     "resolve_hardware",
+    "stage_layers",
 ]
 
 GIB = 2**30
@@ -232,6 +236,29 @@ class ModelSpec:
             + ffn * self.ffn_weight_bytes
         )
 
+    def stage_weight_bytes_per_gpu(self, tp: int, layers: int, first: bool, last: bool) -> float:
+        """Weight bytes each GPU of one pipeline stage holds: *layers* decoder layers, the
+        embedding when *first*, the final norm and the LM head when *last*.
+
+        Sharded ``tp`` ways as :meth:`weight_bytes_per_gpu`. A model with tied embeddings
+        keeps a copy on each end when the two ends are different stages (vLLM loads the
+        LM head's weights on the last stage as well), so only a single stage that is both
+        ends counts them once.
+        """
+        h, d = self.hidden_size, self.head_dim
+        attn = 2 * h * self.q_heads_per_gpu(tp) * d + 2 * h * self.kv_heads_per_gpu(tp) * d
+        ends = int(first) + int(last)
+        if first and last and self.tie_word_embeddings:
+            ends = 1
+        vocab = self.vocab_size * h * ends / tp
+        norms = 2 * h * layers + (h if last else 0)
+        ffn = layers * self.ffn_params_per_layer / tp
+        return (
+            (layers * self.router_params_per_layer + vocab + norms) * self.dtype_bytes
+            + layers * attn * self.attention_weight_bytes
+            + ffn * self.ffn_weight_bytes
+        )
+
 
 @attrs.frozen(kw_only=True)
 class GpuSpec:
@@ -260,10 +287,17 @@ class GpuSpec:
 
 @attrs.frozen(kw_only=True)
 class Hardware:
-    """A model served on ``tp`` GPUs of one kind (tensor parallelism).
+    """A model served on ``tp x pp`` GPUs of one kind: ``pp`` pipeline stages of ``tp``
+    tensor-parallel GPUs each.
 
     Raises :class:`FieldValueError` (field ``tp``) when the model's heads do not
-    shard ``tp`` ways.
+    shard ``tp`` ways, and (field ``pp``) when it has fewer layers than stages.
+
+    Examples
+    --------
+    >>> hw = Hardware(model=model_spec("llama-3.1-8b-instruct"), gpu=gpu_spec("H100"), tp=2, pp=3)
+    >>> hw.gpus, hw.stage_layers, hw.kv_bytes_per_token  # the first two stages hold 11 layers
+    (6, (11, 11, 10), 22528)
     """
 
     model: ModelSpec
@@ -271,25 +305,89 @@ class Hardware:
     gpu: GpuSpec
     """The kind of GPU."""
     tp: int = attrs.field(default=1, validator=_positive_int)
-    """Tensor-parallel degree (GPUs in the group)."""
+    """Tensor-parallel degree (GPUs in each stage's group)."""
+    pp: int = attrs.field(default=1, validator=_positive_int)
+    """Pipeline stages, each holding a contiguous run of layers (:func:`stage_layers`)."""
     measured_kv_bytes_per_token: int | None = attrs.field(default=None, validator=attrs.validators.optional(_positive_int))
     """KV bytes per token per GPU as measured (a LUT's ``kv_delta_mb``), in place of the
     figure the model's shape gives; None: from the shape."""
 
     def __attrs_post_init__(self) -> None:
         self.model.check_tp(self.tp)
+        if self.pp > self.model.num_layers:
+            raise FieldValueError(
+                "pp", f"{self.model.name} has {self.model.num_layers} layers, fewer than pp={self.pp} stages"
+            )
+
+    @property
+    def gpus(self) -> int:
+        """GPUs one replica occupies: ``tp x pp``."""
+        return self.tp * self.pp
+
+    @property
+    def stage_layers(self) -> tuple[int, ...]:
+        """Decoder layers of each pipeline stage, first to last (:func:`stage_layers`)."""
+        return stage_layers(self.model.num_layers, self.pp)
+
+    @property
+    def stage_weight_bytes_per_gpu(self) -> tuple[float, ...]:
+        """Weight bytes on each GPU of each stage, first to last."""
+        if self.pp == 1:
+            return (self.model.weight_bytes_per_gpu(self.tp),)
+        last = self.pp - 1
+        return tuple(
+            self.model.stage_weight_bytes_per_gpu(self.tp, n, first=i == 0, last=i == last)
+            for i, n in enumerate(self.stage_layers)
+        )
+
+    @property
+    def stage_kv_bytes_per_token(self) -> tuple[int, ...]:
+        """KV-cache bytes one token occupies on each GPU of each stage, first to last (measured, when given)."""
+        if self.measured_kv_bytes_per_token is not None or self.pp == 1:
+            return (self.kv_bytes_per_token,) * self.pp
+        per_layer = kv_bytes_per_token(self.model, self.tp) // self.model.num_layers
+        return tuple(n * per_layer for n in self.stage_layers)
 
     @property
     def weight_bytes_per_gpu(self) -> float:
-        """Weight bytes on each GPU of the group."""
-        return self.model.weight_bytes_per_gpu(self.tp)
+        """Weight bytes on each GPU of the group: the most any stage's GPU holds."""
+        if self.pp == 1:
+            return self.model.weight_bytes_per_gpu(self.tp)
+        return max(self.stage_weight_bytes_per_gpu)
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """KV-cache bytes one token occupies on each GPU of the group (measured, when given)."""
+        """KV-cache bytes one token occupies on each GPU (measured, when given): the most any
+        stage's GPU holds, its layers' share."""
         if self.measured_kv_bytes_per_token is not None:
             return self.measured_kv_bytes_per_token
-        return kv_bytes_per_token(self.model, self.tp)
+        if self.pp == 1:
+            return kv_bytes_per_token(self.model, self.tp)
+        return max(self.stage_kv_bytes_per_token)
+
+    @property
+    def replica_kv_bytes_per_token(self) -> int:
+        """KV-cache bytes one token occupies on all the replica's GPUs together (what a
+        disaggregated fleet hands off): each stage's GPUs' shares, summed."""
+        return sum(self.stage_kv_bytes_per_token) * self.tp
+
+
+def stage_layers(num_layers: int, pp: int) -> tuple[int, ...]:
+    """Decoder layers of each of *pp* pipeline stages, first to last.
+
+    Each stage gets ``num_layers // pp``; the ``r = num_layers % pp`` left over go one
+    each to the ``r`` stages before the last, from the second-to-last backwards (the
+    last stage holds the LM head, so it is not given one), as vLLM's ``get_pp_indices``
+    splits them (``vllm/distributed/utils.py``, without its ``VLLM_PP_LAYER_PARTITION``
+    override).
+
+    Examples
+    --------
+    >>> stage_layers(32, 2), stage_layers(32, 3), stage_layers(80, 6)
+    ((16, 16), (11, 11, 10), (13, 13, 13, 14, 14, 13))
+    """
+    base, extra = divmod(num_layers, pp)
+    return tuple(base + (1 if pp - 1 - extra <= i < pp - 1 else 0) for i in range(pp))
 
 
 def kv_bytes_per_token(model: ModelSpec, tp: int = 1) -> int:
@@ -318,7 +416,10 @@ def auto_kv_blocks(
 
     ``floor((memory x gpu_memory_utilization - weights per GPU - activation_headroom_bytes)
     / (block_size x kv bytes per token per GPU))``. Every GPU of the group holds
-    its shard of every block, so this is also the replica's block count.
+    its shard of every block, so this is also the replica's block count. With
+    pipeline stages each stage's GPUs hold their own weights and their layers' KV;
+    the replica has the fewest blocks any stage fits (as vLLM takes the minimum
+    over its workers).
 
     Raises :class:`FieldValueError` (field ``gpu_memory_utilization``) when the
     weights and headroom leave no room for one block, and (field ``block_size``)
@@ -339,18 +440,24 @@ def auto_kv_blocks(
     if not activation_headroom_bytes >= 0:
         raise FieldValueError("activation_headroom_bytes", f"must be >= 0, got {activation_headroom_bytes!r}")
     budget = hardware.gpu.memory_bytes * gpu_memory_utilization
-    weights = hardware.weight_bytes_per_gpu
-    free = budget - weights - activation_headroom_bytes
-    block_bytes = block_size * hardware.kv_bytes_per_token
-    if free < block_bytes:
-        raise FieldValueError(
-            "gpu_memory_utilization",
-            f"{hardware.model.name} does not fit on {hardware.gpu.name} tp{hardware.tp}: "
-            f"{budget / GIB:.2f} GiB usable, {weights / GIB:.2f} GiB weights per GPU and "
-            f"{activation_headroom_bytes / GIB:.2f} GiB headroom leave no room for one "
-            f"{block_bytes / 2**20:.2f} MiB KV block",
-        )
-    return int(free // block_bytes)
+    fewest: int | None = None
+    pp = hardware.pp
+    for i, (weights, kv) in enumerate(zip(hardware.stage_weight_bytes_per_gpu, hardware.stage_kv_bytes_per_token, strict=True)):
+        free = budget - weights - activation_headroom_bytes
+        block_bytes = block_size * kv
+        if free < block_bytes:
+            where = f"tp{hardware.tp}" if pp == 1 else f"tp{hardware.tp} pp{pp} (stage {i})"
+            raise FieldValueError(
+                "gpu_memory_utilization",
+                f"{hardware.model.name} does not fit on {hardware.gpu.name} {where}: "
+                f"{budget / GIB:.2f} GiB usable, {weights / GIB:.2f} GiB weights per GPU and "
+                f"{activation_headroom_bytes / GIB:.2f} GiB headroom leave no room for one "
+                f"{block_bytes / 2**20:.2f} MiB KV block",
+            )
+        blocks = int(free // block_bytes)
+        fewest = blocks if fewest is None else min(fewest, blocks)
+    assert fewest is not None  # a Hardware has at least one stage
+    return fewest
 
 
 # --- shipped data -------------------------------------------------------------------------

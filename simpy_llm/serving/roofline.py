@@ -10,6 +10,7 @@ with BLIS's fitted coefficients.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import ClassVar, NamedTuple
 
 import attrs
@@ -21,7 +22,7 @@ from simpy_llm.serving.hardware import Hardware, gpu_spec, model_spec
 from simpy_llm.serving.latency_base import RequestOverheads, latency_models
 from simpy_llm.serving.profiles import profiles_dir
 
-__all__ = ["Roofline", "RooflineLatency", "calibrated_efficiencies"]
+__all__ = ["Roofline", "RooflineLatency", "calibrated_efficiencies", "pipeline_bubble_fraction"]
 
 
 def _positive_int(_inst: object, attr: attrs.Attribute[int], value: object) -> None:
@@ -52,6 +53,28 @@ class _Terms(NamedTuple):
     allreduce_fixed_s: float  # the fixed latency of those calls
     lm_row_s: float  # LM-head FLOPs of one sampled row
     lm_weights_s: float  # reading the LM head
+
+
+class _Stages(NamedTuple):
+    """Per-GPU constants of a pipelined :class:`Roofline` (``pp > 1``), in seconds."""
+
+    layers: tuple[int, ...]  # decoder layers of each stage, first to last
+    microbatches: int  # micro-batches a step is cut into (fewer when it has fewer tokens)
+    allreduce_layer_token_s: float  # both all-reduces of one layer, per token of a micro-batch
+    allreduce_layer_fixed_s: float  # the fixed latency of those two calls
+    send_token_s: float  # sending one token's activations to the next stage
+
+
+def pipeline_bubble_fraction(pp: int, microbatches: int) -> float:
+    """The share of a synchronous pipeline's step that each of *pp* equal stages idles with
+    *microbatches* micro-batches: ``(pp - 1) / (microbatches + pp - 1)``.
+
+    Examples
+    --------
+    >>> pipeline_bubble_fraction(2, 2), pipeline_bubble_fraction(4, 4), pipeline_bubble_fraction(1, 1)
+    (0.3333333333333333, 0.42857142857142855, 0.0)
+    """
+    return (pp - 1) / (microbatches + pp - 1)
 
 
 @attrs.frozen(kw_only=True)
@@ -91,6 +114,21 @@ class Roofline:
       sequence's last token; a step with prefill counts one such row, a lower
       bound when it holds the ends of several prompts).
 
+    With ``pp > 1`` pipeline stages (``hardware.pp``) stage ``i`` holds ``L_i`` of
+    the layers (:func:`~simpy_llm.serving.hardware.stage_layers`) and the last
+    stage the LM head. A step is cut into ``m = min(microbatches, T)``
+    micro-batches, each ``1/m`` of its prefill and decode tokens, context and
+    attention pairs; on one micro-batch stage ``i`` takes ``s_i = L_i x (layer +
+    its two all-reduces)`` (``+ lm_head`` on the last, of ``S/m`` rows), and a
+    stage hands the next ``x = hidden_size x T/m x dtype_bytes / link`` of
+    activations. The stages run the micro-batches in order (a synchronous
+    schedule, GPipe's forward pass), so the step takes
+
+    ``step = sum_i s_i + (pp - 1) x + (m - 1) max(s_1 .. s_pp, x)``
+
+    which for equal stages is ``(m + pp - 1) s + (pp - 1) x``: each stage idles
+    ``(pp - 1) / (m + pp - 1)`` of it (:func:`pipeline_bubble_fraction`).
+
     A step with no tokens takes no time. Not modelled: kernel-launch and
     scheduling overhead (BLIS's ``beta0`` absorbs it; it is why this model is
     below BLIS's fits for small steps, ``docs/latency.md``); activation
@@ -120,7 +158,11 @@ class Roofline:
     """Fraction of peak memory bandwidth reached."""
     allreduce_latency_us: float = attrs.field(default=0.0, validator=at_least(0))
     """Fixed time per all-reduce call, µs."""
+    microbatches: int | None = attrs.field(default=None, validator=optional(_positive_int))
+    """Micro-batches a step is cut into with pipeline stages (``hardware.pp > 1``);
+    None: as many as stages. Refused with one stage."""
     _t: _Terms = attrs.field(init=False, repr=False, eq=False)
+    _stages: _Stages | None = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
         m, g, tp = self.hardware.model, self.hardware.gpu, self.hardware.tp
@@ -161,11 +203,25 @@ class Roofline:
             lm_weights_s=vocab * h * m.dtype_bytes / bandwidth,
         )
         object.__setattr__(self, "_t", terms)
+        pp = self.hardware.pp
+        stages = None
+        if pp > 1:
+            stages = _Stages(
+                layers=self.hardware.stage_layers,
+                microbatches=pp if self.microbatches is None else self.microbatches,
+                allreduce_layer_token_s=terms.allreduce_token_s / m.num_layers,
+                allreduce_layer_fixed_s=terms.allreduce_fixed_s / m.num_layers,
+                send_token_s=h * m.dtype_bytes / g.interconnect_bandwidth_bytes_per_s,
+            )
+        elif self.microbatches is not None:
+            raise FieldValueError("microbatches", "cuts a step between pipeline stages: needs pp > 1")
+        object.__setattr__(self, "_stages", stages)
 
     def layer_time_s(
-        self, prefill_tokens: int, decode_tokens: int, decode_context_tokens: float = 0, prefill_attention_pairs: float = 0
+        self, prefill_tokens: float, decode_tokens: float, decode_context_tokens: float = 0, prefill_attention_pairs: float = 0
     ) -> float:
-        """One decoder layer: ``max(compute, memory)`` (class docstring)."""
+        """One decoder layer: ``max(compute, memory)`` (class docstring); a micro-batch's
+        share of a step may hold a fraction of a token."""
         t = self._t
         tokens = prefill_tokens + decode_tokens
         compute = (
@@ -210,7 +266,15 @@ class Roofline:
     def step_time_s(
         self, prefill_tokens: int, decode_tokens: int, decode_context_tokens: float = 0, prefill_attention_pairs: float = 0
     ) -> float:
-        """One engine step (class docstring), seconds."""
+        """One engine step (class docstring), seconds: through the pipeline with ``pp > 1``."""
+        if self._stages is not None:
+            return self._pipeline_step_time_s(prefill_tokens, decode_tokens, decode_context_tokens, prefill_attention_pairs)
+        return self._single_stage_step_time_s(prefill_tokens, decode_tokens, decode_context_tokens, prefill_attention_pairs)
+
+    def _single_stage_step_time_s(
+        self, prefill_tokens: int, decode_tokens: int, decode_context_tokens: float = 0, prefill_attention_pairs: float = 0
+    ) -> float:
+        """A step on one stage (``pp == 1``): ``L x layer + all_reduce + lm_head``."""
         tokens = prefill_tokens + decode_tokens
         if not tokens:
             return 0.0
@@ -220,6 +284,55 @@ class Roofline:
             + self.all_reduce_time_s(tokens)
             + self.lm_head_time_s(prefill_tokens, decode_tokens)
         )
+
+    def microbatch_count(self, tokens: int) -> int:
+        """Micro-batches a step of *tokens* new tokens is cut into: ``min(microbatches, tokens)``
+        (1 with one stage; 0 for an empty step)."""
+        if self._stages is None:
+            return min(1, tokens)
+        return min(self._stages.microbatches, tokens)
+
+    def stage_times_s(
+        self, prefill_tokens: int, decode_tokens: int, decode_context_tokens: float = 0, prefill_attention_pairs: float = 0
+    ) -> tuple[float, ...]:
+        """Each stage's time on one micro-batch of the step, first to last (class docstring):
+        its layers with their all-reduces, and the LM head on the last. Empty for an empty step."""
+        tokens = prefill_tokens + decode_tokens
+        if not tokens:
+            return ()
+        t = self._t
+        if self._stages is None:
+            return (self._single_stage_step_time_s(prefill_tokens, decode_tokens, decode_context_tokens, prefill_attention_pairs),)
+        s = self._stages
+        m = min(s.microbatches, tokens)
+        layer = (
+            self.layer_time_s(prefill_tokens / m, decode_tokens / m, decode_context_tokens / m, prefill_attention_pairs / m)
+            + s.allreduce_layer_token_s * tokens / m
+            + s.allreduce_layer_fixed_s
+        )
+        rows = decode_tokens + (1 if prefill_tokens else 0)
+        times = [n * layer for n in s.layers]
+        times[-1] += max(t.lm_row_s * rows / m, t.lm_weights_s)
+        return tuple(times)
+
+    def stage_send_time_s(self, tokens: int) -> float:
+        """Sending one micro-batch's activations from a stage to the next, for a step of *tokens*
+        new tokens (0 with one stage or no tokens)."""
+        if self._stages is None or not tokens:
+            return 0.0
+        return self._stages.send_token_s * tokens / min(self._stages.microbatches, tokens)
+
+    def _pipeline_step_time_s(
+        self, prefill_tokens: int, decode_tokens: int, decode_context_tokens: float = 0, prefill_attention_pairs: float = 0
+    ) -> float:
+        """A step through ``pp > 1`` stages: ``sum s_i + (pp - 1) x + (m - 1) max(s_i, x)``."""
+        tokens = prefill_tokens + decode_tokens
+        if not tokens:
+            return 0.0
+        stages = self.stage_times_s(prefill_tokens, decode_tokens, decode_context_tokens, prefill_attention_pairs)
+        send = self.stage_send_time_s(tokens)
+        m = self.microbatch_count(tokens)
+        return sum(stages) + (len(stages) - 1) * send + (m - 1) * max(*stages, send)
 
 
 @functools.cache
@@ -277,6 +390,10 @@ class RooflineLatency(RequestOverheads):
     """GPU in ``profiles/gpus.yaml`` (``H100``, ``A100-80``, ``L40S``)."""
     tp: int = attrs.field(default=1, validator=_positive_int)
     """Tensor-parallel degree."""
+    pp: int = attrs.field(default=1, validator=_positive_int)
+    """Pipeline stages (a replica runs on ``tp x pp`` GPUs); at most the model's layers."""
+    microbatches: int | None = attrs.field(default=None, validator=optional(_positive_int))
+    """Micro-batches a step is cut into between the stages; None: ``pp``. Needs ``pp > 1``."""
     mfu: float | None = attrs.field(default=None, validator=optional(_efficiency))
     """Fraction of peak FLOP/s that prefill reaches; None takes the GPU's ``mfu_prefill``
     (BLIS's calibration: H100 0.45, A100 0.38, L40S 0.32)."""
@@ -299,10 +416,11 @@ class RooflineLatency(RequestOverheads):
     """Post-processing per output token, µs."""
     roofline: Roofline = attrs.field(init=False, repr=False, eq=False)
     """The arithmetic (built from the fields above)."""
+    _step: Callable[[int, int, float, float], float] = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
         gpu = gpu_spec(self.gpu)
-        hardware = Hardware(model=model_spec(self.model), gpu=gpu, tp=self.tp)
+        hardware = Hardware(model=model_spec(self.model), gpu=gpu, tp=self.tp, pp=self.pp)
         mfu = gpu.mfu_prefill if self.mfu is None else self.mfu
         mfu_decode = gpu.mfu_decode if self.mfu_decode is None else self.mfu_decode
         mbu = self.mbu
@@ -320,9 +438,13 @@ class RooflineLatency(RequestOverheads):
             mfu, mfu_decode, mbu = table[gpu.name]
             object.__setattr__(self, "mbu", mbu)
         roofline = Roofline(
-            hardware=hardware, mfu=mfu, mfu_decode=mfu_decode, mbu=mbu, allreduce_latency_us=self.allreduce_latency_us
+            hardware=hardware, mfu=mfu, mfu_decode=mfu_decode, mbu=mbu, allreduce_latency_us=self.allreduce_latency_us,
+            microbatches=self.microbatches,
         )
         object.__setattr__(self, "roofline", roofline)
+        # bound once: a step on one stage skips the pipeline dispatch (the engine calls it per batch change)
+        step = roofline._single_stage_step_time_s if self.pp == 1 else roofline._pipeline_step_time_s
+        object.__setattr__(self, "_step", step)
         if self.mfu is None:
             object.__setattr__(self, "mfu", roofline.mfu)
         if self.mfu_decode is None:
@@ -330,10 +452,10 @@ class RooflineLatency(RequestOverheads):
 
     @property
     def hardware(self) -> Hardware:
-        """The model, GPU and TP degree this model describes."""
+        """The model, GPU, TP degree and pipeline stages this model describes."""
         return self.roofline.hardware
 
     def step_time_s(
         self, prefill_tokens: int, decode_tokens: int, decode_context_tokens: float = 0, prefill_attention_pairs: float = 0
     ) -> float:
-        return self.roofline.step_time_s(prefill_tokens, decode_tokens, decode_context_tokens, prefill_attention_pairs)
+        return self._step(prefill_tokens, decode_tokens, decode_context_tokens, prefill_attention_pairs)
