@@ -192,12 +192,14 @@ def _parser() -> argparse.ArgumentParser:
     from simpy_llm.calibrate.cli import add_parser as add_calibrate
     from simpy_llm.explore.capacity_cli import add_parser as add_capacity
     from simpy_llm.explore.cli import add_parser as add_sweep
+    from simpy_llm.explore.deploy_cli import add_parser as add_deploy
     from simpy_llm.observe.bench.cli import add_parser as add_bench
     from simpy_llm.report.cli import add_parser as add_report
 
     add_sweep(sub, _add_scenario_options)
     add_calibrate(sub, _add_scenario_options)
     add_capacity(sub, _add_scenario_options)
+    add_deploy(sub, _add_scenario_options)
     add_report(sub)
     add_bench_verbs(add_bench(sub, _add_scenario_options), _add_scenario_options)
     return p
@@ -303,7 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _lut_drift(args)
     if args.command == "catalogue":
         return _catalogue(args)
-    return _run(args)
+    return args.deploy_main(args) if args.command == "deploy" else _run(args)  # deploy: explore.deploy_cli
 
 
 def _lut_drift(args: argparse.Namespace) -> int:
