@@ -1,4 +1,4 @@
-"""Command line: ``simpy-llm run | workload | observe | serve | calibrate | sweep | capacity | validate``.
+"""Command line: ``simpy-llm run | workload | observe | serve | calibrate | sweep | capacity | deploy | validate``.
 
 ``simpy-llm run SCENARIO [--out DIR] [--set dotted.key=value ...] [--seed N]``
 runs a scenario, prints the summary as a table and, last, how many requests
@@ -193,12 +193,14 @@ def _parser() -> argparse.ArgumentParser:
     from simpy_llm.calibrate.cli import add_parser as add_calibrate
     from simpy_llm.explore.capacity_cli import add_parser as add_capacity
     from simpy_llm.explore.cli import add_parser as add_sweep
+    from simpy_llm.explore.deploy_cli import add_parser as add_deploy
     from simpy_llm.observe.bench.cli import add_parser as add_bench
     from simpy_llm.report.cli import add_parser as add_report
 
     add_sweep(sub, _add_scenario_options)
     add_calibrate(sub, _add_scenario_options)
     add_capacity(sub, _add_scenario_options)
+    add_deploy(sub, _add_scenario_options)
     add_report(sub)
     add_bench_verbs(add_bench(sub, _add_scenario_options), _add_scenario_options)
     return p
@@ -305,7 +307,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "catalogue":
         from simpy_llm.explore.catalogue_cli import print_catalogue
         return print_catalogue(csv_out=args.csv)
-    return _run(args)
+    return args.deploy_main(args) if args.command == "deploy" else _run(args)  # deploy: explore.deploy_cli
 
 
 def _lut_drift(args: argparse.Namespace) -> int:

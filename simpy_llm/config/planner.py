@@ -100,9 +100,9 @@ def _float_list(value: Any) -> Any:
 class Parallelism:
     """One parallelism candidate: the tensor-parallel degree of every replica (``{tp: 2}``).
 
-    Only tensor parallelism is offered: the latency models that describe their hardware
-    (``roofline``, ``profile``, ``blis_linear`` with a profile) take a TP degree and none
-    models pipeline stages, so a ``pp`` key is refused as unknown.
+    Only tensor parallelism is offered: the planner rebuilds a replica's latency model at each
+    candidate's TP degree (``roofline``, ``profile``, ``blis_linear`` with a profile); pipeline
+    stages (``roofline``'s ``pp``) are not a planner knob, so a ``pp`` key is refused as unknown.
 
     >>> Parallelism(tp=2)
     Parallelism(tp=2)

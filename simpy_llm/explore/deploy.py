@@ -1,0 +1,592 @@
+"""Which deployment to buy: the cheapest configuration that carries a load within SLOs.
+
+:func:`deploy` takes a scenario (its workload, its model) and searches a space of
+deployments: every catalogue row (:func:`~simpy_llm.serving.catalogue.catalogue`) of the
+scenario's model on the GPUs and tensor-parallel degrees given, crossed with schedulers,
+``max_num_seqs``, ``max_num_batched_tokens`` and chunked prefill. For each configuration it
+finds the fewest replicas that carry the load within the SLO criteria (the probes and the
+galloping-then-bisecting count search of :func:`~simpy_llm.explore.capacity.min_replicas`,
+with its :class:`~simpy_llm.explore.capacity.StabilityCriteria`), and prices it at
+``replicas x tp x price per GPU-hour`` (:func:`~simpy_llm.serving.catalogue.gpu_prices`).
+
+The search is exact: with pruning on (the default) it returns the configuration an
+exhaustive search returns, by these rules (``docs/capacity.md``, "Which deployment"):
+
+1. *More replicas never lower capacity.* Within a configuration the count is galloped
+   (1, 2, 4, ...) then bisected, and a count's verdict is inferred from a smaller passing
+   or a larger failing one without a simulation.
+2. *Branch and bound.* Configurations are visited cheapest lower bound first, the lower
+   bound being the cost at the fewest replicas not known to fail (1, or one more than the
+   largest count a run directory records as failing). One whose lower bound exceeds the
+   cheapest feasible cost found so far (or the budget) is skipped without a simulation, and
+   a configuration's count search stops at the largest count that costs no more than that.
+3. *A configuration that fails at R replicas is not tried below R*, within a search and
+   across restarts (the run directory keeps every verdict).
+
+Ties in cost go to the configuration that comes first in the space's order (the
+catalogue's rows, then the scheduler, ``max_num_seqs``, ``max_num_batched_tokens`` and
+chunked prefill in the order given), so both searches name the same one.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import itertools
+import json
+import math
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from simpy_llm.config.errors import ScenarioError
+from simpy_llm.explore.capacity.criteria import StabilityCriteria, _check_before_probes
+from simpy_llm.explore.capacity.probing import Probe, _build, _Prober, _run_probe, _unjson, _Window, _window
+from simpy_llm.explore.capacity.searches import _check_common, _name, _positive
+from simpy_llm.explore.deploy_results import Configuration, DeployResult, Outcome
+
+if TYPE_CHECKING:
+    pass
+
+__all__ = ["Configuration", "DeployResult", "Outcome", "deploy"]
+
+LOAD_KEY = "workload.aggregate_rate"
+REPLICAS_KEY = "serving.replicas"
+EXECUTORS = ("serial", "process", "dask")
+"""The executors named by a string; a :class:`concurrent.futures.Executor` is taken too."""
+
+
+
+# --- the space ----------------------------------------------------------------------
+def _axis(name: str, values: Iterable[Any] | None, default: Any, check: Callable[[Any], bool], allowed: str) -> list[Any]:
+    """The values of one axis of the space (the scenario's own when None), each checked."""
+    if values is None:
+        return [default]
+    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
+        raise TypeError(f"{name} must be a list, got {values!r}")
+    out = list(dict.fromkeys(values))
+    if not out:
+        raise ValueError(f"{name} is empty: give at least one value, or None for the scenario's own")
+    for v in out:
+        if not check(v):
+            raise ValueError(f"{name}: {v!r} is not allowed; allowed: {allowed}")
+    return out
+
+
+def _positive_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+
+def _model_of(loaded: Any, model: str | None) -> str:
+    if model is not None:
+        if not isinstance(model, str) or not model:
+            raise ValueError(f"model must be a model name, got {model!r}")
+        return model
+    spec = loaded.serving.latency_model
+    named = None if spec is None else spec.params.get("model")
+    if not isinstance(named, str):
+        raise ValueError("the scenario's latency model names no model (serving.latency_model.params.model): "
+                         "give model= (--model), a model of the catalogue (simpy-llm catalogue)")
+    return named
+
+
+def _space(
+    loaded: Any, model: str, gpus: Sequence[str], tp: Iterable[int] | None, schedulers: Iterable[str] | None,
+    max_num_seqs: Iterable[int] | None, max_num_batched_tokens: Iterable[int] | None,
+    chunked_prefill: Iterable[bool] | None, prices: Mapping[str, float],
+) -> list[Configuration]:
+    """Every configuration of the space, in its order (errors name the argument at fault)."""
+    from simpy_llm.config.errors import FieldValueError
+    from simpy_llm.policies.scheduling import scheduler_policies
+    from simpy_llm.serving.catalogue import catalogue
+    from simpy_llm.serving.hardware import gpu_names, gpu_spec
+
+    names = [] if isinstance(gpus, (str, bytes)) or not isinstance(gpus, Iterable) else list(gpus)
+    if not names:
+        raise ValueError(f"gpus must be a non-empty list of GPU names, got {gpus!r}; known GPUs: {', '.join(gpu_names())}")
+    wanted: list[str] = []
+    for name in names:
+        try:
+            canonical = gpu_spec(name).name
+        except FieldValueError:
+            raise ValueError(f"gpus: unknown GPU {name!r}; known GPUs: {', '.join(gpu_names())}") from None
+        if canonical not in prices:
+            raise ValueError(f"gpus: no price for {canonical} in the price table (it has: {', '.join(prices)}); "
+                             "give a price file with it (prices=, --prices)")
+        wanted.append(canonical)
+    wanted = list(dict.fromkeys(wanted))
+    tps = None if tp is None else _axis("tp", tp, None, _positive_int, "integers >= 1")
+    engine = loaded.serving.engine
+    axes = [
+        _axis("schedulers", schedulers, engine.scheduler.kind, lambda v: isinstance(v, str) and v in scheduler_policies,
+              ", ".join(scheduler_policies.names())),
+        _axis("max_num_seqs", max_num_seqs, engine.max_num_seqs, _positive_int, "integers >= 1"),
+        _axis("max_num_batched_tokens", max_num_batched_tokens, engine.max_num_batched_tokens, _positive_int,
+              "integers >= 1"),
+        _axis("chunked_prefill", chunked_prefill, engine.chunked_prefill, lambda v: isinstance(v, bool), "True, False"),
+    ]
+    m = model.lower()
+    of_model = [r for r in catalogue() if m in (r.model.lower(), r.model.lower().split("/", 1)[-1])]
+    if not of_model:
+        known = sorted({r.model.split("/", 1)[-1] for r in catalogue()})
+        raise ValueError(f"no catalogue row for model {model!r}; the catalogue's models: {', '.join(known)}")
+    rows = [r for r in of_model if r.gpu in wanted and (tps is None or r.tp in tps)]
+    if not rows:
+        has = ", ".join(f"{r.gpu} tp{r.tp}" for r in of_model)
+        raise ValueError(f"no catalogue row for model {model!r} on {', '.join(wanted)}"
+                         + ("" if tps is None else f" with tp in {tps}") + f"; it has: {has}")
+    space: list[Configuration] = []
+    for row in rows:
+        for scheduler, seqs, tokens, chunked in itertools.product(*axes):
+            space.append(Configuration(
+                index=len(space), model=row.model, gpu=row.gpu, tp=row.tp, scheduler=scheduler, max_num_seqs=seqs,
+                max_num_batched_tokens=tokens, chunked_prefill=chunked, price_per_gpu_hour=prices[row.gpu],
+                kv_auto=row.hardware,
+            ))
+    return space
+
+
+# --- one configuration's count search (a job, run in this process or a worker) ------
+def _search_counts(
+    scenario: Any, fixed: Mapping[str, Any], load: float, window: _Window, criteria: StabilityCriteria,
+    seeds: list[int | None], known: Mapping[int, tuple[bool, bool]], cap: int,
+) -> dict[str, Any]:
+    """The fewest replicas up to *cap* meeting the criteria, given *known* verdicts (rule 3:
+    no count at or below one known to fail is run): gallop from one above the largest known
+    failing count, doubling, then bisect. Returns the verdicts and the new probes as data."""
+
+    def probe(n: float, ov: dict[str, Any]) -> Probe:
+        return _run_probe(scenario, ov, load=load, replicas=int(n), window=window, criteria=criteria)
+
+    prober = _Prober(scenario, fixed, REPLICAS_KEY, seeds, probe, False, more_is_harder=False)
+    prober.verdicts.update({float(n): v for n, v in known.items()})
+    bad = max((n for n, (_s, meets) in known.items() if not meets), default=0)
+    good = min((n for n, (_s, meets) in known.items() if meets), default=None)
+    if good is not None and good > cap:
+        good = None
+    if good is None:
+        n = bad + 1
+        while n <= cap:
+            if prober(n)[1]:
+                good = n
+                break
+            bad = n
+            n = min(n * 2, cap) if n < cap else cap + 1
+    if good is not None:
+        while good - bad > 1:
+            mid = (good + bad) // 2
+            if prober(mid)[1]:
+                good = mid
+            else:
+                bad = mid
+    return {
+        "verdicts": {str(int(n)): [s, m] for n, (s, m) in prober.verdicts.items()},
+        "probes": [p.to_dict() for p in prober.probes],
+    }
+
+
+class _Record:
+    """Everything known of one configuration: its verdicts by count and its probes."""
+
+    def __init__(self, verdicts: Mapping[int, tuple[bool, bool]] | None = None, probes: list[dict[str, Any]] | None = None) -> None:
+        self.verdicts: dict[int, tuple[bool, bool]] = dict(verdicts or {})
+        self.probes: list[dict[str, Any]] = list(probes or [])
+
+    def add(self, job: Mapping[str, Any]) -> None:
+        self.verdicts.update({int(n): (bool(v[0]), bool(v[1])) for n, v in job["verdicts"].items()})
+        self.probes.extend(job["probes"])
+
+    @property
+    def failing(self) -> int:
+        return max((n for n, (_s, m) in self.verdicts.items() if not m), default=0)
+
+    @property
+    def passing(self) -> int | None:
+        return min((n for n, (_s, m) in self.verdicts.items() if m), default=None)
+
+    def settled(self, cap: int) -> bool:
+        """Whether the fewest passing count up to *cap* is known without another probe."""
+        good = self.passing
+        if good is not None and good <= cap:
+            return good == 1 or (good - 1) in self.verdicts or self.failing == good - 1
+        return self.failing >= cap
+
+    def data(self) -> dict[str, Any]:
+        return {"verdicts": {str(n): list(v) for n, v in sorted(self.verdicts.items())}, "probes": self.probes}
+
+
+class _RunDir:
+    """A run directory: one JSON file per configuration (its verdicts and probes), named by a
+    hash of everything that decides them, so a restart reuses what was run and a change of
+    scenario, load, criteria, window or seeds starts afresh."""
+
+    def __init__(self, directory: str | Path, base: Mapping[str, Any]) -> None:
+        self.runs = Path(directory) / "runs"
+        self.base = dict(base)
+
+    def _path(self, config: Configuration) -> Path:
+        text = json.dumps({**self.base, "configuration": config.overrides()}, sort_keys=True, default=repr)
+        return self.runs / f"{hashlib.sha256(text.encode()).hexdigest()[:24]}.json"
+
+    def load(self, config: Configuration) -> _Record | None:
+        try:
+            data = json.loads(self._path(config).read_text())
+            record = _Record()
+            record.add(data)
+        except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
+            return None  # missing or unreadable: run it again
+        return record
+
+    def save(self, config: Configuration, record: _Record) -> None:
+        from simpy_llm.explore.sweeps import _atomic_write
+
+        self.runs.mkdir(parents=True, exist_ok=True)
+        _atomic_write(self._path(config), json.dumps(record.data(), indent=1))
+
+
+def _scenario_digest(scenario: Any) -> str:
+    if isinstance(scenario, Mapping):
+        text = json.dumps(scenario, sort_keys=True, default=repr).encode()
+    else:
+        try:
+            text = Path(scenario).read_bytes()
+        except OSError:
+            text = str(scenario).encode()
+    return hashlib.sha256(text).hexdigest()
+
+
+def _nothing() -> None:
+    return None
+
+
+def _executor(executor: Any, max_workers: int | None) -> tuple[concurrent.futures.Executor | None, int, Callable[[], None]]:
+    """``(executor, width, close)``: None runs in this process; *close* ends what was started here."""
+    if max_workers is not None and not _positive_int(max_workers):
+        raise ValueError(f"max_workers must be an integer >= 1, got {max_workers!r}")
+    if isinstance(executor, str) and executor == "serial":
+        return None, 1, _nothing
+    width = max_workers or 2
+    if isinstance(executor, str) and executor == "process":
+        from simpy_llm.explore.sweeps import _pool_context
+
+        pool = concurrent.futures.ProcessPoolExecutor(width, mp_context=_pool_context())
+        return pool, width, lambda: pool.shutdown(wait=True, cancel_futures=True)
+    if isinstance(executor, str) and executor == "dask":
+        try:  # dask is an optional extra
+            from dask.distributed import Client
+        except ImportError:
+            raise ValueError("executor='dask' needs dask.distributed: pip install 'simpy-llm[explore]'") from None
+        client = Client(n_workers=width, threads_per_worker=1, processes=True)
+        return client.get_executor(), width, client.close
+    if isinstance(executor, concurrent.futures.Executor):
+        return executor, max_workers or getattr(executor, "_max_workers", None) or 2, _nothing
+    raise ValueError(f"executor must be one of {', '.join(EXECUTORS)} or a concurrent.futures.Executor, got {executor!r}")
+
+
+# --- the search ----------------------------------------------------------------------
+def deploy(
+    scenario: str | Path | Mapping[str, Any],
+    *,
+    load: float,
+    slo: StabilityCriteria | Mapping[str, float] | Sequence[str],
+    gpus: Sequence[str],
+    tp: Iterable[int] | None = None,
+    schedulers: Iterable[str] | None = None,
+    max_num_seqs: Iterable[int] | None = None,
+    max_num_batched_tokens: Iterable[int] | None = None,
+    chunked_prefill: Iterable[bool] | None = None,
+    model: str | None = None,
+    budget: float | None = None,
+    max_replicas: int = 64,
+    prices: str | Path | Mapping[str, float] | None = None,
+    warmup_requests: int | None = None,
+    measure_requests: int | None = None,
+    seeds: Iterable[int] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    out: str | Path | None = None,
+    exhaustive: bool = False,
+    executor: Any = "serial",
+    max_workers: int | None = None,
+    progress: bool = False,
+) -> DeployResult:
+    """The cheapest deployment of the scenario's model that carries *load* within the SLOs.
+
+    Parameters
+    ----------
+    scenario
+        A scenario YAML path or its plain data: its workload (run at *load*) and, unless
+        *model* is given, its latency model's ``model``. It must be one group of co-located
+        replicas (``serving.replicas``).
+    load
+        Requests per second (``workload.aggregate_rate``) every configuration must carry.
+    slo
+        The criteria: a :class:`~simpy_llm.explore.capacity.StabilityCriteria`, or its SLO
+        criteria (``{"ttft_p99": 0.5}`` or ``["ttft_p99=0.5"]``) with the default stability ones.
+    gpus
+        GPU names (``profiles/gpus.yaml`` names or aliases).
+    tp, schedulers, max_num_seqs, max_num_batched_tokens, chunked_prefill
+        The values of each axis (None: every TP degree the catalogue has; the scenario's own
+        setting for the others).
+    model
+        The model (as the catalogue names it, with or without its organisation); default the
+        scenario's latency model's ``model``.
+    budget
+        US dollars per hour the answer may cost at most; configurations above it are cut
+        (None: no budget). A budget nothing fits is an answer (``best`` None), not an error.
+    max_replicas
+        The most replicas a configuration may have.
+    prices
+        A price file over the shipped one (:func:`~simpy_llm.serving.catalogue.gpu_prices`),
+        or the prices themselves ``{GPU: USD per GPU-hour}``.
+    warmup_requests, measure_requests, seeds, overrides
+        As :func:`~simpy_llm.explore.capacity.min_replicas`.
+    out
+        A run directory: every configuration's verdicts and probes are kept in ``out/runs``
+        as they finish, and a later call with the same arguments reuses them.
+    exhaustive
+        Search every configuration to *max_replicas* without the bound (to check it; the
+        answer is the same).
+    executor, max_workers
+        ``"serial"`` (this process), ``"process"`` (a process pool of *max_workers*, default
+        2), ``"dask"`` (a local Dask cluster) or a :class:`concurrent.futures.Executor`.
+        With more than one worker, configurations are searched side by side with the bound
+        known when each starts: the answer is the same, the count of simulations may differ.
+    progress
+        Print one line per configuration searched on standard error.
+
+    Returns
+    -------
+    DeployResult
+
+    Raises
+    ------
+    ValueError
+        For an unknown GPU or scheduler, a GPU without a price, a model without a catalogue
+        row on those GPUs and TP degrees, an axis value out of range, or a scenario that is
+        not one group of co-located replicas.
+    ScenarioError
+        If the scenario (with *overrides*) is not valid.
+
+    Examples
+    --------
+    >>> from simpy_llm.explore.capacity import _doctest_scenario
+    >>> s = _doctest_scenario()
+    >>> s["workload"]["clients"][0]["input_distribution"]["params"]["value"] = 200
+    >>> result = deploy(s, load=4.0, slo={"ttft_p99": 1.0}, gpus=["H100", "A100-80"], tp=[1],
+    ...                 model="llama-3.1-8b-instruct", warmup_requests=20, measure_requests=100)
+    >>> best = result.best
+    >>> best.configuration.gpu, best.min_replicas, best.cost_per_hour
+    ('A100-80', 1, 2.4984)
+    >>> result.outcomes[1].status, result.outcomes[1].simulations   # H100 costs more at 1 replica
+    ('pruned', 0)
+    """
+    seed_list = _check_common(scenario, None, seeds)
+    if not (isinstance(executor, str) and executor in EXECUTORS) and not isinstance(executor, concurrent.futures.Executor):
+        raise ValueError(f"executor must be one of {', '.join(EXECUTORS)} or a concurrent.futures.Executor, got {executor!r}")
+    criteria = slo if isinstance(slo, StabilityCriteria) else StabilityCriteria(slo=slo)
+    load_f = _positive("load", load)
+    assert load_f is not None  # load is required
+    budget = _positive("budget", budget)
+    if not _positive_int(max_replicas):
+        raise ValueError(f"max_replicas must be an integer >= 1, got {max_replicas!r}")
+    from simpy_llm.serving.catalogue import gpu_prices
+
+    price_table = dict(prices) if isinstance(prices, Mapping) else gpu_prices(prices)
+    window = _window(warmup_requests, measure_requests, None, None)
+    fixed = {**dict(overrides or {}), **window.overrides(), LOAD_KEY: load_f}
+    loaded = _build(scenario, fixed)
+    _check_before_probes(criteria, loaded)
+    serving = loaded.serving
+    if serving.replica_groups or serving.clusters or serving.disaggregation is not None or serving.batch_server is not None:
+        raise ValueError("deploy searches one group of co-located replicas (serving.replicas, serving.engine, "
+                         "serving.latency_model): replica groups, clusters, disaggregated pools and batch servers "
+                         "are not searched")
+    name = _model_of(loaded, model)
+    space = _space(loaded, name, gpus, tp, schedulers, max_num_seqs, max_num_batched_tokens, chunked_prefill, price_table)
+    runs = None if out is None else _RunDir(out, {
+        "scenario": _scenario_digest(scenario), "overrides": fixed, "criteria": criteria.to_dict(),
+        "window": attrs.asdict(window), "seeds": seed_list, "simpy_llm": _version(),
+    })
+
+    records: dict[int, _Record] = {}
+    refused: dict[int, str] = {}
+    loaded_count = 0
+    for config in space:
+        try:
+            _build(scenario, {**fixed, **config.overrides(), REPLICAS_KEY: 1})
+        except ScenarioError as exc:  # the scenario's checks refuse this combination: say why, search the rest
+            refused[config.index] = " ".join(str(exc).split())
+            continue
+        record = runs.load(config) if runs is not None else None
+        if record is not None:
+            loaded_count += len(record.probes)
+        records[config.index] = record or _Record()
+
+    search = _Search(scenario, fixed, load_f, window, criteria, seed_list, max_replicas, budget, exhaustive, progress)
+    pool, width, close = _executor(executor, max_workers)
+    try:
+        search.run([c for c in space if c.index in records], records, runs, pool, width)
+    finally:
+        close()
+    outcomes = search.outcomes(space, records, refused, load_f)
+    result = DeployResult(
+        scenario=_name(scenario, loaded), model=name, load=load_f, criteria=criteria, budget=budget,
+        max_replicas=max_replicas, exhaustive=exhaustive, outcomes=tuple(outcomes), simulations=search.ran,
+        loaded=loaded_count,
+    )
+    if out is not None:
+        result.save(out)
+    return result
+
+
+def _version() -> str:
+    from simpy_llm import __version__
+
+    return __version__
+
+
+class _Search:
+    """The branch and bound over the configurations (rules 1-3 of the module's docstring)."""
+
+    def __init__(
+        self, scenario: Any, fixed: Mapping[str, Any], load: float, window: _Window, criteria: StabilityCriteria,
+        seeds: list[int | None], max_replicas: int, budget: float | None, exhaustive: bool, progress: bool,
+    ) -> None:
+        self.scenario, self.fixed, self.load, self.window = scenario, dict(fixed), load, window
+        self.criteria, self.seeds, self.max_replicas = criteria, seeds, max_replicas
+        self.budget, self.exhaustive, self.progress = budget, exhaustive, progress
+        self.best: tuple[float, int] | None = None
+        """``(cost, index)`` of the cheapest feasible configuration found so far."""
+        self.caps: dict[int, int] = {}
+        """The count each configuration's search went up to."""
+        self.skipped: set[int] = set()
+        """Configurations whose lower bound was above the limit when their turn came."""
+        self.ran = 0
+
+    def limit(self) -> float:
+        """What a configuration may cost to be worth searching: the cheapest found, the budget."""
+        if self.exhaustive:
+            return math.inf
+        bound = math.inf if self.budget is None else self.budget
+        return bound if self.best is None else min(bound, self.best[0])
+
+    def cap(self, config: Configuration, limit: float) -> int:
+        """The most replicas costing no more than *limit* (up to ``max_replicas``)."""
+        if math.isinf(limit):
+            return self.max_replicas
+        n = min(self.max_replicas, max(0, math.floor(limit / config.cost(1))))
+        while n < self.max_replicas and config.cost(n + 1) <= limit:
+            n += 1
+        while n > 0 and config.cost(n) > limit:
+            n -= 1
+        return n
+
+    def found(self, config: Configuration, record: _Record) -> None:
+        good = record.passing
+        if good is not None and good <= self.caps[config.index]:
+            key = (config.cost(good), config.index)
+            if self.budget is not None and key[0] > self.budget:
+                return  # only an exhaustive search, without the bound, gets here
+            if self.best is None or key < self.best:
+                self.best = key
+
+    def run(
+        self, space: list[Configuration], records: dict[int, _Record], runs: _RunDir | None,
+        pool: concurrent.futures.Executor | None, width: int,
+    ) -> None:
+        # Rule 2: cheapest lower bound first (the count above the largest known to fail).
+        queue = sorted(space, key=lambda c: (c.cost(records[c.index].failing + 1), c.index))
+        running: dict[concurrent.futures.Future[dict[str, Any]], Configuration] = {}
+        while queue or running:
+            while queue and len(running) < width:
+                config = queue.pop(0)
+                record = records[config.index]
+                cap = self.cap(config, self.limit())
+                self.caps[config.index] = cap
+                if cap <= record.failing:
+                    self.skipped.add(config.index)
+                if cap <= record.failing or record.settled(cap):
+                    self.found(config, record)  # decided by the bound or by what the run directory holds
+                    continue
+                args = (self.scenario, {**self.fixed, **config.overrides()}, self.load, self.window, self.criteria, self.seeds,
+                        dict(record.verdicts), cap)
+                if pool is None:
+                    self._finish(config, _search_counts(*args), records, runs)
+                else:
+                    running[pool.submit(_search_counts, *args)] = config
+            if running:
+                done, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
+                for future in sorted(done, key=lambda f: running[f].index):
+                    self._finish(running.pop(future), future.result(), records, runs)
+
+    def _finish(self, config: Configuration, job: dict[str, Any], records: dict[int, _Record], runs: _RunDir | None) -> None:
+        record = records[config.index]
+        record.add(job)
+        self.ran += len(job["probes"])
+        if runs is not None and job["probes"]:
+            runs.save(config, record)
+        self.found(config, record)
+        if self.progress:
+            good = record.passing
+            print(f"deploy: {config.label()}: "
+                  + (f"{good} replicas, {config.cost(good):.4g} USD/h" if good is not None and good <= self.caps[config.index]
+                     else f"fails at {record.failing} replicas")
+                  + f" ({len(job['probes'])} simulations)", file=sys.stderr, flush=True)
+
+    def outcomes(
+        self, space: list[Configuration], records: dict[int, _Record], refused: Mapping[int, str], load: float,
+    ) -> list[Outcome]:
+        best = self.best
+        out = []
+        for config in space:
+            nan = math.nan
+            if config.index in refused:
+                out.append(Outcome(configuration=config, status="refused", min_replicas=None, failing_replicas=0,
+                                   cost_per_hour=nan, ttft_p99_s=nan, tpot_p99_s=nan, qps_per_usd_hour=nan,
+                                   simulations=0, reason=f"the scenario's checks refuse it: {refused[config.index]}"))
+                continue
+            record = records[config.index]
+            cap = self.caps.get(config.index, 0)
+            good = record.passing
+            sims = len(record.probes)
+            if good is not None and good > cap and not (good <= self.max_replicas and record.settled(good)):
+                good = None  # beyond this search's bound, and not known to be the fewest
+            ttft = tpot = cost = qps = nan
+            if good is not None:
+                cost = config.cost(good)
+                at = [p for p in record.probes if p["replicas"] == good]
+                ttft = max((_unjson(p["latency_s"]["ttft_p99"]) for p in at), default=nan)
+                tpot = max((_unjson(p["latency_s"]["tpot_p99"]) for p in at), default=nan)
+                qps = load / cost
+            if good is not None and self.budget is not None and cost > self.budget:
+                status, reason = "over_budget", f"{good} replicas cost {cost:.4g} USD/h > the budget {self.budget:g}"
+            elif good is not None and best is not None and (cost, config.index) == best:
+                status, reason = "cheapest", f"the cheapest meeting the criteria: {good} replicas"
+            elif good is not None:
+                assert best is not None  # a feasible configuration within the budget sets best
+                status = "costlier"
+                reason = (f"{good} replicas cost {cost:.4g} USD/h > {best[0]:.4g}" if cost > best[0]
+                          else f"costs the same as the cheapest ({cost:.4g} USD/h), which comes first")
+            elif cap >= self.max_replicas:
+                status = "misses_slo"
+                reason = f"misses the criteria even at {self.max_replicas} replicas"
+                failing = [p for p in record.probes if p["replicas"] == record.failing]
+                if failing:
+                    reason += f" ({failing[0]['reason']})"
+            else:
+                over_budget = self.budget is not None and (best is None or config.cost(cap + 1) > self.budget)
+                status = "over_budget" if over_budget else "pruned"
+                against = f"the budget {self.budget:g}" if over_budget else f"the cheapest found ({best[0]:.4g})" if best else ""
+                if config.index in self.skipped:
+                    known = f" (fails at {record.failing}, in the run directory)" if record.failing else ""
+                    reason = (f"skipped: {record.failing + 1} replicas would cost "
+                              f"{config.cost(record.failing + 1):.4g} USD/h > {against}{known}")
+                else:
+                    reason = f"fails at {record.failing} replicas, and {cap + 1} would cost {config.cost(cap + 1):.4g} USD/h > {against}"
+            out.append(Outcome(configuration=config, status=status, min_replicas=good, failing_replicas=record.failing,
+                               cost_per_hour=cost, ttft_p99_s=ttft, tpot_p99_s=tpot, qps_per_usd_hour=qps,
+                               simulations=sims, reason=reason))
+        return out

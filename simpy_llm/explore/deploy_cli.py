@@ -1,0 +1,142 @@
+"""``simpy-llm deploy SCENARIO``: the cheapest deployment that carries a load within SLOs.
+
+``simpy-llm deploy SCENARIO --load 120 --slo ttft_p99=0.5,tpot_p99=0.05 --gpus H100,A100-80``
+searches every catalogue row of the scenario's model on those GPUs (and ``--tp`` degrees)
+crossed with ``--scheduler``, ``--max-num-seqs``, ``--max-batched-tokens`` and
+``--chunked-prefill`` for the configuration and replica count that cost least per hour
+(:func:`~simpy_llm.explore.deploy.deploy`), prints the table and, with ``--out DIR``, writes
+``deploy.json``, ``deploy.csv`` and ``deploy.md`` there and keeps every finished search in
+``DIR/runs`` so that the same command run again resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any
+
+# The search is imported when the command runs (in main), so the command line starts fast.
+
+__all__ = ["add_parser", "main"]
+
+
+def add_parser(sub: Any, add_scenario_options: Any) -> None:
+    """Add ``deploy`` to the subparsers *sub*; *add_scenario_options* adds ``--set`` and
+    ``--plugin``. The parsed arguments carry ``deploy_main``, the function that runs them."""
+    dep = sub.add_parser(
+        "deploy",
+        help="the cheapest GPU, parallelism, scheduler, batch limits and replicas carrying a load within SLOs",
+        description="Search the catalogue's (GPU, TP) rows of the scenario's model with the engine settings "
+        "given for the configuration and replica count that meet the SLOs at the load for the least per hour "
+        "(docs/capacity.md, 'Which deployment').",
+    )
+    dep.add_argument("scenario", help="scenario YAML file: its workload and its model")
+    dep.add_argument("--load", type=float, required=True, metavar="RPS", help="requests per second to carry")
+    dep.add_argument("--slo", action="append", default=[], metavar="METRIC_STAT=SECONDS[,...]",
+                     help="SLO criteria, comma-separated or repeated, e.g. ttft_p99=0.5,tpot_p99=0.05 "
+                     "(as simpy-llm capacity --slo)")
+    dep.add_argument("--gpus", required=True, metavar="GPU,GPU", help="GPUs to consider, e.g. H100,A100-80")
+    dep.add_argument("--model", help="the model (default: the scenario's latency model's model)")
+    dep.add_argument("--budget", type=float, metavar="USD_PER_HOUR", help="the most the answer may cost per hour")
+    dep.add_argument("--tp", metavar="N,N", help="tensor-parallel degrees (default: every one the catalogue has)")
+    dep.add_argument("--max-num-seqs", metavar="N,N", help="max_num_seqs values (default: the scenario's)")
+    dep.add_argument("--max-batched-tokens", metavar="N,N",
+                     help="max_num_batched_tokens values (default: the scenario's)")
+    dep.add_argument("--chunked-prefill", metavar="on,off", help="chunked prefill on, off or both (default: the scenario's)")
+    dep.add_argument("--scheduler", metavar="NAME,NAME", help="scheduler policies, e.g. fcfs,sjf (default: the scenario's)")
+    dep.add_argument("--max-replicas", type=int, default=64, metavar="N", help="the most replicas a configuration may have (default 64)")
+    dep.add_argument("--prices", metavar="FILE", help="a GPU price file over profiles/gpu_prices.yaml")
+    dep.add_argument("--warmup-requests", type=int, metavar="N", help="warm-up requests per simulation (default 1000)")
+    dep.add_argument("--measure-requests", type=int, metavar="N", help="measured requests per simulation (default 10000)")
+    dep.add_argument("--seeds", metavar="S1,S2", help="comma-separated seeds; a count passes only under all")
+    dep.add_argument("--exhaustive", action="store_true", help="search every configuration fully, without the bound")
+    dep.add_argument("--out", metavar="DIR", help="write deploy.json, deploy.csv and deploy.md here; "
+                     "a run directory: the same command run again reuses the finished searches")
+    dep.add_argument("--executor", choices=("serial", "process", "dask"), default="process",
+                     help="where configurations are searched: this process, a process pool (default) or a local Dask cluster")
+    dep.add_argument("--workers", type=int, metavar="N", help="processes of the pool or the Dask cluster (default 2)")
+    dep.add_argument("--quiet", action="store_true", help="no line per configuration on standard error")
+    dep.set_defaults(deploy_main=main)
+    add_scenario_options(dep)
+
+
+def _fail(message: str) -> int:
+    print(f"simpy-llm deploy: {message}", file=sys.stderr)
+    return 2
+
+
+def _list(text: str | None, option: str, parse: Callable[[str], Any]) -> list[Any] | None:
+    """A comma-separated option's values (None when not given); ValueError naming *option*."""
+    if text is None:
+        return None
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise ValueError(f"{option} is empty: give comma-separated values")
+    out = []
+    for item in items:
+        try:
+            out.append(parse(item))
+        except ValueError:
+            raise ValueError(f"{option}: {item!r} is not allowed") from None
+    return out
+
+
+def _on_off(text: str) -> bool:
+    if text.lower() in ("on", "true", "yes"):
+        return True
+    if text.lower() in ("off", "false", "no"):
+        return False
+    raise ValueError(text)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the ``deploy`` command; exit status 0 (also when nothing fits), 2 on bad input."""
+    from simpy_llm.config import ScenarioError
+    from simpy_llm.explore.capacity import StabilityCriteria
+    from simpy_llm.explore.deploy import deploy
+    from simpy_llm.loading import ordered_overrides
+
+    if args.out is not None:  # before any simulation: a directory it cannot write would lose the search
+        from simpy_llm.output_paths import OutputPathError, check_output_dir
+
+        try:
+            check_output_dir(args.out)
+        except OutputPathError as exc:
+            return _fail(str(exc))
+    try:
+        slo = [s.strip() for text in args.slo for s in text.split(",") if s.strip()]
+        if not slo:
+            raise ValueError("--slo is required: the criteria a deployment must meet, e.g. ttft_p99=0.5,tpot_p99=0.05")
+        result = deploy(
+            args.scenario,
+            load=args.load,
+            slo=StabilityCriteria(slo=slo),
+            gpus=_list(args.gpus, "--gpus", str) or [],
+            tp=_list(args.tp, "--tp", int),
+            schedulers=_list(args.scheduler, "--scheduler", str),
+            max_num_seqs=_list(args.max_num_seqs, "--max-num-seqs", int),
+            max_num_batched_tokens=_list(args.max_batched_tokens, "--max-batched-tokens", int),
+            chunked_prefill=_list(args.chunked_prefill, "--chunked-prefill", _on_off),
+            model=args.model,
+            budget=args.budget,
+            max_replicas=args.max_replicas,
+            prices=args.prices,
+            warmup_requests=args.warmup_requests,
+            measure_requests=args.measure_requests,
+            seeds=_list(args.seeds, "--seeds", int),
+            overrides=ordered_overrides(list(args.overrides), args.scenario) if args.overrides else None,
+            out=args.out,
+            executor=args.executor,
+            max_workers=args.workers,
+            progress=not args.quiet,
+        )
+    except ScenarioError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    except (ValueError, TypeError) as exc:
+        return _fail(str(exc))
+    print(result.to_markdown(), end="")
+    if args.out:
+        print(f"wrote deploy.json, deploy.csv, deploy.md in {args.out}")
+    return 0
