@@ -253,15 +253,17 @@ class PrefixCache:
         """Take *n* blocks from the head of the free queue: fresh blocks first, then released
         blocks in release order, evicting the cached blocks among them (a tree node's tail
         first)."""
+        used = self.used_blocks + n
         fresh = self._fresh
         if n <= fresh:
             if n < 0:
                 raise KVCacheError(f"asked for {n} blocks")
             self._fresh = fresh - n
         else:
-            if n > self.num_blocks - self.used_blocks:
+            if used > self.num_blocks:
                 raise KVCacheError(f"asked for {n} blocks with {self.num_blocks - self.used_blocks} free")
-            self._fresh = 0
+            if fresh:
+                self._fresh = 0
             need = n - fresh
             lru = self._lru
             if lru:
@@ -288,7 +290,6 @@ class PrefixCache:
                 self._anon_out = anon_out + need
             else:  # only anonymous blocks are queued: no lookup can tell which were taken
                 self._anon_out += need
-        used = self.used_blocks + n
         self.used_blocks = used
         if used > self.peak_used_blocks:
             self.peak_used_blocks = used
