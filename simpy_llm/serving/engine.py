@@ -738,19 +738,16 @@ class Replica:
                 plan = found
                 cached = plan.cached
                 hits = pinned_free = 0
-            elif cache is not None:
-                if holder is None and (req.context or req.prefix_blocks):
+            elif cache is not None and (holder is not None or req.context or req.prefix_blocks):
+                if holder is None:
                     holder = req.kv_holder = cache.holder(req, self._reusable_tail)
-                if holder is not None:
-                    match = cache.match(holder, (req.prefill_target - 1) // bs)
-                    hits = match.blocks
-                    pinned_free = match.evictable
-                else:
-                    # Without a holder (content all its own and never released by a preemption)
-                    # no lookup can find anything: see _release_kv.
-                    hits = pinned_free = 0
+                match = cache.match(holder, (req.prefill_target - 1) // bs)
+                hits = match.blocks
+                pinned_free = match.evictable
                 cached = hits * bs
-            else:  # no prefix cache: nothing is ever found (and no request has a holder)
+            else:
+                # No prefix cache, or content all its own and never released by a preemption
+                # (then it has no holder: no lookup can find anything, see _release_kv).
                 hits = pinned_free = cached = 0
             swapped = req.swapped_tokens
             computed = cached if cached >= swapped else swapped

@@ -24,15 +24,23 @@ costs O(segments), not O(blocks):
   the root to its *deepest* node, so a node's reference count is uniform over
   its blocks; a lookup that matches only part of a node splits it where the
   new holder's reference ends;
-* the free queue is a count of fresh blocks at its head followed by an ordered
-  dict of released runs: a tree node whose count dropped to zero, or a
-  :class:`_Run` of blocks outside the tree (a released partial block, empty,
-  followed by cached blocks no lookup can find). A released chain joins it
-  deepest node first (a request releases tail first), and a node is only ever
-  referenced together with its ancestors, so a node's descendants are never
-  released after it: the first tree node in the queue is always a leaf and the
-  cache stays prefix-closed. Popping the queue's head trims that entry's tail
-  block by block, which is exactly the block-level queue.
+* the free queue is a count of fresh blocks at its head followed by the released
+  blocks in release order, kept in two interleaved streams: an ordered dict of the
+  *tree nodes* whose count dropped to zero, and one *anonymous stream* of blocks outside
+  the tree (a released partial block, empty, followed by cached blocks no lookup can
+  find; or a request's private blocks). A tree node joining the queue notes how many
+  anonymous blocks were released before it (``qpos``), which places it in the stream.
+  A released chain joins deepest node first (a request releases tail first), and a node
+  is only ever referenced together with its ancestors, so a node's descendants are never
+  released after it: the first tree node in the queue is always a leaf and the cache
+  stays prefix-closed. Popping the queue's head takes the anonymous blocks before the
+  first tree node (one counter moves: their content cannot be looked up, so evicting
+  them changes no lookup), then trims that node's tail block by block, which is
+  exactly the block-level queue. A request whose content is all its own therefore
+  costs a counter on allocation and two list appends on release, whatever the state
+  of the cache; which anonymous blocks are empty and which cached is read back from
+  those lists only when a count asks for it (:attr:`PrefixCache.empty`,
+  :attr:`PrefixCache.evictable`, :attr:`PrefixCache.cached_blocks`).
 
 The cache also counts the blocks themselves (``empty``, evictable, used) and
 offers :class:`~simpy_llm.serving.kv_cache.PagedKVCache`'s interface
@@ -59,7 +67,7 @@ __all__ = ["Holder", "Match", "PrefixCache"]
 class _Node:
     """A run of cached blocks (see the module docstring)."""
 
-    __slots__ = ("children", "key", "n", "off", "parent", "refs", "seg")
+    __slots__ = ("children", "key", "n", "off", "parent", "qpos", "refs", "seg")
 
     def __init__(self, parent: _Node | None, key: object, seg: int | None, off: int, n: int, refs: int) -> None:
         self.parent = parent
@@ -74,19 +82,9 @@ class _Node:
         """Blocks in the run."""
         self.refs = refs
         """Holders referencing the node (each references its whole chain from the root)."""
-
-
-class _Run:
-    """Released blocks outside the tree, in queue order: ``empty`` empty blocks (a request's
-    partial last block, private blocks), then ``n - empty`` cached blocks no lookup can find
-    (a finished request's own content). They only wait in the free queue for their turn."""
-
-    __slots__ = ("empty", "n", "parent")
-
-    def __init__(self, n: int, empty: int) -> None:
-        self.n = n
-        self.empty = empty
-        self.parent = None
+        self.qpos = 0
+        """Anonymous blocks released before it joined the free queue (its place in the queue
+        relative to them; meaningful while it waits there)."""
 
 
 class Holder:
@@ -172,38 +170,77 @@ class PrefixCache:
     (0, 16, 2)
     """
 
-    __slots__ = ("_fresh", "_lru", "block_size", "empty", "evictable", "num_blocks", "peak_used_blocks", "root")
+    __slots__ = (
+        "_anon_out",
+        "_compact_at",
+        "_fresh",
+        "_lru",
+        "_run_cached",
+        "_run_ends",
+        "block_size",
+        "num_blocks",
+        "peak_used_blocks",
+        "root",
+        "used_blocks",
+    )
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
         self.num_blocks = num_blocks
         self.block_size = block_size
-        self.empty = num_blocks
-        """Blocks holding nothing (in the free queue's head run or in released empty runs)."""
-        self.evictable = 0
-        """Cached blocks nobody references."""
+        self.used_blocks = 0
+        """Blocks referenced by running requests or held privately (shared blocks counted once)."""
         self.peak_used_blocks = 0
         self.root = _Node(None, None, None, 0, 0, 0)
         self._fresh = num_blocks
         """Empty blocks at the head of the free queue: never used yet, or given back unused
         (a copy whose content was already cached, :meth:`register`)."""
-        self._lru: OrderedDict[_Node | _Run, None] = OrderedDict()
-        """The rest of the free queue, in release order: the head is popped first."""
+        self._lru: OrderedDict[_Node, None] = OrderedDict()
+        """The tree nodes in the free queue, in release order: the head is popped first."""
+        self._run_ends = [0]
+        """The anonymous stream's runs (one per release), as the stream position where each
+        ends: anonymous blocks released since the start; the first entry is where the first
+        run kept starts."""
+        self._run_cached = [0]
+        """Cached (not empty) blocks among the anonymous blocks released up to each entry of
+        ``_run_ends``; a run holds its empty blocks first, then its cached ones."""
+        self._anon_out = 0
+        """Stream position of the anonymous stream's head: anonymous blocks taken so far."""
+        self._compact_at = 64
+        """Length of ``_run_ends`` past which the runs already taken are dropped."""
 
     # --- counting (PagedKVCache's interface) -----------------------------
     @property
     def free_blocks(self) -> int:
         """Blocks an allocation may take: empty plus evictable."""
-        return self.empty + self.evictable
+        return self.num_blocks - self.used_blocks
+
+    def _anon_cached(self) -> int:
+        """Cached blocks in the anonymous stream not taken yet."""
+        ends = self._run_ends
+        cached = self._run_cached
+        p = self._anon_out
+        i = bisect_right(ends, p)  # the run holding the stream's head spans [ends[i-1], ends[i])
+        if i == len(ends):
+            return 0
+        start = ends[i - 1]
+        empty = ends[i] - start - (cached[i] - cached[i - 1])
+        taken = p - start - empty  # cached blocks of that run already taken
+        return cached[-1] - cached[i - 1] - (taken if taken > 0 else 0)
 
     @property
-    def used_blocks(self) -> int:
-        """Blocks referenced by running requests (shared blocks counted once)."""
-        return self.num_blocks - self.empty - self.evictable
+    def evictable(self) -> int:
+        """Cached blocks nobody references."""
+        return sum(node.n for node in self._lru) + self._anon_cached()
+
+    @property
+    def empty(self) -> int:
+        """Free blocks holding nothing (fresh, or released empty and not taken since)."""
+        return self.num_blocks - self.used_blocks - self.evictable
 
     @property
     def cached_blocks(self) -> int:
         """Blocks with a content identity (referenced or evictable)."""
-        total = sum(node.n - node.empty for node in self._lru if type(node) is _Run)
+        total = self._anon_cached()
         stack = [self.root]
         while stack:
             node = stack.pop()
@@ -214,63 +251,71 @@ class PrefixCache:
 
     def allocate(self, n: int) -> None:
         """Take *n* blocks from the head of the free queue: fresh blocks first, then released
-        runs in release order, evicting the cached blocks among them (a run's tail first)."""
+        blocks in release order, evicting the cached blocks among them (a tree node's tail
+        first)."""
+        used = self.used_blocks + n
         fresh = self._fresh
         if n <= fresh:
             if n < 0:
                 raise KVCacheError(f"asked for {n} blocks")
             self._fresh = fresh - n
-            self.empty -= n
         else:
-            empty = self.empty
-            evictable = self.evictable
-            if n > empty + evictable:
-                raise KVCacheError(f"asked for {n} blocks with {empty + evictable} free")
+            if used > self.num_blocks:
+                raise KVCacheError(f"asked for {n} blocks with {self.num_blocks - self.used_blocks} free")
             if fresh:
                 self._fresh = 0
-                empty -= fresh
             need = n - fresh
             lru = self._lru
-            while need:
-                node = next(iter(lru))
-                m = node.n
-                if m > need:  # part of the entry: the blocks at the queue's front go first
-                    node.n = m - need  # (a tree node's tail, released first; a run's head)
-                    m = need
-                else:
+            if lru:
+                anon_out = self._anon_out
+                while need and lru:
+                    node = next(iter(lru))
+                    room = node.qpos - anon_out  # anonymous blocks queued before it (never negative)
+                    if room >= need:
+                        break
+                    anon_out += room
+                    need -= room
+                    m = node.n
+                    if m > need:  # part of the node: its tail, released first, goes first
+                        node.n = m - need
+                        need = 0
+                        break
                     del lru[node]
                     node.n = 0
-                    if node.parent is not None:  # a tree leaf (not a run)
-                        siblings = node.parent.children
-                        assert siblings is not None  # a node is among its parent's children
-                        del siblings[node.key]
-                        node.parent = None
-                need -= m
-                if node.__class__ is _Run:
-                    e = node.empty
-                    if e:
-                        if e > m:
-                            node.empty = e - m
-                            e = m
-                        else:
-                            node.empty = 0
-                        empty -= e
-                        m -= e
-                evictable -= m
-            self.empty = empty
-            self.evictable = evictable
-        used = self.num_blocks - self.empty - self.evictable
+                    parent = node.parent
+                    assert parent is not None and parent.children is not None  # a queued node hangs below the root
+                    del parent.children[node.key]
+                    node.parent = None
+                    need -= m
+                self._anon_out = anon_out + need
+            else:  # only anonymous blocks are queued: no lookup can tell which were taken
+                self._anon_out += need
+        self.used_blocks = used
         if used > self.peak_used_blocks:
             self.peak_used_blocks = used
 
     def release(self, n: int) -> None:
         """Return *n* private blocks (blocks of a request without a :class:`Holder`): they
         join the free queue's tail, empty."""
-        if n < 0 or n > self.num_blocks - self.empty - self.evictable:
+        if n < 0 or n > self.used_blocks:
             raise KVCacheError(f"released {n} blocks with {self.used_blocks} used")
         if n:
-            self._lru[_Run(n, n)] = None
-            self.empty += n
+            ends = self._run_ends
+            ends.append(ends[-1] + n)
+            cached = self._run_cached
+            cached.append(cached[-1])
+            self.used_blocks -= n
+            if len(ends) > self._compact_at:
+                self._compact()
+
+    def _compact(self) -> None:
+        """Drop the anonymous runs wholly taken (keeps the lists as long as the queue's runs)."""
+        ends = self._run_ends
+        i = bisect_right(ends, self._anon_out) - 1  # the last run end not past the stream's head
+        if i > 0:
+            del ends[:i]
+            del self._run_cached[:i]
+        self._compact_at = 2 * len(ends) + 64
 
     # --- requests ----------------------------------------------------------
     def holder(self, req: Request, reusable_prompt_tail: int | None = None) -> Holder:
@@ -312,9 +357,13 @@ class PrefixCache:
         partial = 1 if tokens % self.block_size else 0
         own = tokens // self.block_size
         if partial or own:
-            self._lru[_Run(partial + own, partial)] = None
-            self.empty += partial
-            self.evictable += own
+            ends = self._run_ends
+            ends.append(ends[-1] + partial + own)
+            cached = self._run_cached
+            cached.append(cached[-1] + own)
+            self.used_blocks -= partial + own
+            if len(ends) > self._compact_at:
+                self._compact()
 
     def _block_key(self, h: Holder, b: int, limit: int) -> tuple[object, int | None, int, int, int]:
         """Content key of block *b* of *h* and the run it starts: ``(key, seg, off, run,
@@ -385,14 +434,16 @@ class PrefixCache:
         h.blocks = m.blocks
         h.run_end = 0
         lru = self._lru
+        used = self.used_blocks
         parent = node.parent
         while parent is not None:  # up to the root, the one node without a parent (and without blocks)
             if node.refs == 0:
                 del lru[node]
-                self.evictable -= node.n
+                used += node.n
             node.refs += 1
             node = parent
             parent = node.parent
+        self.used_blocks = used
 
     def _split(self, node: _Node, m: int) -> _Node:
         """Split *node* after its first *m* blocks; return the new head node (the original
@@ -408,6 +459,7 @@ class PrefixCache:
         node.parent = head
         head.children = {node.key: node}
         if head.refs == 0:  # evictable like the tail; the caller pins it at once
+            head.qpos = self._run_ends[-1]
             self._lru[head] = None
         return head
 
@@ -457,7 +509,7 @@ class PrefixCache:
                     child = self._split(child, m)
                 if child.refs == 0:
                     del lru[child]
-                    self.evictable -= child.n
+                    self.used_blocks += child.n
                 child.refs += 1
                 adopted += m
                 node = child
@@ -476,7 +528,7 @@ class PrefixCache:
         h.blocks = b
         if adopted:
             self._fresh += adopted
-            self.empty += adopted
+            self.used_blocks -= adopted
         return adopted
 
     def unref(self, h: Holder, computed_tokens: int, *, findable: bool = True, findable_tokens: int | None = None) -> None:
@@ -505,18 +557,25 @@ class PrefixCache:
         own = computed_tokens // self.block_size - h.blocks
         if own < 0:
             raise KVCacheError(f"released {computed_tokens} tokens holding {h.blocks} registered blocks")
+        ends = self._run_ends
         if partial or own:
-            lru[_Run(partial + own, partial)] = None
-            self.empty += partial
-            self.evictable += own
+            ends.append(ends[-1] + partial + own)
+            cached = self._run_cached
+            cached.append(cached[-1] + own)
+            if len(ends) > self._compact_at:
+                self._compact()
+        used = self.used_blocks - partial - own
+        tail = ends[-1]
         node = h.deepest
         parent = node.parent
         while parent is not None:  # up to the root, the one node without a parent (and without blocks)
             node.refs -= 1
             if node.refs == 0:
+                node.qpos = tail
                 lru[node] = None
-                self.evictable += node.n
+                used -= node.n
             node = parent
             parent = node.parent
+        self.used_blocks = used
         h.deepest = self.root  # it references nothing now
         h.blocks = 0

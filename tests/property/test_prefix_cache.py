@@ -208,3 +208,164 @@ def test_radix_cache_equals_the_per_block_model(script):
         model.release(rid, segs, computed)
     assert cache.used_blocks == 0 == model.used
     assert cache.free_blocks == BLOCKS
+
+
+def _tree_blocks(cache: PrefixCache) -> tuple[int, int, dict[int, int]]:
+    """Blocks in the tree, those nobody references, and each node's reference count by id."""
+    total = unreferenced = 0
+    refs: dict[int, int] = {}
+    stack = [cache.root]
+    while stack:
+        node = stack.pop()
+        if node is not cache.root:
+            total += node.n
+            refs[id(node)] = node.refs
+            if node.refs == 0:
+                unreferenced += node.n
+        if node.children:
+            stack.extend(node.children.values())
+    return total, unreferenced, refs
+
+
+def _chain_refs(holders: list[Holder]) -> dict[int, int]:
+    """Reference counts the running holders imply: one per holder on each node of its chain."""
+    refs: dict[int, int] = {}
+    for h in holders:
+        node = h.deepest
+        while node.parent is not None:
+            refs[id(node)] = refs.get(id(node), 0) + 1
+            node = node.parent
+    return refs
+
+
+conserving_ops = st.lists(
+    st.tuples(
+        st.sampled_from(["admit", "admit", "own", "private", "grow", "release", "release", "evict"]),
+        st.integers(0, 10**6),
+        st.integers(1, 40),
+    ),
+    max_size=250,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(conserving_ops)
+def test_blocks_are_conserved_across_allocate_register_release_and_evict(script: list[tuple[str, int, int]]) -> None:
+    """Every block is free (empty or evictable) or used, at every point of a random sequence of
+    admissions (with a holder, with content all its own, with private blocks), growth,
+    registrations, releases (findable, unfindable, own, private) and evictions (allocations
+    past the fresh blocks): ``empty + evictable + used`` is the number of blocks, ``used`` is
+    what the running requests hold (shared blocks once), the evictable blocks are the tree's
+    unreferenced blocks plus the unfindable cached ones, every tree node's reference count is
+    the number of running holders whose chain passes it, and the counts equal the per-block
+    model's. Scripts are long enough that many releases queue up and are dropped once taken."""
+    cache = PrefixCache(BLOCKS, BS)
+    model = BlockModel()
+    running: dict[int, tuple[Holder | None, list, int, int, str]] = {}  # rid -> (holder, segs, computed, target, kind)
+    next_id = 0
+    for op, pick, amount in script:
+        if op in ("admit", "own", "private"):
+            rid = next_id
+            next_id += 1
+            if op == "admit":
+                segs = [*TEMPLATES[pick % len(TEMPLATES)], (-(rid + 1), 1 + pick % 13)]
+                target = sum(n for _, n in segs)
+                holder = Holder(segs)
+                m = cache.match(holder, (target - 1) // BS)
+                hits = model.match(segs, (target - 1) // BS)
+                assert m.blocks == len(hits)
+                computed = min(target, len(hits) * BS + amount)
+                new = blocks_for(computed, BS) - m.blocks
+                if new + m.evictable > cache.free_blocks:
+                    continue
+                cache.pin(holder, m)
+                cache.allocate(new)
+                cache.register(holder, computed)
+                model.held[rid] = []
+                for i in hits:
+                    model.ref(i)
+                    model.held[rid].append(i)
+                model.allocate(new)
+                model.register(rid, segs, computed)
+                running[rid] = (holder, segs, computed, target, op)
+            else:
+                segs = [(-(rid + 1), amount)]
+                new = blocks_for(amount, BS)
+                if new > cache.free_blocks:
+                    continue
+                cache.allocate(new)
+                model.held[rid] = []
+                model.allocate(new)
+                running[rid] = (None, segs, amount, amount, op)
+        elif op == "evict":
+            # Bursts of short requests taken and given straight back: each burst pops the
+            # queue's head (evicting), and each release queues one more run: private blocks
+            # one by one, or a request's own content (its full blocks cached, unfindable).
+            for j in range(amount):
+                n = min(1 + (pick + j) % 3, cache.free_blocks)
+                cache.allocate(n)
+                model.allocate(n)
+                if (pick + j) % 2 and n:
+                    rid = next_id
+                    next_id += 1
+                    tokens = n * BS - (pick + j) % BS
+                    cache.release_own(tokens)
+                    model.held[rid] = []
+                    model.release(rid, [(-(rid + 1), tokens)], tokens)
+                else:
+                    for _ in range(n):
+                        cache.release(1)
+                        model.queue[model._empty()] = None  # noqa: SLF001 - the model's own block names
+                assert (cache.empty, cache.evictable, cache.cached_blocks) == (model.empty, model.evictable, len(model.refs))
+        elif running:
+            rid = sorted(running)[pick % len(running)]
+            h, segs, computed, target, kind = running[rid]
+            if op == "grow":
+                grown = min(target, computed + amount) if kind == "admit" else computed + amount % 9
+                need = blocks_for(grown, BS) - blocks_for(computed, BS)
+                if need > cache.free_blocks:
+                    continue
+                cache.allocate(need)
+                model.allocate(need)
+                if h is not None and amount % 2:
+                    cache.register(h, grown)
+                    model.register(rid, segs, grown)
+                if kind != "admit":
+                    segs = [(segs[0][0], grown)]
+                running[rid] = (h, segs, grown, target, kind)
+            else:
+                if kind == "private":
+                    cache.release(blocks_for(computed, BS))
+                    for _ in range(blocks_for(computed, BS)):
+                        model.queue[model._empty()] = None  # noqa: SLF001 - the model's own block names
+                    model.held.pop(rid)
+                elif h is None:
+                    cache.release_own(computed)
+                    model.release(rid, segs, computed)
+                else:
+                    cache.unref(h, computed, findable=bool(pick % 2))
+                    model.release(rid, segs, computed)
+                del running[rid]
+        tree, unreferenced, refs = _tree_blocks(cache)
+        holders = [h for h, *_ in running.values() if h is not None]
+        assert cache.empty + cache.evictable + cache.used_blocks == BLOCKS
+        assert cache.free_blocks == cache.empty + cache.evictable
+        assert min(cache.empty, cache.evictable, cache.used_blocks) >= 0
+        own_blocks = sum(blocks_for(c, BS) for h, _s, c, _t, _k in running.values() if h is None)
+        shared_blocks = tree - unreferenced + sum(blocks_for(c, BS) - h.blocks for h, _s, c, _t, _k in running.values() if h is not None)
+        assert cache.used_blocks == own_blocks + shared_blocks
+        unfindable = cache.cached_blocks - tree
+        assert unfindable >= 0
+        assert cache.evictable == unreferenced + unfindable
+        assert {k: v for k, v in refs.items() if v} == _chain_refs(holders)
+        assert (cache.empty, cache.evictable, cache.used_blocks, cache.cached_blocks) == (
+            model.empty, model.evictable, model.used, len(model.refs))
+    for h, _segs, computed, _target, kind in list(running.values()):
+        if kind == "private":
+            cache.release(blocks_for(computed, BS))
+        elif h is None:
+            cache.release_own(computed)
+        else:
+            cache.unref(h, computed)
+    assert cache.used_blocks == 0
+    assert cache.free_blocks == cache.empty + cache.evictable == BLOCKS

@@ -146,3 +146,21 @@ def test_allocation_takes_the_queue_head_even_when_a_later_released_block_is_emp
     assert (cache.empty, cache.evictable, cache.cached_blocks) == (1, 1, 1)
     e = cache.holder(_shared(3, 9))
     assert cache.match(e, 2).blocks == 1
+
+
+def test_releases_of_content_nobody_can_find_keep_the_free_queue_as_long_as_its_runs():
+    """10,000 requests of their own content (released without a holder) churn a 64-block
+    cache: the free queue keeps no tree node, and the runs it remembers (two integers per
+    release) are dropped once taken, so they stay within twice the runs a full queue can
+    hold, while the counts stay exact (every full block released is cached until taken)."""
+    cache = PrefixCache(num_blocks=64, block_size=4)
+    longest = 0
+    for k in range(10_000):
+        tokens = 1 + k % 23  # 1 to 6 blocks, the last one partial unless a multiple of 4
+        cache.allocate(-(-tokens // 4))
+        cache.release_own(tokens)
+        longest = max(longest, len(cache._run_ends))  # noqa: SLF001 - the queue's own bookkeeping
+    assert not cache._lru  # noqa: SLF001 - no tree node ever queued
+    assert longest <= 2 * 64 + 65
+    assert (cache.used_blocks, cache.free_blocks) == (0, 64)
+    assert cache.empty + cache.evictable == 64 and cache.cached_blocks == cache.evictable
