@@ -808,12 +808,14 @@ class GatewaySection(TypedDict, total=False):
     """The summary's ``gateway`` section (absent without a gateway)."""
 
     gateway: GatewayStats
+    """The gateway's queues."""
 
 
 class AutoscalerSection(TypedDict, total=False):
     """The summary's ``autoscaler`` section (absent without an autoscaler)."""
 
     autoscaler: AutoscalerStats
+    """The autoscaler's decisions and replica use."""
 
 
 class Summary(TypedDict):
