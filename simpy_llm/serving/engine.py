@@ -71,7 +71,7 @@ if TYPE_CHECKING:
     from simpy_llm.metrics.recorder import Recorder
     from simpy_llm.policies.scheduling import SchedulerPolicy
     from simpy_llm.serving.latency_base import LatencyModel
-    from simpy_llm.serving.prefix_cache import Holder
+    from simpy_llm.serving.prefix_cache import CpuTier, Holder
     from simpy_llm.wire import Wire
 
 __all__ = ["LATE", "Replica", "ReplicaStats", "TokenListener"]
@@ -242,13 +242,16 @@ class Replica:
         self.prefix_cache: PrefixCache | None = None
         """The KV blocks when they are a prefix cache (``EngineConfig.prefix_caching`` without a
         slot cache), else None."""
+        self._tier: CpuTier | None = None
+        """The prefix cache's CPU tier (``EngineConfig.kv_offload_blocks``), else None."""
         if config.slot_cache is not None:
             self.slot_cache = SlotCache(config.max_num_seqs, config.slot_cache, config.prefill_breaks)
             self.kv: PagedKVCache | PrefixCache = PagedKVCache(num_blocks, bs)
         elif config.prefix_caching:
             self.kv = self.prefix_cache = PrefixCache(num_blocks, bs, cpu_blocks=config.kv_offload_blocks)
-            if self.prefix_cache.tier is not None:
-                recorder.kv_tiers[index] = self.prefix_cache.tier
+            self._tier = self.prefix_cache.tier
+            if self._tier is not None:
+                recorder.kv_tiers[index] = self._tier
         else:
             self.kv = PagedKVCache(num_blocks, bs)
         self._slot_ids: SlotIds | None = None
@@ -736,7 +739,7 @@ class Replica:
         bs = kv.block_size
         max_seqs = self.config.max_num_seqs
         slots = self.slot_cache
-        tier = cache.tier if cache is not None else None
+        tier = self._tier
         while waiting and budget > 0 and len(running) < max_seqs:
             entry = waiting[0]
             req = entry[2]
