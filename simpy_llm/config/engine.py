@@ -114,6 +114,17 @@ class EngineConfig:
     model's hardware)."""
     swap_bandwidth_gb_per_s: float | None = attrs.field(default=None, validator=optional(all_of(greater_than(1e-6), at_most(1e6))))
     """GPU <-> CPU copy bandwidth, GB/s (``swap`` only; default: the GPU's PCIe bandwidth)."""
+    kv_offload_blocks: int = attrs.field(default=0, validator=all_of(at_least(0), at_most(MAX_KV_BLOCKS)))
+    """A CPU tier for the prefix cache, in KV blocks (``docs/model.md``, "A CPU tier for the
+    prefix cache"): a findable block evicted from the GPU is copied there, and a later lookup
+    that matches it restores it over PCIe. Needs ``prefix_caching`` without ``slot_cache``.
+    Default 0: no CPU tier."""
+    kv_offload_bytes_per_token: float | None = attrs.field(default=None, validator=optional(all_of(greater_than(0), at_most(2.0**40))))
+    """Bytes of KV per token copied when a block is restored from the CPU tier
+    (``kv_offload_blocks`` > 0 only; default: from the latency model's hardware)."""
+    kv_offload_bandwidth_gb_per_s: float | None = attrs.field(default=None, validator=optional(all_of(greater_than(1e-6), at_most(1e6))))
+    """CPU -> GPU copy bandwidth of a restore, GB/s (``kv_offload_blocks`` > 0 only; default:
+    the GPU's PCIe bandwidth)."""
     ubatch_tokens: int | None = attrs.field(default=None, validator=optional(all_of(at_least(1), at_most(MAX_TOKENS))))
     """Compute a step as forward passes of at most this many tokens (llama.cpp's
     ``n_ubatch``): decode tokens first, then the prefill chunks in order, cut every
@@ -176,6 +187,15 @@ class EngineConfig:
             for name in ("swap_space_blocks", "swap_kv_bytes_per_token", "swap_bandwidth_gb_per_s"):
                 if getattr(self, name):
                     raise FieldValueError(name, "is used only with preemption_mode: swap")
+        if self.kv_offload_blocks:
+            if not self.prefix_caching:
+                raise FieldValueError("kv_offload_blocks", "needs prefix_caching: true (it is a tier of the prefix cache)")
+            if self.slot_cache is not None:
+                raise FieldValueError("kv_offload_blocks", "applies to the block cache, not to slot_cache")
+        else:
+            for name in ("kv_offload_bytes_per_token", "kv_offload_bandwidth_gb_per_s"):
+                if getattr(self, name) is not None:
+                    raise FieldValueError(name, "is used only with kv_offload_blocks > 0")
 
     def _check_slot_cache(self) -> None:
         """A slot cache needs slots that never run out of KV: a model length, and blocks for

@@ -24,6 +24,7 @@ from simpy_llm.metrics.record import RECORD_COLUMNS, RECORD_FIELDS
 
 if TYPE_CHECKING:
     from simpy_llm.entities import Batch, Request
+    from simpy_llm.serving.prefix_cache import CpuTier
 
 __all__ = ["RECORD_FIELDS", "SPEC_ROUND_FIELDS", "ColumnLog", "RecordSink", "Recorder"]
 
@@ -155,6 +156,9 @@ class Recorder:
         """(replica, start_s, end_s) per model load of a replica with a cold start."""
         self.kv_transfers: list[tuple[int, int, int, float, float, float]] = []
         """(request_id, prefill replica, decode replica, bytes, start_s, end_s) per KV transfer."""
+        self.kv_tiers: dict[int, CpuTier] = {}
+        """The CPU tier of each replica's prefix cache that has one (``EngineConfig.kv_offload_blocks``),
+        by replica index: its counters, updated as the run goes."""
         self.workflow_sessions: list[tuple] = []
         """Per agentic session: see :func:`~simpy_llm.workload.sessions.session_record`."""
         self.preemptions: list[tuple[int, int, float, str]] = []

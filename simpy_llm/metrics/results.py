@@ -89,7 +89,14 @@ from simpy_llm.metrics.requests import RequestResults
 from simpy_llm.metrics.speculation import SpeculationResults
 from simpy_llm.metrics.stats import latency_stats
 from simpy_llm.metrics.stream import ChunkColumns, StreamedRecords, StreamedRequestResults
-from simpy_llm.metrics.summary import FRAME_COLUMNS, GatewaySection, GatewayStats, Summary, flatten_summary
+from simpy_llm.metrics.summary import (
+    FRAME_COLUMNS,
+    GatewaySection,
+    GatewayStats,
+    PrefixCacheStats,
+    Summary,
+    flatten_summary,
+)
 from simpy_llm.network.link_results import LinkResults
 from simpy_llm.serving.autoscaler import AutoscalerLog, autoscaler_summary
 from simpy_llm.serving.batch_results import CONVERGENCE_WINDOW_BATCHES, BatchServerResults, controller_stats
@@ -107,6 +114,7 @@ if TYPE_CHECKING:
     from simpy_llm.network.link import LinkStats
     from simpy_llm.serving.devices import DeviceProfile
     from simpy_llm.serving.planner import PlannerLog
+    from simpy_llm.serving.prefix_cache import CpuTier
 
 __all__ = ["CONVERGENCE_WINDOW_BATCHES", "Results", "Subsystems", "rate_lines"]
 
@@ -503,7 +511,7 @@ class Results:
             **requests.latency(outcomes, self._recorder.itl),
             **requests.rates(outcomes),
             **parts.replicas.summary(whole_s),
-            "prefix_cache": requests.prefix_cache(outcomes.measured),
+            "prefix_cache": _with_tiers(requests.prefix_cache(outcomes.measured), self._recorder.kv_tiers),
             "fairness": requests.fairness(outcomes.measured),
             **parts.sessions.summary(),
             **parts.batch_servers.summary(whole_s),
@@ -668,6 +676,38 @@ class Results:
             manifest["streamed_records"] = [str(f) for f in self.streamed_records.files]
         put("manifest.json").write_text(json.dumps(manifest, indent=2, default=_json_default) + "\n")
         return out
+
+
+def _with_tiers(stats: PrefixCacheStats, tiers: dict[int, CpuTier]) -> PrefixCacheStats:
+    """*stats* with ``tiers``, the CPU tiers' counters summed over replicas, when some
+    replica has a CPU tier (else *stats* unchanged)."""
+    if not tiers:
+        return stats
+    looked_up = gpu = cpu = capacity = held = offloaded = restored = 0
+    restore_s = 0.0
+    for index in sorted(tiers):
+        t = tiers[index]
+        looked_up += t.looked_up_tokens
+        gpu += t.gpu_hit_tokens
+        cpu += t.cpu_hit_tokens
+        capacity += t.capacity
+        held += t.held
+        offloaded += t.offloaded_blocks
+        restored += t.restored_blocks
+        restore_s += t.restore_s
+    stats["tiers"] = {
+        "looked_up_tokens": looked_up,
+        "gpu_hit_tokens": gpu,
+        "gpu_hit_rate": gpu / looked_up if looked_up else None,
+        "cpu_hit_tokens": cpu,
+        "cpu_hit_rate": cpu / looked_up if looked_up else None,
+        "cpu_capacity_blocks": capacity,
+        "cpu_held_blocks": held,
+        "offloaded_blocks": offloaded,
+        "restored_blocks": restored,
+        "restore_s": restore_s,
+    }
+    return stats
 
 
 def _duration(value_s: float | None) -> str:

@@ -102,6 +102,7 @@ __all__ = [
     "NetworkStats",
     "Preemptions",
     "PrefixCacheStats",
+    "PrefixCacheTiers",
     "RequestCounts",
     "SessionStats",
     "Summary",
@@ -444,6 +445,33 @@ class GpuUtilization(TypedDict):
     """Mean over each replica group's replicas (when the groups are known)."""
 
 
+class PrefixCacheTiers(TypedDict):
+    """The prefix cache's two tiers over the whole run (warm-up included), summed over the
+    replicas with a CPU tier, counted at every admission that looked the cache up (a
+    preempted request's readmissions too): ``docs/model.md``, "A CPU tier for the prefix cache"."""
+
+    looked_up_tokens: int
+    """Tokens (prefill targets) of those admissions, tokens."""
+    gpu_hit_tokens: int
+    """Tokens they found on the GPU tier, tokens."""
+    gpu_hit_rate: float | None
+    """``gpu_hit_tokens / looked_up_tokens`` (``None`` when nothing was looked up)."""
+    cpu_hit_tokens: int
+    """Tokens they found on the CPU tier only (restored to the GPU), tokens."""
+    cpu_hit_rate: float | None
+    """``cpu_hit_tokens / looked_up_tokens`` (``None`` when nothing was looked up)."""
+    cpu_capacity_blocks: int
+    """Blocks the CPU tiers can hold."""
+    cpu_held_blocks: int
+    """Blocks the CPU tiers hold at the end."""
+    offloaded_blocks: int
+    """Blocks copied from the GPU to the CPU tier (not charged to steps)."""
+    restored_blocks: int
+    """Blocks restored from the CPU tier to the GPU."""
+    restore_s: float
+    """Transfer time the restores added to steps, s."""
+
+
 class PrefixCacheStats(TypedDict):
     """Prefix-cache hits over measured requests admitted at least once, counted at each
     request's first admission."""
@@ -454,6 +482,9 @@ class PrefixCacheStats(TypedDict):
     """Prompt tokens found in the cache, tokens."""
     prompt_tokens: int
     """Prompt tokens of those requests, tokens."""
+    tiers: NotRequired[PrefixCacheTiers]
+    """The GPU and CPU tiers' figures; only when some replica has a CPU tier
+    (``EngineConfig.kv_offload_blocks``)."""
 
 
 class FairnessIndex(TypedDict):

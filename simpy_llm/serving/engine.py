@@ -71,7 +71,7 @@ if TYPE_CHECKING:
     from simpy_llm.metrics.recorder import Recorder
     from simpy_llm.policies.scheduling import SchedulerPolicy
     from simpy_llm.serving.latency_base import LatencyModel
-    from simpy_llm.serving.prefix_cache import Holder
+    from simpy_llm.serving.prefix_cache import CpuTier, Holder
     from simpy_llm.wire import Wire
 
 __all__ = ["LATE", "Replica", "ReplicaStats", "TokenListener"]
@@ -242,11 +242,16 @@ class Replica:
         self.prefix_cache: PrefixCache | None = None
         """The KV blocks when they are a prefix cache (``EngineConfig.prefix_caching`` without a
         slot cache), else None."""
+        self._tier: CpuTier | None = None
+        """The prefix cache's CPU tier (``EngineConfig.kv_offload_blocks``), else None."""
         if config.slot_cache is not None:
             self.slot_cache = SlotCache(config.max_num_seqs, config.slot_cache, config.prefill_breaks)
             self.kv: PagedKVCache | PrefixCache = PagedKVCache(num_blocks, bs)
         elif config.prefix_caching:
-            self.kv = self.prefix_cache = PrefixCache(num_blocks, bs)
+            self.kv = self.prefix_cache = PrefixCache(num_blocks, bs, cpu_blocks=config.kv_offload_blocks)
+            self._tier = self.prefix_cache.tier
+            if self._tier is not None:
+                recorder.kv_tiers[index] = self._tier
         else:
             self.kv = PagedKVCache(num_blocks, bs)
         self._slot_ids: SlotIds | None = None
@@ -279,6 +284,11 @@ class Replica:
         """Requests admitted in the step being planned with a cached prefix found (with a slot
         cache: with a context restored from host memory)."""
         self._restore_s = latency.cache_restore_s
+        self._restore_tokens = 0
+        """Tokens restored from the prefix cache's CPU tier in the step being planned (reset
+        when the step's time is taken)."""
+        self._offload_bytes_per_token = config.kv_offload_bytes_per_token or 0.0
+        self._offload_bandwidth_gb_per_s = config.kv_offload_bandwidth_gb_per_s or 0.0
 
         self.waiting: list[tuple[Any, int, Request]] = []
         """Heap of ``(policy key, entry order, request)``: the waiting queue."""
@@ -520,6 +530,9 @@ class Replica:
                 step_s += self._swap_tokens * self._swap_bytes_per_token / (self._swap_bandwidth_gb_per_s * 1e9)
             if self._restores:
                 step_s += self._restores * self._restore_s
+                if self._restore_tokens:  # blocks restored from the CPU tier (only with a hit)
+                    step_s += self._restore_tokens * self._offload_bytes_per_token / (self._offload_bandwidth_gb_per_s * 1e9)
+                    self._restore_tokens = 0
             if self.throttle is not None and self._clock >= self._busy_since + self.throttle[0]:
                 step_s /= self.throttle[1]
             # Whole nanoseconds, so step ends are exact multiples (see "Clock" in
@@ -726,6 +739,7 @@ class Replica:
         bs = kv.block_size
         max_seqs = self.config.max_num_seqs
         slots = self.slot_cache
+        tier = self._tier
         while waiting and budget > 0 and len(running) < max_seqs:
             entry = waiting[0]
             req = entry[2]
@@ -771,6 +785,14 @@ class Replica:
                 cache.pin(holder, match)
                 if hits:
                     self._restores += 1
+                if tier is not None:
+                    restored = match.cpu * bs
+                    self._restore_tokens += restored
+                    tier.looked_up_tokens += req.prefill_target
+                    tier.gpu_hit_tokens += cached - restored
+                    tier.cpu_hit_tokens += restored
+                    if restored:
+                        tier.restore_s += restored * self._offload_bytes_per_token / (self._offload_bandwidth_gb_per_s * 1e9)
             kv.allocate(new_blocks)
             if holder is not None and cache is not None:  # (never with a slot cache: nothing is shared)
                 cache.register_shared(holder, computed + chunk)

@@ -96,6 +96,12 @@ def resolve_engine(engine: EngineConfig, latency: Any) -> EngineConfig:
         if engine.swap_bandwidth_gb_per_s is None:
             hw = need_hardware("swap_bandwidth_gb_per_s", "swap")
             changes["swap_bandwidth_gb_per_s"] = hw.gpu.pcie_bandwidth_bytes_per_s / 1e9
+    if engine.kv_offload_blocks:
+        if engine.kv_offload_bytes_per_token is None:
+            changes["kv_offload_bytes_per_token"] = float(need_hardware("kv_offload_bytes_per_token", "kv_offload_blocks").kv_bytes_per_token)
+        if engine.kv_offload_bandwidth_gb_per_s is None:
+            hw = need_hardware("kv_offload_bandwidth_gb_per_s", "kv_offload_blocks")
+            changes["kv_offload_bandwidth_gb_per_s"] = hw.gpu.pcie_bandwidth_bytes_per_s / 1e9
     return attrs.evolve(engine, **changes) if changes else engine
 
 

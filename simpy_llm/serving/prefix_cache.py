@@ -62,12 +62,12 @@ from simpy_llm.workload.prefix import Segment, content_segments
 if TYPE_CHECKING:
     from simpy_llm.entities import Request
 
-__all__ = ["Holder", "Match", "PrefixCache"]
+__all__ = ["CpuTier", "Holder", "Match", "PrefixCache"]
 
 class _Node:
     """A run of cached blocks (see the module docstring)."""
 
-    __slots__ = ("children", "key", "n", "off", "parent", "qpos", "refs", "seg")
+    __slots__ = ("children", "cpu", "key", "n", "off", "parent", "qpos", "refs", "seg")
 
     def __init__(self, parent: _Node | None, key: object, seg: int | None, off: int, n: int, refs: int) -> None:
         self.parent = parent
@@ -85,6 +85,8 @@ class _Node:
         self.qpos = 0
         """Anonymous blocks released before it joined the free queue (its place in the queue
         relative to them; meaningful while it waits there)."""
+        self.cpu = False
+        """Its blocks are held by the CPU tier only (never referenced; see :class:`CpuTier`)."""
 
 
 class Holder:
@@ -124,17 +126,62 @@ class Holder:
 
 class Match:
     """A lookup's result: ``blocks`` cached full blocks from the start, ``evictable`` of
-    them currently unreferenced (pinning them takes them out of the free blocks)."""
+    them currently unreferenced (pinning them takes them out of the free blocks), ``cpu``
+    of those held by the CPU tier only (pinning restores them into free GPU blocks)."""
 
-    __slots__ = ("blocks", "evictable", "last", "last_blocks")
+    __slots__ = ("blocks", "cpu", "evictable", "last", "last_blocks")
 
-    def __init__(self, blocks: int, evictable: int, last: _Node | None, last_blocks: int) -> None:
+    def __init__(self, blocks: int, evictable: int, last: _Node | None, last_blocks: int, cpu: int) -> None:
         self.blocks = blocks
         self.evictable = evictable
         self.last = last
         """The deepest node matched (None: nothing)."""
         self.last_blocks = last_blocks
         """Blocks matched in ``last`` (it is split there if fewer than ``last.n``)."""
+        self.cpu = cpu
+        """Matched blocks held by the CPU tier only: the last ones matched (the GPU tier
+        holds a prefix of every cached chain)."""
+
+
+class CpuTier:
+    """The CPU tier of a prefix cache (``EngineConfig.kv_offload_blocks``): its capacity and
+    its counters over the run.
+
+    A findable block (a tree node's) evicted from the GPU is copied here; when the tier is
+    full it drops its least recently offloaded blocks. A lookup that matches blocks held here
+    restores them into GPU blocks (they leave the tier: the two tiers hold disjoint blocks).
+    The lookup counters are kept by the engine, which knows the tokens looked up and the
+    copy's bandwidth.
+    """
+
+    __slots__ = (
+        "capacity",
+        "cpu_hit_tokens",
+        "gpu_hit_tokens",
+        "held",
+        "looked_up_tokens",
+        "offloaded_blocks",
+        "restore_s",
+        "restored_blocks",
+    )
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        """Blocks the tier can hold."""
+        self.held = 0
+        """Blocks it holds now."""
+        self.offloaded_blocks = 0
+        """Blocks copied to it from the GPU so far."""
+        self.restored_blocks = 0
+        """Blocks restored from it to the GPU so far."""
+        self.looked_up_tokens = 0
+        """Tokens (prefill targets) of the admissions that looked the cache up."""
+        self.gpu_hit_tokens = 0
+        """Tokens those lookups found on the GPU tier."""
+        self.cpu_hit_tokens = 0
+        """Tokens those lookups found on the CPU tier only (restored)."""
+        self.restore_s = 0.0
+        """Transfer time charged to steps for the restores, s."""
 
 
 class PrefixCache:
@@ -146,6 +193,8 @@ class PrefixCache:
         Blocks on the replica.
     block_size
         Tokens per block.
+    cpu_blocks
+        Capacity of a CPU tier, in blocks (:class:`CpuTier`; 0: none).
 
     Examples
     --------
@@ -173,6 +222,7 @@ class PrefixCache:
     __slots__ = (
         "_anon_out",
         "_compact_at",
+        "_cpu_lru",
         "_fresh",
         "_lru",
         "_run_cached",
@@ -181,10 +231,11 @@ class PrefixCache:
         "num_blocks",
         "peak_used_blocks",
         "root",
+        "tier",
         "used_blocks",
     )
 
-    def __init__(self, num_blocks: int, block_size: int) -> None:
+    def __init__(self, num_blocks: int, block_size: int, cpu_blocks: int = 0) -> None:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.used_blocks = 0
@@ -207,6 +258,12 @@ class PrefixCache:
         """Stream position of the anonymous stream's head: anonymous blocks taken so far."""
         self._compact_at = 64
         """Length of ``_run_ends`` past which the runs already taken are dropped."""
+        self.tier = CpuTier(cpu_blocks) if cpu_blocks else None
+        """The CPU tier (None: none)."""
+        self._cpu_lru: OrderedDict[_Node, None] = OrderedDict()
+        """The tree nodes held by the CPU tier, least recently offloaded first. A node's
+        descendants always come before it (a GPU node's descendants leave the GPU first),
+        so its head is a leaf and dropping it keeps the tree prefix-closed."""
 
     # --- counting (PagedKVCache's interface) -----------------------------
     @property
@@ -244,6 +301,8 @@ class PrefixCache:
         stack = [self.root]
         while stack:
             node = stack.pop()
+            if node.cpu:  # held by the CPU tier, and so is everything below it
+                continue
             total += node.n
             if node.children:
                 stack.extend(node.children.values())
@@ -268,6 +327,7 @@ class PrefixCache:
             lru = self._lru
             if lru:
                 anon_out = self._anon_out
+                tier = self.tier
                 while need and lru:
                     node = next(iter(lru))
                     room = node.qpos - anon_out  # anonymous blocks queued before it (never negative)
@@ -278,9 +338,15 @@ class PrefixCache:
                     m = node.n
                     if m > need:  # part of the node: its tail, released first, goes first
                         node.n = m - need
+                        if tier is not None:
+                            self._offload_tail(node, need)
                         need = 0
                         break
                     del lru[node]
+                    if tier is not None:
+                        need -= m
+                        self._offload(node)
+                        continue
                     node.n = 0
                     parent = node.parent
                     assert parent is not None and parent.children is not None  # a queued node hangs below the root
@@ -316,6 +382,55 @@ class PrefixCache:
             del ends[:i]
             del self._run_cached[:i]
         self._compact_at = 2 * len(ends) + 64
+
+    # --- the CPU tier --------------------------------------------------------
+    def _offload(self, node: _Node) -> None:
+        """Move *node*, just evicted from the GPU, to the CPU tier (it stays in the tree)."""
+        tier = self.tier
+        assert tier is not None  # called only with a CPU tier
+        node.cpu = True
+        self._cpu_lru[node] = None
+        tier.held += node.n
+        tier.offloaded_blocks += node.n
+        if tier.held > tier.capacity:
+            self._trim_cpu()
+
+    def _offload_tail(self, node: _Node, k: int) -> None:
+        """Move the *k* blocks just evicted from the tail of run *node* (now ``node.n`` blocks
+        long) to the CPU tier, as a new node below it that takes over its children (all held
+        by the CPU tier: *node* was a leaf of the GPU tier)."""
+        off = node.off + node.n * self.block_size
+        tail = _Node(node, (node.seg, off), node.seg, off, k, 0)
+        children = node.children
+        if children:
+            for child in children.values():
+                child.parent = tail
+            tail.children = children
+        node.children = {tail.key: tail}
+        self._offload(tail)
+
+    def _trim_cpu(self) -> None:
+        """Drop the CPU tier's least recently offloaded blocks until it is within capacity
+        (a node's tail first, as on the GPU)."""
+        tier = self.tier
+        assert tier is not None  # called only with a CPU tier
+        over = tier.held - tier.capacity
+        cpu_lru = self._cpu_lru
+        while over > 0:
+            node = next(iter(cpu_lru))
+            m = node.n
+            if m > over:
+                node.n = m - over
+                tier.held -= over
+                return
+            del cpu_lru[node]
+            tier.held -= m
+            over -= m
+            parent = node.parent
+            assert parent is not None and parent.children is not None and not node.children  # a leaf below the root
+            del parent.children[node.key]
+            node.parent = None
+            node.n = 0
 
     # --- requests ----------------------------------------------------------
     def holder(self, req: Request, reusable_prompt_tail: int | None = None) -> Holder:
@@ -400,6 +515,7 @@ class PrefixCache:
         evictable = 0
         last = None
         last_blocks = 0
+        cpu = 0
         while hits < max_blocks and node.children:
             key, seg, _off, run, _end = self._block_key(h, hits, max_blocks)
             child = node.children.get(key)
@@ -409,11 +525,13 @@ class PrefixCache:
             hits += m
             if child.refs == 0:
                 evictable += m
+                if child.cpu:
+                    cpu += m
             last, last_blocks = child, m
             if m < child.n:
                 break
             node = child
-        return Match(hits, evictable, last, last_blocks)
+        return Match(hits, evictable, last, last_blocks, cpu)
 
     def hit_tokens(self, req: Request) -> int:
         """Prompt tokens of *req* a lookup would find cached now (for routing views)."""
@@ -421,7 +539,10 @@ class PrefixCache:
         return self.match(h, (req.prompt_tokens - 1) // self.block_size).blocks * self.block_size
 
     def pin(self, h: Holder, m: Match) -> None:
-        """Reference the blocks *m* found (from :meth:`match` on the same state) for *h*."""
+        """Reference the blocks *m* found (from :meth:`match` on the same state) for *h*.
+
+        The blocks held by the CPU tier only (``m.cpu``) are restored: they leave the tier
+        and take free GPU blocks, as an allocation does (evicting if it must)."""
         if m.last is None:
             h.deepest = self.root
             h.blocks = 0
@@ -433,6 +554,21 @@ class PrefixCache:
         h.deepest = node
         h.blocks = m.blocks
         h.run_end = 0
+        restored = 0
+        if m.cpu:
+            tier = self.tier
+            assert tier is not None  # only a CPU tier holds blocks a match counts as cpu
+            cpu_lru = self._cpu_lru
+            while node.cpu:  # the CPU-held tail of the chain, up to the first GPU node
+                del cpu_lru[node]
+                node.cpu = False
+                node.refs = 1
+                restored += node.n
+                parent = node.parent
+                assert parent is not None  # the root is never held by the CPU tier
+                node = parent
+            tier.held -= restored
+            tier.restored_blocks += restored
         lru = self._lru
         used = self.used_blocks
         parent = node.parent
@@ -444,6 +580,8 @@ class PrefixCache:
             node = parent
             parent = node.parent
         self.used_blocks = used
+        if restored:
+            self.allocate(restored)
 
     def _split(self, node: _Node, m: int) -> _Node:
         """Split *node* after its first *m* blocks; return the new head node (the original
@@ -458,9 +596,13 @@ class PrefixCache:
         node.key = (node.seg, node.off)
         node.parent = head
         head.children = {node.key: node}
-        if head.refs == 0:  # evictable like the tail; the caller pins it at once
-            head.qpos = self._run_ends[-1]
-            self._lru[head] = None
+        if head.refs == 0:  # evictable like the tail (or held by the CPU tier); the caller pins it at once
+            if node.cpu:
+                head.cpu = True
+                self._cpu_lru[head] = None
+            else:
+                head.qpos = self._run_ends[-1]
+                self._lru[head] = None
         return head
 
     def register_shared(self, h: Holder, computed_tokens: int) -> None:
@@ -508,6 +650,19 @@ class PrefixCache:
                 if m < child.n:
                     child = self._split(child, m)
                 if child.refs == 0:
+                    if child.cpu:
+                        # Held by the CPU tier only, and just computed again on the GPU: the
+                        # request's own blocks become the cached ones (the CPU copies are dropped).
+                        del self._cpu_lru[child]
+                        child.cpu = False
+                        tier = self.tier
+                        assert tier is not None  # only a CPU tier holds nodes
+                        tier.held -= m
+                        child.refs = 1
+                        node = child
+                        h.run_end = 0
+                        b += m
+                        continue
                     del lru[child]
                     self.used_blocks += child.n
                 child.refs += 1
