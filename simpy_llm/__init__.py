@@ -12,8 +12,9 @@ the core and are never imported from here.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from simpy_llm.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from simpy_llm.config import Scenario, ScenarioError
@@ -35,17 +36,7 @@ _HOME = {
 (``simpy_llm.cli``) imports this package first, and a command imports only what it runs."""
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module 'simpy_llm' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"simpy_llm.{home}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(globals(), _HOME)
 
 
 __all__ = [

@@ -23,10 +23,11 @@ Beside the simulation core (pandas and scipy; nothing in the core imports it):
 
 from __future__ import annotations
 
-import importlib
 import sys
 import types
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from simpy_llm.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from simpy_llm.calibrate.compare import Calibration, compare
@@ -48,17 +49,7 @@ builds the ``calibrate`` verbs' parsers (:mod:`simpy_llm.calibrate.cli`) for eve
 a ``simpy-llm run`` should not pay for SciPy and pandas."""
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module 'simpy_llm.calibrate' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"simpy_llm.calibrate.{home}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(globals(), _HOME)
 
 
 class _Package(types.ModuleType):

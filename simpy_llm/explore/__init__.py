@@ -18,8 +18,9 @@ no other run beats on every objective (``docs/capacity.md``).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from simpy_llm.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from simpy_llm.explore.capacity import (
@@ -56,17 +57,7 @@ imports this package's ``cli`` modules for every command, and a server started b
 should not carry the sweeps' multiprocessing machinery, pandas and the rest in its heap."""
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module 'simpy_llm.explore' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"simpy_llm.explore.{home}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(globals(), _HOME)
 
 
 __all__ = [

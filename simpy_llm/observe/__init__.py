@@ -21,8 +21,9 @@ See docs/observe.md for the metric definitions.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from simpy_llm.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from simpy_llm.observe.client import ObservedRequest, OpenAIClient, RequestSpec, RetryPolicy
@@ -69,17 +70,7 @@ every command, and a ``simpy-llm run`` should not pay for aiohttp, pandas and th
 client."""
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home[0]}"), home[1])
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(globals(), _HOME)
 
 
 __all__ = [

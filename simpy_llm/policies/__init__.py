@@ -33,8 +33,9 @@ speculative decoding runs distributed or fused (:data:`mode_selectors`).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from simpy_llm.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from simpy_llm.policies.admission import (
@@ -87,17 +88,7 @@ one policy module (the loader, the simulation) does not load the others (γ poli
 selectors and the latency head belong to speculative decoding only)."""
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module 'simpy_llm.policies' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"simpy_llm.policies.{home}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(globals(), _HOME)
 
 
 __all__ = [

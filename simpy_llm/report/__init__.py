@@ -10,8 +10,9 @@ plotly is the ``report`` extra, imported when a figure is made.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from simpy_llm.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from simpy_llm.report.figures import rate_curves_figure, require_plotly
@@ -27,17 +28,7 @@ the command line reads ``--html``'s help (:mod:`simpy_llm.report.cli`) for every
 a ``simpy-llm run`` without ``--html`` needs neither the figures nor the page."""
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home[0]}"), home[1])
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(globals(), _HOME)
 
 
 __all__ = ["Page", "Plot", "Section", "Table", "rate_curves_figure", "render_page", "require_plotly", "write_page"]

@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import csv
 import functools
-import importlib
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from simpy_llm.config.errors import FieldValueError
 from simpy_llm.config.validators import MAX_COEFFICIENT_US, at_least, at_most
+from simpy_llm.lazy import lazy_exports
 from simpy_llm.serving.batch_table import BatchTableLatency
 from simpy_llm.serving.hardware import Hardware, gpu_spec, resolve_hardware
 from simpy_llm.serving.latency_base import LatencyModel, LatencyModelBase, RequestOverheads, VerifyTimer, latency_models
@@ -48,13 +48,7 @@ _ELSEWHERE = {"LutLatency": "lut", "ProfiledLatency": "profiled", "RooflineLaten
 latency_models.load_from(*(f"simpy_llm.serving.{module}" for module in _ELSEWHERE.values()))
 
 
-def __getattr__(name: str) -> Any:
-    module = _ELSEWHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"simpy_llm.serving.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__, _ = lazy_exports(globals(), _ELSEWHERE, package="simpy_llm.serving")
 
 __all__ = [
     "BatchTableLatency",

@@ -9,8 +9,9 @@ vLLM's metrics (:mod:`~simpy_llm.observe.bench.metrics`). See docs/observe.md, "
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from simpy_llm.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from simpy_llm.observe.bench.metrics import bench_metrics, parse_goodput, parse_percentiles
@@ -28,17 +29,7 @@ the command line builds the ``bench`` verbs' parsers (:mod:`simpy_llm.observe.be
 every command, and a ``simpy-llm run`` should not pay for the observer."""
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home[0]}"), home[1])
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(globals(), _HOME)
 
 
 __all__ = ["PROFILES", "RunPlan", "arrival_times", "bench", "bench_metrics", "parse_goodput", "parse_percentiles", "sweep_rates"]
