@@ -45,7 +45,7 @@ import attrs
 from simpy_llm.config.errors import ScenarioError
 from simpy_llm.explore.capacity.criteria import StabilityCriteria, _check_before_probes
 from simpy_llm.explore.capacity.probing import Probe, _build, _Prober, _run_probe, _unjson, _Window, _window
-from simpy_llm.explore.capacity.searches import _check_common, _name, _positive
+from simpy_llm.explore.capacity.searches import _check_common, _name, _positive, fewest_passing
 from simpy_llm.explore.deploy_results import Configuration, DeployResult, Outcome
 
 if TYPE_CHECKING:
@@ -167,21 +167,7 @@ def _search_counts(
     good = min((n for n, (_s, meets) in known.items() if meets), default=None)
     if good is not None and good > cap:
         good = None
-    if good is None:
-        n = bad + 1
-        while n <= cap:
-            if prober(n)[1]:
-                good = n
-                break
-            bad = n
-            n = min(n * 2, cap) if n < cap else cap + 1
-    if good is not None:
-        while good - bad > 1:
-            mid = (good + bad) // 2
-            if prober(mid)[1]:
-                good = mid
-            else:
-                bad = mid
+    fewest_passing(lambda n: prober(n)[1], cap, bad=bad, good=good)
     return {
         "verdicts": {str(int(n)): [s, m] for n, (s, m) in prober.verdicts.items()},
         "probes": [p.to_dict() for p in prober.probes],

@@ -7,7 +7,7 @@ The top layer: it imports the criteria, the probing and the cards."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +23,36 @@ if TYPE_CHECKING:
 
 MAX_BRACKET_STEPS = 30
 """Doublings or halvings the bracketing may take before giving up."""
+
+
+def fewest_passing(passes: Callable[[int], bool], cap: int, *, bad: int = 0, good: int | None = None) -> int | None:
+    """The fewest replicas in ``(bad, cap]`` for which *passes* holds (None: not even *cap*),
+    when a count that passes means every larger one passes too: galloping from ``bad + 1``,
+    doubling up to *cap*, then bisecting between the last count that failed and the first
+    that passed. *good*, a count known to pass, skips the gallop.
+
+    >>> tried = []
+    >>> fewest_passing(lambda n: tried.append(n) or n >= 5, 64), tried
+    (5, [1, 2, 4, 8, 6, 5])
+    >>> fewest_passing(lambda n: n >= 100, 64), fewest_passing(lambda n: n >= 3, 64, bad=3, good=9)
+    (None, 4)
+    """
+    if good is None:
+        n = bad + 1
+        while n <= cap:
+            if passes(n):
+                good = n
+                break
+            bad = n
+            n = min(n * 2, cap) if n < cap else cap + 1
+    if good is not None:
+        while good - bad > 1:
+            mid = (good + bad) // 2
+            if passes(mid):
+                good = mid
+            else:
+                bad = mid
+    return good
 
 
 def _search_continuous(
@@ -280,21 +310,7 @@ def min_replicas(
         return _run_probe(scenario, ov, load=load, replicas=int(n), window=window, criteria=criteria)
 
     prober = _Prober(scenario, fixed, replicas_key, seed_list, probe, progress, more_is_harder=False)
-    good, bad = None, 0
-    n = 1
-    while n <= max_replicas:
-        if prober(n)[1]:
-            good = n
-            break
-        bad = n
-        n = min(n * 2, max_replicas) if n < max_replicas else max_replicas + 1
-    if good is not None:
-        while good - bad > 1:
-            mid = (good + bad) // 2
-            if prober(mid)[1]:
-                good = mid
-            else:
-                bad = mid
+    good = fewest_passing(lambda n: prober(n)[1], max_replicas)
     return ReplicaCard(
         scenario=_name(scenario, loaded),
         replicas_key=replicas_key,
