@@ -38,6 +38,7 @@ import itertools
 import math
 import pickle
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -147,6 +148,46 @@ def _delay_to(now: float, at: float) -> float:
         if now + d == at:
             return d
     raise ArithmeticError(f"no delay from {now!r} lands on {at!r}")  # pragma: no cover - not met with binary64
+
+
+class _Workload:
+    """The scenario's arrivals, made as a single run's generator makes them (the same
+    sources, streams and request ids), put into *outbox* as their times come.
+
+    The coordinator routes them; each executor slot makes them again for its shards, so
+    that a window's message is the targets alone (a request pickled costs more than
+    making it again).
+    """
+
+    def __init__(self, scenario: Scenario, env: Environment, outbox: Wire, *, warn: bool) -> None:
+        self.scenario = scenario
+        self.env = env
+        wl = scenario.workload
+        with warnings.catch_warnings():
+            if not warn:  # the coordinator has told them
+                warnings.simplefilter("ignore")
+            check_spec_files(scenario)
+            sources = self.sources = build_sources(wl, default_seed=scenario.seed, stacklevel=5)
+            warn_unknown_trace_classes(scenario, sources.traces, stacklevel=5)
+        replayed = ReplayedContexts() if sources.traces else None
+        n_clients = len(sources.clients)
+
+        def on_request(req: Request, source_index: int) -> None:
+            if source_index >= n_clients and replayed is not None:
+                replayed(req)
+
+        self.generator = WorkloadGenerator(
+            env, sources.generator_sources(), outbox, Recorder(), itertools.count(),
+            num_requests=wl.num_requests, horizon_s=wl.horizon_s,
+            on_request=on_request if replayed is not None else None, announce=False,
+        )
+
+    def run_until(self, until: float) -> None:
+        """Make the arrivals before *until*; a distribution drawing NaN is the scenario's error."""
+        try:
+            self.env.run(until=until)
+        except SamplingError as exc:
+            raise sampling_scenario_error(exc, self.scenario, self.sources.clients) from None
 
 
 class _LoggedLevel(LevelMonitor):
@@ -264,6 +305,13 @@ class _ShardHost:
 
     def __init__(self, scenario: Scenario, shard_targets: Sequence[Sequence[int]]) -> None:
         self.shards = [_Shard(scenario, targets) for targets in shard_targets]
+        self._local = {t: k for k, targets in enumerate(shard_targets) for t in targets}
+        """The shard (position here) serving each entry-router target this slot serves."""
+        self._made: list[Request] = []
+        env = Environment()
+        outbox = Wire(env)
+        outbox.connect(self._made.append)
+        self._workload = _Workload(scenario, env, outbox, warn=False)
 
     def statics(self) -> list[list[tuple[int, str, float, int, float]]]:
         return [s.statics() for s in self.shards]
@@ -271,8 +319,30 @@ class _ShardHost:
     def snapshot(self) -> list[list[int]]:
         return [s.snapshot() for s in self.shards]
 
-    def advance(self, batches: list[list[tuple[int, Request]]], until: float) -> list[tuple[list[int], int]]:
-        return [s.advance(b, until) for s, b in zip(self.shards, batches, strict=True)]
+    def advance(self, message: bytes) -> tuple[list[tuple[list[int], int]], float, float]:
+        """Advance every shard to the window's end; return their replies and the wall and
+        CPU seconds it took here.
+
+        *message* is the pickled ``(targets, until)``: the entry router's target of each
+        request of the window, in arrival order, as ``int32`` bytes. The slot makes the
+        window's requests itself and gives each of its shards those routed to it.
+        """
+        t0, cpu0 = time.perf_counter(), time.thread_time()
+        raw, until = pickle.loads(message)
+        targets = np.frombuffer(raw, dtype=np.int32).tolist()
+        self._workload.run_until(until)
+        made = self._made
+        if len(made) != len(targets):
+            raise RuntimeError(f"a shard made {len(made)} arrivals where the coordinator routed {len(targets)}")
+        batches: list[list[tuple[int, Request]]] = [[] for _ in self.shards]
+        local = self._local
+        for target, req in zip(targets, made, strict=True):
+            k = local.get(target)
+            if k is not None:
+                batches[k].append((target, req))
+        made.clear()
+        replies = [s.advance(b, until) for s, b in zip(self.shards, batches, strict=True)]
+        return replies, time.perf_counter() - t0, time.thread_time() - cpu0
 
     def finish(self, until_s: float | None) -> list[dict[str, Any]]:
         return [s.finish(until_s) for s in self.shards]
@@ -364,30 +434,36 @@ class WindowStats(NamedTuple):
     """Requests routed (shipped to the shards)."""
     route_s: float
     """Wall seconds the coordinator spent generating and routing."""
+    route_cpu_s: float
+    """CPU seconds the coordinator's thread spent generating and routing."""
     advance_s: float
     """Wall seconds waiting for the shards' windows (their simulation and the messages)."""
     sent_bytes: int
-    """Pickled bytes of the arrivals shipped (0 unless ``measure_messages``)."""
+    """Pickled bytes of the arrivals shipped."""
     reply_bytes: int
     """Pickled bytes of the snapshots returned (0 unless ``measure_messages``)."""
+    host_busy_s: tuple[float, ...]
+    """Wall seconds each executor slot spent advancing its shards (measured where they run)."""
+    host_cpu_s: tuple[float, ...]
+    """CPU seconds each slot's thread spent advancing its shards (below ``host_busy_s``
+    when the slot waited for a core)."""
+    slowest_s: float
+    """The sum over the windows of the slowest slot's wall time: the wait had the messages
+    cost nothing."""
+    slowest_cpu_s: float
+    """The sum over the windows of the slowest slot's CPU time: with ``route_cpu_s``, the
+    run's critical path on cores of its own."""
 
 
 class _Coordinator:
     """The workload and the entry router, over views holding the shards' reports."""
 
-    def __init__(self, scenario: Scenario, statics: list[tuple[int, str, float, int, float]], shard_of: list[int],
-                 n_shards: int) -> None:
-        self.scenario = scenario
-        serving, wl = scenario.serving, scenario.workload
+    def __init__(self, scenario: Scenario, statics: list[tuple[int, str, float, int, float]]) -> None:
+        serving = scenario.serving
         env = self.env = Environment()
-        streams = RandomStreams(scenario.seed)
-        check_spec_files(scenario)
-        sources = self.sources = build_sources(wl, default_seed=scenario.seed, stacklevel=4)
-        warn_unknown_trace_classes(scenario, sources.traces, stacklevel=4)
         n_replicas = len(statics)
         counts = RouterCounts(n_replicas)
         self.views = [_ReportedView(s, counts) for s in sorted(statics)]
-        self.batches: list[list[tuple[int, Request]]] = [[] for _ in range(n_shards)]
         self.cluster_views: list[_ReportedClusterView] = []
         if serving.clusters:
             counts = RouterCounts(len(serving.clusters))
@@ -398,30 +474,20 @@ class _Coordinator:
             views: Sequence[Any] = self.cluster_views
         else:
             views = self.views
+        self.targets: list[int] = []
+        """The target of each request routed in the current window, in arrival order."""
         outboxes = []
         for target in range(len(views)):
             outbox = Wire(env)
-            outbox.connect(functools.partial(self._ship, shard_of[target], target))
+            outbox.connect(functools.partial(self._ship, target))
             outboxes.append(outbox)
-        self.recorder = Recorder(num_replicas=n_replicas)
         arrivals = Wire(env)
-        policy = build_policy(serving.entry_router, routing_policies, rng=streams.stream("router"))
-        self.router = Router(env, arrivals, outboxes, views, counts, policy, self.recorder)
-        replayed = ReplayedContexts() if sources.traces else None
-        n_clients = len(sources.clients)
+        policy = build_policy(serving.entry_router, routing_policies, rng=RandomStreams(scenario.seed).stream("router"))
+        self.router = Router(env, arrivals, outboxes, views, counts, policy, Recorder(num_replicas=n_replicas))
+        self.workload = _Workload(scenario, env, arrivals, warn=True)
 
-        def on_request(req: Request, source_index: int) -> None:
-            if source_index >= n_clients and replayed is not None:
-                replayed(req)
-
-        self.generator = WorkloadGenerator(
-            env, sources.generator_sources(), arrivals, self.recorder, itertools.count(),
-            num_requests=wl.num_requests, horizon_s=wl.horizon_s,
-            on_request=on_request if replayed is not None else None, announce=False,
-        )
-
-    def _ship(self, shard: int, target: int, req: Request) -> None:
-        self.batches[shard].append((target, req))
+    def _ship(self, target: int, req: Request) -> None:
+        self.targets.append(target)
 
     def report(self, snapshots: Sequence[Sequence[int]], owned: Sequence[Sequence[int]]) -> None:
         """Take each shard's snapshot of its replicas (*owned*: their fleet indices, in order)."""
@@ -432,14 +498,11 @@ class _Coordinator:
         for cv in self.cluster_views:
             cv.refresh()
 
-    def route_until(self, until: float) -> list[list[tuple[int, Request]]]:
-        """Generate and route the arrivals before *until*; return them by shard."""
-        try:
-            self.env.run(until=until)
-        except SamplingError as exc:
-            raise sampling_scenario_error(exc, self.scenario, self.sources.clients) from None
-        batches, self.batches = self.batches, [[] for _ in self.batches]
-        return batches
+    def route_until(self, until: float) -> list[int]:
+        """Make and route the arrivals before *until*; return their targets, in arrival order."""
+        self.workload.run_until(until)
+        targets, self.targets = self.targets, []
+        return targets
 
 
 class ShardedRun:
@@ -475,7 +538,7 @@ class ShardedRun:
             cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True, dashboard_address=None)
             with cluster, Client(cluster) as client:
                 return self._run_on(client)
-        return self._drive([_Local(_ShardHost(self.scenario, [t])) for t in self.targets])
+        return self._drive([_Local(_ShardHost(self.scenario, self.targets))], [list(range(len(self.targets)))])
 
     def _run_on(self, client: Any) -> Results:
         addresses = sorted(client.scheduler_info()["workers"])
@@ -499,37 +562,41 @@ class ShardedRun:
         owned_by_shard: list[list[int]] = [[] for _ in self.targets]
         for s, per_shard in zip(order, (p for per_host in statics_by_host for p in per_host), strict=True):
             owned_by_shard[s] = [st[0] for st in per_shard]
-        shard_of = [0] * (len(scenario.serving.clusters) or len(statics))
-        for s, targets in enumerate(self.targets):
-            for t in targets:
-                shard_of[t] = s
-        coordinator = _Coordinator(scenario, statics, shard_of, len(self.targets))
+        coordinator = _Coordinator(scenario, statics)
         owned = [owned_by_shard[s] for s in order]
         coordinator.report([f for h in hosts for f in h.call("snapshot")], owned)
         delta = scenario.serving.view_refresh_s
         assert delta is not None  # sharding_problems requires it
         until = scenario.simulation.until_s
         t, windows, routed, route_s, advance_s, sent_bytes, reply_bytes = 0.0, 0, 0, 0.0, 0.0, 0, 0
+        host_busy, host_cpu, slowest_s, slowest_cpu_s, route_cpu_s = [0.0] * len(hosts), [0.0] * len(hosts), 0.0, 0.0, 0.0
         while until is None or t < until:
             t = t + delta if until is None else min(t + delta, until)
-            w0 = time.perf_counter()
-            batches = coordinator.route_until(t)
+            w0, cpu0 = time.perf_counter(), time.thread_time()
+            targets = coordinator.route_until(t)
+            message = pickle.dumps((np.array(targets, dtype=np.int32).tobytes(), t), protocol=pickle.HIGHEST_PROTOCOL)
             w1 = time.perf_counter()
-            routed += sum(map(len, batches))
-            per_host = [[batches[s] for s in g] for g in groups]
-            if self.measure_messages:
-                sent_bytes += sum(len(pickle.dumps(b, protocol=pickle.HIGHEST_PROTOCOL)) for b in per_host)
-            pending = [h.start("advance", b, t) for h, b in zip(hosts, per_host, strict=True)]
-            replies = [r for h, p in zip(hosts, pending, strict=True) for r in h.wait(p)]
+            route_cpu_s += time.thread_time() - cpu0
+            routed += len(targets)
+            sent_bytes += len(message) * len(hosts)
+            pending = [h.start("advance", message) for h in hosts]
+            done = [h.wait(p) for h, p in zip(hosts, pending, strict=True)]
             advance_s += time.perf_counter() - w1
+            replies = [r for host_replies, _, _ in done for r in host_replies]
+            for k, (_, took, cpu) in enumerate(done):
+                host_busy[k] += took
+                host_cpu[k] += cpu
+            slowest_s += max(took for _, took, _ in done)
+            slowest_cpu_s += max(cpu for _, _, cpu in done)
             route_s += w1 - w0
             windows += 1
             if self.measure_messages:
                 reply_bytes += len(pickle.dumps(replies, protocol=pickle.HIGHEST_PROTOCOL))
             coordinator.report([snap for snap, _ in replies], owned)
-            if coordinator.generator.done and not any(live for _, live in replies):
+            if coordinator.workload.generator.done and not any(live for _, live in replies):
                 break
-        self.windows = WindowStats(windows, routed, route_s, advance_s, sent_bytes, reply_bytes)
+        self.windows = WindowStats(windows, routed, route_s, route_cpu_s, advance_s, sent_bytes, reply_bytes,
+                                   tuple(host_busy), tuple(host_cpu), slowest_s, slowest_cpu_s)
         parts = [p for h in hosts for p in h.call("finish", until)]
         return _merge(scenario, parts, len(statics), statics, time.perf_counter() - wall0, coordinator.env.events_scheduled())
 
