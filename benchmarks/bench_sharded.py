@@ -27,6 +27,10 @@ the ratio of the medians of ``single`` to each other case (the speed-up).
     python -m benchmarks.bench_sharded                              # 1M requests, 3 rounds
     python -m benchmarks.bench_sharded --requests 100000 --rounds 3 --messages
     python -m benchmarks.bench_sharded --requests 200000 --delta 1.0 --cases single,workers
+    python -m benchmarks.bench_sharded --requests 50000 --deltas 0.05,0.5,2,10   # what Δ does
+
+``--deltas`` prints, per Δ, the single run's TTFT p50/p99 and E2E p99 (the routing's
+quality), the windows, both runs' wall times in this process and whether the records match.
 
 This is a benchmark, not a test: it asserts nothing.
 """
@@ -150,6 +154,31 @@ def _line(r: dict[str, Any]) -> str:
     return text
 
 
+def delta_table(requests: int, rate: float, deltas: list[float]) -> None:
+    """What Δ does to the routing (single run's TTFT) and to a sharded run (its windows and wall
+    time in this process), the records checked equal at each Δ."""
+    from simpy_llm import Simulation, scenario_from_dict
+    from simpy_llm.explore.sharded import ShardedRun
+
+    print(f"delta table: {requests:,} requests at {rate:g}/s")
+    print("| Δ s | TTFT p50 ms | TTFT p99 ms | E2E p99 s | windows | single wall s | sharded in process wall s | same records |")
+    print("|---|---|---|---|---|---|---|---|")
+    for delta in deltas:
+        scenario = scenario_from_dict(fleet(requests, rate, delta))
+        t0 = time.perf_counter()
+        single = Simulation(scenario).run(progress=False)
+        single_s = time.perf_counter() - t0
+        run = ShardedRun(scenario, shards=CLUSTERS)
+        t0 = time.perf_counter()
+        sharded = run.run()
+        sharded_s = time.perf_counter() - t0
+        lat = single.summary()["latency_s"]
+        same = sharded.to_dataframe().equals(single.to_dataframe())
+        assert run.windows is not None
+        print(f"| {delta:g} | {1e3 * lat['ttft']['p50']:.0f} | {1e3 * lat['ttft']['p99']:.0f} | {lat['e2e']['p99']:.2f} | "
+              f"{run.windows.windows:,} | {single_s:.1f} | {sharded_s:.1f} | {same} |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=1_000_000)
@@ -159,8 +188,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--cases", default="single,serial,workers")
     parser.add_argument("--messages", action="store_true", help="one more serial run measuring the messages")
+    parser.add_argument("--deltas", help="instead: a table of Δ values (comma-separated), in this process")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.deltas:
+        delta_table(args.requests, args.rate, [float(d) for d in args.deltas.split(",")])
+        return
     if args.child:
         print(json.dumps(_run(args.child, args.requests, args.rate, args.delta, args.workers, args.messages)))
         return
