@@ -6,14 +6,17 @@ counts of what it routed itself. Its decisions inside a window therefore depend 
 nothing the replicas do inside it, which is an exact lookahead of Δ for a conservative
 parallel run:
 
-* the **coordinator** generates the workload's arrivals exactly as a single run does
-  (the same sources and random streams) and routes each window's arrivals with the
-  entry router's policy (the cluster router with ``serving.clusters``, else the router)
-  over views holding the snapshot taken at ``kΔ``;
+* the **coordinator** makes the workload's arrivals exactly as a single run does (the
+  same sources and random streams), routes each window's arrivals with the entry
+  router's policy (the cluster router with ``serving.clusters``, else the router) over
+  views holding the snapshot taken at ``kΔ``, and sends every executor slot the
+  window's targets (4 bytes a request);
+* each **slot** makes the window's arrivals again (cheaper than pickling requests) and
+  gives each of its shards those routed to it;
 * each **shard** is a :class:`~simpy_llm.simulation.Simulation` of the scenario driven
   from outside (``external_arrivals``), owning some clusters (or a contiguous run of
-  replicas): it receives its requests with their arrival times, injects each at exactly
-  that time, simulates to ``(k+1)Δ`` and returns the snapshot fields of its replicas.
+  replicas): it injects each request at exactly its arrival time, simulates to
+  ``(k+1)Δ`` and returns the snapshot fields of its replicas.
 
 A shard builds the whole fleet (so every replica keeps its fleet index and its random
 streams, which are named by index) but only its own replicas ever receive a request.
@@ -508,7 +511,9 @@ class _Coordinator:
 class ShardedRun:
     """One sharded run of *scenario* (see :func:`run_sharded` for the parameters).
 
-    After :meth:`run`, :attr:`windows` holds the windows' figures.
+    After :meth:`run`, :attr:`windows` holds the windows' figures; *measure_messages*
+    adds the pickled size of the snapshots returned (the arrivals' messages are always
+    counted).
     """
 
     def __init__(self, scenario: Scenario, *, workers: int | None = None, client: Any = None, shards: int | None = None,
