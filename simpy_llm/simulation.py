@@ -66,7 +66,7 @@ from simpy_llm.serving.engine import Replica
 from simpy_llm.serving.fleet import ReplicaPlan, plan_fleet
 from simpy_llm.serving.planner import WHAT_IF_DRAIN_WINDOWS, FleetControl, Planner, WhatIf, parallelism_fleet, what_if_layout
 from simpy_llm.serving.router import Router
-from simpy_llm.serving.views import ClusterView, LiveView, RouterCounts, SnapshotView, refresh_views
+from simpy_llm.serving.views import ClusterView, FullSnapshotView, LiveView, RouterCounts, SnapshotView, refresh_views
 from simpy_llm.wire import Wire
 from simpy_llm.workload.checks import check_spec_files, warn_unknown_trace_classes
 from simpy_llm.workload.distributions import SamplingError
@@ -335,7 +335,7 @@ class Simulation:
         ] if drafts is None else self._verify_servers(drafts, replica_inboxes, completions, handoffs, schedulers, fast=fast)
         counts = RouterCounts(n_replicas)
         refresh_s = serving.view_refresh_s
-        view_cls = SnapshotView if refresh_s is not None else LiveView
+        view_cls = LiveView if refresh_s is None else SnapshotView if serving.view_refresh_fields == "state" else FullSnapshotView
         self.views = [view_cls(rep, counts, plan.capacity) for rep, plan in zip(self.replicas, self.plans, strict=True)]
         admission = None if isinstance(self.admission_policy, AlwaysAdmit) else self.admission_policy
         # A rejected prompt's draft device must hear of it, and moves on to its next request.

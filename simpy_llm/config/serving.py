@@ -47,6 +47,7 @@ __all__ = [
     "MAX_BINS",
     "ROLES",
     "SLA_CONTROLLER_KINDS",
+    "VIEW_REFRESH_FIELDS",
     "WEIGHT_SOURCES",
     "BatchServerConfig",
     "BinsConfig",
@@ -63,6 +64,9 @@ __all__ = [
 
 MAX_BINS = 1024
 """Most bins a batch server may have."""
+
+VIEW_REFRESH_FIELDS = ("state", "all")
+"""The values of ``serving.view_refresh_fields``: what a refreshed view holds as of its refresh."""
 
 
 def _increasing(inst: Any, attribute: attrs.Attribute, value: tuple[float, ...] | None) -> None:
@@ -424,6 +428,13 @@ class ServingConfig:
     )
     """Routers and admission see replica state refreshed every this many seconds (the
     router's own counts of outstanding requests stay fresh). Default: always fresh."""
+    view_refresh_fields: str = attrs.field(default="state", validator=one_of(VIEW_REFRESH_FIELDS))
+    """What the refreshed views hold as of the last refresh, with ``view_refresh_s``:
+    ``state`` (default): the replica-reported state (queues, queued prompt tokens, KV use);
+    the departures that the outstanding counts subtract are read live, as responses pass
+    the router. ``all``: the departures too, so that what a router knows between two
+    refreshes is fixed at the earlier one (its own routed counts stay its own): the
+    condition of an exact sharded run (``docs/scale.md``)."""
     disaggregation: DisaggregationConfig | None = None
     """Prefill and decode on separate pools (None: every replica does both)."""
     clusters: tuple[ClusterConfig, ...] = ()
@@ -441,6 +452,8 @@ class ServingConfig:
             for key, given in (("clusters", bool(self.clusters)), ("view_refresh_s", self.view_refresh_s is not None)):
                 if given:
                     raise FieldValueError("gateway", f"is not modelled with serving.{key} yet (its saturation needs the live counts of one router)")
+        if self.view_refresh_fields != "state" and self.view_refresh_s is None:
+            raise FieldValueError("view_refresh_fields", "says what a refreshed view holds: give serving.view_refresh_s too")
         if self.clusters:
             self._check_clusters()
         elif self.cluster_router is not None:

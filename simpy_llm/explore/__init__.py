@@ -50,7 +50,7 @@ _HOME = {
     "dominated": "pareto", "pareto_front": "pareto", "RandomSearch": "search",
     "column_name": "sweeps", "replications": "sweeps", "run_point": "sweeps",
     "summary_columns": "sweeps", "sweep": "sweeps", "IdenticalReplicationsWarning": "sweeps",
-    "SweepPointError": "sweeps", "overloaded_flag": "sweeps",
+    "SweepPointError": "sweeps", "overloaded_flag": "sweeps", "run_sharded": "sharded",
 }
 """Each public name's module. They are imported on first use (PEP 562): the command line
 imports this package's ``cli`` modules for every command, and a server started by it
@@ -76,6 +76,7 @@ __all__ = [
     "pareto_front",
     "replications",
     "run_point",
+    "run_sharded",
     "summary_columns",
     "sweep",
 ]

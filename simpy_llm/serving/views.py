@@ -11,6 +11,12 @@ A view combines two kinds of state, as a real gateway does:
   gateway scrapes. ``prefix_hit_tokens`` always reads the replica's cache as it
   is (a precise prefix-cache index fed by the replicas' cache events).
 
+With ``serving.view_refresh_fields: all`` (:class:`FullSnapshotView`) the
+departures the router-local counts subtract are part of the snapshot too: between
+two refreshes a router knows only what it routed itself since the last one, so
+its decisions inside a refresh window depend on nothing the replicas do inside
+it (the exact lookahead of a sharded run, ``docs/scale.md``).
+
 Views never change anything; each component changes only its own state.
 """
 
@@ -29,7 +35,7 @@ if TYPE_CHECKING:
     from simpy_llm.serving.engine import Replica
     from simpy_llm.speculative.verify import VerifyServer
 
-__all__ = ["ClusterView", "LiveView", "RouterCounts", "SnapshotView", "refresh_views"]
+__all__ = ["ClusterView", "FullSnapshotView", "LiveView", "RouterCounts", "SnapshotView", "refresh_views"]
 
 
 class RouterCounts:
@@ -137,6 +143,46 @@ class SnapshotView(LiveView):
     @property
     def kv_utilization(self) -> float:
         return self._kv_used / self.kv_total_blocks
+
+
+class FullSnapshotView(SnapshotView):
+    """A :class:`SnapshotView` whose departures are as of the last :meth:`refresh` too.
+
+    ``outstanding_requests`` and ``outstanding_tokens`` are the router's own counts, always
+    current, less the replica's departures as of the refresh: a request that finished
+    since counts as outstanding until the next refresh (``serving.view_refresh_fields: all``).
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace as NS
+    >>> replica = NS(index=0, group="g", kv=NS(num_blocks=10, free_blocks=10, used_blocks=0), prefill_s_per_token=1e-4,
+    ...              waiting=[], running=[], queued_prompt_tokens=0, departed=0, departed_tokens=0)
+    >>> counts = RouterCounts(1)
+    >>> view = FullSnapshotView(replica, counts, 1.0)
+    >>> counts.routed[0] += 2; counts.routed_tokens[0] += 300   # the router sends two requests
+    >>> replica.departed, replica.departed_tokens = 1, 100      # one finishes before the refresh
+    >>> view.outstanding_requests, view.outstanding_tokens
+    (2, 300)
+    >>> view.refresh(); view.outstanding_requests, view.outstanding_tokens
+    (1, 200)
+    """
+
+    __slots__ = ("_departed", "_departed_tokens")
+
+    def refresh(self) -> None:
+        """Copy the replica's current state, its departures included."""
+        super().refresh()
+        rep = self._replica
+        self._departed = rep.departed
+        self._departed_tokens = rep.departed_tokens
+
+    @property
+    def outstanding_requests(self) -> int:
+        return self._counts.routed[self.index] - self._departed
+
+    @property
+    def outstanding_tokens(self) -> int:
+        return self._counts.routed_tokens[self.index] - self._departed_tokens
 
 
 class ClusterView:

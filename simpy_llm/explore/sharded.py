@@ -1,0 +1,741 @@
+"""Exact sharded runs: a fleet split across processes, window by window (``docs/scale.md``).
+
+With ``serving.view_refresh_s = Δ`` and ``serving.view_refresh_fields: all`` a router
+knows, inside each window ``[kΔ, (k+1)Δ)``, only the replicas' state as of ``kΔ`` and the
+counts of what it routed itself. Its decisions inside a window therefore depend on
+nothing the replicas do inside it, which is an exact lookahead of Δ for a conservative
+parallel run:
+
+* the **coordinator** makes the workload's arrivals exactly as a single run does (the
+  same sources and random streams), routes each window's arrivals with the entry
+  router's policy (the cluster router with ``serving.clusters``, else the router) over
+  views holding the snapshot taken at ``kΔ``, and sends every executor slot the
+  window's targets (4 bytes a request);
+* each **slot** makes the window's arrivals again (cheaper than pickling requests) and
+  gives each of its shards those routed to it;
+* each **shard** is a :class:`~simpy_llm.simulation.Simulation` of the scenario driven
+  from outside (``external_arrivals``), owning some clusters (or a contiguous run of
+  replicas): it injects each request at exactly its arrival time, simulates to
+  ``(k+1)Δ`` and returns the snapshot fields of its replicas.
+
+A shard builds the whole fleet (so every replica keeps its fleet index and its random
+streams, which are named by index) but only its own replicas ever receive a request.
+The records are merged and sorted by request id: the same, byte for byte, as the single
+run's. See :func:`run_sharded` for what the summary shares and what it does not.
+
+Examples
+--------
+>>> from simpy_llm import Simulation, load_scenario
+>>> scenario = load_scenario("scenarios/seed003_multi_cluster.yaml", [
+...     "workload.horizon_s=5", "serving.view_refresh_s=0.5", "serving.view_refresh_fields=all"])
+>>> sharded = run_sharded(scenario, shards=3)          # in-process shards, one after another
+>>> single = Simulation(scenario).run(progress=False)
+>>> sharded.to_dataframe().equals(single.to_dataframe())
+True
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+import pickle
+import time
+import warnings
+from collections import Counter
+from collections.abc import Callable, Generator, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+
+from simpy_llm.config.errors import ScenarioError
+from simpy_llm.config.structure import build_policy
+from simpy_llm.kernel import Environment
+from simpy_llm.metrics.monitors import LevelMonitor
+from simpy_llm.metrics.recorder import RECORD_FIELDS, Recorder
+from simpy_llm.metrics.results import Results
+from simpy_llm.policies.routing import routing_policies
+from simpy_llm.rng import RandomStreams
+from simpy_llm.serving.router import Router
+from simpy_llm.serving.views import ClusterView, RouterCounts
+from simpy_llm.simulation import Simulation
+from simpy_llm.wire import Wire
+from simpy_llm.workload.checks import check_spec_files, warn_unknown_trace_classes
+from simpy_llm.workload.distributions import SamplingError
+from simpy_llm.workload.generator import WorkloadGenerator, sampling_scenario_error
+from simpy_llm.workload.sessions import ReplayedContexts
+from simpy_llm.workload.sources import build_sources
+
+if TYPE_CHECKING:
+    from simpy.events import Event
+
+    from simpy_llm.config.schema import Scenario
+    from simpy_llm.entities import Request
+
+__all__ = ["ShardedRun", "WindowStats", "run_sharded", "sharding_problems"]
+
+_SNAPSHOT_FIELDS = 7
+"""Fields a shard reports per replica: waiting, running, queued prompt tokens, free and
+used KV blocks, departures and departed prompt tokens."""
+
+
+def sharding_problems(scenario: Scenario) -> list[tuple[str, str]]:
+    """What keeps *scenario* from an exact sharded run: ``(key path, reason)`` pairs (empty: none).
+
+    The first version shards open-loop workloads over co-located replicas whose entry
+    router reads stale views of every field.
+
+    Examples
+    --------
+    >>> from simpy_llm import load_scenario
+    >>> [key for key, _ in sharding_problems(load_scenario("scenarios/quickstart.yaml"))]
+    ['serving.view_refresh_s']
+    """
+    serving, wl = scenario.serving, scenario.workload
+    problems: list[tuple[str, str]] = []
+    if serving.view_refresh_s is None:
+        problems.append(("serving.view_refresh_s", "required: a sharded run advances in windows of the views' refresh period"))
+    elif serving.view_refresh_fields != "all":
+        problems.append(("serving.view_refresh_fields", "must be all: with state the router reads departures live, so its "
+                         "decisions inside a window depend on what the shards simulate in it"))
+    router_key = "serving.cluster_router" if serving.clusters else "serving.router"
+    entry = serving.entry_router
+    scorers = (entry.params or {}).get("weights", {}) if entry.kind == "weighted_score" else {}
+    if entry.kind == "prefix_affinity" or "prefix" in scorers:
+        problems.append((router_key, "reads the replicas' prefix caches, which live in other shards"))
+    if serving.admission.kind != "always":
+        problems.append(("serving.admission", "not sharded yet: only always (an admission drop would be the coordinator's record)"))
+    for key, given, why in (
+        ("serving.disaggregation", serving.disaggregation is not None, "a KV hand-off would cross shards"),
+        ("serving.gateway", serving.gateway is not None, "its saturation needs the live counts of one router"),
+        ("planner", scenario.planner is not None, "its ticks resize the whole fleet at once"),
+        ("autoscaler", scenario.autoscaler is not None, "it resizes the whole fleet at once"),
+        ("speculation", scenario.speculation is not None, "draft devices stand before the router"),
+        ("processes", bool(scenario.processes), "a user process may act across shards"),
+        ("workload.max_concurrency", wl.max_concurrency is not None,
+         "closed loop: the next request waits for a completion inside the window"),
+        ("simulation.timeseries_interval_s", scenario.simulation.timeseries_interval_s is not None,
+         "not merged across shards yet"),
+    ):
+        if given:
+            problems.append((key, f"not sharded: {why}"))
+    for i, client in enumerate(wl.clients):
+        for field, given in (
+            ("multi_turn", client.multi_turn is not None),
+            ("conversational_probability", client.conversational_probability > 0),
+            ("agentic", client.agentic is not None),
+        ):
+            if given:
+                problems.append((f"workload.clients[{i}].{field}", "closed loop: a session's next round depends on a "
+                                 "completion inside the window"))
+        if client.network is not None:
+            problems.append((f"workload.clients[{i}].network", "not sharded yet: the uplinks stand before the router"))
+    return problems
+
+
+def _check(scenario: Scenario) -> None:
+    problems = sharding_problems(scenario)
+    if problems:
+        raise ScenarioError(scenario.loaded_from or "<dict>", problems, what="scenario for a sharded run")
+
+
+def _delay_to(now: float, at: float) -> float:
+    """A delay *d* with ``now + d == at`` exactly (``at - now`` can miss by an ulp): the
+    arrival lands on the very float the single run's generator reached."""
+    d = at - now
+    if now + d == at:
+        return d
+    step = math.inf if now + d < at else -math.inf
+    for _ in range(64):
+        d = math.nextafter(d, step)
+        if now + d == at:
+            return d
+    raise ArithmeticError(f"no delay from {now!r} lands on {at!r}")  # pragma: no cover - not met with binary64
+
+
+class _Workload:
+    """The scenario's arrivals, made as a single run's generator makes them (the same
+    sources, streams and request ids), put into *outbox* as their times come.
+
+    The coordinator routes them; each executor slot makes them again for its shards, so
+    that a window's message is the targets alone (a request pickled costs more than
+    making it again).
+    """
+
+    def __init__(self, scenario: Scenario, env: Environment, outbox: Wire, *, warn: bool) -> None:
+        self.scenario = scenario
+        self.env = env
+        wl = scenario.workload
+        with warnings.catch_warnings():
+            if not warn:  # the coordinator has told them
+                warnings.simplefilter("ignore")
+            check_spec_files(scenario)
+            sources = self.sources = build_sources(wl, default_seed=scenario.seed, stacklevel=5)
+            warn_unknown_trace_classes(scenario, sources.traces, stacklevel=5)
+        replayed = ReplayedContexts() if sources.traces else None
+        n_clients = len(sources.clients)
+
+        def on_request(req: Request, source_index: int) -> None:
+            if source_index >= n_clients and replayed is not None:
+                replayed(req)
+
+        self.generator = WorkloadGenerator(
+            env, sources.generator_sources(), outbox, Recorder(), itertools.count(),
+            num_requests=wl.num_requests, horizon_s=wl.horizon_s,
+            on_request=on_request if replayed is not None else None, announce=False,
+        )
+
+    def run_until(self, until: float) -> None:
+        """Make the arrivals before *until*; a distribution drawing NaN is the scenario's error."""
+        try:
+            self.env.run(until=until)
+        except SamplingError as exc:
+            raise sampling_scenario_error(exc, self.scenario, self.sources.clients) from None
+
+
+class _LoggedLevel(LevelMonitor):
+    """A :class:`LevelMonitor` that also keeps each change, so that the shards' levels can
+    be merged into the fleet's (its peak is not the sum of theirs)."""
+
+    __slots__ = ("deltas", "times")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.times: list[float] = []
+        self.deltas: list[int] = []
+
+    def change(self, now_s: float, delta: int) -> None:
+        self.times.append(now_s)
+        self.deltas.append(delta)
+        LevelMonitor.change(self, now_s, delta)
+
+
+class _Shard:
+    """A Simulation of the whole fleet of which only *owned* replicas receive requests.
+
+    Parameters
+    ----------
+    scenario
+        The scenario (checked by :func:`sharding_problems`).
+    targets
+        The entry router's positions this shard serves: cluster positions with
+        ``serving.clusters``, else replica positions.
+    """
+
+    def __init__(self, scenario: Scenario, targets: Sequence[int]) -> None:
+        sim = self.sim = Simulation(scenario, external_arrivals=True)
+        self.env = sim.env
+        self.recorder = sim.recorder
+        self.in_system = sim.recorder.in_system = _LoggedLevel()
+        clusters = scenario.serving.clusters
+        if clusters:
+            names = [clusters[c].name for c in targets]
+            self.owned = [i for i, plan in enumerate(sim.plans) if plan.cluster in names]
+            inboxes = [sim.wires[f"cluster:{cl.name}"] for cl in clusters]
+            self._deliver: Callable[[int, Request], None] = lambda c, req: inboxes[c].send(req)
+        else:
+            self.owned = list(targets)  # without disaggregation the router's positions are the fleet indices
+            send = sim.router.send
+            self._deliver = lambda position, req: send(req, position)
+        self._views = [sim.views[i] for i in self.owned]
+
+    def statics(self) -> list[tuple[int, str, float, int, float]]:
+        """Per owned replica: fleet index, group, capacity, KV blocks and prefill seconds per token."""
+        return [(v.index, v.group, v.capacity, v.kv_total_blocks, v.prefill_s_per_token) for v in self._views]
+
+    def snapshot(self) -> list[int]:
+        """The owned replicas' reported state now, :data:`_SNAPSHOT_FIELDS` per replica."""
+        out: list[int] = []
+        for i in self.owned:
+            rep = self.sim.replicas[i]
+            kv = rep.kv
+            out += (len(rep.waiting), len(rep.running), rep.queued_prompt_tokens, kv.free_blocks, kv.used_blocks,
+                    rep.departed, rep.departed_tokens)
+        return out
+
+    def _inject(self, arrivals: list[tuple[int, Request]]) -> Generator[Event, None, None]:
+        """Process: each request reaches its target at its arrival time, as the generator's would."""
+        env, on_arrival, deliver = self.env, self.recorder.on_arrival, self._deliver
+        for target, req in arrivals:
+            at = req.arrival_s
+            if at > env.now:
+                yield env.timeout(_delay_to(env.now, at))
+            on_arrival(req, env.now)
+            deliver(target, req)
+
+    def advance(self, arrivals: list[tuple[int, Request]], until: float) -> tuple[list[int], int]:
+        """Inject *arrivals* (in arrival order), run to *until*; return the snapshot and the
+        requests still in the system."""
+        if arrivals:
+            self.env.process(self._inject(arrivals))
+        self.env.run(until=until)
+        return self.snapshot(), len(self.recorder.live)
+
+    def finish(self, until_s: float | None) -> dict[str, Any]:
+        """Close the run (at *until_s*: settle, record what is in flight) and hand over what
+        the merged Results need."""
+        rec, sim = self.recorder, self.sim
+        if until_s is not None:
+            for i in self.owned:
+                sim.replicas[i].settle(until_s)
+        for req in sorted(rec.live.values(), key=lambda r: r.id):
+            rec.on_in_flight(req)
+        columns = rec.columns
+        owned = set(self.owned)
+        itl_values, itl_weights = rec.itl.arrays()
+        return {
+            "owned": self.owned,
+            "columns": {name: bytes(columns[name]) for name, _ in RECORD_FIELDS},
+            "codes": {name: list(codes.names) for name, codes in rec.codes.items()},
+            "arrived": rec.arrived,
+            "per_replica": {
+                name: [getattr(rec, name)[i] for i in self.owned]
+                for name in ("steps", "busy_s", "energy_j", "kv_block_seconds", "prefill_tokens", "decode_tokens")
+            },
+            "replica_steps": [sim.replicas[i].step for i in self.owned],
+            "itl": (itl_values.tobytes(), itl_weights.tobytes()),
+            "batch_steps": dict(rec.batch_steps),
+            "in_system": (self.in_system.times, self.in_system.deltas),
+            "preemptions": [p for p in rec.preemptions if p[1] in owned],
+            "cold_starts": [c for c in rec.cold_starts if c[0] in owned],
+            "batches": [b for b in rec.batches if b[0] in owned],
+            "events": self.env.events_scheduled(),
+        }
+
+
+class _ShardHost:
+    """The shards one executor slot (a Dask worker) runs, advanced together each window."""
+
+    def __init__(self, scenario: Scenario, shard_targets: Sequence[Sequence[int]]) -> None:
+        self.shards = [_Shard(scenario, targets) for targets in shard_targets]
+        self._local = {t: k for k, targets in enumerate(shard_targets) for t in targets}
+        """The shard (position here) serving each entry-router target this slot serves."""
+        self._made: list[Request] = []
+        env = Environment()
+        outbox = Wire(env)
+        outbox.connect(self._made.append)
+        self._workload = _Workload(scenario, env, outbox, warn=False)
+
+    def statics(self) -> list[list[tuple[int, str, float, int, float]]]:
+        return [s.statics() for s in self.shards]
+
+    def snapshot(self) -> list[list[int]]:
+        return [s.snapshot() for s in self.shards]
+
+    def advance(self, message: bytes) -> tuple[list[tuple[list[int], int]], float, float]:
+        """Advance every shard to the window's end; return their replies and the wall and
+        CPU seconds it took here.
+
+        *message* is the pickled ``(targets, until)``: the entry router's target of each
+        request of the window, in arrival order, as ``int32`` bytes. The slot makes the
+        window's requests itself and gives each of its shards those routed to it.
+        """
+        t0, cpu0 = time.perf_counter(), time.thread_time()
+        raw, until = pickle.loads(message)
+        targets = np.frombuffer(raw, dtype=np.int32).tolist()
+        self._workload.run_until(until)
+        made = self._made
+        if len(made) != len(targets):
+            raise RuntimeError(f"a shard made {len(made)} arrivals where the coordinator routed {len(targets)}")
+        batches: list[list[tuple[int, Request]]] = [[] for _ in self.shards]
+        local = self._local
+        for target, req in zip(targets, made, strict=True):
+            k = local.get(target)
+            if k is not None:
+                batches[k].append((target, req))
+        made.clear()
+        replies = [s.advance(b, until) for s, b in zip(self.shards, batches, strict=True)]
+        return replies, time.perf_counter() - t0, time.thread_time() - cpu0
+
+    def finish(self, until_s: float | None) -> list[dict[str, Any]]:
+        return [s.finish(until_s) for s in self.shards]
+
+
+class _ReportedView:
+    """A replica as the coordinator's router sees it: the fields its shard reported at the
+    window's start (as a :class:`~simpy_llm.serving.views.FullSnapshotView` holds them),
+    and the router's own counts."""
+
+    __slots__ = ("_counts", "_departed", "_departed_tokens", "_kv_free", "_kv_used", "_queued", "_running",
+                 "_waiting", "capacity", "group", "index", "kv_total_blocks", "prefill_s_per_token")
+
+    def __init__(self, statics: tuple[int, str, float, int, float], counts: RouterCounts) -> None:
+        self.index, self.group, self.capacity, self.kv_total_blocks, self.prefill_s_per_token = statics
+        self._counts = counts
+        self.set((0,) * _SNAPSHOT_FIELDS)
+
+    def set(self, fields: Sequence[int]) -> None:
+        """Take the reported fields (:data:`_SNAPSHOT_FIELDS` of them, in order)."""
+        (self._waiting, self._running, self._queued, self._kv_free, self._kv_used,
+         self._departed, self._departed_tokens) = fields
+
+    @property
+    def outstanding_requests(self) -> int:
+        return self._counts.routed[self.index] - self._departed
+
+    @property
+    def outstanding_tokens(self) -> int:
+        return self._counts.routed_tokens[self.index] - self._departed_tokens
+
+    @property
+    def waiting_requests(self) -> int:
+        return self._waiting
+
+    @property
+    def running_requests(self) -> int:
+        return self._running
+
+    @property
+    def queued_prompt_tokens(self) -> int:
+        return self._queued
+
+    @property
+    def kv_free_blocks(self) -> int:
+        return self._kv_free
+
+    @property
+    def kv_utilization(self) -> float:
+        return self._kv_used / self.kv_total_blocks
+
+    def prefix_hit_tokens(self, request: Request) -> int:
+        raise RuntimeError("a sharded run's entry router cannot read prefix caches: they live in the shards")
+
+
+class _ReportedClusterView(ClusterView):
+    """A cluster as the coordinator's cluster router sees it: its replicas' reported
+    fields summed, and outstanding counts from what the router sent to the cluster (the
+    sum, over its replicas, of what the cluster's own router sent each, as in a single run)."""
+
+    __slots__ = ("_counts", "_departed", "_departed_tokens")
+
+    def __init__(self, index: int, name: str, views: Sequence[_ReportedView], counts: RouterCounts) -> None:
+        super().__init__(index, name, views)  # type: ignore[arg-type]  # ClusterView reads only the ReplicaView fields
+        self._counts = counts
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Sum the departures its replicas reported."""
+        views: tuple[_ReportedView, ...] = self._views  # type: ignore[assignment]  # built from _ReportedViews
+        self._departed = sum(v._departed for v in views)
+        self._departed_tokens = sum(v._departed_tokens for v in views)
+
+    @property
+    def outstanding_requests(self) -> int:
+        return self._counts.routed[self.index] - self._departed
+
+    @property
+    def outstanding_tokens(self) -> int:
+        return self._counts.routed_tokens[self.index] - self._departed_tokens
+
+
+class WindowStats(NamedTuple):
+    """Figures of a sharded run's windows (what :attr:`ShardedRun.windows` holds)."""
+
+    windows: int
+    """Windows advanced."""
+    routed: int
+    """Requests routed (shipped to the shards)."""
+    route_s: float
+    """Wall seconds the coordinator spent generating and routing."""
+    route_cpu_s: float
+    """CPU seconds the coordinator's thread spent generating and routing."""
+    advance_s: float
+    """Wall seconds waiting for the shards' windows (their simulation and the messages)."""
+    sent_bytes: int
+    """Pickled bytes of the arrivals shipped."""
+    reply_bytes: int
+    """Pickled bytes of the snapshots returned (0 unless ``measure_messages``)."""
+    host_busy_s: tuple[float, ...]
+    """Wall seconds each executor slot spent advancing its shards (measured where they run)."""
+    host_cpu_s: tuple[float, ...]
+    """CPU seconds each slot's thread spent advancing its shards (below ``host_busy_s``
+    when the slot waited for a core)."""
+    slowest_s: float
+    """The sum over the windows of the slowest slot's wall time: the wait had the messages
+    cost nothing."""
+    slowest_cpu_s: float
+    """The sum over the windows of the slowest slot's CPU time: with ``route_cpu_s``, the
+    run's critical path on cores of its own."""
+
+
+class _Coordinator:
+    """The workload and the entry router, over views holding the shards' reports."""
+
+    def __init__(self, scenario: Scenario, statics: list[tuple[int, str, float, int, float]]) -> None:
+        serving = scenario.serving
+        env = self.env = Environment()
+        n_replicas = len(statics)
+        counts = RouterCounts(n_replicas)
+        self.views = [_ReportedView(s, counts) for s in sorted(statics)]
+        self.cluster_views: list[_ReportedClusterView] = []
+        if serving.clusters:
+            counts = RouterCounts(len(serving.clusters))
+            cluster_of = serving.cluster_of()
+            for c, cl in enumerate(serving.clusters):
+                members = [v for v in self.views if cluster_of[v.group] == cl.name]
+                self.cluster_views.append(_ReportedClusterView(c, cl.name, members, counts))
+            views: Sequence[Any] = self.cluster_views
+        else:
+            views = self.views
+        self.targets: list[int] = []
+        """The target of each request routed in the current window, in arrival order."""
+        outboxes = []
+        for target in range(len(views)):
+            outbox = Wire(env)
+            outbox.connect(functools.partial(self._ship, target))
+            outboxes.append(outbox)
+        arrivals = Wire(env)
+        policy = build_policy(serving.entry_router, routing_policies, rng=RandomStreams(scenario.seed).stream("router"))
+        self.router = Router(env, arrivals, outboxes, views, counts, policy, Recorder(num_replicas=n_replicas))
+        self.workload = _Workload(scenario, env, arrivals, warn=True)
+
+    def _ship(self, target: int, req: Request) -> None:
+        self.targets.append(target)
+
+    def report(self, snapshots: Sequence[Sequence[int]], owned: Sequence[Sequence[int]]) -> None:
+        """Take each shard's snapshot of its replicas (*owned*: their fleet indices, in order)."""
+        views = self.views
+        for fields, indices in zip(snapshots, owned, strict=True):
+            for k, i in enumerate(indices):
+                views[i].set(fields[k * _SNAPSHOT_FIELDS:(k + 1) * _SNAPSHOT_FIELDS])
+        for cv in self.cluster_views:
+            cv.refresh()
+
+    def route_until(self, until: float) -> list[int]:
+        """Make and route the arrivals before *until*; return their targets, in arrival order."""
+        self.workload.run_until(until)
+        targets, self.targets = self.targets, []
+        return targets
+
+
+class ShardedRun:
+    """One sharded run of *scenario* (see :func:`run_sharded` for the parameters).
+
+    After :meth:`run`, :attr:`windows` holds the windows' figures; *measure_messages*
+    adds the pickled size of the snapshots returned (the arrivals' messages are always
+    counted).
+    """
+
+    def __init__(self, scenario: Scenario, *, workers: int | None = None, client: Any = None, shards: int | None = None,
+                 measure_messages: bool = False) -> None:
+        _check(scenario)
+        self.scenario = scenario
+        serving = scenario.serving
+        units = len(serving.clusters) if serving.clusters else _fleet_size(scenario)
+        slots = workers if client is None else len(client.scheduler_info()["workers"])
+        n = shards or slots or (units if serving.clusters else 1)
+        if not 1 <= n <= units:
+            raise ValueError(f"shards must be 1 to {units} (the {'clusters' if serving.clusters else 'replicas'}), got {n}")
+        self.targets = [list(part) for part in np.array_split(np.arange(units), n)]
+        """The entry router's positions each shard serves (contiguous)."""
+        self.workers = workers
+        self.client = client
+        self.measure_messages = measure_messages
+        self.windows: WindowStats | None = None
+
+    def run(self) -> Results:
+        """Run to the end (every request finished, or ``simulation.until_s``)."""
+        if self.client is not None:
+            return self._run_on(self.client)
+        if self.workers:
+            from dask.distributed import Client, LocalCluster  # the explore extra's; only a run on workers needs it
+
+            cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True, dashboard_address=None)
+            with cluster, Client(cluster) as client:
+                return self._run_on(client)
+        return self._drive([_Local(_ShardHost(self.scenario, self.targets))], [list(range(len(self.targets)))])
+
+    def _run_on(self, client: Any) -> Results:
+        addresses = sorted(client.scheduler_info()["workers"])
+        slots = min(len(addresses), len(self.targets))
+        groups = [list(range(k, len(self.targets), slots)) for k in range(slots)]
+        hosts = [
+            client.submit(_ShardHost, self.scenario, [self.targets[s] for s in g], actor=True, workers=[addresses[k]],
+                          allow_other_workers=False).result()
+            for k, g in enumerate(groups)
+        ]
+        return self._drive([_Remote(h, len(g)) for h, g in zip(hosts, groups, strict=True)], groups)
+
+    def _drive(self, hosts: Sequence[_Host], groups: list[list[int]] | None = None) -> Results:
+        """The windows: route with the snapshot at kΔ, advance every shard to (k+1)Δ."""
+        scenario = self.scenario
+        groups = groups or [[s] for s in range(len(self.targets))]
+        order = [s for g in groups for s in g]  # shards in the hosts' order
+        wall0 = time.perf_counter()
+        statics_by_host = [h.call("statics") for h in hosts]
+        statics = [s for per_host in statics_by_host for per_shard in per_host for s in per_shard]
+        owned_by_shard: list[list[int]] = [[] for _ in self.targets]
+        for s, per_shard in zip(order, (p for per_host in statics_by_host for p in per_host), strict=True):
+            owned_by_shard[s] = [st[0] for st in per_shard]
+        coordinator = _Coordinator(scenario, statics)
+        owned = [owned_by_shard[s] for s in order]
+        coordinator.report([f for h in hosts for f in h.call("snapshot")], owned)
+        delta = scenario.serving.view_refresh_s
+        assert delta is not None  # sharding_problems requires it
+        until = scenario.simulation.until_s
+        t, windows, routed, route_s, advance_s, sent_bytes, reply_bytes = 0.0, 0, 0, 0.0, 0.0, 0, 0
+        host_busy, host_cpu, slowest_s, slowest_cpu_s, route_cpu_s = [0.0] * len(hosts), [0.0] * len(hosts), 0.0, 0.0, 0.0
+        while until is None or t < until:
+            t = t + delta if until is None else min(t + delta, until)
+            w0, cpu0 = time.perf_counter(), time.thread_time()
+            targets = coordinator.route_until(t)
+            message = pickle.dumps((np.array(targets, dtype=np.int32).tobytes(), t), protocol=pickle.HIGHEST_PROTOCOL)
+            w1 = time.perf_counter()
+            route_cpu_s += time.thread_time() - cpu0
+            routed += len(targets)
+            sent_bytes += len(message) * len(hosts)
+            pending = [h.start("advance", message) for h in hosts]
+            done = [h.wait(p) for h, p in zip(hosts, pending, strict=True)]
+            advance_s += time.perf_counter() - w1
+            replies = [r for host_replies, _, _ in done for r in host_replies]
+            for k, (_, took, cpu) in enumerate(done):
+                host_busy[k] += took
+                host_cpu[k] += cpu
+            slowest_s += max(took for _, took, _ in done)
+            slowest_cpu_s += max(cpu for _, _, cpu in done)
+            route_s += w1 - w0
+            windows += 1
+            if self.measure_messages:
+                reply_bytes += len(pickle.dumps(replies, protocol=pickle.HIGHEST_PROTOCOL))
+            coordinator.report([snap for snap, _ in replies], owned)
+            if coordinator.workload.generator.done and not any(live for _, live in replies):
+                break
+        self.windows = WindowStats(windows, routed, route_s, route_cpu_s, advance_s, sent_bytes, reply_bytes,
+                                   tuple(host_busy), tuple(host_cpu), slowest_s, slowest_cpu_s)
+        parts = [p for h in hosts for p in h.call("finish", until)]
+        return _merge(scenario, parts, len(statics), statics, time.perf_counter() - wall0, coordinator.env.events_scheduled())
+
+
+class _Host:
+    """An executor slot's shards, as the coordinator calls them."""
+
+    def call(self, method: str, *args: Any) -> Any:
+        return self.wait(self.start(method, *args))
+
+    def start(self, method: str, *args: Any) -> Any:
+        raise NotImplementedError
+
+    def wait(self, pending: Any) -> Any:
+        raise NotImplementedError
+
+
+class _Local(_Host):
+    """Shards in this process, run one after another when asked."""
+
+    def __init__(self, host: _ShardHost) -> None:
+        self.host = host
+
+    def start(self, method: str, *args: Any) -> Any:
+        return functools.partial(getattr(self.host, method), *args)
+
+    def wait(self, pending: Any) -> Any:
+        return pending()
+
+
+class _Remote(_Host):
+    """Shards in a Dask actor: a call starts at once, the coordinator waits for its reply."""
+
+    def __init__(self, actor: Any, n: int) -> None:
+        self.actor = actor
+        self.n = n
+
+    def start(self, method: str, *args: Any) -> Any:
+        return getattr(self.actor, method)(*args)
+
+    def wait(self, pending: Any) -> Any:
+        return pending.result()
+
+
+def _fleet_size(scenario: Scenario) -> int:
+    serving = scenario.serving
+    if serving.replica_groups:
+        return sum(g.count for g in serving.replica_groups)
+    return serving.replicas
+
+
+def _merge(scenario: Scenario, parts: list[dict[str, Any]], n_replicas: int,
+           statics: list[tuple[int, str, float, int, float]], wall_s: float, coordinator_events: int) -> Results:
+    """The shards' records and tallies as one recorder's, frozen into Results."""
+    merged = Recorder(num_replicas=n_replicas)
+    columns = merged.columns
+    in_system: list[tuple[float, int]] = []
+    itl_values, itl_weights = [], []
+    batch_steps: Counter[int] = Counter()
+    steps = 0
+    events = coordinator_events
+    for part in parts:
+        for name, kind in RECORD_FIELDS:
+            raw = part["columns"][name]
+            if kind == "s":
+                codes = merged.codes[name]
+                mapping = np.array([codes(value) for value in part["codes"][name]], dtype=np.int64)
+                raw = mapping[np.frombuffer(raw, dtype=np.int64)].tobytes() if mapping.size else raw
+            columns[name].frombytes(raw)
+        merged.arrived += part["arrived"]
+        for name, values in part["per_replica"].items():
+            target = getattr(merged, name)
+            for i, value in zip(part["owned"], values, strict=True):
+                target[i] = value
+        steps += sum(part["replica_steps"])
+        itl_values.append(np.frombuffer(part["itl"][0], dtype=np.float64))
+        itl_weights.append(np.frombuffer(part["itl"][1], dtype=np.int64))
+        batch_steps.update(part["batch_steps"])
+        in_system += zip(*part["in_system"], strict=True)
+        merged.preemptions += part["preemptions"]
+        merged.cold_starts += part["cold_starts"]
+        merged.batches += part["batches"]
+        events += part["events"]
+    merged.batch_steps = batch_steps
+    for value, weight in zip(np.concatenate(itl_values).tolist(), np.concatenate(itl_weights).tolist(), strict=True):
+        merged.itl.add(value, weight)
+    # Arrivals before departures at one instant, as a single run's NORMAL arrivals precede its LATE step ends.
+    for now_s, delta in sorted(in_system, key=lambda c: (c[0], -c[1])):
+        merged.in_system.change(now_s, delta)
+    until = scenario.simulation.until_s
+    if until is not None:
+        end_s = until
+    else:
+        completions = np.frombuffer(columns["completion_s"], dtype=np.float64)
+        arrivals = np.frombuffer(columns["arrival_s"], dtype=np.float64)
+        end_s = max(float(np.nanmax(completions, initial=0.0)) if completions.size else 0.0, float(arrivals.max(initial=0.0)))
+    plans = Simulation(scenario, external_arrivals=True).plans
+    return Results.from_recorder(
+        merged, scenario=scenario, end_s=end_s, wall_s=wall_s, events=events, steps=steps,
+        kv_blocks=[s[3] for s in sorted(statics)], replica_groups=[p.group for p in plans],
+        replica_devices=[(p.device, p.gpus) for p in plans], links={},
+    )
+
+
+def run_sharded(scenario: Scenario, *, workers: int | None = None, client: Any = None, shards: int | None = None) -> Results:
+    """Run *scenario* split into shards, with records identical to ``Simulation(scenario).run()``'s.
+
+    Parameters
+    ----------
+    scenario
+        An open-loop scenario whose views are refreshed every Δ with every field
+        (``serving.view_refresh_s``, ``serving.view_refresh_fields: all``); what else is
+        refused, and why, is :func:`sharding_problems`'s list.
+    workers
+        Run the shards on a Dask ``LocalCluster`` of this many worker processes, made for
+        the run (the ``explore`` extra). None, without *client*: in this process, one
+        shard after another (the simplest executor, for checks).
+    client
+        A ``dask.distributed.Client`` to run the shards on: each worker holds an actor
+        with its shards (``processes=False`` clusters work too, without the speed).
+    shards
+        How many shards (default: one per worker; in this process, one per cluster, or
+        one). Shards are contiguous runs of clusters with ``serving.clusters``, else of
+        replicas; several shards on one worker are advanced one after another.
+
+    Returns
+    -------
+    Results
+        The records of every shard, merged and sorted by request id: byte-identical to
+        the single run's ``to_dataframe()``. The summary is computed from them as a
+        single run's is, with the engine tallies (steps, busy time, tokens, batch sizes)
+        taken from the replicas' own shards and the requests in the system merged from
+        the shards' changes. What differs: ``wall_s``, the events count (the shards'
+        and the coordinator's, each with its own windows and refreshes), and the last
+        bits of the mean inter-token latency (its tally is summed in another order).
+    """
+    return ShardedRun(scenario, workers=workers, client=client, shards=shards).run()

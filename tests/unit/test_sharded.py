@@ -1,0 +1,253 @@
+"""Exact sharded runs (simpy_llm.explore.sharded) and the all-fields view mode they rest on.
+
+A sharded run must give the single run's records byte for byte; each refused feature is
+named by its key; with ``view_refresh_fields: all`` a router inside a refresh window
+does not see the departures of that window.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any
+
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simpy_llm import Simulation, scenario_from_dict
+from simpy_llm.config import ScenarioError
+from simpy_llm.entities import Request
+from simpy_llm.explore.sharded import ShardedRun, _delay_to, run_sharded, sharding_problems
+from simpy_llm.serving.views import FullSnapshotView, SnapshotView
+from tests.helpers import tiny_scenario
+
+_ROUTERS = ("least_loaded", "jsq", "power_of_d", "least_outstanding_tokens")
+
+
+def _fleet(clusters: int, per_cluster: int = 2, *, delta: float = 0.05, requests: int = 300) -> dict[str, Any]:
+    """A loaded fleet of *clusters* clusters (or, with 0, of *per_cluster* replicas behind one
+    router), each of its own speed, on views refreshed every *delta* with every field. The
+    entry router reads outstanding counts, so when a departure is seen changes the routing."""
+    data = tiny_scenario()
+    serving = data["serving"]
+    engine, latency = serving.pop("engine"), serving.pop("latency_model")
+    data["workload"].update(aggregate_rate=150.0, num_requests=requests)
+    serving.update(view_refresh_s=delta, view_refresh_fields="all")
+    if clusters == 0:
+        serving.update(replicas=per_cluster, engine=engine, latency_model=latency, router={"kind": "least_outstanding_tokens"})
+        return data
+    serving.pop("replicas")
+    serving["cluster_router"] = {"kind": "least_loaded"}  # reads outstanding counts: departures matter
+    serving["clusters"] = []
+    for c in range(clusters):
+        lat = copy.deepcopy(latency)
+        lat["params"]["beta0_us"] = 2000.0 * (1 + c % 3)
+        serving["clusters"].append({
+            "name": f"c{c}", "router": {"kind": _ROUTERS[c % len(_ROUTERS)]},
+            "replica_groups": [{"name": f"g{c}", "count": per_cluster, "engine": copy.deepcopy(engine), "latency_model": lat}],
+        })
+    return data
+
+
+def _same_records(data: dict[str, Any], **how: Any) -> pd.DataFrame:
+    scenario = scenario_from_dict(data)
+    single = Simulation(scenario).run(progress=False).to_dataframe()
+    sharded = run_sharded(scenario, **how).to_dataframe()
+    assert sharded.to_csv() == single.to_csv()
+    return single
+
+
+def test_two_clusters_in_process_give_the_single_runs_records():
+    """Two clusters as two in-process shards: the records equal the single run's, byte for byte."""
+    assert len(_same_records(_fleet(2), shards=2)) == 300
+
+
+def test_four_clusters_in_process_give_the_single_runs_records():
+    """Four clusters as four in-process shards (cluster routers of four kinds, one drawing
+    from its random stream): the records equal the single run's."""
+    _same_records(_fleet(4), shards=4)
+
+
+def test_four_clusters_on_two_shards_give_the_single_runs_records():
+    """Shards of several clusters each (two of four) give the same records."""
+    _same_records(_fleet(4), shards=2)
+
+
+def test_replica_groups_as_shards_give_the_single_runs_records():
+    """Without clusters, contiguous runs of replicas as shards (3 of 6) give the same records."""
+    _same_records(_fleet(0, per_cluster=6), shards=3)
+
+
+def test_a_run_cut_at_until_gives_the_single_runs_records():
+    """With ``simulation.until_s`` the last window ends there; in-flight and settled records
+    equal the single run's."""
+    data = _fleet(2, requests=600)
+    data["simulation"] = {"until_s": 1.5}
+    status = _same_records(data, shards=2)["status"]
+    assert (status == "in_flight").any() and (status == "completed").any()
+
+
+@pytest.fixture(scope="module")
+def dask_client():
+    distributed = pytest.importorskip("dask.distributed")
+    with distributed.LocalCluster(n_workers=4, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        yield client
+
+
+def test_two_clusters_on_two_dask_workers_give_the_single_runs_records(dask_client):
+    """Two clusters on two Dask workers (actors of a LocalCluster) give the single run's records."""
+    dask_client.cluster.scale(2)
+    dask_client.wait_for_workers(2)
+    _same_records(_fleet(2), client=dask_client)
+
+
+def test_four_clusters_on_four_dask_workers_give_the_single_runs_records(dask_client):
+    """Four clusters on four Dask workers give the single run's records."""
+    dask_client.cluster.scale(4)
+    dask_client.wait_for_workers(4)
+    _same_records(_fleet(4), client=dask_client)
+
+
+def test_with_departures_read_live_the_shards_would_differ(monkeypatch):
+    """The all-fields mode is what makes the run exact: with ``state`` (departures read
+    live, which a coordinator cannot see) the shards' routing, hence records, would differ."""
+    import simpy_llm.explore.sharded as sharded
+
+    data = _fleet(2)
+    data["serving"]["view_refresh_fields"] = "state"
+    scenario = scenario_from_dict(data)
+    monkeypatch.setattr(sharded, "_check", lambda scenario: None)
+    single = Simulation(scenario).run(progress=False).to_dataframe()
+    assert (run_sharded(scenario, shards=2).to_dataframe()["replica"] != single["replica"]).any()
+
+
+def test_every_request_is_recorded_once():
+    """The merged records hold each request id exactly once, and every request arrived."""
+    scenario = scenario_from_dict(_fleet(4))
+    results = run_sharded(scenario, shards=4)
+    ids = results.to_dataframe()["request_id"].tolist()
+    assert ids == list(range(300))
+    assert results.summary()["requests"]["arrived"] == 300
+
+
+def test_the_summary_is_the_single_runs_but_the_mean_inter_token_gap():
+    """The merged summary equals the single run's, requests in the system included; the
+    mean inter-token latency only to its last bits (its tally is summed in another order)."""
+    scenario = scenario_from_dict(_fleet(2))
+    single = Simulation(scenario).run(progress=False).summary()
+    sharded = run_sharded(scenario, shards=2).summary()
+    assert sharded["latency_s"]["itl"].pop("mean") == pytest.approx(single["latency_s"]["itl"].pop("mean"), rel=1e-12)
+    assert sharded == single
+
+
+def test_window_stats_count_windows_and_requests():
+    """A run's window figures count the windows up to the last completion and every request routed."""
+    run = ShardedRun(scenario_from_dict(_fleet(2, delta=0.1)), shards=2, measure_messages=True)
+    results = run.run()
+    assert run.windows is not None
+    assert run.windows.routed == 300
+    last = results.to_dataframe()["completion_s"].max()
+    assert run.windows.windows == math.ceil(last / 0.1 - 1e-9)
+    assert run.windows.sent_bytes > 0 and run.windows.reply_bytes > 0
+
+
+@pytest.mark.parametrize(("key", "change"), [
+    ("serving.view_refresh_s", lambda d: d["serving"].update(view_refresh_s=None, view_refresh_fields="state")),
+    ("serving.view_refresh_fields", lambda d: d["serving"].update(view_refresh_fields="state")),
+    ("serving.cluster_router", lambda d: d["serving"].update(cluster_router={"kind": "prefix_affinity"})),
+    ("serving.admission", lambda d: d["serving"].update(admission={"kind": "max_queue", "params": {"max_waiting": 4}})),
+    ("workload.max_concurrency", lambda d: d["workload"].update(max_concurrency=4)),
+    ("workload.clients[0].multi_turn", lambda d: d["workload"]["clients"][0].update(
+        multi_turn={"max_rounds": 3, "think_time": {"type": "constant", "params": {"value": 1.0}}})),
+    ("workload.clients[0].conversational_probability", lambda d: d["workload"]["clients"][0].update(
+        conversational_probability=0.5, follow_up_think_time={"type": "constant", "params": {"value": 1.0}})),
+    ("workload.clients[0].network", lambda d: d["workload"]["clients"][0].update(network={"rtt_ms": 10})),
+    ("simulation.timeseries_interval_s", lambda d: d.update(simulation={"timeseries_interval_s": 1.0})),
+])
+def test_a_feature_not_sharded_is_refused_by_its_key(key, change):
+    """Each feature the first version does not shard exactly is refused before anything
+    runs, with its key path and the reason."""
+    data = _fleet(2)
+    change(data)
+    scenario = scenario_from_dict(data)
+    assert key in [k for k, _ in sharding_problems(scenario)]
+    with pytest.raises(ScenarioError, match=key.replace(".", r"\.").replace("[", r"\[").replace("]", r"\]")):
+        run_sharded(scenario)
+
+
+def test_a_disaggregated_fleet_is_refused():
+    """A disaggregated fleet (its KV hand-off would cross shards) is refused by its key."""
+    data = tiny_scenario()
+    serving = data["serving"]
+    engine, latency = serving.pop("engine"), serving.pop("latency_model")
+    serving.pop("replicas")
+    serving.update(view_refresh_s=0.1, view_refresh_fields="all", replica_groups=[
+        {"name": "p", "count": 1, "role": "prefill", "engine": engine, "latency_model": latency},
+        {"name": "d", "count": 1, "role": "decode", "engine": engine, "latency_model": latency},
+    ], disaggregation={"kv_transfer": {"bytes_per_token": 1000}})
+    assert "serving.disaggregation" in [k for k, _ in sharding_problems(scenario_from_dict(data))]
+
+
+def test_all_fields_need_a_refresh_period():
+    """``view_refresh_fields: all`` without ``view_refresh_s`` is an error naming the key."""
+    data = tiny_scenario()
+    data["serving"]["view_refresh_fields"] = "all"
+    with pytest.raises(ScenarioError, match=r"serving\.view_refresh_fields"):
+        scenario_from_dict(data)
+
+
+def _route_after_a_departure(fields: str) -> tuple[int, int, int]:
+    """Two replicas behind least_loaded, views refreshed every 100 s: request 0 at time 0,
+    request 1 once request 0 has finished (inside the first window), request 2 after the
+    first refresh. Returns the three requests' replicas."""
+    data = tiny_scenario()
+    data["serving"].update(replicas=2, router={"kind": "least_loaded"}, view_refresh_s=100.0, view_refresh_fields=fields)
+    sim = Simulation(scenario_from_dict(data), external_arrivals=True)
+    env = sim.env
+    sent = []
+
+    def send() -> None:
+        req = Request(id=next(sim.ids), client_id="c0", prompt_tokens=40, output_tokens=5, arrival_s=env.now)
+        sim.recorder.on_arrival(req, env.now)
+        sim.arrivals.put(req)
+        sent.append(req)
+
+    send()
+    env.run(until=50.0)
+    assert sim.replicas[0].departed == 1  # request 0 finished inside the window
+    send()
+    env.run(until=150.0)
+    send()
+    return sent[0].replica, sent[1].replica, sent[2].replica
+
+
+def test_with_all_fields_routing_inside_a_window_ignores_its_departures():
+    """With ``all``, a departure inside a window is not seen until the next refresh:
+    least_loaded still counts request 0 on replica 0 and sends request 1 to replica 1;
+    after the refresh, replica 0 is idle again and gets request 2."""
+    assert _route_after_a_departure("all") == (0, 1, 0)
+
+
+def test_with_state_fields_routing_sees_departures_at_once():
+    """With the default ``state``, departures are read live: request 1 goes to the idle replica 0."""
+    assert _route_after_a_departure("state")[:2] == (0, 0)
+
+
+def test_the_simulation_builds_the_view_each_mode_names():
+    """``state`` builds SnapshotViews, ``all`` FullSnapshotViews."""
+    for fields, cls in (("state", SnapshotView), ("all", FullSnapshotView)):
+        data = tiny_scenario()
+        data["serving"].update(view_refresh_s=1.0, view_refresh_fields=fields)
+        assert type(Simulation(scenario_from_dict(data)).views[0]) is cls
+
+
+@settings(max_examples=300, deadline=None)
+@given(now=st.floats(0.0, 1e7, allow_nan=False), ahead=st.floats(0.0, 1e7, allow_nan=False))
+def test_a_delay_lands_on_the_arrival_to_the_bit(now, ahead):
+    """The shard's delay to an arrival lands ``now + delay`` exactly on the arrival time,
+    where ``at - now`` may miss it by an ulp."""
+    at = now + ahead
+    assert now + _delay_to(now, at) == at
