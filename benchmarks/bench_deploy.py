@@ -23,9 +23,13 @@ process pool of ``--workers`` processes (default 2).
 
 Figures printed (and written with ``--json``): the wall time of each ``deploy()`` call,
 the simulations it ran, the configurations decided without a simulation, the statuses,
-and the answer. ``--exhaustive-requests N`` runs the pruned and the exhaustive search
-(``exhaustive=True``: every configuration to 32 replicas, no bound) at N requests per
-simulation, for the exhaustive count and to check that both name the same configuration.
+the answer, and the simulations the exhaustive search would run, computed from the
+outcomes (:func:`exhaustive_simulations`: exact where the pruned search found a
+configuration's fewest replicas or saw it miss at 32, a range where the bound cut it).
+
+``--exhaustive-requests N`` runs the pruned and the exhaustive search (``exhaustive=True``:
+every configuration to 32 replicas, no bound) at N requests per simulation, for the
+exhaustive count measured and to check that both name the same configuration.
 
 This is a benchmark, not a test: it asserts nothing.
 """
@@ -58,6 +62,56 @@ SPACE: dict[str, Any] = {
 """6 catalogue rows x 2 x 5 x 4 x 2 = 480 configurations."""
 
 
+def _count_search_probes(needed: int | None, cap: int) -> int:
+    """Simulations a fresh count search up to *cap* runs when *needed* replicas is the fewest
+    that pass (None: none up to *cap* does): the gallop (1, 2, 4, ..., *cap*) then the
+    bisection of :func:`simpy_llm.explore.deploy._search_counts`, assuming (as the search does)
+    that more replicas never fail where fewer pass."""
+
+    def passes(n: int) -> bool:
+        return needed is not None and n >= needed
+
+    probes, bad, good, n = 0, 0, None, 1
+    while n <= cap:
+        probes += 1
+        if passes(n):
+            good = n
+            break
+        bad = n
+        n = min(n * 2, cap) if n < cap else cap + 1
+    if good is not None:
+        while good - bad > 1:
+            mid = (good + bad) // 2
+            probes += 1
+            if passes(mid):
+                good = mid
+            else:
+                bad = mid
+    return probes
+
+
+def exhaustive_simulations(result: Any) -> tuple[int, int]:
+    """The simulations the exhaustive search of the same space would run, computed from a
+    pruned search's outcomes: exact for a configuration whose fewest replicas it found or that
+    misses the SLOs at ``max_replicas``; for one the bound cut (fails at F, count unknown), the
+    least and the most over every count above F, or none. Returns ``(least, most)``."""
+    cap = result.max_replicas
+    least = most = 0
+    for o in result.outcomes:
+        if o.status == "refused":
+            continue
+        if o.min_replicas is not None:
+            options = [_count_search_probes(o.min_replicas, cap)]
+        elif o.status == "misses_slo":
+            options = [_count_search_probes(None, cap)]
+        else:
+            options = [_count_search_probes(m, cap) for m in range(o.failing_replicas + 1, cap + 1)]
+            options.append(_count_search_probes(None, cap))
+        least += min(options)
+        most += max(options)
+    return least, most
+
+
 def _search(requests: int, *, exhaustive: bool, workers: int, executor: str, progress: bool) -> dict[str, Any]:
     """Run one deploy() call and return its figures."""
     from simpy_llm.explore.deploy import deploy
@@ -83,6 +137,9 @@ def _search(requests: int, *, exhaustive: bool, workers: int, executor: str, pro
             "cost_per_hour": best.cost_per_hour, "ttft_p99_s": best.ttft_p99_s, "tpot_p99_s": best.tpot_p99_s,
         },
         "pareto": [o.configuration.label() for o in result.pareto()],
+        "exhaustive_simulations_computed": None if exhaustive else list(exhaustive_simulations(result)),
+        "load_average_after": list(os.getloadavg()),
+        "outcomes": [o.row() for o in result.outcomes],
     }
 
 
@@ -95,6 +152,10 @@ def _show(figures: dict[str, Any]) -> None:
           f"{figures['simulations']:5d} simulations, {figures['decided_without_simulation']:3d} of "
           f"{figures['configurations']} configurations without one; {said}", flush=True)
     print(f"{'':>10}   statuses: {figures['statuses']}", flush=True)
+    if figures["exhaustive_simulations_computed"] is not None:
+        least, most = figures["exhaustive_simulations_computed"]
+        print(f"{'':>10}   the exhaustive search would run {least}" + (f" to {most}" if most != least else "")
+              + " simulations (computed from these outcomes)", flush=True)
 
 
 def main() -> None:
