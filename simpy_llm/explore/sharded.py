@@ -133,7 +133,7 @@ def sharding_problems(scenario: Scenario) -> list[tuple[str, str]]:
     return problems
 
 
-def _check(scenario: Scenario) -> None:
+def _refuse_unshardable(scenario: Scenario) -> None:
     problems = sharding_problems(scenario)
     if problems:
         raise ScenarioError(scenario.loaded_from or "<dict>", problems, what="scenario for a sharded run")
@@ -518,7 +518,7 @@ class ShardedRun:
 
     def __init__(self, scenario: Scenario, *, workers: int | None = None, client: Any = None, shards: int | None = None,
                  measure_messages: bool = False) -> None:
-        _check(scenario)
+        _refuse_unshardable(scenario)
         self.scenario = scenario
         serving = scenario.serving
         units = len(serving.clusters) if serving.clusters else _fleet_size(scenario)

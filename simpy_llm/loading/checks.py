@@ -286,6 +286,28 @@ def _cohort_keys(scenario: Scenario) -> None:
 
 
 @_checks(Scenario)
+def _gateway_weights(scenario: Scenario) -> None:
+    """A fair gateway's weights name sub-queues the workload's clients can fill: a mistyped
+    tenant would silently weigh 1 (checked when the clients are the whole workload)."""
+    gateway = scenario.serving.gateway
+    wl = scenario.workload
+    if gateway is None or gateway.dispatch.kind != "fair" or wl.traces or wl.servegen_data is not None:
+        return
+    by = gateway.queue_by
+    if by == "priority" and not all(isinstance(c.priority, int) for c in wl.clients):
+        return  # priorities drawn per request: the sub-queues are not known here
+    fields = {"tenant": lambda c: c.tenant_id or c.id, "client": lambda c: c.id, "slo_class": lambda c: c.slo_class,
+              "priority": lambda c: c.priority, "none": lambda c: ""}
+    keys = {str(fields[by](c)) for c in wl.clients}
+    for name in gateway.dispatch.params.get("weights") or {}:
+        if str(name) not in keys:
+            raise FieldValueError(
+                f"serving.gateway.dispatch.params.weights.{name}",
+                f"no client's {gateway.queue_by} is {name!r}; the sub-queues are {', '.join(sorted(keys))}",
+            )
+
+
+@_checks(Scenario)
 def _client_cap(scenario: Scenario) -> None:
     """A cap on the workload's requests in flight needs every request's end told to the client:
     the draft devices of speculative decoding take a rejected prompt's end themselves, and a

@@ -172,3 +172,13 @@ def test_every_request_ends_exactly_once(gaps, services, limit, cap):
     assert sorted(ended) == list(range(len(gaps)))
     assert counts["sent"] == len(gaps) - gateway.stats["dropped"] and counts["peak"] <= limit
     assert gateway.waiting == 0
+
+
+def test_a_fair_weight_for_no_tenant_is_refused():
+    """A weight naming a tenant no client has is refused, naming the key and the sub-queues, rather
+    than leaving that tenant's requests at weight 1 unnoticed."""
+    data = _scenario({"max_outstanding_per_replica": 1, "dispatch": {"kind": "fair", "params": {"weights": {"gld": 3}}}},
+                     [_client("gold"), _client("free")])
+    with pytest.raises(ScenarioError, match=re.escape("serving.gateway.dispatch.params.weights.gld: no client's tenant is 'gld'; "
+                                                      "the sub-queues are free, gold")):
+        scenario_from_dict(data)

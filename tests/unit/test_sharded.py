@@ -119,7 +119,7 @@ def test_with_departures_read_live_the_shards_would_differ(monkeypatch):
     data = _fleet(2)
     data["serving"]["view_refresh_fields"] = "state"
     scenario = scenario_from_dict(data)
-    monkeypatch.setattr(sharded, "_check", lambda scenario: None)
+    monkeypatch.setattr(sharded, "_refuse_unshardable", lambda scenario: None)
     single = Simulation(scenario).run(progress=False).to_dataframe()
     assert (run_sharded(scenario, shards=2).to_dataframe()["replica"] != single["replica"]).any()
 
