@@ -65,12 +65,26 @@ REQUIRE_EXTRAS = "SIMPY_LLM_REQUIRE_EXTRAS"
 installation that lost an extra fails rather than skipping what needs it."""
 
 
+SHARED_FIXTURE_GROUPS = {"tests/real/": "real_server", "tests/report/": "browser", "tests/bench/": "bench"}
+"""Test folders whose tests share one session-scoped fixture (a llama.cpp server, a browser, a
+recorded benchmark): under ``pytest -n N --dist loadgroup`` (the project's default, ``pyproject.toml``)
+each folder's tests run in one worker, so the fixture is made once, as in a serial run."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     real_missing = missing_modules(REAL_SERVER_MODULES)
     required = {e.strip() for e in os.environ.get(REQUIRE_EXTRAS, "").split(",") if e.strip()}
     if real_missing and "real-server" in required:
         raise pytest.UsageError(f"{REQUIRE_EXTRAS} requires the real-server extra; {extra_reason('real-server', real_missing)}")
+    root = config.rootpath
     for item in items:
+        where = item.path.relative_to(root).as_posix() if item.path.is_relative_to(root) else ""
+        group = next((name for folder, name in SHARED_FIXTURE_GROUPS.items() if where.startswith(folder)), None)
+        if group is None and item.get_closest_marker("real_server") is not None:
+            group = "real_server"
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
         if real_missing and item.get_closest_marker("real_server") is not None:
             item.add_marker(pytest.mark.skip(reason=extra_reason("real-server", real_missing)))
         if item.name in DOCTESTS_NEEDING:
