@@ -21,15 +21,15 @@ request is streamed with ``ignore_eos``):
 ``isolated``
     Prompts across lengths (4 tokens, then 7 lengths log-spaced from 32 to at most 1,600
     tokens, the slot's context and the budget permitting), each twice, one at a time,
-    with the prompt cache off (``cache_prompt: false`` for llama.cpp) and 2 output tokens.
+    with the prompt cache off (``cache_prompt: false`` for llama.cpp) and 9 output tokens.
     The engine cuts a prompt of ``P`` tokens into steps (``prefill_breaks``) and forward
     passes (``ubatch_tokens``) as :func:`~simpy_llm.calibrate.batch_steps.prompt_chunks` does, so
     on an idle server ``TTFT = alpha0 + RTT + (prefill_step + prefill_only_step) x passes
     + prefill_token x P + prefill_pair x pairs(P)`` (``pairs`` as
     :func:`~simpy_llm.calibrate.batch_steps.chunk_pairs`): an ordinary least-squares fit with
-    standard errors. Each one's decode gap, a step of one decoder whose context is its
-    prompt (4 to 1,600 tokens), gives ``decode_context`` (the slope of gap on context,
-    least squares).
+    standard errors. Each one's 8 decode gaps, steps of one decoder whose context is its
+    prompt (4 to 1,600 tokens), give ``decode_context`` (the slope of a request's median gap
+    on its context, least squares).
 ``decode.N``
     For each batch size ``N = 1 .. parallel``, ``N`` requests with 8-token prompts and
     enough output tokens sent together: once all ``N`` decode (after the last one's first
@@ -143,8 +143,9 @@ WARM_UP_REQUESTS = 3
 MAX_PROMPT_TOKENS = 1600
 """Longest isolated prompt (less when the slot's context or the budget is shorter)."""
 
-ISOLATED_OUTPUT_TOKENS = 2
-"""Output tokens of an isolated prompt: its decode gap, at a context of its prompt, measures ``decode_context``."""
+ISOLATED_OUTPUT_TOKENS = 9
+"""Output tokens of an isolated prompt: its 8 decode gaps, at a context of its prompt, measure
+``decode_context`` (their median; with one gap a request's stray slow step decided the slope)."""
 
 ALL_SIZES_UP_TO = 8
 """Every batch size up to this many slots is measured; above, doubling sizes."""
@@ -255,9 +256,9 @@ def plan_design(
     --------
     >>> d = plan_design(short_ttft_s=0.05, token_s=0.004, step_s=0.02, parallel=4, max_prompt_tokens=2000, budget_s=80)
     >>> d.scale, d.isolated_lengths, d.decode_sizes, round(d.planned_s, 1)
-    (1.0, (4, 32, 61, 118, 226, 434, 834, 1600), (1, 2, 3, 4), 53.3)
+    (1.0, (4, 32, 61, 118, 226, 434, 834, 1600), (1, 2, 3, 4), 55.9)
     >>> plan_design(short_ttft_s=0.05, token_s=0.004, step_s=0.02, parallel=4, max_prompt_tokens=2000, budget_s=40).scale
-    0.6
+    0.45
     """
     if parallel < 1:
         raise ValueError(f"parallel must be >= 1, got {parallel}")

@@ -8,8 +8,9 @@ separate, with its 95 % interval:
   prefill_token x P + prefill_pair x pairs(P)``, ordinary least squares with standard errors
   (passes and pairs of the prompt cut as the engine cuts it:
   :func:`~simpy_llm.calibrate.batch_steps.prompt_chunks`, :func:`~simpy_llm.calibrate.batch_steps.chunk_pairs`,
-  with the engine the header's server block describes); each request's decode gap against its
-  prompt (the decoder's context): ``decode_context``, least squares;
+  with the engine the header's server block describes); each request's median decode gap
+  against its context (the prompt and the tokens decoded before that gap): ``decode_context``,
+  least squares;
 * ``decode.N``: the gaps of one request while all ``N`` decode (after the last one's first
   token, before the first one's last), less ``decode_context`` x the decoders' context:
   ``D(N)``, the median, with the order-statistics interval of a median
@@ -374,10 +375,13 @@ class _Estimator:
         return float(x @ self.iso.beta), float(x @ self.iso.cov @ x)
 
     def _decode_context(self, rows: list[dict[str, Any]]) -> None:
-        """``decode_context`` from each isolated request's one decode gap: a step of one
-        decoder whose context is its prompt."""
-        ctx = [r["prompt"] for r in rows if len(r["times"]) > 1]
-        gap = [r["times"][1] - r["times"][0] for r in rows if len(r["times"]) > 1]
+        """``decode_context`` from each isolated request's decode gaps, steps of one decoder
+        whose context is its prompt and the tokens decoded since: the median of a request's
+        gaps (robust to a step the machine delayed) at the median gap's context, against
+        which a least-squares line."""
+        timed = [r for r in rows if len(r["times"]) > 1]
+        ctx = [r["prompt"] + (len(r["times"]) - 2) / 2 for r in timed]  # gap k (t[k-1] -> t[k]): prompt + k - 1
+        gap = [float(np.median(np.diff(r["times"]))) for r in timed]
         self.stats["isolated"]["decode_gaps"] = len(gap)
         if len(gap) < 3 or np.ptp(ctx) == 0:
             self.warnings.append("too few decode gaps at different contexts: decode_context_us at its default 0")

@@ -114,3 +114,23 @@ def test_the_held_out_prediction_moves_with_the_probe_that_gives_the_priors():
     assert result.sources["prefill_pair_us"] == result.sources["cache_restore_us"] == "prior"
     cal = compare(HELD_OUT, profile=result.profile(), n_resamples=50)
     assert (cal.metrics["e2e"].mape, cal.metrics["ttft"].mape) == pytest.approx((0.154, 0.278), abs=0.0005)
+
+
+DOCS_SET = DATA / "llamacpp_held_out_docs_set"
+"""The second held-out set, recorded one after the other on a later day: a probe, the short prompts
+again, and single documents of 306-1,194 tokens in a Poisson stream (``held_out_docs``)."""
+
+
+def test_held_out_documents_are_predicted_from_short_prompts_with_their_ranges_warned():
+    """Fitted on the short prompts with that day's probe as priors, the documents (prompts up to four
+    times the longest fitted) are predicted with E2E MAPE 18.5 % and TTFT 17.2 %, both
+    under-predicted, and the report names the prompt lengths outside the fitted range (the goal of
+    10 % and 15 % is missed: docs/calibration.md says what the trace shows)."""
+    result = fit(DOCS_SET / "llamacpp_short_prompts", priors=DOCS_SET / "llamacpp_probe" / "profile.yaml")
+    cal = compare(DOCS_SET / "llamacpp_held_out_docs", profile=result.profile(), n_resamples=50)
+    outside = [w for w in cal.report.warnings if w.startswith("workload outside the profile's fitted range")]
+    assert [w.split(":")[1].split()[0] for w in outside] == ["prompt_tokens", "uncached_prompt_tokens"]
+    assert "prompt_tokens 306-1194 outside the fitted range 43-275" in outside[0]
+    e2e, ttft = cal.metrics["e2e"], cal.metrics["ttft"]
+    assert (e2e.mape, ttft.mape) == pytest.approx((0.185, 0.172), abs=0.0005)
+    assert e2e.bias < 0 and ttft.bias < 0

@@ -22,7 +22,10 @@ scraped every second:
   host-memory cache on (its trace and ``profile.yaml``, the priors of the fits in
   ``docs/calibration.md``). ``llamacpp_probe_runs/`` holds two more probes of the same
   server made the same way on the same day, ``earlier`` (37 minutes before) and ``long``
-  (after, with ``run_probe(..., max_seconds=240)``).
+  (after, with ``run_probe(..., max_seconds=240)``);
+* ``llamacpp_held_out_docs_set/``: a probe, ``short_prompts`` again and ``held_out_docs``
+  (``workloads/held_out_docs.yaml``: single documents of 300-1,200 tokens, completions, prompt
+  cache off), recorded one after the other on a later day (``--only held_out_docs_set``).
 
 Then it fits a profile to the open-loop trace (``llamacpp_open_loop_profile.yaml``, as
 ``simpy-llm calibrate fit`` does). The tests read the committed files; they never record.
@@ -41,6 +44,7 @@ RUNS = {
     "multi_turn": {"workload": "multi_turn.yaml", "api": "chat", "cache_prompt": True},
     "short_prompts": {"workload": "short_prompts.yaml", "api": "completions", "cache_prompt": False},
     "held_out_chat": {"workload": "held_out_chat.yaml", "api": "chat", "cache_prompt": True},
+    "held_out_docs": {"workload": "held_out_docs.yaml", "api": "completions", "cache_prompt": False},
 }
 WARM_UP_REQUESTS = 5
 
@@ -113,17 +117,21 @@ def _prewarm(server: object) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", choices=sorted([*RUNS, "probe", "held_out"]),
-                        help="record one workload (or the probe, or held_out: the probe, short_prompts and held_out_chat) only")
+    parser.add_argument("--only", choices=sorted([*RUNS, "probe", "held_out", "held_out_docs_set"]),
+                        help="record one workload (or the probe; held_out: the probe, short_prompts and held_out_chat; "
+                             "held_out_docs_set: the probe, short_prompts and held_out_docs) only")
     parser.add_argument("--out", type=Path, default=HERE, help="where to write (default: this folder)")
     args = parser.parse_args()
-    held_out = ["probe", "short_prompts", "held_out_chat"]
-    names = held_out if args.only == "held_out" else [args.only] if args.only else [*RUNS, "probe"]
+    sets = {"held_out": ["probe", "short_prompts", "held_out_chat"],
+            "held_out_docs_set": ["probe", "short_prompts", "held_out_docs"]}
+    names = sets.get(args.only) or ([args.only] if args.only else [name for name in RUNS if name != "held_out_docs"] + ["probe"])
+    # the second held-out set has a probe and a fitting trace of its own, kept apart from the first's
+    out = args.out / "llamacpp_held_out_docs_set" if args.only == "held_out_docs_set" else args.out
     for name in names:
         if name == "probe":
-            record_probe(args.out)
+            record_probe(out)
         else:
-            record(name, args.out)
+            record(name, out)
     if "open_loop" in names:
         from simpy_llm.calibrate.fit import fit, write_profile
 
