@@ -6,7 +6,10 @@ crossed with ``--scheduler``, ``--max-num-seqs``, ``--max-batched-tokens`` and
 ``--chunked-prefill`` for the configuration and replica count that cost least per hour
 (:func:`~simpy_llm.explore.deploy.deploy`), prints the table and, with ``--out DIR``, writes
 ``deploy.json``, ``deploy.csv`` and ``deploy.md`` there and keeps every finished search in
-``DIR/runs`` so that the same command run again resumes.
+``DIR/runs`` so that the same command run again resumes. ``--disaggregated`` adds
+disaggregated fleets (a prefill pool on a row of ``--prefill-gpus``, a decode pool on a row
+of ``--decode-gpus``) and their P:D split; ``--speculation on,off`` tries each
+configuration with and without the scenario's speculative decoding.
 """
 
 from __future__ import annotations
@@ -57,6 +60,12 @@ def add_parser(sub: Any, add_scenario_options: Any) -> None:
                      help="where configurations are searched: this process, a process pool (default) or a local Dask cluster")
     dep.add_argument("--workers", type=int, metavar="N", help="processes of the pool or the Dask cluster (default 2)")
     dep.add_argument("--quiet", action="store_true", help="no line per configuration on standard error")
+    dep.add_argument("--disaggregated", action="store_true", help="also search disaggregated fleets: a prefill pool and "
+                     "a decode pool, each on its own catalogue row, and their P:D split")
+    dep.add_argument("--prefill-gpus", metavar="GPU,GPU", help="with --disaggregated: the prefill pool's GPUs (default: --gpus)")
+    dep.add_argument("--decode-gpus", metavar="GPU,GPU", help="with --disaggregated: the decode pool's GPUs (default: --gpus)")
+    dep.add_argument("--speculation", metavar="on,off", help="each configuration with the scenario's speculative decoding "
+                     "(on), without it (off) or both (default: as the scenario has it)")
     dep.set_defaults(deploy_main=main)
     add_scenario_options(dep)
 
@@ -130,6 +139,10 @@ def main(args: argparse.Namespace) -> int:
             executor=args.executor,
             max_workers=args.workers,
             progress=not args.quiet,
+            disaggregated=args.disaggregated,
+            prefill_gpus=_list(args.prefill_gpus, "--prefill-gpus", str),
+            decode_gpus=_list(args.decode_gpus, "--decode-gpus", str),
+            speculation=_list(args.speculation, "--speculation", _on_off),
         )
     except ScenarioError as exc:
         print(exc, file=sys.stderr)
