@@ -49,12 +49,12 @@ from simpy_llm.explore.capacity.searches import _check_common, _name, _positive,
 from simpy_llm.explore.deploy_pools import (
     DECODE_KEY,
     PREFILL_KEY,
+    _pool_outcome,
     _PoolRecord,
+    _search_pools,
     hand_off,
     kv_refusal,
-    pool_outcome,
     pool_overrides,
-    search_pools,
 )
 from simpy_llm.explore.deploy_results import Configuration, DeployResult, Outcome, Pool
 
@@ -622,9 +622,9 @@ class _Search:
                     if job is None:
                         continue
                     if pool is None:
-                        self._finish(config, search_pools(*job), records, runs)
+                        self._finish(config, _search_pools(*job), records, runs)
                     else:
-                        running[pool.submit(search_pools, *job)] = config
+                        running[pool.submit(_search_pools, *job)] = config
                     continue
                 cap = self.cap(config, self.limit())
                 self.caps[config.index] = cap
@@ -697,7 +697,7 @@ class _Search:
                 continue
             record = records[config.index]
             if isinstance(record, _PoolRecord):
-                out.append(pool_outcome(
+                out.append(_pool_outcome(
                     config, record, limit=self.limits[config.index], bound=not self.exhaustive, best=best,
                     budget=self.budget, max_total=self.max_replicas, load=load, skipped=config.index in self.skipped))
                 continue

@@ -29,6 +29,8 @@ from simpy_llm.explore.capacity.probing import Probe, _Prober, _run_probe, _unjs
 from simpy_llm.explore.capacity.searches import cheapest_pair
 from simpy_llm.explore.deploy_results import Configuration, Outcome
 
+__all__ = ["DECODE_KEY", "PREFILL_KEY", "hand_off", "kv_refusal", "pool_overrides"]
+
 PREFILL_KEY = "serving.replica_groups.0.count"
 DECODE_KEY = "serving.replica_groups.1.count"
 
@@ -43,6 +45,18 @@ def hand_off(loaded: Any) -> dict[str, Any]:
     ValueError
         If the scenario's disaggregation has a topology: its endpoints name fixed replicas,
         and the search varies the pools' sizes.
+
+    Examples
+    --------
+    >>> from simpy_llm.explore.capacity import _doctest_scenario
+    >>> from simpy_llm.loading import scenario_from_dict
+    >>> s = _doctest_scenario()
+    >>> hand_off(scenario_from_dict(s))
+    {}
+    >>> s["serving"].update(replicas=3, disaggregation={"prefill_replicas": 1, "kv_transfer": {"bandwidth_gbps": 50}})
+    >>> hand = hand_off(scenario_from_dict(s))
+    >>> hand["kv_transfer"]["bandwidth_gbps"], hand["decode_router"]["kind"], "prefill_replicas" in hand
+    (50.0, 'round_robin', False)
     """
     from simpy_llm.config.plain import unstructure
 
@@ -63,7 +77,19 @@ def pool_overrides(config: Configuration, engine: Mapping[str, Any], hand: Mappi
     """The scenario keys a disaggregated *config* sets: its two replica groups, each with the
     scenario's *engine* settings (plain data) under the configuration's, and the hand-off
     *hand* (:func:`hand_off`). The counts are set per probe (:data:`PREFILL_KEY`,
-    :data:`DECODE_KEY`)."""
+    :data:`DECODE_KEY`).
+
+    >>> from simpy_llm.explore.deploy_results import Pool
+    >>> c = Configuration(index=0, model="meta-llama/llama-3.1-8b-instruct", gpu="H100", tp=1, scheduler="fcfs",
+    ...                   max_num_seqs=64, max_num_batched_tokens=2048, chunked_prefill=True, price_per_gpu_hour=3.9492,
+    ...                   kv_auto=True, decode=Pool(gpu="A100-80", tp=1, price_per_gpu_hour=2.4984, kv_auto=True))
+    >>> ov = pool_overrides(c, {"kv_block_size": 16, "max_num_seqs": 8}, {})
+    >>> [(g["role"], g["latency_model"]["params"]["gpu"], g["engine"]["max_num_seqs"], g["engine"]["kv_block_size"])
+    ...  for g in ov["serving.replica_groups"]]
+    [('prefill', 'H100', 64, 16), ('decode', 'A100-80', 64, 16)]
+    >>> ov["serving.latency_model"], ov["serving.disaggregation"]
+    (None, {})
+    """
     own = config.overrides()
     groups = own.pop("serving.replica_groups")
     return {
@@ -77,7 +103,17 @@ def pool_overrides(config: Configuration, engine: Mapping[str, Any], hand: Mappi
 def kv_refusal(config: Configuration, hand: Mapping[str, Any]) -> str | None:
     """Why the KV hand-off of *config* has no size (None: it has one): without
     ``kv_transfer.bytes_per_token`` it is derived from the prefill pool's model on its GPU,
-    which needs the model's configuration (the catalogue's ``hardware`` column)."""
+    which needs the model's configuration (the catalogue's ``hardware`` column).
+
+    >>> from simpy_llm.explore.deploy_results import Pool
+    >>> c = Configuration(index=0, model="openai/gpt-oss-20b", gpu="H100", tp=1, scheduler="fcfs", max_num_seqs=64,
+    ...                   max_num_batched_tokens=2048, chunked_prefill=True, price_per_gpu_hour=3.9492, kv_auto=False,
+    ...                   decode=Pool(gpu="H100", tp=1, price_per_gpu_hour=3.9492, kv_auto=False))
+    >>> kv_refusal(c, {}).startswith("the model openai/gpt-oss-20b cannot be disaggregated on H100 tp1")
+    True
+    >>> kv_refusal(c, {"kv_transfer": {"bytes_per_token": 49152}}) is None
+    True
+    """
     given = hand.get("kv_transfer", {}).get("bytes_per_token")
     if given is not None or config.kv_auto:
         return None
@@ -167,7 +203,7 @@ class _PoolRecord:
             return None
 
 
-def search_pools(
+def _search_pools(
     scenario: Any, overrides: Mapping[str, Any], load: float, window: _Window, criteria: StabilityCriteria,
     seeds: list[int | None], config: Configuration, known: Mapping[str, Any], max_total: int, limit: float, bound: bool,
 ) -> dict[str, Any]:
@@ -203,7 +239,7 @@ def search_pools(
     return {"verdicts": new, "probes": probes}
 
 
-def pool_outcome(
+def _pool_outcome(
     config: Configuration, record: _PoolRecord, *, limit: float, bound: bool, best: tuple[float, int] | None,
     budget: float | None, max_total: int, load: float, skipped: bool,
 ) -> Outcome:

@@ -248,3 +248,38 @@ def test_bad_arguments_are_refused(change: dict[str, Any], message: str) -> None
     with pytest.raises(ValueError) as info:
         deploy(scenario, **{**SPACE, **change})
     assert message in str(info.value)
+
+
+def _command(tmp_path: Path, *extra: str) -> int:
+    from simpy_llm.cli import main
+
+    path = tmp_path / "s.json"  # JSON is YAML
+    path.write_text(json.dumps(_scenario()))
+    return main(["deploy", str(path), "--load", "4", "--slo", "ttft_p99=0.5", "--gpus", "H100", "--tp", "1",
+                 "--max-num-seqs", "64", "--model", MODEL, "--warmup-requests", "100", "--measure-requests", "1000",
+                 "--max-replicas", "4", "--executor", "serial", "--quiet", *extra])
+
+
+def test_command_searches_the_pools_given(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """simpy-llm deploy --disaggregated --prefill-gpus H100 --decode-gpus A100-80 adds the one
+    heterogeneous configuration to the co-located H100 and reports its split."""
+    code = _command(tmp_path, "--disaggregated", "--prefill-gpus", "H100", "--decode-gpus", "A100-80")
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "**answer**: 1 x H100 tp1 fcfs seqs=64" in out
+    assert "| 1 | H100 tp1 prefill + A100-80 tp1 decode fcfs seqs=64 tokens=4096 whole-prefill |" in out
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (("--prefill-gpus", "H100"), "prefill_gpus and decode_gpus choose a disaggregated fleet's pools"),
+        (("--speculation", "maybe"), "--speculation: 'maybe' is not allowed"),
+    ],
+)
+def test_command_refuses_bad_pool_options(tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: tuple[str, ...],
+                                          message: str) -> None:
+    """Pool GPUs without --disaggregated and a --speculation value other than on or off exit
+    with status 2 and say why."""
+    assert _command(tmp_path, *extra) == 2
+    assert message in capsys.readouterr().err
