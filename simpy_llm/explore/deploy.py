@@ -32,13 +32,12 @@ from __future__ import annotations
 
 import concurrent.futures
 import hashlib
-import itertools
 import json
 import math
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
@@ -57,9 +56,7 @@ from simpy_llm.explore.deploy_pools import (
     pool_overrides,
 )
 from simpy_llm.explore.deploy_results import Configuration, DeployResult, Outcome, Pool
-
-if TYPE_CHECKING:
-    from simpy_llm.serving.catalogue import CatalogueEntry
+from simpy_llm.explore.deploy_space import _model_of, _names_model, _positive_int, _profiles, _space
 
 __all__ = ["Configuration", "DeployResult", "Outcome", "Pool", "deploy"]
 
@@ -68,144 +65,6 @@ REPLICAS_KEY = "serving.replicas"
 EXECUTORS = ("serial", "process", "dask")
 """The executors named by a string; a :class:`concurrent.futures.Executor` is taken too."""
 
-
-
-# --- the space ----------------------------------------------------------------------
-def _axis(name: str, values: Iterable[Any] | None, default: Any, check: Callable[[Any], bool], allowed: str) -> list[Any]:
-    """The values of one axis of the space (the scenario's own when None), each checked."""
-    if values is None:
-        return [default]
-    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
-        raise TypeError(f"{name} must be a list, got {values!r}")
-    out = list(dict.fromkeys(values))
-    if not out:
-        raise ValueError(f"{name} is empty: give at least one value, or None for the scenario's own")
-    for v in out:
-        if not check(v):
-            raise ValueError(f"{name}: {v!r} is not allowed; allowed: {allowed}")
-    return out
-
-
-def _positive_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
-
-
-def _model_of(loaded: Any, model: str | None) -> str:
-    if model is not None:
-        if not isinstance(model, str) or not model:
-            raise ValueError(f"model must be a model name, got {model!r}")
-        return model
-    spec = loaded.serving.latency_model
-    named = None if spec is None else spec.params.get("model")
-    if not isinstance(named, str):
-        raise ValueError("the scenario's latency model names no model (serving.latency_model.params.model): "
-                         "give model= (--model), a model of the catalogue (simpy-llm catalogue)")
-    return named
-
-
-def _gpus(argument: str, gpus: Sequence[str], prices: Mapping[str, float]) -> list[str]:
-    """The GPUs *argument* names, canonical, each with a price."""
-    from simpy_llm.config.errors import FieldValueError
-    from simpy_llm.serving.hardware import gpu_names, gpu_spec
-
-    names = [] if isinstance(gpus, (str, bytes)) or not isinstance(gpus, Iterable) else list(gpus)
-    if not names:
-        raise ValueError(f"{argument} must be a non-empty list of GPU names, got {gpus!r}; known GPUs: {', '.join(gpu_names())}")
-    wanted: list[str] = []
-    for name in names:
-        try:
-            canonical = gpu_spec(name).name
-        except FieldValueError:
-            raise ValueError(f"{argument}: unknown GPU {name!r}; known GPUs: {', '.join(gpu_names())}") from None
-        if canonical not in prices:
-            raise ValueError(f"{argument}: no price for {canonical} in the price table (it has: {', '.join(prices)}); "
-                             "give a price file with it (prices=, --prices)")
-        wanted.append(canonical)
-    return list(dict.fromkeys(wanted))
-
-
-def _rows(model: str, wanted: list[str], tps: list[int] | None) -> list[CatalogueEntry]:
-    """The catalogue rows of *model* on the GPUs *wanted* and the TP degrees *tps*."""
-    from simpy_llm.serving.catalogue import catalogue
-
-    m = model.lower()
-    of_model = [r for r in catalogue() if m in (r.model.lower(), r.model.lower().split("/", 1)[-1])]
-    if not of_model:
-        known = sorted({r.model.split("/", 1)[-1] for r in catalogue()})
-        raise ValueError(f"no catalogue row for model {model!r}; the catalogue's models: {', '.join(known)}")
-    rows = [r for r in of_model if r.gpu in wanted and (tps is None or r.tp in tps)]
-    if not rows:
-        has = ", ".join(f"{r.gpu} tp{r.tp}" for r in of_model)
-        raise ValueError(f"no catalogue row for model {model!r} on {', '.join(wanted)}"
-                         + ("" if tps is None else f" with tp in {tps}") + f"; it has: {has}")
-    return rows
-
-
-def _space(
-    loaded: Any, model: str, gpus: Sequence[str], tp: Iterable[int] | None, schedulers: Iterable[str] | None,
-    max_num_seqs: Iterable[int] | None, max_num_batched_tokens: Iterable[int] | None,
-    chunked_prefill: Iterable[bool] | None, prices: Mapping[str, float],
-    pools: tuple[Sequence[str], Sequence[str]] | None = None, speculation: Iterable[bool] | None = None,
-) -> list[Configuration]:
-    """Every configuration of the space, in its order (errors name the argument at fault):
-    the co-located ones, then with *pools* (the prefill and decode pools' GPUs) every
-    (prefill row, decode row) pair's; with *speculation*, each with and without the
-    scenario's speculative decoding."""
-    from simpy_llm.policies.scheduling import scheduler_policies
-
-    wanted = _gpus("gpus", gpus, prices)
-    prefill, decode = (None, None) if pools is None else (_gpus("prefill_gpus", pools[0], prices), _gpus("decode_gpus", pools[1], prices))
-    tps = None if tp is None else _axis("tp", tp, None, _positive_int, "integers >= 1")
-    engine = loaded.serving.engine
-    axes = [
-        _axis("schedulers", schedulers, engine.scheduler.kind, lambda v: isinstance(v, str) and v in scheduler_policies,
-              ", ".join(scheduler_policies.names())),
-        _axis("max_num_seqs", max_num_seqs, engine.max_num_seqs, _positive_int, "integers >= 1"),
-        _axis("max_num_batched_tokens", max_num_batched_tokens, engine.max_num_batched_tokens, _positive_int,
-              "integers >= 1"),
-        _axis("chunked_prefill", chunked_prefill, engine.chunked_prefill, lambda v: isinstance(v, bool), "True, False"),
-        _axis("speculation", speculation, None, lambda v: isinstance(v, bool), "True, False"),
-    ]
-    draft = _draft_cost(loaded) if True in axes[-1] else 0.0
-    rows = _rows(model, wanted, tps)
-    pairs = [] if prefill is None or decode is None else [
-        (p, d) for p in _rows(model, prefill, tps) for d in _rows(model, decode, tps)]
-    cells: list[tuple[CatalogueEntry, Pool | None]] = [(row, None) for row in rows] + [
-        (row, Pool(gpu=dec.gpu, tp=dec.tp, price_per_gpu_hour=prices[dec.gpu], kv_auto=dec.hardware)) for row, dec in pairs]
-    space: list[Configuration] = []
-    for row, pool in cells:
-        for scheduler, seqs, tokens, chunked, spec in itertools.product(*axes):
-            space.append(Configuration(
-                index=len(space), model=row.model, gpu=row.gpu, tp=row.tp, scheduler=scheduler, max_num_seqs=seqs,
-                max_num_batched_tokens=tokens, chunked_prefill=chunked, price_per_gpu_hour=prices[row.gpu],
-                kv_auto=row.hardware, decode=pool, speculation=spec, draft_cost_per_hour=draft if spec else 0.0,
-            ))
-    return space
-
-
-def _draft_cost(loaded: Any) -> float:
-    """US dollars per hour of the scenario's draft devices: each draft group's count times
-    its device profile's ``price_per_hour_usd`` (none without a device or a price: a user's
-    phone). A fused draft runs on the target's GPU and adds nothing.
-
-    Raises
-    ------
-    ValueError
-        If the scenario has no speculation to switch on.
-    """
-    from simpy_llm.serving.devices import device_profile
-
-    spec = loaded.speculation
-    if spec is None:
-        raise ValueError("speculation: True (on) runs the scenario's speculation block, and the scenario has none "
-                         "(docs/speculative.md); give speculation=None (no --speculation) or a scenario with one")
-    if spec.mode == "fused":
-        return 0.0
-    total = 0.0
-    for group in spec.drafts:
-        price = None if group.device is None else device_profile(group.device).price_per_hour_usd
-        total += group.count * (price or 0.0)
-    return total
 
 
 # --- one configuration's count search (a job, run in this process or a worker) ------
@@ -360,6 +219,7 @@ def deploy(
     prefill_gpus: Sequence[str] | None = None,
     decode_gpus: Sequence[str] | None = None,
     speculation: Iterable[bool] | None = None,
+    profiles: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> DeployResult:
     """The cheapest deployment of the scenario's model that carries *load* within the SLOs.
 
@@ -421,6 +281,12 @@ def deploy(
         None: as the scenario has it. Draft devices with a price (their device profile's
         ``price_per_hour_usd`` times their count) add to the cost of the "on" arm; fused
         drafts run on the target's GPUs and add nothing.
+    profiles
+        Calibrated profiles (the YAML ``simpy-llm calibrate fit`` writes) standing in for
+        catalogue rows, ``{NAME: {"file": FILE, "gpu": GPU, "tp": N}}`` (``tp`` default 1):
+        each is a row of the space whose replicas run ``latency_model: {profile: FILE}``,
+        priced as *N* of that GPU, with the scenario's engine but for the settings the
+        space gives explicitly. A model without catalogue rows may have only these.
 
     Returns
     -------
@@ -477,11 +343,12 @@ def deploy(
                          "serving.latency_model): replica groups, clusters, disaggregated pools and batch servers "
                          "are not searched" + (" (a disaggregated scenario's pools are, with disaggregated=True, "
                                                "--disaggregated)" if serving.disaggregation is not None else ""))
-    name = _model_of(loaded, model)
+    fits = _profiles(profiles, price_table)
+    name = _model_of(loaded, model) if not fits or model is not None or _names_model(loaded) else fits[0][0]
     pools = None if not disaggregated else (gpus if prefill_gpus is None else prefill_gpus,
                                             gpus if decode_gpus is None else decode_gpus)
     space = _space(loaded, name, gpus, tp, schedulers, max_num_seqs, max_num_batched_tokens, chunked_prefill, price_table,
-                   pools, speculation)
+                   pools, speculation, fits)
     from simpy_llm.config.plain import unstructure
 
     hand = hand_off(loaded) if disaggregated else {}
@@ -527,7 +394,7 @@ def deploy(
     result = DeployResult(
         scenario=_name(scenario, loaded), model=name, load=load_f, criteria=criteria, budget=budget,
         max_replicas=max_replicas, exhaustive=exhaustive, outcomes=tuple(outcomes), simulations=search.ran,
-        loaded=loaded_count, disaggregated=disaggregated, speculation=speculation is not None,
+        loaded=loaded_count, disaggregated=disaggregated, speculation=speculation is not None, profiles=bool(fits),
     )
     if out is not None:
         result.save(out)

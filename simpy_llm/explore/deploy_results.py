@@ -70,6 +70,16 @@ class Configuration:
     draft_cost_per_hour: float = 0.0
     """US dollars per hour of the draft devices speculation adds, whatever the replica count
     (0: drafts on the target's GPU, or on devices without a price)."""
+    profile: str | None = None
+    """A calibrated profile standing in for a catalogue row (None: the catalogue's row):
+    its name; the replicas' latency model is ``{profile: FILE}`` (:attr:`profile_file`) on
+    :attr:`gpu` at :attr:`tp`, priced as that GPU."""
+    profile_file: str | None = None
+    """The profile's file (absolute)."""
+    engine_keys: tuple[str, ...] | None = None
+    """The engine settings a profile's configuration sets: those the space gives, not the
+    scenario's own (a fitted server's engine, such as llama.cpp's, may take no others;
+    None: all four, as a catalogue row's)."""
 
     def cost(self, replicas: int, decode_replicas: int = 0) -> float:
         """US dollars per hour of *replicas* replicas: ``replicas x tp x price``; of a
@@ -110,6 +120,10 @@ class Configuration:
             "serving.engine.max_num_batched_tokens": self.max_num_batched_tokens,
             "serving.engine.chunked_prefill": self.chunked_prefill,
         }
+        if self.profile is not None:
+            keys = self.engine_keys or ()
+            out = {"serving.latency_model": {"profile": self.profile_file},
+                   **{k: v for k, v in out.items() if k.rsplit(".", 1)[-1] in keys}}
         if self.kv_auto:
             out["serving.engine.kv_num_blocks"] = "auto"
         out.update(off)
@@ -129,6 +143,8 @@ class Configuration:
         chunked = "chunked" if self.chunked_prefill else "whole-prefill"
         rows = f"{self.gpu} tp{self.tp}" if self.decode is None else (
             f"{self.gpu} tp{self.tp} prefill + {self.decode.gpu} tp{self.decode.tp} decode")
+        if self.profile is not None:
+            rows = f"profile {self.profile} on {rows}"
         spec = "" if self.speculation is None else " speculative" if self.speculation else " no-speculation"
         return f"{rows} {self.scheduler} seqs={self.max_num_seqs} tokens={self.max_num_batched_tokens} {chunked}{spec}"
 
@@ -171,11 +187,12 @@ class Outcome:
     decode_replicas: int | None = None
     """Of a disaggregated configuration's :attr:`min_replicas`, the decode pool's (the D)."""
 
-    def row(self, pools: bool = False, speculation: bool = False) -> dict[str, Any]:
+    def row(self, pools: bool = False, speculation: bool = False, profiles: bool = False) -> dict[str, Any]:
         """The outcome as one flat row; with *pools*, the decode pool's row and the P:D split
         too (``gpu``, ``tp``, ``price_per_gpu_hour`` and ``kv_auto`` are then the prefill
         pool's, and the decode ones empty for co-located replicas); with *speculation*,
-        whether speculative decoding is on and what its draft devices cost."""
+        whether speculative decoding is on and what its draft devices cost; with *profiles*,
+        the calibrated profile standing in for the catalogue row (empty for catalogue rows)."""
         c = self.configuration
         out = {
             "index": c.index, "gpu": c.gpu, "tp": c.tp, "scheduler": c.scheduler, "max_num_seqs": c.max_num_seqs,
@@ -196,6 +213,8 @@ class Outcome:
             })
         if speculation:
             out.update({"speculation": c.speculation, "draft_cost_per_hour": c.draft_cost_per_hour})
+        if profiles:
+            out.update({"profile": c.profile, "profile_file": c.profile_file})
         return out
 
     def replicas(self) -> str:
@@ -237,6 +256,9 @@ class DeployResult:
     speculation: bool = False
     """Whether speculative decoding on and off was an axis of the space (its columns are
     then in the rows)."""
+    profiles: bool = False
+    """Whether calibrated profiles stood in for catalogue rows (their columns are then in
+    the rows)."""
 
     @property
     def best(self) -> Outcome | None:
@@ -253,7 +275,7 @@ class DeployResult:
         the front of (cost, p99 TTFT, p99 TPOT) among those meeting the SLOs."""
         import pandas as pd
 
-        frame = pd.DataFrame([o.row(self.disaggregated, self.speculation) for o in self.outcomes])
+        frame = pd.DataFrame([o.row(self.disaggregated, self.speculation, self.profiles) for o in self.outcomes])
         if frame.empty:
             return frame
         from simpy_llm.explore.pareto import dominated
@@ -275,20 +297,22 @@ class DeployResult:
     def to_dict(self) -> dict[str, Any]:
         """Strict JSON data (NaN as null)."""
         best = self.best
-        pools, spec = self.disaggregated, self.speculation
+        pools, spec, fits = self.disaggregated, self.speculation, self.profiles
         out = {
             "scenario": self.scenario, "model": self.model, "load": self.load,
             "criteria": self.criteria.to_dict(), "budget": self.budget, "max_replicas": self.max_replicas,
             "exhaustive": self.exhaustive, "simulations": self.simulations, "loaded": self.loaded,
             "skipped": self.skipped,
-            "best": None if best is None else best.row(pools, spec),
+            "best": None if best is None else best.row(pools, spec, fits),
             "pareto": [o.configuration.index for o in self.pareto()],
-            "configurations": [o.row(pools, spec) for o in self.outcomes],
+            "configurations": [o.row(pools, spec, fits) for o in self.outcomes],
         }
         if pools:
             out["disaggregated"] = True
         if spec:
             out["speculation"] = True
+        if fits:
+            out["profiles"] = True
         return _jsonable(out)
 
     def to_markdown(self) -> str:
