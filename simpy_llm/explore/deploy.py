@@ -26,6 +26,11 @@ exhaustive search returns, by these rules (``docs/capacity.md``, "Which deployme
 Ties in cost go to the configuration that comes first in the space's order (the
 catalogue's rows, then the scheduler, ``max_num_seqs``, ``max_num_batched_tokens`` and
 chunked prefill in the order given), so both searches name the same one.
+
+The space (:mod:`simpy_llm.explore.deploy_space`) may also hold calibrated profiles standing
+in for catalogue rows (*profiles*), each configuration with and without the scenario's
+speculative decoding (*speculation*), and disaggregated fleets whose two counts are searched
+by :mod:`simpy_llm.explore.deploy_pools` (*disaggregated*), with rules 1-3 over the pairs.
 """
 
 from __future__ import annotations
