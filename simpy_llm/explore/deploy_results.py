@@ -168,7 +168,8 @@ class Outcome:
     min_replicas: int | None
     """The fewest replicas meeting the SLOs (None: not found within the search's limit)."""
     failing_replicas: int
-    """The largest count known to fail (0: none)."""
+    """The largest count known to fail (0: none; of a disaggregated configuration, the
+    largest ``P + D``)."""
     cost_per_hour: float
     """US dollars per hour at :attr:`min_replicas` (NaN without one)."""
     ttft_p99_s: float
