@@ -26,19 +26,23 @@ exhaustive search returns, by these rules (``docs/capacity.md``, "Which deployme
 Ties in cost go to the configuration that comes first in the space's order (the
 catalogue's rows, then the scheduler, ``max_num_seqs``, ``max_num_batched_tokens`` and
 chunked prefill in the order given), so both searches name the same one.
+
+The space (:mod:`simpy_llm.explore.deploy_space`) may also hold calibrated profiles standing
+in for catalogue rows (*profiles*), each configuration with and without the scenario's
+speculative decoding (*speculation*), and disaggregated fleets whose two counts are searched
+by :mod:`simpy_llm.explore.deploy_pools` (*disaggregated*), with rules 1-3 over the pairs.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import hashlib
-import itertools
 import json
 import math
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
@@ -46,107 +50,26 @@ from simpy_llm.config.errors import ScenarioError
 from simpy_llm.explore.capacity.criteria import StabilityCriteria, _check_before_probes
 from simpy_llm.explore.capacity.probing import Probe, _build, _Prober, _run_probe, _unjson, _Window, _window
 from simpy_llm.explore.capacity.searches import _check_common, _name, _positive, fewest_passing
-from simpy_llm.explore.deploy_results import Configuration, DeployResult, Outcome
+from simpy_llm.explore.deploy_pools import (
+    DECODE_KEY,
+    PREFILL_KEY,
+    _pool_outcome,
+    _PoolRecord,
+    _search_pools,
+    hand_off,
+    kv_refusal,
+    pool_overrides,
+)
+from simpy_llm.explore.deploy_results import Configuration, DeployResult, Outcome, Pool
+from simpy_llm.explore.deploy_space import _model_of, _names_model, _positive_int, _profiles, _space
 
-if TYPE_CHECKING:
-    pass
-
-__all__ = ["Configuration", "DeployResult", "Outcome", "deploy"]
+__all__ = ["Configuration", "DeployResult", "Outcome", "Pool", "deploy"]
 
 LOAD_KEY = "workload.aggregate_rate"
 REPLICAS_KEY = "serving.replicas"
 EXECUTORS = ("serial", "process", "dask")
 """The executors named by a string; a :class:`concurrent.futures.Executor` is taken too."""
 
-
-
-# --- the space ----------------------------------------------------------------------
-def _axis(name: str, values: Iterable[Any] | None, default: Any, check: Callable[[Any], bool], allowed: str) -> list[Any]:
-    """The values of one axis of the space (the scenario's own when None), each checked."""
-    if values is None:
-        return [default]
-    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
-        raise TypeError(f"{name} must be a list, got {values!r}")
-    out = list(dict.fromkeys(values))
-    if not out:
-        raise ValueError(f"{name} is empty: give at least one value, or None for the scenario's own")
-    for v in out:
-        if not check(v):
-            raise ValueError(f"{name}: {v!r} is not allowed; allowed: {allowed}")
-    return out
-
-
-def _positive_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
-
-
-def _model_of(loaded: Any, model: str | None) -> str:
-    if model is not None:
-        if not isinstance(model, str) or not model:
-            raise ValueError(f"model must be a model name, got {model!r}")
-        return model
-    spec = loaded.serving.latency_model
-    named = None if spec is None else spec.params.get("model")
-    if not isinstance(named, str):
-        raise ValueError("the scenario's latency model names no model (serving.latency_model.params.model): "
-                         "give model= (--model), a model of the catalogue (simpy-llm catalogue)")
-    return named
-
-
-def _space(
-    loaded: Any, model: str, gpus: Sequence[str], tp: Iterable[int] | None, schedulers: Iterable[str] | None,
-    max_num_seqs: Iterable[int] | None, max_num_batched_tokens: Iterable[int] | None,
-    chunked_prefill: Iterable[bool] | None, prices: Mapping[str, float],
-) -> list[Configuration]:
-    """Every configuration of the space, in its order (errors name the argument at fault)."""
-    from simpy_llm.config.errors import FieldValueError
-    from simpy_llm.policies.scheduling import scheduler_policies
-    from simpy_llm.serving.catalogue import catalogue
-    from simpy_llm.serving.hardware import gpu_names, gpu_spec
-
-    names = [] if isinstance(gpus, (str, bytes)) or not isinstance(gpus, Iterable) else list(gpus)
-    if not names:
-        raise ValueError(f"gpus must be a non-empty list of GPU names, got {gpus!r}; known GPUs: {', '.join(gpu_names())}")
-    wanted: list[str] = []
-    for name in names:
-        try:
-            canonical = gpu_spec(name).name
-        except FieldValueError:
-            raise ValueError(f"gpus: unknown GPU {name!r}; known GPUs: {', '.join(gpu_names())}") from None
-        if canonical not in prices:
-            raise ValueError(f"gpus: no price for {canonical} in the price table (it has: {', '.join(prices)}); "
-                             "give a price file with it (prices=, --prices)")
-        wanted.append(canonical)
-    wanted = list(dict.fromkeys(wanted))
-    tps = None if tp is None else _axis("tp", tp, None, _positive_int, "integers >= 1")
-    engine = loaded.serving.engine
-    axes = [
-        _axis("schedulers", schedulers, engine.scheduler.kind, lambda v: isinstance(v, str) and v in scheduler_policies,
-              ", ".join(scheduler_policies.names())),
-        _axis("max_num_seqs", max_num_seqs, engine.max_num_seqs, _positive_int, "integers >= 1"),
-        _axis("max_num_batched_tokens", max_num_batched_tokens, engine.max_num_batched_tokens, _positive_int,
-              "integers >= 1"),
-        _axis("chunked_prefill", chunked_prefill, engine.chunked_prefill, lambda v: isinstance(v, bool), "True, False"),
-    ]
-    m = model.lower()
-    of_model = [r for r in catalogue() if m in (r.model.lower(), r.model.lower().split("/", 1)[-1])]
-    if not of_model:
-        known = sorted({r.model.split("/", 1)[-1] for r in catalogue()})
-        raise ValueError(f"no catalogue row for model {model!r}; the catalogue's models: {', '.join(known)}")
-    rows = [r for r in of_model if r.gpu in wanted and (tps is None or r.tp in tps)]
-    if not rows:
-        has = ", ".join(f"{r.gpu} tp{r.tp}" for r in of_model)
-        raise ValueError(f"no catalogue row for model {model!r} on {', '.join(wanted)}"
-                         + ("" if tps is None else f" with tp in {tps}") + f"; it has: {has}")
-    space: list[Configuration] = []
-    for row in rows:
-        for scheduler, seqs, tokens, chunked in itertools.product(*axes):
-            space.append(Configuration(
-                index=len(space), model=row.model, gpu=row.gpu, tp=row.tp, scheduler=scheduler, max_num_seqs=seqs,
-                max_num_batched_tokens=tokens, chunked_prefill=chunked, price_per_gpu_hour=prices[row.gpu],
-                kv_auto=row.hardware,
-            ))
-    return space
 
 
 # --- one configuration's count search (a job, run in this process or a worker) ------
@@ -217,16 +140,16 @@ class _RunDir:
         text = json.dumps({**self.base, "configuration": config.overrides()}, sort_keys=True, default=repr)
         return self.runs / f"{hashlib.sha256(text.encode()).hexdigest()[:24]}.json"
 
-    def load(self, config: Configuration) -> _Record | None:
+    def load(self, config: Configuration) -> _Record | _PoolRecord | None:
         try:
             data = json.loads(self._path(config).read_text())
-            record = _Record()
+            record = _Record() if config.decode is None else _PoolRecord()
             record.add(data)
         except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
             return None  # missing or unreadable: run it again
         return record
 
-    def save(self, config: Configuration, record: _Record) -> None:
+    def save(self, config: Configuration, record: _Record | _PoolRecord) -> None:
         from simpy_llm.explore.sweeps import _atomic_write
 
         self.runs.mkdir(parents=True, exist_ok=True)
@@ -297,6 +220,11 @@ def deploy(
     executor: Any = "serial",
     max_workers: int | None = None,
     progress: bool = False,
+    disaggregated: bool = False,
+    prefill_gpus: Sequence[str] | None = None,
+    decode_gpus: Sequence[str] | None = None,
+    speculation: Iterable[bool] | None = None,
+    profiles: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> DeployResult:
     """The cheapest deployment of the scenario's model that carries *load* within the SLOs.
 
@@ -305,7 +233,9 @@ def deploy(
     scenario
         A scenario YAML path or its plain data: its workload (run at *load*) and, unless
         *model* is given, its latency model's ``model``. It must be one group of co-located
-        replicas (``serving.replicas``).
+        replicas (``serving.replicas``), or with *disaggregated* such a group split by
+        ``serving.disaggregation`` (whose decode router and KV hand-off the disaggregated
+        configurations keep; the co-located ones drop it).
     load
         Requests per second (``workload.aggregate_rate``) every configuration must carry.
     slo
@@ -342,6 +272,26 @@ def deploy(
         known when each starts: the answer is the same, the count of simulations may differ.
     progress
         Print one line per configuration searched on standard error.
+    disaggregated
+        Search disaggregated fleets too: for each pair of a prefill row (a catalogue row on
+        *prefill_gpus*) and a decode row (on *decode_gpus*), a prefill pool of ``P`` and a
+        decode pool of ``D`` replicas with ``P + D <= max_replicas`` and the cheapest such
+        split (:mod:`simpy_llm.explore.deploy_pools`).
+    prefill_gpus, decode_gpus
+        With *disaggregated*: the GPUs of each pool (default *gpus*); rows of different
+        GPUs or TP degrees make heterogeneous fleets.
+    speculation
+        ``[True, False]``: every configuration with the scenario's speculative decoding
+        (its ``speculation`` block) and without it (``[True]`` or ``[False]``: one arm);
+        None: as the scenario has it. Draft devices with a price (their device profile's
+        ``price_per_hour_usd`` times their count) add to the cost of the "on" arm; fused
+        drafts run on the target's GPUs and add nothing.
+    profiles
+        Calibrated profiles (the YAML ``simpy-llm calibrate fit`` writes) standing in for
+        catalogue rows, ``{NAME: {"file": FILE, "gpu": GPU, "tp": N}}`` (``tp`` default 1):
+        each is a row of the space whose replicas run ``latency_model: {profile: FILE}``,
+        priced as *N* of that GPU, with the scenario's engine but for the settings the
+        space gives explicitly. A model without catalogue rows may have only these.
 
     Returns
     -------
@@ -351,8 +301,9 @@ def deploy(
     ------
     ValueError
         For an unknown GPU or scheduler, a GPU without a price, a model without a catalogue
-        row on those GPUs and TP degrees, an axis value out of range, or a scenario that is
-        not one group of co-located replicas.
+        row on those GPUs and TP degrees, an axis value out of range, a scenario that is
+        not one group of co-located replicas (disaggregated with *disaggregated*), or a
+        disaggregated search whose model's KV hand-off has no size on any prefill row.
     ScenarioError
         If the scenario (with *overrides*) is not valid.
 
@@ -373,6 +324,11 @@ def deploy(
     if not (isinstance(executor, str) and executor in EXECUTORS) and not isinstance(executor, concurrent.futures.Executor):
         raise ValueError(f"executor must be one of {', '.join(EXECUTORS)} or a concurrent.futures.Executor, got {executor!r}")
     criteria = slo if isinstance(slo, StabilityCriteria) else StabilityCriteria(slo=slo)
+    if not isinstance(disaggregated, bool):
+        raise ValueError(f"disaggregated must be True or False, got {disaggregated!r}")
+    if not disaggregated and (prefill_gpus is not None or decode_gpus is not None):
+        raise ValueError("prefill_gpus and decode_gpus choose a disaggregated fleet's pools: give disaggregated=True "
+                         "(--disaggregated) too")
     load_f = _positive("load", load)
     assert load_f is not None  # load is required
     budget = _positive("budget", budget)
@@ -386,32 +342,54 @@ def deploy(
     loaded = _build(scenario, fixed)
     _check_before_probes(criteria, loaded)
     serving = loaded.serving
-    if serving.replica_groups or serving.clusters or serving.disaggregation is not None or serving.batch_server is not None:
+    if serving.replica_groups or serving.clusters or serving.batch_server is not None or (
+            serving.disaggregation is not None and not disaggregated):
         raise ValueError("deploy searches one group of co-located replicas (serving.replicas, serving.engine, "
                          "serving.latency_model): replica groups, clusters, disaggregated pools and batch servers "
-                         "are not searched")
-    name = _model_of(loaded, model)
-    space = _space(loaded, name, gpus, tp, schedulers, max_num_seqs, max_num_batched_tokens, chunked_prefill, price_table)
+                         "are not searched" + (" (a disaggregated scenario's pools are, with disaggregated=True, "
+                                               "--disaggregated)" if serving.disaggregation is not None else ""))
+    fits = _profiles(profiles, price_table)
+    name = _model_of(loaded, model) if not fits or model is not None or _names_model(loaded) else fits[0][0]
+    pools = None if not disaggregated else (gpus if prefill_gpus is None else prefill_gpus,
+                                            gpus if decode_gpus is None else decode_gpus)
+    space = _space(loaded, name, gpus, tp, schedulers, max_num_seqs, max_num_batched_tokens, chunked_prefill, price_table,
+                   pools, speculation, fits)
+    from simpy_llm.config.plain import unstructure
+
+    hand = hand_off(loaded) if disaggregated else {}
+    engine = unstructure(serving.engine) if disaggregated else {}
+    # A co-located configuration of a disaggregated scenario is its fleet without the split.
+    colocated = {"serving.disaggregation": None} if serving.disaggregation is not None else {}
     runs = None if out is None else _RunDir(out, {
         "scenario": _scenario_digest(scenario), "overrides": fixed, "criteria": criteria.to_dict(),
         "window": attrs.asdict(window), "seeds": seed_list, "simpy_llm": _version(),
     })
 
-    records: dict[int, _Record] = {}
+    records: dict[int, _Record | _PoolRecord] = {}
     refused: dict[int, str] = {}
     loaded_count = 0
     for config in space:
+        pooled = config.decode is not None
+        why = kv_refusal(config, hand) if pooled else None
+        if why is not None:
+            refused[config.index] = why
+            continue
         try:
-            _build(scenario, {**fixed, **config.overrides(), REPLICAS_KEY: 1})
+            _build(scenario, {**fixed, **pool_overrides(config, engine, hand), PREFILL_KEY: 1, DECODE_KEY: 1} if pooled
+                   else {**fixed, **config.overrides(), **colocated, REPLICAS_KEY: 1})
         except ScenarioError as exc:  # the scenario's checks refuse this combination: say why, search the rest
             refused[config.index] = " ".join(str(exc).split())
             continue
         record = runs.load(config) if runs is not None else None
         if record is not None:
             loaded_count += len(record.probes)
-        records[config.index] = record or _Record()
+        records[config.index] = record or (_PoolRecord() if pooled else _Record())
+    pooled_space = [c for c in space if c.decode is not None]
+    if pooled_space and all(c.index in refused for c in pooled_space):
+        raise ValueError(f"disaggregated: no disaggregated configuration can be searched: {refused[pooled_space[0].index]}")
 
-    search = _Search(scenario, fixed, load_f, window, criteria, seed_list, max_replicas, budget, exhaustive, progress)
+    search = _Search(scenario, fixed, load_f, window, criteria, seed_list, max_replicas, budget, exhaustive, progress,
+                     colocated=colocated, engine=engine, hand=hand)
     pool, width, close = _executor(executor, max_workers)
     try:
         search.run([c for c in space if c.index in records], records, runs, pool, width)
@@ -421,7 +399,7 @@ def deploy(
     result = DeployResult(
         scenario=_name(scenario, loaded), model=name, load=load_f, criteria=criteria, budget=budget,
         max_replicas=max_replicas, exhaustive=exhaustive, outcomes=tuple(outcomes), simulations=search.ran,
-        loaded=loaded_count,
+        loaded=loaded_count, disaggregated=disaggregated, speculation=speculation is not None, profiles=bool(fits),
     )
     if out is not None:
         result.save(out)
@@ -440,6 +418,7 @@ class _Search:
     def __init__(
         self, scenario: Any, fixed: Mapping[str, Any], load: float, window: _Window, criteria: StabilityCriteria,
         seeds: list[int | None], max_replicas: int, budget: float | None, exhaustive: bool, progress: bool,
+        *, colocated: Mapping[str, Any], engine: Mapping[str, Any], hand: Mapping[str, Any],
     ) -> None:
         self.scenario, self.fixed, self.load, self.window = scenario, dict(fixed), load, window
         self.criteria, self.seeds, self.max_replicas = criteria, seeds, max_replicas
@@ -451,6 +430,14 @@ class _Search:
         self.skipped: set[int] = set()
         """Configurations whose lower bound was above the limit when their turn came."""
         self.ran = 0
+        self.limits: dict[int, float] = {}
+        """The cost each disaggregated configuration's search went up to."""
+        self.colocated = dict(colocated)
+        """What a co-located configuration sets besides its own keys (a disaggregated scenario's split removed)."""
+        self.engine = dict(engine)
+        """The scenario's engine settings, under a disaggregated configuration's pools'."""
+        self.hand = dict(hand)
+        """The scenario's KV hand-off settings (:func:`~simpy_llm.explore.deploy_pools.hand_off`)."""
 
     def limit(self) -> float:
         """What a configuration may cost to be worth searching: the cheapest found, the budget."""
@@ -470,7 +457,13 @@ class _Search:
             n -= 1
         return n
 
-    def found(self, config: Configuration, record: _Record) -> None:
+    def found(self, config: Configuration, record: _Record | _PoolRecord) -> None:
+        if isinstance(record, _PoolRecord):
+            pair = record.found(config, self.max_replicas, self.limits[config.index], not self.exhaustive)
+            key = None if pair is None else (config.cost(*pair), config.index)
+            if key is not None and (self.budget is None or key[0] <= self.budget) and (self.best is None or key < self.best):
+                self.best = key
+            return
         good = record.passing
         if good is not None and good <= self.caps[config.index]:
             key = (config.cost(good), config.index)
@@ -479,17 +472,32 @@ class _Search:
             if self.best is None or key < self.best:
                 self.best = key
 
+    def bound(self, config: Configuration, record: _Record | _PoolRecord) -> float:
+        """The least cost *config* may have: at the fewest replicas not known to fail."""
+        if isinstance(record, _PoolRecord):
+            return record.bound(config, self.max_replicas)
+        return config.cost(record.failing + 1)
+
     def run(
-        self, space: list[Configuration], records: dict[int, _Record], runs: _RunDir | None,
+        self, space: list[Configuration], records: dict[int, _Record | _PoolRecord], runs: _RunDir | None,
         pool: concurrent.futures.Executor | None, width: int,
     ) -> None:
         # Rule 2: cheapest lower bound first (the count above the largest known to fail).
-        queue = sorted(space, key=lambda c: (c.cost(records[c.index].failing + 1), c.index))
+        queue = sorted(space, key=lambda c: (self.bound(c, records[c.index]), c.index))
         running: dict[concurrent.futures.Future[dict[str, Any]], Configuration] = {}
         while queue or running:
             while queue and len(running) < width:
                 config = queue.pop(0)
                 record = records[config.index]
+                if isinstance(record, _PoolRecord):
+                    job = self._pool_job(config, record)
+                    if job is None:
+                        continue
+                    if pool is None:
+                        self._finish(config, _search_pools(*job), records, runs)
+                    else:
+                        running[pool.submit(_search_pools, *job)] = config
+                    continue
                 cap = self.cap(config, self.limit())
                 self.caps[config.index] = cap
                 if cap <= record.failing:
@@ -497,8 +505,8 @@ class _Search:
                 if cap <= record.failing or record.settled(cap):
                     self.found(config, record)  # decided by the bound or by what the run directory holds
                     continue
-                args = (self.scenario, {**self.fixed, **config.overrides()}, self.load, self.window, self.criteria, self.seeds,
-                        dict(record.verdicts), cap)
+                args = (self.scenario, {**self.fixed, **config.overrides(), **self.colocated}, self.load, self.window,
+                        self.criteria, self.seeds, dict(record.verdicts), cap)
                 if pool is None:
                     self._finish(config, _search_counts(*args), records, runs)
                 else:
@@ -508,13 +516,38 @@ class _Search:
                 for future in sorted(done, key=lambda f: running[f].index):
                     self._finish(running.pop(future), future.result(), records, runs)
 
-    def _finish(self, config: Configuration, job: dict[str, Any], records: dict[int, _Record], runs: _RunDir | None) -> None:
+    def _pool_job(self, config: Configuration, record: _PoolRecord) -> tuple[Any, ...] | None:
+        """The arguments of a disaggregated configuration's search (None: decided without one,
+        by the bound or by what the run directory holds)."""
+        limit = self.limit() if self.exhaustive else min(self.limit(), record.passing_cost(config, self.max_replicas))
+        self.limits[config.index] = limit
+        if record.bound(config, self.max_replicas) > limit:
+            self.skipped.add(config.index)
+            return None
+        if record.settled(config, self.max_replicas, limit, not self.exhaustive):
+            self.found(config, record)
+            return None
+        overrides = {**self.fixed, **pool_overrides(config, self.engine, self.hand)}
+        return (self.scenario, overrides, self.load, self.window, self.criteria, self.seeds, config,
+                record.data()["verdicts"], self.max_replicas, limit, not self.exhaustive)
+
+    def _finish(
+        self, config: Configuration, job: dict[str, Any], records: dict[int, _Record | _PoolRecord], runs: _RunDir | None,
+    ) -> None:
         record = records[config.index]
         record.add(job)
         self.ran += len(job["probes"])
         if runs is not None and job["probes"]:
             runs.save(config, record)
         self.found(config, record)
+        if isinstance(record, _PoolRecord):
+            if self.progress:
+                pair = record.found(config, self.max_replicas, self.limits[config.index], not self.exhaustive)
+                print(f"deploy: {config.label()}: "
+                      + (f"{pair[0]}P+{pair[1]}D replicas, {config.cost(*pair):.4g} USD/h" if pair is not None
+                         else f"no split within {self.limits[config.index]:.4g} USD/h")
+                      + f" ({len(job['probes'])} simulations)", file=sys.stderr, flush=True)
+            return
         if self.progress:
             good = record.passing
             print(f"deploy: {config.label()}: "
@@ -523,7 +556,7 @@ class _Search:
                   + f" ({len(job['probes'])} simulations)", file=sys.stderr, flush=True)
 
     def outcomes(
-        self, space: list[Configuration], records: dict[int, _Record], refused: Mapping[int, str], load: float,
+        self, space: list[Configuration], records: dict[int, _Record | _PoolRecord], refused: Mapping[int, str], load: float,
     ) -> list[Outcome]:
         best = self.best
         out = []
@@ -535,6 +568,11 @@ class _Search:
                                    simulations=0, reason=f"the scenario's checks refuse it: {refused[config.index]}"))
                 continue
             record = records[config.index]
+            if isinstance(record, _PoolRecord):
+                out.append(_pool_outcome(
+                    config, record, limit=self.limits[config.index], bound=not self.exhaustive, best=best,
+                    budget=self.budget, max_total=self.max_replicas, load=load, skipped=config.index in self.skipped))
+                continue
             cap = self.caps.get(config.index, 0)
             good = record.passing
             sims = len(record.probes)

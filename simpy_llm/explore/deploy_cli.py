@@ -6,7 +6,11 @@ crossed with ``--scheduler``, ``--max-num-seqs``, ``--max-batched-tokens`` and
 ``--chunked-prefill`` for the configuration and replica count that cost least per hour
 (:func:`~simpy_llm.explore.deploy.deploy`), prints the table and, with ``--out DIR``, writes
 ``deploy.json``, ``deploy.csv`` and ``deploy.md`` there and keeps every finished search in
-``DIR/runs`` so that the same command run again resumes.
+``DIR/runs`` so that the same command run again resumes. ``--disaggregated`` adds
+disaggregated fleets (a prefill pool on a row of ``--prefill-gpus``, a decode pool on a row
+of ``--decode-gpus``) and their P:D split; ``--speculation on,off`` tries each
+configuration with and without the scenario's speculative decoding; ``--profile NAME=FILE
+--profile-gpu NAME=GPU[:TP]`` adds a calibrated profile as a row.
 """
 
 from __future__ import annotations
@@ -57,6 +61,16 @@ def add_parser(sub: Any, add_scenario_options: Any) -> None:
                      help="where configurations are searched: this process, a process pool (default) or a local Dask cluster")
     dep.add_argument("--workers", type=int, metavar="N", help="processes of the pool or the Dask cluster (default 2)")
     dep.add_argument("--quiet", action="store_true", help="no line per configuration on standard error")
+    dep.add_argument("--disaggregated", action="store_true", help="also search disaggregated fleets: a prefill pool and "
+                     "a decode pool, each on its own catalogue row, and their P:D split")
+    dep.add_argument("--prefill-gpus", metavar="GPU,GPU", help="with --disaggregated: the prefill pool's GPUs (default: --gpus)")
+    dep.add_argument("--decode-gpus", metavar="GPU,GPU", help="with --disaggregated: the decode pool's GPUs (default: --gpus)")
+    dep.add_argument("--speculation", metavar="on,off", help="each configuration with the scenario's speculative decoding "
+                     "(on), without it (off) or both (default: as the scenario has it)")
+    dep.add_argument("--profile", action="append", default=[], metavar="NAME=FILE",
+                     help="a calibrated profile (simpy-llm calibrate fit) standing in for a catalogue row; repeatable")
+    dep.add_argument("--profile-gpu", action="append", default=[], metavar="NAME=GPU[:TP]",
+                     help="the GPU (and TP degree, default 1) a --profile runs on and is priced as")
     dep.set_defaults(deploy_main=main)
     add_scenario_options(dep)
 
@@ -88,6 +102,36 @@ def _on_off(text: str) -> bool:
     if text.lower() in ("off", "false", "no"):
         return False
     raise ValueError(text)
+
+
+def _pairs(items: list[str], option: str) -> dict[str, str]:
+    """``NAME=VALUE`` options by name; ValueError naming *option*."""
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip() or not value.strip():
+            raise ValueError(f"{option}: {item!r} is not NAME=VALUE")
+        if name.strip() in out:
+            raise ValueError(f"{option}: {name.strip()!r} is given twice")
+        out[name.strip()] = value.strip()
+    return out
+
+
+def _profiles(files: list[str], gpus: list[str]) -> dict[str, dict[str, Any]] | None:
+    """``--profile NAME=FILE`` and ``--profile-gpu NAME=GPU[:TP]`` as deploy's *profiles*."""
+    if not files and not gpus:
+        return None
+    by_file, by_gpu = _pairs(files, "--profile"), _pairs(gpus, "--profile-gpu")
+    for name in sorted(by_file.keys() ^ by_gpu.keys()):
+        raise ValueError(f"profile {name!r}: give both --profile {name}=FILE and --profile-gpu {name}=GPU[:TP]")
+    out: dict[str, dict[str, Any]] = {}
+    for name, file in by_file.items():
+        gpu, _, tp = by_gpu[name].partition(":")
+        try:
+            out[name] = {"file": file, "gpu": gpu, "tp": int(tp) if tp else 1}
+        except ValueError:
+            raise ValueError(f"--profile-gpu: {by_gpu[name]!r} is not GPU or GPU:TP") from None
+    return out
 
 
 def main(args: argparse.Namespace) -> int:
@@ -130,6 +174,11 @@ def main(args: argparse.Namespace) -> int:
             executor=args.executor,
             max_workers=args.workers,
             progress=not args.quiet,
+            disaggregated=args.disaggregated,
+            prefill_gpus=_list(args.prefill_gpus, "--prefill-gpus", str),
+            decode_gpus=_list(args.decode_gpus, "--decode-gpus", str),
+            speculation=_list(args.speculation, "--speculation", _on_off),
+            profiles=_profiles(args.profile, args.profile_gpu),
         )
     except ScenarioError as exc:
         print(exc, file=sys.stderr)

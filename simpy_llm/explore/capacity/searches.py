@@ -1,11 +1,13 @@
 """The searches of :mod:`simpy_llm.explore.capacity`: :func:`max_stable_load` (bracketing
 then bisecting a continuous load, :func:`_search_continuous`) and :func:`min_replicas`
-(doubling then bisecting a replica count), their input checks (:func:`_check_common`,
+(doubling then bisecting a replica count, :func:`fewest_passing`; over two counts,
+:func:`cheapest_pair`), their input checks (:func:`_check_common`,
 :func:`_positive`) and :func:`_doctest_scenario`, the small scenario of the examples.
 The top layer: it imports the criteria, the probing and the cards."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -53,6 +55,59 @@ def fewest_passing(passes: Callable[[int], bool], cap: int, *, bad: int = 0, goo
             else:
                 bad = mid
     return good
+
+
+def cheapest_pair(
+    passes: Callable[[int, int], bool],
+    cost: Callable[[int, int], float],
+    max_total: int,
+    *,
+    limit: float = math.inf,
+    failing: Callable[[int], int] | None = None,
+    bound: bool = True,
+) -> tuple[int, int] | None:
+    """The cheapest ``(p, d)`` with ``p, d >= 1`` and ``p + d <= max_total`` for which
+    *passes* holds and ``cost(p, d) <= limit`` (None: none), when passing is monotone in
+    both counts (a pair that passes means every pair at least as large in each count passes
+    too) and *cost* increases in each count. Ties in cost go to the smaller *p*.
+
+    For ``p = 1, 2, ...`` the fewest *d* is :func:`fewest_passing`'s, up to the largest
+    *d* costing no more than the cheapest found (or *limit*); the fewest *d* of *p* is
+    known to pass at ``p + 1``, so only the counts below it are searched there. It stops
+    at the first *p* whose ``cost(p, 1)`` is above that bound: every larger *p* costs more.
+    *failing(p)*, the largest *d* known to fail at *p* (0: none), starts a count's search
+    above it and skips a *p* whose ``cost(p, failing(p) + 1)`` is above the bound. With
+    *bound* False every *p* is searched up to *limit* (the exhaustive search, to check).
+
+    >>> tried = []
+    >>> def passes(p, d):   # d decode replicas carry 6 / p of the load each
+    ...     tried.append((p, d))
+    ...     return p >= 2 and p * d >= 6
+    >>> cheapest_pair(passes, lambda p, d: 3.0 * p + 1.0 * d, 8)
+    (2, 3)
+    >>> cheapest_pair(passes, lambda p, d: 1.0 * p + 3.0 * d, 8, bound=False)   # (3, 2) costs 9, (6, 1) 9 too
+    (3, 2)
+    """
+    best: tuple[float, int, int] | None = None
+    prev: int | None = None
+    for p in range(1, max_total):
+        lim = limit if best is None or not bound else min(limit, best[0])
+        if cost(p, 1) > lim:
+            break
+        bad = 0 if failing is None else failing(p)
+        top = max_total - p
+        if bad >= top or cost(p, bad + 1) > lim:
+            continue
+        cap = bad
+        while cap < top and cost(p, cap + 1) <= lim:
+            cap += 1
+        good = prev if prev is not None and bad < prev <= cap else None
+        d = fewest_passing(functools.partial(passes, p), cap, bad=bad, good=good)
+        if d is not None:
+            prev = d
+            if best is None or cost(p, d) < best[0]:
+                best = (cost(p, d), p, d)
+    return None if best is None else (best[1], best[2])
 
 
 def _search_continuous(
