@@ -36,7 +36,7 @@ def add_parser(sub: Any, add_scenario_options: Any) -> None:
         "(docs/capacity.md, 'Which deployment').",
     )
     dep.add_argument("scenario", help="scenario YAML file: its workload and its model")
-    dep.add_argument("--load", type=float, required=True, metavar="RPS", help="requests per second to carry")
+    dep.add_argument("--load", type=float, metavar="RPS", help="requests per second to carry (required without --day)")
     dep.add_argument("--slo", action="append", default=[], metavar="METRIC_STAT=SECONDS[,...]",
                      help="SLO criteria, comma-separated or repeated, e.g. ttft_p99=0.5,tpot_p99=0.05 "
                      "(as simpy-llm capacity --slo)")
@@ -71,6 +71,18 @@ def add_parser(sub: Any, add_scenario_options: Any) -> None:
                      help="a calibrated profile (simpy-llm calibrate fit) standing in for a catalogue row; repeatable")
     dep.add_argument("--profile-gpu", action="append", default=[], metavar="NAME=GPU[:TP]",
                      help="the GPU (and TP degree, default 1) a --profile runs on and is priced as")
+    day = dep.add_argument_group("over a day (docs/capacity.md, 'Over a day: static against autoscaled')")
+    day.add_argument("--day", metavar="R1,R2,...|servegen:DIR", help="a day-shaped load instead of --load: window rates "
+                     "(requests/s) or ServeGen's aggregate rates of a data directory; the search runs at the peak window, "
+                     "then the cheapest configurations run over the day, static and autoscaled")
+    day.add_argument("--day-scale", type=float, metavar="F", help="multiply the day's rates (default 1)")
+    day.add_argument("--window-s", type=float, metavar="S", help="simulated seconds per window (default: "
+                     "a real window, 24 h over the windows; shorter compresses the day)")
+    day.add_argument("--autoscaler", action="append", default=[], metavar="POLICY:METRIC=V[,V]",
+                     help="autoscaler settings to try, e.g. target:queue_depth=4,8 or threshold:running=8-32; repeatable")
+    day.add_argument("--scale-min", type=int, metavar="N", help="the autoscaler's fewest replicas (default 1)")
+    day.add_argument("--scale-max", type=int, metavar="N", help="the autoscaler's most replicas (default: the static count)")
+    day.add_argument("--day-top", type=int, metavar="N", help="configurations run over the day (default 3)")
     dep.set_defaults(deploy_main=main)
     add_scenario_options(dep)
 
@@ -134,6 +146,22 @@ def _profiles(files: list[str], gpus: list[str]) -> dict[str, dict[str, Any]] | 
     return out
 
 
+def _day(args: argparse.Namespace) -> Any:
+    """The ``--day`` options as a :class:`~simpy_llm.explore.deploy_day.Day`; ValueError naming the option."""
+    from simpy_llm.explore.deploy_day import DAY_S, Day, servegen_rates
+
+    if args.load is not None:
+        raise ValueError("--load and --day exclude each other: with --day the search runs at the day's peak window")
+    scale = 1.0 if args.day_scale is None else args.day_scale
+    if not 0 < scale < float("inf"):
+        raise ValueError(f"--day-scale must be > 0, got {scale:g}")
+    if args.day.startswith("servegen:"):
+        rates = servegen_rates(args.day.removeprefix("servegen:"), scale)
+    else:
+        rates = tuple(r * scale for r in _list(args.day, "--day", float) or [])
+    return Day(rates=rates, window_s=args.window_s if args.window_s is not None else DAY_S / len(rates))
+
+
 def main(args: argparse.Namespace) -> int:
     """Run the ``deploy`` command; exit status 0 (also when nothing fits), 2 on bad input."""
     from simpy_llm.config import ScenarioError
@@ -152,7 +180,16 @@ def main(args: argparse.Namespace) -> int:
         slo = [s.strip() for text in args.slo for s in text.split(",") if s.strip()]
         if not slo:
             raise ValueError("--slo is required: the criteria a deployment must meet, e.g. ttft_p99=0.5,tpot_p99=0.05")
-        result = deploy(
+        day = None if args.day is None else _day(args)
+        given = [o for o, v in (("--autoscaler", args.autoscaler), ("--window-s", args.window_s), ("--day-scale", args.day_scale),
+                                ("--scale-min", args.scale_min), ("--scale-max", args.scale_max), ("--day-top", args.day_top))
+                 if v not in (None, [])]
+        if day is None and given:
+            raise ValueError(f"{', '.join(given)}: need --day, the day-shaped load they run over")
+        if day is None and args.load is None:
+            raise ValueError("--load is required (or --day): the requests per second to carry")
+        search: Callable[..., Any] = deploy if day is None else _over_day(args, day)
+        result = search(
             args.scenario,
             load=args.load,
             slo=StabilityCriteria(slo=slo),
@@ -185,7 +222,25 @@ def main(args: argparse.Namespace) -> int:
         return 2
     except (ValueError, TypeError) as exc:
         return _fail(str(exc))
+    if day is not None:
+        print(result.search.to_markdown() + "\n## Over the day\n\n" + result.to_markdown(), end="")
+        if args.out:
+            print(f"wrote deploy.json, deploy.csv, deploy.md, deploy_day.json, deploy_day.csv, deploy_day.md in {args.out}")
+        return 0
     print(result.to_markdown(), end="")
     if args.out:
         print(f"wrote deploy.json, deploy.csv, deploy.md in {args.out}")
     return 0
+
+
+def _over_day(args: argparse.Namespace, day: Any) -> Callable[..., Any]:
+    """:func:`~simpy_llm.explore.deploy_day.deploy_day` with the day's options, called as deploy is."""
+    from simpy_llm.explore.deploy_day import deploy_day, parse_autoscaler
+
+    low = 1 if args.scale_min is None else args.scale_min
+    settings = [s for text in args.autoscaler for s in parse_autoscaler(text, low, args.scale_max)]
+
+    def run(scenario: str, *, load: None, **search: Any) -> Any:
+        return deploy_day(scenario, day, autoscalers=settings, top=3 if args.day_top is None else args.day_top, **search)
+
+    return run
