@@ -58,7 +58,7 @@ class Day:
 
     >>> d = Day(rates=(10.0, 20.0, 20.0, 10.0), window_s=60)
     >>> d.peak, d.mean, d.day_s, d.compression
-    (20.0, 15.0, 240.0, 90.0)
+    (20.0, 15.0, 240.0, 360.0)
     """
 
     rates: tuple[float, ...] = attrs.field(converter=lambda v: tuple(float(x) for x in v))
@@ -126,7 +126,7 @@ def servegen_rates(path: str | Path, rate_scale: float = 1.0) -> tuple[float, ..
 
     >>> rates = servegen_rates("data/servegen/language/m-large", 0.05)
     >>> len(rates), round(max(rates), 2)
-    (144, 25.88)
+    (144, 26.55)
     """
     from simpy_llm.workload.servegen import read_trace
 
