@@ -10,7 +10,11 @@ crossed with ``--scheduler``, ``--max-num-seqs``, ``--max-batched-tokens`` and
 disaggregated fleets (a prefill pool on a row of ``--prefill-gpus``, a decode pool on a row
 of ``--decode-gpus``) and their P:D split; ``--speculation on,off`` tries each
 configuration with and without the scenario's speculative decoding; ``--profile NAME=FILE
---profile-gpu NAME=GPU[:TP]`` adds a calibrated profile as a row.
+--profile-gpu NAME=GPU[:TP]`` adds a calibrated profile as a row. ``--day R1,R2,...`` (or
+``--day servegen:DIR``) replaces ``--load`` by a day-shaped load: the search runs at its peak
+window, and the cheapest configurations are run over the day, static and under each
+``--autoscaler`` setting (:func:`~simpy_llm.explore.deploy_day.deploy_day`), with
+``deploy_day.json``, ``.csv`` and ``.md`` written to ``--out``.
 """
 
 from __future__ import annotations
