@@ -7,7 +7,7 @@ scenario's model on the GPUs and tensor-parallel degrees given, crossed with sch
 finds the fewest replicas that carry the load within the SLO criteria (the probes and the
 galloping-then-bisecting count search of :func:`~simpy_llm.explore.capacity.min_replicas`,
 with its :class:`~simpy_llm.explore.capacity.StabilityCriteria`), and prices it at
-``replicas x tp x price per GPU-hour`` (:func:`~simpy_llm.serving.catalogue.gpu_prices`).
+``replicas x tp x pp x price per GPU-hour`` (:func:`~simpy_llm.serving.catalogue.gpu_prices`).
 
 The search is exact: with pruning on (the default) it returns the configuration an
 exhaustive search returns, by these rules (``docs/capacity.md``, "Which deployment"):
@@ -225,6 +225,7 @@ def deploy(
     decode_gpus: Sequence[str] | None = None,
     speculation: Iterable[bool] | None = None,
     profiles: Mapping[str, Mapping[str, Any]] | None = None,
+    pp: Iterable[int] | None = None,
 ) -> DeployResult:
     """The cheapest deployment of the scenario's model that carries *load* within the SLOs.
 
@@ -292,6 +293,13 @@ def deploy(
         each is a row of the space whose replicas run ``latency_model: {profile: FILE}``,
         priced as *N* of that GPU, with the scenario's engine but for the settings the
         space gives explicitly. A model without catalogue rows may have only these.
+    pp
+        Pipeline stages of each catalogue row (None: 1 only). A row at ``pp > 1`` runs the
+        calibrated roofline (``kind: roofline``, ``efficiency: calibrated``) of its model,
+        GPU and TP with *pp* stages, its KV cache sized from the GPU's memory, and costs
+        ``replicas x tp x pp x price``: no catalogue row measures pipeline stages. The
+        model needs a shipped configuration, the GPU calibrated efficiencies, and *pp* at
+        most the model's layers. Not with *disaggregated*.
 
     Returns
     -------
@@ -302,8 +310,9 @@ def deploy(
     ValueError
         For an unknown GPU or scheduler, a GPU without a price, a model without a catalogue
         row on those GPUs and TP degrees, an axis value out of range, a scenario that is
-        not one group of co-located replicas (disaggregated with *disaggregated*), or a
-        disaggregated search whose model's KV hand-off has no size on any prefill row.
+        not one group of co-located replicas (disaggregated with *disaggregated*), a
+        disaggregated search whose model's KV hand-off has no size on any prefill row, or
+        pipeline stages the roofline cannot take (*pp*).
     ScenarioError
         If the scenario (with *overrides*) is not valid.
 
@@ -353,7 +362,11 @@ def deploy(
     pools = None if not disaggregated else (gpus if prefill_gpus is None else prefill_gpus,
                                             gpus if decode_gpus is None else decode_gpus)
     space = _space(loaded, name, gpus, tp, schedulers, max_num_seqs, max_num_batched_tokens, chunked_prefill, price_table,
-                   pools, speculation, fits)
+                   pools, speculation, fits, pp)
+    staged = any(c.pp > 1 for c in space)
+    if staged and disaggregated:
+        raise ValueError("pp: pipeline stages with disaggregated: a disaggregated fleet's pools run catalogue rows, "
+                         "which have one stage; give pp=None (no --pp) or disaggregated=False")
     from simpy_llm.config.plain import unstructure
 
     hand = hand_off(loaded) if disaggregated else {}
@@ -400,6 +413,7 @@ def deploy(
         scenario=_name(scenario, loaded), model=name, load=load_f, criteria=criteria, budget=budget,
         max_replicas=max_replicas, exhaustive=exhaustive, outcomes=tuple(outcomes), simulations=search.ran,
         loaded=loaded_count, disaggregated=disaggregated, speculation=speculation is not None, profiles=bool(fits),
+        pp=staged,
     )
     if out is not None:
         result.save(out)

@@ -1,7 +1,8 @@
 """``simpy-llm deploy SCENARIO``: the cheapest deployment that carries a load within SLOs.
 
 ``simpy-llm deploy SCENARIO --load 120 --slo ttft_p99=0.5,tpot_p99=0.05 --gpus H100,A100-80``
-searches every catalogue row of the scenario's model on those GPUs (and ``--tp`` degrees)
+searches every catalogue row of the scenario's model on those GPUs (and ``--tp`` degrees,
+at each ``--pp`` pipeline degree: above 1 the calibrated roofline stands in for the row)
 crossed with ``--scheduler``, ``--max-num-seqs``, ``--max-batched-tokens`` and
 ``--chunked-prefill`` for the configuration and replica count that cost least per hour
 (:func:`~simpy_llm.explore.deploy.deploy`), prints the table and, with ``--out DIR``, writes
@@ -48,6 +49,8 @@ def add_parser(sub: Any, add_scenario_options: Any) -> None:
     dep.add_argument("--model", help="the model (default: the scenario's latency model's model)")
     dep.add_argument("--budget", type=float, metavar="USD_PER_HOUR", help="the most the answer may cost per hour")
     dep.add_argument("--tp", metavar="N,N", help="tensor-parallel degrees (default: every one the catalogue has)")
+    dep.add_argument("--pp", metavar="N,N", help="pipeline stages of each row (default: 1); above 1 a row runs the "
+                     "calibrated roofline, and a replica costs tp x pp GPUs")
     dep.add_argument("--max-num-seqs", metavar="N,N", help="max_num_seqs values (default: the scenario's)")
     dep.add_argument("--max-batched-tokens", metavar="N,N",
                      help="max_num_batched_tokens values (default: the scenario's)")
@@ -220,6 +223,7 @@ def main(args: argparse.Namespace) -> int:
             decode_gpus=_list(args.decode_gpus, "--decode-gpus", str),
             speculation=_list(args.speculation, "--speculation", _on_off),
             profiles=_profiles(args.profile, args.profile_gpu),
+            pp=_list(args.pp, "--pp", int),
         )
     except ScenarioError as exc:
         print(exc, file=sys.stderr)

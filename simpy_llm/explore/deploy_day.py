@@ -391,14 +391,14 @@ def _judge_day(results: Any, day: Day, criteria: StabilityCriteria) -> dict[str,
 
 def per_day(mean_replicas: float, config: Configuration) -> float:
     """US dollars per day of *mean_replicas* replicas of *config* on average: ``mean x tp x
-    price x 24``.
+    pp x price x 24``.
 
     >>> c = Configuration(index=0, model="m", gpu="H100", tp=2, scheduler="fcfs", max_num_seqs=8,
     ...                   max_num_batched_tokens=512, chunked_prefill=True, price_per_gpu_hour=3.5, kv_auto=False)
     >>> per_day(3, c)
     504.0
     """
-    return mean_replicas * (config.tp * config.price_per_gpu_hour) * 24.0
+    return mean_replicas * (config.tp * config.pp * config.price_per_gpu_hour) * 24.0
 
 
 def day_costs(

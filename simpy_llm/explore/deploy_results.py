@@ -80,9 +80,13 @@ class Configuration:
     """The engine settings a profile's configuration sets: those the space gives, not the
     scenario's own (a fitted server's engine, such as llama.cpp's, may take no others;
     None: all four, as a catalogue row's)."""
+    pp: int = 1
+    """Pipeline stages: a replica runs on ``tp x pp`` GPUs. Above 1 the catalogue has no
+    measured row, so the replicas run the calibrated roofline of :attr:`model` on
+    :attr:`gpu` at (:attr:`tp`, :attr:`pp`) instead of the row's ``blis_linear``."""
 
     def cost(self, replicas: int, decode_replicas: int = 0) -> float:
-        """US dollars per hour of *replicas* replicas: ``replicas x tp x price``; of a
+        """US dollars per hour of *replicas* replicas: ``replicas x tp x pp x price``; of a
         disaggregated fleet, *replicas* prefill and *decode_replicas* decode replicas, each
         pool's count times its TP times its GPU's price, summed.
 
@@ -94,9 +98,12 @@ class Configuration:
         >>> pools = attrs.evolve(c, decode=Pool(gpu="A100-80", tp=1, price_per_gpu_hour=2.5, kv_auto=True))
         >>> pools.cost(1, 4)   # 1 x 2 x 3.5 + 4 x 1 x 2.5
         17.0
+        >>> attrs.evolve(c, pp=2).cost(3)   # 3 x 2 x 2 x 3.5
+        42.0
         """
         if self.decode is None:
-            cost = replicas * self.tp * self.price_per_gpu_hour
+            # the integer product first: with pp 1 the figure is the one before pipeline stages were searched
+            cost = replicas * self.tp * self.pp * self.price_per_gpu_hour
         else:
             cost = replicas * self.tp * self.price_per_gpu_hour + decode_replicas * self.decode.tp * self.decode.price_per_gpu_hour
         return cost + self.draft_cost_per_hour if self.draft_cost_per_hour else cost
@@ -114,7 +121,8 @@ class Configuration:
                  "engine": self._engine(self.decode.kv_auto)},
             ], **off}
         out: dict[str, Any] = {
-            "serving.latency_model": {"kind": "blis_linear", "params": {"model": self.model, "gpu": self.gpu, "tp": self.tp}},
+            "serving.latency_model": _row(self.model, self.gpu, self.tp) if self.pp == 1 else _pipelined(
+                self.model, self.gpu, self.tp, self.pp),
             "serving.engine.scheduler": {"kind": self.scheduler},
             "serving.engine.max_num_seqs": self.max_num_seqs,
             "serving.engine.max_num_batched_tokens": self.max_num_batched_tokens,
@@ -141,7 +149,8 @@ class Configuration:
         """The configuration in one line: ``H100 tp2 fcfs seqs=64 tokens=2048 chunked``; a
         disaggregated one ``H100 tp2 prefill + A100-80 tp1 decode fcfs ...``."""
         chunked = "chunked" if self.chunked_prefill else "whole-prefill"
-        rows = f"{self.gpu} tp{self.tp}" if self.decode is None else (
+        stages = f" pp{self.pp}" if self.pp > 1 else ""
+        rows = f"{self.gpu} tp{self.tp}{stages}" if self.decode is None else (
             f"{self.gpu} tp{self.tp} prefill + {self.decode.gpu} tp{self.decode.tp} decode")
         if self.profile is not None:
             rows = f"profile {self.profile} on {rows}"
@@ -152,6 +161,12 @@ class Configuration:
 def _row(model: str, gpu: str, tp: int) -> dict[str, Any]:
     """A catalogue row as a latency model."""
     return {"kind": "blis_linear", "params": {"model": model, "gpu": gpu, "tp": tp}}
+
+
+def _pipelined(model: str, gpu: str, tp: int, pp: int) -> dict[str, Any]:
+    """The latency model of *pp* pipeline stages of *tp* GPUs: the roofline with the GPU's
+    efficiencies fitted to the catalogue's rows (no row measures pipeline stages)."""
+    return {"kind": "roofline", "params": {"model": model, "gpu": gpu, "tp": tp, "pp": pp, "efficiency": "calibrated"}}
 
 
 @attrs.frozen(kw_only=True)
@@ -188,16 +203,17 @@ class Outcome:
     decode_replicas: int | None = None
     """Of a disaggregated configuration's :attr:`min_replicas`, the decode pool's (the D)."""
 
-    def row(self, pools: bool = False, speculation: bool = False, profiles: bool = False) -> dict[str, Any]:
+    def row(self, pools: bool = False, speculation: bool = False, profiles: bool = False, pp: bool = False) -> dict[str, Any]:
         """The outcome as one flat row; with *pools*, the decode pool's row and the P:D split
         too (``gpu``, ``tp``, ``price_per_gpu_hour`` and ``kv_auto`` are then the prefill
         pool's, and the decode ones empty for co-located replicas); with *speculation*,
         whether speculative decoding is on and what its draft devices cost; with *profiles*,
-        the calibrated profile standing in for the catalogue row (empty for catalogue rows)."""
+        the calibrated profile standing in for the catalogue row (empty for catalogue rows);
+        with *pp*, the pipeline stages (after ``tp``)."""
         c = self.configuration
         out = {
-            "index": c.index, "gpu": c.gpu, "tp": c.tp, "scheduler": c.scheduler, "max_num_seqs": c.max_num_seqs,
-            "max_num_batched_tokens": c.max_num_batched_tokens, "chunked_prefill": c.chunked_prefill,
+            "index": c.index, "gpu": c.gpu, "tp": c.tp, **({"pp": c.pp} if pp else {}), "scheduler": c.scheduler,
+            "max_num_seqs": c.max_num_seqs, "max_num_batched_tokens": c.max_num_batched_tokens, "chunked_prefill": c.chunked_prefill,
             "kv_auto": c.kv_auto, "price_per_gpu_hour": c.price_per_gpu_hour, "status": self.status,
             "min_replicas": self.min_replicas, "failing_replicas": self.failing_replicas,
             "cost_per_hour": self.cost_per_hour, "ttft_p99_s": self.ttft_p99_s, "tpot_p99_s": self.tpot_p99_s,
@@ -260,6 +276,9 @@ class DeployResult:
     profiles: bool = False
     """Whether calibrated profiles stood in for catalogue rows (their columns are then in
     the rows)."""
+    pp: bool = False
+    """Whether pipeline stages above 1 were an axis of the space (the ``pp`` column is then
+    in the rows)."""
 
     @property
     def best(self) -> Outcome | None:
@@ -276,7 +295,7 @@ class DeployResult:
         the front of (cost, p99 TTFT, p99 TPOT) among those meeting the SLOs."""
         import pandas as pd
 
-        frame = pd.DataFrame([o.row(self.disaggregated, self.speculation, self.profiles) for o in self.outcomes])
+        frame = pd.DataFrame([o.row(self.disaggregated, self.speculation, self.profiles, self.pp) for o in self.outcomes])
         if frame.empty:
             return frame
         from simpy_llm.explore.pareto import dominated
@@ -298,15 +317,15 @@ class DeployResult:
     def to_dict(self) -> dict[str, Any]:
         """Strict JSON data (NaN as null)."""
         best = self.best
-        pools, spec, fits = self.disaggregated, self.speculation, self.profiles
+        pools, spec, fits, pp = self.disaggregated, self.speculation, self.profiles, self.pp
         out = {
             "scenario": self.scenario, "model": self.model, "load": self.load,
             "criteria": self.criteria.to_dict(), "budget": self.budget, "max_replicas": self.max_replicas,
             "exhaustive": self.exhaustive, "simulations": self.simulations, "loaded": self.loaded,
             "skipped": self.skipped,
-            "best": None if best is None else best.row(pools, spec, fits),
+            "best": None if best is None else best.row(pools, spec, fits, pp),
             "pareto": [o.configuration.index for o in self.pareto()],
-            "configurations": [o.row(pools, spec, fits) for o in self.outcomes],
+            "configurations": [o.row(pools, spec, fits, pp) for o in self.outcomes],
         }
         if pools:
             out["disaggregated"] = True
@@ -314,6 +333,8 @@ class DeployResult:
             out["speculation"] = True
         if fits:
             out["profiles"] = True
+        if pp:
+            out["pp"] = True
         return _jsonable(out)
 
     def to_markdown(self) -> str:
@@ -338,7 +359,7 @@ class DeployResult:
         else:
             c, n = best.configuration, best.min_replicas or 0
             lines.append(f"- **answer**: {n} x {c.label()} = {best.cost_per_hour:.4g} USD/h "
-                         f"({n * c.tp} GPUs{_drafts(c)}; p99 TTFT {best.ttft_p99_s:.4g} s, "
+                         f"({n * c.tp * c.pp} GPUs{_drafts(c)}; p99 TTFT {best.ttft_p99_s:.4g} s, "
                          f"p99 TPOT {best.tpot_p99_s:.4g} s; {best.qps_per_usd_hour:.4g} requests/s per USD/h)")
         total = len(self.outcomes)
         lines.append(f"- **search**: {'exhaustive' if self.exhaustive else 'branch and bound'}; "

@@ -1,6 +1,7 @@
 """The space of :func:`~simpy_llm.explore.deploy.deploy`: its axes, each value checked, and
 its configurations in order (:func:`_space`): the catalogue's rows of the model on the GPUs
-and TP degrees given, the calibrated profiles standing in for rows (:func:`_profiles`),
+and TP degrees given, at each pipeline degree (:func:`_stages` checks the roofline can
+take it), the calibrated profiles standing in for rows (:func:`_profiles`),
 the disaggregated pairs of rows, crossed with the engine settings and speculation's arms
 (:func:`_draft_cost` prices its draft devices). Errors name the argument at fault."""
 
@@ -99,10 +100,11 @@ def _space(
     max_num_seqs: Iterable[int] | None, max_num_batched_tokens: Iterable[int] | None,
     chunked_prefill: Iterable[bool] | None, prices: Mapping[str, float],
     pools: tuple[Sequence[str], Sequence[str]] | None = None, speculation: Iterable[bool] | None = None,
-    profiles: list[tuple[str, str, str, int]] | None = None,
+    profiles: list[tuple[str, str, str, int]] | None = None, pp: Iterable[int] | None = None,
 ) -> list[Configuration]:
     """Every configuration of the space, in its order (errors name the argument at fault):
-    the co-located ones (the catalogue's rows, then the calibrated *profiles*' ``(name,
+    the co-located ones (the catalogue's rows at each degree of *pp* in turn, default 1
+    only, then the calibrated *profiles*' ``(name,
     file, GPU, TP)``), then with *pools* (the prefill and decode pools' GPUs) every (prefill
     row, decode row) pair's; with *speculation*, each with and without the scenario's
     speculative decoding."""
@@ -111,6 +113,7 @@ def _space(
     wanted = _gpus("gpus", gpus, prices)
     prefill, decode = (None, None) if pools is None else (_gpus("prefill_gpus", pools[0], prices), _gpus("decode_gpus", pools[1], prices))
     tps = None if tp is None else _axis("tp", tp, None, _positive_int, "integers >= 1")
+    pps: list[int] = _axis("pp", pp, 1, _positive_int, "integers >= 1")
     engine = loaded.serving.engine
     axes = [
         _axis("schedulers", schedulers, engine.scheduler.kind, lambda v: isinstance(v, str) and v in scheduler_policies,
@@ -133,9 +136,17 @@ def _space(
     given = tuple(name for name, values in (("scheduler", schedulers), ("max_num_seqs", max_num_seqs),
                                             ("max_num_batched_tokens", max_num_batched_tokens),
                                             ("chunked_prefill", chunked_prefill)) if values is not None)
-    cells: list[dict[str, Any]] = [
-        {"model": r.model, "gpu": r.gpu, "tp": r.tp, "price_per_gpu_hour": prices[r.gpu], "kv_auto": r.hardware}
-        for r in rows]
+    if pps != [1] and not rows:
+        raise ValueError(f"pp: pipeline stages split a catalogue row of the model, and {model!r} has none "
+                         "(calibrated profiles have no pipeline figures); give pp=None (no --pp)")
+    cells: list[dict[str, Any]] = []
+    for stages in pps:
+        if stages == 1:
+            cells += [{"model": r.model, "gpu": r.gpu, "tp": r.tp, "price_per_gpu_hour": prices[r.gpu],
+                       "kv_auto": r.hardware} for r in rows]
+        else:  # the calibrated roofline sizes the KV cache from the GPU's memory (kv_num_blocks: auto)
+            cells += [{"model": r.model, "gpu": r.gpu, "tp": r.tp, "price_per_gpu_hour": prices[r.gpu],
+                       "kv_auto": True, "pp": _stages(r, stages)} for r in rows]
     cells += [{"model": rows[0].model if rows else model, "gpu": gpu, "tp": n, "price_per_gpu_hour": prices[gpu],
                "kv_auto": False, "profile": name, "profile_file": file, "engine_keys": given}
               for name, file, gpu, n in profiles or []]
@@ -149,6 +160,27 @@ def _space(
                 chunked_prefill=chunked, speculation=spec, draft_cost_per_hour=draft if spec else 0.0, **cell,
             ))
     return space
+
+
+def _stages(row: CatalogueEntry, pp: int) -> int:
+    """*pp*, checked against what the calibrated roofline of *row*'s model, GPU and TP takes:
+    a shipped model configuration, calibrated efficiencies for the GPU, at most one stage per
+    decoder layer (an uneven split is vLLM's, ``docs/latency.md``)."""
+    from simpy_llm.serving.hardware import resolve_hardware
+    from simpy_llm.serving.roofline import calibrated_efficiencies
+
+    hardware = resolve_hardware(row.model, row.gpu, row.tp)
+    if hardware is None:
+        raise ValueError(f"pp: {pp} stages run the roofline, which needs the model's shape, and {row.model} has no "
+                         "shipped model configuration (profiles/models); give pp=[1] (--pp 1) for its catalogue rows")
+    table = calibrated_efficiencies()
+    if row.gpu not in table:
+        raise ValueError(f"pp: {pp} stages run the calibrated roofline, and {row.gpu} has no calibrated efficiencies "
+                         f"(calibrated GPUs: {', '.join(sorted(table))})")
+    layers = hardware.model.num_layers
+    if pp > layers:
+        raise ValueError(f"pp: {pp} stages are more than {row.model}'s {layers} decoder layers; allowed: 1 to {layers}")
+    return pp
 
 
 def _profiles(profiles: Mapping[str, Mapping[str, Any]] | None, prices: Mapping[str, float]) -> list[tuple[str, str, str, int]]:
