@@ -4,8 +4,11 @@ replays it (scenarios/blis_linear.yaml)."""
 from __future__ import annotations
 
 import functools
+import math
 from pathlib import Path
+from typing import Any
 
+import attrs
 import numpy as np
 import pytest
 from hypothesis import given
@@ -22,8 +25,11 @@ from benchmarks.blis_trace import (
     write_trace,
 )
 from simpy_llm import Results, Simulation, load_scenario
+from simpy_llm.entities import Request
+from simpy_llm.metrics.record import TRACE_COLUMNS
 from simpy_llm.serving.latency import BlisLinearLatency
-from simpy_llm.workload.traces import read_trace_v2
+from simpy_llm.workload.traces import Trace, read_trace_v2, trace_requests, trace_rows
+from simpy_llm.workload.traces.replay import _PASSED_ON
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIO = REPO / "scenarios" / "blis_linear.yaml"
@@ -147,3 +153,57 @@ def test_rate_sets_the_mean_gap(seed: int) -> None:
     """Arrivals are Poisson at the rate asked: the mean gap of 20,000 requests at 20/s is 50 ms within 3%."""
     f = requests_frame(20_000, seed=seed, rate=20.0)
     assert f.arrival_time_us.diff().dropna().mean() == pytest.approx(50_000, rel=0.03)
+
+
+def _reference_rows(trace: Trace) -> list[tuple[float, int, int, dict[str, Any]]]:
+    """trace_rows as it was written before it left default fields out: every passed-on field
+    of every row, from trace_requests (no source, no prefix groups, no warm-up)."""
+    out = []
+    for r in trace_requests(trace):
+        client = r.client_id or "trace"
+        fields: dict[str, Any] = {"client_id": client, "tenant_id": r.tenant_id or client}
+        fields.update(slo_class=r.slo_class or "default", priority=r.priority)
+        fields.update((name, getattr(r, TRACE_COLUMNS[name])) for name in _PASSED_ON)
+        if r.prefix_blocks:
+            fields["prefix_blocks"] = r.prefix_blocks
+            fields["prefix_block_tokens"] = 16
+        out.append((r.arrival_s, max(r.input_tokens, 1), max(r.output_tokens, 1), fields))
+    return out
+
+
+def _request(row: tuple[float, int, int, dict[str, Any]]) -> dict[str, Any]:
+    return attrs.asdict(Request(id=0, prompt_tokens=row[1], output_tokens=row[2], arrival_s=row[0], **row[3]), recurse=False)
+
+
+_COLUMN_VALUES = {
+    "session_id": st.sampled_from(["", "s1"]),
+    "round_index": st.integers(0, 3),
+    "streaming": st.booleans(),
+    "text_tokens": st.integers(0, 5),
+    "reason_ratio": st.sampled_from([0.0, -0.0, 0.25]),
+    "priority": st.integers(0, 2),
+    "prefix_blocks": st.sampled_from(["", "1 2"]),
+    "tenant_id": st.sampled_from(["", "t"]),
+}
+
+
+@given(
+    st.integers(1, 6).flatmap(
+        lambda n: st.fixed_dictionaries(
+            {},
+            optional={name: st.lists(values, min_size=n, max_size=n) for name, values in _COLUMN_VALUES.items()},
+        ).map(lambda cols: (n, cols))
+    )
+)
+def test_trace_rows_make_the_requests_every_field_would(case: tuple[int, dict[str, list[Any]]]) -> None:
+    """Leaving out the fields whose every row holds the request's default (and keeping -0.0)
+    makes the same requests as passing every field of every row."""
+    n, cols = case
+    trace = Trace({}, {"arrival_time_us": list(range(n)), "input_tokens": [5] * n, "output_tokens": [3] * n, **cols})
+    fast = list(trace_rows(trace))
+    slow = _reference_rows(trace)
+    assert [row[:3] for row in fast] == [row[:3] for row in slow]
+    for a, b in zip(fast, slow, strict=True):
+        ra, rb = _request(a), _request(b)
+        assert ra == rb
+        assert math.copysign(1.0, ra["reason_ratio"]) == math.copysign(1.0, rb["reason_ratio"])
