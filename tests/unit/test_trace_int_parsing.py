@@ -57,3 +57,18 @@ def test_only_plain_integers_take_the_cast() -> None:
     for cell in ("12.0", " 1", "+1", "1e3"):
         assert _plain_ints(pd.Series(["1", cell], dtype=pd.StringDtype("pyarrow"))) is None
     assert _plain_ints(pd.Series(["1", "2"], dtype=object)) is None
+
+
+def test_chunked_columns_take_the_cast(tmp_path) -> None:
+    """A column pandas read in several chunks (a long file) parses as one in a single chunk."""
+    from simpy_llm.workload.traces.columns import _read_csv_strings
+
+    n = 300_000
+    (tmp_path / "t.csv").write_text("a,b\n" + "".join(f"{i},{'' if i % 7 else i}\n" for i in range(n)))
+    df, _ = _read_csv_strings(tmp_path / "t.csv")
+    ints, blank = _plain_ints(df["a"])
+    assert ints.tolist() == list(range(n)) and not blank.any() and ints.flags.writeable
+    b, blank_b = _plain_ints(df["b"])
+    assert blank_b.tolist() == [bool(i % 7) for i in range(n)]
+    b[blank_b] = -1
+    assert b.tolist() == [-1 if i % 7 else i for i in range(n)]

@@ -450,7 +450,10 @@ def _plain_ints(s: pd.Series) -> tuple[np.ndarray, np.ndarray] | None:
         parsed = pc.cast(pc.if_else(blank, pa.scalar(None, cells.type), cells), pa.int64())
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
-    return parsed.fill_null(0).to_numpy(zero_copy_only=False, writable=True), blank.to_numpy(zero_copy_only=False)
+    ints = np.asarray(parsed.fill_null(0), dtype=np.int64)  # an array or a chunked array alike
+    if not ints.flags.writeable:  # a view of arrow's buffer: blanks are filled in place later
+        ints = ints.copy()
+    return ints, np.asarray(blank, dtype=bool)
 
 
 def _parse_float(
