@@ -131,8 +131,10 @@ def trace_rows(
     Every row is replayed, failed ones too (they loaded the real service);
     lengths are at least 1 token (the engine's prefill produces the first
     output token), so a BurstGPT failure (0 response tokens) is replayed as a
-    1-token response. *fields* carries the request's identity, session,
-    prefix group, modality and reasoning fields, and, when the trace has
+    1-token response. *fields* carries the request's client, tenant and SLO class, its
+    session, prefix group, modality, reasoning and priority fields (each only when some row
+    of the trace sets it to other than the :class:`~simpy_llm.entities.Request` default, which
+    the request then takes), and, when the trace has
     prefix blocks, ``prefix_blocks`` with ``prefix_block_tokens`` from the
     header (default 16), moved to the range of the trace's *namespace* (its index in the
     workload's ``traces``: :func:`~simpy_llm.workload.prefix.namespaced_blocks`), so the
