@@ -52,6 +52,8 @@ BLIS_CPU_S = (20.0, 25.0)
 """BLIS's CPU seconds (user + system) on a 100k-request trace, measured earlier by hand on this machine."""
 BLIS_RSS_GB = (2.9, 3.1)
 """BLIS's peak RSS, GB, on that run."""
+BLIS_REQUESTS = 100_000
+"""The requests of the trace BLIS's figures are for (other sizes get no ratio)."""
 TARGET_RATIO = 6.0
 """The issue's target: BLIS's CPU time over ours."""
 RUN = "import sys; from simpy_llm.cli import main; sys.exit(main(sys.argv[1:]))"
@@ -140,8 +142,10 @@ def main(argv: list[str] | None = None) -> int:
         lo, med, hi = _spread([x["cpu_s"] for x in mine])
         rss = max(x["peak_rss_mb"] for x in mine)
         base_median = base_median or med
-        vs_blis = f"x{BLIS_CPU_S[0] / hi:.1f}-{BLIS_CPU_S[1] / lo:.1f}"
-        rss_blis = f"x{BLIS_RSS_GB[0] * 1024 / rss:.1f}-{BLIS_RSS_GB[1] * 1024 / rss:.1f}"
+        # BLIS's figures are for 100k requests: no ratio for runs of another size.
+        comparable = all(x["requests"] == BLIS_REQUESTS for x in mine)
+        vs_blis = f"x{BLIS_CPU_S[0] / hi:.1f}-{BLIS_CPU_S[1] / lo:.1f}" if comparable else "-"
+        rss_blis = f"x{BLIS_RSS_GB[0] * 1024 / rss:.1f}-{BLIS_RSS_GB[1] * 1024 / rss:.1f}" if comparable else "-"
         print(f"{str(tree)[-32:]:<32} {f'{lo:.2f} / {med:.2f} / {hi:.2f}':>24} {rss:>11.0f} {med / base_median:>10.3f} {vs_blis:>16} {rss_blis:>16}")
     print(
         f"\nBLIS (measured earlier by hand on this machine, not run here): {BLIS_CPU_S[0]:.0f}-{BLIS_CPU_S[1]:.0f} CPU s, "
