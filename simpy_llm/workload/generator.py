@@ -341,6 +341,8 @@ class WorkloadGenerator:
             base = bases[si]
             if extra is None:
                 req = Request(id=next(ids), prompt_tokens=prompt, output_tokens=output, arrival_s=env.now, **base)
+            elif not base:  # a trace's row: its fields are the request's own
+                req = Request(id=next(ids), prompt_tokens=prompt, output_tokens=output, arrival_s=env.now, **extra)
             else:
                 req = Request(id=next(ids), prompt_tokens=prompt, output_tokens=output, arrival_s=env.now, **{**base, **extra})
             n += 1

@@ -27,6 +27,7 @@ SHORT = {
     "servegen_multimodal.yaml": ["workload.horizon_s=300"],
     "servegen_reasoning.yaml": ["workload.horizon_s=600"],
     "azure_conversation_replay.yaml": ["workload.traces.0.max_requests=4000"],
+    "blis_linear.yaml": [],
     "heterogeneous_fleet.yaml": ["workload.num_requests=2000"],
     "llamacpp_cpu.yaml": [],
     "multi_bin_only.yaml": ["workload.num_requests=4000"],

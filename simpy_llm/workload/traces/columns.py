@@ -392,23 +392,32 @@ def _parse_int(
 ) -> Any:
     """Whole numbers (``12`` or ``12.0``) of a string column; blank cells take *default*
     (or ``<NA>`` if *nullable*, else are a problem)."""
-    values = s.to_numpy(dtype=object)
-    empty = values == ""
-    any_empty = bool(empty.any())
-    try:  # fast path: plain integers (numpy calls int() per cell)
-        ints = np.zeros(len(values), dtype=np.int64)
-        ints[~empty] = values[~empty].astype(np.int64) if any_empty else values.astype(np.int64)
-    except (ValueError, OverflowError, TypeError):
-        stripped = s.str.strip()
-        empty = (stripped == "").to_numpy()
+    plain = _plain_ints(s)
+    values: Any = None  # the cells as Python strings: made only when needed
+    if plain is not None:
+        ints, empty = plain
         any_empty = bool(empty.any())
-        ok = s.str.fullmatch(_INT_RE).to_numpy(dtype=bool)
-        problems.cells(~ok & ~empty, lines, column, values, lambda v: f"not a whole number: {v!r}")
-        ints = stripped.where(ok, "0").str.replace(r"\.0*$", "", regex=True).astype(np.int64).to_numpy()
+    else:
+        values = s.to_numpy(dtype=object)
+        empty = values == ""
+        any_empty = bool(empty.any())
+        try:  # plain integers (numpy calls int() per cell)
+            ints = np.zeros(len(values), dtype=np.int64)
+            ints[~empty] = values[~empty].astype(np.int64) if any_empty else values.astype(np.int64)
+        except (ValueError, OverflowError, TypeError):
+            stripped = s.str.strip()
+            empty = (stripped == "").to_numpy()
+            any_empty = bool(empty.any())
+            ok = s.str.fullmatch(_INT_RE).to_numpy(dtype=bool)
+            problems.cells(~ok & ~empty, lines, column, values, lambda v: f"not a whole number: {v!r}")
+            # copy=True: a column held by pyarrow gives a read-only view, and blanks are filled below
+            ints = stripped.where(ok, "0").str.replace(r"\.0*$", "", regex=True).astype(np.int64).to_numpy(copy=True)
     if any_empty and default is None and not nullable:
+        values = s.to_numpy(dtype=object) if values is None else values
         problems.cells(empty, lines, column, values, lambda v: "missing value")
-    if non_negative:
-        problems.cells(~empty & (ints < 0), lines, column, values, lambda v: f"must be >= 0, got {v.strip()}")
+    if non_negative and bool((negative := ~empty & (ints < 0)).any()):
+        values = s.to_numpy(dtype=object) if values is None else values
+        problems.cells(negative, lines, column, values, lambda v: f"must be >= 0, got {v.strip()}")
     if nullable:
         out = pd.array(ints, dtype="Int64")
         if any_empty:
@@ -417,6 +426,34 @@ def _parse_int(
     if any_empty and default is not None:
         ints[empty] = default
     return ints
+
+
+def _plain_ints(s: pd.Series) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(integers, empty)`` of a string column held by pyarrow (pandas' ``str`` dtype with
+    pyarrow) whose every cell is blank or a plain decimal integer (digits after an optional
+    ``-``) within int64; None for any other column, which the per-cell parsing reads.
+
+    Arrow's cast accepts only such cells, each of which ``int()`` reads as the same number,
+    so the parse is the per-cell one's without a Python string per cell (blank cells: 0).
+    """
+    dtype = s.dtype
+    if not (isinstance(dtype, pd.StringDtype) and dtype.storage == "pyarrow"):
+        return None
+    import pyarrow as pa  # present whenever pandas holds strings in it
+    import pyarrow.compute as pc
+
+    cells = pa.array(s.array)
+    if cells.null_count:  # a missing cell (a short row): the per-cell parsing reports it
+        return None
+    blank = pc.equal(cells, "")
+    try:
+        parsed = pc.cast(pc.if_else(blank, pa.scalar(None, cells.type), cells), pa.int64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    ints = np.asarray(parsed.fill_null(0), dtype=np.int64)  # an array or a chunked array alike
+    if not ints.flags.writeable:  # a view of arrow's buffer: blanks are filled in place later
+        ints = ints.copy()
+    return ints, np.asarray(blank, dtype=bool)
 
 
 def _parse_float(

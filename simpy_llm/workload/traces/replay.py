@@ -7,13 +7,15 @@ the shared prefixes of the prefix groups the header names.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from operator import attrgetter
+from itertools import repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import attrs
 import numpy as np
 
 from simpy_llm.config.errors import ScenarioError
+from simpy_llm.entities import Request
 from simpy_llm.metrics.record import TRACE_COLUMNS
 from simpy_llm.workload.prefix import PREFIX_BLOCK_TOKENS, namespaced_blocks, prefix_blocks
 from simpy_llm.workload.traces.columns import Trace
@@ -64,7 +66,6 @@ simulation numbers requests), the client, tenant and SLO class (blank ones take 
 and the lengths (at least 1 token)."""
 _PASSED_ON = tuple(name for name in TRACE_COLUMNS if name not in _SET_APART)
 """The record fields a replayed request takes from its row as they are."""
-_passed_on = attrgetter(*(TRACE_COLUMNS[name] for name in _PASSED_ON))
 
 
 def _blocks(text: str) -> tuple[int, ...]:
@@ -130,8 +131,10 @@ def trace_rows(
     Every row is replayed, failed ones too (they loaded the real service);
     lengths are at least 1 token (the engine's prefill produces the first
     output token), so a BurstGPT failure (0 response tokens) is replayed as a
-    1-token response. *fields* carries the request's identity, session,
-    prefix group, modality and reasoning fields, and, when the trace has
+    1-token response. *fields* carries the request's client, tenant and SLO class, its
+    session, prefix group, modality, reasoning and priority fields (each only when some row
+    of the trace sets it to other than the :class:`~simpy_llm.entities.Request` default, which
+    the request then takes), and, when the trace has
     prefix blocks, ``prefix_blocks`` with ``prefix_block_tokens`` from the
     header (default 16), moved to the range of the trace's *namespace* (its index in the
     workload's ``traces``: :func:`~simpy_llm.workload.prefix.namespaced_blocks`), so the
@@ -156,20 +159,75 @@ def trace_rows(
     # The header's warm-up is the first requests by id (as the observer numbered them), which
     # a replay at send times or with sessions need not reach first.
     warm_ids = set(np.sort(trace.frame["request_id"].to_numpy())[:warm_up].tolist()) if warm_up else set()
-    for r in trace_requests(trace):
-        client = r.client_id or default_client
-        fields: dict[str, Any] = {
-            "client_id": client,
-            "tenant_id": r.tenant_id or client,
-            "slo_class": r.slo_class or default_slo,
-            "priority": r.priority,
-        }
-        fields.update(zip(_PASSED_ON, _passed_on(r), strict=True))
-        if r.prefix_blocks:
-            fields["prefix_blocks"] = namespaced_blocks(r.prefix_blocks, namespace)
-            fields["prefix_block_tokens"] = block_tokens
-        elif r.prefix_group in groups:
-            fields.update(groups[r.prefix_group])
-        if r.request_id in warm_ids:
-            fields["warm_up"] = True
-        yield r.arrival_s, max(r.input_tokens, 1), max(r.output_tokens, 1), fields
+    frame = trace.frame
+    n = len(frame)
+    t = frame["arrival_time_us"].to_numpy()
+    order = None if n < 2 or bool(np.all(t[1:] >= t[:-1])) else np.argsort(t, kind="stable")
+    # A field whose every row holds the request's own default is left to that default: the
+    # request is the same, and a row's dict the smaller (one dict and one Request per row).
+    passed = [(name, frame[TRACE_COLUMNS[name]].to_numpy()) for name in _PASSED_ON]
+    if "priority" in frame.columns:
+        passed.append(("priority", frame["priority"].to_numpy()))
+    passed = [(name, values) for name, values in passed if not _all_default(name, values)]
+    names = [name for name, _ in passed]
+    blocks = frame["prefix_blocks"].to_numpy() if "prefix_blocks" in frame.columns else None
+    group_column = frame["prefix_group"].to_numpy() if groups else None
+    ids = frame["request_id"].to_numpy() if warm_ids else None
+    columns = {
+        name: frame[column].to_numpy()
+        for name, column in (
+            ("input", "input_tokens"),
+            ("output", "output_tokens"),
+            ("client", "client_id"),
+            ("tenant", "tenant_id"),
+            ("slo", "slo_class"),
+        )
+    }
+    for start in range(0, n, _CHUNK):
+        idx: Any = slice(start, min(start + _CHUNK, n)) if order is None else order[start : start + _CHUNK]
+        cols = {name: values[idx].tolist() for name, values in columns.items()}
+        rows = zip((t[idx] / 1e6).tolist(), cols["input"], cols["output"], cols["client"], cols["tenant"], cols["slo"], strict=True)
+        m = len(cols["input"])
+        passed_rows = zip(*(values[idx].tolist() for _, values in passed), strict=True) if passed else repeat((), m)
+        block_texts = blocks[idx].tolist() if blocks is not None else repeat("", m)
+        group_names = group_column[idx].tolist() if group_column is not None else repeat("", m)
+        row_ids = ids[idx].tolist() if ids is not None else repeat(-1, m)
+        for (arrival_s, prompt, output, client_id, tenant_id, slo_class), values, text, group, request_id in zip(
+            rows, passed_rows, block_texts, group_names, row_ids, strict=True
+        ):
+            client = client_id or default_client
+            fields: dict[str, Any] = {"client_id": client, "tenant_id": tenant_id or client, "slo_class": slo_class or default_slo}
+            if values:
+                fields.update(zip(names, values, strict=True))
+            if text:
+                fields["prefix_blocks"] = namespaced_blocks(_blocks(text), namespace)
+                fields["prefix_block_tokens"] = block_tokens
+            elif group in groups:
+                fields.update(groups[group])
+            if request_id in warm_ids:
+                fields["warm_up"] = True
+            yield arrival_s, max(prompt, 1), max(output, 1), fields
+
+
+_CHUNK = 65536
+"""Rows :func:`trace_rows` converts to Python values at a time (memory bounded on long traces)."""
+_REQUEST_DEFAULTS = {f.name: f.default for f in attrs.fields(Request) if f.default is not attrs.NOTHING}
+
+
+def _all_default(name: str, values: np.ndarray) -> bool:
+    """Whether every one of *values* (a trace column, as its rows give it to the request's
+    field *name*) is that field's default, of the default's type (a float also by its sign,
+    so that -0.0 is kept)."""
+    default = _REQUEST_DEFAULTS[name]
+    if not len(values):
+        return True
+    kind = values.dtype.kind
+    if isinstance(default, bool):
+        ok = kind == "b"
+    elif isinstance(default, int):
+        ok = kind in "iu"
+    elif isinstance(default, float):
+        ok = kind == "f" and not bool(np.signbit(values).any())
+    else:
+        ok = isinstance(default, str) and kind in "OU"
+    return ok and bool((values == default).all())
