@@ -99,8 +99,12 @@ class SSEParser:
         events: list[tuple[str, str, str | None, int | None]] = []
         line_ = self._line
         for line in lines:
-            if line.startswith("data:") and not self._first_line:  # the usual line, in short
+            if line.startswith("data:") and not self._first_line:  # the usual lines, in short
                 self._data.append(line[6:] if line.startswith(" ", 5) else line[5:])
+            elif not line and self._data and not self._first_line:  # the blank line ending an event
+                events.append(("\n".join(self._data), self._event, self._id, self._retry))
+                self._data = []
+                self._event = ""
             else:
                 line_(line, events)
         return events
@@ -219,7 +223,7 @@ def chunk_fields(data: str, event: str = "") -> tuple[str, str, str, dict[str, A
     >>> chunk_fields("[DONE]")
     ('done', '', '', None, None, None)
     """
-    if data == "[DONE]" or data.strip() == "[DONE]":
+    if data == "[DONE]" or ("[DONE]" in data and data.strip() == "[DONE]"):  # no stripped copy of every chunk
         return ("done", "", "", None, None, None)
     try:
         obj = _loads(data)
