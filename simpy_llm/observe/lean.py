@@ -277,7 +277,9 @@ class LeanPool:
         self._host_header = host if self.port == default_port else f"{host}:{self.port}"
         self._fixed = "".join(f"{k}: {v}\r\n" for k, v in headers.items() if k.lower() not in ("host", "content-length", "connection"))
         self._heads: dict[str, bytes] = {}
-        self._idle: list[_Connection] = []
+        # Idle connections in the order released: popitem() takes the last (last in, first out),
+        # and one the server closes leaves in O(1) (a run that fell behind may hold 10^4 of them).
+        self._idle: dict[_Connection, None] = {}
         self._all: set[_Connection] = set()
 
     def _head(self, path: str) -> bytes:
@@ -322,7 +324,7 @@ class LeanPool:
         idle = self._idle
         limit = time.perf_counter() - KEEPALIVE_S
         while idle:
-            conn = idle.pop()
+            conn = idle.popitem()[0]
             if not conn.closed and conn.idle_since >= limit:
                 return conn
             conn.close()
@@ -331,13 +333,12 @@ class LeanPool:
     def release(self, conn: _Connection) -> None:
         """*conn*'s answer ended and it may carry another request."""
         conn.idle_since = time.perf_counter()
-        self._idle.append(conn)
+        self._idle[conn] = None
 
     def forget(self, conn: _Connection) -> None:
         """*conn* is closed: it leaves the pool."""
         self._all.discard(conn)
-        if self._idle and conn in self._idle:
-            self._idle.remove(conn)
+        self._idle.pop(conn, None)
 
     async def close(self) -> None:
         """Close every connection and wait (briefly) until they are closed."""
