@@ -217,7 +217,7 @@ def spawn(rate: float, loop: str, workers: int, port: int, server_pid: int, args
     cmd += ["--transport", args.transport]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=args.duration * 20 + 60)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=args.duration * 20 + 240)
     for line in proc.stdout.splitlines():
         if line.startswith(RESULT_TAG):
             return json.loads(line[len(RESULT_TAG) :])

@@ -139,8 +139,13 @@ class _ForwardingGenerator(LoadGenerator):
             self._timer.cancel()
             self._timer = None
         if self._out:
-            self._conn.send(("ended", self.live.sent, self._out))
-            self._out = []
+            out, self._out = self._out, []
+            try:
+                self._conn.send(("ended", self.live.sent, out))
+            except OSError:  # the parent is gone (its pipe is closed): nobody will write these rows
+                # Stop rather than keep sending into a closed pipe (which once kept orphaned
+                # workers busy for minutes, each batch growing by what the last failed to send).
+                self.stop()
 
 
 def _listen(conn: Connection, loop: asyncio.AbstractEventLoop, start: asyncio.Future[float | None], gen: LoadGenerator) -> None:
