@@ -13,13 +13,15 @@ a task wake-up per read, its connection pool) is what it saves: see docs/observe
 and saturation".
 
 Connections. With ``keep_alive`` a connection whose answer ended is kept for the next request
-(last in, first out), unless the answer said ``Connection: close`` (llama.cpp's server closes
-after each streamed answer), the server closed it (end of file: it leaves the pool at once), or
-it lay idle longer than :data:`~simpy_llm.observe.client.KEEPALIVE_S` (closed when next looked
-at). A request on a connection is written once and never again: a server that closes the
-connection after the request was written, before answering, gives an ``error`` record (the
-server may have acted on it), never a second send. Without ``keep_alive`` every request
-asks ``Connection: close`` on a new connection.
+(last in, first out), unless the answer said ``Connection: close``, the server closed it (end
+of file: it leaves the pool at once), or it lay idle longer than
+:data:`~simpy_llm.observe.client.KEEPALIVE_S` (closed when next looked at). A request on a
+connection is written once and never again: a server that closes the connection after the
+request was written, before answering, gives an ``error`` record (the server may have acted on
+it), never a second send. llama.cpp's server closes after a streamed answer without saying so,
+and a request sent on that connection before its end of file was read fails that way: leave
+``keep_alive`` off against it. Without ``keep_alive`` every request asks ``Connection: close``
+on a new connection.
 
 What ends a request: the end of its answer (``data: [DONE]`` for a stream, which ends the
 record at once; the rest of the answer is still read before the connection is reused), a
@@ -38,17 +40,13 @@ import asyncio
 import ssl
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from simpy_llm.observe.client import (
-    KEEPALIVE_S,
-    ObservedRequest,
-    StreamReader,
-    http_error_message,
-    json_answer,
-    short_message,
-)
+from simpy_llm.observe.answers import StreamReader, http_error_message, json_answer, short_message
+
+if TYPE_CHECKING:
+    from simpy_llm.observe.client import ObservedRequest
 
 __all__ = ["ERROR_BODY_BYTES", "LeanPool", "missing"]
 
@@ -256,9 +254,13 @@ class LeanPool:
         Keep connections for the next request (see the module docstring).
     now
         The client's clock: seconds since its run start.
+    idle_s
+        Seconds an idle connection is kept (the client's :data:`~simpy_llm.observe.client.KEEPALIVE_S`).
     """
 
-    def __init__(self, base_url: str, headers: Mapping[str, str], *, keep_alive: bool, now: Callable[[], float]) -> None:
+    def __init__(
+        self, base_url: str, headers: Mapping[str, str], *, keep_alive: bool, now: Callable[[], float], idle_s: float = 2.0
+    ) -> None:
         missing_ = missing()
         if missing_ is not None:
             raise ImportError(missing_)
@@ -270,6 +272,7 @@ class LeanPool:
         self.ssl: ssl.SSLContext | None = ssl.create_default_context() if parts.scheme == "https" else None
         self.prefix = parts.path.rstrip("/")
         self.keep_alive = keep_alive
+        self.idle_s = idle_s
         self.now = now
         self.loop = asyncio.get_running_loop()
         host = self.host if ":" not in self.host else f"[{self.host}]"
@@ -322,7 +325,7 @@ class LeanPool:
     def _acquire(self) -> _Connection | None:
         """An idle connection to reuse (the last one released), or ``None``."""
         idle = self._idle
-        limit = time.perf_counter() - KEEPALIVE_S
+        limit = time.perf_counter() - self.idle_s
         while idle:
             conn = idle.popitem()[0]
             if not conn.closed and conn.idle_since >= limit:
