@@ -21,6 +21,9 @@ on 2 cores). See ``benchmarks/README.md``; figures go to ``RESULTS.md`` by hand.
 
 ``--new-connections`` makes the client open a connection per request
 (``OpenAIClient(keep_alive=False)``), to measure what kept-alive connections save.
+``--transport lean`` sends through the client's lean transport
+(``OpenAIClient(transport="lean")``: an asyncio Protocol per connection, answers parsed by
+httptools) instead of aiohttp.
 
 ``--workers 1,2`` runs each case with one sending process
 (:class:`~simpy_llm.observe.LoadGenerator`) and with two worker processes
@@ -107,11 +110,12 @@ def run_case(args: argparse.Namespace) -> dict[str, Any]:
     requests = [{"arrival_time_s": t, "input_tokens": args.input_tokens, "output_tokens": args.output_tokens} for t in times]
     out: dict[str, Any] = {
         "loop": args.case_loop, "loop_used": resolve_loop(args.case_loop), "rate": args.case_rate, "workers": args.case_workers,
+        "transport": args.transport,
     }
     profiler = cProfile.Profile() if args.profile else None
 
     async def main() -> None:
-        async with OpenAIClient(url, timeout_s=30.0, keep_alive=not args.new_connections) as client:
+        async with OpenAIClient(url, timeout_s=30.0, keep_alive=not args.new_connections, transport=args.transport) as client:
             # Warm-up: the first requests pay lazy imports and first-use costs.
             for _ in range(5):
                 await client.send(RequestSpec("warm up", 4, request_id=-1))
@@ -210,9 +214,10 @@ def spawn(rate: float, loop: str, workers: int, port: int, server_pid: int, args
         cmd += ["--profile", "--profile-top", str(args.profile_top)]
     if args.new_connections:
         cmd.append("--new-connections")
+    cmd += ["--transport", args.transport]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=args.duration * 20 + 60)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=args.duration * 20 + 240)
     for line in proc.stdout.splitlines():
         if line.startswith(RESULT_TAG):
             return json.loads(line[len(RESULT_TAG) :])
@@ -328,6 +333,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--new-connections", action="store_true",
                    help="open a new connection per request (OpenAIClient(keep_alive=False)), as the client did "
                         "before it kept connections alive")
+    p.add_argument("--transport", choices=("aiohttp", "lean"), default="aiohttp",
+                   help="the client's transport (OpenAIClient(transport=...)): aiohttp (default) or lean "
+                        "(an asyncio Protocol with httptools; the loadgen extra)")
     p.add_argument("--workers", default="1",
                    help="comma-separated numbers of sending processes, one case each (default 1: the one-process generator)")
     # Worker mode: one case, started by the parent.
@@ -357,7 +365,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  machine   {machine_line()}")
     if load is not None:
         print("  load avg  {:.2f} {:.2f} {:.2f} (1/5/15 min; other busy processes distort the delays)".format(*load))
-    print(f"  software  Python {platform.python_version()}; aiohttp {_version('aiohttp')}; uvloop {_version('uvloop')}")
+    print(f"  software  Python {platform.python_version()}; aiohttp {_version('aiohttp')}; uvloop {_version('uvloop')}; "
+          f"httptools {_version('httptools')}; transport {args.transport}")
     print(f"  workload  {args.arrivals} targets, {args.duration:g} s per rate, prompts of {args.input_tokens} words, "
           f"{args.chunks} content chunks per answer, {args.repeat} run(s) per case, one fresh process each")
     print(flush=True)

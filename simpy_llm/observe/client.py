@@ -29,27 +29,45 @@ import asyncio
 import itertools
 import json
 import time
-from typing import Any
+import warnings
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import attrs
 import orjson
 
-from simpy_llm.observe.sse import SSEParser, interpret
+from simpy_llm.observe.answers import (  # answers read into records: both transports use them
+    StreamReader,
+    _fill_usage,  # noqa: F401 - importable from here as before
+    http_error_message,
+    json_answer,
+    short_message,
+)
+
+if TYPE_CHECKING:
+    from simpy_llm.observe.lean import LeanPool
 
 __all__ = [
     "FILES_RESERVE",
     "KEEPALIVE_S",
+    "TRANSPORTS",
     "UNSENT_RETRIES",
+    "LeanTransportWarning",
     "ObservedRequest",
     "OpenAIClient",
     "OpenFilesLimitError",
     "RequestSpec",
     "RetryPolicy",
+    "StreamReader",
+    "http_error_message",
+    "json_answer",
     "raise_open_files_limit",
+    "short_message",
 ]
 
 STATUSES = ("ok", "error", "timeout", "cancelled")
+TRANSPORTS = ("aiohttp", "lean")
+"""The client's ways of sending requests (:class:`OpenAIClient`, *transport*)."""
 ENDPOINTS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 KEEPALIVE_S = 2.0
 """Seconds an idle connection is kept for reuse: below the 5 s idle timeout of uvicorn (vLLM,
@@ -61,12 +79,15 @@ just then: llama.cpp's server closes its connection after each streamed answer, 
 reusing it failed about one time in three) is sent again on another connection, at most this
 many times; it is not an attempt of the record (the server never had it) and not a retry of
 :class:`RetryPolicy`."""
-_MAX_ERROR_CHARS = 300
 
 
 FILES_RESERVE = 64
 """Open files a sending process keeps besides its connections (the trace, pipes, the event
 loop's own, imports), counted when :func:`raise_open_files_limit` checks a concurrency."""
+
+
+class LeanTransportWarning(UserWarning):
+    """``transport="lean"`` was asked for where it cannot run (httptools missing): aiohttp sends instead."""
 
 
 class OpenFilesLimitError(RuntimeError):
@@ -264,17 +285,6 @@ class ObservedRequest:
         return None if self.sent_s is None or self.scheduled_s is None else self.sent_s - self.scheduled_s
 
 
-def _fill_usage(rec: ObservedRequest, usage: dict[str, Any]) -> None:
-    p, c = usage.get("prompt_tokens"), usage.get("completion_tokens")
-    if isinstance(p, int):
-        rec.prompt_tokens, rec.prompt_tokens_source = p, "usage"
-    if isinstance(c, int):
-        rec.completion_tokens, rec.completion_tokens_source = c, "usage"
-    details = usage.get("prompt_tokens_details")
-    if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
-        rec.cached_tokens = details["cached_tokens"]
-
-
 def _unsent(exc: aiohttp.ClientOSError) -> bool:
     """Whether *exc* says the request could not be written in full (aiohttp's words for it)."""
     return not isinstance(exc, aiohttp.ClientConnectorError) and "Can not write request body" in str(exc)
@@ -294,22 +304,6 @@ def _encode(body: dict[str, Any]) -> bytes:
         return orjson.dumps(body)
     except orjson.JSONEncodeError:
         return json.dumps(body).encode()
-
-
-def _short(text: str) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= _MAX_ERROR_CHARS else text[: _MAX_ERROR_CHARS - 3] + "..."
-
-
-def _http_error_message(status: int, reason: str | None, body: bytes) -> str:
-    text = body.decode("utf-8", "replace")
-    try:
-        obj = json.loads(text)
-        err = obj.get("error", obj) if isinstance(obj, dict) else obj
-        text = err.get("message", json.dumps(err)) if isinstance(err, dict) else str(err)
-    except (json.JSONDecodeError, ValueError):
-        pass
-    return _short(f"HTTP {status} {reason or ''}: {text}".replace(" :", ":"))
 
 
 class OpenAIClient:
@@ -337,6 +331,13 @@ class OpenAIClient:
         :data:`KEEPALIVE_S` for the next request. ``False`` (the default): a new connection per
         request, which every server answers reliably (each request pays the connection
         set-up, and the client's sockets linger in ``TIME_WAIT``; module docstring).
+    transport
+        How requests are sent: ``"aiohttp"`` (the default) or ``"lean"``, an asyncio Protocol
+        per connection with answers parsed by httptools (:mod:`simpy_llm.observe.lean`): the
+        same records for the same answers at a fraction of the CPU per request, for load
+        generation at high rates. Without httptools installed (the ``loadgen`` extra),
+        ``"lean"`` warns and sends through aiohttp. Either way ``/v1/models`` is asked
+        through aiohttp.
     """
 
     def __init__(
@@ -351,7 +352,10 @@ class OpenAIClient:
         headers: dict[str, str] | None = None,
         run_start: float | None = None,
         keep_alive: bool = False,
+        transport: str = "aiohttp",
     ) -> None:
+        if transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {', '.join(map(repr, TRANSPORTS))}, got {transport!r}")
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         self.model = model
@@ -363,7 +367,9 @@ class OpenAIClient:
             self.headers["Authorization"] = f"Bearer {api_key}"
         self.run_start = time.perf_counter() if run_start is None else run_start
         self.keep_alive = keep_alive
+        self.transport = transport
         self._session: aiohttp.ClientSession | None = None
+        self._lean: LeanPool | None = None
 
     def now(self) -> float:
         """Seconds since :attr:`run_start`."""
@@ -395,9 +401,22 @@ class OpenAIClient:
                 headers=self.headers,
                 timeout=aiohttp.ClientTimeout(total=None),
             )
+        if self.transport == "lean" and self._lean is None:
+            from simpy_llm.observe import lean
+
+            problem = lean.missing()
+            if problem is None:
+                self._lean = lean.LeanPool(
+                    self.base_url, self.headers, keep_alive=self.keep_alive, now=self.now, idle_s=KEEPALIVE_S
+                )
+            else:
+                warnings.warn(f"{problem}; sending through aiohttp instead", LeanTransportWarning, stacklevel=2)
 
     async def close(self) -> None:
-        """Close the HTTP session."""
+        """Close the HTTP session (and the lean transport's connections)."""
+        if self._lean is not None:
+            await self._lean.close()
+            self._lean = None
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -448,7 +467,7 @@ class OpenAIClient:
             raise
         except Exception as exc:  # noqa: BLE001 - never let one request break a run
             rec.status = "error"
-            rec.error_message = _short(f"{type(exc).__name__}: {exc}")
+            rec.error_message = short_message(f"{type(exc).__name__}: {exc}")
             rec.done_s = self.now()
         return rec
 
@@ -456,8 +475,7 @@ class OpenAIClient:
         """One POST; fills *rec*; returns the ``Retry-After`` header if any."""
         rec.attempts += 1
         rec.status, rec.error_message, rec.http_status = "pending", "", None
-        for name in ("headers_s", "first_byte_s", "first_chunk_s", "first_content_s", "last_chunk_s", "done_s"):
-            setattr(rec, name, None)
+        rec.headers_s = rec.first_byte_s = rec.first_chunk_s = rec.first_content_s = rec.last_chunk_s = rec.done_s = None
         rec.chunk_times_s, rec.content_times_s = [], []
         rec.output_chars = rec.reasoning_chars = 0
         rec.output_text = "" if spec.keep_text else None
@@ -467,36 +485,19 @@ class OpenAIClient:
         retry_after = None
         try:
             async with asyncio.timeout(self.timeout_s):
-                for resend in range(UNSENT_RETRIES + 1):
-                    try:
-                        async with self.session.post(self.base_url + ENDPOINTS[spec.endpoint], data=data) as resp:
-                            rec.headers_s = self.now()
-                            rec.http_status = resp.status
-                            if resp.status != 200:
-                                retry_after = resp.headers.get("Retry-After")
-                                raw = await resp.content.read(64 * 1024)
-                                rec.status = "error"
-                                rec.error_message = _http_error_message(resp.status, resp.reason, raw)
-                            elif spec.stream:
-                                await self._read_stream(resp, rec)
-                            else:
-                                await self._read_json(resp, rec)
-                        break
-                    except aiohttp.ClientOSError as exc:
-                        # A kept-alive connection the server closed as the request went out: the
-                        # request was not written in full, so the server did not act on it; it
-                        # goes again, on another connection (RFC 9112, 9.3.1).
-                        if resend == UNSENT_RETRIES or rec.headers_s is not None or not _unsent(exc):
-                            raise
+                if self._lean is not None:
+                    retry_after = await self._lean.post(ENDPOINTS[spec.endpoint], data, rec, spec.stream)
+                else:
+                    retry_after = await self._post(spec, data, rec)
         except TimeoutError:
             rec.status = "timeout"
             rec.error_message = f"no complete response within {self.timeout_s} s"
         except aiohttp.ClientPayloadError as exc:
             rec.status = "error"
-            rec.error_message = _short(f"stream broken: {type(exc).__name__}: {exc}")
+            rec.error_message = short_message(f"stream broken: {type(exc).__name__}: {exc}")
         except (aiohttp.ClientError, OSError) as exc:
             rec.status = "error"
-            rec.error_message = _short(f"{type(exc).__name__}: {exc}")
+            rec.error_message = short_message(f"{type(exc).__name__}: {exc}")
         rec.attempt_statuses.append(rec.http_status)
         if rec.done_s is None:
             rec.done_s = self.now()
@@ -504,86 +505,43 @@ class OpenAIClient:
             rec.completion_tokens, rec.completion_tokens_source = len(rec.content_times_s), "chunks"
         return retry_after
 
+    async def _post(self, spec: RequestSpec, data: bytes, rec: ObservedRequest) -> str | None:
+        """The POST of an attempt through aiohttp; fills *rec*; returns the ``Retry-After`` header if any."""
+        retry_after = None
+        for resend in range(UNSENT_RETRIES + 1):
+            try:
+                async with self.session.post(self.base_url + ENDPOINTS[spec.endpoint], data=data) as resp:
+                    rec.headers_s = self.now()
+                    rec.http_status = resp.status
+                    if resp.status != 200:
+                        retry_after = resp.headers.get("Retry-After")
+                        raw = await resp.content.read(64 * 1024)
+                        rec.status = "error"
+                        rec.error_message = http_error_message(resp.status, resp.reason, raw)
+                    elif spec.stream:
+                        await self._read_stream(resp, rec)
+                    else:
+                        await self._read_json(resp, rec)
+                break
+            except aiohttp.ClientOSError as exc:
+                # A kept-alive connection the server closed as the request went out: the
+                # request was not written in full, so the server did not act on it; it
+                # goes again, on another connection (RFC 9112, 9.3.1).
+                if resend == UNSENT_RETRIES or rec.headers_s is not None or not _unsent(exc):
+                    raise
+        return retry_after
+
     async def _read_stream(self, resp: aiohttp.ClientResponse, rec: ObservedRequest) -> None:
-        parser = SSEParser()
-        # Content kept for closed-loop sessions is joined once: appending to a str is quadratic.
-        text: list[str] | None = [] if rec.output_text is not None else None
-        done = False
-        problem = ""
+        reader = StreamReader(rec)
         try:
-            while not done:
+            while True:
                 data = await resp.content.readany()
-                if not data:
+                if not data or reader.feed(data, self.now()):
                     break
-                t = self.now()
-                if rec.first_byte_s is None:
-                    rec.first_byte_s = t
-                for event in parser.feed(data):
-                    chunk = interpret(event)
-                    if chunk.kind == "done":
-                        done = True
-                        break
-                    rec.chunk_times_s.append(t)
-                    rec.last_chunk_s = t
-                    if rec.first_chunk_s is None:
-                        rec.first_chunk_s = t
-                    if chunk.kind != "data":
-                        problem = problem or (chunk.error or chunk.kind)
-                        continue
-                    if chunk.has_content:
-                        rec.content_times_s.append(t)
-                        if rec.first_content_s is None:
-                            rec.first_content_s = t
-                        rec.output_chars += len(chunk.content)
-                        if text is not None:
-                            text.append(chunk.content)
-                        rec.reasoning_chars += len(chunk.reasoning)
-                    if chunk.usage:
-                        _fill_usage(rec, chunk.usage)
-                    rec.finish_reason = chunk.finish_reason or rec.finish_reason
         finally:
-            if text is not None:
-                rec.output_text = "".join(text)
-        rec.done_s = self.now()
-        if problem:
-            rec.status, rec.error_message = "error", _short(problem)
-        elif not done:
-            left = parser.close()
-            rec.status = "error"
-            rec.error_message = "stream ended without data: [DONE]" + (" (incomplete event left)" if left else "")
-        else:
-            rec.status = "ok"
+            reader.keep_text()
+        reader.end(self.now())
 
     async def _read_json(self, resp: aiohttp.ClientResponse, rec: ObservedRequest) -> None:
         raw = await resp.read()
-        t = rec.done_s = self.now()
-        rec.first_byte_s = t if raw else None
-        try:
-            obj = json.loads(raw)
-        except (json.JSONDecodeError, ValueError) as exc:
-            rec.status, rec.error_message = "error", _short(f"invalid JSON response: {exc}")
-            return
-        if not isinstance(obj, dict) or obj.get("error") is not None:
-            err = obj.get("error") if isinstance(obj, dict) else obj
-            rec.status, rec.error_message = "error", _short(f"server error: {err}")
-            return
-        rec.first_chunk_s = rec.last_chunk_s = t
-        rec.chunk_times_s = [t]
-        text, reasoning = [], []
-        for choice in obj.get("choices") or []:
-            msg = choice.get("message") if isinstance(choice, dict) else None
-            src = msg if isinstance(msg, dict) else (choice if isinstance(choice, dict) else {})
-            c = src.get("content") if isinstance(msg, dict) else src.get("text")
-            text.append(c if isinstance(c, str) else "")
-            r = src.get("reasoning_content")
-            reasoning.append(r if isinstance(r, str) else "")
-            rec.finish_reason = rec.finish_reason or src.get("finish_reason") or choice.get("finish_reason")
-        rec.output_chars, rec.reasoning_chars = sum(map(len, text)), sum(map(len, reasoning))
-        if rec.output_text is not None:
-            rec.output_text = "".join(text)
-        if rec.output_chars or rec.reasoning_chars:
-            rec.first_content_s = t
-            rec.content_times_s = [t]
-        if isinstance(obj.get("usage"), dict):
-            _fill_usage(rec, obj["usage"])
-        rec.status = "ok"
+        json_answer(rec, raw, self.now())

@@ -31,7 +31,7 @@ from typing import Any
 import attrs
 import orjson
 
-__all__ = ["SSEEvent", "SSEParser", "StreamChunk", "interpret", "parse_events"]
+__all__ = ["SSEEvent", "SSEParser", "StreamChunk", "chunk_fields", "interpret", "parse_events"]
 
 _BOM = "\ufeff"
 _LINE_END = re.compile("\r\n|\r|\n")
@@ -68,6 +68,15 @@ class SSEParser:
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Parse *chunk* and return the events it completes (possibly none)."""
+        return [SSEEvent(*fields) for fields in self.feed_fields(chunk)]
+
+    def feed_fields(self, chunk: bytes) -> list[tuple[str, str, str | None, int | None]]:
+        """:meth:`feed`, each event as the tuple of its fields ``(data, event, id, retry)``
+        rather than an :class:`SSEEvent` (a stream reader's form: no object per event).
+
+        >>> SSEParser().feed_fields(b"event: x\\ndata: a\\n\\n")
+        [('a', 'x', None, None)]
+        """
         self.bytes_fed += len(chunk)
         buf = self._buf
         buf += chunk
@@ -87,11 +96,15 @@ class SSEParser:
         self._scan = 0
         lines = text.split("\n") if "\r" not in text else _LINE_END.split(text)
         lines.pop()  # the empty text after the last line end
-        events: list[SSEEvent] = []
+        events: list[tuple[str, str, str | None, int | None]] = []
         line_ = self._line
         for line in lines:
-            if line.startswith("data:") and not self._first_line:  # the usual line, in short
+            if line.startswith("data:") and not self._first_line:  # the usual lines, in short
                 self._data.append(line[6:] if line.startswith(" ", 5) else line[5:])
+            elif not line and self._data and not self._first_line:  # the blank line ending an event
+                events.append(("\n".join(self._data), self._event, self._id, self._retry))
+                self._data = []
+                self._event = ""
             else:
                 line_(line, events)
         return events
@@ -104,14 +117,14 @@ class SSEParser:
         self._data = []
         return left
 
-    def _line(self, line: str, events: list[SSEEvent]) -> None:
+    def _line(self, line: str, events: list[tuple[str, str, str | None, int | None]]) -> None:
         if self._first_line:
             self._first_line = False
             if line.startswith(_BOM):
                 line = line[1:]
         if not line:
             if self._data:
-                events.append(SSEEvent("\n".join(self._data), self._event, self._id, self._retry))
+                events.append(("\n".join(self._data), self._event, self._id, self._retry))
             self._data = []
             self._event = ""
             return
@@ -197,17 +210,29 @@ def interpret(event: SSEEvent) -> StreamChunk:
     >>> interpret(SSEEvent('{"choices": [')).kind
     'invalid'
     """
-    data = event.data
-    if data == "[DONE]" or data.strip() == "[DONE]":
-        return StreamChunk("done")
+    return StreamChunk(*chunk_fields(event.data, event.event))
+
+
+def chunk_fields(data: str, event: str = "") -> tuple[str, str, str, dict[str, Any] | None, str | None, str | None]:
+    """The fields of :func:`interpret`'s :class:`StreamChunk` of an event with *data* and type
+    *event*, as a tuple ``(kind, content, reasoning, usage, error, finish_reason)`` (a stream
+    reader's form: no object per event).
+
+    >>> chunk_fields('{"choices": [{"delta": {"content": "Hi"}, "finish_reason": "stop"}]}')
+    ('data', 'Hi', '', None, None, 'stop')
+    >>> chunk_fields("[DONE]")
+    ('done', '', '', None, None, None)
+    """
+    if data == "[DONE]" or ("[DONE]" in data and data.strip() == "[DONE]"):  # no stripped copy of every chunk
+        return ("done", "", "", None, None, None)
     try:
         obj = _loads(data)
     except (json.JSONDecodeError, RecursionError) as exc:
-        return StreamChunk("invalid", error=f"invalid JSON in stream event: {exc} (data {data[:80]!r})")
+        return ("invalid", "", "", None, f"invalid JSON in stream event: {exc} (data {data[:80]!r})", None)
     if not isinstance(obj, dict):
-        return StreamChunk("invalid", error=f"stream event is not a JSON object: {data[:80]!r}")
-    if event.event == "error" or obj.get("error") is not None:
-        return StreamChunk("error", error=_error_message(obj.get("error", obj)))
+        return ("invalid", "", "", None, f"stream event is not a JSON object: {data[:80]!r}", None)
+    if event == "error" or obj.get("error") is not None:
+        return ("error", "", "", None, _error_message(obj.get("error", obj)), None)
     content = reasoning = ""  # joined over the choices (usually one: no list to join)
     finish = None
     choices = obj.get("choices") or []
@@ -225,4 +250,4 @@ def interpret(event: SSEEvent) -> StreamChunk:
         if finish is None and choice.get("finish_reason"):
             finish = str(choice["finish_reason"])
     usage = obj.get("usage")
-    return StreamChunk("data", content, reasoning, usage if isinstance(usage, dict) else None, None, finish)
+    return ("data", content, reasoning, usage if isinstance(usage, dict) else None, None, finish)

@@ -139,8 +139,13 @@ class _ForwardingGenerator(LoadGenerator):
             self._timer.cancel()
             self._timer = None
         if self._out:
-            self._conn.send(("ended", self.live.sent, self._out))
-            self._out = []
+            out, self._out = self._out, []
+            try:
+                self._conn.send(("ended", self.live.sent, out))
+            except OSError:  # the parent is gone (its pipe is closed): nobody will write these rows
+                # Stop rather than keep sending into a closed pipe (which once kept orphaned
+                # workers busy for minutes, each batch growing by what the last failed to send).
+                self.stop()
 
 
 def _listen(conn: Connection, loop: asyncio.AbstractEventLoop, start: asyncio.Future[float | None], gen: LoadGenerator) -> None:
@@ -209,8 +214,8 @@ class ProcessLoadGenerator:
     ----------
     client
         An open :class:`~simpy_llm.observe.client.OpenAIClient` of the parent: each
-        worker makes its own with the same URL, key, timeout, retries, headers and
-        connection reuse (``keep_alive``); the
+        worker makes its own with the same URL, key, timeout, retries, headers,
+        connection reuse (``keep_alive``) and transport; the
         parent's ``run_start`` is set to the shared run start, so that its clock (the
         metrics scraper's) is the trace's.
     requests, writer, endpoint, stream, model, ignore_eos, extra_body, lag_threshold_s, prefixes, prompts
@@ -358,6 +363,7 @@ class ProcessLoadGenerator:
             "retry": c.retry,
             "read_bufsize": c.read_bufsize,
             "keep_alive": c.keep_alive,
+            "transport": c.transport,
             "headers": {k: v for k, v in c.headers.items() if k not in ("Content-Type", "Authorization")},
         }
         procs = []

@@ -193,6 +193,25 @@ def _format_cell(value: Any, name: str, kind: str) -> str:
     raise AssertionError(kind)
 
 
+_FAST_OTHER, _FAST_STR, _FAST_BOOL, _FAST_INT, _FAST_NINT = range(5)
+"""How :meth:`TraceV2Writer.write_row` formats a column's usual values without
+:func:`_format_cell`: ``str`` as it is (kind ``str``), ``int`` by ``str()`` (kinds ``int``
+and ``nint``), ``bool`` as ``true``/``false`` (kind ``bool``), ``None`` as an empty cell
+(kinds ``str`` and ``nint``); anything else (floats, numpy scalars, ``pd.NA``, subclasses)
+goes through :func:`_format_cell`. The codes are ordered so that ``>= _FAST_INT`` means an
+integer kind."""
+
+
+def _fast_kind(kind: str) -> int:
+    return {"str": _FAST_STR, "bool": _FAST_BOOL, "int": _FAST_INT, "nint": _FAST_NINT}.get(kind, _FAST_OTHER)
+
+
+def _absent_cell(name: str, kind: str) -> str:
+    """The cell of column *name* (of *kind*) in a row that leaves it out (not ``request_id``)."""
+    default = _DEFAULTS.get(name, 0 if kind == "int" else None)
+    return _format_cell(default, name, kind) if default is not None else ""
+
+
 def _now_iso() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -323,6 +342,13 @@ class TraceV2Writer:
         extra = tuple(c for c in extra_columns if c not in V2_COLUMNS)
         self.columns: tuple[str, ...] = V2_COLUMNS + extra
         self._kinds = [(name, _kind(name)) for name in self.columns]
+        # Each column's cell when a row leaves it out, made once (request_id: the row's number,
+        # marked None); and the columns whose usual values (exactly str, int, bool or None) have
+        # a cell that needs no checking: _format_cell gives the same for those.
+        self._plan = [
+            (name, kind, _fast_kind(kind), _absent_cell(name, kind) if name != "request_id" else None)
+            for name, kind in self._kinds
+        ]
         self._known = frozenset(self.columns)
         self.flush_every = max(int(flush_every), 1)
         self.rows_written = 0
@@ -360,20 +386,31 @@ class TraceV2Writer:
         file = self._file
         if file is None:
             file = self._opened()
-        unknown = [k for k in row if k not in self._known]
-        if unknown:
+        if not self._known.issuperset(row):
+            unknown = [k for k in row if k not in self._known]
             raise ValueError(f"unknown trace column(s) {', '.join(map(str, unknown))}; declare extra_columns")
         if "arrival_time_us" not in row:
             raise ValueError("a trace row needs arrival_time_us")
-        cells = []
-        for name, kind in self._kinds:
+        cells: list[str] = []
+        append = cells.append
+        for name, kind, fast, absent in self._plan:
             if name in row:
-                cells.append(_format_cell(row[name], name, kind))
-            elif name == "request_id":
-                cells.append(str(self.rows_written))
+                value = row[name]
+                vtype = type(value)
+                if vtype is str and fast == _FAST_STR:
+                    append(value)
+                elif vtype is int and fast >= _FAST_INT:
+                    append(str(value))
+                elif value is None and (fast == _FAST_STR or fast == _FAST_NINT):
+                    append("")
+                elif vtype is bool and fast == _FAST_BOOL:
+                    append("true" if value else "false")
+                else:
+                    append(_format_cell(value, name, kind))
+            elif absent is None:
+                append(str(self.rows_written))
             else:
-                default = _DEFAULTS.get(name, 0 if kind == "int" else None)
-                cells.append(_format_cell(default, name, kind) if default is not None else "")
+                append(absent)
         self._writer.writerow(cells)
         self.rows_written += 1
         if self.rows_written % self.flush_every == 0:

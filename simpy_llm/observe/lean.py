@@ -1,0 +1,354 @@
+"""The client's lean HTTP/1.1 transport: an asyncio Protocol per connection, answers parsed by httptools.
+
+:class:`OpenAIClient(transport="lean") <simpy_llm.observe.client.OpenAIClient>` posts its
+requests through a :class:`LeanPool` instead of aiohttp's session. A request costs one write of
+bytes built once (the request line and headers are fixed per endpoint: only
+``Content-Length`` and the body change) and one future, woken when the answer ends; the answer
+is parsed as it arrives, in the protocol's callbacks, by ``httptools`` (the Python binding of
+llhttp, the parser of Node.js; it de-chunks ``Transfer-Encoding: chunked``), and a streamed
+answer is read into its record there by the same
+:class:`~simpy_llm.observe.client.StreamReader` as aiohttp's path uses, with each read's receive
+time. What aiohttp does per request besides (its request and response objects, a stream reader,
+a task wake-up per read, its connection pool) is what it saves: see docs/observe.md, "Workers
+and saturation".
+
+Connections. With ``keep_alive`` a connection whose answer ended is kept for the next request
+(last in, first out), unless the answer said ``Connection: close``, the server closed it (end
+of file: it leaves the pool at once), or it lay idle longer than
+:data:`~simpy_llm.observe.client.KEEPALIVE_S` (closed when next looked at). A request on a
+connection is written once and never again: a server that closes the connection after the
+request was written, before answering, gives an ``error`` record (the server may have acted on
+it), never a second send. llama.cpp's server closes after a streamed answer without saying so,
+and a request sent on that connection before its end of file was read fails that way: leave
+``keep_alive`` off against it. Without ``keep_alive`` every request asks ``Connection: close``
+on a new connection.
+
+What ends a request: the end of its answer (``data: [DONE]`` for a stream, which ends the
+record at once; the rest of the answer is still read before the connection is reused), a
+non-200 answer's body (its first 64 KiB make the error message), the server closing the
+connection (an answer without ``Content-Length`` or chunked encoding ends there; one with
+either is a broken stream), an answer that is not HTTP, or the caller's timeout or cancellation,
+which closes the connection (its state is then unknown).
+
+``httptools`` is an optional dependency (the ``loadgen`` extra); :func:`missing` says what is
+missing, and the client falls back to aiohttp with a warning saying so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from simpy_llm.observe.answers import StreamReader, http_error_message, json_answer, short_message
+
+if TYPE_CHECKING:
+    from simpy_llm.observe.client import ObservedRequest
+
+__all__ = ["ERROR_BODY_BYTES", "LeanPool", "missing"]
+
+ERROR_BODY_BYTES = 64 * 1024
+"""A non-200 answer's body is read up to this many bytes (its error message is made from them)."""
+
+
+def missing() -> str | None:
+    """What the lean transport lacks here (a message naming the package to install), or ``None``.
+
+    >>> missing() is None or "httptools" in missing()
+    True
+    """
+    try:
+        import httptools  # noqa: F401 - only whether it imports
+    except ImportError:
+        return "the lean transport needs httptools (pip install 'simpy-llm[loadgen]' or pip install httptools)"
+    return None
+
+
+class _Exchange:
+    """One request on one connection: where its answer goes, and the future its sender awaits
+    (resolved with the ``Retry-After`` header, or ``None``, when the request ended)."""
+
+    __slots__ = ("future", "length_known", "raw", "reader", "reason", "rec", "retry_after", "status", "stream", "t")
+
+    def __init__(self, rec: ObservedRequest, stream: bool, future: asyncio.Future[str | None]) -> None:
+        self.rec = rec
+        self.stream = stream
+        self.future = future
+        self.reader: StreamReader | None = None
+        self.raw: bytearray | None = None
+        self.status = 0
+        self.reason = ""
+        self.retry_after: str | None = None
+        self.length_known = False  # Content-Length or chunked: the body does not end at end of file
+        self.t = 0.0  # receive time of the bytes being parsed
+
+
+class _Connection(asyncio.Protocol):
+    """One HTTP/1.1 connection of a :class:`LeanPool`: at most one request at a time."""
+
+    def __init__(self, pool: LeanPool) -> None:
+        import httptools
+
+        self.pool = pool
+        self.parser = httptools.HttpResponseParser(self)
+        self._parse_error: type[Exception] = httptools.HttpParserError
+        self.transport: asyncio.Transport | None = None
+        self.exchange: _Exchange | None = None
+        self.closed = False
+        self.idle_since = 0.0
+        self.lost: asyncio.Future[None] = pool.loop.create_future()
+
+    # ------------------------------------------------------------ asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        ex = self.exchange
+        if ex is None:  # bytes nobody asked for: the connection cannot be trusted with a request
+            self.close()
+            return
+        ex.t = self.pool.now()
+        try:
+            self.parser.feed_data(data)
+        except self._parse_error as exc:
+            if self.exchange is ex:
+                self._fail(ex, f"invalid HTTP response: {type(exc).__name__}: {exc}")
+            self.close()
+
+    def eof_received(self) -> bool:
+        return False  # close the transport: connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.pool.forget(self)
+        if not self.lost.done():
+            self.lost.set_result(None)
+        ex = self.exchange
+        if ex is None:
+            return
+        self.exchange = None
+        if ex.future.done():
+            return
+        ex.t = self.pool.now()
+        why = f" ({type(exc).__name__}: {exc})" if exc is not None else ""
+        if ex.status == 0:
+            self._fail(ex, "the server closed the connection before answering (the request was written; not sent again)" + why)
+        elif not ex.length_known:  # a body that ends with the connection
+            self._complete(ex)
+        else:
+            self._fail(ex, "stream broken: the server closed the connection before the end of the answer" + why)
+
+    # ------------------------------------------------------------ httptools callbacks
+    def on_status(self, reason: bytes) -> None:
+        if self.exchange is not None:
+            self.exchange.reason = reason.decode("latin-1")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        ex = self.exchange
+        if ex is None:
+            return
+        key = name.lower()
+        if key == b"retry-after":
+            ex.retry_after = value.decode("latin-1")
+        elif key == b"content-length" or (key == b"transfer-encoding" and b"chunked" in value.lower()):
+            ex.length_known = True
+
+    def on_headers_complete(self) -> None:
+        ex = self.exchange
+        if ex is None:
+            return
+        ex.status = status = self.parser.get_status_code()
+        rec = ex.rec
+        rec.headers_s = ex.t
+        rec.http_status = status
+        if status == 200 and ex.stream:
+            ex.reader = StreamReader(rec)
+        else:
+            ex.raw = bytearray()
+
+    def on_body(self, body: bytes) -> None:
+        ex = self.exchange
+        if ex is None or ex.future.done():
+            return  # after [DONE], or an error body read far enough: the rest is read, not kept
+        reader = ex.reader
+        if reader is not None:
+            if reader.feed(body, ex.t):
+                self._end_stream(ex, reader)
+        elif ex.raw is not None:
+            ex.raw += body
+            if ex.status != 200 and len(ex.raw) >= ERROR_BODY_BYTES:
+                self._complete(ex)
+                self.close()  # the rest of a long error body is not worth reading
+
+    def on_message_complete(self) -> None:
+        ex = self.exchange
+        if ex is None:
+            return
+        self.exchange = None
+        if not ex.future.done():
+            self._complete(ex)
+        if self.pool.keep_alive and self.parser.should_keep_alive() and not self.closed:
+            self.pool.release(self)
+        else:
+            self.close()
+
+    # ------------------------------------------------------------ ends of a request
+    def _end_stream(self, ex: _Exchange, reader: StreamReader) -> None:
+        reader.keep_text()
+        reader.end(ex.t)
+        ex.future.set_result(ex.retry_after)
+
+    def _complete(self, ex: _Exchange) -> None:
+        """The answer ended (or was read far enough): fill the record from what was read."""
+        rec = ex.rec
+        if ex.reader is not None:
+            self._end_stream(ex, ex.reader)
+            return
+        raw = bytes(ex.raw or b"")
+        if ex.status != 200:
+            rec.status = "error"
+            rec.error_message = http_error_message(ex.status, ex.reason, raw[:ERROR_BODY_BYTES])
+            rec.done_s = ex.t
+        else:
+            json_answer(rec, raw, ex.t)
+        ex.future.set_result(ex.retry_after)
+
+    def _fail(self, ex: _Exchange, message: str) -> None:
+        rec = ex.rec
+        if ex.reader is not None:
+            ex.reader.keep_text()
+        rec.status, rec.error_message = "error", short_message(message)
+        rec.done_s = ex.t
+        if not ex.future.done():
+            ex.future.set_result(ex.retry_after)
+
+    # ------------------------------------------------------------ the sender's side
+    def send(self, ex: _Exchange, data: bytes) -> None:
+        """Write the whole request *data* (written once: never again on another connection)."""
+        assert self.transport is not None
+        self.exchange = ex
+        self.transport.write(data)
+
+    def close(self) -> None:
+        """Close the connection (its request, if any, is ended by :meth:`connection_lost`)."""
+        self.closed = True
+        self.pool.forget(self)
+        if self.transport is not None:
+            self.transport.close()
+
+
+class LeanPool:
+    """The connections of one :class:`~simpy_llm.observe.client.OpenAIClient` to its server.
+
+    Parameters
+    ----------
+    base_url
+        ``http://host:port`` or ``https://host:port``, with or without a path prefix.
+    headers
+        Sent with every request (``Content-Type``, ``Authorization``, the caller's own).
+    keep_alive
+        Keep connections for the next request (see the module docstring).
+    now
+        The client's clock: seconds since its run start.
+    idle_s
+        Seconds an idle connection is kept (the client's :data:`~simpy_llm.observe.client.KEEPALIVE_S`).
+    """
+
+    def __init__(
+        self, base_url: str, headers: Mapping[str, str], *, keep_alive: bool, now: Callable[[], float], idle_s: float = 2.0
+    ) -> None:
+        missing_ = missing()
+        if missing_ is not None:
+            raise ImportError(missing_)
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"the lean transport needs an http:// or https:// URL with a host, got {base_url!r}")
+        self.host = parts.hostname
+        self.port = parts.port or (443 if parts.scheme == "https" else 80)
+        self.ssl: ssl.SSLContext | None = ssl.create_default_context() if parts.scheme == "https" else None
+        self.prefix = parts.path.rstrip("/")
+        self.keep_alive = keep_alive
+        self.idle_s = idle_s
+        self.now = now
+        self.loop = asyncio.get_running_loop()
+        host = self.host if ":" not in self.host else f"[{self.host}]"
+        default_port = 443 if parts.scheme == "https" else 80
+        self._host_header = host if self.port == default_port else f"{host}:{self.port}"
+        self._fixed = "".join(f"{k}: {v}\r\n" for k, v in headers.items() if k.lower() not in ("host", "content-length", "connection"))
+        self._heads: dict[str, bytes] = {}
+        # Idle connections in the order released: popitem() takes the last (last in, first out),
+        # and one the server closes leaves in O(1) (a run that fell behind may hold 10^4 of them).
+        self._idle: dict[_Connection, None] = {}
+        self._all: set[_Connection] = set()
+
+    def _head(self, path: str) -> bytes:
+        head = self._heads.get(path)
+        if head is None:
+            head = self._heads[path] = (
+                f"POST {self.prefix}{path} HTTP/1.1\r\nHost: {self._host_header}\r\nAccept: */*\r\n{self._fixed}"
+                + ("" if self.keep_alive else "Connection: close\r\n")
+                + "Content-Length: "
+            ).encode("latin-1")
+        return head
+
+    async def post(self, path: str, data: bytes, rec: ObservedRequest, stream: bool) -> str | None:
+        """POST *data* (a JSON body) to *path*; fill *rec* from the answer; return its ``Retry-After``.
+
+        Failures of the connection set-up raise :class:`OSError`; everything after the request
+        was written is recorded in *rec*. Cancellation (the caller's timeout) closes the connection.
+        """
+        conn = self._acquire()
+        if conn is None:
+            _, conn = await self.loop.create_connection(lambda: _Connection(self), self.host, self.port, ssl=self.ssl)
+            self._all.add(conn)
+        future: asyncio.Future[str | None] = self.loop.create_future()
+        ex = _Exchange(rec, stream, future)
+        conn.send(ex, b"%s%d\r\n\r\n%s" % (self._head(path), len(data), data))
+        try:
+            return await future
+        except BaseException:
+            # Cancelled (the caller's timeout) before the answer ended: the connection is in
+            # the middle of an answer, so it is closed; what was read stays in the record.
+            if not future.done():
+                future.cancel()
+                if ex.reader is not None:
+                    ex.reader.keep_text()
+                if conn.exchange is ex:
+                    conn.exchange = None
+                conn.close()
+            raise
+
+    def _acquire(self) -> _Connection | None:
+        """An idle connection to reuse (the last one released), or ``None``."""
+        idle = self._idle
+        limit = time.perf_counter() - self.idle_s
+        while idle:
+            conn = idle.popitem()[0]
+            if not conn.closed and conn.idle_since >= limit:
+                return conn
+            conn.close()
+        return None
+
+    def release(self, conn: _Connection) -> None:
+        """*conn*'s answer ended and it may carry another request."""
+        conn.idle_since = time.perf_counter()
+        self._idle[conn] = None
+
+    def forget(self, conn: _Connection) -> None:
+        """*conn* is closed: it leaves the pool."""
+        self._all.discard(conn)
+        self._idle.pop(conn, None)
+
+    async def close(self) -> None:
+        """Close every connection and wait (briefly) until they are closed."""
+        conns = list(self._all)
+        self._idle.clear()
+        for conn in conns:
+            conn.close()
+        waits: list[Any] = [conn.lost for conn in conns if not conn.lost.done()]
+        if waits:
+            await asyncio.wait(waits, timeout=1.0)
