@@ -3,7 +3,8 @@ Kubernetes' Horizontal Pod Autoscaler (``docs/autoscaling.md``,
 :mod:`simpy_llm.serving.autoscaler`)::
 
     autoscaler:
-      metric: queue_depth            # per active replica: queue_depth, running, in_system, kv_usage, arrival_rate
+      metric: queue_depth            # per active replica: queue_depth, running, in_system, kv_usage, arrival_rate;
+                                     # or the window's TTFTs: ttft_p90, ttft_mean
       policy: {kind: target, params: {target: 4}}   # or {kind: threshold, params: {high: 8, low: 2}}
       sample_interval_s: 5           # the metric is sampled this often
       lag_s: 10                      # and seen this late (scrape and adapter delay)
@@ -31,7 +32,7 @@ from simpy_llm.config.common import PolicySpec
 from simpy_llm.config.errors import FieldValueError
 from simpy_llm.config.validators import MAX_REPLICAS, MAX_TIME_S, MIN_PERIOD_S, all_of, at_least, at_most, one_of, optional
 
-__all__ = ["AUTOSCALER_METRICS", "AutoscalerConfig", "ScalingSpec", "check_autoscaler"]
+__all__ = ["AUTOSCALER_METRICS", "TTFT_METRICS", "AutoscalerConfig", "ScalingSpec", "check_autoscaler"]
 
 if TYPE_CHECKING:
     ScalingSpec: TypeAlias = PolicySpec
@@ -39,10 +40,15 @@ else:
     ScalingSpec = NewType("ScalingSpec", PolicySpec)
     """A :class:`PolicySpec` naming a scaling policy (:mod:`simpy_llm.policies.scaling`)."""
 
-AUTOSCALER_METRICS = ("queue_depth", "running", "in_system", "kv_usage", "arrival_rate")
-"""What the autoscaler can watch, each averaged over the active replicas at the sample:
-requests waiting, requests in the running batch, both, the share of KV blocks in use, and
-requests routed per second since the previous sample."""
+AUTOSCALER_METRICS = ("queue_depth", "running", "in_system", "kv_usage", "arrival_rate", "ttft_p90", "ttft_mean")
+"""What the autoscaler can watch. The first five are averaged over the active replicas at the
+sample: requests waiting, requests in the running batch, both, the share of KV blocks in use,
+and requests routed per second since the previous sample. ``ttft_p90`` and ``ttft_mean`` are
+the 90th percentile and the mean of the time to first token, s, of the requests whose first
+token came in a decision's window (:data:`TTFT_METRICS`)."""
+
+TTFT_METRICS = ("ttft_p90", "ttft_mean")
+"""The metrics read from first-token times rather than from the replicas' state."""
 
 
 @attrs.frozen(kw_only=True)
@@ -56,7 +62,8 @@ class AutoscalerConfig:
     metric: str = attrs.field(default="queue_depth", validator=one_of(AUTOSCALER_METRICS))
     """The metric the policy sees (:data:`AUTOSCALER_METRICS`)."""
     sample_interval_s: float = attrs.field(default=5.0, validator=all_of(at_least(MIN_PERIOD_S), at_most(MAX_TIME_S)))
-    """Time between samples of the metric, s."""
+    """Time between samples of the metric, s (a TTFT metric: between collections of the
+    first tokens that came since the previous one)."""
     lag_s: float = attrs.field(default=0.0, validator=all_of(at_least(0), at_most(MAX_TIME_S)))
     """How late a sample is seen, s: a decision at ``t`` sees the samples taken up to ``t - lag_s``."""
     window_s: float = attrs.field(default=30.0, validator=all_of(at_least(MIN_PERIOD_S), at_most(MAX_TIME_S)))

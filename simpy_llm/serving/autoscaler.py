@@ -5,15 +5,18 @@ One process does both jobs, so that a sample and a decision due at the same time
 fixed order (the sample first):
 
 * **samples** at ``k x sample_interval_s`` (``k >= 1``): the metric averaged over the replicas
-  active then (:data:`~simpy_llm.config.autoscaler.AUTOSCALER_METRICS`);
+  active then (:data:`~simpy_llm.config.autoscaler.AUTOSCALER_METRICS`); with a TTFT metric,
+  the time to first token of each request whose first token came since the previous sample;
 * **decisions** at ``first_sync_s + j x sync_period_s``: the mean of the samples taken in
   ``(t - lag_s - window_s, t - lag_s]`` is *seen*; the policy recommends a count from it and the
   count active now; the recommendation is stabilised as Kubernetes' HPA does (no higher than
   the lowest recommendation of the last ``scale_up_stabilization_s``, no lower than the highest
   of the last ``scale_down_stabilization_s``, itself included), bounded by ``min_replicas`` and
   ``max_replicas``, and applied to newly routed requests (the first *n* replicas of the pool,
-  :class:`~simpy_llm.serving.planner.FleetControl`). A decision that sees no sample changes
-  nothing.
+  :class:`~simpy_llm.serving.planner.FleetControl`). With a TTFT metric, *seen* is the 90th
+  percentile (linear interpolation, numpy's default) or the mean of the TTFTs collected by
+  ``t - lag_s`` whose first token came in ``(t - lag_s - window_s, t - lag_s]``. A decision
+  that sees no sample (no first token, with a TTFT metric) changes nothing.
 
 A replica added serves at once, paying its cold start (if its group has one) when work first
 reaches it; one removed finishes the requests it holds.
@@ -28,6 +31,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import attrs
 
+from simpy_llm.config.autoscaler import TTFT_METRICS
 from simpy_llm.serving.planner import FleetControl
 
 if TYPE_CHECKING:
@@ -36,17 +40,19 @@ if TYPE_CHECKING:
     from simpy.events import Event
 
     from simpy_llm.config.autoscaler import AutoscalerConfig
+    from simpy_llm.entities import Request
     from simpy_llm.metrics.recorder import Recorder
     from simpy_llm.metrics.summary import AutoscalerSection
     from simpy_llm.policies.scaling import ScalingPolicy
     from simpy_llm.serving.planner import Fleet
 
-__all__ = ["DECISION_COLUMNS", "Autoscaler", "AutoscalerLog", "Sampled", "autoscaler_summary", "sample_metric"]
+__all__ = ["DECISION_COLUMNS", "Autoscaler", "AutoscalerLog", "Sampled", "autoscaler_summary", "percentile", "sample_metric"]
 
 DECISION_COLUMNS = ("time_s", "seen", "samples", "current", "recommended", "stabilized", "replicas")
 """One row per decision: its time, the metric seen (NaN: no sample in the window), the samples
 averaged, the replicas active before it, the policy's recommendation, the recommendation after
-the stabilisation windows, and the replicas active after it (bounded)."""
+the stabilisation windows, and the replicas active after it (bounded). With a TTFT metric,
+``samples`` is the number of TTFTs the decision saw."""
 
 
 @attrs.define(eq=False)
@@ -56,7 +62,8 @@ class AutoscalerLog:
     rows: list[tuple[float, float, int, int, int, int, int]] = attrs.field(factory=list)
     """One row per decision, :data:`DECISION_COLUMNS`."""
     samples: list[tuple[float, float, int]] = attrs.field(factory=list)
-    """``(time_s, value, active replicas)`` per sample."""
+    """``(time_s, value, active replicas)`` per sample (a TTFT metric: the mean TTFT of the
+    first tokens the sample collected, NaN for none)."""
     activity: list[tuple[float, int, bool]] = attrs.field(factory=list)
     """``(time_s, replica, active)`` per change of a replica's activity (time 0: the initial pool)."""
     gpus: list[int] = attrs.field(factory=list)
@@ -129,6 +136,20 @@ def autoscaler_summary(log: AutoscalerLog | None, end_s: float) -> AutoscalerSec
     }}
 
 
+def percentile(values: Sequence[float], q: float) -> float:
+    """The *q*-th percentile of *values* by linear interpolation between the closest ranks
+    (numpy's default method).
+
+    >>> percentile([0.1, 0.2, 0.3, 0.4], 90), percentile([3.0], 90)
+    (0.37, 3.0)
+    """
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
 def sample_metric(metric: str, replicas: Sequence[Sampled], routed: int, interval_s: float) -> float:
     """*metric* averaged over the active *replicas* (:data:`~simpy_llm.config.autoscaler.AUTOSCALER_METRICS`);
     ``arrival_rate`` is *routed* requests over *interval_s* per replica.
@@ -194,6 +215,14 @@ class Autoscaler:
                 self.log.activity.append((0.0, i, True))
         self._recent: deque[tuple[float, int]] = deque()
         """``(time_s, recommendation)`` of the decisions inside the longer stabilisation window."""
+        self._ttft = config.metric in TTFT_METRICS
+        self._pending: list[Request] = []
+        """With a TTFT metric: the requests that arrived and had no first token at the last sample."""
+        self._firsts: list[tuple[float, float, float]] = []
+        """With a TTFT metric: ``(collected_s, first_token_s, ttft_s)`` of the first tokens not yet
+        older than every later decision's window."""
+        if self._ttft and recorder.arrival_log is None:
+            recorder.arrival_log = []  # the arrivals whose first tokens the samples collect
         self.process = env.process(self._run())
 
     @property
@@ -229,7 +258,11 @@ class Autoscaler:
             if next_sample <= t:
                 routed = self.recorder.arrived
                 active = [self.replicas[i] for i in self.pool[:self.current]]
-                self.log.samples.append((env.now, sample_metric(cfg.metric, active, routed - routed_before, interval), len(active)))
+                if self._ttft:
+                    value = self._collect_first_tokens(env.now)
+                else:
+                    value = sample_metric(cfg.metric, active, routed - routed_before, interval)
+                self.log.samples.append((env.now, value, len(active)))
                 routed_before = routed
                 k += 1
                 next_sample = k * interval
@@ -238,17 +271,51 @@ class Autoscaler:
                 next_sync = (cfg.first_sync_s if cfg.first_sync_s is not None else cfg.sync_period_s) + j * cfg.sync_period_s
                 j += 1
 
+    def _collect_first_tokens(self, now: float) -> float:
+        """Take the first tokens that came by *now* from the requests that arrived; return
+        their mean TTFT (NaN: none)."""
+        log = self.recorder.arrival_log
+        pending = self._pending
+        if log:
+            pending.extend(log)
+            log.clear()  # the autoscaler and the planner are never both there: nobody else reads it
+        live = self.recorder.live
+        keep: list[Request] = []
+        got: list[float] = []
+        for req in pending:
+            first = req.first_token_s
+            if first <= now:  # False while NaN: no first token yet
+                ttft = first - req.arrival_s
+                got.append(ttft)
+                self._firsts.append((now, first, ttft))
+            elif req.id in live:
+                keep.append(req)
+            # else dropped before its first token: it never has one
+        self._pending = keep
+        return sum(got) / len(got) if got else math.nan
+
+    def _ttfts(self, low: float, high: float) -> list[float]:
+        """The TTFTs collected by *high* whose first token came in ``(low, high]``; forgets
+        those at or before *low* (later decisions' windows start later)."""
+        self._firsts = firsts = [f for f in self._firsts if f[1] > low]
+        return [ttft for collected, first, ttft in firsts if collected <= high and first <= high]
+
     def decide(self, now: float) -> None:
         """The decision at *now* (module docstring)."""
         cfg = self.config
         high = now - cfg.lag_s
         low = high - cfg.window_s
-        values = [v for t, v, _n in self.log.samples if low < t <= high]
+        if self._ttft:
+            ttfts = self._ttfts(low, high)
+            values = [percentile(ttfts, 90) if cfg.metric == "ttft_p90" else sum(ttfts) / len(ttfts)] if ttfts else []
+        else:
+            values = [v for t, v, _n in self.log.samples if low < t <= high]
         current = self.current
         if not values:
             self.log.rows.append((now, math.nan, 0, current, current, current, current))
             return
         seen = sum(values) / len(values)
+        count = len(ttfts) if self._ttft else len(values)
         recommended = self.policy.desired(seen, current)
         recent = self._recent
         recent.append((now, recommended))
@@ -261,4 +328,4 @@ class Autoscaler:
         replicas = min(max(stabilized, cfg.min_replicas), self.max_replicas)
         if replicas != current:
             self._apply(replicas)
-        self.log.rows.append((now, seen, len(values), current, recommended, stabilized, replicas))
+        self.log.rows.append((now, seen, count, current, recommended, stabilized, replicas))
