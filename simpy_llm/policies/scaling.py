@@ -7,22 +7,25 @@ applies its stabilisation windows and its bounds. A policy never yields and neve
 environment. Register one with ``@scaling_policies.register("name")`` and name it in the
 scenario (``autoscaler.policy: {kind: name, params: {...}}``).
 
-Built-in: ``target`` (:class:`TargetValue`, Kubernetes' Horizontal Pod Autoscaler) and
-``threshold`` (:class:`Thresholds`, a step at a time).
+Built-in: ``target`` (:class:`TargetValue`, Kubernetes' Horizontal Pod Autoscaler),
+``threshold`` (:class:`Thresholds`, a step at a time) and ``event`` (:class:`EventDriven`,
+KEDA's ScaledObject: a metric total against a target per replica, with activation from and
+cooldown to zero replicas). A policy that also has the attributes of :class:`Activating` is
+driven as KEDA drives a ScaledObject (``docs/autoscaling.md``).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import attrs
 
 from simpy_llm.config.errors import FieldValueError
-from simpy_llm.config.validators import at_least, greater_than, in_range
+from simpy_llm.config.validators import MAX_TIME_S, MIN_PERIOD_S, all_of, at_least, at_most, greater_than, in_range
 from simpy_llm.registry import Registry
 
-__all__ = ["ScalingPolicy", "TargetValue", "Thresholds", "scaling_policies"]
+__all__ = ["Activating", "EventDriven", "ScalingPolicy", "TargetValue", "Thresholds", "scaling_policies"]
 
 scaling_policies: Registry = Registry("scaling policy")
 """Registered scaling policies."""
@@ -85,3 +88,51 @@ class Thresholds:
         if seen < self.low:
             return current - self.step
         return current
+
+
+@runtime_checkable
+class Activating(Protocol):
+    """A scaling policy driven as KEDA drives a ScaledObject: it sees the metric's *total*
+    over the active replicas (plus the requests held while none is active) rather than its
+    mean per replica, and a poll every ``polling_interval_s`` activates the fleet from zero
+    or, after ``cooldown_s`` without activity, takes it to zero."""
+
+    @property
+    def activation(self) -> float:
+        """The metric's total above which the fleet is active (scaled from zero, cooldown reset)."""
+
+    @property
+    def cooldown_s(self) -> float:
+        """Time since the last active poll after which the fleet goes to zero, s."""
+
+    @property
+    def polling_interval_s(self) -> float:
+        """Time between the activation polls, s."""
+
+
+@scaling_policies.register("event")
+@attrs.frozen(kw_only=True)
+class EventDriven:
+    """KEDA's ScaledObject on a queue-length trigger: ``ceil(total / target)`` replicas, where
+    *seen* is the metric's total over the fleet; ``activation``, ``cooldown_s`` and
+    ``polling_interval_s`` drive the moves to and from zero (:class:`Activating`; they need
+    ``min_replicas: 0``, as in KEDA they only act on a scale to zero).
+
+    >>> p = EventDriven(target=5.0)
+    >>> p.desired(12.0, 1), p.desired(10.0, 7), p.desired(0.0, 3)
+    (3, 2, 0)
+    >>> p.activation, p.cooldown_s, p.polling_interval_s
+    (0.0, 300.0, 30.0)
+    """
+
+    target: float = attrs.field(validator=greater_than(0))
+    """The metric's value per replica to hold (KEDA's ``value`` of an ``AverageValue`` trigger)."""
+    activation: float = attrs.field(default=0.0, validator=all_of(at_least(0), at_most(1e9)))
+    """The total above which the fleet is active (KEDA's ``activationValue``, default 0)."""
+    cooldown_s: float = attrs.field(default=300.0, validator=all_of(at_least(0), at_most(MAX_TIME_S)))
+    """Time after the last active poll before scaling to zero, s (KEDA's ``cooldownPeriod``, default 300)."""
+    polling_interval_s: float = attrs.field(default=30.0, validator=all_of(at_least(MIN_PERIOD_S), at_most(MAX_TIME_S)))
+    """Time between activation polls, s (KEDA's ``pollingInterval``, default 30)."""
+
+    def desired(self, seen: float, current: int) -> int:
+        return math.ceil(seen / self.target - 1e-9)  # 30 / 10 in floats may round up past 3

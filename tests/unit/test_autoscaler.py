@@ -120,7 +120,7 @@ def test_a_threshold_policy_steps_one_replica_at_a_time():
     ({"metric": "latency"}, "autoscaler.metric"),
     ({"policy": {"kind": "threshold", "params": {"high": 2, "low": 6}}}, "autoscaler.policy.params.low: must be at most high"),
     ({"policy": {"kind": "target", "params": {"goal": 2}}}, "autoscaler.policy.params.goal: unknown key; allowed: target, tolerance"),
-    ({"policy": {"kind": "hpa"}}, "autoscaler.policy.kind: unknown scaling policy 'hpa'; one of: target, threshold"),
+    ({"policy": {"kind": "hpa"}}, "autoscaler.policy.kind: unknown scaling policy 'hpa'; one of: event, target, threshold"),
 ])
 def test_bad_autoscaler_settings_are_refused_by_key_path(change, message):
     """Each bad setting is refused, naming its key path and what is allowed."""
