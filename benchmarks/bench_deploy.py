@@ -17,7 +17,8 @@ stability criteria). The space (:data:`SPACE`), 480 configurations:
 * x ``max_num_batched_tokens`` 512, 1024, 2048, 4096 (4)
 * x chunked prefill on, off (2),
 
-each searched for its fewest replicas up to 32. Every simulation runs ``--requests``
+each searched for its fewest replicas up to 32; ``--pp 1,2`` adds pipeline stages (PP 2 on
+the calibrated roofline, docs/capacity.md), 960 configurations. Every simulation runs ``--requests``
 requests (default 10,000: the first 10 % warm-up, the rest measured). The search runs on a
 process pool of ``--workers`` processes (default 2).
 
@@ -64,30 +65,13 @@ SPACE: dict[str, Any] = {
 
 def _count_search_probes(needed: int | None, cap: int) -> int:
     """Simulations a fresh count search up to *cap* runs when *needed* replicas is the fewest
-    that pass (None: none up to *cap* does): the gallop (1, 2, 4, ..., *cap*) then the
-    bisection of :func:`simpy_llm.explore.deploy._search_counts`, assuming (as the search does)
-    that more replicas never fail where fewer pass."""
+    that pass (None: none up to *cap* does): the search's own gallop and bisection
+    (:func:`~simpy_llm.explore.capacity.searches.fewest_passing`) on a counting predicate."""
+    from simpy_llm.explore.capacity.searches import fewest_passing
 
-    def passes(n: int) -> bool:
-        return needed is not None and n >= needed
-
-    probes, bad, good, n = 0, 0, None, 1
-    while n <= cap:
-        probes += 1
-        if passes(n):
-            good = n
-            break
-        bad = n
-        n = min(n * 2, cap) if n < cap else cap + 1
-    if good is not None:
-        while good - bad > 1:
-            mid = (good + bad) // 2
-            probes += 1
-            if passes(mid):
-                good = mid
-            else:
-                bad = mid
-    return probes
+    tried: list[int] = []
+    fewest_passing(lambda n: tried.append(n) is None and needed is not None and n >= needed, cap)
+    return len(tried)
 
 
 def exhaustive_simulations(result: Any) -> tuple[int, int]:
@@ -112,7 +96,7 @@ def exhaustive_simulations(result: Any) -> tuple[int, int]:
     return least, most
 
 
-def _search(requests: int, *, exhaustive: bool, workers: int, executor: str, progress: bool) -> dict[str, Any]:
+def _search(requests: int, *, exhaustive: bool, workers: int, executor: str, progress: bool, pp: list[int] | None = None) -> dict[str, Any]:
     """Run one deploy() call and return its figures."""
     from simpy_llm.explore.deploy import deploy
 
@@ -121,6 +105,7 @@ def _search(requests: int, *, exhaustive: bool, workers: int, executor: str, pro
     result = deploy(
         SCENARIO, load=LOAD, slo=SLO, warmup_requests=warmup, measure_requests=requests - warmup,
         exhaustive=exhaustive, executor=executor, max_workers=workers, progress=progress, **SPACE,
+        **({"pp": pp} if pp else {}),
     )
     wall = time.perf_counter() - start
     best = result.best
@@ -168,10 +153,12 @@ def main() -> None:
     parser.add_argument("--skip-pruned", action="store_true", help="do not run the search at --requests")
     parser.add_argument("--progress", action="store_true", help="one line per configuration on standard error")
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    parser.add_argument("--pp", metavar="N,N", type=lambda text: [int(x) for x in text.split(",")],
+                        help="pipeline stages to search too (e.g. 1,2: 960 configurations; default PP 1 only)")
     args = parser.parse_args()
 
     runs: list[dict[str, Any]] = []
-    kwargs = {"workers": args.workers, "executor": args.executor, "progress": args.progress}
+    kwargs = {"workers": args.workers, "executor": args.executor, "progress": args.progress, "pp": args.pp}
     if not args.skip_pruned:
         runs.append(_search(args.requests, exhaustive=False, **kwargs))
         _show(runs[-1])
@@ -188,7 +175,8 @@ def main() -> None:
         machine = {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()}
         Path(args.json).write_text(json.dumps({
             "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"), "machine": machine,
-            "scenario": str(SCENARIO.relative_to(REPO)), "load": LOAD, "slo": SLO, "space": SPACE, "runs": runs,
+            "scenario": str(SCENARIO.relative_to(REPO)), "load": LOAD, "slo": SLO,
+            "space": {**SPACE, "pp": args.pp or [1]}, "runs": runs,
         }, indent=2) + "\n")
 
 

@@ -25,7 +25,9 @@ scraped every second:
   (after, with ``run_probe(..., max_seconds=240)``);
 * ``llamacpp_held_out_docs_set/``: a probe, ``short_prompts`` again and ``held_out_docs``
   (``workloads/held_out_docs.yaml``: single documents of 300-1,200 tokens, completions, prompt
-  cache off), recorded one after the other on a later day (``--only held_out_docs_set``).
+  cache off), recorded one after the other on a later day (``--only held_out_docs_set``), and
+  ``llamacpp_held_out_docs_half_load_set/`` the same with shorter documents (300-900 tokens)
+  that keep the server about half busy (``--only held_out_docs_half_load_set``).
 
 Then it fits a profile to the open-loop trace (``llamacpp_open_loop_profile.yaml``, as
 ``simpy-llm calibrate fit`` does). The tests read the committed files; they never record.
@@ -45,7 +47,19 @@ RUNS = {
     "short_prompts": {"workload": "short_prompts.yaml", "api": "completions", "cache_prompt": False},
     "held_out_chat": {"workload": "held_out_chat.yaml", "api": "chat", "cache_prompt": True},
     "held_out_docs": {"workload": "held_out_docs.yaml", "api": "completions", "cache_prompt": False},
+    "held_out_docs_half_load": {"workload": "held_out_docs_half_load.yaml", "api": "completions", "cache_prompt": False},
 }
+FIRST_DAY = ("open_loop", "multi_turn", "short_prompts", "held_out_chat")
+"""What a run without ``--only`` records (with the probe)."""
+
+SETS = {
+    "held_out": ["probe", "short_prompts", "held_out_chat"],
+    "held_out_docs_set": ["probe", "short_prompts", "held_out_docs"],
+    "held_out_docs_half_load_set": ["probe", "short_prompts", "held_out_docs_half_load"],
+}
+"""Recordings made one after the other, so that a probe and a fitting trace describe the server
+as it ran the held-out workload; each later set is written to ``llamacpp_<set>/``."""
+
 WARM_UP_REQUESTS = 5
 
 
@@ -117,16 +131,13 @@ def _prewarm(server: object) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", choices=sorted([*RUNS, "probe", "held_out", "held_out_docs_set"]),
-                        help="record one workload (or the probe; held_out: the probe, short_prompts and held_out_chat; "
-                             "held_out_docs_set: the probe, short_prompts and held_out_docs) only")
+    parser.add_argument("--only", choices=sorted([*RUNS, "probe", *SETS]),
+                        help="record one workload, the probe, or a set of them (SETS) only")
     parser.add_argument("--out", type=Path, default=HERE, help="where to write (default: this folder)")
     args = parser.parse_args()
-    sets = {"held_out": ["probe", "short_prompts", "held_out_chat"],
-            "held_out_docs_set": ["probe", "short_prompts", "held_out_docs"]}
-    names = sets.get(args.only) or ([args.only] if args.only else [name for name in RUNS if name != "held_out_docs"] + ["probe"])
-    # the second held-out set has a probe and a fitting trace of its own, kept apart from the first's
-    out = args.out / "llamacpp_held_out_docs_set" if args.only == "held_out_docs_set" else args.out
+    names = SETS.get(args.only) or ([args.only] if args.only else [*FIRST_DAY, "probe"])
+    # a later held-out set has a probe and a fitting trace of its own, kept apart from the first's
+    out = args.out / f"llamacpp_{args.only}" if args.only in SETS and args.only != "held_out" else args.out
     for name in names:
         if name == "probe":
             record_probe(out)
