@@ -26,7 +26,6 @@ in each window's (by arrival; a window without completions is not judged). ``doc
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -38,7 +37,7 @@ import numpy as np
 from simpy_llm.config.autoscaler import AUTOSCALER_METRICS
 from simpy_llm.explore.capacity.criteria import SloCriterion, StabilityCriteria
 from simpy_llm.explore.capacity.probing import _build
-from simpy_llm.explore.deploy_results import Configuration, DeployResult
+from simpy_llm.explore.deploy_results import Configuration, DeployResult, save_result_files
 
 __all__ = ["Day", "DayResult", "DayRow", "ScalingSetting", "day_costs", "deploy_day", "parse_autoscaler", "servegen_rates"]
 
@@ -308,15 +307,7 @@ class DayResult:
 
     def save(self, directory: str | Path) -> list[Path]:
         """Write ``deploy_day.json``, ``deploy_day.csv`` and ``deploy_day.md`` into *directory*."""
-        from simpy_llm.explore.sweeps import _atomic_write
-
-        path = Path(directory)
-        path.mkdir(parents=True, exist_ok=True)
-        written = [path / "deploy_day.json", path / "deploy_day.csv", path / "deploy_day.md"]
-        _atomic_write(written[0], json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n")
-        _atomic_write(written[1], self.to_frame().to_csv(index=False))
-        _atomic_write(written[2], self.to_markdown())
-        return written
+        return save_result_files(directory, "deploy_day", self.to_dict(), self.to_frame(), self.to_markdown())
 
 
 def _num(x: float) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -384,15 +385,21 @@ class DeployResult:
 
     def save(self, directory: str | Path) -> list[Path]:
         """Write ``deploy.json``, ``deploy.csv`` and ``deploy.md`` into *directory*."""
-        from simpy_llm.explore.sweeps import _atomic_write
+        return save_result_files(directory, "deploy", self.to_dict(), self.to_frame(), self.to_markdown())
 
-        path = Path(directory)
-        path.mkdir(parents=True, exist_ok=True)
-        written = [path / "deploy.json", path / "deploy.csv", path / "deploy.md"]
-        _atomic_write(written[0], json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n")
-        _atomic_write(written[1], self.to_frame().to_csv(index=False))
-        _atomic_write(written[2], self.to_markdown())
-        return written
+
+def save_result_files(directory: str | Path, stem: str, data: Mapping[str, Any], frame: pd.DataFrame, markdown: str) -> list[Path]:
+    """Write *data* as ``<stem>.json``, *frame* as ``<stem>.csv`` and *markdown* as ``<stem>.md``
+    into *directory* (made if missing), each written whole or not at all; returns the paths."""
+    from simpy_llm.explore.sweeps import _atomic_write
+
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    written = [path / f"{stem}.json", path / f"{stem}.csv", path / f"{stem}.md"]
+    _atomic_write(written[0], json.dumps(data, indent=2, allow_nan=False) + "\n")
+    _atomic_write(written[1], frame.to_csv(index=False))
+    _atomic_write(written[2], markdown)
+    return written
 
 
 def _drafts(c: Configuration) -> str:
