@@ -540,7 +540,7 @@ class ShardedRun:
         if self.workers:
             from dask.distributed import Client, LocalCluster  # the explore extra's; only a run on workers needs it
 
-            cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True, dashboard_address=None)
+            cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True, dashboard_address=":0")
             with cluster, Client(cluster) as client:
                 return self._run_on(client)
         return self._drive([_Local(_ShardHost(self.scenario, self.targets))], [list(range(len(self.targets)))])

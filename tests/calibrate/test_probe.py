@@ -413,7 +413,12 @@ def test_the_probe_recovers_an_emulated_servers_coefficients(tmp_path):
     prompts = [int(trace.loc[rid, "input_tokens"]) for rid in iso]
     w = _leverage(np.array([_design_row(p) for p in prompts]))
     shift = w @ np.array([ttft_err[rid] for rid in iso])  # intercept, per pass, per token, per pair (s)
-    shift_dc = _leverage(np.array([[1.0, float(p)] for p in prompts]))[1] @ np.array([gap_err[rid][0] for rid in iso])
+    # decode_context is the slope of each request's median gap on its median gap's context, so its
+    # error is the slope of how far each observed median lies from the served one
+    sim_gaps = {rid: np.diff(simulated[rid][1:]) for rid in iso}
+    median_err = [float(np.median(sim_gaps[rid] + gap_err[rid]) - np.median(sim_gaps[rid])) for rid in iso]
+    contexts = [p + (len(sim_gaps[rid]) - 1) / 2 for p, rid in zip(prompts, iso, strict=True)]
+    shift_dc = _leverage(np.array([[1.0, c] for c in contexts]))[1] @ np.array(median_err)
     rtt = stats["rtt_ms"] / 1e3
 
     # D(n): a median of gaps that are all D(n) + d_k moves by the median of their d_k; the test takes
