@@ -24,7 +24,7 @@ import operator
 __all__ = ["expected_batch_service_s", "max_throughput", "saturated_throughput"]
 
 
-def _check(a: float, b: float, batch_size: int, bins: int | None = None) -> None:
+def _check_batch_params(a: float, b: float, batch_size: int, bins: int | None = None) -> None:
     if not 0.0 <= a <= b:
         raise ValueError(f"service times must satisfy 0 <= a <= b, got a={a!r}, b={b!r}")
     if b <= 0.0:
@@ -83,7 +83,7 @@ def expected_batch_service_s(a: float, b: float, batch_size: int, bins: int) -> 
     >>> round(expected_batch_service_s(1.0, 3.0, batch_size=8, bins=4), 12)  # 2 + 2 * 7 / (2*4*9)
     2.194444444444
     """
-    _check(a, b, batch_size, bins)
+    _check_batch_params(a, b, batch_size, bins)
     k = float(bins)
     B = float(batch_size)
     return a + (b - a) * ((k - 1.0) / (2.0 * k) + B / (k * (B + 1.0)))
@@ -99,7 +99,7 @@ def saturated_throughput(a: float, b: float, batch_size: int, bins: int) -> floa
     >>> round(saturated_throughput(1.0, 3.0, batch_size=8, bins=1), 12)  # 8 / (25/9)
     2.88
     """
-    _check(a, b, batch_size, bins)
+    _check_batch_params(a, b, batch_size, bins)
     return batch_size / expected_batch_service_s(a, b, batch_size, bins)
 
 
@@ -112,5 +112,5 @@ def max_throughput(a: float, b: float, batch_size: int) -> float:
     >>> max_throughput(1.0, 3.0, batch_size=8)
     4.0
     """
-    _check(a, b, batch_size)
+    _check_batch_params(a, b, batch_size)
     return batch_size / ((a + b) / 2.0)

@@ -46,7 +46,7 @@ def _asyncio_factory() -> Callable[[], asyncio.AbstractEventLoop]:
     return asyncio.SelectorEventLoop
 
 
-def _check(loop: str) -> None:
+def _check_loop_name(loop: str) -> None:
     if loop not in LOOPS:
         raise ValueError(f"loop must be one of {', '.join(map(repr, LOOPS))}, got {loop!r}")
 
@@ -61,7 +61,7 @@ def resolve_loop(loop: str = "auto") -> str:
     >>> resolve_loop("asyncio")
     'asyncio'
     """
-    _check(loop)
+    _check_loop_name(loop)
     if loop == "asyncio":
         return "asyncio"
     if _uvloop_factory() is not None:
