@@ -334,6 +334,36 @@ class Environment(simpy.Environment):
     # several times per request.
     now = property(operator.attrgetter("_now"), doc="The current simulated time (as ``simpy.Environment.now``).")
 
+    def __init__(self, initial_time: float = 0) -> None:
+        super().__init__(initial_time)
+        self.stops_scheduled = 0
+        """The events :meth:`run` scheduled to stop (see :meth:`run`)."""
+
+    def run(self, until: float | Event | None = None) -> Any:
+        """``simpy.Environment.run``, counting the stop event a time *until* schedules.
+
+        A run in slices (a progress bar, a projection, a sharded run's windows) stops once
+        per slice, and how many slices it takes may follow the wall clock:
+        :meth:`events_scheduled` leaves those stops out, so a run's event count is the
+        model's alone, the same however it was sliced.
+        """
+        if until is None:
+            return super().run()
+        # A time schedules an event to stop at; when a stop fires, SimPy's step schedules the
+        # stopping event once more (for the callbacks after its own, none here): two ids per
+        # slice, one if the run ends otherwise. An event already processed stops at once.
+        timed = not isinstance(until, Event)
+        if not timed and until.callbacks is None:
+            return super().run(until)
+        scheduled = 1 if timed and until > self._now else 0
+        try:
+            value = super().run(until)
+        except BaseException:
+            self.stops_scheduled += scheduled
+            raise
+        self.stops_scheduled += scheduled + 1
+        return value
+
     def timer_at(self, at_s: float) -> Event:
         """:func:`timer_at` on this environment."""
         return timer_at(self, at_s)
@@ -347,9 +377,23 @@ class Environment(simpy.Environment):
         return succeed_at(self, event, at_s, value)
 
     def events_scheduled(self) -> int:
-        """:func:`events_scheduled` on this environment (a method, not a property: each call
-        uses an event id)."""
-        return events_scheduled(self)
+        """:func:`events_scheduled` on this environment, less the stops :meth:`run` scheduled
+        (a method, not a property: each call uses an event id).
+
+        Examples
+        --------
+        >>> env = Environment()
+        >>> _ = env.timeout(3)
+        >>> env.run(until=1); env.run(until=2); env.run()
+        >>> env.events_scheduled()  # the timeout alone: not the stops
+        1
+        >>> env = Environment()
+        >>> done = env.event()
+        >>> env.timeout(1).callbacks.append(lambda _: done.succeed())
+        >>> env.run(until=done); env.events_scheduled()  # the timer and the signal
+        2
+        """
+        return events_scheduled(self) - self.stops_scheduled
 
 
 # SimPy binds its event factories (timeout, event, process, ...) to each environment in

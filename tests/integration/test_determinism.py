@@ -66,3 +66,14 @@ def test_generated_requests_are_the_simulated_arrivals(name: str) -> None:
     np.testing.assert_allclose(frame.arrival_time_s, sent, rtol=0, atol=1e-9)
     assert frame.input_tokens.tolist() == first_rounds.prompt_tokens.tolist()
     assert frame.output_tokens.tolist() == first_rounds.output_tokens.tolist()
+
+
+def test_event_count_does_not_depend_on_how_the_run_is_sliced():
+    """A run reports the same SimPy event count in one piece as in progress slices of any size:
+    the stops that slicing schedules (whose number may follow the wall clock) are not the
+    model's events."""
+    scenario = load_scenario("scenarios/quickstart.yaml", OVERRIDES)
+    whole = Simulation(scenario).run(progress=False)
+    sliced = [Simulation(scenario).run(progress=lambda *_: None, progress_every_s=every) for every in (0.5, 7.0)]
+    assert [r.events for r in sliced] == [whole.events, whole.events]
+    assert whole.events > 3 * len(whole)  # the model's own events are counted

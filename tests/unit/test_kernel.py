@@ -325,3 +325,24 @@ def test_the_kernel_environment_binds_simpy_event_factories_to_the_instance():
     assert {"timeout", "event", "process"} <= set(factories)
     for name in factories:
         assert name in vars(plain) and name in vars(ours), name
+
+
+def test_stops_of_a_sliced_run_are_not_counted_as_events():
+    """``events_scheduled`` of the kernel's Environment counts the model's events only: a model
+    run to its end in one piece, in time slices, or until one of its own events reports the
+    same count (SimPy schedules one or two events per stop)."""
+
+    def counted(slices: list[float]) -> int:
+        env = Environment()
+
+        def ticker():
+            for _ in range(10):
+                yield env.timeout(1.0)
+
+        proc = env.process(ticker())
+        for until in slices:
+            env.run(until=until)
+        env.run(until=proc)
+        return env.events_scheduled()
+
+    assert counted([]) == counted([0.5, 2.5, 9.5]) == counted([3.0]) == 12  # start, 10 timeouts, end
