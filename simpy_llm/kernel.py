@@ -352,10 +352,12 @@ class Environment(simpy.Environment):
         # A time schedules an event to stop at; when a stop fires, SimPy's step schedules the
         # stopping event once more (for the callbacks after its own, none here): two ids per
         # slice, one if the run ends otherwise. An event already processed stops at once.
-        timed = not isinstance(until, Event)
-        if not timed and until.callbacks is None:
-            return super().run(until)
-        scheduled = 1 if timed and until > self._now else 0
+        if isinstance(until, Event):
+            if until.callbacks is None:
+                return super().run(until)
+            scheduled = 0
+        else:
+            scheduled = 1 if until > self._now else 0
         try:
             value = super().run(until)
         except BaseException:
