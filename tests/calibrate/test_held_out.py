@@ -164,3 +164,21 @@ def test_held_out_documents_at_half_load_are_predicted_with_their_figures():
     e2e, ttft = cal.metrics["e2e"], cal.metrics["ttft"]
     assert (e2e.mape, ttft.mape) == pytest.approx((0.1855, 0.2216), abs=0.0005)
     assert e2e.bias < 0 and ttft.bias < 0
+
+
+QUIET_SET = DATA / "llamacpp_held_out_docs_quiet_set"
+"""The half-load set's recipe recorded again on an idle machine whose server runs 2-4 times
+faster: the same documents keep it about a fifth busy."""
+
+
+def test_held_out_documents_on_an_idle_machine_are_predicted_within_the_goal():
+    """On an idle machine, fitted on the short prompts with that day's probe as priors, documents
+    of 317-897 tokens (longer than any fitted prompt) are predicted with E2E MAPE 4.3 % and TTFT
+    4.0 %: within the goal of 10 % and 15 % (docs/calibration.md)."""
+    result = fit(QUIET_SET / "llamacpp_short_prompts", priors=QUIET_SET / "llamacpp_probe" / "profile.yaml")
+    cal = compare(QUIET_SET / "llamacpp_held_out_docs_half_load", profile=result.profile(), n_resamples=50)
+    outside = [w for w in cal.report.warnings if w.startswith("workload outside the profile's fitted range")]
+    assert "prompt_tokens 317-897 outside the fitted range" in outside[0]
+    e2e, ttft = cal.metrics["e2e"], cal.metrics["ttft"]
+    assert (e2e.mape, ttft.mape) == pytest.approx((0.0429, 0.0395), abs=0.0005)
+    assert e2e.mape <= 0.10 and ttft.mape <= 0.15

@@ -27,7 +27,9 @@ scraped every second:
   (``workloads/held_out_docs.yaml``: single documents of 300-1,200 tokens, completions, prompt
   cache off), recorded one after the other on a later day (``--only held_out_docs_set``), and
   ``llamacpp_held_out_docs_half_load_set/`` the same with shorter documents (300-900 tokens)
-  that keep the server about half busy (``--only held_out_docs_half_load_set``).
+  that keep the server about half busy (``--only held_out_docs_half_load_set``);
+  ``llamacpp_held_out_docs_quiet_set/`` is the same recipe recorded again on an idle machine
+  with a faster processor (``--only held_out_docs_quiet_set``).
 
 Then it fits a profile to the open-loop trace (``llamacpp_open_loop_profile.yaml``, as
 ``simpy-llm calibrate fit`` does). The tests read the committed files; they never record.
@@ -56,6 +58,7 @@ SETS = {
     "held_out": ["probe", "short_prompts", "held_out_chat"],
     "held_out_docs_set": ["probe", "short_prompts", "held_out_docs"],
     "held_out_docs_half_load_set": ["probe", "short_prompts", "held_out_docs_half_load"],
+    "held_out_docs_quiet_set": ["probe", "short_prompts", "held_out_docs_half_load"],
 }
 """Recordings made one after the other, so that a probe and a fitting trace describe the server
 as it ran the held-out workload; each later set is written to ``llamacpp_<set>/``."""
