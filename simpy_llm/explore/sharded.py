@@ -62,7 +62,7 @@ from simpy_llm.simulation import Simulation
 from simpy_llm.wire import Wire
 from simpy_llm.workload.checks import check_spec_files, warn_unknown_trace_classes
 from simpy_llm.workload.distributions import SamplingError
-from simpy_llm.workload.generator import WorkloadGenerator, sampling_scenario_error
+from simpy_llm.workload.generator import WorkloadGenerator, make_request, merge_sources, sampling_scenario_error
 from simpy_llm.workload.sessions import ReplayedContexts
 from simpy_llm.workload.sources import build_sources
 
@@ -193,6 +193,74 @@ class _Workload:
             raise sampling_scenario_error(exc, self.scenario, self.sources.clients) from None
 
 
+class _Arrivals:
+    """The scenario's arrivals window by window, for an executor slot: the coordinator's
+    generator's rows and times, made without an environment, and a request made only for a
+    row routed to the slot's shards (making a request costs more than merging its row).
+
+    The times are those of :class:`_Workload`'s environment: the generator's clock moves
+    to ``now + (t - now)``, as its timeout's time is computed, and a window ends at its stop
+    event's time, which an arrival at that very time follows (SimPy's stop is urgent). With
+    trace sources every row's request is made, in order: a replayed round takes its
+    session's previous one as context.
+    """
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        wl = scenario.workload
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the coordinator has told them
+            check_spec_files(scenario)
+            self.sources = build_sources(wl, default_seed=scenario.seed, stacklevel=5)
+        generator_sources = self.sources.generator_sources()
+        self.bases = [base for base, _ in generator_sources]
+        self.rows = merge_sources([rows for _, rows in generator_sources], wl.num_requests, wl.horizon_s)
+        self.replayed = ReplayedContexts() if self.sources.traces else None
+        self.n_clients = len(self.sources.clients)
+        self.pending: tuple[float, int, int, int, dict[str, Any] | None] | None = None
+        self.now = 0.0
+        """The generator's clock: the last arrival's time."""
+        self.stop = 0.0
+        """The last window's stop time: where the environment's clock stood at its end."""
+        self.made = 0
+
+    def _next(self) -> tuple[float, int, int, int, dict[str, Any] | None] | None:
+        try:
+            return next(self.rows, None)
+        except SamplingError as exc:
+            raise sampling_scenario_error(exc, self.scenario, self.sources.clients) from None
+
+    def window(self, until: float, shard_of: Sequence[int | None]) -> list[Request | None]:
+        """The requests arriving before *until*: one per row, made where *shard_of* (the
+        routed shard of each row of the window, in arrival order) names a shard."""
+        stop = self.stop = self.stop + (until - self.stop)
+        make_all = self.replayed is not None
+        out: list[Request | None] = []
+        n = len(shard_of)
+        row = self.pending if self.pending is not None else self._next()
+        now = self.now
+        while row is not None:
+            t = row[0]
+            at = now + (t - now) if t > now else now
+            if at >= stop:
+                break
+            now = at
+            k = len(out)
+            if make_all or (k < n and shard_of[k] is not None):
+                req = make_request(self.made, at, self.bases[row[1]], row[2], row[3], row[4])
+                if self.replayed is not None and row[1] >= self.n_clients:
+                    self.replayed(req)
+                out.append(req)
+            else:
+                out.append(None)
+            self.made += 1
+            row = self._next()
+        self.pending, self.now = row, now
+        if len(out) != n:
+            raise RuntimeError(f"a shard made {len(out)} arrivals where the coordinator routed {n}")
+        return out
+
+
 class _LoggedLevel(LevelMonitor):
     """A :class:`LevelMonitor` that also keeps each change, so that the shards' levels can
     be merged into the fleet's (its peak is not the sum of theirs)."""
@@ -295,7 +363,8 @@ class _Shard:
             "replica_steps": [sim.replicas[i].step for i in self.owned],
             "itl": (itl_values.tobytes(), itl_weights.tobytes()),
             "batch_steps": dict(rec.batch_steps),
-            "in_system": (self.in_system.times, self.in_system.deltas),
+            "in_system": (np.array(self.in_system.times, dtype=np.float64).tobytes(),
+                          np.array(self.in_system.deltas, dtype=np.int64).tobytes()),
             "preemptions": [p for p in rec.preemptions if p[1] in owned],
             "cold_starts": [c for c in rec.cold_starts if c[0] in owned],
             "batches": [b for b in rec.batches if b[0] in owned],
@@ -310,11 +379,7 @@ class _ShardHost:
         self.shards = [_Shard(scenario, targets) for targets in shard_targets]
         self._local = {t: k for k, targets in enumerate(shard_targets) for t in targets}
         """The shard (position here) serving each entry-router target this slot serves."""
-        self._made: list[Request] = []
-        env = Environment()
-        outbox = Wire(env)
-        outbox.connect(self._made.append)
-        self._workload = _Workload(scenario, env, outbox, warn=False)
+        self._arrivals = _Arrivals(scenario)
 
     def statics(self) -> list[list[tuple[int, str, float, int, float]]]:
         return [s.statics() for s in self.shards]
@@ -333,17 +398,13 @@ class _ShardHost:
         t0, cpu0 = time.perf_counter(), time.thread_time()
         raw, until = pickle.loads(message)
         targets = np.frombuffer(raw, dtype=np.int32).tolist()
-        self._workload.run_until(until)
-        made = self._made
-        if len(made) != len(targets):
-            raise RuntimeError(f"a shard made {len(made)} arrivals where the coordinator routed {len(targets)}")
-        batches: list[list[tuple[int, Request]]] = [[] for _ in self.shards]
         local = self._local
-        for target, req in zip(targets, made, strict=True):
-            k = local.get(target)
+        shard_of = [local.get(target) for target in targets]
+        batches: list[list[tuple[int, Request]]] = [[] for _ in self.shards]
+        for target, k, req in zip(targets, shard_of, self._arrivals.window(until, shard_of), strict=True):
             if k is not None:
+                assert req is not None  # made for every row routed here
                 batches[k].append((target, req))
-        made.clear()
         replies = [s.advance(b, until) for s, b in zip(self.shards, batches, strict=True)]
         return replies, time.perf_counter() - t0, time.thread_time() - cpu0
 
@@ -549,11 +610,12 @@ class ShardedRun:
         addresses = sorted(client.scheduler_info()["workers"])
         slots = min(len(addresses), len(self.targets))
         groups = [list(range(k, len(self.targets), slots)) for k in range(slots)]
-        hosts = [
+        building = [  # every slot builds its shards at once
             client.submit(_ShardHost, self.scenario, [self.targets[s] for s in g], actor=True, workers=[addresses[k]],
-                          allow_other_workers=False).result()
+                          allow_other_workers=False)
             for k, g in enumerate(groups)
         ]
+        hosts = [future.result() for future in building]
         return self._drive([_Remote(h, len(g)) for h, g in zip(hosts, groups, strict=True)], groups)
 
     def _drive(self, hosts: Sequence[_Host], groups: list[list[int]] | None = None) -> Results:
@@ -602,7 +664,8 @@ class ShardedRun:
                 break
         self.windows = WindowStats(windows, routed, route_s, route_cpu_s, advance_s, sent_bytes, reply_bytes,
                                    tuple(host_busy), tuple(host_cpu), slowest_s, slowest_cpu_s)
-        parts = [p for h in hosts for p in h.call("finish", until)]
+        finishing = [h.start("finish", until) for h in hosts]
+        parts = [p for h, pending in zip(hosts, finishing, strict=True) for p in h.wait(pending)]
         return _merge(scenario, parts, len(statics), statics, time.perf_counter() - wall0, coordinator.env.events_scheduled())
 
 
@@ -658,7 +721,8 @@ def _merge(scenario: Scenario, parts: list[dict[str, Any]], n_replicas: int,
     """The shards' records and tallies as one recorder's, frozen into Results."""
     merged = Recorder(num_replicas=n_replicas)
     columns = merged.columns
-    in_system: list[tuple[float, int]] = []
+    in_system_times: list[np.ndarray] = []
+    in_system_deltas: list[np.ndarray] = []
     itl_values, itl_weights = [], []
     batch_steps: Counter[int] = Counter()
     steps = 0
@@ -680,17 +744,16 @@ def _merge(scenario: Scenario, parts: list[dict[str, Any]], n_replicas: int,
         itl_values.append(np.frombuffer(part["itl"][0], dtype=np.float64))
         itl_weights.append(np.frombuffer(part["itl"][1], dtype=np.int64))
         batch_steps.update(part["batch_steps"])
-        in_system += zip(*part["in_system"], strict=True)
+        in_system_times.append(np.frombuffer(part["in_system"][0], dtype=np.float64))
+        in_system_deltas.append(np.frombuffer(part["in_system"][1], dtype=np.int64))
         merged.preemptions += part["preemptions"]
         merged.cold_starts += part["cold_starts"]
         merged.batches += part["batches"]
         events += part["events"]
     merged.batch_steps = batch_steps
-    for value, weight in zip(np.concatenate(itl_values).tolist(), np.concatenate(itl_weights).tolist(), strict=True):
-        merged.itl.add(value, weight)
+    merged.itl.extend(np.concatenate(itl_values), np.concatenate(itl_weights))
     # Arrivals before departures at one instant, as a single run's NORMAL arrivals precede its LATE step ends.
-    for now_s, delta in sorted(in_system, key=lambda c: (c[0], -c[1])):
-        merged.in_system.change(now_s, delta)
+    merged.in_system.replay(np.concatenate(in_system_times), np.concatenate(in_system_deltas))
     until = scenario.simulation.until_s
     if until is not None:
         end_s = until

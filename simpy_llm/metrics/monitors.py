@@ -37,6 +37,29 @@ class LevelMonitor:
         if self.level > self.peak:
             self.peak = self.level
 
+    def replay(self, times: np.ndarray, deltas: np.ndarray) -> None:
+        """:meth:`change` for each of *times* and *deltas* in turn, in the order of time and,
+        at one time, increases first (as arrivals come before departures at one instant);
+        changes at one time and of one sign keep their order.
+
+        Examples
+        --------
+        >>> m = LevelMonitor()
+        >>> m.replay(np.array([1.0, 0.0, 1.0]), np.array([-1, +1, +1]))
+        >>> m.level, m.peak, m.area(2.0)
+        (1, 2, 2.0)
+        """
+        order = np.lexsort((-deltas, times))
+        area, last, level, peak = self._area, self._last_s, self.level, self.peak
+        for now_s, delta in zip(times[order].tolist(), deltas[order].tolist(), strict=True):
+            if now_s > last:
+                area += level * (now_s - last)
+                last = now_s
+            level += delta
+            if level > peak:
+                peak = level
+        self._area, self._last_s, self.level, self.peak = area, last, level, peak
+
     def area(self, end_s: float) -> float:
         """Integral of the level over [0, *end_s*]."""
         return self._area + self.level * max(end_s - self._last_s, 0.0)
@@ -68,6 +91,20 @@ class WeightedTally:
         if weight > 0:
             self._values.append(value)
             self._weights.append(weight)
+
+    def extend(self, values: np.ndarray, weights: np.ndarray) -> None:
+        """:meth:`add` each of *values* with its weight, in order.
+
+        Examples
+        --------
+        >>> t = WeightedTally()
+        >>> t.extend(np.array([0.1, 0.2, 0.5]), np.array([3, 0, 1]))
+        >>> t.count, t.quantile(0.9)
+        (4, 0.5)
+        """
+        kept = weights > 0
+        self._values.frombytes(np.ascontiguousarray(values[kept], dtype=np.float64).tobytes())
+        self._weights.frombytes(np.ascontiguousarray(weights[kept], dtype=np.int64).tobytes())
 
     @property
     def count(self) -> int:

@@ -50,6 +50,7 @@ __all__ = [
     "Row",
     "WorkloadGenerator",
     "client_arrivals",
+    "make_request",
     "merge_sources",
     "sampling_scenario_error",
     "to_counts",
@@ -338,13 +339,7 @@ class WorkloadGenerator:
         for t, si, prompt, output, extra in merge_sources([rows for _, rows in self.sources], self.num_requests, self.horizon_s):
             if t > env.now:
                 yield env.timeout(t - env.now)
-            base = bases[si]
-            if extra is None:
-                req = Request(id=next(ids), prompt_tokens=prompt, output_tokens=output, arrival_s=env.now, **base)
-            elif not base:  # a trace's row: its fields are the request's own
-                req = Request(id=next(ids), prompt_tokens=prompt, output_tokens=output, arrival_s=env.now, **extra)
-            else:
-                req = Request(id=next(ids), prompt_tokens=prompt, output_tokens=output, arrival_s=env.now, **{**base, **extra})
+            req = make_request(next(ids), env.now, bases[si], prompt, output, extra)
             n += 1
             self.generated = n
             if on_request is not None:
@@ -353,6 +348,23 @@ class WorkloadGenerator:
                 on_arrival(req, env.now)
             put(req)
         self.done = True
+
+
+def make_request(
+    request_id: int, arrival_s: float, base: dict[str, Any], prompt: int, output: int, extra: dict[str, Any] | None
+) -> Request:
+    """The request of one merged row (:func:`merge_sources`) of a source with *base* fields.
+
+    Examples
+    --------
+    >>> make_request(7, 1.5, {"client_id": "chat"}, 120, 30, None).client_id
+    'chat'
+    """
+    if extra is None:
+        return Request(id=request_id, prompt_tokens=prompt, output_tokens=output, arrival_s=arrival_s, **base)
+    if not base:  # a trace's row: its fields are the request's own
+        return Request(id=request_id, prompt_tokens=prompt, output_tokens=output, arrival_s=arrival_s, **extra)
+    return Request(id=request_id, prompt_tokens=prompt, output_tokens=output, arrival_s=arrival_s, **{**base, **extra})
 
 
 def merge_sources(

@@ -11,6 +11,7 @@ import copy
 import math
 from typing import Any
 
+import attrs
 import pandas as pd
 import pytest
 from hypothesis import given, settings
@@ -19,8 +20,10 @@ from hypothesis import strategies as st
 from simpy_llm import Simulation, scenario_from_dict
 from simpy_llm.config import ScenarioError
 from simpy_llm.entities import Request
-from simpy_llm.explore.sharded import ShardedRun, _delay_to, run_sharded, sharding_problems
+from simpy_llm.explore.sharded import ShardedRun, _Arrivals, _delay_to, _Workload, run_sharded, sharding_problems
+from simpy_llm.kernel import Environment
 from simpy_llm.serving.views import FullSnapshotView, SnapshotView
+from simpy_llm.wire import Wire
 from tests.helpers import tiny_scenario
 
 _ROUTERS = ("least_loaded", "jsq", "power_of_d", "least_outstanding_tokens")
@@ -251,3 +254,57 @@ def test_a_delay_lands_on_the_arrival_to_the_bit(now, ahead):
     where ``at - now`` may miss it by an ulp."""
     at = now + ahead
     assert now + _delay_to(now, at) == at
+
+
+def _two_client_workload(requests: int) -> Any:
+    data = tiny_scenario()
+    data["workload"].update(num_requests=requests, clients=[
+        {"id": "chat", "rate_fraction": 0.7, "arrival": {"process": "poisson"},
+         "input_distribution": {"type": "exponential", "params": {"mean": 60}},
+         "output_distribution": {"type": "exponential", "params": {"mean": 20}}},
+        {"id": "batch", "rate_fraction": 0.3, "arrival": {"process": "gamma", "cv": 3.0},
+         "input_distribution": {"type": "uniform", "params": {"low": 10, "high": 500}},
+         "output_distribution": {"type": "uniform", "params": {"low": 1, "high": 50}}},
+    ])
+    return scenario_from_dict(data)
+
+
+@settings(max_examples=60, deadline=None)
+@given(cuts=st.lists(st.one_of(st.floats(0.001, 0.5), st.integers(0, 119)), min_size=1, max_size=40),
+       keep=st.lists(st.booleans(), min_size=120, max_size=120))
+def test_a_slot_makes_the_coordinators_arrivals_window_by_window(cuts, keep):
+    """An executor slot's arrivals, made without an environment, are the coordinator's
+    generator's, field for field, in windows of any length (some ending exactly at an
+    arrival, which then falls in the next window), and a request is made only where the
+    slot asks for it."""
+    scenario = _two_client_workload(120)
+    env = Environment()
+    made: list[Request] = []
+    outbox = Wire(env)
+    outbox.connect(made.append)
+    reference = _Workload(scenario, env, outbox, warn=False)
+    times = [r.arrival_s for r in _all_arrivals(scenario)]
+    slot = _Arrivals(scenario)
+    until, seen = 0.0, 0
+    for cut in [*cuts, 1e9]:
+        until = times[cut] if isinstance(cut, int) and times[cut] > until else until + (cut if isinstance(cut, float) else 0.25)
+        reference.run_until(until)
+        window = made[seen:]
+        seen = len(made)
+        asked = [0 if keep[r.id] else None for r in window]
+        got = slot.window(until, asked)
+        assert len(got) == len(window)
+        for ref, req, k in zip(window, got, asked, strict=True):
+            assert (req is None) == (k is None)
+            if req is not None:
+                assert attrs.asdict(req) == attrs.asdict(ref)
+    assert seen == 120
+
+
+def _all_arrivals(scenario: Any) -> list[Request]:
+    env = Environment()
+    made: list[Request] = []
+    outbox = Wire(env)
+    outbox.connect(made.append)
+    _Workload(scenario, env, outbox, warn=False).run_until(1e9)
+    return made
