@@ -59,6 +59,12 @@ TARGET_RPS_100K = 20_000.0
 TARGET_WALL_1M_S = 60.0
 TARGET_RSS_1M_MB = 1024.0
 TARGET_OUT10X_RATIO = 2.0
+TARGET_CPU_1M_S = 25.0
+TARGET_RSS_1M_LEAN_MB = 400.0
+TARGET_REQUESTS_PER_RAW_TIMEOUT = 0.03
+"""Marginal requests per CPU-second from 10k to 100k over raw SimPy timeouts per CPU-second
+(:func:`raw_timeouts_per_cpu_s`, measured in the same processes): the speed target in units of
+the machine's own SimPy speed."""
 LINEARITY_TOLERANCE = 1.25
 """Our own tolerance: wall per request may grow at most this much from 100k to 1M."""
 
@@ -101,6 +107,23 @@ def _maxrss_mb() -> float:
     return rss / (1024 * 1024) if sys.platform == "darwin" else rss / 1024
 
 
+def raw_timeouts_per_cpu_s(n: int = 500_000) -> float:
+    """The bar the simulator's speed is read against: plain SimPy timeouts one process
+    yields per CPU-second in this process (one event each, nothing else)."""
+    import simpy
+
+    env = simpy.Environment()
+
+    def ticker() -> Any:
+        for _ in range(n):
+            yield env.timeout(1)
+
+    env.process(ticker())
+    cpu0 = time.process_time()
+    env.run()
+    return n / (time.process_time() - cpu0)
+
+
 def run_worker(case: str, mode: str, scenario_path: Path, extra: list[str]) -> dict[str, Any]:
     t0 = time.perf_counter()
     from simpy_llm import Simulation, load_scenario
@@ -113,9 +136,9 @@ def run_worker(case: str, mode: str, scenario_path: Path, extra: list[str]) -> d
     t3 = time.perf_counter()
     rss_before_run = _maxrss_mb()
 
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     results = sim.run()
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
 
     peak_rss = _maxrss_mb()  # the target figure: peak up to the end of run()
     n = len(results)
@@ -126,6 +149,7 @@ def run_worker(case: str, mode: str, scenario_path: Path, extra: list[str]) -> d
         "requests": n,
         "wall_s": wall,
         "wall_s_internal": results.wall_s,
+        "cpu_s": cpu,
         "requests_per_wall_s": n / wall if wall > 0 else None,
         "steps": results.steps,
         "events": results.events,
@@ -138,6 +162,7 @@ def run_worker(case: str, mode: str, scenario_path: Path, extra: list[str]) -> d
         "build_s": t3 - t2,
     }
     # Context figures, computed after the timed run and the RSS reading.
+    out["raw_timeouts_per_cpu_s"] = raw_timeouts_per_cpu_s()
     t4 = time.perf_counter()
     try:
         s = results.summary()
@@ -269,6 +294,8 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "import_s_median": statistics.median(r["import_s"] for r in runs),
         "load_s_median": statistics.median(r["load_s"] for r in runs),
         "build_s_median": statistics.median(r["build_s"] for r in runs),
+        "cpu_s_median": statistics.median(r["cpu_s"] for r in runs),
+        "raw_timeouts_per_cpu_s_median": statistics.median(r["raw_timeouts_per_cpu_s"] for r in runs),
         "deterministic": len({(r["steps"], r["events"], r["requests"]) for r in runs}) == 1,
     }
     for key in ("completed", "dropped", "in_flight", "sim_duration_s", "mean_batch", "preemptions", "summary_s"):
@@ -355,6 +382,23 @@ def derived_checks(by_case: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     else:
         add("wall at 1M", f"< {TARGET_WALL_1M_S:.0f} s", "case 1m not run", None)
         add("peak RSS at 1M", f"< {TARGET_RSS_1M_MB:.0f} MB", "case 1m not run", None)
+
+    a = by_case.get("1m")
+    if a:
+        cpu, m = a["cpu_s_median"], a["peak_rss_mb_max"]
+        add("CPU of run() at 1M", f"<= {TARGET_CPU_1M_S:.0f} s", f"{cpu:.1f} s", cpu <= TARGET_CPU_1M_S)
+        add("peak RSS at 1M (lean)", f"<= {TARGET_RSS_1M_LEAN_MB:.0f} MB", f"{m:.0f} MB", m <= TARGET_RSS_1M_LEAN_MB)
+    small, large = by_case.get("10k"), by_case.get("100k")
+    label = "marginal requests per CPU-s (10k to 100k) / raw SimPy timeouts per CPU-s"
+    if small and large and large["cpu_s_median"] > small["cpu_s_median"]:
+        marginal = (large["requests"] - small["requests"]) / (large["cpu_s_median"] - small["cpu_s_median"])
+        bar = statistics.median([small["raw_timeouts_per_cpu_s_median"], large["raw_timeouts_per_cpu_s_median"]])
+        ratio = marginal / bar
+        add(label, f">= {TARGET_REQUESTS_PER_RAW_TIMEOUT:g}",
+            f"{ratio:.4f} ({marginal:,.0f} requests/CPU-s over {bar / 1e6:.2f} M timeouts/CPU-s)",
+            ratio >= TARGET_REQUESTS_PER_RAW_TIMEOUT)
+    else:
+        add(label, f">= {TARGET_REQUESTS_PER_RAW_TIMEOUT:g}", "needs 10k and 100k", None)
 
     base = by_case.get("100k")
     for name, label, is_target in (
