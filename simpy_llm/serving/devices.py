@@ -57,7 +57,7 @@ from simpy_llm.config.validators import (
     optional,
 )
 from simpy_llm.serving.hardware import gpu_spec
-from simpy_llm.serving.profiles import profiles_dir, profiles_path
+from simpy_llm.serving.profiles import profiles_path
 
 __all__ = [
     "DEVICE_ROLES",
