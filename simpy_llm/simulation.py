@@ -238,13 +238,14 @@ class Simulation:
         self.env = Environment()
         self.streams = RandomStreams(scenario.seed)
         serving = scenario.serving
-        self.plans, self.layouts = plan_fleet(serving, latency_model, self.streams), {}
+        self.plans: list[ReplicaPlan] = plan_fleet(serving, latency_model, self.streams)
+        """Each replica's plan; with planner parallelism candidates, each candidate degree's
+        replicas follow the scenario's (``layouts``: their fleet indices by tp, the scenario's first)."""
+        self.layouts: dict[int, list[int]] = {}
         if scenario.planner is not None:  # its parallelism candidates may add replicas
             from simpy_llm.serving.planner import parallelism_fleet  # a planner's only: a run without one skips the module
 
             self.plans, self.layouts = parallelism_fleet(scenario, self.plans, latency_model, self.streams)
-        """Each replica's plan; with planner parallelism candidates, each candidate degree's
-        replicas follow the scenario's (``layouts``: their fleet indices by tp, the scenario's first)."""
         if token_listener is not None and any(p.batch_server is not None for p in self.plans):
             raise ValueError("a token_listener needs continuous-batching replicas; a batch server returns whole responses")
         n_replicas = len(self.plans)
