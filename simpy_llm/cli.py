@@ -63,7 +63,16 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 
-def _parser() -> argparse.ArgumentParser:
+_OWN_VERBS = frozenset({"run", "workload", "observe", "serve", "validate", "lut-drift"})
+"""The verbs whose options this module declares itself; the others' come from their own modules."""
+
+
+def _parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser. With *command*, one of :data:`_OWN_VERBS`, the verbs declared
+    in other modules are left out: the parse of that verb's arguments is its subparser's alone, so
+    it reads and reports the same, and the calibrator's, observer's, explorer's and report's
+    modules stay unimported (``simpy-llm run`` starts without them). Any other *command* (or
+    none: ``--help``, ``--version``, a verb misspelled) gets every verb."""
     p = argparse.ArgumentParser(prog="simpy-llm", description="Simulate LLM inference serving.")
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
@@ -185,6 +194,8 @@ def _parser() -> argparse.ArgumentParser:
     drift.add_argument("previous", help="the previous version of the same LUT")
     drift.add_argument("--tolerance", type=float, default=0.05, help="largest relative change that is not drift (default 0.05)")
     drift.set_defaults(plugins=[])
+    if command in _OWN_VERBS:
+        return p
 
     from simpy_llm.explore.catalogue_cli import add_verb as add_catalogue_verb
 
@@ -250,7 +261,8 @@ def _add_scenario_options(parser: argparse.ArgumentParser, workload_keys: bool =
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``simpy-llm`` command."""
-    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = _parser(argv[0] if argv else None).parse_args(argv)
     if args.plugins:
         try:
             load_plugins(args.plugins, source="command line", key="--plugin")
@@ -598,15 +610,12 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from simpy_llm.simulation import Simulation
 
     scenario = _load(args)
     if scenario is None or not _out_ok(args.out) or not html_ok(args.html):
         return 2
 
-    console = Console(soft_wrap=True)
     try:  # a bad row of a replayed file, a distribution drawing NaN: the message, not a traceback
         stream = {} if args.stream_chunk is None else {"stream_chunk_requests": args.stream_chunk}
         sim = Simulation(scenario, stream_to=args.stream_records, **stream)
@@ -616,6 +625,9 @@ def _run(args: argparse.Namespace) -> int:
         print(exc, file=sys.stderr)
         return 2
 
+    from rich.console import Console  # after the run: only the summary's printing needs it
+
+    console = Console(soft_wrap=True)
     summary = results.summary()
     console.print(_summary_table(summary, scenario.name or args.scenario, has_slo=bool(scenario.slo)))
     if args.out:

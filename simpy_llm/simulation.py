@@ -61,10 +61,8 @@ from simpy_llm.progress import (
     watched,
 )
 from simpy_llm.rng import RandomStreams
-from simpy_llm.serving.batching import BatchServer, build_service_model
 from simpy_llm.serving.engine import Replica
 from simpy_llm.serving.fleet import ReplicaPlan, plan_fleet
-from simpy_llm.serving.planner import WHAT_IF_DRAIN_WINDOWS, FleetControl, Planner, WhatIf, parallelism_fleet, what_if_layout
 from simpy_llm.serving.router import Router
 from simpy_llm.serving.views import ClusterView, FullSnapshotView, LiveView, RouterCounts, SnapshotView, refresh_views
 from simpy_llm.wire import Wire
@@ -88,10 +86,12 @@ if TYPE_CHECKING:
     from simpy_llm.policies.routing import RoutingPolicy
     from simpy_llm.policies.scheduling import SchedulerPolicy
     from simpy_llm.serving.autoscaler import Autoscaler
+    from simpy_llm.serving.batching import BatchServer
     from simpy_llm.serving.disaggregation import KvHandoff
     from simpy_llm.serving.engine import TokenListener
     from simpy_llm.serving.gateway import Gateway
     from simpy_llm.serving.latency import LatencyModel
+    from simpy_llm.serving.planner import Planner, WhatIf
     from simpy_llm.speculative.draft import DraftFleet
     from simpy_llm.speculative.verify import VerifyServer
 
@@ -238,9 +238,14 @@ class Simulation:
         self.env = Environment()
         self.streams = RandomStreams(scenario.seed)
         serving = scenario.serving
-        self.plans, self.layouts = parallelism_fleet(scenario, plan_fleet(serving, latency_model, self.streams), latency_model, self.streams)
+        self.plans: list[ReplicaPlan] = plan_fleet(serving, latency_model, self.streams)
         """Each replica's plan; with planner parallelism candidates, each candidate degree's
         replicas follow the scenario's (``layouts``: their fleet indices by tp, the scenario's first)."""
+        self.layouts: dict[int, list[int]] = {}
+        if scenario.planner is not None:  # its parallelism candidates may add replicas
+            from simpy_llm.serving.planner import parallelism_fleet  # a planner's only: a run without one skips the module
+
+            self.plans, self.layouts = parallelism_fleet(scenario, self.plans, latency_model, self.streams)
         if token_listener is not None and any(p.batch_server is not None for p in self.plans):
             raise ValueError("a token_listener needs continuous-batching replicas; a batch server returns whole responses")
         n_replicas = len(self.plans)
@@ -326,11 +331,7 @@ class Simulation:
                 until_s=scenario.simulation.until_s, **_device_settings(plan),
             )
             if plan.batch_server is None
-            else BatchServer(
-                env, i, inbox, plan.batch_server,
-                build_service_model(plan.batch_server, plan.latency, self.streams.stream(f"service/{i}")),
-                self.recorder, completions=completions, group=plan.group,
-            )
+            else self._batch_server(i, inbox, plan, completions)
             for i, (inbox, plan) in enumerate(zip(replica_inboxes, self.plans, strict=True))
         ] if drafts is None else self._verify_servers(drafts, replica_inboxes, completions, handoffs, schedulers, fast=fast)
         counts = RouterCounts(n_replicas)
@@ -438,7 +439,20 @@ class Simulation:
             announce=announce and not gated,
         )
         if scenario.planner is not None:
+            from simpy_llm.serving.planner import Planner  # a planner's only: a run without one skips the module
+
             self.planner = Planner(_PlannerHost(self), scenario.planner, planner_policy)
+
+    def _batch_server(self, i: int, inbox: Wire, plan: ReplicaPlan, completions: Wire | None) -> BatchServer:
+        """Replica *i*, a batch server of *plan* (its service model draws from ``service/<i>``)."""
+        from simpy_llm.serving.batching import BatchServer, build_service_model  # a batch server's only
+
+        assert plan.batch_server is not None  # the plans of batch-server groups carry theirs
+        return BatchServer(
+            self.env, i, inbox, plan.batch_server,
+            build_service_model(plan.batch_server, plan.latency, self.streams.stream(f"service/{i}")),
+            self.recorder, completions=completions, group=plan.group,
+        )
 
     def _seams(self, replica_inboxes: list[Wire], completions: Wire | None, handoffs: Wire | None) -> dict[str, Wire]:
         """This simulation's Wires by seam name, in the order items travel."""
@@ -1000,6 +1014,8 @@ class _PlannerHost:
         speculative decoding, the draft fleet (which binds it to a device and reports it when
         its prompt reaches the targets)."""
         sim = self._sim
+        from simpy_llm.serving.planner import WHAT_IF_DRAIN_WINDOWS, FleetControl, WhatIf, what_if_layout  # the planner's own
+
         scenario, knobs = what_if_layout(attrs.evolve(sim.scenario, planner=None, seed=seed), candidate, sim.layouts)
         given = sim._given.copied()  # fresh objects for each what-if, with their state at the tick
         w = Simulation(

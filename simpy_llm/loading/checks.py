@@ -388,10 +388,14 @@ def _planner_parallelism(scenario: Scenario) -> None:
 
 
 def _checked_hook(cls: type, checks: list[Callable[[Any], None]]) -> Callable[[Any, Any], Any]:
-    inner = attrs_hook_factory(cls)
+    # The class's structuring is generated when a scenario first gives one of it: a scenario
+    # without a planner, speculation or batch servers never pays for theirs.
+    inner: list[Callable[[Any, Any], Any]] = []
 
     def hook(value: Any, t: Any) -> Any:
-        obj = inner(value, t)
+        if not inner:
+            inner.append(attrs_hook_factory(cls))
+        obj = inner[0](value, t)
         for check in checks:
             check(obj)
         return obj
@@ -402,7 +406,8 @@ def _checked_hook(cls: type, checks: list[Callable[[Any], None]]) -> Callable[[A
 def register_checks() -> None:
     """Run each class's checks on every object of it that :data:`~simpy_llm.config.structure.converter`
     structures. Called once by the loader, after every hook the classes' fields need is
-    registered (each class's structuring is generated here, from those hooks)."""
+    registered (each class's structuring is generated from those hooks when the converter first
+    structures an object of it)."""
     for cls, checks in CHECKS.items():
         converter.register_structure_hook(cls, _checked_hook(cls, checks))
 

@@ -595,4 +595,4 @@ def replace_scenario(scenario: Scenario, changes: dict[str, Any]) -> Scenario:
     return new
 
 
-register_checks()  # last: each checked class's structuring is generated from the hooks registered above
+register_checks()  # last: each checked class's structuring, generated on first use, reads the hooks registered above

@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from simpy_llm.config.plain import scenario_to_dict
-from simpy_llm.serving.devices import profiles_path
-from simpy_llm.serving.profiles import profiles_dir
+from simpy_llm.serving.profiles import profiles_dir, profiles_path
 
 if TYPE_CHECKING:
     from simpy_llm.config.schema import Scenario

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, TypedDict
 import numpy as np
 
 from simpy_llm.metrics.recorder import SPEC_ROUND_FIELDS
-from simpy_llm.serving.devices import device_profile
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -179,6 +178,8 @@ def speculation_summary(
     e2e = (columns["completion_s"] - columns["arrival_s"])[done]
     attainment: list[float] = []
     service: list[float] = []
+    from simpy_llm.serving.devices import device_profile  # a speculative run's only: a run without one skips the catalogue
+
     for g in spec.drafts:
         mask = group_col == g.name
         busy = draft_busy_s.get(g.name, [])

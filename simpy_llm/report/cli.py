@@ -29,11 +29,11 @@ def add_parser(sub: Any) -> None:
 def html_ok(path: str | None) -> bool:
     """Whether ``--html`` *path* can be written: plotly is installed and the file's directory
     takes it (:func:`~simpy_llm.output_paths.check_output_file`); prints why not. True without one."""
+    if path is None:  # before the imports: a command without --html loads neither the figures nor plotly
+        return True
     from simpy_llm.output_paths import OutputPathError, check_output_file
     from simpy_llm.report.figures import require_plotly
 
-    if path is None:
-        return True
     try:
         require_plotly()
         check_output_file(path, option="--html")

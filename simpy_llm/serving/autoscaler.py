@@ -41,7 +41,6 @@ import attrs
 
 from simpy_llm.config.autoscaler import TTFT_METRICS
 from simpy_llm.policies.scaling import Activating
-from simpy_llm.serving.planner import FleetControl
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -215,6 +214,8 @@ class Autoscaler:
         self.policy = policy
         self.recorder = recorder
         self._active = active
+        from simpy_llm.serving.planner import FleetControl  # built with an autoscaler: the results import this module without the planner
+
         self.control = FleetControl(fleet)
         self.pool = self.control.pools["active_replicas"]
         self.replicas = fleet.replicas

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, TypedDict
 import numpy as np
 
 from simpy_llm.metrics.stats import latency_stats
-from simpy_llm.serving.batching import SampledServiceTimes, build_service_model
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -169,6 +168,8 @@ class BatchServerResults:
             hist = dict(sorted(Counter(size.tolist()).items()))
             c_max = None
             if cfg.batch_size is not None and cfg.service.kind == "sampled":
+                from simpy_llm.serving.batching import SampledServiceTimes, build_service_model  # batch servers' only
+
                 model = build_service_model(cfg, None, np.random.default_rng(0))
                 # The "sampled" kind is SampledServiceTimes, the model whose mean service time is known.
                 if isinstance(model, SampledServiceTimes):

@@ -57,7 +57,7 @@ from simpy_llm.config.validators import (
     optional,
 )
 from simpy_llm.serving.hardware import gpu_spec
-from simpy_llm.serving.profiles import profiles_dir
+from simpy_llm.serving.profiles import profiles_path
 
 __all__ = [
     "DEVICE_ROLES",
@@ -512,12 +512,6 @@ def device_profile_to_dict(profile: DeviceProfile) -> dict[str, Any]:
 
 
 # --- shipped profiles ------------------------------------------------------------------------
-
-
-def profiles_path() -> Path:
-    """The folder of shipped device profiles, ``profiles_dir() / "devices"``."""
-
-    return profiles_dir() / "devices"
 
 
 def _display(path: Path) -> str:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, TypedDict
 
-from simpy_llm.serving.planner import DECISION_COLUMNS, TRIGGER_COLUMNS, gpu_seconds
-
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
@@ -58,6 +56,8 @@ class PlannerResults:
         empty without a planner."""
         import pandas as pd  # pandas is imported where a frame is built: importing the package stays fast
 
+        from simpy_llm.serving.planner import DECISION_COLUMNS  # here: a run's results import this module without the planner
+
         rows = self.log.rows if self.log is not None else []
         return pd.DataFrame(rows, columns=list(DECISION_COLUMNS))
 
@@ -66,6 +66,8 @@ class PlannerResults:
         its time, the trigger, and when its condition became true (earlier than the tick when
         ``ticks.min_gap_s`` held it back); empty without a planner or triggers."""
         import pandas as pd  # pandas is imported where a frame is built: importing the package stays fast
+
+        from simpy_llm.serving.planner import TRIGGER_COLUMNS  # here: a run's results import this module without the planner
 
         rows = self.log.triggers if self.log is not None else []
         return pd.DataFrame(rows, columns=list(TRIGGER_COLUMNS))
@@ -76,6 +78,8 @@ class PlannerResults:
         log = self.log
         if log is None:
             return {}
+        from simpy_llm.serving.planner import gpu_seconds  # a run with a planner's only
+
         used = gpu_seconds(self.columns, self.kv_transfers.starts(), log, self.end_s)
         return {"planner": {
             "ticks": log.ticks,

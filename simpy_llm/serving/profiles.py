@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["profiles_dir"]
+__all__ = ["profiles_dir", "profiles_path"]
 
 
 def profiles_dir() -> Path:
@@ -24,3 +24,10 @@ def profiles_dir() -> Path:
     here = Path(__file__).resolve().parent.parent
     packaged = here / "_profiles"
     return packaged if packaged.is_dir() else here.parent / "profiles"
+
+
+def profiles_path() -> Path:
+    """The folder of shipped device profiles, ``profiles_dir() / "devices"`` (here, not in
+    :mod:`~simpy_llm.serving.devices`, so that a run's manifest finds it without the catalogue)."""
+
+    return profiles_dir() / "devices"

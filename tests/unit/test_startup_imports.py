@@ -24,6 +24,13 @@ LAZY = (
     # features it does not use: speculative decoding, networks, disaggregation
     "simpy_llm.speculative", "simpy_llm.network.topology", "simpy_llm.network.link", "simpy_llm.network.client",
     "simpy_llm.serving.disaggregation",
+    # the other verbs' argument parsers and the --html check's figures
+    "simpy_llm.calibrate", "simpy_llm.observe", "simpy_llm.explore", "simpy_llm.report.figures",
+    # the planner, batch servers, the autoscaler's process and the device catalogue
+    "simpy_llm.serving.planner", "simpy_llm.policies.planning", "simpy_llm.serving.batching", "simpy_llm.policies.batching",
+    "simpy_llm.serving.devices",
+    # the summary's printing, after the run
+    "rich",
 )
 """Modules a quickstart run has no use for before its first event."""
 
@@ -93,3 +100,46 @@ from simpy_llm.calibrate import compare, fit
 print(json.dumps([callable(compare) and compare.__name__, callable(fit) and fit.__name__]))
 """
     assert _fresh(code) == ["compare", "fit"]
+
+
+def _loaded_by_a_run(scenario: str, overrides: list[str], modules: list[str]) -> object:
+    """``[completed requests, which of *modules* are loaded]`` after a fresh interpreter ran
+    *scenario* (relative to the repository root) with *overrides*, as ``simpy-llm run`` loads it."""
+    code = f"""
+import json, sys
+from simpy_llm import Simulation, load_scenario
+results = Simulation(load_scenario({scenario!r}, {overrides!r})).run()
+print(json.dumps([results.summary()["requests"]["completed"], [m for m in {modules!r} if m in sys.modules]]))
+"""
+    return _fresh(code)
+
+
+def test_a_scenario_with_a_planner_loads_the_planner() -> None:
+    """The planner's module, left out of a quickstart run, is imported by a run whose scenario
+    has a ``planner`` section, and that run completes its requests."""
+    got = _loaded_by_a_run("scenarios/planner_pool_split.yaml", ["workload.num_requests=40"],
+                           ["simpy_llm.serving.planner", "simpy_llm.policies.planning"])
+    assert got == [40, ["simpy_llm.serving.planner", "simpy_llm.policies.planning"]]
+
+
+def test_a_scenario_with_batch_servers_loads_the_batch_server() -> None:
+    """The batch server's module and the batching policies, left out of a quickstart run, are
+    imported by a run of a fleet of batch servers, which completes its requests."""
+    got = _loaded_by_a_run("scenarios/continuous_vs_static.yaml", ["workload.num_requests=40"],
+                           ["simpy_llm.serving.batching", "simpy_llm.policies.batching"])
+    assert got == [40, ["simpy_llm.serving.batching", "simpy_llm.policies.batching"]]
+
+
+def test_a_scenario_with_an_autoscaler_loads_its_fleet_control() -> None:
+    """The autoscaler's fleet control (in the planner's module, left out of a quickstart run)
+    is imported by a run whose scenario has an ``autoscaler`` section (20 s of 15 requests/s)."""
+    got = _loaded_by_a_run("tests/data/autoscaler/step.yaml", ["workload.horizon_s=20"], ["simpy_llm.serving.planner"])
+    assert got == [300, ["simpy_llm.serving.planner"]]
+
+
+def test_a_verb_of_another_module_still_parses() -> None:
+    """``simpy-llm --help`` lists the verbs declared in other modules (calibrate, sweep, report,
+    bench) beside the command line's own, as before ``run`` stopped building their parsers."""
+    out = subprocess.run([sys.executable, "-m", "simpy_llm.cli", "--help"], capture_output=True, text=True, cwd=ROOT)
+    verbs = out.stdout.split("{", 1)[1].split("}", 1)[0].split(",")
+    assert {"run", "validate", "calibrate", "sweep", "report", "bench", "capacity", "deploy", "catalogue"} <= set(verbs)
