@@ -82,11 +82,15 @@ class Lookahead(Generic[R]):
     def __len__(self) -> int:
         return len(self._items)
 
+    def room(self) -> bool:
+        """Whether a request is left to build and the budget has room for it."""
+        return self._next < len(self.order) and self.held < self.budget_bytes
+
     def build_one(self) -> bool:
         """Build the next request's body if the budget has room; whether it did."""
-        position = self._next
-        if position >= len(self.order) or self.held >= self.budget_bytes:
+        if not self.room():
             return False
+        position = self._next
         self._next = position + 1
         spec, approx = self.make(self.order[position])
         body: bytes | None
