@@ -29,7 +29,13 @@ httptools) instead of aiohttp.
 (:class:`~simpy_llm.observe.LoadGenerator`) and with two worker processes
 (:class:`~simpy_llm.observe.workers.ProcessLoadGenerator`); the client's CPU is
 then the parent's plus its workers' (their start-up included), and the wall time
-counts from the shared run start.
+counts from the shared run start. ``client CPU us/req`` counts all the client's CPU (start-up,
+building bodies ahead, the run); ``in run us/req`` only what it spent from the run's start (the
+clock of the targets) to its end, and ``client CPU %`` is that share of the wall time.
+
+``--prepare-bytes N`` sets how many bytes of request bodies each sending process builds
+ahead of their targets (``LoadGenerator(prepare_bytes=N)``; ``0``: each built just before its
+target, as before the look-ahead).
 
 This is a benchmark, not a test: it asserts nothing. The figures are
 wall-clock figures on a shared machine: p99 and max move by a few
@@ -40,9 +46,11 @@ load average); use ``--repeat`` for the median of several runs.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import datetime as _dt
 import json
 import math
+import multiprocessing
 import os
 import platform
 import random
@@ -57,6 +65,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.bench_quickstart import machine_info
+from simpy_llm.observe.loadgen import PREPARE_BYTES
 
 REPO = Path(__file__).resolve().parent.parent
 SERVER = Path(__file__).resolve().with_name("noop_sse_server.py")
@@ -124,22 +133,38 @@ def run_case(args: argparse.Namespace) -> dict[str, Any]:
                 gen: LoadGenerator | ProcessLoadGenerator
                 if args.case_workers > 1:
                     gen = ProcessLoadGenerator(
-                        client, requests, writer, workers=args.case_workers, lag_threshold_s=math.inf, loop=args.case_loop
+                        client, requests, writer, workers=args.case_workers, lag_threshold_s=math.inf, loop=args.case_loop,
+                        prepare_bytes=args.prepare_bytes,
                     )
                 else:
-                    gen = LoadGenerator(client, requests, writer, lag_threshold_s=math.inf)
+                    gen = LoadGenerator(client, requests, writer, lag_threshold_s=math.inf, prepare_bytes=args.prepare_bytes)
                 server_cpu0 = _proc_cpu_s(args.server_pid) if args.server_pid else None
                 children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
                 cpu0 = time.process_time()
                 if profiler is not None:
                     profiler.enable()
-                s = await gen.run()
+                task = asyncio.ensure_future(gen.run())
+                # The CPU from the run's start: one process builds bodies ahead and starts its clock
+                # in the run's first step; workers start, import and build theirs before it.
+                if isinstance(gen, ProcessLoadGenerator):
+                    await gen.wait_started(task)
+                    workers_cpu = [_proc_cpu_s(p.pid) for p in multiprocessing.active_children() if p.pid is not None]
+                    start_children = None if None in workers_cpu else sum(c for c in workers_cpu if c is not None)
+                else:
+                    await asyncio.sleep(0)
+                    start_children = 0.0
+                run_cpu0 = time.process_time()
+                s = await task
                 if profiler is not None:
                     profiler.disable()
                 children1 = resource.getrusage(resource.RUSAGE_CHILDREN)
                 # Wall time from the run start (the workers' start-up before it is left out).
                 wall = time.perf_counter() - client.run_start
-                cpu = time.process_time() - cpu0 + (children1.ru_utime + children1.ru_stime) - (children0.ru_utime + children0.ru_stime)
+                children_s = (children1.ru_utime + children1.ru_stime) - (children0.ru_utime + children0.ru_stime)
+                cpu = time.process_time() - cpu0 + children_s
+                run_cpu = (
+                    time.process_time() - run_cpu0 + children_s - start_children if start_children is not None else None
+                )
                 server_cpu1 = _proc_cpu_s(args.server_pid) if args.server_pid else None
         out.update(
             n_requests=s.n_requests,
@@ -157,7 +182,9 @@ def run_case(args: argparse.Namespace) -> dict[str, Any]:
             wall_s=wall,
             client_cpu_s=cpu,
             client_cpu_us_per_request=cpu / s.n_requests * 1e6 if s.n_requests else None,
-            client_cpu_share=cpu / wall if wall > 0 else None,
+            run_cpu_s=run_cpu,
+            run_cpu_us_per_request=run_cpu / s.n_requests * 1e6 if s.n_requests and run_cpu is not None else None,
+            client_cpu_share=run_cpu / wall if wall > 0 and run_cpu is not None else None,
             server_cpu_share=(server_cpu1 - server_cpu0) / wall if server_cpu0 is not None and server_cpu1 is not None and wall > 0 else None,
         )
         errors = [r.error_message for r in gen.records.values() if r.status != "ok"]
@@ -214,7 +241,7 @@ def spawn(rate: float, loop: str, workers: int, port: int, server_pid: int, args
         cmd += ["--profile", "--profile-top", str(args.profile_top)]
     if args.new_connections:
         cmd.append("--new-connections")
-    cmd += ["--transport", args.transport]
+    cmd += ["--transport", args.transport, "--prepare-bytes", str(args.prepare_bytes)]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=args.duration * 20 + 240)
@@ -259,6 +286,7 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
         ("max ms", ">", lambda r: _ms(r["delay_max_s"], ".1f")),
         ("lag p50 ms", ">", lambda r: _ms(r["lag_p50_s"])),
         ("client CPU us/req", ">", lambda r: _fmt(r["client_cpu_us_per_request"], ".0f")),
+        ("in run us/req", ">", lambda r: _fmt(r.get("run_cpu_us_per_request"), ".0f")),
         ("client CPU %", ">", lambda r: _fmt(r["client_cpu_share"] and r["client_cpu_share"] * 100, ".0f")),
         ("server CPU %", ">", lambda r: _fmt(r["server_cpu_share"] and r["server_cpu_share"] * 100, ".0f")),
         ("saturated", "^", lambda r: "yes" if r.get("saturated") else "no"),
@@ -288,7 +316,7 @@ def median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
         return runs[0]
     out = dict(runs[0])
     for key in ("requested_rate", "achieved_rate", "delay_p50_s", "delay_p99_s", "delay_max_s", "lag_p50_s",
-                "client_cpu_us_per_request", "client_cpu_share", "server_cpu_share"):
+                "client_cpu_us_per_request", "run_cpu_us_per_request", "client_cpu_share", "server_cpu_share"):
         vals = [r[key] for r in runs if r.get(key) is not None]
         out[key] = statistics.median(vals) if vals else None
     out["ok"] = min(r["ok"] for r in runs)
@@ -336,6 +364,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--transport", choices=("aiohttp", "lean"), default="aiohttp",
                    help="the client's transport (OpenAIClient(transport=...)): aiohttp (default) or lean "
                         "(an asyncio Protocol with httptools; the loadgen extra)")
+    p.add_argument("--prepare-bytes", type=int, default=PREPARE_BYTES, metavar="N",
+                   help="bytes of request bodies each sending process builds ahead of their targets "
+                        f"(LoadGenerator(prepare_bytes=...); default {PREPARE_BYTES}; 0: each built just before its target)")
     p.add_argument("--workers", default="1",
                    help="comma-separated numbers of sending processes, one case each (default 1: the one-process generator)")
     # Worker mode: one case, started by the parent.

@@ -443,18 +443,43 @@ class OpenAIClient:
         return self.model
 
     # ------------------------------------------------------------------ requests
-    async def send(self, spec: RequestSpec, record: ObservedRequest | None = None) -> ObservedRequest:
+    def encode(self, spec: RequestSpec) -> bytes:
+        """The JSON body of *spec* as :meth:`send` writes it (its model, else :attr:`model`), to
+        build ahead of the send and pass to it as *body*.
+
+        Raises
+        ------
+        ValueError
+            Neither *spec* nor the client names a model yet (:meth:`default_model` looks it up).
+        TypeError
+            The body holds what JSON cannot encode (from the spec's ``extra_body``).
+
+        Examples
+        --------
+        >>> OpenAIClient("http://127.0.0.1:1", model="m").encode(RequestSpec("hi", 3, "completions", stream=False))
+        b'{"model":"m","max_tokens":3,"stream":false,"prompt":"hi"}'
+        """
+        model = spec.model if spec.model is not None else self.model
+        if model is None:
+            raise ValueError("no model to encode the body with: name one, or look it up first (default_model())")
+        return _encode(spec.body(model))
+
+    async def send(self, spec: RequestSpec, record: ObservedRequest | None = None, *, body: bytes | None = None) -> ObservedRequest:
         """Send *spec* (retrying per :attr:`retry`) and return its measured record.
 
         *record* (optional) is filled in place, so a caller keeps the partial
         record if the task is cancelled; ``CancelledError`` is re-raised after
-        the record is marked ``cancelled``.
+        the record is marked ``cancelled``. *body*: *spec*'s body as :meth:`encode`
+        gave it, built ahead of time (``None``: built here); it is sent as it is.
         """
         rec = record if record is not None else ObservedRequest()
         rec.request_id, rec.endpoint, rec.streaming = spec.request_id, spec.endpoint, spec.stream
         try:
-            body = spec.body(await self.default_model()) if spec.model is None else spec.body(spec.model)
-            data = _encode(body)  # once for every attempt, sent under the session's Content-Type
+            if body is not None:
+                data = body
+            else:
+                model = await self.default_model() if spec.model is None else spec.model
+                data = _encode(spec.body(model))  # once for every attempt, sent under the session's Content-Type
             for attempt in range(self.retry.max_retries + 1):
                 retry_after = await self._attempt(spec, data, rec)
                 if rec.status == "ok" or rec.http_status not in self.retry.retry_on or attempt == self.retry.max_retries:

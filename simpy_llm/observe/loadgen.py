@@ -11,7 +11,13 @@ short therefore leaves a readable trace.
 
 A single dispatcher coroutine walks the requests in target order, sleeps until
 each target and starts the request as a task (open loop: sends never wait for
-responses). With ``concurrency=N`` the dispatcher first waits for one of the N
+responses). Each request's body (its prompt text, JSON-encoded) is built ahead
+of its target, as benchmark tools sample and tokenize their dataset before the
+clock starts: :meth:`LoadGenerator.run` builds the bodies of the first requests
+before the run's clock starts, as many as *prepare_bytes* holds, and while the
+run goes on it builds those next in line whenever the next target leaves time,
+so the prompts cost nothing between a target and its send (the same bodies as
+built at the send, hence the same bytes on the wire and the same rows). With ``concurrency=N`` the dispatcher first waits for one of the N
 slots, so requests queue in FIFO order and their schedule delay includes the
 queueing. The run summary reports requested vs achieved send rate and the
 schedule delay; when the median client lag (dispatch time - target) exceeds
@@ -41,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from simpy_llm.observe.ahead import Lookahead
 from simpy_llm.observe.client import ObservedRequest, OpenAIClient, RequestSpec, raise_open_files_limit
 from simpy_llm.observe.progress import LiveStats
 
@@ -61,6 +68,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "OBSERVER_COLUMNS",
+    "PREPARE_BYTES",
     "LoadGenerator",
     "LoadRequest",
     "RunSummary",
@@ -82,6 +90,17 @@ sent, measured by the prompt source's token rule (:mod:`simpy_llm.observe.prompt
 _EXACT_SOURCES = (SyntheticPrompts, DatasetPrompts)
 """Prompt sources whose ``text(n)`` and ``prefix(group, n)`` measure exactly ``max(n, 1)`` tokens
 by their own rule (as their tests check): the length of what they give is known without counting."""
+
+PREPARE_BYTES = 256 * 2**20
+"""The default of :class:`LoadGenerator`'s *prepare_bytes*: request bodies built ahead of their
+targets, and the prompt texts they were made from, held at once by a sending process (about
+11.5 kB per request of a 1,000-word synthetic prompt: ~23,000 requests)."""
+
+TIMER_STEP_S = 0.001
+"""The shortest wait for a target: the event loops' timer step (uvloop counts whole milliseconds,
+and asyncio rounds its waits up to them). A target closer than this is sent up to a step late
+rather than waited for by going round the loop until it is due: that spin took CPU the workers
+and a server on the same machine could have used."""
 
 _PASSTHROUGH = ("client_id", "tenant_id", "slo_class", "session_id", "round_index", "prefix_group", "reason_ratio")
 
@@ -411,6 +430,14 @@ class LoadGenerator:
         The ``time.perf_counter()`` value that targets count from (default: when :meth:`run`
         starts sending). Worker processes of one run share it
         (:mod:`simpy_llm.observe.workers`); a value in the future delays the first sends.
+    prepare_bytes
+        Bytes of request bodies built ahead of their targets that the generator holds at once,
+        the prompt texts they were made from counted too (:meth:`prepare`; default
+        :data:`PREPARE_BYTES`). The run builds as many as fit before its clock starts, then
+        keeps the window full while it sends, in the time before each target; a run whose
+        bodies all fit builds every one before its clock starts. ``0``: each body is built
+        just before its target, one at a time. Closed-loop sessions (*conversations*) are
+        built that way always: a round's body holds the answers before it.
 
     :attr:`live` counts requests as they start and end (for a progress display).
     """
@@ -432,9 +459,12 @@ class LoadGenerator:
         conversations: Conversations | None = None,
         prompts: PromptSource | None = None,
         run_start: float | None = None,
+        prepare_bytes: int = PREPARE_BYTES,
     ) -> None:
         if concurrency is not None and concurrency < 1:
             raise ValueError(f"concurrency must be >= 1 or None, got {concurrency}")
+        if prepare_bytes < 0:
+            raise ValueError(f"prepare_bytes must be >= 0, got {prepare_bytes}")
         raise_open_files_limit(concurrency)
         self.client = client
         self.requests = load_requests(requests)
@@ -461,6 +491,8 @@ class LoadGenerator:
         self._tasks: set[asyncio.Task[None]] = set()
         self._slots: asyncio.Semaphore | None = None
         self._columns = frozenset(writer.columns) if writer is not None and hasattr(writer, "columns") else None
+        self.prepare_bytes = prepare_bytes
+        self._ahead: Lookahead[LoadRequest] | None = None  # made by the first prepare()
 
     def statistics(self) -> dict[str, Any]:
         """How the run kept its schedule, as plain data: the trace header's ``load_generator``
@@ -532,12 +564,35 @@ class LoadGenerator:
         return spec, length
 
     def _spec(self, req: LoadRequest, rec: ObservedRequest) -> RequestSpec:
+        spec, rec.approx_prompt_tokens = self._made(req)
+        return spec
+
+    def _made(self, req: LoadRequest) -> tuple[RequestSpec, int]:
+        """*req*'s spec and the length of its prompt by the source's rule (``approx_prompt_tokens``)."""
         if type(self).spec is LoadGenerator.spec:
             spec, length = self._build(req)
         else:  # a subclass shapes the body (spec() is its seam): its prompt is counted as sent
             spec, length = self.spec(req), None
-        rec.approx_prompt_tokens = length if length is not None else approx_prompt_tokens(self.prompts, spec.prompt)
-        return spec
+        return spec, length if length is not None else approx_prompt_tokens(self.prompts, spec.prompt)
+
+    def prepare(self) -> int:
+        """Build the bodies of the requests next in line, in target order, until the window holds
+        *prepare_bytes* (or every request is built); returns how many requests it holds.
+
+        :meth:`run` calls it before its clock starts; call it earlier to build them sooner
+        (a worker process does, before it reports ready). It builds nothing while the model is
+        unknown (``model=None`` and :meth:`run` not started: the body names the model), with
+        ``prepare_bytes=0``, or for closed-loop sessions. The requests are taken as they stand
+        at the first call: one added to :attr:`requests` after it is built when it is due.
+        """
+        if not self._can_prepare():
+            return 0
+        if self._ahead is None:
+            self._ahead = Lookahead(tuple(self.requests), self.prepare_bytes, self._made, self.client.encode)
+        return self._ahead.fill()
+
+    def _can_prepare(self) -> bool:
+        return self.prepare_bytes > 0 and self.conversations is None and self.model is not None
 
     def _finish(self, req: LoadRequest, rec: ObservedRequest) -> None:
         if req.request_id in self._written:
@@ -550,11 +605,16 @@ class LoadGenerator:
             self.writer.write_row(record_row(req, rec, self._columns))
 
     async def _one(
-        self, req: LoadRequest, rec: ObservedRequest, slots: asyncio.Semaphore | None, spec: RequestSpec
+        self,
+        req: LoadRequest,
+        rec: ObservedRequest,
+        slots: asyncio.Semaphore | None,
+        spec: RequestSpec,
+        body: bytes | None = None,
     ) -> None:
         self.live.sent += 1
         try:
-            await self.client.send(spec, rec)
+            await self.client.send(spec, rec, body=body)
         finally:
             if slots is not None:
                 slots.release()
@@ -614,6 +674,7 @@ class LoadGenerator:
         """
         if self.model is None:
             self.model = await self.client.default_model()
+        self.prepare()  # before the clock starts (and before the freeze below, which then keeps them)
         # A full collection of the cyclic GC walks every tracked object, and after the
         # usual imports (pandas, numpy, ...) that is ~10^5 objects: a 40-60 ms pause of the
         # event loop on a small machine, which holds back every send due meanwhile (it was
@@ -657,22 +718,36 @@ class LoadGenerator:
         tasks = self._tasks
         stopper = asyncio.ensure_future(self._stop.wait())
         acquire: asyncio.Future[Any] | None = None
+        order = tuple(self.requests)  # session follow-ups join self.requests as they come
+        ahead = self._ahead if self._can_prepare() else None
+        if ahead is not None and not ahead.same_order(order):  # the requests changed since prepare()
+            ahead = self._ahead = Lookahead(order, self.prepare_bytes, self._made, self.client.encode)
         try:
-            for req in tuple(self.requests):  # session follow-ups join self.requests as they come
+            for position, req in enumerate(order):
                 if self._stop.is_set():
                     break
                 rec = self.records[req.request_id] = ObservedRequest(request_id=req.request_id, scheduled_s=req.arrival_s)
-                if req.arrival_s > client.now():
-                    # Time to spare: first let the request just started reach its send,
-                    # so that building this one's prompt does not delay it.
-                    await asyncio.sleep(0)
-                # Built before the sleep, not in the request's task: the prompt text
-                # (~50 us for 1,000 words) then costs nothing between target and send.
-                spec = self._spec(req, rec)
+                built = ahead.take(position) if ahead is not None else None
+                if built is None:
+                    if req.arrival_s > client.now():
+                        # Time to spare: first let the request just started reach its send,
+                        # so that building this one's prompt does not delay it.
+                        await asyncio.sleep(0)
+                    # Built before the sleep, not in the request's task: nothing between target and send.
+                    spec, body = self._spec(req, rec), None
+                    if ahead is not None:  # the window ran dry: refill it if the target leaves time
+                        ahead.top_up(client.now, req.arrival_s)
+                else:
+                    spec, body, rec.approx_prompt_tokens = built
+                    if ahead is not None and ahead.room() and req.arrival_s > client.now():
+                        await asyncio.sleep(0)  # as above (the wait below would yield anyway)
+                        ahead.top_up(client.now, req.arrival_s)
                 if self.conversations is not None:  # a session's root with fan_out: its other instances
                     self._follow_ups(self.conversations.siblings(req))
                 while (delay := req.arrival_s - client.now()) > 0 and not self._stop.is_set():
-                    await self._sleep(delay)
+                    # Not less than a timer step: uvloop fired a shorter timer at once, and the wait
+                    # spun round the loop (~20 times per request at 2,000/s; see TIMER_STEP_S).
+                    await self._sleep(max(delay, TIMER_STEP_S))
                 if self._stop.is_set():
                     break
                 rec.dispatched_s = client.now()
@@ -682,7 +757,7 @@ class LoadGenerator:
                     if not acquire.done():
                         acquire.cancel()
                         break
-                task = asyncio.create_task(self._one(req, rec, slots, spec))
+                task = asyncio.create_task(self._one(req, rec, slots, spec, body))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
             while tasks and not stopper.done():

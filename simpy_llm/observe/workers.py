@@ -10,7 +10,10 @@ so that the client is not what limits a benchmark:
 - each worker is a fresh process (the ``spawn`` start method, the same on every
   platform) running a :class:`~simpy_llm.observe.loadgen.LoadGenerator` on its own
   event loop (uvloop when installed, as *loop* says) with its own
-  :class:`~simpy_llm.observe.client.OpenAIClient`;
+  :class:`~simpy_llm.observe.client.OpenAIClient`. It builds the request bodies of its
+  share before it reports ready (as many as *prepare_bytes* holds, each worker its own
+  window: :meth:`~simpy_llm.observe.loadgen.LoadGenerator.prepare`), so that work is
+  done before the run's clock starts;
 - every worker counts targets from one origin: when all have connected, the parent sets
   ``run_start`` (``time.perf_counter()``, a clock every process of the machine shares)
   :data:`START_LEAD_S` ahead and sends it to them;
@@ -45,6 +48,7 @@ from typing import Any
 
 from simpy_llm.observe.client import ObservedRequest, OpenAIClient, raise_open_files_limit
 from simpy_llm.observe.loadgen import (
+    PREPARE_BYTES,
     LoadGenerator,
     LoadRequest,
     RunSummary,
@@ -174,6 +178,7 @@ async def _work(conn: Connection, client_options: dict[str, Any], options: dict[
         gen = _ForwardingGenerator(conn, client, requests, None, lag_threshold_s=math.inf, **options)
         start: asyncio.Future[float | None] = loop.create_future()
         threading.Thread(target=_listen, args=(conn, loop, start, gen), daemon=True).start()
+        gen.prepare()  # the bodies of its share, before the run's clock starts
         conn.send(("ready",))
         run_start = await start
         if run_start is not None:
@@ -220,6 +225,9 @@ class ProcessLoadGenerator:
         metrics scraper's) is the trace's.
     requests, writer, endpoint, stream, model, ignore_eos, extra_body, lag_threshold_s, prefixes, prompts
         As for :class:`~simpy_llm.observe.loadgen.LoadGenerator`.
+    prepare_bytes
+        As for :class:`~simpy_llm.observe.loadgen.LoadGenerator`, for each worker: every worker
+        builds its share's bodies before it reports ready, up to this many bytes.
     concurrency
         At most this many requests in flight over the whole run, split across the
         workers (:func:`split_limit`); ``None``: open loop.
@@ -265,9 +273,12 @@ class ProcessLoadGenerator:
         prefixes: Mapping[str, int] | None = None,
         prompts: PromptSource | None = None,
         loop: str = "auto",
+        prepare_bytes: int = PREPARE_BYTES,
     ) -> None:
         if concurrency is not None and concurrency < 1:
             raise ValueError(f"concurrency must be >= 1 or None, got {concurrency}")
+        if prepare_bytes < 0:
+            raise ValueError(f"prepare_bytes must be >= 0, got {prepare_bytes}")
         self.limits = split_limit(concurrency, workers)  # checks workers and concurrency against it
         # Workers inherit this process's limit: raised (and checked against a worker's share) here,
         # before any is started, so that a share no worker could hold is refused up front.
@@ -287,6 +298,7 @@ class ProcessLoadGenerator:
             "extra_body": dict(extra_body or {}),
             "prefixes": dict(prefixes or {}),
             "prompts": prompts if prompts is not None else SyntheticPrompts(),
+            "prepare_bytes": prepare_bytes,
         }
         self.live = LiveStats()
         self.records: dict[int, ObservedRequest] = {}

@@ -55,11 +55,13 @@ def _usage(n: int) -> dict[str, Any]:
 
 
 class FakeServer:
-    """State of a running fake server: ``hits`` per mode, ``seen`` bodies, and knobs."""
+    """State of a running fake server: ``hits`` per mode, the ``bodies`` seen (parsed; their bytes
+    in ``raw_bodies``), and knobs."""
 
     def __init__(self, *, fail_first: int = 0, token_delay_s: float = 0.0, slow_s: float = 60.0) -> None:
         self.hits: dict[str, int] = {}
         self.bodies: list[dict[str, Any]] = []
+        self.raw_bodies: list[bytes] = []  # the bytes received, as sent
         self.headers: list[dict[str, str]] = []
         self.fail_first = fail_first  # answer this many requests with 429 first
         self.token_delay_s = token_delay_s
@@ -83,7 +85,9 @@ class FakeServer:
         return await self.complete(request, "completions")
 
     async def complete(self, request: web.Request, endpoint: str) -> web.StreamResponse:
-        body = await request.json()
+        raw = await request.read()
+        body = json.loads(raw)
+        self.raw_bodies.append(raw)
         self.bodies.append(body)
         self.headers.append(dict(request.headers))
         n = int(body.get("max_tokens", OK_TOKENS))
