@@ -157,21 +157,18 @@ class _Workload:
     """The scenario's arrivals, made as a single run's generator makes them (the same
     sources, streams and request ids), put into *outbox* as their times come.
 
-    The coordinator routes them; each executor slot makes them again for its shards, so
-    that a window's message is the targets alone (a request pickled costs more than
-    making it again).
+    The coordinator routes them; each executor slot makes those routed to its shards again
+    (:class:`_Arrivals`), so that a window's message is the targets alone (a request
+    pickled costs more than making it again).
     """
 
-    def __init__(self, scenario: Scenario, env: Environment, outbox: Wire, *, warn: bool) -> None:
+    def __init__(self, scenario: Scenario, env: Environment, outbox: Wire) -> None:
         self.scenario = scenario
         self.env = env
         wl = scenario.workload
-        with warnings.catch_warnings():
-            if not warn:  # the coordinator has told them
-                warnings.simplefilter("ignore")
-            check_spec_files(scenario)
-            sources = self.sources = build_sources(wl, default_seed=scenario.seed, stacklevel=5)
-            warn_unknown_trace_classes(scenario, sources.traces, stacklevel=5)
+        check_spec_files(scenario)
+        sources = self.sources = build_sources(wl, default_seed=scenario.seed, stacklevel=5)
+        warn_unknown_trace_classes(scenario, sources.traces, stacklevel=5)
         replayed = ReplayedContexts() if sources.traces else None
         n_clients = len(sources.clients)
 
@@ -246,13 +243,11 @@ class _Arrivals:
                 break
             now = at
             k = len(out)
-            if make_all or (k < n and shard_of[k] is not None):
-                req = make_request(self.made, at, self.bases[row[1]], row[2], row[3], row[4])
-                if self.replayed is not None and row[1] >= self.n_clients:
-                    self.replayed(req)
-                out.append(req)
-            else:
-                out.append(None)
+            wanted = make_all or (k < n and shard_of[k] is not None)
+            req = make_request(self.made, at, self.bases[row[1]], row[2], row[3], row[4]) if wanted else None
+            if req is not None and self.replayed is not None and row[1] >= self.n_clients:
+                self.replayed(req)
+            out.append(req)
             self.made += 1
             row = self._next()
         self.pending, self.now = row, now
@@ -393,7 +388,7 @@ class _ShardHost:
 
         *message* is the pickled ``(targets, until)``: the entry router's target of each
         request of the window, in arrival order, as ``int32`` bytes. The slot makes the
-        window's requests itself and gives each of its shards those routed to it.
+        requests routed to its shards itself and gives each shard its own.
         """
         t0, cpu0 = time.perf_counter(), time.thread_time()
         raw, until = pickle.loads(message)
@@ -548,7 +543,7 @@ class _Coordinator:
         arrivals = Wire(env)
         policy = build_policy(serving.entry_router, routing_policies, rng=RandomStreams(scenario.seed).stream("router"))
         self.router = Router(env, arrivals, outboxes, views, counts, policy, Recorder(num_replicas=n_replicas))
-        self.workload = _Workload(scenario, env, arrivals, warn=True)
+        self.workload = _Workload(scenario, env, arrivals)
 
     def _ship(self, target: int, req: Request) -> None:
         self.targets.append(target)

@@ -282,7 +282,7 @@ def test_a_slot_makes_the_coordinators_arrivals_window_by_window(cuts, keep):
     made: list[Request] = []
     outbox = Wire(env)
     outbox.connect(made.append)
-    reference = _Workload(scenario, env, outbox, warn=False)
+    reference = _Workload(scenario, env, outbox)
     times = [r.arrival_s for r in _all_arrivals(scenario)]
     slot = _Arrivals(scenario)
     until, seen = 0.0, 0
@@ -306,5 +306,5 @@ def _all_arrivals(scenario: Any) -> list[Request]:
     made: list[Request] = []
     outbox = Wire(env)
     outbox.connect(made.append)
-    _Workload(scenario, env, outbox, warn=False).run_until(1e9)
+    _Workload(scenario, env, outbox).run_until(1e9)
     return made

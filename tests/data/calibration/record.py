@@ -50,6 +50,7 @@ RUNS = {
     "held_out_chat": {"workload": "held_out_chat.yaml", "api": "chat", "cache_prompt": True},
     "held_out_docs": {"workload": "held_out_docs.yaml", "api": "completions", "cache_prompt": False},
     "held_out_docs_half_load": {"workload": "held_out_docs_half_load.yaml", "api": "completions", "cache_prompt": False},
+    "held_out_docs_busy": {"workload": "held_out_docs_busy.yaml", "api": "completions", "cache_prompt": False},
 }
 FIRST_DAY = ("open_loop", "multi_turn", "short_prompts", "held_out_chat")
 """What a run without ``--only`` records (with the probe)."""
@@ -59,6 +60,7 @@ SETS = {
     "held_out_docs_set": ["probe", "short_prompts", "held_out_docs"],
     "held_out_docs_half_load_set": ["probe", "short_prompts", "held_out_docs_half_load"],
     "held_out_docs_quiet_set": ["probe", "short_prompts", "held_out_docs_half_load"],
+    "held_out_docs_busy_set": ["probe", "short_prompts", "held_out_docs_busy"],
 }
 """Recordings made one after the other, so that a probe and a fitting trace describe the server
 as it ran the held-out workload; each later set is written to ``llamacpp_<set>/``."""
