@@ -17,9 +17,9 @@ clock starts: :meth:`LoadGenerator.run` builds the bodies of the first requests
 before the run's clock starts, as many as *prepare_bytes* holds, and while the
 run goes on it builds those next in line whenever the next target leaves time,
 so the prompts cost nothing between a target and its send (the same bodies as
-built at the send, hence the same bytes on the wire and the same rows). With ``concurrency=N`` the dispatcher first waits for one of the N
-slots, so requests queue in FIFO order and their schedule delay includes the
-queueing. The run summary reports requested vs achieved send rate and the
+built at the send, hence the same bytes on the wire and the same rows).
+With ``concurrency=N`` the dispatcher first waits for one of the N slots, so
+requests queue in FIFO order and their schedule delay includes the queueing. The run summary reports requested vs achieved send rate and the
 schedule delay; when the median client lag (dispatch time - target) exceeds
 ``lag_threshold_s`` (10 ms) it sets ``lagging`` and warns with
 :class:`ScheduleLagWarning`; when the generator itself could not keep the schedule
