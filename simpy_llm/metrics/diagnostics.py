@@ -42,7 +42,8 @@ Post-processing dominates TPOT (group 'default'): the latency model adds 6.00 ms
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -145,24 +146,81 @@ def diagnose(results: Results, *, plans: Sequence[ReplicaPlan] | None = None) ->
 
 
 # --- overload ------------------------------------------------------------------
-def _time_weighted_medians(start: np.ndarray, end: np.ndarray, edges: np.ndarray) -> list[float]:
-    """Time-weighted median of the number of intervals ``[start_i, end_i)`` open,
-    over each ``[edges[k], edges[k + 1])``."""
-    times = np.concatenate([start, end])
-    deltas = np.concatenate([np.ones(start.size), -np.ones(end.size)])
-    order = np.argsort(times, kind="stable")
-    times = times[order]
-    # Level on [bounds[j], bounds[j + 1]): 0 before the first change.
-    levels = np.concatenate([[0.0], np.cumsum(deltas[order])])
-    bounds = np.concatenate([[-np.inf], times, [np.inf]])
+def _record_chunks(results: Results, names: tuple[str, ...]) -> Iterator[Mapping[str, np.ndarray]]:
+    """The record columns *names* of *results*, in parts: the columns themselves in memory,
+    one chunk at a time for a streamed run (figures that do not depend on the records'
+    order are summed over the parts, so no whole column is read)."""
+    streamed = results.streamed_records
+    if streamed is None:
+        yield results.columns
+    else:
+        yield from streamed.chunks(names)
+
+
+def _arrival_extent(results: Results) -> tuple[int, float, float]:
+    """``(records, first arrival, last arrival)`` (NaN when some arrival is NaN, as
+    :func:`numpy.min` gives it; the run's end with no record)."""
+    n, lows, highs = 0, [], []
+    for c in _record_chunks(results, ("arrival_s",)):
+        arrival = np.asarray(c["arrival_s"], dtype=np.float64)
+        if arrival.size:
+            n += arrival.size
+            lows.append(arrival.min())
+            highs.append(arrival.max())
+    if not n:
+        return 0, math.nan, math.nan
+    return n, float(np.min(lows)), float(np.max(highs))
+
+
+def _sorted(values: np.ndarray) -> np.ndarray:
+    """*values* when in ascending order, else a sorted copy."""
+    return values if bool((values[:-1] <= values[1:]).all()) else np.sort(values)
+
+
+def _time_weighted_medians(starts: np.ndarray, ends: np.ndarray, edges: np.ndarray) -> list[float]:
+    """Time-weighted median of the number of intervals ``[start_i, end_i)`` open, over each
+    ``[edges[k], edges[k + 1])`` (an infinite end: still open; *starts* and *ends* are
+    sorted here unless they already are).
+
+    Over ``[a, b)`` the count changes only at the starts and ends inside it, so only those
+    are looked at: the count at ``a`` and after each of them is the starts at or before it
+    less the ends at or before it. The spells at each count are taken in time order, sorted
+    by count (stable) and summed, so the median is the same to the bit as over every event
+    of the run at once.
+    """
+    starts, ends = _sorted(starts), _sorted(ends)
     out = []
     for a, b in itertools.pairwise(edges):
-        durations = np.clip(bounds[1:], a, b) - np.clip(bounds[:-1], a, b)
+        # The events strictly inside (a, b), in time order, each with the count just after it;
+        # arrays are dropped as soon as they are used (a third holds about two events per request).
+        inside = np.concatenate([
+            starts[np.searchsorted(starts, a, side="right"):np.searchsorted(starts, b, side="left")],
+            ends[np.searchsorted(ends, a, side="right"):np.searchsorted(ends, b, side="left")],
+        ])
+        inside.sort()
+        m = inside.size
+        levels = np.empty(m + 1, dtype=np.int64)
+        levels[0] = np.searchsorted(starts, a, side="right") - np.searchsorted(ends, a, side="right")
+        levels[1:] = np.searchsorted(starts, inside, side="right")
+        levels[1:] -= np.searchsorted(ends, inside, side="right")
+        # Spells [a, t_1), [t_1, t_2), ... [t_m, b): their lengths, each the same subtraction
+        # as between consecutive events of the whole run.
+        durations = np.empty(m + 1, dtype=np.float64)
+        if m:
+            durations[0] = inside[0] - a
+            np.subtract(inside[1:], inside[:-1], out=durations[1:m])
+            durations[m] = b - inside[-1]
+        else:
+            durations[0] = b - a
+        del inside
         keep = durations > 0
         lv, du = levels[keep], durations[keep]
+        del levels, durations, keep
         by_level = np.argsort(lv, kind="stable")
-        cum = np.cumsum(du[by_level])
-        out.append(float(lv[by_level][np.searchsorted(cum, 0.5 * cum[-1])]))
+        cum = du[by_level]
+        del du
+        np.cumsum(cum, out=cum)
+        out.append(float(lv[by_level[np.searchsorted(cum, 0.5 * cum[-1])]]))
     return out
 
 
@@ -178,8 +236,8 @@ def overload_judged(results: Results) -> bool:
     >>> overload_judged(few), overload(few) is None
     (False, True)
     """
-    arrival = np.asarray(results.columns["arrival_s"], dtype=np.float64)
-    return arrival.size >= OVERLOAD_MIN_REQUESTS and float(arrival.max()) > float(arrival.min())
+    n, a0, a1 = _arrival_extent(results)
+    return n >= OVERLOAD_MIN_REQUESTS and a1 > a0
 
 
 def overload(results: Results) -> Diagnostic | None:
@@ -213,25 +271,34 @@ def overload(results: Results) -> Diagnostic | None:
     night) is not flagged unless its queue keeps growing through all three thirds:
     the queue drains, and the latency figures show the spell.
     """
-    if not overload_judged(results):
+    n, a0, a1 = _arrival_extent(results)
+    if not (n >= OVERLOAD_MIN_REQUESTS and a1 > a0):
         return None
-    c = results.columns
-    arrival = np.asarray(c["arrival_s"], dtype=np.float64)
-    n = arrival.size
-    a0, a1 = float(arrival.min()), float(arrival.max())
     window = a1 - a0
-    enqueue = np.asarray(c["enqueue_s"], dtype=np.float64)
-    scheduled = np.asarray(c["first_scheduled_s"], dtype=np.float64)
-    queued = (c["status"] != "dropped") & np.isfinite(enqueue)
-    start = enqueue[queued]
-    end = np.where(np.isnan(scheduled[queued]), np.inf, scheduled[queued])
+    # Each waiting spell (entering a queue to the first step; never scheduled: to the end),
+    # gathered part by part and sorted: two numbers per request, not the records.
+    start = np.empty(n, dtype=np.float64)
+    end = np.empty(n, dtype=np.float64)
+    spells = started = 0
+    for c in _record_chunks(results, ("status", "enqueue_s", "first_scheduled_s")):
+        enqueue = np.asarray(c["enqueue_s"], dtype=np.float64)
+        scheduled = np.asarray(c["first_scheduled_s"], dtype=np.float64)
+        queued = (c["status"] != "dropped") & np.isfinite(enqueue)
+        k = int(queued.sum())
+        np.compress(queued, enqueue, out=start[spells:spells + k])
+        np.compress(queued, scheduled, out=end[spells:spells + k])
+        spells += k
+        started += int(((scheduled >= a0) & (scheduled <= a1)).sum())
+    start, end = start[:spells], end[:spells]
+    end[np.isnan(end)] = np.inf
+    start.sort()
+    end.sort()
     edges = np.linspace(a0, a1, 4)
     w1, w2, w3 = _time_weighted_medians(start, end, edges)
     rate = n / window
     excess = (w3 - w1) / (2 * window / 3) / rate
     if not (w1 < w2 < w3 and excess >= OVERLOAD_EXCESS_SHARE):
         return None
-    started = int(((scheduled >= a0) & (scheduled <= a1)).sum())
     return Diagnostic(
         code="overload",
         severity="warning",
@@ -269,11 +336,23 @@ def _mean_batch(results: Results) -> float:
 
 def _mean_context_tokens(results: Results) -> float:
     """Mean KV context of a decoding request: its prompt plus half its output."""
-    c = results.columns
-    served = c["status"] != "dropped"
+    streamed = results.streamed_records
+    if streamed is None:
+        c = results.columns
+        served = c["status"] != "dropped"
+        context = 0.5 * c["output_tokens"]
+        np.add(c["prompt_tokens"], context, out=context)  # prompt + 0.5 * output, in the one array
+    else:
+        # Filled chunk by chunk in request-id order: the mean sums the same values in the same order.
+        served = np.empty(len(streamed), dtype=bool)
+        context = np.empty(len(streamed), dtype=np.float64)
+        for chunk in streamed.chunks(("request_id", "status", "prompt_tokens", "output_tokens")):
+            at = streamed.positions(chunk["request_id"])
+            served[at] = chunk["status"] != "dropped"
+            context[at] = chunk["prompt_tokens"] + 0.5 * chunk["output_tokens"]
     if not served.any():
         return 0.0
-    return float(np.mean(c["prompt_tokens"][served] + 0.5 * c["output_tokens"][served]))
+    return float(np.mean(context if served.all() else context[served]))
 
 
 def _decode_step_s(latency: Any, batch: int, context_tokens: float) -> float:

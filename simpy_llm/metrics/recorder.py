@@ -2,17 +2,21 @@
 
 Components call the ``on_*`` methods; nothing is patched in. Per-request
 records are appended column by column (``array`` of machine numbers, string
-fields as small integer codes), so a million records cost about 120 MB, not
-the gigabyte a million Python objects would. The record's columns, their kinds
-and the request attribute each is read from come from
-:class:`~simpy_llm.metrics.record.RequestRecord`.
+fields as small integer codes), so a million records cost at most 8 bytes per
+column each (~370 MB for the 46 columns), not the gigabytes a million Python
+objects would. A column that has held one value so far (most of a run's: the
+speculative columns without speculation, the network's without a network, the
+modality counts of a text workload...) is kept as that value and a count, not
+an array: the quickstart's million records hold 12 arrays, ~100 MB. The
+record's columns, their kinds and the request attribute each is read from come
+from :class:`~simpy_llm.metrics.record.RequestRecord`.
 """
 
 from __future__ import annotations
 
 from array import array
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -119,6 +123,23 @@ class ColumnLog:
         return out
 
 
+class _HeldColumns(Mapping[str, array]):
+    """A recorder's columns by name; looking one up gives it as an array (a column kept as
+    one value becomes an array then, and stays one)."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self._recorder = recorder
+
+    def __getitem__(self, name: str) -> array:
+        return self._recorder.column_array(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name, _ in RECORD_FIELDS)
+
+    def __len__(self) -> int:
+        return len(RECORD_FIELDS)
+
+
 class RecordSink(Protocol):
     """Where a recorder hands its records over as the run goes (streamed records,
     :class:`~simpy_llm.metrics.stream.RecordStream`)."""
@@ -144,6 +165,11 @@ class Recorder:
         self._columns: dict[str, array] = {
             name: array("d" if kind == "f" else "q") for name, kind in RECORD_FIELDS
         }
+        self._single: dict[str, bytes] = dict.fromkeys(self._columns, b"")
+        """Columns that have held one value so far: its 8 bytes (``b""`` before any record);
+        such a column's array stays empty, and :attr:`_rows` says how many records it holds."""
+        self._rows = 0
+        """Records in the columns (the buffer not counted)."""
         self._buffer: list[tuple] = []
         self._status: list[str] = []
         self._fields_of = attrgetter(*_REQUEST_ATTRS)
@@ -349,20 +375,36 @@ class Recorder:
             c.name: values for c, values in zip(_FROM_REQUEST, zip(*self._buffer, strict=True), strict=True)
         }
         by_name["status"] = self._status  # the one column the record leaves to the recorder (attr None)
+        single = self._single
         for column in RECORD_COLUMNS:
             name = column.name
             values = by_name[name]
-            target = self._columns[name]
             if column.kind == "s":
                 codes = self.codes[name]
                 for value in dict.fromkeys(values):  # new names in first-seen order, then one C-level pass
                     if value not in codes.codes:
                         codes(value)
-                target.fromlist(list(map(codes.codes.__getitem__, values)))
+                numbers = list(map(codes.codes.__getitem__, values))
             elif column.read is not None:
-                target.fromlist(list(map(column.read, values)))
+                numbers = list(map(column.read, values))
             else:
-                target.fromlist(list(values))  # fromlist: about twice extend's speed
+                numbers = list(values)
+            target = self._columns[name]
+            if name in single:
+                # Compared as bytes: the same value to the bit (-0.0 is not 0.0, NaNs keep their payload).
+                part = array(target.typecode)
+                part.fromlist(numbers)
+                raw = part.tobytes()
+                value = single[name] or raw[:8]
+                if raw == value * len(part):
+                    single[name] = value
+                    continue
+                del single[name]
+                target.frombytes(value * self._rows)
+                target.frombytes(raw)
+            else:
+                target.fromlist(numbers)  # fromlist: about twice extend's speed
+        self._rows += len(self._buffer)
         self._buffer = []
         self._status = []
         if self.sink is not None:
@@ -370,7 +412,7 @@ class Recorder:
 
     def _spill(self, sink: RecordSink, size: int) -> None:
         """Hand the oldest whole chunks of *size* records to *sink* and forget them."""
-        held = len(self._columns["request_id"])
+        held = self._rows
         whole = held - held % size
         for start in range(0, whole, size):
             chunk = self._decoded(start, start + size)
@@ -379,14 +421,20 @@ class Recorder:
             )
             sink.write(chunk)
         if whole:
-            for target in self._columns.values():
-                del target[:whole]
+            for name, target in self._columns.items():
+                if name not in self._single:
+                    del target[:whole]
+            self._rows -= whole
 
     def _decoded(self, start: int, stop: int) -> dict[str, np.ndarray]:
         """Records *start* to *stop* of the columns, in the order recorded, strings decoded."""
         out: dict[str, np.ndarray] = {}
         for name, kind in RECORD_FIELDS:
-            arr = np.frombuffer(self._columns[name], dtype=np.float64 if kind == "f" else np.int64)[start:stop].copy()
+            dtype = np.float64 if kind == "f" else np.int64
+            if name in self._single:
+                arr = np.frombuffer(self._single[name] * (stop - start), dtype=dtype)
+            else:
+                arr = np.frombuffer(self._columns[name], dtype=dtype)[start:stop].copy()
             if kind == "s":
                 names = np.array(self.codes[name].names, dtype=object)
                 arr = names[arr] if arr.size else np.array([], dtype=object)
@@ -399,20 +447,41 @@ class Recorder:
         if sink is None:
             return
         self._flush()
-        held = len(self._columns["request_id"])
+        held = self._rows
         if held:
             self._spill(sink, held)
 
     @property
-    def columns(self) -> dict[str, array]:
-        """Record columns so far (string fields as codes into ``codes[name].names``)."""
+    def rows(self) -> int:
+        """Records held (those handed to a sink not counted)."""
         self._flush()
-        return self._columns
+        return self._rows
+
+    @property
+    def columns(self) -> Mapping[str, array]:
+        """Record columns so far (string fields as codes into ``codes[name].names``), each an
+        array when looked up (:meth:`column_array`)."""
+        self._flush()
+        return _HeldColumns(self)
+
+    def column_array(self, name: str) -> array:
+        """Column *name* as an array (a column kept as one value is written out, and kept so)."""
+        self._flush()
+        value = self._single.pop(name, None)
+        if value is not None:
+            self._columns[name].frombytes(value * self._rows)
+        return self._columns[name]
+
+    def single_value(self, name: str) -> bytes | None:
+        """The 8 bytes of the one value column *name* has held in every record so far (a
+        float64 or an int64; a string's code), or None: it holds several, or no record."""
+        self._flush()
+        return self._single.get(name) or None
 
     def take_column(self, name: str) -> array:
-        """Hand column *name* over, leaving it empty here: a run's Results take the records
-        one column at a time, so the records are never held twice."""
-        self._flush()
-        taken = self._columns[name]
+        """Hand column *name* over as an array, leaving it empty here: a run's Results take the
+        records one column at a time, so the records are never held twice."""
+        taken = self.column_array(name)
         self._columns[name] = array(taken.typecode)
+        self._single.pop(name, None)
         return taken

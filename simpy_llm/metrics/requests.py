@@ -37,7 +37,28 @@ if TYPE_CHECKING:
         Throughput,
     )
 
-__all__ = ["LatencySections", "RateSections", "RequestOutcomes", "RequestResults", "WindowedRates"]
+__all__ = ["DERIVED_METRICS", "LatencySections", "RateSections", "RequestOutcomes", "RequestResults", "WindowedRates"]
+
+
+DERIVED_METRICS = ("ttft_s", "tpot_s", "e2e_s", "queue_delay_s", "client_ttft_s", "client_e2e_s")
+"""The per-request metrics derived from the records, in ``to_dataframe()``'s order."""
+_CLIENT_SILENT = ("ttft_s", "tpot_s", "client_ttft_s")
+"""The metrics a client that does not stream does not see (:meth:`RequestResults.client_derived`)."""
+
+
+class _Metrics(dict[str, np.ndarray]):
+    """:meth:`RequestResults.derived` over some records as a mapping that computes a metric
+    when it is first looked up (what :meth:`RequestResults.slo_met` reads: only the metrics
+    an SLO target names)."""
+
+    def __init__(self, requests: RequestResults, mask: np.ndarray) -> None:
+        super().__init__()
+        self.requests = requests
+        self.mask = mask
+
+    def __missing__(self, name: str) -> np.ndarray:
+        values = self[name] = self.requests.metric(name, self.mask)
+        return values
 
 
 class WindowedRates(TypedDict):
@@ -146,29 +167,39 @@ class RequestResults:
 
     def derived(self) -> dict[str, np.ndarray]:
         """Per-request latency metrics (:mod:`simpy_llm.metrics.results`), aligned with the records."""
-        c = self.columns
-        out_tokens = c["output_tokens"].astype(np.float64)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            tpot = np.where(out_tokens > 1, (c["completion_s"] - c["first_token_s"]) / (out_tokens - 1), np.nan)
-        network = c["upload_s"] + c["download_s"]  # 0 unless the client has a network
-        ttft = c["first_token_s"] - c["arrival_s"]
-        e2e = c["completion_s"] - c["arrival_s"]
-        return {
-            "ttft_s": ttft,
-            "tpot_s": tpot,
-            "e2e_s": e2e,
-            "queue_delay_s": c["first_scheduled_s"] - c["enqueue_s"],
-            "client_ttft_s": ttft + network,
-            "client_e2e_s": e2e + network,
-        }
+        return {name: self.metric(name) for name in DERIVED_METRICS}
 
     def client_derived(self) -> dict[str, np.ndarray]:
         """:meth:`derived` as clients see it: no TTFT or TPOT for a request that does not stream."""
-        out = self.derived()
-        silent = self.columns["streaming"] == 0
-        for name in ("ttft_s", "tpot_s", "client_ttft_s"):
-            out[name] = np.where(silent, np.nan, out[name])
-        return out
+        return {name: self.metric(name, client=True) for name in DERIVED_METRICS}
+
+    def metric(self, name: str, mask: np.ndarray | None = None, *, client: bool = False) -> np.ndarray:
+        """One of :meth:`derived`'s metrics (*client*: of :meth:`client_derived`'s), for the
+        records in *mask* (default: every record), computed alone: the summary takes its
+        figures one metric at a time, so no more than one is in memory.
+
+        Each value is the same number as in :meth:`derived` (the same operations on the
+        same record fields, element by element), whatever the mask.
+        """
+        c = self.columns
+
+        def col(field: str) -> np.ndarray:
+            return c[field] if mask is None else c[field][mask]
+
+        if name == "tpot_s":
+            out_tokens = col("output_tokens").astype(np.float64)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                values = np.where(out_tokens > 1, (col("completion_s") - col("first_token_s")) / (out_tokens - 1), np.nan)
+        elif name == "queue_delay_s":
+            values = col("first_scheduled_s") - col("enqueue_s")
+        else:
+            end = col("first_token_s") if name in ("ttft_s", "client_ttft_s") else col("completion_s")
+            values = end - col("arrival_s")
+            if name in ("client_ttft_s", "client_e2e_s"):
+                values = values + (col("upload_s") + col("download_s"))  # 0 unless the client has a network
+        if client and name in _CLIENT_SILENT:
+            values = np.where(col("streaming") == 0, np.nan, values)
+        return values
 
     def to_dataframe(self) -> pd.DataFrame:
         """One row per request with the record fields, ``replica_group`` (and ``cluster`` in a
@@ -205,10 +236,14 @@ class RequestResults:
         c = self.columns
         measured = c["warm_up"] == 0
         done = (c["status"] == "completed") & measured
-        met = self.slo_met(done, {k: v[done] for k, v in self.derived().items()})
+        met = self.slo_met(done, self.derived_over(done))
         start_s, run_s = self.measurement(measured)
         windowed, met_in_window = self.windowed_rates(measured)
         return RequestOutcomes(measured, done, met, start_s, run_s, windowed, met_in_window)
+
+    def derived_over(self, mask: np.ndarray) -> dict[str, np.ndarray]:
+        """:meth:`derived` over the records in *mask*, each metric computed when first looked up."""
+        return _Metrics(self, mask)
 
     def counts(self, arrived: int) -> RequestCounts:
         """``summary()["requests"]`` (*arrived*: the recorder's count of arrivals)."""
@@ -229,20 +264,20 @@ class RequestResults:
         tenant and cluster (with clusters); *itl* is the engine's tally of token gaps."""
         c = self.columns
         done = outcomes.done
-        seen = {k: v[done] for k, v in self.client_derived().items()}
         gapped = outcomes.measured & (c["streaming"] != 0) & (c["generated_tokens"] >= 2)
         gaps = weighted_stats(itl)
         latency: Latency = {
-            "ttft": counted_stats(seen["ttft_s"]),
-            "tpot": counted_stats(seen["tpot_s"]),
+            "ttft": counted_stats(self.metric("ttft_s", done, client=True)),
+            "tpot": counted_stats(self.metric("tpot_s", done, client=True)),
             "itl": {"mean": gaps["mean"], "p50": gaps["p50"], "p90": gaps["p90"], "p95": gaps["p95"], "p99": gaps["p99"],
                     "count": gaps["count"], "requests": int(gapped.sum())},
-            "e2e": counted_stats(seen["e2e_s"]),
-            "queue_delay": counted_stats(seen["queue_delay_s"]),
+            "e2e": counted_stats(self.metric("e2e_s", done, client=True)),
+            "queue_delay": counted_stats(self.metric("queue_delay_s", done, client=True)),
         }
         client: _ClientSection = {}
         if self.has_client_network():
-            client["client_latency_s"] = {"ttft": counted_stats(seen["client_ttft_s"]), "e2e": counted_stats(seen["client_e2e_s"])}
+            client["client_latency_s"] = {"ttft": counted_stats(self.metric("client_ttft_s", done, client=True)),
+                                          "e2e": counted_stats(self.metric("client_e2e_s", done, client=True))}
         by_cluster: _ClusterSection = {}
         if self.scenario.serving.clusters:
             by_cluster["latency_s_by_cluster"] = self.latency_by(self.cluster_column(), done)
@@ -293,17 +328,22 @@ class RequestResults:
     def fairness(self, measured: np.ndarray) -> Fairness:
         """``summary()["fairness"]``: across the tenants of the *measured* requests."""
         c = self.columns
+        every = bool(measured.all())  # then the columns themselves, not copies
+
+        def of_measured(values: np.ndarray) -> np.ndarray:
+            return values if every else values[measured]
+
         out = tenant_fairness(
-            c["tenant_id"][measured],
-            (c["status"] == "completed")[measured],
-            (c["completion_s"] - c["arrival_s"])[measured],
-            c["output_tokens"][measured],
+            of_measured(c["tenant_id"]),
+            of_measured(c["status"]) == "completed",
+            of_measured(c["completion_s"]) - of_measured(c["arrival_s"]),
+            of_measured(c["output_tokens"]),
         )
         cohorts = self.scenario.metrics.fairness.cohorts
         if cohorts:
             done = (c["status"] == "completed") & measured
             met = np.zeros(len(measured), dtype=bool)
-            met[done] = self.slo_met(done, {k: v[done] for k, v in self.derived().items()})
+            met[done] = self.slo_met(done, self.derived_over(done))
             with_slo = bool(self.scenario.slo)
             out["cohorts"] = {}
             for cohort in cohorts:
@@ -377,7 +417,7 @@ class RequestResults:
         inside = completed & (c["completion_s"] > a0) & (c["completion_s"] <= a1)
         offered = int((measured & (arrival > a0) & (arrival <= a1)).sum())
         last_completion = float(c["completion_s"][completed].max()) if completed.any() else a1
-        met = self.slo_met(inside, {k: v[inside] for k, v in self.derived().items()})
+        met = self.slo_met(inside, self.derived_over(inside))
         rates: WindowedRates = {
             "requests_per_s": int(inside.sum()) / span,
             "output_tokens_per_s": int(c["output_tokens"][inside].sum()) / span,
@@ -406,14 +446,17 @@ class RequestResults:
         """Latency statistics per value of *values* (aligned with the records), over the
         requests in *done*, for every value a measured request has."""
         keys = values[self.columns["warm_up"] == 0]
-        derived = self.client_derived()
-        out: dict[str, ClassLatency] = {}
-        for name in sorted(set(keys.tolist())):
-            mask = done & (values == name)
-            out[name] = {
-                "ttft": latency_stats(derived["ttft_s"][mask]),
-                "tpot": latency_stats(derived["tpot_s"][mask]),
-                "e2e": latency_stats(derived["e2e_s"][mask]),
-                "queue_delay": latency_stats(derived["queue_delay_s"][mask]),
-            }
+        names = sorted(set(keys.tolist()))
+        del keys
+        out: dict[str, ClassLatency] = {name: {} for name in names}  # type: ignore[typeddict-item]  # filled below, metric by metric
+        groups = values[done]
+        codes = np.full(groups.shape, -1, dtype=np.int32)  # each done request's group, by its index in names
+        for i, name in enumerate(names):
+            codes[groups == name] = i
+        del groups
+        for metric in ("ttft_s", "tpot_s", "e2e_s", "queue_delay_s"):
+            # One metric over the done requests at a time; a group's values are its share of them.
+            seen = self.metric(metric, done, client=True)
+            for i, name in enumerate(names):
+                out[name][metric.removesuffix("_s")] = latency_stats(seen[codes == i])  # type: ignore[literal-required]  # one of ClassLatency's keys
         return out

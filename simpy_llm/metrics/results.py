@@ -183,7 +183,9 @@ class Results:
             columns = ChunkColumns(streamed)
         self.columns = columns
         """Record columns (strings decoded), sorted by request id (a streamed run: each read
-        from the chunks when looked up, :class:`~simpy_llm.metrics.stream.ChunkColumns`)."""
+        from the chunks when looked up, :class:`~simpy_llm.metrics.stream.ChunkColumns`).
+        A column whose records all hold one value is a read-only view of that value
+        (:func:`numpy.broadcast_to`: no memory per record); copy it to write into it."""
         self.scenario = scenario
         self.end_s = end_s
         """Simulated duration, s."""
@@ -263,13 +265,23 @@ class Results:
         streamed run's records went to (the recorder then holds none).
         """
         order = np.argsort(np.frombuffer(recorder.columns["request_id"], dtype=np.int64), kind="stable")
+        rows = recorder.rows
         columns: dict[str, np.ndarray] = {}
         for name, kind in RECORD_FIELDS:
-            # taken out of the recorder (memory for one copy); indexing by *order* copies
-            arr = np.frombuffer(recorder.take_column(name), dtype=np.float64 if kind == "f" else np.int64)[order]
+            dtype = np.float64 if kind == "f" else np.int64
+            single = recorder.single_value(name)
+            if single is not None:
+                # One value in every record: a read-only view of it, no memory per record
+                # (the same values, in any order, as the array it stands for).
+                arr = np.frombuffer(single, dtype=dtype)
+            else:
+                # taken out of the recorder (memory for one copy); indexing by *order* copies
+                arr = np.frombuffer(recorder.take_column(name), dtype=dtype)[order]
             if kind == "s":
                 names = np.array(recorder.codes[name].names, dtype=object)
                 arr = names[arr] if arr.size else np.array([], dtype=object)
+            if single is not None:
+                arr = np.broadcast_to(arr, (rows,))
             columns[name] = arr
         return cls(
             columns,
@@ -568,7 +580,7 @@ class Results:
         status = self.columns["status"]
         measured = self.columns["warm_up"] == 0
         done = (status == "completed") & measured
-        ttft = latency_stats(requests.client_derived()["ttft_s"][done])
+        ttft = latency_stats(requests.metric("ttft_s", done, client=True))
         tp = requests.windowed_rates(measured)[0]
         if math.isnan(tp["requests_per_s"]):
             rates = "no arrival window to rate"

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from simpy_llm.metrics.monitors import WeightedTally
     from simpy_llm.metrics.summary import CountedLatencyStats, LatencyStats
 
-__all__ = ["QUANTILES", "counted_stats", "latency_stats", "mean_of_known", "weighted_stats"]
+__all__ = ["QUANTILES", "counted_stats", "latency_stats", "mean_of_known", "weighted_quantiles", "weighted_stats"]
 
 QUANTILES = (("p50", 50), ("p90", 90), ("p95", 95), ("p99", 99))
 """The percentiles of every latency statistic: ``(key, percent)``."""
@@ -31,11 +31,12 @@ def latency_stats(values: np.ndarray) -> LatencyStats:
     >>> latency_stats(np.array([np.nan]))["p99"] is None
     True
     """
-    values = values[~np.isnan(values)]
+    values = values[~np.isnan(values)]  # a copy of its own, so the percentiles may reorder it
     if values.size == 0:
         return {"mean": None, "p50": None, "p90": None, "p95": None, "p99": None}
-    p50, p90, p95, p99 = (float(v) for v in np.percentile(values, [q for _, q in QUANTILES]))
-    return {"mean": float(values.mean()), "p50": p50, "p90": p90, "p95": p95, "p99": p99}
+    mean = float(values.mean())  # before the percentiles reorder the values (the same sum, in the same order)
+    p50, p90, p95, p99 = (float(v) for v in np.percentile(values, [q for _, q in QUANTILES], overwrite_input=True))
+    return {"mean": mean, "p50": p50, "p90": p90, "p95": p95, "p99": p99}
 
 
 def counted_stats(values: np.ndarray) -> CountedLatencyStats:
@@ -45,12 +46,49 @@ def counted_stats(values: np.ndarray) -> CountedLatencyStats:
             "count": int((~np.isnan(values)).sum())}
 
 
+_BLOCK = 1 << 16
+"""Values whose cumulative weight :func:`weighted_quantiles` sums at a time."""
+
+
+def weighted_quantiles(values: np.ndarray, weights: np.ndarray, qs: tuple[float, ...]) -> list[float]:
+    """For each of *qs*, the smallest of *values* whose cumulative weight (values in ascending
+    order, ties in their order) reaches that share of the total weight:
+    :meth:`~simpy_llm.metrics.monitors.WeightedTally.quantile`, every quantile from one sort.
+
+    The cumulative weights are summed a block of :data:`_BLOCK` values at a time (integers:
+    the same sums as over the whole array at once), so besides the sort order nothing per
+    value is held.
+
+    >>> weighted_quantiles(np.array([0.5, 0.1, 0.3]), np.array([1, 3, 1]), (0.5, 0.8, 0.9, 1.0))
+    [0.1, 0.3, 0.5, 0.5]
+    """
+    order = np.argsort(values, kind="stable")
+    total = weights.sum()
+    targets = [q * total for q in qs]
+    found: list[int | None] = [None] * len(qs)
+    running = 0
+    for start in range(0, order.size, _BLOCK):
+        cum = np.cumsum(weights[order[start:start + _BLOCK]])
+        cum += running
+        for i, target in enumerate(targets):
+            if found[i] is None:
+                k = int(np.searchsorted(cum, target, side="left"))
+                if k < cum.size:
+                    found[i] = start + k
+        running = int(cum[-1])
+        if all(f is not None for f in found):
+            break
+    last = order.size - 1
+    return [float(values[order[last if f is None else f]]) for f in found]
+
+
 def weighted_stats(tally: WeightedTally) -> CountedLatencyStats:
     """Mean and :data:`QUANTILES` (inverted CDF) of a tally's weighted values, with their count."""
-    if tally.count == 0:
+    count = tally.count
+    if count == 0:
         return {"mean": None, "p50": None, "p90": None, "p95": None, "p99": None, "count": 0}
-    return {"mean": tally.mean(), "p50": tally.quantile(0.50), "p90": tally.quantile(0.90),
-            "p95": tally.quantile(0.95), "p99": tally.quantile(0.99), "count": tally.count}
+    p50, p90, p95, p99 = weighted_quantiles(*tally.arrays(), (0.50, 0.90, 0.95, 0.99))
+    return {"mean": tally.mean(), "p50": p50, "p90": p90, "p95": p95, "p99": p99, "count": count}
 
 
 def mean_of_known(values: list[float]) -> float:

@@ -11,18 +11,21 @@ records writes none. Each chunk has the columns of ``Results.to_dataframe()``, s
 chunks put together and sorted by ``request_id`` are the in-memory run's frame, row for row.
 
 What stays in memory while the run goes is one chunk of records, not the run's: records
-cost ~400 bytes each in memory (the recorder's columns), so a million take ~400 MB
-in memory and a chunk of 16,384 about 6.5 MB.
+cost up to ~370 bytes each in memory (the recorder's columns), so a chunk of 16,384
+takes about 6 MB.
 
 The summary of a streamed run (:class:`StreamedRequestResults`) is the in-memory one,
-figure for figure: counts, sums, minima and maxima are kept as each chunk is written;
-percentiles and means are taken at the end over the chunks read back one column at a
-time, placed in request-id order, so that each is the same sum in the same order as in
-memory (not a sketch: equal to the last bit). The largest thing the summary holds is
-then a few columns of one number per request (8 bytes each), not the records. Every
-other figure that needs a record column (a batch server's bins, speculation, the
-planner, the diagnostics) reads that column from the chunks when it is asked for
-(:class:`ChunkColumns`), and so does ``to_dataframe()``, which builds the whole frame.
+figure for figure: counts, sums, minima and maxima (and which columns hold one value in
+every record) are kept as each chunk is written; percentiles and means are taken at the
+end over the chunks read back one column at a time, placed in request-id order, so that
+each is the same sum in the same order as in memory (not a sketch: equal to the last
+bit). The largest thing the summary holds is then a few columns of one number per
+request (8 bytes each), not the records; the diagnostics gather what they need chunk
+by chunk too. Every other figure that needs a record column (a batch server's bins,
+speculation, the planner, the device figures) reads that column from the chunks when it
+is asked for (:class:`ChunkColumns`: a column of one value is a view of it, any other is
+filled chunk by chunk in request-id order), and so does ``to_dataframe()``, which builds
+the whole frame.
 
 Examples
 --------
@@ -101,8 +104,24 @@ class _Tally:
         self.gapped = 0
         self.cached_tokens = 0
         self.prompt_tokens = 0
+        self.single: dict[str, np.ndarray] = {}
+        """Columns that hold one value in every record written so far: that value (an array
+        of one; a number to the bit)."""
+        self.varied: set[str] = set()
+        """Columns that hold more than one value."""
 
     def add(self, c: dict[str, np.ndarray]) -> None:
+        for name, values in c.items():
+            if name in self.varied or not values.size:
+                continue
+            first = self.single.setdefault(name, values[:1].copy())
+            if values.dtype == object:
+                same = bool((values == first[0]).all())
+            else:  # to the bit: -0.0 is not 0.0, NaN is NaN
+                same = bool((values.view(np.int64) == first.view(np.int64)[0]).all())
+            if not same:
+                del self.single[name]
+                self.varied.add(name)
         status = c["status"]
         self.status.update(status.tolist())
         measured = c["warm_up"] == 0
@@ -146,7 +165,9 @@ class StreamedRecords:
         self.count = count
         self.tally = tally if tally is not None else _Tally()
         self._sorted_ids: np.ndarray | None = None
-        self._order: np.ndarray | None = None
+        self._dense: bool | None = None
+        """Whether the request ids are 0 to count - 1 (then an id is its own position, and
+        nothing per record is kept to place it)."""
 
     def __len__(self) -> int:
         return self.count
@@ -191,25 +212,52 @@ class StreamedRecords:
         for index in range(len(self.files)):
             yield self.chunk(index, names)
 
+    def _place(self) -> None:
+        if self._dense is not None:
+            return
+        # Dense when every id lies in [0, count) and none comes twice: a bit per record to tell.
+        seen = np.zeros(self.count, dtype=bool)
+        dense = True
+        for c in self.chunks(("request_id",)):
+            ids = c["request_id"]
+            if ids.size and (ids.min() < 0 or ids.max() >= self.count or seen[ids].any()):
+                dense = False
+                break
+            seen[ids] = True
+        del seen
+        self._dense = dense
+        if not dense:
+            ids = np.concatenate([c["request_id"] for c in self.chunks(("request_id",))])
+            ids.sort()
+            self._sorted_ids = ids
+
     def sorted_ids(self) -> np.ndarray:
-        """Every request id, sorted (read once, then kept: one integer per record)."""
-        if self._sorted_ids is None:
-            ids = np.concatenate([c["request_id"] for c in self.chunks(("request_id",))]) if self.files else _empty("i")
-            self._order = np.argsort(ids, kind="stable")
-            self._sorted_ids = ids[self._order]
-        return self._sorted_ids
+        """Every request id, sorted (kept when the ids are not 0 to count - 1: one integer per record)."""
+        self._place()
+        return np.arange(self.count, dtype=np.int64) if self._sorted_ids is None else self._sorted_ids
 
     def positions(self, request_ids: np.ndarray) -> np.ndarray:
         """Where the records of *request_ids* stand in request-id order."""
-        return np.searchsorted(self.sorted_ids(), request_ids)
+        self._place()
+        if self._sorted_ids is None:
+            return np.asarray(request_ids, dtype=np.int64)
+        return np.searchsorted(self._sorted_ids, request_ids)
 
     def column(self, name: str) -> np.ndarray:
-        """One record column over every chunk, in request-id order (the in-memory run's column)."""
+        """One record column over every chunk, in request-id order (the in-memory run's column).
+
+        A column that holds one value in every record is a read-only view of it (no memory
+        per record); any other is filled chunk by chunk, in place."""
         if not self.files:
             return _empty(_KINDS[name])
-        self.sorted_ids()
-        assert self._order is not None  # set with the sorted ids
-        return np.concatenate([c[name] for c in self.chunks((name,))])[self._order]
+        single = self.tally.single.get(name)
+        if single is not None:
+            return np.broadcast_to(single, (self.count,))
+        kind = _KINDS[name]
+        out = np.empty(self.count, dtype=object if kind == "s" else np.float64 if kind == "f" else np.int64)
+        for c in self.chunks(("request_id", name) if name != "request_id" else (name,)):
+            out[self.positions(c["request_id"])] = c[name]
+        return out
 
     def columns(self) -> dict[str, np.ndarray]:
         """Every record column in request-id order: the whole run's records in memory."""
@@ -431,16 +479,20 @@ class StreamedRequestResults(RequestResults):
             values = self._of(chunk).cluster_column() if key == "cluster" else chunk[key]
             here = [names.setdefault(v, len(names)) for v in values.tolist()]
             codes[self.stream.positions(chunk["request_id"])] = here
-        return codes, list(names)
+        # A byte per request for up to 127 names (the usual classes and tenants), not four.
+        small = np.int8 if len(names) <= np.iinfo(np.int8).max else np.int16 if len(names) <= np.iinfo(np.int16).max else np.int32
+        return codes.astype(small, copy=False), list(names)
 
-    def _metric(self, name: str) -> np.ndarray:
-        """One metric of :meth:`client_derived` for every request, in request-id order."""
+    def _metric(self, name: str, done: np.ndarray) -> np.ndarray:
+        """One metric of :meth:`client_derived` for the requests in *done* (a mask in request-id
+        order), in request-id order: filled chunk by chunk into one array for every request,
+        then kept for those in *done* only."""
         out = np.empty(self.stream.count, dtype=np.float64)
         needed = ("request_id", "arrival_s", "enqueue_s", "first_scheduled_s", "first_token_s", "completion_s",
                   "output_tokens", "upload_s", "download_s", "streaming")
         for chunk in self.stream.chunks(needed):
-            out[self.stream.positions(chunk["request_id"])] = self._of(chunk).client_derived()[name]
-        return out
+            out[self.stream.positions(chunk["request_id"])] = self._of(chunk).metric(name, client=True)
+        return out if done.all() else out[done]
 
     def latency(self, outcomes: RequestOutcomes, itl: WeightedTally) -> LatencySections:
         done, measured = outcomes.done, outcomes.measured
@@ -448,17 +500,20 @@ class StreamedRequestResults(RequestResults):
         groups = {key: self._codes(key) for key in keys}
         present = {key: sorted(names[int(i)] for i in np.unique(codes[measured])) for key, (codes, names) in groups.items()}
         by: dict[str, dict[str, ClassLatency]] = {key: {name: {} for name in present[key]} for key in keys}  # type: ignore[typeddict-item]  # filled below, metric by metric
+        # Each key's codes over the done requests only: the statistics never look at the rest.
+        done_codes = {key: codes[done] for key, (codes, _) in groups.items()}
         stats = {}
         metrics = (*_SERVER_METRICS, *(_CLIENT_METRICS if self.has_client_network() else ()))
         for metric in metrics:
-            values = self._metric(metric)
-            stats[metric] = counted_stats(values[done])
+            values = self._metric(metric, done)
+            stats[metric] = counted_stats(values)
             if metric in _CLIENT_METRICS:
                 continue
-            for key, (codes, names) in groups.items():
+            for key, (_, names) in groups.items():
                 code_of = {name: i for i, name in enumerate(names)}
                 for name in present[key]:
-                    by[key][name][metric.removesuffix("_s")] = latency_stats(values[done & (codes == code_of[name])])  # type: ignore[literal-required]  # one of ClassLatency's keys
+                    by[key][name][metric.removesuffix("_s")] = latency_stats(values[done_codes[key] == code_of[name]])  # type: ignore[literal-required]  # one of ClassLatency's keys
+            del values
         gaps = weighted_stats(itl)
         latency: Latency = {
             "ttft": stats["ttft_s"],
@@ -482,9 +537,13 @@ class StreamedRequestResults(RequestResults):
         from simpy_llm.metrics.fairness import jain_index
 
         codes, names = self._codes("tenant_id")
-        e2e = self.column_difference("completion_s", "arrival_s")
-        out_tokens = self.stream.column("output_tokens")
-        completed = self.stream.column("status") == "completed"
+        # Per request, whether it completed and its e2e_s / max(output_tokens, 1) (read where it did).
+        completed = np.zeros(self.stream.count, dtype=bool)
+        normalized = np.empty(self.stream.count, dtype=np.float64)
+        for chunk in self.stream.chunks(("request_id", "status", "completion_s", "arrival_s", "output_tokens")):
+            pos = self.stream.positions(chunk["request_id"])
+            completed[pos] = chunk["status"] == "completed"
+            normalized[pos] = (chunk["completion_s"] - chunk["arrival_s"]) / np.maximum(chunk["output_tokens"], 1)
         share: dict[str, float] = {}
         inverse: dict[str, float] = {}
         code_of = {name: i for i, name in enumerate(names)}
@@ -493,7 +552,7 @@ class StreamedRequestResults(RequestResults):
             done = mask & completed
             share[name] = float(done.sum() / mask.sum())
             if done.any():
-                mean = float((e2e[done] / np.maximum(out_tokens[done], 1)).mean())
+                mean = float(normalized[done].mean())
                 if mean > 0:
                     inverse[name] = 1.0 / mean
         return {

@@ -1,0 +1,137 @@
+"""What a run keeps per record: a column that holds one value is kept as that value (in the
+recorder and in the Results), to the bit, and the summary of a streamed run reads no record
+column whole into memory."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from simpy_llm import Request, Simulation, load_scenario
+from simpy_llm.metrics import stream as stream_module
+from simpy_llm.metrics.monitors import WeightedTally
+from simpy_llm.metrics.record import RECORD_FIELDS
+from simpy_llm.metrics.recorder import Recorder
+from simpy_llm.metrics.requests import RequestResults
+from simpy_llm.metrics.results import Results
+from simpy_llm.metrics.stats import weighted_quantiles
+
+_FLUSHES = 5_000
+"""More records than the recorder buffers before it fills its columns (4,096), so a column
+is first kept as one value, then sees another."""
+
+
+def _record(rec: Recorder, i: int, **attrs: object) -> None:
+    req = Request(id=i, client_id="c", prompt_tokens=4, output_tokens=2, arrival_s=float(i))
+    for name, value in attrs.items():
+        setattr(req, name, value)
+    rec.on_arrival(req, req.arrival_s)
+    rec.on_complete(req)
+
+
+def test_a_column_of_one_value_is_kept_as_that_value_and_written_out_when_another_comes() -> None:
+    """After 4,096 records with ``upload_s`` 0.0 the recorder keeps that column as one value;
+    a later -0.0 (equal to 0.0, not the same bits) makes it an array holding every record's
+    value to the bit; a column that never changes stays one value."""
+    rec = Recorder()
+    for i in range(_FLUSHES):
+        _record(rec, i, upload_s=0.0 if i < 4_500 else -0.0)
+    assert rec.rows == _FLUSHES
+    assert rec.single_value("upload_s") is None
+    upload = np.frombuffer(rec.columns["upload_s"], dtype=np.float64)
+    assert upload.size == _FLUSHES
+    assert not np.signbit(upload[:4_500]).any() and np.signbit(upload[4_500:]).all()
+    assert rec.single_value("download_s") == np.float64(0.0).tobytes()
+    assert rec.single_value("request_id") is None
+
+
+def test_results_hold_a_column_of_one_value_as_a_read_only_view_of_it() -> None:
+    """``Results.from_recorder`` gives a one-value column as a read-only view of that value
+    (no memory per record), strings decoded, every other column as an array in request-id
+    order; NaN keeps its bits."""
+    rec = Recorder()
+    for i in reversed(range(_FLUSHES)):
+        _record(rec, i, tenant_id="t", kv_transfer_s=math.nan)
+    scenario = load_scenario("scenarios/quickstart.yaml", ["workload.num_requests=10"])
+    results = Results.from_recorder(rec, scenario=scenario, end_s=1.0, wall_s=0.0, events=0, steps=0, kv_blocks=[1])
+    tenant = results.columns["tenant_id"]
+    assert tenant.shape == (_FLUSHES,) and not tenant.flags.writeable and tenant.strides == (0,)
+    assert set(tenant.tolist()) == {"t"}
+    kv = results.columns["kv_transfer_s"]
+    assert kv.strides == (0,) and kv[:1].tobytes() == np.float64(math.nan).tobytes()
+    assert results.columns["request_id"].tolist() == list(range(_FLUSHES))
+    assert results.columns["arrival_s"].flags.writeable
+
+
+def test_a_run_keeps_as_one_value_the_columns_its_records_share() -> None:
+    """The quickstart's records share most columns (no speculation, network, sessions...):
+    those are views of one value, and the frame built from them is the same as from arrays."""
+    results = Simulation(load_scenario("scenarios/quickstart.yaml", ["workload.num_requests=300"])).run(progress=False)
+    views = {name for name, _ in RECORD_FIELDS if results.columns[name].strides == (0,)}
+    assert {"spec_rounds", "draft_group", "upload_s", "image_tokens"} <= views
+    assert "request_id" not in views and "arrival_s" not in views
+    as_arrays = {name: np.array(values) for name, values in results.columns.items()}
+    in_arrays = RequestResults(as_arrays, scenario=results.scenario, end_s=results.end_s, replica_groups=results.replica_groups)
+    assert results.to_dataframe().to_csv() == in_arrays.to_dataframe().to_csv()
+
+def test_the_summary_of_a_streamed_run_reads_no_record_column_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every figure of a streamed run's summary is taken chunk by chunk (or over one number per
+    request): no record column is read back whole, except as a view of the one value it
+    holds; and the summary is still the in-memory run's."""
+    scenario = load_scenario("scenarios/quickstart.yaml", ["workload.num_requests=600"])
+    sim = Simulation(scenario, stream_to=tmp_path, stream_chunk_requests=128)
+    assert sim.record_stream is not None
+    sim.record_stream.format = "csv"
+    streamed = sim.run(progress=False)
+    whole: list[str] = []
+    column = stream_module.StreamedRecords.column
+
+    def watched(self: stream_module.StreamedRecords, name: str) -> np.ndarray:
+        values = column(self, name)
+        if values.strides != (0,):
+            whole.append(name)
+        return values
+
+    monkeypatch.setattr(stream_module.StreamedRecords, "column", watched)
+    summary = json.dumps(streamed.summary(), default=str)
+    assert whole == []
+    assert summary == json.dumps(Simulation(scenario).run(progress=False).summary(), default=str)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_weighted_quantiles_from_one_sort_equal_the_tallys_own_to_the_bit(seed: int) -> None:
+    """Every quantile taken from one sort, with the cumulative weights summed block by block,
+    is the tally's own ``quantile`` (ties, zeros of both signs, more values than a block)."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 200_000 if seed < 2 else 500))
+    tally = WeightedTally()
+    values = np.round(rng.exponential(1.0, n), int(rng.integers(0, 3)))
+    values[rng.random(n) < 0.05] = -0.0
+    for value, weight in zip(values.tolist(), rng.integers(1, 50, n).tolist(), strict=True):
+        tally.add(value, weight)
+    qs = (0.0, 0.5, 0.9, 0.95, 0.99, 1.0)
+    got = weighted_quantiles(*tally.arrays(), qs)
+    assert [np.float64(v).tobytes() for v in got] == [np.float64(tally.quantile(q)).tobytes() for q in qs]
+
+
+def test_a_streamed_run_whose_request_ids_have_gaps_places_each_record_by_its_id(tmp_path: Path) -> None:
+    """Request ids that are not 0 to n - 1 (here: every record's id doubled in the chunks) are
+    still placed in request-id order: the columns read back are the chunks' sorted by id."""
+    scenario = load_scenario("scenarios/quickstart.yaml", ["workload.num_requests=50"])
+    sim = Simulation(scenario, stream_to=tmp_path, stream_chunk_requests=16)
+    assert sim.record_stream is not None
+    sim.record_stream.format = "csv"
+    records = sim.run(progress=False).streamed_records
+    assert records is not None
+    for path in records.files:
+        frame = pd.read_csv(path)
+        frame["request_id"] *= 2
+        frame.to_csv(path, index=False)
+    reread = stream_module.StreamedRecords(records.directory, records.files, "csv", records.count)
+    assert reread.sorted_ids().tolist() == list(range(0, 100, 2))
+    assert reread.column("arrival_s").tolist() == pd.concat(pd.read_csv(f) for f in records.files).sort_values("request_id")["arrival_s"].tolist()
