@@ -29,7 +29,9 @@ scraped every second:
   ``llamacpp_held_out_docs_half_load_set/`` the same with shorter documents (300-900 tokens)
   that keep the server about half busy (``--only held_out_docs_half_load_set``);
   ``llamacpp_held_out_docs_quiet_set/`` is the same recipe recorded again on an idle machine
-  with a faster processor (``--only held_out_docs_quiet_set``).
+  with a faster processor (``--only held_out_docs_quiet_set``), and
+  ``llamacpp_held_out_docs_busy_set/`` the same documents four times as often, so that they queue
+  (``workloads/held_out_docs_busy.yaml``, ``--only held_out_docs_busy_set``).
 
 Then it fits a profile to the open-loop trace (``llamacpp_open_loop_profile.yaml``, as
 ``simpy-llm calibrate fit`` does). The tests read the committed files; they never record.
