@@ -47,6 +47,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import simpy_llm.cli_threads  # noqa: F401  (first: it sets OpenBLAS's threads before numpy loads)
 from simpy_llm import __version__
 from simpy_llm.config import Scenario, ScenarioError
 from simpy_llm.loading import load_plugins, load_scenario

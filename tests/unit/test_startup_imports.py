@@ -4,6 +4,7 @@ scenario does not use are loaded on first use (``benchmarks/bench_startup.py`` t
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -143,3 +144,20 @@ def test_a_verb_of_another_module_still_parses() -> None:
     out = subprocess.run([sys.executable, "-m", "simpy_llm.cli", "--help"], capture_output=True, text=True, cwd=ROOT)
     verbs = out.stdout.split("{", 1)[1].split("}", 1)[0].split(",")
     assert {"run", "validate", "calibrate", "sweep", "report", "bench", "capacity", "deploy", "catalogue"} <= set(verbs)
+
+
+def _blas_threads(code: str, env_value: str | None) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if env_value is not None:
+        env["OPENBLAS_NUM_THREADS"] = env_value
+    script = f"import os; {code}; print(os.environ.get('OPENBLAS_NUM_THREADS', 'unset'))"
+    return subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def test_the_command_runs_one_blas_thread_unless_its_user_set_a_number():
+    """Importing the command line sets ``OPENBLAS_NUM_THREADS=1`` before numpy loads, keeps a value
+    the user gave, and importing the library alone sets nothing."""
+    assert _blas_threads("import simpy_llm.cli", None) == "1"
+    assert _blas_threads("import simpy_llm.cli", "4") == "4"
+    assert _blas_threads("from simpy_llm import Simulation, load_scenario", None) == "unset"
