@@ -104,7 +104,7 @@ def _run(case: str, requests: int, rate: float, delta: float, workers: int, mess
         from dask.distributed import Client, LocalCluster
 
         t0 = time.perf_counter()
-        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address="127.0.0.1:0") as cluster, \
                 Client(cluster) as client:
             out["cluster_start_s"] = time.perf_counter() - t0
             run = ShardedRun(scenario, client=client, shards=CLUSTERS)

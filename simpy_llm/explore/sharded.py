@@ -596,7 +596,8 @@ class ShardedRun:
         if self.workers:
             from dask.distributed import Client, LocalCluster  # the explore extra's; only a run on workers needs it
 
-            cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True, dashboard_address=":0")
+            cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                   dashboard_address="127.0.0.1:0")
             with cluster, Client(cluster) as client:
                 return self._run_on(client)
         return self._drive([_Local(_ShardHost(self.scenario, self.targets))], [list(range(len(self.targets)))])

@@ -107,7 +107,7 @@ def test_scheduler_runs_the_sweep_on_a_dask_cluster(quickstart_path, tmp_path, c
     # starts worker processes slowly: more than the default 30 s.
     with warnings.catch_warnings(), dask.config.set({"distributed.comm.timeouts.connect": "120s"}):
         warnings.filterwarnings("ignore", module="distributed")
-        cluster = distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=True, host="127.0.0.1", dashboard_address=":0")
+        cluster = distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=True, host="127.0.0.1", dashboard_address="127.0.0.1:0")
     try:
         grid = ["--grid", "workload.aggregate_rate=5,20", "--set", "workload.num_requests=120"]
         code = main(["sweep", str(quickstart_path), *grid, "--scheduler", cluster.scheduler_address, "--out", str(tmp_path / "dask")])

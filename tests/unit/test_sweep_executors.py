@@ -71,7 +71,7 @@ def dask_client():
     with warnings.catch_warnings(), dask.config.set({"distributed.comm.timeouts.connect": "120s"}):
         warnings.filterwarnings("ignore", module="distributed")
         cluster = distributed.LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=":0"
+            n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address="127.0.0.1:0"
         )
     try:
         client = distributed.Client(cluster)
