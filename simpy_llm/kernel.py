@@ -22,6 +22,11 @@ Operations
     sees all the requests that arrived at its start. The event is pushed on the
     environment's queue (``_queue``) with the next event id (``_eid``), exactly
     the entry ``env.schedule`` makes, with the exact time.
+:class:`Later`
+    ``env.timeout(delay)`` with one callback, in one object: the same queue entry (time
+    ``now + delay``, NORMAL priority, the next event id), without the Timeout's checks
+    and its callbacks list grown afterwards. A replica's queueing delay is one per
+    request.
 :func:`schedule_at`, :func:`succeed_at`
     The same for an event that already exists: schedule a triggered event, or
     succeed an untriggered one (setting ``_ok`` and ``_value`` as
@@ -104,6 +109,7 @@ __all__ = [
     "Channel",
     "ChannelGet",
     "Environment",
+    "Later",
     "ProcessedEvent",
     "SimPyContractError",
     "TimerAt",
@@ -152,6 +158,40 @@ class TimerAt(Event):
         self._ok = True
         now = env._now  # read once (the property costs a call per read)
         _heappush(env._queue, (at_s if at_s > now else now, LATE, next(env._eid), self))  # noqa: FURB136 - faster than max()
+
+
+class Later(Event):
+    """An event that fires *delay_s* from now at NORMAL priority and calls *callback* with
+    itself: ``ev = env.timeout(delay_s); ev.callbacks.append(callback)``, in one step.
+
+    The queue entry is the one ``env.timeout`` makes (time ``now + delay_s``, NORMAL, the next
+    event id), so the run's order is the same to the event; it spares the Timeout's call
+    chain and the callbacks list grown afterwards.
+
+    Parameters
+    ----------
+    env
+        Any ``simpy.Environment``.
+    delay_s
+        How long from now, s (not negative; the caller checks).
+    callback
+        Called as ``callback(event)`` when the event is processed.
+
+    Examples
+    --------
+    >>> env = simpy.Environment()
+    >>> seen = []
+    >>> _ = Later(env, 0.25, lambda ev: seen.append(env.now))
+    >>> env.run(); seen
+    [0.25]
+    """
+
+    def __init__(self, env: simpy.Environment, delay_s: float, callback: Callable[[Event], None]) -> None:
+        self.env = env
+        self.callbacks = [callback]
+        self._value = None
+        self._ok = True
+        _heappush(env._queue, (env._now + delay_s, NORMAL, next(env._eid), self))
 
 
 def timer_at(env: simpy.Environment, at_s: float) -> Event:

@@ -31,6 +31,7 @@ from simpy_llm.config.errors import ScenarioError
 from simpy_llm.config.schema import WorkloadConfig
 from simpy_llm.config.validators import MAX_ITEMS_PER_REQUEST, MAX_PRIORITY
 from simpy_llm.entities import Request
+from simpy_llm.wire import Wire
 from simpy_llm.workload.distributions import Draws, SamplingError, draw_tokens, to_tokens
 from simpy_llm.workload.prefix import PREFIX_BLOCK_TOKENS, prefix_blocks
 from simpy_llm.workload.workflows import Workflow
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
     from simpy_llm.config.schema import ClientConfig, LifecycleConfig, MultimodalConfig, Scenario, WorkloadConfig
     from simpy_llm.metrics.recorder import Recorder
     from simpy_llm.rng import RandomStreams
-    from simpy_llm.wire import Wire
     from simpy_llm.workload.distributions import LengthDistribution
 
 __all__ = [
@@ -329,7 +329,8 @@ class WorkloadGenerator:
             Until the next arrival.
         """
         env = self.env
-        put = self.outbox.put
+        outbox = self.outbox
+        put = outbox.send if isinstance(outbox, Wire) else outbox.put  # a Wire's put without its event
         on_arrival = self.recorder.on_arrival
         announce = self.announce
         on_request = self.on_request

@@ -17,6 +17,7 @@ from simpy_llm.kernel import (
     LATE,
     Channel,
     Environment,
+    Later,
     ProcessedEvent,
     SimPyContractError,
     check_simpy,
@@ -60,6 +61,23 @@ def test_timer_at_fires_at_the_exact_time_after_normal_events():
     timer_at(env, 0.1 + 0.2).callbacks.append(lambda ev: seen.append(env.now))
     env.run()
     assert seen == [0.1 + 0.2]
+
+
+def test_later_fires_where_and_when_a_timeout_with_its_callback_does():
+    """Later(env, d, cb) fires at now + d at NORMAL priority, in the order its event id gives
+    among timeouts of the same instant (made before and after it), and calls cb with itself."""
+    env = simpy.Environment()
+    env.run(until=0.1)
+    order = []
+    env.timeout(0.2).callbacks.append(lambda ev: order.append(("before", env.now)))
+    later = Later(env, 0.2, lambda ev: order.append(("later", env.now, ev)))
+    env.timeout(0.2).callbacks.append(lambda ev: order.append(("after", env.now)))
+    timer_at(env, 0.1 + 0.2).callbacks.append(lambda ev: order.append(("late", env.now)))
+    assert events_scheduled(env) == 6  # one id each, as a timeout takes (the stop of the run took two)
+    env.run()
+    t = 0.1 + 0.2
+    assert order == [("before", t), ("later", t, later), ("after", t), ("late", t)]
+    assert later.processed and later.ok and later.value is None
 
 
 def test_timer_at_a_passed_time_fires_now():
