@@ -105,6 +105,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CHECKED_SIMPY",
     "LATE",
+    "URGENT",
     "BoundClass",
     "Channel",
     "ChannelGet",
@@ -176,6 +177,9 @@ class Later(Event):
         How long from now, s (not negative; the caller checks).
     callback
         Called as ``callback(event)`` when the event is processed.
+    priority
+        SimPy's priority (default NORMAL, as a timeout's); :data:`URGENT` with no delay is the
+        slot a process's start takes (its ``Initialize`` event).
 
     Examples
     --------
@@ -186,12 +190,14 @@ class Later(Event):
     [0.25]
     """
 
-    def __init__(self, env: simpy.Environment, delay_s: float, callback: Callable[[Event], None]) -> None:
+    def __init__(
+        self, env: simpy.Environment, delay_s: float, callback: Callable[[Event], None], priority: EventPriority = NORMAL
+    ) -> None:
         self.env = env
         self.callbacks = [callback]
         self._value = None
         self._ok = True
-        _heappush(env._queue, (env._now + delay_s, NORMAL, next(env._eid), self))
+        _heappush(env._queue, (env._now + delay_s, priority, next(env._eid), self))
 
 
 def timer_at(env: simpy.Environment, at_s: float) -> Event:
