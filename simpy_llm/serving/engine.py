@@ -397,7 +397,8 @@ class Replica:
         self._cuttable = False
         """True while the engine sits in a decode stretch that a new waiting head could join."""
         self._stretch: tuple[int, int, int, float] | None = None
-        """(done steps in segment at its start, steps, decoders, step_s) of the stretch in progress."""
+        """(done steps in segment at its start, steps, decoders, step_s) of the decode stretch in
+        progress (None during a single step)."""
         self._alpha2 = latency.output_token_overhead_s
 
         if hasattr(inbox, "connect"):
@@ -608,10 +609,10 @@ class Replica:
 
             if chunks or not fast or self._preempted_now:
                 # A mixed step, the reference mode, or a step after a preemption
-                # (whose victims may be readmitted next step): one event.
-                self._stretch = (done, 1, n_decode, step_s)
+                # (whose victims may be readmitted next step): one event. It is no stretch
+                # (``_stretch`` stays None): nothing can cut it, and a run stopped during
+                # it settles no step of it.
                 yield TimerAt(env, (seg_start_ns + (done + 1) * d_ns) / NS_PER_S if d_ns else self._seg_start_s)
-                self._stretch = None
                 settle_step(chunks, n_decode, prefill_tokens, kv_used, step_s)
                 continue
 
@@ -1045,9 +1046,9 @@ class Replica:
         bs = self.kv.block_size
         residue = self._residue
         # Blocks allocated at steps s0+1 .. s0+k-1 and their time integral.
-        if k > 4:
+        if k > 12 or k > bs + 1:
             grown, weighted = kv_growth(residue, s0, k)
-        else:  # the same sums step by step: cheaper for the short stretches most are
+        else:  # the same sums step by step (each class allocates once): cheaper for short stretches
             grown = weighted = 0
             for r in range(1, k):
                 a = residue[-(s0 + r) % bs]

@@ -335,3 +335,23 @@ def test_kv_growth_counts_the_blocks_each_step_of_a_stretch_allocates(residue, s
                 grown += a
                 weighted += a * (k - j)
     assert kv_growth(residue, s0, k) == (grown, weighted)
+
+
+def test_a_batch_limit_raised_during_a_single_step_still_lets_an_idle_engine_wake():
+    """set_max_num_seqs during a mixed step with nothing waiting, then the batch empties: the
+    next arrival wakes the idle engine and completes (the raise arms no stretch cut)."""
+    env, inbox, rec, rep = _replica(ENGINE, LATENCY)
+    first = Request(id=0, client_id="c", prompt_tokens=100, output_tokens=1, arrival_s=0.0)
+    later = Request(id=1, client_id="c", prompt_tokens=100, output_tokens=3, arrival_s=0.0)
+    _send(env, inbox, rec, rep, first, 1.0)
+    _send(env, inbox, rec, rep, later, 2.0)
+
+    def raise_limit():
+        yield env.timeout(1.001)  # inside the first request's prefill step (1.0005 .. 1.0025)
+        assert rep.running and not rep.waiting
+        rep.set_max_num_seqs(8)
+
+    env.process(raise_limit())
+    env.run(until=10.0)
+    assert first.completion_s == pytest.approx(1.0005 + 2000e-6 + 50e-6)
+    assert later.completion_s == pytest.approx(2.0005 + 2000e-6 + 2 * 1100e-6 + 3 * 50e-6)
