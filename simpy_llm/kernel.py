@@ -90,7 +90,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 import simpy
-from simpy.core import BoundClass
+from simpy.core import BoundClass, StopSimulation
 from simpy.events import NORMAL, PENDING, URGENT, Event, EventPriority, Process
 from simpy.resources.base import BaseResource, Get
 
@@ -386,7 +386,8 @@ class Environment(simpy.Environment):
         """The events :meth:`run` scheduled to stop (see :meth:`run`)."""
 
     def run(self, until: float | Event | None = None) -> Any:
-        """``simpy.Environment.run``, counting the stop event a time *until* schedules.
+        """``simpy.Environment.run``, counting the stop event a time *until* schedules, with
+        the event loop of :meth:`_loop` (SimPy's ``step`` inline).
 
         A run in slices (a progress bar, a projection, a sharded run's windows) stops once
         per slice, and how many slices it takes may follow the wall clock:
@@ -394,23 +395,75 @@ class Environment(simpy.Environment):
         model's alone, the same however it was sliced.
         """
         if until is None:
-            return super().run()
+            return self._run(None)
         # A time schedules an event to stop at; when a stop fires, SimPy's step schedules the
         # stopping event once more (for the callbacks after its own, none here): two ids per
         # slice, one if the run ends otherwise. An event already processed stops at once.
         if isinstance(until, Event):
             if until.callbacks is None:
-                return super().run(until)
+                return self._run(until)
             scheduled = 0
         else:
             scheduled = 1 if until > self._now else 0
         try:
-            value = super().run(until)
+            value = self._run(until)
         except BaseException:
             self.stops_scheduled += scheduled
             raise
         self.stops_scheduled += scheduled + 1
         return value
+
+    def _run(self, until: float | Event | None) -> Any:
+        """``simpy.Environment.run`` (SimPy 4.1) with its ``step`` inline: a call fewer per
+        event. A subclass with a ``step`` of its own (a real-time environment) keeps SimPy's
+        loop, which calls it."""
+        if type(self).step is not simpy.Environment.step:
+            return super().run(until)
+        if until is not None:
+            if not isinstance(until, Event):
+                at = until if isinstance(until, int) else float(until)
+                if at <= self._now:
+                    raise ValueError(f"until ({at}) must be greater than the current simulation time")
+                # Schedule the event before all regular timeouts (as SimPy does).
+                until = Event(self)
+                until._ok = True
+                until._value = None
+                self.schedule(until, URGENT, at - self._now)
+            elif until.callbacks is None:
+                return until.value  # processed already
+            until.callbacks.append(StopSimulation.callback)
+        try:
+            self._loop()
+        except StopSimulation as exc:
+            return exc.args[0]  # == until.value
+        if until is not None:
+            assert not until.triggered
+            raise RuntimeError(f'No scheduled events left but "until" event was not triggered: {until}')
+        return None
+
+    def _loop(self) -> None:
+        """Process events until none is left (or a callback raises ``StopSimulation``):
+        SimPy 4.1's ``step`` in a loop, statement for statement."""
+        queue = self._queue
+        pop = heapq.heappop
+        while queue:
+            self._now, _, _, event = pop(queue)
+            # Callbacks set to None first, against changes while they run (as SimPy's step).
+            callbacks, event.callbacks = event.callbacks, None  # type: ignore[assignment]  # SimPy's mark of a processed event
+            try:
+                for callback in callbacks:
+                    callback(event)
+            except StopSimulation:
+                # The callbacks after the stopping one run when the simulation resumes.
+                event.callbacks = callbacks[callbacks.index(callback) + 1 :]
+                self.schedule(event, EventPriority(-1))
+                raise
+            if not event._ok and not hasattr(event, "_defused"):
+                # A failed event nobody defused crashes the run, with a fresh copy of its
+                # exception (as SimPy's step raises it).
+                exc = type(event._value)(*event._value.args)
+                exc.__cause__ = event._value
+                raise exc
 
     def timer_at(self, at_s: float) -> Event:
         """:func:`timer_at` on this environment."""
@@ -777,6 +830,8 @@ def check_simpy() -> None:
         raise broken("Environment._queue", f"holds {entry!r}, not (time, priority, event id, event) entries")
     queue.clear()
 
+    if not callable(getattr(StopSimulation, "callback", None)):
+        raise broken("simpy.core.StopSimulation.callback", "is missing (Environment._run stops a run with it)")
     for name in ("_resume",):
         if not callable(getattr(Process, name, None)):
             raise broken(f"Process.{name}", "is missing or not a method")
