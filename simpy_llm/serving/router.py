@@ -138,7 +138,15 @@ class Router:
         i = self._choose(req, views)
         if not 0 <= i < len(views):
             raise ValueError(f"routing policy returned replica {i}; there are {len(views)}")
-        self.send(req, i if self._active is None else self._active[i])
+        if self._active is not None:
+            i = self._active[i]
+        # send(req, i), inline (once per request)
+        index = self.indices[i]
+        req.replica = index
+        counts = self.counts
+        counts.routed[index] += 1
+        counts.routed_tokens[index] += req.prompt_tokens
+        self._puts[i](req)
 
     def reject(self, req: Request) -> None:
         """Drop *req* now, as an admission policy's rejection is (reason: its
