@@ -1,5 +1,9 @@
 """The kernel: the one module of ``simpy_llm`` that touches SimPy's internals.
 
+Kept whole (over 800 lines): the rule is one module for every touch of SimPy's internals,
+checked at import by :func:`check_simpy` against one pinned release; split, a SimPy upgrade
+would have two files to update and two contracts to keep in step.
+
 SimPy's public API schedules events at ``now + delay``, makes every put a
 scheduled event and moves a process's wait only by throwing an interrupt into
 it. The simulator needs a little more, for exactness and for speed, and gets
@@ -47,7 +51,9 @@ Operations
     (``_eid``); SimPy keeps no other count.
 :class:`Environment`
     ``simpy.Environment`` with the operations above as methods (as
-    ``simpy.rt.RealtimeEnvironment`` extends it); the functions work on any
+    ``simpy.rt.RealtimeEnvironment`` extends it), and an event loop of its own: SimPy's
+    ``run`` with its ``step`` inline (one call fewer per event), which pops
+    ``_queue`` and sets ``_now`` as ``step`` does; the functions work on any
     ``simpy.Environment``.
 :class:`Channel`
     The base of the resources whose put never blocks (:class:`Wire`, the batch
