@@ -415,7 +415,7 @@ def _trace_run(env: simpy.Environment) -> list:
     except ValueError as exc:
         log.append((env.now, "crashed", exc.args, type(exc.__cause__).__name__))
     env.run()
-    log.append((env.now, "end", next(env._eid)))
+    log.append((env.now, "end", events_scheduled(env)))
     return log
 
 
