@@ -710,8 +710,7 @@ class Replica:
         if m >= k:
             return  # the stretch ends with the step in progress anyway
         self._stretch = (done, m, n_decode, step_s)
-        d_ns = self._seg_step_ns  # _step_end_s(done + m), inline
-        move_wait(self.process, TimerAt(self.env, (self._seg_start_ns + (done + m) * d_ns) / NS_PER_S if d_ns else self._seg_start_s))
+        move_wait(self.process, TimerAt(self.env, self._step_end_s(done + m)))
 
     def _step_end_s(self, j: int) -> float:
         """When step *j* of the current segment ends, s: its start plus *j* durations,
