@@ -1,5 +1,9 @@
 """The kernel: the one module of ``simpy_llm`` that touches SimPy's internals.
 
+Kept whole (over 800 lines): the rule is one module for every touch of SimPy's internals,
+checked at import by :func:`check_simpy` against one pinned release; split, a SimPy upgrade
+would have two files to update and two contracts to keep in step.
+
 SimPy's public API schedules events at ``now + delay``, makes every put a
 scheduled event and moves a process's wait only by throwing an interrupt into
 it. The simulator needs a little more, for exactness and for speed, and gets
@@ -22,6 +26,11 @@ Operations
     sees all the requests that arrived at its start. The event is pushed on the
     environment's queue (``_queue``) with the next event id (``_eid``), exactly
     the entry ``env.schedule`` makes, with the exact time.
+:class:`Later`
+    ``env.timeout(delay)`` with one callback, in one object: the same queue entry (time
+    ``now + delay``, NORMAL priority, the next event id), without the Timeout's checks
+    and its callbacks list grown afterwards. A replica's queueing delay is one per
+    request.
 :func:`schedule_at`, :func:`succeed_at`
     The same for an event that already exists: schedule a triggered event, or
     succeed an untriggered one (setting ``_ok`` and ``_value`` as
@@ -42,7 +51,9 @@ Operations
     (``_eid``); SimPy keeps no other count.
 :class:`Environment`
     ``simpy.Environment`` with the operations above as methods (as
-    ``simpy.rt.RealtimeEnvironment`` extends it); the functions work on any
+    ``simpy.rt.RealtimeEnvironment`` extends it), and an event loop of its own: SimPy's
+    ``run`` with its ``step`` inline (one call fewer per event), which pops
+    ``_queue`` and sets ``_now`` as ``step`` does; the functions work on any
     ``simpy.Environment``.
 :class:`Channel`
     The base of the resources whose put never blocks (:class:`Wire`, the batch
@@ -85,7 +96,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 import simpy
-from simpy.core import BoundClass
+from simpy.core import BoundClass, StopSimulation
 from simpy.events import NORMAL, PENDING, URGENT, Event, EventPriority, Process
 from simpy.resources.base import BaseResource, Get
 
@@ -100,10 +111,12 @@ if TYPE_CHECKING:
 __all__ = [
     "CHECKED_SIMPY",
     "LATE",
+    "URGENT",
     "BoundClass",
     "Channel",
     "ChannelGet",
     "Environment",
+    "Later",
     "ProcessedEvent",
     "SimPyContractError",
     "TimerAt",
@@ -152,6 +165,45 @@ class TimerAt(Event):
         self._ok = True
         now = env._now  # read once (the property costs a call per read)
         _heappush(env._queue, (at_s if at_s > now else now, LATE, next(env._eid), self))  # noqa: FURB136 - faster than max()
+
+
+class Later(Event):
+    """An event that fires *delay_s* from now at NORMAL priority and calls *callback* with
+    itself: ``ev = env.timeout(delay_s); ev.callbacks.append(callback)``, in one step.
+
+    The queue entry is the one ``env.timeout`` makes (time ``now + delay_s``, NORMAL, the next
+    event id), so the run's order is the same to the event; it spares the Timeout's call
+    chain and the callbacks list grown afterwards.
+
+    Parameters
+    ----------
+    env
+        Any ``simpy.Environment``.
+    delay_s
+        How long from now, s (not negative; the caller checks).
+    callback
+        Called as ``callback(event)`` when the event is processed.
+    priority
+        SimPy's priority (default NORMAL, as a timeout's); :data:`URGENT` with no delay is the
+        slot a process's start takes (its ``Initialize`` event).
+
+    Examples
+    --------
+    >>> env = simpy.Environment()
+    >>> seen = []
+    >>> _ = Later(env, 0.25, lambda ev: seen.append(env.now))
+    >>> env.run(); seen
+    [0.25]
+    """
+
+    def __init__(
+        self, env: simpy.Environment, delay_s: float, callback: Callable[[Event], None], priority: EventPriority = NORMAL
+    ) -> None:
+        self.env = env
+        self.callbacks = [callback]
+        self._value = None
+        self._ok = True
+        _heappush(env._queue, (env._now + delay_s, priority, next(env._eid), self))
 
 
 def timer_at(env: simpy.Environment, at_s: float) -> Event:
@@ -340,7 +392,8 @@ class Environment(simpy.Environment):
         """The events :meth:`run` scheduled to stop (see :meth:`run`)."""
 
     def run(self, until: float | Event | None = None) -> Any:
-        """``simpy.Environment.run``, counting the stop event a time *until* schedules.
+        """``simpy.Environment.run``, counting the stop event a time *until* schedules, with
+        the event loop of :meth:`_loop` (SimPy's ``step`` inline).
 
         A run in slices (a progress bar, a projection, a sharded run's windows) stops once
         per slice, and how many slices it takes may follow the wall clock:
@@ -348,23 +401,75 @@ class Environment(simpy.Environment):
         model's alone, the same however it was sliced.
         """
         if until is None:
-            return super().run()
+            return self._run(None)
         # A time schedules an event to stop at; when a stop fires, SimPy's step schedules the
         # stopping event once more (for the callbacks after its own, none here): two ids per
         # slice, one if the run ends otherwise. An event already processed stops at once.
         if isinstance(until, Event):
             if until.callbacks is None:
-                return super().run(until)
+                return self._run(until)
             scheduled = 0
         else:
             scheduled = 1 if until > self._now else 0
         try:
-            value = super().run(until)
+            value = self._run(until)
         except BaseException:
             self.stops_scheduled += scheduled
             raise
         self.stops_scheduled += scheduled + 1
         return value
+
+    def _run(self, until: float | Event | None) -> Any:
+        """``simpy.Environment.run`` (SimPy 4.1) with its ``step`` inline: a call fewer per
+        event. A subclass with a ``step`` of its own (a real-time environment) keeps SimPy's
+        loop, which calls it."""
+        if type(self).step is not simpy.Environment.step:
+            return super().run(until)
+        if until is not None:
+            if not isinstance(until, Event):
+                at = until if isinstance(until, int) else float(until)
+                if at <= self._now:
+                    raise ValueError(f"until ({at}) must be greater than the current simulation time")
+                # Schedule the event before all regular timeouts (as SimPy does).
+                until = Event(self)
+                until._ok = True
+                until._value = None
+                self.schedule(until, URGENT, at - self._now)
+            elif until.callbacks is None:
+                return until.value  # processed already
+            until.callbacks.append(StopSimulation.callback)
+        try:
+            self._loop()
+        except StopSimulation as exc:
+            return exc.args[0]  # == until.value
+        if until is not None:
+            assert not until.triggered
+            raise RuntimeError(f'No scheduled events left but "until" event was not triggered: {until}')
+        return None
+
+    def _loop(self) -> None:
+        """Process events until none is left (or a callback raises ``StopSimulation``):
+        SimPy 4.1's ``step`` in a loop, statement for statement."""
+        queue = self._queue
+        pop = heapq.heappop
+        while queue:
+            self._now, _, _, event = pop(queue)
+            # Callbacks set to None first, against changes while they run (as SimPy's step).
+            callbacks, event.callbacks = event.callbacks, None  # type: ignore[assignment]  # SimPy's mark of a processed event
+            try:
+                for callback in callbacks:
+                    callback(event)
+            except StopSimulation:
+                # The callbacks after the stopping one run when the simulation resumes.
+                event.callbacks = callbacks[callbacks.index(callback) + 1 :]
+                self.schedule(event, EventPriority(-1))
+                raise
+            if not event._ok and not hasattr(event, "_defused"):
+                # A failed event nobody defused crashes the run, with a fresh copy of its
+                # exception (as SimPy's step raises it).
+                exc = type(event._value)(*event._value.args)
+                exc.__cause__ = event._value
+                raise exc
 
     def timer_at(self, at_s: float) -> Event:
         """:func:`timer_at` on this environment."""
@@ -731,6 +836,8 @@ def check_simpy() -> None:
         raise broken("Environment._queue", f"holds {entry!r}, not (time, priority, event id, event) entries")
     queue.clear()
 
+    if not callable(getattr(StopSimulation, "callback", None)):
+        raise broken("simpy.core.StopSimulation.callback", "is missing (Environment._run stops a run with it)")
     for name in ("_resume",):
         if not callable(getattr(Process, name, None)):
             raise broken(f"Process.{name}", "is missing or not a method")

@@ -48,6 +48,7 @@ from __future__ import annotations
 import functools
 import heapq
 import math
+import operator
 from bisect import bisect_left, insort
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -57,7 +58,7 @@ import simpy
 from simpy.events import Event
 
 from simpy_llm.entities import Request
-from simpy_llm.kernel import LATE, TimerAt, move_wait, succeed_at
+from simpy_llm.kernel import LATE, Later, TimerAt, Wire, move_wait, succeed_at
 from simpy_llm.policies.scheduling import FirstComeFirstServed
 from simpy_llm.serving.kv_cache import PagedKVCache, blocks_for
 from simpy_llm.serving.passes import simple_passes, slot_passes
@@ -72,7 +73,6 @@ if TYPE_CHECKING:
     from simpy_llm.policies.scheduling import SchedulerPolicy
     from simpy_llm.serving.latency_base import LatencyModel
     from simpy_llm.serving.prefix_cache import CpuTier, Holder
-    from simpy_llm.wire import Wire
 
 __all__ = ["LATE", "Replica", "ReplicaStats", "TokenListener"]
 
@@ -89,6 +89,45 @@ def to_ns(t_s: float) -> int:
     (1100000, 35488384000, 0)
     """
     return round(t_s * NS_PER_S)
+
+def kv_growth(residue: list[int], s0: int, k: int) -> tuple[int, int]:
+    """KV blocks the decoders allocate during a stretch of *k* pure-decode steps starting at
+    step *s0*, and their time integral in block-steps: ``(grown, weighted)``.
+
+    ``residue[c]`` counts the decoders that need a new block at step ``s`` iff
+    ``(c + s) % len(residue) == 0``; the stretch's first step allocates nothing here (its
+    blocks were planned with it), so a block allocated at step ``s0 + j`` (``0 < j < k``) is
+    held ``k - j`` steps of the stretch. Summed by residue class in closed form: the class
+    reached first at ``s0 + r`` allocates at ``r, r + bs, ...`` (``count`` times).
+
+    Examples
+    --------
+    Two decoders needing a block at steps 3, 7, 11, ... (block size 4), a stretch of 9
+    steps from step 0: blocks at steps 3 and 7, held 6 and 2 steps.
+
+    >>> kv_growth([0, 2, 0, 0], 0, 9)
+    (4, 16)
+    """
+    bs = len(residue)
+    if k <= 1:
+        return 0, 0
+    i0 = -(s0 + 1) % bs
+    seq = residue[i0::-1] + residue[:i0:-1]  # seq[r - 1]: the class allocating at step s0 + r
+    q, rem = divmod(k - 1, bs)
+    # Steps r = 1..rem allocate q + 1 times; r = rem + 1..bs allocate q times.
+    head = seq[:rem]
+    a1 = sum(head)
+    r1 = sum(map(operator.mul, head, range(1, rem + 1)))
+    c = q + 1
+    grown = c * a1
+    weighted = c * (k * a1 - r1) - (bs * c * (c - 1) // 2) * a1
+    if q:
+        a2 = sum(seq) - a1
+        r2 = sum(map(operator.mul, seq, range(1, bs + 1))) - r1
+        grown += q * a2
+        weighted += q * (k * a2 - r2) - (bs * q * (q - 1) // 2) * a2
+    return grown, weighted
+
 
 TokenListener = Callable[[Request, int, float], None]
 """Called as ``listener(request, tokens, visible_s)`` each time *request* produces an output
@@ -227,6 +266,10 @@ class Replica:
         self.recorder = recorder
         self.fast = fast
         self.completions = completions
+        self._send_done: Callable[[Request], object] | None = (
+            None if completions is None else completions.send if isinstance(completions, Wire) else completions.put
+        )
+        """Puts a departing request into *completions* (a Wire's put without the put's event)."""
         self.token_listener = token_listener
         self.scheduler = scheduler
         self._key = scheduler.key
@@ -354,7 +397,8 @@ class Replica:
         self._cuttable = False
         """True while the engine sits in a decode stretch that a new waiting head could join."""
         self._stretch: tuple[int, int, int, float] | None = None
-        """(done steps in segment at its start, steps, decoders, step_s) of the stretch in progress."""
+        """(done steps in segment at its start, steps, decoders, step_s) of the decode stretch in
+        progress (None during a single step)."""
         self._alpha2 = latency.output_token_overhead_s
 
         if hasattr(inbox, "connect"):
@@ -427,7 +471,7 @@ class Replica:
         # A decode replica's requests were tokenised and queued by their prefill replica.
         delay = self._queueing_time_s(req.prompt_tokens) if self.role != "decode" else 0.0
         if delay > 0.0:
-            self.env.timeout(delay).callbacks.append(functools.partial(self._enqueue, req))
+            Later(self.env, delay, functools.partial(self._enqueue, req))  # env.timeout(delay), leaner
         else:
             self._enqueue(req)
 
@@ -491,11 +535,21 @@ class Replica:
             (both LATE priority); a decode stretch's end moves earlier when a request
             becomes the head of the waiting queue (:meth:`_cut_stretch`).
         """
+        # Everything read every step and fixed for the replica's life is bound once: the step
+        # loop runs a few times per request, and each attribute read is a dictionary lookup.
         env = self.env
         step_time_s = self.latency.step_time_s
         running = self.running
         waiting = self.waiting
         ubatch = self.config.ubatch_tokens
+        fast = self.fast
+        uses_context = self._uses_context
+        energy = self._energy
+        throttle = self.throttle
+        plan = self._plan
+        settle_step = self._settle_step
+        settle_stretch = self._settle_decode_stretch
+        stretch_length = self._stretch_length
         while True:
             if not running and not waiting:
                 self._idle_since = env.now
@@ -508,14 +562,15 @@ class Replica:
                 if self.load_s and self._must_load():
                     yield from self._load()
 
-            chunks, n_decode, prefill_tokens, kv_used = self._plan()
+            chunks, n_decode, prefill_tokens, kv_used = plan()
             if not chunks and not n_decode:
                 raise RuntimeError(f"replica {self.index}: waiting requests but nothing schedulable")
-            if self._uses_context and (chunks or self._changed):
+            changed = self._changed
+            if uses_context and (chunks or changed):
                 self._decode_context = self._ctx_base + n_decode * self.step
             if ubatch is not None and (prefill_tokens + n_decode > ubatch or self._slot_of is not None):
                 step_s = self._passes_time_s(chunks, n_decode, ubatch)
-            elif self._uses_context:
+            elif uses_context:
                 step_s = step_time_s(
                     prefill_tokens,
                     n_decode,
@@ -524,7 +579,7 @@ class Replica:
                 )
             else:
                 step_s = step_time_s(prefill_tokens, n_decode)
-            if self._energy is not None:
+            if energy is not None:
                 self._step_j = self._step_energy_j(chunks, n_decode, prefill_tokens, ubatch)
             if self._swap_tokens:
                 step_s += self._swap_tokens * self._swap_bytes_per_token / (self._swap_bandwidth_gb_per_s * 1e9)
@@ -533,48 +588,50 @@ class Replica:
                 if self._restore_tokens:  # blocks restored from the CPU tier (only with a hit)
                     step_s += self._restore_tokens * self._offload_bytes_per_token / (self._offload_bandwidth_gb_per_s * 1e9)
                     self._restore_tokens = 0
-            if self.throttle is not None and self._clock >= self._busy_since + self.throttle[0]:
-                step_s /= self.throttle[1]
+            if throttle is not None and self._clock >= self._busy_since + throttle[0]:
+                step_s /= throttle[1]
             # Whole nanoseconds, so step ends are exact multiples (see "Clock" in
             # docs/model.md): the nearest, at least 1 for a step that takes any time.
             d_ns = round(step_s * NS_PER_S)
             if not d_ns and step_s > 0.0:
                 d_ns = 1
-            if chunks or self._changed or d_ns != self._seg_step_ns:
-                self._seg_start_ns = self._clock_ns
+            if chunks or changed or d_ns != self._seg_step_ns:
+                self._seg_start_ns = seg_start_ns = self._clock_ns
                 self._seg_start_s = self._clock
                 self._seg_step_ns = d_ns
-                self._seg_step_s = d_ns / NS_PER_S
-                self._seg_steps = 0
-            step_s = self._seg_step_s
-            self._changed = False
-            done = self._seg_steps
+                self._seg_step_s = step_s = d_ns / NS_PER_S
+                self._seg_steps = done = 0
+                self._changed = False
+            else:
+                seg_start_ns = self._seg_start_ns
+                step_s = self._seg_step_s
+                done = self._seg_steps
 
-            if chunks or not self.fast or self._preempted_now:
+            if chunks or not fast or self._preempted_now:
                 # A mixed step, the reference mode, or a step after a preemption
-                # (whose victims may be readmitted next step): one event.
-                self._stretch = (done, 1, n_decode, step_s)
-                yield TimerAt(env, (self._seg_start_ns + (done + 1) * d_ns) / NS_PER_S if d_ns else self._seg_start_s)
-                self._stretch = None
-                self._settle_step(chunks, n_decode, prefill_tokens, kv_used, step_s)
+                # (whose victims may be readmitted next step): one event. It is no stretch
+                # (``_stretch`` stays None): nothing can cut it, and a run stopped during
+                # it settles no step of it.
+                yield TimerAt(env, (seg_start_ns + (done + 1) * d_ns) / NS_PER_S if d_ns else self._seg_start_s)
+                settle_step(chunks, n_decode, prefill_tokens, kv_used, step_s)
                 continue
 
             # A stretch of identical pure-decode steps, one event. A request that becomes
             # the waiting head cuts it short at the end of the step in progress (_enqueue).
-            k = self._stretch_length()
-            if self.throttle is not None and self._clock < self._busy_since + self.throttle[0]:
+            k = stretch_length()
+            if throttle is not None and self._clock < self._busy_since + throttle[0]:
                 # End the stretch where throttling begins: the steps after it are planned
                 # slower, at the boundary where the one-event-per-step mode slows down too.
-                m = self._steps_to(self._busy_since + self.throttle[0], done)
+                m = self._steps_to(self._busy_since + throttle[0], done)
                 if m < k:
                     k = m
             self._cuttable = len(running) < self.config.max_num_seqs
             self._stretch = (done, k, n_decode, step_s)
-            yield TimerAt(env, (self._seg_start_ns + (done + k) * d_ns) / NS_PER_S if d_ns else self._seg_start_s)
+            yield TimerAt(env, (seg_start_ns + (done + k) * d_ns) / NS_PER_S if d_ns else self._seg_start_s)
             k = self._stretch[1]
             self._cuttable = False
             self._stretch = None
-            self._settle_decode_stretch(k, n_decode, kv_used, step_s)
+            settle_stretch(k, n_decode, kv_used, step_s)
 
     def _must_load(self) -> bool:
         """Whether the model must be loaded before serving: never loaded, or unloaded after
@@ -692,24 +749,35 @@ class Replica:
         cfg = self.config
         kv = self.kv
         bs = kv.block_size
-        s = self.step
         prefilling = self._prefilling
-        n_decode = len(self.running) - len(prefilling)
+        running = self.running
+        n_decode = len(running) - len(prefilling)
         budget = cfg.max_num_batched_tokens - n_decode
         self._swap_tokens = 0
         self._restores = 0
 
         chunks: list[tuple[Request, int]] = []
-        need = self._residue[-s % bs] if n_decode else 0
-        for _k, _q, req in prefilling:
-            chunk = self._chunk_size(req.prefill_target - req.kv_tokens, budget)
-            if not chunk:
-                break
-            chunks.append((req, chunk))
-            budget -= chunk
-            need += blocks_for(req.kv_tokens + chunk, bs) - blocks_for(req.kv_tokens, bs)
-
-        if need <= kv.free_blocks:
+        need = self._residue[-self.step % bs] if n_decode else 0
+        prefill_tokens = 0
+        if prefilling:
+            # _chunk_size inline when there are no prefill breaks (the usual case): one call
+            # fewer per prefilling request and step.
+            chunked = cfg.chunked_prefill
+            chunk_size = self._chunk_size if self._breaks else None
+            for _k, _q, req in prefilling:
+                have = req.kv_tokens
+                remaining = req.prefill_target - have
+                if chunk_size is not None:
+                    chunk = chunk_size(remaining, budget)
+                else:
+                    chunk = remaining if remaining <= budget else (budget if chunked else 0)
+                if not chunk:
+                    break
+                chunks.append((req, chunk))
+                budget -= chunk
+                prefill_tokens += chunk
+                need += (-have) // bs - (-have - chunk) // bs  # blocks_for(have + chunk) - blocks_for(have)
+        if need <= kv.num_blocks - kv.used_blocks:
             if need:
                 kv.allocate(need)
             cache = self.prefix_cache
@@ -720,14 +788,17 @@ class Replica:
                     if holder is not None:  # without one, nothing is shared
                         cache.register_shared(holder, req.kv_tokens + chunk)
             self._preempted_now = False
-            budget = self._admit(chunks, budget)
+            if self.waiting and budget > 0 and len(running) < cfg.max_num_seqs:
+                n_chunks = len(chunks)
+                self._admit(chunks, budget)
+                for i in range(n_chunks, len(chunks)):
+                    prefill_tokens += chunks[i][1]
         else:
             chunks, n_decode = self._allocate_in_order()
             self._preempted_now = True
-
-        prefill_tokens = 0
-        for _req, chunk in chunks:
-            prefill_tokens += chunk
+            prefill_tokens = 0
+            for _req, chunk in chunks:
+                prefill_tokens += chunk
         return chunks, n_decode, prefill_tokens, kv.used_blocks
 
     def _admit(self, chunks: list[tuple[Request, int]], budget: int) -> int:
@@ -740,6 +811,8 @@ class Replica:
         max_seqs = self.config.max_num_seqs
         slots = self.slot_cache
         tier = self._tier
+        breaks = self._breaks
+        chunked = self.config.chunked_prefill
         while waiting and budget > 0 and len(running) < max_seqs:
             entry = waiting[0]
             req = entry[2]
@@ -768,11 +841,15 @@ class Replica:
             received = req.kv_received_tokens
             if received > computed:
                 computed = received
-            chunk = self._chunk_size(req.prefill_target - computed, budget)
+            remaining = req.prefill_target - computed
+            if breaks:
+                chunk = self._chunk_size(remaining, budget)
+            else:  # _chunk_size without prefill breaks, inline
+                chunk = remaining if remaining <= budget else (budget if chunked else 0)
             if not chunk:
                 break
-            new_blocks = blocks_for(computed + chunk, bs) - hits
-            if new_blocks + pinned_free > kv.free_blocks:
+            new_blocks = -(-(computed + chunk) // bs) - hits  # blocks_for(computed + chunk) - hits
+            if new_blocks + pinned_free > kv.num_blocks - kv.used_blocks:
                 break
             heapq.heappop(waiting)
             if self._slot_ids is not None:
@@ -942,10 +1019,13 @@ class Replica:
         k_finish = heap[0][0] - self.step + 1
         # Steps after this one whose block allocations still fit.
         residue = self._residue
-        bs = self.kv.block_size
+        kv = self.kv
+        bs = kv.block_size
         n = len(self.running)
-        free = self.kv.free_blocks
+        free = kv.num_blocks - kv.used_blocks
         full_cycles = free // n
+        if k_finish <= 1 + full_cycles * bs:  # the KV cache outlasts the first finish (k_kv is larger)
+            return k_finish
         left = free - full_cycles * n
         extra = 0
         base = self.step + 1 + full_cycles * bs
@@ -959,37 +1039,39 @@ class Replica:
         return k_finish if k_finish < k_kv else k_kv
 
     # --- settling -----------------------------------------------------------
-    def _advance(self, steps: int) -> float:
-        self.step += steps
-        self._seg_steps += steps
-        if self._seg_step_ns:  # steps that take no time leave the clock where it is
-            self._clock_ns = ns = self._seg_start_ns + self._seg_steps * self._seg_step_ns
-            self._clock = ns / NS_PER_S
-        return self._clock
-
     def _settle_decode_stretch(self, k: int, n_decode: int, kv_used: int, step_s: float) -> None:
         """Account *k* pure-decode steps starting at ``self.step``."""
         s0 = self.step
         bs = self.kv.block_size
         residue = self._residue
         # Blocks allocated at steps s0+1 .. s0+k-1 and their time integral.
-        grown = 0
-        weighted = 0
-        for r in range(1, min(bs, k - 1) + 1):
-            a = residue[-(s0 + r) % bs]
-            if a:
-                count = (k - 1 - r) // bs + 1
-                grown += a * count
-                weighted += a * (count * (k - r) - bs * count * (count - 1) // 2)
+        if k > 12 or k > bs + 1:
+            grown, weighted = kv_growth(residue, s0, k)
+        else:  # the same sums step by step (each class allocates once): cheaper for short stretches
+            grown = weighted = 0
+            for r in range(1, k):
+                a = residue[-(s0 + r) % bs]
+                if a:
+                    grown += a
+                    weighted += a * (k - r)
         if grown:
             self.kv.allocate(grown)
-        self.recorder.on_steps(self.index, step_s, k, n_decode, 0, n_decode, step_s * (kv_used * k + weighted))
+        recorder = self.recorder
+        recorder.on_steps(self.index, step_s, k, n_decode, 0, n_decode, step_s * (kv_used * k + weighted))
         if self._energy is not None:
-            self.recorder.on_energy(self.index, self._step_j * k)
-        self.recorder.on_token_gaps(step_s + self._alpha2, self._measured_streamers * k)
+            recorder.on_energy(self.index, self._step_j * k)
+        if self._measured_streamers:  # (a tally takes no zero-weight values)
+            recorder.on_token_gaps(step_s + self._alpha2, self._measured_streamers * k)
         last = s0 + k - 1
-        end = self._advance(k)
-        self._finish_decoders(last, end)
+        # _advance(k), inline: the stretch's settling runs once per stretch.
+        self.step = s0 + k
+        self._seg_steps = seg_steps = self._seg_steps + k
+        if self._seg_step_ns:  # steps that take no time leave the clock where it is
+            self._clock_ns = ns = self._seg_start_ns + seg_steps * self._seg_step_ns
+            self._clock = ns / NS_PER_S
+        heap = self._finish_heap
+        if heap and heap[0][0] <= last:  # a stretch cut short finishes nobody
+            self._finish_decoders(last, self._clock)
 
     def _settle_step(
         self,
@@ -1001,20 +1083,30 @@ class Replica:
     ) -> None:
         """Account one (possibly mixed) step: decoders advance, prefill chunks land."""
         s = self.step
-        batch = n_decode + len(chunks)
-        self.recorder.on_steps(self.index, step_s, 1, batch, prefill_tokens, n_decode, step_s * kv_used)
+        recorder = self.recorder
+        recorder.on_steps(self.index, step_s, 1, n_decode + len(chunks), prefill_tokens, n_decode, step_s * kv_used)
         if self._energy is not None:
-            self.recorder.on_energy(self.index, self._step_j)
+            recorder.on_energy(self.index, self._step_j)
+        alpha2 = self._alpha2
         if self._measured_streamers:
-            self.recorder.on_token_gaps(step_s + self._alpha2, self._measured_streamers)
-        end = self._advance(1)
+            recorder.on_token_gaps(step_s + alpha2, self._measured_streamers)
+        # _advance(1), inline: this runs once per mixed step.
+        self.step = s + 1
+        self._seg_steps = seg_steps = self._seg_steps + 1
+        if self._seg_step_ns:  # steps that take no time leave the clock where it is
+            self._clock_ns = ns = self._seg_start_ns + seg_steps * self._seg_step_ns
+            self._clock = ns / NS_PER_S
+        end = self._clock
         listener = self.token_listener
         if n_decode:
             if listener is not None:
                 self._report_decode_tokens(listener, end)
-            self._finish_decoders(s, end)
+            heap = self._finish_heap
+            if heap and heap[0][0] <= s:
+                self._finish_decoders(s, end)
+        if not chunks:
+            return
         bs = self.kv.block_size
-        alpha2 = self._alpha2
         for req, chunk in chunks:
             req.kv_tokens += chunk
             self.queued_prompt_tokens -= chunk
@@ -1048,7 +1140,8 @@ class Replica:
 
     def _report_decode_tokens(self, listener: TokenListener, end: float) -> None:
         """Tell *listener* of the token each decoding request produced in the step ending at
-        *end* (called after ``_advance``, before finished decoders leave the batch)."""
+        *end* (called after the step counter moved past it, before finished decoders leave the
+        batch)."""
         alpha2 = self._alpha2
         step = self.step
         for _k, _q, req in self._order:
@@ -1059,12 +1152,19 @@ class Replica:
     def _finish_decoders(self, last_step: int, end: float) -> None:
         """Complete the decoders whose last token came out of step *last_step* (in key order)."""
         heap = self._finish_heap
+        residue = self._residue
+        bs = self.kv.block_size
         while heap and heap[0][0] <= last_step:
             _, _, _, anchor, req = heapq.heappop(heap)
             if req.decode_anchor_step != anchor:
                 continue  # stale: preempted since it was pushed
             steps = last_step + 1 - anchor
-            self._leave_decoding(req)
+            # _leave_decoding, inline (once per request)
+            base = req.kv_tokens - anchor
+            residue[base % bs] -= 1
+            self._ctx_base -= base
+            if req.streaming and not req.warm_up:
+                self._measured_streamers -= 1
             req.generated_tokens += steps
             req.kv_tokens += steps
             req.decode_anchor_step = -1
@@ -1095,7 +1195,11 @@ class Replica:
         del self.running[req.id]
         order = self._order
         order.pop(bisect_left(order, (*req.sched_key, req)))
-        self._release_kv(req, tokens, done=True)
+        cache = self.prefix_cache
+        if cache is not None and req.kv_holder is None and not req.continuable:
+            cache.release_own(tokens)  # _release_kv's way for content all its own, findable by nobody
+        else:
+            self._release_kv(req, tokens, done=True)
         req.kv_holder = None
         if self.slot_cache is not None:
             self.slot_cache.release(req, tokens)
@@ -1110,8 +1214,8 @@ class Replica:
         else:  # its answer reaches the client after the run stops: still in flight there
             self._seen_after_cut.append(req)
         self.recorder.on_departure(end)
-        if self.completions is not None:
-            self.completions.put(req)
+        if self._send_done is not None:
+            self._send_done(req)
 
     # --- stopping early ---------------------------------------------------------
     def settle(self, until_s: float) -> None:

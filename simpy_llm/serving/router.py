@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from simpy_llm.serving.views import RouterCounts
+from simpy_llm.wire import Wire
 
 if TYPE_CHECKING:
     import simpy
@@ -24,7 +25,6 @@ if TYPE_CHECKING:
     from simpy_llm.metrics.recorder import Recorder
     from simpy_llm.policies.admission import AdmissionPolicy
     from simpy_llm.policies.routing import ReplicaView, RoutingPolicy
-    from simpy_llm.wire import Wire
 
 __all__ = ["Router"]
 
@@ -77,6 +77,8 @@ class Router:
         self.env = env
         self.inbox = inbox
         self.outboxes = list(outboxes)
+        # A Wire's send is its put without the put's event, which nobody here looks at.
+        self._puts = [o.send if isinstance(o, Wire) else o.put for o in self.outboxes]
         self.views = list(views)
         self.counts = counts
         self.policy = policy
@@ -136,7 +138,15 @@ class Router:
         i = self._choose(req, views)
         if not 0 <= i < len(views):
             raise ValueError(f"routing policy returned replica {i}; there are {len(views)}")
-        self.send(req, i if self._active is None else self._active[i])
+        if self._active is not None:
+            i = self._active[i]
+        # send(req, i), inline (once per request)
+        index = self.indices[i]
+        req.replica = index
+        counts = self.counts
+        counts.routed[index] += 1
+        counts.routed_tokens[index] += req.prompt_tokens
+        self._puts[i](req)
 
     def reject(self, req: Request) -> None:
         """Drop *req* now, as an admission policy's rejection is (reason: its
@@ -156,4 +166,4 @@ class Router:
         counts = self.counts
         counts.routed[index] += 1
         counts.routed_tokens[index] += req.prompt_tokens
-        self.outboxes[i].put(req)
+        self._puts[i](req)

@@ -1,4 +1,4 @@
-"""The workload generator process: every source's arrivals merged into one Wire.
+"""The workload generator: every source's arrivals merged into one Wire, each put at its time.
 
 A *source* is an endless (or finite) iterator of rows ``(arrival_s, prompt_tokens,
 output_tokens, extra)`` in time order, plus the request fields shared by all its
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import attrs
@@ -31,6 +31,8 @@ from simpy_llm.config.errors import ScenarioError
 from simpy_llm.config.schema import WorkloadConfig
 from simpy_llm.config.validators import MAX_ITEMS_PER_REQUEST, MAX_PRIORITY
 from simpy_llm.entities import Request
+from simpy_llm.kernel import URGENT, Later
+from simpy_llm.wire import Wire
 from simpy_llm.workload.distributions import Draws, SamplingError, draw_tokens, to_tokens
 from simpy_llm.workload.prefix import PREFIX_BLOCK_TOKENS, prefix_blocks
 from simpy_llm.workload.workflows import Workflow
@@ -41,7 +43,6 @@ if TYPE_CHECKING:
     from simpy_llm.config.schema import ClientConfig, LifecycleConfig, MultimodalConfig, Scenario, WorkloadConfig
     from simpy_llm.metrics.recorder import Recorder
     from simpy_llm.rng import RandomStreams
-    from simpy_llm.wire import Wire
     from simpy_llm.workload.distributions import LengthDistribution
 
 __all__ = [
@@ -318,36 +319,66 @@ class WorkloadGenerator:
         self.generated = 0
         self.done = False
         """True once the last request has been generated."""
-        self.process = env.process(self._run())
+        outbox_put = outbox.send if isinstance(outbox, Wire) else outbox.put  # a Wire's put without its event
+        self._put: Any = outbox_put
+        self._bases = [base for base, _ in sources]
+        self._rows: Iterator[tuple[float, int, int, int, dict[str, Any] | None]] | None = None
+        self._due: tuple[float, int, int, int, dict[str, Any] | None] | None = None
+        """The row whose arrival the pending timeout waits for."""
+        self.process: Event = env.event()
+        """Succeeds once the last request has been generated (as a process ending would)."""
+        # The first rows are emitted at start-up, in the slot a process's start would take
+        # (URGENT, now); after that each arrival is a timeout whose callback emits it (a
+        # callback, not a process resumption: one fewer frame switch per request).
+        Later(env, 0.0, self._start, URGENT)
 
-    def _run(self) -> Generator[Event, None, None]:
-        """Emit requests in arrival order.
+    def _start(self, _event: Event) -> None:
+        """Start-up: emit the rows due at once and wait for the next one's time."""
+        self._rows = rows = merge_sources([rows for _, rows in self.sources], self.num_requests, self.horizon_s)
+        row = next(rows, None)
+        if row is None:
+            self._finish()
+        elif row[0] > self.env.now:
+            self._due = row
+            Later(self.env, row[0] - self.env.now, self._arrive)
+        else:
+            self._due = row
+            self._arrive(_event)
 
-        Yields
-        ------
-        Timeout
-            Until the next arrival.
-        """
+    def _arrive(self, _event: Event) -> None:
+        """The row waited for is due (its timeout fired): emit it and the rows due with it,
+        then wait (one timeout, as a process would) for the next one's time."""
         env = self.env
-        put = self.outbox.put
-        on_arrival = self.recorder.on_arrival
-        announce = self.announce
-        on_request = self.on_request
+        rows = self._rows
+        row = self._due
+        assert rows is not None and row is not None  # set before this is called
         ids = self.ids
-        bases = [base for base, _ in self.sources]
-        n = 0
-        for t, si, prompt, output, extra in merge_sources([rows for _, rows in self.sources], self.num_requests, self.horizon_s):
-            if t > env.now:
-                yield env.timeout(t - env.now)
-            req = make_request(next(ids), env.now, bases[si], prompt, output, extra)
-            n += 1
-            self.generated = n
+        bases = self._bases
+        on_request = self.on_request
+        on_arrival = self.recorder.on_arrival if self.announce else None
+        put = self._put
+        while True:
+            now = env.now
+            req = make_request(next(ids), now, bases[row[1]], row[2], row[3], row[4])
+            self.generated += 1
             if on_request is not None:
-                on_request(req, si)
-            if announce:
-                on_arrival(req, env.now)
+                on_request(req, row[1])
+            if on_arrival is not None:
+                on_arrival(req, now)
             put(req)
+            row = next(rows, None)
+            if row is None:
+                self._due = None
+                self._finish()
+                return
+            if row[0] > env.now:
+                self._due = row
+                Later(env, row[0] - env.now, self._arrive)
+                return
+
+    def _finish(self) -> None:
         self.done = True
+        self.process.succeed()
 
 
 def make_request(

@@ -7,11 +7,13 @@ import math
 import numpy as np
 import pytest
 import simpy
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simpy_llm.config.schema import EngineConfig
 from simpy_llm.entities import Request
 from simpy_llm.metrics.recorder import Recorder
-from simpy_llm.serving.engine import Replica
+from simpy_llm.serving.engine import Replica, kv_growth
 from simpy_llm.serving.latency import BlisLinearLatency
 from tests.helpers import run, tiny_scenario
 
@@ -314,3 +316,42 @@ def test_a_completion_post_processed_before_until_is_completed(mode):
     assert c["status"].tolist() == ["completed"]
     assert c["completion_s"].tolist() == [1.505]
     assert c["first_token_s"].tolist() == [1.101]
+
+
+@given(
+    residue=st.lists(st.integers(0, 6), min_size=1, max_size=33),
+    s0=st.integers(0, 10_000),
+    k=st.integers(0, 200),
+)
+@settings(max_examples=300, deadline=None, derandomize=True)
+def test_kv_growth_counts_the_blocks_each_step_of_a_stretch_allocates(residue, s0, k):
+    """kv_growth's closed form equals counting, step by step over steps s0+1 .. s0+k-1, the
+    decoders whose class needs a new block there and the steps each such block is held."""
+    bs = len(residue)
+    grown = weighted = 0
+    for j in range(1, k):
+        for c, a in enumerate(residue):
+            if (c + s0 + j) % bs == 0:
+                grown += a
+                weighted += a * (k - j)
+    assert kv_growth(residue, s0, k) == (grown, weighted)
+
+
+def test_a_batch_limit_raised_during_a_single_step_still_lets_an_idle_engine_wake():
+    """set_max_num_seqs during a mixed step with nothing waiting, then the batch empties: the
+    next arrival wakes the idle engine and completes (the raise arms no stretch cut)."""
+    env, inbox, rec, rep = _replica(ENGINE, LATENCY)
+    first = Request(id=0, client_id="c", prompt_tokens=100, output_tokens=1, arrival_s=0.0)
+    later = Request(id=1, client_id="c", prompt_tokens=100, output_tokens=3, arrival_s=0.0)
+    _send(env, inbox, rec, rep, first, 1.0)
+    _send(env, inbox, rec, rep, later, 2.0)
+
+    def raise_limit():
+        yield env.timeout(1.001)  # inside the first request's prefill step (1.0005 .. 1.0025)
+        assert rep.running and not rep.waiting
+        rep.set_max_num_seqs(8)
+
+    env.process(raise_limit())
+    env.run(until=10.0)
+    assert first.completion_s == pytest.approx(1.0005 + 2000e-6 + 50e-6)
+    assert later.completion_s == pytest.approx(2.0005 + 2000e-6 + 2 * 1100e-6 + 3 * 50e-6)

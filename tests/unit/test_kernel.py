@@ -17,6 +17,7 @@ from simpy_llm.kernel import (
     LATE,
     Channel,
     Environment,
+    Later,
     ProcessedEvent,
     SimPyContractError,
     check_simpy,
@@ -60,6 +61,23 @@ def test_timer_at_fires_at_the_exact_time_after_normal_events():
     timer_at(env, 0.1 + 0.2).callbacks.append(lambda ev: seen.append(env.now))
     env.run()
     assert seen == [0.1 + 0.2]
+
+
+def test_later_fires_where_and_when_a_timeout_with_its_callback_does():
+    """Later(env, d, cb) fires at now + d at NORMAL priority, in the order its event id gives
+    among timeouts of the same instant (made before and after it), and calls cb with itself."""
+    env = simpy.Environment()
+    env.run(until=0.1)
+    order = []
+    env.timeout(0.2).callbacks.append(lambda ev: order.append(("before", env.now)))
+    later = Later(env, 0.2, lambda ev: order.append(("later", env.now, ev)))
+    env.timeout(0.2).callbacks.append(lambda ev: order.append(("after", env.now)))
+    timer_at(env, 0.1 + 0.2).callbacks.append(lambda ev: order.append(("late", env.now)))
+    assert events_scheduled(env) == 6  # one id each, as a timeout takes (the stop of the run took two)
+    env.run()
+    t = 0.1 + 0.2
+    assert order == [("before", t), ("later", t, later), ("after", t), ("late", t)]
+    assert later.processed and later.ok and later.value is None
 
 
 def test_timer_at_a_passed_time_fires_now():
@@ -346,3 +364,78 @@ def test_stops_of_a_sliced_run_are_not_counted_as_events():
         return env.events_scheduled()
 
     assert counted([]) == counted([0.5, 2.5, 9.5]) == counted([3.0]) == 12  # start, 10 timeouts, end
+
+
+def _trace_run(env: simpy.Environment) -> list:
+    """A run exercising what SimPy's loop does: timeouts and processes at equal times, a
+    failed event a process defuses, a run in slices by time and by event, a stop whose event
+    has callbacks after the stopping one, and a failure nobody defuses (re-raised as a copy)."""
+    log: list = []
+
+    def worker(name, gaps):
+        for gap in gaps:
+            value = yield env.timeout(gap, value=(name, gap))
+            log.append((env.now, "woke", value))
+
+    def failing():
+        yield env.timeout(1.5)
+        raise KeyError("inner")
+
+    def catcher(proc):
+        try:
+            yield proc
+        except KeyError as exc:
+            log.append((env.now, "defused", exc.args))
+
+    for i in range(4):
+        env.process(worker(f"w{i}", [0.5, 0.25 * i, 1.0, 0.0, 2.0]))
+    env.process(catcher(env.process(failing())))
+    marker = env.timeout(2.25, value="marker")
+    marker.callbacks.append(lambda ev: log.append((env.now, "first", ev.value)))
+    log.append(("until", env.run(until=1.0)))
+    log.append(("until", env.run(until=marker)))
+    log.append(("until", env.run(until=marker)))
+    late = env.timeout(0.5)
+    late.callbacks.append(lambda ev: log.append((env.now, "before stop")))
+
+    def waiter():  # hangs on *late* once the run started: after the stop's callback
+        yield late
+        log.append((env.now, "after stop"))
+
+    env.process(waiter())
+    log.append(("until", env.run(until=late)))
+
+    def crash():
+        yield env.timeout(0.1)
+        raise ValueError("outer", 7)
+
+    env.process(crash())
+    try:
+        env.run()
+    except ValueError as exc:
+        log.append((env.now, "crashed", exc.args, type(exc.__cause__).__name__))
+    env.run()
+    log.append((env.now, "end", events_scheduled(env)))
+    return log
+
+
+def test_the_kernel_event_loop_runs_as_simpy_runs():
+    """Environment.run's own loop (SimPy's step inline) gives the same callbacks in the same
+    order at the same times, the same return values, errors and event ids as SimPy's."""
+    assert _trace_run(Environment()) == _trace_run(simpy.Environment())
+
+
+def test_an_environment_with_its_own_step_keeps_simpy_loop():
+    """A subclass overriding step (as a real-time environment does) has it called per event."""
+    calls = []
+
+    class Counting(Environment):
+        def step(self):
+            calls.append(self.now)
+            super().step()
+
+    env = Counting()
+    env.timeout(1.0)
+    env.timeout(2.0)
+    env.run()
+    assert calls == [0, 1.0, 2.0]  # two events, then the call that finds none left
