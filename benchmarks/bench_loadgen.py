@@ -124,11 +124,19 @@ def run_case(args: argparse.Namespace) -> dict[str, Any]:
     profiler = cProfile.Profile() if args.profile else None
 
     async def main() -> None:
+        # The trace's directory outlives the client: a run that fell behind may end holding every
+        # file it may open (a connection per request in flight), and the directory's removal needs
+        # files too. The client closes its connections first; a removal that fails all the same
+        # leaves a temporary directory behind rather than losing the case's figures.
+        with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
+            await measure(Path(tmp) / "trace")
+
+    async def measure(trace: Path) -> None:
         async with OpenAIClient(url, timeout_s=30.0, keep_alive=not args.new_connections, transport=args.transport) as client:
             # Warm-up: the first requests pay lazy imports and first-use costs.
             for _ in range(5):
                 await client.send(RequestSpec("warm up", 4, request_id=-1))
-            with tempfile.TemporaryDirectory() as tmp, TraceV2Writer(Path(tmp) / "trace", extra_columns=OBSERVER_COLUMNS) as writer:
+            with TraceV2Writer(trace, extra_columns=OBSERVER_COLUMNS) as writer:
                 # An infinite threshold: the lag is reported below, not warned about.
                 gen: LoadGenerator | ProcessLoadGenerator
                 if args.case_workers > 1:
@@ -154,7 +162,13 @@ def run_case(args: argparse.Namespace) -> dict[str, Any]:
                     await asyncio.sleep(0)
                     start_children = 0.0
                 run_cpu0 = time.process_time()
-                s = await task
+                try:
+                    s = await task
+                except RuntimeError as exc:  # a worker failed: the run's summary holds what it measured
+                    if gen.summary is None:
+                        raise
+                    s = gen.summary
+                    out["failed"] = _last_line(str(exc))
                 if profiler is not None:
                     profiler.disable()
                 children1 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -244,12 +258,35 @@ def spawn(rate: float, loop: str, workers: int, port: int, server_pid: int, args
     cmd += ["--transport", args.transport, "--prepare-bytes", str(args.prepare_bytes)]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=args.duration * 20 + 240)
+    limit = args.duration * 20 + 240
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=limit)
+    except subprocess.TimeoutExpired:  # subprocess.run has killed the case's process (by its pid)
+        return failed_row(rate, loop, workers, args, f"no result within {limit:g} s")
     for line in proc.stdout.splitlines():
         if line.startswith(RESULT_TAG):
             return json.loads(line[len(RESULT_TAG) :])
+    # A collapse is a result too (the generator could not keep the schedule): reported, not raised.
     sys.stderr.write(proc.stdout + proc.stderr)
-    raise RuntimeError(f"rate {rate} on {loop} with {workers} worker(s) failed with exit code {proc.returncode}")
+    return failed_row(rate, loop, workers, args, f"exit code {proc.returncode}: {_last_line(proc.stderr)}")
+
+
+def _last_line(text: str) -> str:
+    """The last non-empty line of *text* (a traceback's: the exception), or ``""``."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def failed_row(rate: float, loop: str, workers: int, args: argparse.Namespace, why: str) -> dict[str, Any]:
+    """The row of a case whose process gave no figures (it crashed, or ran out of time): the
+    generator did not keep the schedule, so the case is saturated, and *why* says how it ended."""
+    figures = ("requested_rate", "achieved_rate", "delay_p50_s", "delay_p99_s", "delay_max_s", "lag_p50_s",
+               "client_cpu_us_per_request", "run_cpu_us_per_request", "client_cpu_share", "server_cpu_share")
+    return {
+        "loop": loop, "loop_used": loop, "rate": rate, "workers": workers, "transport": args.transport,
+        "n_requests": max(round(rate * args.duration), 2), "n_sent": None, "ok": 0, **dict.fromkeys(figures),
+        "saturated": True, "saturation_reason": f"the case failed: {why}", "failed": why,
+    }
 
 
 def machine_line() -> str:
@@ -279,7 +316,7 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
         ("rate", ">", lambda r: f"{r['rate']:g}"),
         ("requested/s", ">", lambda r: _fmt(r["requested_rate"], ".1f")),
         ("achieved/s", ">", lambda r: _fmt(r["achieved_rate"], ".1f")),
-        ("sent", ">", lambda r: f"{r['n_sent']}/{r['n_requests']}"),
+        ("sent", ">", lambda r: f"{_fmt(r['n_sent'], 'd')}/{r['n_requests']}"),
         ("ok", ">", lambda r: str(r["ok"])),
         ("delay p50 ms", ">", lambda r: _ms(r["delay_p50_s"])),
         ("p99 ms", ">", lambda r: _ms(r["delay_p99_s"])),
@@ -289,7 +326,7 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
         ("in run us/req", ">", lambda r: _fmt(r.get("run_cpu_us_per_request"), ".0f")),
         ("client CPU %", ">", lambda r: _fmt(r["client_cpu_share"] and r["client_cpu_share"] * 100, ".0f")),
         ("server CPU %", ">", lambda r: _fmt(r["server_cpu_share"] and r["server_cpu_share"] * 100, ".0f")),
-        ("saturated", "^", lambda r: "yes" if r.get("saturated") else "no"),
+        ("saturated", "^", lambda r: "failed" if r.get("failed") else "yes" if r.get("saturated") else "no"),
         ("p99 < 10 ms", "^", lambda r: "yes" if _passes(r) else "NO"),
     ]
     cells = [[fn(r) for _, _, fn in headers] for r in rows]
@@ -320,7 +357,11 @@ def median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
         vals = [r[key] for r in runs if r.get(key) is not None]
         out[key] = statistics.median(vals) if vals else None
     out["ok"] = min(r["ok"] for r in runs)
-    out["n_sent"] = min(r["n_sent"] for r in runs)
+    sent = [r["n_sent"] for r in runs if r.get("n_sent") is not None]
+    out["n_sent"] = min(sent) if sent else None
+    out["saturated"] = any(r.get("saturated") for r in runs)
+    failed = [r["failed"] for r in runs if r.get("failed")]
+    out["failed"] = f"{len(failed)} of {len(runs)} runs: {failed[0]}" if failed else None
     return out
 
 
@@ -415,7 +456,9 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"  running {rate:>6g}/s on {loop:<7} x{w} {k + 1}/{args.repeat} ...", end=" ", flush=True)
                     r = spawn(rate, loop, w, port, server.pid, args)
                     print(f"p99 {_ms(r['delay_p99_s'])} ms, ok {r['ok']}/{r['n_requests']}"
-                          + (f" (first error: {r['first_error']})" if r.get("first_error") else ""), flush=True)
+                          + (f" (first error: {r['first_error']})" if r.get("first_error") else "")
+                          + (f" [saturated: {r['saturation_reason']}]" if r.get("saturated") else "")
+                          + (f" [FAILED: {r['failed']}]" if r.get("failed") else ""), flush=True)
                     if r.get("profile"):
                         print(r.pop("profile"))
                     runs.append(r)

@@ -23,8 +23,9 @@ requests queue in FIFO order and their schedule delay includes the queueing. The
 schedule delay; when the median client lag (dispatch time - target) exceeds
 ``lag_threshold_s`` (10 ms) it sets ``lagging`` and warns with
 :class:`ScheduleLagWarning`; when the generator itself could not keep the schedule
-(the p99 above the threshold, or the achieved rate short of the requested one:
-:func:`saturation`) it sets ``saturated`` with the reason. To send from several
+(the p99 above the threshold, the achieved rate short of the requested one, or requests
+that failed for want of the client's own open files or ports: :func:`saturation`) it sets
+``saturated`` with the reason. To send from several
 processes, see :mod:`simpy_llm.observe.workers`.
 
 Stopping: :meth:`LoadGenerator.stop` (e.g. from a SIGINT handler installed with
@@ -37,7 +38,6 @@ summary, cancellation re-raises after the rows are written.
 from __future__ import annotations
 
 import asyncio
-import gc
 import math
 import statistics
 import time
@@ -49,6 +49,7 @@ import attrs
 
 from simpy_llm.observe.ahead import Lookahead
 from simpy_llm.observe.client import ObservedRequest, OpenAIClient, RequestSpec, raise_open_files_limit
+from simpy_llm.observe.collector import young_collections_only
 from simpy_llm.observe.progress import LiveStats
 
 # prefix_text and synthetic_prompt live in prompts; they are still importable from here.
@@ -61,6 +62,9 @@ from simpy_llm.observe.prompts import (
     synthetic_prompt,
 )
 from simpy_llm.observe.report import latency_report
+
+# RATE_SHORTFALL and saturation live in saturation; they are still importable from here.
+from simpy_llm.observe.saturation import RATE_SHORTFALL, client_limited, saturation
 from simpy_llm.workload.traces import OBSERVED_COLUMNS
 
 if TYPE_CHECKING:
@@ -69,6 +73,7 @@ if TYPE_CHECKING:
 __all__ = [
     "OBSERVER_COLUMNS",
     "PREPARE_BYTES",
+    "RATE_SHORTFALL",
     "LoadGenerator",
     "LoadRequest",
     "RunSummary",
@@ -250,52 +255,6 @@ def _rate(times: list[float]) -> float | None:
     return (len(times) - 1) / span if span > 0 else math.inf
 
 
-RATE_SHORTFALL = 0.05
-"""An open-loop run whose achieved send rate is below ``1 - RATE_SHORTFALL`` of the requested
-rate saturated the load generator (:func:`saturation`)."""
-
-
-def saturation(
-    *,
-    delay_p99_s: float | None,
-    lag_p99_s: float | None,
-    requested_rate: float | None,
-    achieved_rate: float | None,
-    threshold_s: float,
-    limited: bool,
-) -> str | None:
-    """Why the load generator itself saturated, or ``None`` when it kept the schedule.
-
-    Open loop (*limited* false): the schedule delay's p99 (send - target) above
-    *threshold_s*, or an achieved send rate below 95 % of the requested one (not judged
-    when every target is at one instant: the requested rate is then infinite). Under a
-    concurrency limit the waits for a slot are the server's doing, not the generator's:
-    the client lag's p99 (dispatch - target) is judged instead, and the rate is not.
-
-    >>> saturation(delay_p99_s=0.002, lag_p99_s=0.001, requested_rate=100.0, achieved_rate=99.5,
-    ...            threshold_s=0.010, limited=False) is None
-    True
-    >>> saturation(delay_p99_s=0.030, lag_p99_s=0.030, requested_rate=100.0, achieved_rate=80.0,
-    ...            threshold_s=0.010, limited=False)
-    'schedule delay p99 30.0 ms > 10.0 ms; achieved rate 80.0/s < 95% of the requested 100.0/s'
-    """
-    reasons = []
-    delay, name = (lag_p99_s, "client lag") if limited else (delay_p99_s, "schedule delay")
-    if delay is not None and delay > threshold_s:
-        reasons.append(f"{name} p99 {delay * 1e3:.1f} ms > {threshold_s * 1e3:.1f} ms")
-    if (
-        not limited
-        and requested_rate is not None
-        and math.isfinite(requested_rate)
-        and achieved_rate is not None
-        and achieved_rate < (1.0 - RATE_SHORTFALL) * requested_rate
-    ):
-        reasons.append(
-            f"achieved rate {achieved_rate:.1f}/s < {100 * (1 - RATE_SHORTFALL):.0f}% of the requested {requested_rate:.1f}/s"
-        )
-    return "; ".join(reasons) or None
-
-
 def summarize_run(
     requests: Iterable[LoadRequest],
     records: Mapping[int, ObservedRequest],
@@ -328,6 +287,7 @@ def summarize_run(
     achieved_rate = _rate([r.sent_s for r in sent if r.sent_s is not None])
     delay_p99 = _quantile(delays, 0.99)
     lag_p99 = _quantile(lags, 0.99)
+    out_of_resources = [r.error_message for r in recs if r.status == "error" and client_limited(r.error_message)]
     reason = saturation(
         delay_p99_s=delay_p99,
         lag_p99_s=lag_p99,
@@ -335,6 +295,8 @@ def summarize_run(
         achieved_rate=achieved_rate,
         threshold_s=lag_threshold_s,
         limited=limited,
+        client_limit_errors=len(out_of_resources),
+        client_limit_message=out_of_resources[0] if out_of_resources else None,
     )
     return RunSummary(
         n_requests=len(requests),
@@ -668,27 +630,20 @@ class LoadGenerator:
     async def run(self) -> RunSummary:
         """Run the whole workload; returns (and stores in :attr:`summary`) the :class:`RunSummary`.
 
-        While it runs, the objects that existed when it started are kept out of the cyclic
-        garbage collector (:func:`gc.freeze`, undone at the end), unless the program froze
-        objects itself or disabled the collector.
+        While it runs, the cyclic garbage collector runs young collections only
+        (:func:`~simpy_llm.observe.collector.young_collections_only`: the objects that existed
+        when it started are frozen, and no full collection walks the records it keeps), unless
+        the program froze objects itself or disabled the collector.
         """
         if self.model is None:
             self.model = await self.client.default_model()
         self.prepare()  # before the clock starts (and before the freeze below, which then keeps them)
-        # A full collection of the cyclic GC walks every tracked object, and after the
-        # usual imports (pandas, numpy, ...) that is ~10^5 objects: a 40-60 ms pause of the
-        # event loop on a small machine, which holds back every send due meanwhile (it was
-        # the p99 and the max of the schedule delay in benchmarks/bench_loadgen.py).
-        # Freezing what exists now keeps those objects out of collections during the run;
-        # they are unfrozen afterwards. Left alone if the program froze objects itself.
-        frozen = gc.isenabled() and gc.get_freeze_count() == 0
-        if frozen:
-            gc.freeze()
-        try:
+        # A full collection walks every object of the oldest generation while the event loop
+        # waits: the imports' ~10^5 objects (40-60 ms on a small machine), then the records the
+        # run keeps, more with every second (a sustained run at 5,000/s: 24 to 208 ms each).
+        # The sends due meanwhile were held back: they were the schedule delay's p99 and max.
+        with young_collections_only():
             self.summary = await self._dispatch()
-        finally:
-            if frozen:
-                gc.unfreeze()
         lag = self.summary.lag_p50_s
         if self.summary.lagging and lag is not None:  # lagging implies a measured lag
             warnings.warn(

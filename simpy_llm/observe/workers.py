@@ -19,9 +19,15 @@ so that the client is not what limits a benchmark:
   :data:`START_LEAD_S` ahead and sends it to them;
 - each finished request's :class:`~simpy_llm.observe.client.ObservedRequest` streams
   back to the parent (in batches of at most :data:`BATCH` records, or after at most
-  :data:`FLUSH_S` seconds), which writes its trace v2 row exactly as the one-process
+  :data:`FLUSH_S` seconds; each record as the tuple of its fields, which pickles in a
+  quarter of the object's time), which writes its trace v2 row exactly as the one-process
   generator does, so the trace has the same format, rows in the order the parent
-  receives them;
+  receives them. A worker's messages are written to the pipe by a thread of their own: a
+  batch larger than the pipe holds waits there for the parent to read it, and that wait
+  must not hold back the worker's sends (it did, for as long as the parent was busy);
+- while the run sends, the parent and every worker run young garbage collections only
+  (:func:`~simpy_llm.observe.collector.young_collections_only`): a full collection walks
+  every record kept so far, and the records grow with the run;
 - a concurrency limit is split across the workers (:func:`split_limit`): their
   limits add up to it, so the run never has more in flight than it says. Each worker
   queues its own requests (FIFO within a worker), so a request can wait for a slot in
@@ -37,16 +43,21 @@ from __future__ import annotations
 import asyncio
 import math
 import multiprocessing
+import operator
+import queue
 import signal
 import threading
 import time
 import traceback
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
+import attrs
+
 from simpy_llm.observe.client import ObservedRequest, OpenAIClient, raise_open_files_limit
+from simpy_llm.observe.collector import young_collections_only
 from simpy_llm.observe.loadgen import (
     PREPARE_BYTES,
     LoadGenerator,
@@ -71,6 +82,10 @@ BATCH = 256
 """A worker sends finished records to the parent in batches of at most this many ..."""
 FLUSH_S = 0.02
 """... and at most this long after the first of a batch ended."""
+
+_FIELDS = tuple(a.name for a in attrs.fields(ObservedRequest))
+_pack = operator.attrgetter(*_FIELDS)
+"""A record as the tuple of its fields in declaration order (``ObservedRequest(*values)`` makes it again)."""
 
 
 def partition(requests: Sequence[LoadRequest], workers: int) -> list[list[LoadRequest]]:
@@ -118,20 +133,59 @@ def split_limit(limit: int | None, workers: int) -> list[int | None]:
     return [limit // workers + (1 if i < limit % workers else 0) for i in range(workers)]
 
 
-class _ForwardingGenerator(LoadGenerator):
-    """A worker's generator: finished records go to the parent instead of a trace writer."""
+class _Sender:
+    """A worker's messages to its parent, written to the pipe *conn* by a thread of their own, in
+    the order given.
 
-    def __init__(self, conn: Connection, *args: Any, **kwargs: Any) -> None:
+    Writing a message larger than the pipe holds waits until the parent reads it; in this thread
+    the event loop's sends go on meanwhile. When the pipe is closed (the parent is gone) it sets
+    :attr:`broken`, calls *on_broken* once (from its thread) and drops what is left.
+    """
+
+    def __init__(self, conn: Connection, on_broken: Callable[[], None] | None = None) -> None:
+        self.conn = conn
+        self.on_broken = on_broken
+        self.broken = False
+        """The pipe was found closed: nothing more is written."""
+        self._queue: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._write, name="simpy-llm-load-sender", daemon=True)
+        self._thread.start()
+
+    def send(self, message: tuple[Any, ...]) -> None:
+        """Queue *message* for the parent."""
+        self._queue.put(message)
+
+    def close(self) -> None:
+        """Write every message queued, then end the thread (the pipe stays open)."""
+        self._queue.put(None)
+        self._thread.join()
+
+    def _write(self) -> None:
+        while (message := self._queue.get()) is not None:
+            if self.broken:
+                continue
+            try:
+                self.conn.send(message)
+            except OSError:  # the parent is gone (its pipe is closed): nobody will read these
+                self.broken = True
+                if self.on_broken is not None:
+                    self.on_broken()
+
+
+class _ForwardingGenerator(LoadGenerator):
+    """A worker's generator: finished records go to the parent (through *sender*) instead of a trace writer."""
+
+    def __init__(self, sender: _Sender, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._conn = conn
-        self._out: list[ObservedRequest] = []
+        self._sender = sender
+        self._out: list[tuple[Any, ...]] = []
         self._timer: asyncio.TimerHandle | None = None
 
     def _finish(self, req: LoadRequest, rec: ObservedRequest) -> None:
         if req.request_id in self._written:
             return
         super()._finish(req, rec)  # no writer: marks the request written and counts it
-        self._out.append(rec)
+        self._out.append(_pack(rec))
         if len(self._out) >= BATCH:
             self.flush()
         elif self._timer is None:
@@ -142,14 +196,15 @@ class _ForwardingGenerator(LoadGenerator):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self._out:
+        if self._sender.broken:
+            # The parent is gone: stop rather than keep sending into a closed pipe (which once
+            # kept orphaned workers busy for minutes, each batch growing by what the last failed
+            # to send). Nobody will write these rows.
+            self._out = []
+            self.stop()
+        elif self._out:
             out, self._out = self._out, []
-            try:
-                self._conn.send(("ended", self.live.sent, out))
-            except OSError:  # the parent is gone (its pipe is closed): nobody will write these rows
-                # Stop rather than keep sending into a closed pipe (which once kept orphaned
-                # workers busy for minutes, each batch growing by what the last failed to send).
-                self.stop()
+            self._sender.send(("ended", self.live.sent, out))
 
 
 def _listen(conn: Connection, loop: asyncio.AbstractEventLoop, start: asyncio.Future[float | None], gen: LoadGenerator) -> None:
@@ -171,15 +226,18 @@ def _resolve(future: asyncio.Future[float | None], value: float | None) -> None:
         future.set_result(value)
 
 
-async def _work(conn: Connection, client_options: dict[str, Any], options: dict[str, Any], requests: list[LoadRequest]) -> None:
+async def _work(
+    conn: Connection, sender: _Sender, client_options: dict[str, Any], options: dict[str, Any], requests: list[LoadRequest]
+) -> None:
     loop = asyncio.get_running_loop()
     async with OpenAIClient(**client_options) as client:
         # An infinite lag threshold: the parent judges the whole run and warns, not each worker.
-        gen = _ForwardingGenerator(conn, client, requests, None, lag_threshold_s=math.inf, **options)
+        gen = _ForwardingGenerator(sender, client, requests, None, lag_threshold_s=math.inf, **options)
+        sender.on_broken = lambda: _call_soon(loop, gen.stop)
         start: asyncio.Future[float | None] = loop.create_future()
         threading.Thread(target=_listen, args=(conn, loop, start, gen), daemon=True).start()
         gen.prepare()  # the bodies of its share, before the run's clock starts
-        conn.send(("ready",))
+        sender.send(("ready",))
         run_start = await start
         if run_start is not None:
             gen.run_start = run_start
@@ -190,7 +248,15 @@ async def _work(conn: Connection, client_options: dict[str, Any], options: dict[
             gen.stop()
             await gen.run()
         gen.flush()
-    conn.send(("done",))
+    sender.send(("done",))
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
+    """Call *callback* on *loop* from another thread (not at all once the loop is closed)."""
+    try:
+        loop.call_soon_threadsafe(callback)
+    except RuntimeError:  # the loop is closed: the run is over anyway
+        pass
 
 
 def _worker_main(
@@ -199,11 +265,13 @@ def _worker_main(
     """A worker process: run its share of the schedule, then exit."""
     # Ctrl-C reaches the whole process group: the parent alone decides, and sends "stop".
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sender = _Sender(conn)
     try:
-        run_loop(_work(conn, client_options, options, requests), loop=loop)
+        run_loop(_work(conn, sender, client_options, options, requests), loop=loop)
     except BaseException:
-        conn.send(("failed", traceback.format_exc()))
+        sender.send(("failed", traceback.format_exc()))
     finally:
+        sender.close()
         conn.close()
 
 
@@ -343,10 +411,11 @@ class ProcessLoadGenerator:
             except (OSError, ValueError):  # that worker has already ended
                 pass
 
-    def _ended(self, worker: int, sent: int, recs: list[ObservedRequest]) -> None:
+    def _ended(self, worker: int, sent: int, recs: Sequence[ObservedRequest | tuple[Any, ...]]) -> None:
         self._sent[worker] = sent
         self.live.sent = sum(self._sent)
-        for rec in recs:
+        for item in recs:
+            rec = item if isinstance(item, ObservedRequest) else ObservedRequest(*item)
             req = self._by_id[rec.request_id]
             self.records[rec.request_id] = rec
             self.live.end(rec)
@@ -407,7 +476,8 @@ class ProcessLoadGenerator:
                 for conn in self._conns:
                     conn.send(("start", run_start))
             self._started.set()
-            await asyncio.gather(*done)
+            with young_collections_only():  # see the module docstring
+                await asyncio.gather(*done)
         except asyncio.CancelledError:
             self.stop()
             await asyncio.gather(*done, return_exceptions=True)

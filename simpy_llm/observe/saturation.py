@@ -1,0 +1,93 @@
+"""When the load generator itself could not keep its schedule (a run's ``saturated`` flag).
+
+:func:`saturation` judges a run from its figures: the schedule delay's p99 (or, under a
+concurrency limit, the client lag's), the achieved send rate against the requested one, and
+the requests that failed for want of the client's own resources (:func:`client_limited`: no
+file descriptor left for a connection, no local port). Those failures come from a client that
+fell behind: its requests in flight pile up, each holding a connection, until the process may
+open no more. The load generator records each as an ``error`` row, and a run that has any was
+not the run the workload asked for, whatever its other figures say.
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import os
+
+__all__ = ["CLIENT_LIMIT_ERRNOS", "RATE_SHORTFALL", "client_limited", "saturation"]
+
+RATE_SHORTFALL = 0.05
+"""An open-loop run whose achieved send rate is below ``1 - RATE_SHORTFALL`` of the requested
+rate saturated the load generator (:func:`saturation`)."""
+
+CLIENT_LIMIT_ERRNOS = (errno.EMFILE, errno.ENFILE, errno.EADDRNOTAVAIL)
+"""The errors of a client out of its own resources: too many open files (the process's limit,
+then the system's), and no local address (port) left to connect from."""
+
+_CLIENT_LIMIT_TEXTS = tuple(os.strerror(code) for code in CLIENT_LIMIT_ERRNOS)
+
+
+def client_limited(message: str | None) -> bool:
+    """Whether a request's error *message* says the client ran out of its own resources
+    (:data:`CLIENT_LIMIT_ERRNOS`, by their system messages, which both transports keep: the lean
+    one as ``OSError: [Errno 24] Too many open files``, aiohttp's as ``... [Too many open files]``).
+
+    >>> client_limited("OSError: [Errno 24] Too many open files"), client_limited("HTTP 429 Too Many Requests")
+    (True, False)
+    """
+    if not message:
+        return False
+    return any(text in message for text in _CLIENT_LIMIT_TEXTS)
+
+
+def saturation(
+    *,
+    delay_p99_s: float | None,
+    lag_p99_s: float | None,
+    requested_rate: float | None,
+    achieved_rate: float | None,
+    threshold_s: float,
+    limited: bool,
+    client_limit_errors: int = 0,
+    client_limit_message: str | None = None,
+) -> str | None:
+    """Why the load generator itself saturated, or ``None`` when it kept the schedule.
+
+    Open loop (*limited* false): the schedule delay's p99 (send - target) above
+    *threshold_s*, or an achieved send rate below 95 % of the requested one (not judged
+    when every target is at one instant: the requested rate is then infinite). Under a
+    concurrency limit the waits for a slot are the server's doing, not the generator's:
+    the client lag's p99 (dispatch - target) is judged instead, and the rate is not.
+    Either way, *client_limit_errors* requests that failed for want of the client's own
+    resources (:func:`client_limited`; *client_limit_message*: the first one's message).
+
+    >>> saturation(delay_p99_s=0.002, lag_p99_s=0.001, requested_rate=100.0, achieved_rate=99.5,
+    ...            threshold_s=0.010, limited=False) is None
+    True
+    >>> saturation(delay_p99_s=0.030, lag_p99_s=0.030, requested_rate=100.0, achieved_rate=80.0,
+    ...            threshold_s=0.010, limited=False)
+    'schedule delay p99 30.0 ms > 10.0 ms; achieved rate 80.0/s < 95% of the requested 100.0/s'
+    >>> saturation(delay_p99_s=0.002, lag_p99_s=0.001, requested_rate=100.0, achieved_rate=99.5, threshold_s=0.010,
+    ...            limited=False, client_limit_errors=3, client_limit_message="OSError: [Errno 24] Too many open files")
+    "3 requests failed for want of the client's own resources (the first: OSError: [Errno 24] Too many open files)"
+    """
+    reasons = []
+    delay, name = (lag_p99_s, "client lag") if limited else (delay_p99_s, "schedule delay")
+    if delay is not None and delay > threshold_s:
+        reasons.append(f"{name} p99 {delay * 1e3:.1f} ms > {threshold_s * 1e3:.1f} ms")
+    if (
+        not limited
+        and requested_rate is not None
+        and math.isfinite(requested_rate)
+        and achieved_rate is not None
+        and achieved_rate < (1.0 - RATE_SHORTFALL) * requested_rate
+    ):
+        reasons.append(
+            f"achieved rate {achieved_rate:.1f}/s < {100 * (1 - RATE_SHORTFALL):.0f}% of the requested {requested_rate:.1f}/s"
+        )
+    if client_limit_errors:
+        first = f" (the first: {client_limit_message})" if client_limit_message else ""
+        noun = "request" if client_limit_errors == 1 else "requests"
+        reasons.append(f"{client_limit_errors} {noun} failed for want of the client's own resources{first}")
+    return "; ".join(reasons) or None
