@@ -69,6 +69,10 @@ class LevelMonitor:
         return self.area(end_s) / end_s if end_s > 0 else float(self.level)
 
 
+_MEAN_BLOCK = 1 << 12
+"""Distinct values :meth:`WeightedTally.mean` sums exactly at a time."""
+
+
 class WeightedTally:
     """Values with integer weights, kept as a multiset: each distinct value with its total
     weight, for exact quantiles, count and mean in memory that grows with the distinct
@@ -178,12 +182,16 @@ class WeightedTally:
         if not np.isfinite(values).all():
             return float(np.dot(values, weights) / weights.sum())
         # value = mantissa × 2**exponent with an integer mantissa of at most 53 bits: the sum of
-        # mantissa × weight, each scaled to the smallest exponent, is an exact integer.
-        fractions, exponents = np.frexp(values)
-        mantissas = np.ldexp(fractions, 53).astype(np.int64).tolist()
-        shifts = (exponents.astype(np.int64) - 53).tolist()
-        low = min(shifts)
-        total = sum(m * w << (e - low) for m, w, e in zip(mantissas, weights.tolist(), shifts, strict=True))
+        # mantissa × weight, each scaled to the smallest exponent, is an exact integer. Python
+        # integers are made a block at a time (tens of bytes each), not for the whole tally.
+        blocks = range(0, values.size, _MEAN_BLOCK)
+        low = min(int(np.frexp(values[i:i + _MEAN_BLOCK])[1].min()) for i in blocks) - 53
+        total = 0
+        for i in blocks:
+            fractions, exponents = np.frexp(values[i:i + _MEAN_BLOCK])
+            mantissas = np.ldexp(fractions, 53).astype(np.int64).tolist()
+            shifts = (exponents.astype(np.int64) - 53 - low).tolist()
+            total += sum(m * w << e for m, w, e in zip(mantissas, weights[i:i + _MEAN_BLOCK].tolist(), shifts, strict=True))
         count = int(weights.sum())
         # int / int is correctly rounded in Python, however large the operands.
         return total / (count << -low) if low < 0 else (total << low) / count

@@ -62,7 +62,7 @@ if TYPE_CHECKING:
     from simpy_llm.metrics.monitors import WeightedTally
     from simpy_llm.metrics.record import RequestRecord
     from simpy_llm.metrics.requests import LatencySections, RateSections, WindowedRates
-    from simpy_llm.metrics.summary import ClassGoodput, ClassLatency, Fairness, Latency, PrefixCacheStats, RequestCounts
+    from simpy_llm.metrics.summary import ClassGoodput, ClassLatency, CountedLatencyStats, Fairness, Latency, PrefixCacheStats, RequestCounts
 
 __all__ = ["DEFAULT_CHUNK_REQUESTS", "ChunkColumns", "RecordStream", "StreamedRecords", "StreamedRequestResults", "stream_format"]
 
@@ -522,7 +522,7 @@ class StreamedRequestResults(RequestResults):
         by: dict[str, dict[str, ClassLatency]] = {key: {name: {} for name in present[key]} for key in keys}  # type: ignore[typeddict-item]  # filled below, metric by metric
         # Each key's codes over the done requests only: the statistics never look at the rest.
         done_codes = {key: codes[done] for key, (codes, _) in groups.items()}
-        stats = {}
+        stats: dict[str, CountedLatencyStats] = {}
         metrics = (*_SERVER_METRICS, *(_CLIENT_METRICS if self.has_client_network() else ()))
         for metric in metrics:
             values = self._metric(metric, done)

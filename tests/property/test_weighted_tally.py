@@ -121,3 +121,15 @@ def test_a_merge_interval_below_one_is_refused() -> None:
     """``merge_every`` must be at least 1."""
     with pytest.raises(ValueError, match="merge_every"):
         WeightedTally(merge_every=0)
+
+
+def test_the_mean_of_more_distinct_values_than_a_block_is_the_exact_one() -> None:
+    """With 10,000 distinct values (more than the mean sums at a time), of exponents far
+    apart, the mean is the exact rational mean rounded once."""
+    rng = np.random.default_rng(3)
+    values = np.concatenate([rng.exponential(0.01, 9_000), rng.exponential(1e6, 500), rng.exponential(1e-9, 500)])
+    weights = rng.integers(1, 2**40, values.size)
+    tally = WeightedTally()
+    tally.extend(values, weights)
+    assert tally.arrays()[0].size == 10_000
+    assert tally.mean() == _exact_mean(list(zip(values.tolist(), weights.tolist(), strict=True)))
