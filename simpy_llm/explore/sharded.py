@@ -794,7 +794,8 @@ def run_sharded(scenario: Scenario, *, workers: int | None = None, client: Any =
         single run's is, with the engine tallies (steps, busy time, tokens, batch sizes)
         taken from the replicas' own shards and the requests in the system merged from
         the shards' changes. What differs: ``wall_s``, the events count (the shards'
-        and the coordinator's, each with its own windows and refreshes), and the last
-        bits of the mean inter-token latency (its tally is summed in another order).
+        and the coordinator's, each with its own windows and refreshes). The shards'
+        inter-token gaps are merged into one tally whose figures do not depend on the
+        order of its values, so its mean too is the single run's, to the bit.
     """
     return ShardedRun(scenario, workers=workers, client=client, shards=shards).run()

@@ -50,6 +50,7 @@ import attrs
 import numpy as np
 
 from simpy_llm.config.profile import RANGE_QUANTITIES
+from simpy_llm.metrics.stats import squeeze
 from simpy_llm.serving.fleet import plan_fleet
 
 if TYPE_CHECKING:
@@ -146,15 +147,23 @@ def diagnose(results: Results, *, plans: Sequence[ReplicaPlan] | None = None) ->
 
 
 # --- overload ------------------------------------------------------------------
+_PART_RECORDS = 1 << 16
+"""Records of an in-memory run that :func:`_record_chunks` gives at a time."""
+
+
 def _record_chunks(results: Results, names: tuple[str, ...]) -> Iterator[Mapping[str, np.ndarray]]:
-    """The record columns *names* of *results*, in parts: the columns themselves in memory,
-    one chunk at a time for a streamed run (figures that do not depend on the records'
-    order are summed over the parts, so no whole column is read)."""
+    """The record columns *names* of *results*, in parts: views of :data:`_PART_RECORDS`
+    records of the columns at a time in memory, one chunk at a time for a streamed run
+    (figures that do not depend on the records' order are summed over the parts, so what
+    is taken from a part is never a copy of a whole column)."""
     streamed = results.streamed_records
-    if streamed is None:
-        yield results.columns
-    else:
+    if streamed is not None:
         yield from streamed.chunks(names)
+        return
+    columns = {name: results.columns[name] for name in names}
+    size = len(next(iter(columns.values()))) if columns else 0
+    for start in range(0, max(size, 1), _PART_RECORDS):
+        yield {name: values[start:start + _PART_RECORDS] for name, values in columns.items()}
 
 
 def _arrival_extent(results: Results) -> tuple[int, float, float]:
@@ -177,7 +186,89 @@ def _sorted(values: np.ndarray) -> np.ndarray:
     return values if bool((values[:-1] <= values[1:]).all()) else np.sort(values)
 
 
-def _time_weighted_medians(starts: np.ndarray, ends: np.ndarray, edges: np.ndarray) -> list[float]:
+def _events(starts: np.ndarray, ends: np.ndarray, block: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The times of *starts* and *ends* (each sorted) merged in time order, about *block* of
+    each at a time, each block with the net count of starts less ends at or before each of
+    its times. A block ends where a time ends (every event at that time is in it), so the
+    count after its last event is that after every event up to then."""
+    i = j = 0
+    while i < starts.size or j < ends.size:
+        t = min(starts[min(i + block, starts.size) - 1] if i < starts.size else np.inf,
+                ends[min(j + block, ends.size) - 1] if j < ends.size else np.inf)
+        si, ej = int(np.searchsorted(starts, t, side="right")), int(np.searchsorted(ends, t, side="right"))
+        s, e = starts[i:si], ends[j:ej]
+        times = np.concatenate((s, e))
+        times.sort()
+        net = np.searchsorted(s, times, side="right")
+        net -= np.searchsorted(e, times, side="right")
+        net += i - j
+        yield times, net
+        i, j = si, ej
+
+
+def _spells(starts: np.ndarray, ends: np.ndarray, level_a: int, a: float, b: float, block: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The spells ``[a, t_1), [t_1, t_2), ... [t_m, b)`` between the events strictly inside
+    ``(a, b)`` (*starts* and *ends* there, each sorted; *level_a* intervals open at *a*) that
+    have a positive length, in time order, in blocks: (the number of intervals open during
+    each, its length). Each length is the same subtraction as between consecutive events of
+    the whole run."""
+    last_t, last_level = a, level_a  # the spell whose end the next event gives
+    for times, net in _events(starts, ends, block):
+        levels = np.empty(times.size + 1, dtype=np.int64)
+        levels[0] = last_level
+        np.add(net, level_a, out=levels[1:])
+        durations = np.empty(times.size + 1, dtype=np.float64)
+        durations[0] = times[0] - last_t
+        np.subtract(times[1:], times[:-1], out=durations[1:-1])
+        last_t, last_level = times[-1], int(levels[-1])
+        keep = durations[:-1] > 0
+        yield levels[:-1][keep], durations[:-1][keep]
+    final = np.array([b - last_t])
+    yield np.array([last_level])[final > 0], final[final > 0]
+
+
+def _third_median(starts: np.ndarray, ends: np.ndarray, level_a: int, a: float, b: float, block: int) -> float:
+    """The time-weighted median of the number of intervals open over ``[a, b)``, from the
+    starts and ends strictly inside ``(a, b)`` (each sorted) and the *level_a* open at *a*.
+
+    The spells at each count are taken in time order, sorted by count (stable) and summed.
+    The sort is a counting sort, *block* events at a time: one pass counts the spells at
+    each count, a second puts each spell's length in its place, so besides the events only
+    the spells' lengths are held (a number an event), not their counts or a sort order.
+    """
+    # Spells at each count from `low` up (a count below zero only if some end came before its start).
+    low, counts = 0, np.zeros(1, dtype=np.int64)
+    for levels, _ in _spells(starts, ends, level_a, a, b, block):
+        if not levels.size:
+            continue
+        if levels.min() < low:
+            counts = np.concatenate((np.zeros(low - int(levels.min()), dtype=np.int64), counts))
+            low = int(levels.min())
+        here = np.bincount(levels - low)
+        if here.size > counts.size:
+            counts = np.concatenate((counts, np.zeros(here.size - counts.size, dtype=np.int64)))
+        counts[:here.size] += here
+    ends_at = np.cumsum(counts)
+    cursor = ends_at - counts  # where the next spell of each count goes
+    by_level = np.empty(int(ends_at[-1]), dtype=np.float64)
+    for levels, durations in _spells(starts, ends, level_a, a, b, block):
+        order = np.argsort(levels, kind="stable")
+        ranked = levels[order] - low
+        # Each spell's place: after those of lower counts and the earlier ones of its count.
+        place = cursor[ranked] + np.arange(ranked.size) - np.searchsorted(ranked, ranked, side="left")
+        by_level[place] = durations[order]
+        present, n = np.unique(ranked, return_counts=True)
+        cursor[present] += n
+    np.cumsum(by_level, out=by_level)
+    k = int(np.searchsorted(by_level, 0.5 * by_level[-1]))
+    return float(low + np.searchsorted(ends_at, k, side="right"))
+
+
+_SPELL_BLOCK = 1 << 13
+"""Events of each kind whose spells :func:`_third_median` takes at a time (their temporaries: ~1 MB)."""
+
+
+def _time_weighted_medians(starts: np.ndarray, ends: np.ndarray, edges: np.ndarray, *, block: int = _SPELL_BLOCK) -> list[float]:
     """Time-weighted median of the number of intervals ``[start_i, end_i)`` open, over each
     ``[edges[k], edges[k + 1])`` (an infinite end: still open; *starts* and *ends* are
     sorted here unless they already are).
@@ -186,41 +277,15 @@ def _time_weighted_medians(starts: np.ndarray, ends: np.ndarray, edges: np.ndarr
     are looked at: the count at ``a`` and after each of them is the starts at or before it
     less the ends at or before it. The spells at each count are taken in time order, sorted
     by count (stable) and summed, so the median is the same to the bit as over every event
-    of the run at once.
+    of the run at once (:func:`_third_median`).
     """
     starts, ends = _sorted(starts), _sorted(ends)
     out = []
     for a, b in itertools.pairwise(edges):
-        # The events strictly inside (a, b), in time order, each with the count just after it;
-        # arrays are dropped as soon as they are used (a third holds about two events per request).
-        inside = np.concatenate([
-            starts[np.searchsorted(starts, a, side="right"):np.searchsorted(starts, b, side="left")],
-            ends[np.searchsorted(ends, a, side="right"):np.searchsorted(ends, b, side="left")],
-        ])
-        inside.sort()
-        m = inside.size
-        levels = np.empty(m + 1, dtype=np.int64)
-        levels[0] = np.searchsorted(starts, a, side="right") - np.searchsorted(ends, a, side="right")
-        levels[1:] = np.searchsorted(starts, inside, side="right")
-        levels[1:] -= np.searchsorted(ends, inside, side="right")
-        # Spells [a, t_1), [t_1, t_2), ... [t_m, b): their lengths, each the same subtraction
-        # as between consecutive events of the whole run.
-        durations = np.empty(m + 1, dtype=np.float64)
-        if m:
-            durations[0] = inside[0] - a
-            np.subtract(inside[1:], inside[:-1], out=durations[1:m])
-            durations[m] = b - inside[-1]
-        else:
-            durations[0] = b - a
-        del inside
-        keep = durations > 0
-        lv, du = levels[keep], durations[keep]
-        del levels, durations, keep
-        by_level = np.argsort(lv, kind="stable")
-        cum = du[by_level]
-        del du
-        np.cumsum(cum, out=cum)
-        out.append(float(lv[by_level[np.searchsorted(cum, 0.5 * cum[-1])]]))
+        level_a = int(np.searchsorted(starts, a, side="right") - np.searchsorted(ends, a, side="right"))
+        inside_starts = starts[np.searchsorted(starts, a, side="right"):np.searchsorted(starts, b, side="left")]
+        inside_ends = ends[np.searchsorted(ends, a, side="right"):np.searchsorted(ends, b, side="left")]
+        out.append(_third_median(inside_starts, inside_ends, level_a, a, b, block))
     return out
 
 
@@ -275,26 +340,40 @@ def overload(results: Results) -> Diagnostic | None:
     if not (n >= OVERLOAD_MIN_REQUESTS and a1 > a0):
         return None
     window = a1 - a0
-    # Each waiting spell (entering a queue to the first step; never scheduled: to the end),
-    # gathered part by part and sorted: two numbers per request, not the records.
-    start = np.empty(n, dtype=np.float64)
-    end = np.empty(n, dtype=np.float64)
-    spells = started = 0
+    edges = np.linspace(a0, a1, 4)
+    # Each waiting spell runs from entering a queue to the first step (never scheduled: to the
+    # end). A first pass notes which records have one (a byte each); then each third gathers
+    # only the starts and ends inside it, part by part, so that at most a third's events are
+    # held, never two numbers per request.
+    queued = np.empty(n, dtype=bool)
+    started = done = 0
     for c in _record_chunks(results, ("status", "enqueue_s", "first_scheduled_s")):
         enqueue = np.asarray(c["enqueue_s"], dtype=np.float64)
         scheduled = np.asarray(c["first_scheduled_s"], dtype=np.float64)
-        queued = (c["status"] != "dropped") & np.isfinite(enqueue)
-        k = int(queued.sum())
-        np.compress(queued, enqueue, out=start[spells:spells + k])
-        np.compress(queued, scheduled, out=end[spells:spells + k])
-        spells += k
+        queued[done:done + enqueue.size] = (c["status"] != "dropped") & np.isfinite(enqueue)
+        done += enqueue.size
         started += int(((scheduled >= a0) & (scheduled <= a1)).sum())
-    start, end = start[:spells], end[:spells]
-    end[np.isnan(end)] = np.inf
-    start.sort()
-    end.sort()
-    edges = np.linspace(a0, a1, 4)
-    w1, w2, w3 = _time_weighted_medians(start, end, edges)
+    medians = []
+    for a, b in itertools.pairwise(edges):
+        level_a, done = 0, 0
+        inside_starts, inside_ends = [], []
+        for c in _record_chunks(results, ("enqueue_s", "first_scheduled_s")):
+            size = len(c["enqueue_s"])
+            mask = queued[done:done + size]
+            done += size
+            start = np.asarray(c["enqueue_s"], dtype=np.float64)[mask]
+            end = np.asarray(c["first_scheduled_s"], dtype=np.float64)[mask]
+            end[np.isnan(end)] = np.inf
+            level_a += int((start <= a).sum()) - int((end <= a).sum())
+            inside_starts.append(start[(start > a) & (start < b)])
+            inside_ends.append(end[(end > a) & (end < b)])
+        starts, ends = np.concatenate(inside_starts), np.concatenate(inside_ends)
+        del inside_starts, inside_ends
+        starts.sort()
+        ends.sort()
+        medians.append(_third_median(starts, ends, level_a, a, b, _SPELL_BLOCK))
+        del starts, ends
+    w1, w2, w3 = medians
     rate = n / window
     excess = (w3 - w1) / (2 * window / 3) / rate
     if not (w1 < w2 < w3 and excess >= OVERLOAD_EXCESS_SHARE):
@@ -335,7 +414,27 @@ def _mean_batch(results: Results) -> float:
 
 
 def _mean_context_tokens(results: Results) -> float:
-    """Mean KV context of a decoding request: its prompt plus half its output."""
+    """Mean KV context of a served request: its prompt plus half its output.
+
+    Each context is a whole number of half tokens, so while their total stays under 2**52
+    every partial sum of them is exact in float64 and numpy's mean of the array is the
+    total (summed here as integers, part by part: twice each context) divided once by the
+    count, whatever the order; a larger total takes the mean of the array.
+    """
+    served_n = doubled = 0
+    for c in _record_chunks(results, ("status", "prompt_tokens", "output_tokens")):
+        served = np.asarray(c["status"] != "dropped")
+        served_n += int(served.sum())
+        doubled += 2 * int(np.asarray(c["prompt_tokens"])[served].sum()) + int(np.asarray(c["output_tokens"])[served].sum())
+    if not served_n:
+        return 0.0
+    if doubled < 2**53:
+        return doubled / 2 / served_n
+    return _mean_context_tokens_array(results)
+
+
+def _mean_context_tokens_array(results: Results) -> float:
+    """:func:`_mean_context_tokens` as numpy's mean of every served request's context."""
     streamed = results.streamed_records
     if streamed is None:
         c = results.columns
@@ -352,7 +451,7 @@ def _mean_context_tokens(results: Results) -> float:
             context[at] = chunk["prompt_tokens"] + 0.5 * chunk["output_tokens"]
     if not served.any():
         return 0.0
-    return float(np.mean(context if served.all() else context[served]))
+    return float(np.mean(context if served.all() else squeeze(context, served)))
 
 
 def _decode_step_s(latency: Any, batch: int, context_tokens: float) -> float:

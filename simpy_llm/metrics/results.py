@@ -225,7 +225,7 @@ class Results:
             requests=requests,
             replicas=ReplicaResults(
                 recorder, columns=columns, end_s=end_s, steps=steps, kv_blocks=kv_blocks, replica_groups=groups,
-                replica_devices=self.replica_devices,
+                replica_devices=self.replica_devices, totals=None if streamed is None else streamed.tally.totals(),
             ),
             batch_servers=BatchServerResults(recorder, columns=columns, scenario=scenario, end_s=end_s, replica_groups=groups),
             sessions=SessionResults(recorder.sessions),

@@ -17,21 +17,76 @@ if TYPE_CHECKING:
     from simpy_llm.metrics.monitors import WeightedTally
     from simpy_llm.metrics.summary import CountedLatencyStats, LatencyStats
 
-__all__ = ["QUANTILES", "counted_stats", "latency_stats", "mean_of_known", "weighted_quantiles", "weighted_stats"]
+__all__ = ["QUANTILES", "counted_stats", "latency_stats", "mean_of_known", "move_to_front", "squeeze", "weighted_quantiles", "weighted_stats"]
 
 QUANTILES = (("p50", 50), ("p90", 90), ("p95", 95), ("p99", 99))
 """The percentiles of every latency statistic: ``(key, percent)``."""
 
 
-def latency_stats(values: np.ndarray) -> LatencyStats:
+_SQUEEZE_BLOCK = 1 << 16
+"""Values :func:`squeeze` moves at a time."""
+
+
+def squeeze(values: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """``values[keep]`` written over the start of *values* itself (a view of it): the same
+    values in the same order, without a second array of their size.
+
+    >>> v = np.array([1.0, 2.0, 3.0, 4.0])
+    >>> squeeze(v, np.array([False, True, False, True])), v[:2]
+    (array([2., 4.]), array([2., 4.]))
+    """
+    kept = 0
+    for start in range(0, values.size, _SQUEEZE_BLOCK):
+        part = values[start:start + _SQUEEZE_BLOCK][keep[start:start + _SQUEEZE_BLOCK]]  # a copy: never overwritten before it is read
+        values[kept:kept + part.size] = part
+        kept += part.size
+    return values[:kept]
+
+
+def move_to_front(values: np.ndarray, front: np.ndarray) -> int:
+    """Move ``values[front]`` to the start of *values*, in their order, and the others behind
+    them (in some order), in place; return how many were moved. Then ``values[:k]`` holds
+    what ``values[front]`` would, while the whole array keeps every value: a group's figures
+    and the whole's percentiles from one array.
+
+    >>> v = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
+    >>> k = move_to_front(v, np.array([False, True, False, True, True]))
+    >>> v[:k], sorted(v[k:])
+    (array([2., 4., 5.]), [np.float64(1.0), np.float64(3.0)])
+    """
+    kept = 0
+    for start in range(0, values.size, _SQUEEZE_BLOCK):
+        part = values[start:start + _SQUEEZE_BLOCK]
+        mask = front[start:start + _SQUEEZE_BLOCK]
+        moved, others = part[mask], part[~mask]  # copies, read before anything is written
+        k = moved.size
+        # values[kept:start] holds others moved back by earlier blocks: the k at its start make
+        # room for this block's front values and take their place in this block.
+        if start - kept >= k:
+            displaced = values[kept:kept + k].copy()
+            values[kept:kept + k] = moved
+            values[start:start + part.size] = np.concatenate((displaced, others))
+        else:
+            values[kept:start + part.size] = np.concatenate((moved, values[kept:start], others))
+        kept += k
+    return kept
+
+
+def latency_stats(values: np.ndarray, *, own: bool = False) -> LatencyStats:
     """Mean and :data:`QUANTILES` of the values that are not NaN (``None`` each when none is).
+
+    *own*: *values* is the caller's to overwrite (the NaNs are squeezed out of it and the
+    percentiles reorder it), so no copy is made; the figures are the same.
 
     >>> latency_stats(np.array([1.0, 2.0, np.nan, 3.0]))
     {'mean': 2.0, 'p50': 2.0, 'p90': 2.8, 'p95': 2.9, 'p99': 2.98}
     >>> latency_stats(np.array([np.nan]))["p99"] is None
     True
     """
-    values = values[~np.isnan(values)]  # a copy of its own, so the percentiles may reorder it
+    known = ~np.isnan(values)
+    # Else a copy of its own, so that the percentiles may reorder it.
+    values = (values if known.all() else squeeze(values, known)) if own else values[known]
+    del known
     if values.size == 0:
         return {"mean": None, "p50": None, "p90": None, "p95": None, "p99": None}
     mean = float(values.mean())  # before the percentiles reorder the values (the same sum, in the same order)
@@ -39,11 +94,11 @@ def latency_stats(values: np.ndarray) -> LatencyStats:
     return {"mean": mean, "p50": p50, "p90": p90, "p95": p95, "p99": p99}
 
 
-def counted_stats(values: np.ndarray) -> CountedLatencyStats:
-    """:func:`latency_stats` with the ``count`` of values that are not NaN."""
-    s = latency_stats(values)
-    return {"mean": s["mean"], "p50": s["p50"], "p90": s["p90"], "p95": s["p95"], "p99": s["p99"],
-            "count": int((~np.isnan(values)).sum())}
+def counted_stats(values: np.ndarray, *, own: bool = False) -> CountedLatencyStats:
+    """:func:`latency_stats` with the ``count`` of values that are not NaN (*own*: as there)."""
+    count = int((~np.isnan(values)).sum())
+    s = latency_stats(values, own=own)
+    return {"mean": s["mean"], "p50": s["p50"], "p90": s["p90"], "p95": s["p95"], "p99": s["p99"], "count": count}
 
 
 _BLOCK = 1 << 16

@@ -52,7 +52,8 @@ import numpy as np
 
 from simpy_llm.metrics.record import RECORD_FIELDS
 from simpy_llm.metrics.requests import RequestOutcomes, RequestResults
-from simpy_llm.metrics.stats import counted_stats, latency_stats, weighted_stats
+from simpy_llm.metrics.stats import latency_stats, move_to_front, squeeze, weighted_stats
+from simpy_llm.serving.replica_results import RecordTotals
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -61,7 +62,7 @@ if TYPE_CHECKING:
     from simpy_llm.metrics.monitors import WeightedTally
     from simpy_llm.metrics.record import RequestRecord
     from simpy_llm.metrics.requests import LatencySections, RateSections, WindowedRates
-    from simpy_llm.metrics.summary import ClassGoodput, ClassLatency, Fairness, Latency, PrefixCacheStats, RequestCounts
+    from simpy_llm.metrics.summary import ClassGoodput, ClassLatency, CountedLatencyStats, Fairness, Latency, PrefixCacheStats, RequestCounts
 
 __all__ = ["DEFAULT_CHUNK_REQUESTS", "ChunkColumns", "RecordStream", "StreamedRecords", "StreamedRequestResults", "stream_format"]
 
@@ -104,6 +105,10 @@ class _Tally:
         self.gapped = 0
         self.cached_tokens = 0
         self.prompt_tokens = 0
+        self.preempted = 0
+        """Records with at least one preemption."""
+        self.completed_tokens = [0, 0]
+        """Prompt and output tokens of the completed records (warm-up included)."""
         self.single: dict[str, np.ndarray] = {}
         """Columns that hold one value in every record written so far: that value (an array
         of one; a number to the bit)."""
@@ -140,6 +145,14 @@ class _Tally:
         admitted = measured & ~np.isnan(c["first_scheduled_s"])
         self.cached_tokens += int(c["cached_tokens"][admitted].sum())
         self.prompt_tokens += int(c["prompt_tokens"][admitted].sum())
+        self.preempted += int((c["num_preemptions"] > 0).sum())
+        self.completed_tokens[0] += int(c["prompt_tokens"][completed].sum())
+        self.completed_tokens[1] += int(c["output_tokens"][completed].sum())
+
+    def totals(self) -> RecordTotals:
+        """The totals of the records written that the replicas' sections need."""
+        return RecordTotals(requests_preempted=self.preempted, completed=self.status["completed"],
+                            completed_prompt_tokens=self.completed_tokens[0], completed_output_tokens=self.completed_tokens[1])
 
 
 class StreamedRecords:
@@ -179,7 +192,8 @@ class StreamedRecords:
         """The record columns *names* of chunk *index*, in the order written (strings as objects)."""
         path = self.files[index]
         if self.format == "parquet":
-            import pyarrow.parquet as pq  # optional (the parquet extra): imported where a chunk is read
+            import pyarrow as pa  # optional (the parquet extra): imported where a chunk is read
+            import pyarrow.parquet as pq
 
             table = pq.read_table(path, columns=list(names))
             out: dict[str, np.ndarray] = {}
@@ -190,6 +204,11 @@ class StreamedRecords:
                     out[name] = np.array(coded.dictionary.to_pylist(), dtype=object)[coded.indices.to_numpy(zero_copy_only=False)]
                 else:
                     out[name] = self._array(column.to_numpy(), name)
+            del table
+            # pyarrow's pool keeps what a chunk's reading freed for its next allocations, and the
+            # more chunks are read the more it keeps (tens of MB over a million records): handing
+            # it back after each chunk keeps a streamed summary's memory that of one chunk.
+            pa.default_memory_pool().release_unused()
             return out
         import pandas as pd  # pandas is imported where a chunk is read: importing the package stays fast
 
@@ -473,15 +492,16 @@ class StreamedRequestResults(RequestResults):
     def _codes(self, key: str) -> tuple[np.ndarray, list[str]]:
         """Each request's code under *key* (``slo_class``, ``tenant_id`` or ``cluster``), in
         request-id order, and the names the codes stand for."""
-        codes = np.zeros(self.stream.count, dtype=np.int32)
+        # A byte per request for up to 127 names (the usual classes and tenants), widened when more come.
+        codes = np.zeros(self.stream.count, dtype=np.int8)
         names: dict[str, int] = {}
         for chunk in self.stream.chunks(("request_id", "replica", key) if key != "cluster" else ("request_id", "replica")):
             values = self._of(chunk).cluster_column() if key == "cluster" else chunk[key]
             here = [names.setdefault(v, len(names)) for v in values.tolist()]
+            if len(names) > np.iinfo(codes.dtype).max:
+                codes = codes.astype(np.int16 if len(names) <= np.iinfo(np.int16).max else np.int32)
             codes[self.stream.positions(chunk["request_id"])] = here
-        # A byte per request for up to 127 names (the usual classes and tenants), not four.
-        small = np.int8 if len(names) <= np.iinfo(np.int8).max else np.int16 if len(names) <= np.iinfo(np.int16).max else np.int32
-        return codes.astype(small, copy=False), list(names)
+        return codes, list(names)
 
     def _metric(self, name: str, done: np.ndarray) -> np.ndarray:
         """One metric of :meth:`client_derived` for the requests in *done* (a mask in request-id
@@ -492,7 +512,7 @@ class StreamedRequestResults(RequestResults):
                   "output_tokens", "upload_s", "download_s", "streaming")
         for chunk in self.stream.chunks(needed):
             out[self.stream.positions(chunk["request_id"])] = self._of(chunk).metric(name, client=True)
-        return out if done.all() else out[done]
+        return out if done.all() else squeeze(out, done)
 
     def latency(self, outcomes: RequestOutcomes, itl: WeightedTally) -> LatencySections:
         done, measured = outcomes.done, outcomes.measured
@@ -502,18 +522,38 @@ class StreamedRequestResults(RequestResults):
         by: dict[str, dict[str, ClassLatency]] = {key: {name: {} for name in present[key]} for key in keys}  # type: ignore[typeddict-item]  # filled below, metric by metric
         # Each key's codes over the done requests only: the statistics never look at the rest.
         done_codes = {key: codes[done] for key, (codes, _) in groups.items()}
-        stats = {}
+        stats: dict[str, CountedLatencyStats] = {}
         metrics = (*_SERVER_METRICS, *(_CLIENT_METRICS if self.has_client_network() else ()))
         for metric in metrics:
             values = self._metric(metric, done)
-            stats[metric] = counted_stats(values)
-            if metric in _CLIENT_METRICS:
-                continue
-            for key, (_, names) in groups.items():
-                code_of = {name: i for i, name in enumerate(names)}
-                for name in present[key]:
-                    by[key][name][metric.removesuffix("_s")] = latency_stats(values[done_codes[key] == code_of[name]])  # type: ignore[literal-required]  # one of ClassLatency's keys
-            del values
+            known = ~np.isnan(values)
+            count = int(known.sum())
+            codes = done_codes
+            if count < values.size:  # the NaNs out, of the values and of their groups' codes alike
+                values = squeeze(values, known)
+                codes = {key: squeeze(c.copy(), known) for key, c in done_codes.items()}
+            del known
+            # The run's mean before anything moves (the same sum, in the same order, as in memory).
+            mean = float(values.mean()) if count else None
+            if metric not in _CLIENT_METRICS:
+                # Each group's figures from a copy of its values, but the largest group's: its
+                # values are moved to the front of the array, in order, last.
+                sizes = {(key, name): int((codes[key] == i).sum()) for key, (_, names) in groups.items()
+                         for i, name in enumerate(names) if name in present[key]}
+                largest = max(sizes, key=sizes.__getitem__, default=None)
+                for key, (_, names) in groups.items():
+                    code_of = {name: i for i, name in enumerate(names)}
+                    for name in present[key]:
+                        if (key, name) != largest:
+                            by[key][name][metric.removesuffix("_s")] = latency_stats(values[codes[key] == code_of[name]], own=True)  # type: ignore[literal-required]  # one of ClassLatency's keys
+                if largest is not None:
+                    key, name = largest
+                    front = move_to_front(values, codes[key] == groups[key][1].index(name))
+                    by[key][name][metric.removesuffix("_s")] = latency_stats(values[:front], own=True)  # type: ignore[literal-required]  # one of ClassLatency's keys
+            # Last: the run's percentiles (of every value, wherever the groups moved them).
+            run = latency_stats(values, own=True)
+            stats[metric] = {"mean": mean, "p50": run["p50"], "p90": run["p90"], "p95": run["p95"], "p99": run["p99"], "count": count}
+            del values, codes
         gaps = weighted_stats(itl)
         latency: Latency = {
             "ttft": stats["ttft_s"],
@@ -545,16 +585,23 @@ class StreamedRequestResults(RequestResults):
             completed[pos] = chunk["status"] == "completed"
             normalized[pos] = (chunk["completion_s"] - chunk["arrival_s"]) / np.maximum(chunk["output_tokens"], 1)
         share: dict[str, float] = {}
-        inverse: dict[str, float] = {}
+        done_n: dict[str, int] = {}
         code_of = {name: i for i, name in enumerate(names)}
-        for name in sorted(names[int(i)] for i in np.unique(codes[measured])):
+        present = sorted(names[int(i)] for i in np.unique(codes[measured]))
+        for name in present:
             mask = measured & (codes == code_of[name])
             done = mask & completed
             share[name] = float(done.sum() / mask.sum())
-            if done.any():
-                mean = float(normalized[done].mean())
-                if mean > 0:
-                    inverse[name] = 1.0 / mean
+            done_n[name] = int(done.sum())
+        # Each tenant's mean over a copy of its values, in request-id order; the tenant with the
+        # most last, over the array itself with the others squeezed out (no copy of its size).
+        means: dict[str, float] = {}
+        largest = max(present, key=done_n.__getitem__, default=None)
+        for name in [*(n for n in present if n != largest), *([largest] if largest is not None else [])]:
+            if done_n[name]:
+                done = measured & (codes == code_of[name]) & completed
+                means[name] = float((squeeze(normalized, done) if name == largest else normalized[done]).mean())
+        inverse = {name: 1.0 / means[name] for name in present if name in means and means[name] > 0}
         return {
             "tenants": len(share),
             "completed_share": {"jain": jain_index(list(share.values())), "by_tenant": share},

@@ -10,7 +10,7 @@ for the whole run, warm-up included (they are not kept per request).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, NamedTuple, TypedDict
 
 import numpy as np
 
@@ -31,12 +31,26 @@ if TYPE_CHECKING:
     )
     from simpy_llm.serving.devices import DeviceProfile
 
-__all__ = ["PREEMPTION_MODES", "TIMESERIES_COLUMNS", "DeviceSection", "ReplicaResults", "ReplicaSections"]
+__all__ = ["PREEMPTION_MODES", "TIMESERIES_COLUMNS", "DeviceSection", "RecordTotals", "ReplicaResults", "ReplicaSections"]
 
 TIMESERIES_COLUMNS = ("time_s", "replica", "waiting", "running", "kv_used_blocks", "kv_utilization", "busy")
 """Columns of :meth:`ReplicaResults.to_dataframe`, the sampled replica state."""
 PREEMPTION_MODES = ("recompute", "swap")
 """How a preempted request gets its KV back (every mode has a count in the summary)."""
+
+
+class RecordTotals(NamedTuple):
+    """What the replicas' sections need of the records, counted as the records were written
+    (a streamed run's chunks), so that no whole column is read for them."""
+
+    requests_preempted: int
+    """Records with at least one preemption."""
+    completed: int
+    """Records of completed requests (warm-up included)."""
+    completed_prompt_tokens: int
+    """Prompt tokens of those records."""
+    completed_output_tokens: int
+    """Output tokens of those records."""
 
 
 class ReplicaSections(TypedDict):
@@ -75,6 +89,8 @@ class ReplicaResults:
         Each replica's group name (``None``: not known).
     replica_devices
         ``(device profile or None, GPUs)`` per replica (``None``: not known).
+    totals
+        The records' totals when already counted (``None``: counted from *columns*).
     """
 
     def __init__(
@@ -87,9 +103,11 @@ class ReplicaResults:
         kv_blocks: list[int],
         replica_groups: list[str] | None,
         replica_devices: list[tuple[DeviceProfile | None, int]] | None,
+        totals: RecordTotals | None = None,
     ) -> None:
         self.recorder = recorder
         self.columns = columns
+        self._totals = totals
         self.end_s = end_s
         self.steps = steps
         self.kv_blocks = kv_blocks
@@ -123,6 +141,17 @@ class ReplicaResults:
             {"request_id": "int64", "replica": "int64", "time_s": "float64", "mode": "string"}
         )
 
+    def totals(self) -> RecordTotals:
+        """The records' totals these sections need (given, or counted from the columns)."""
+        if self._totals is not None:
+            return self._totals
+        c = self.columns
+        done = c["status"] == "completed"
+        return RecordTotals(
+            requests_preempted=int((c["num_preemptions"] > 0).sum()), completed=int(done.sum()),
+            completed_prompt_tokens=int(c["prompt_tokens"][done].sum()), completed_output_tokens=int(c["output_tokens"][done].sum()),
+        )
+
     def summary(self, duration_s: float) -> ReplicaSections:
         """The engine sections over a run of *duration_s* (NaN: of zero duration)."""
         rec = self.recorder
@@ -142,7 +171,7 @@ class ReplicaResults:
         return {
             "preemptions": {
                 "total": len(rec.preemptions),
-                "requests_preempted": int((self.columns["num_preemptions"] > 0).sum()),
+                "requests_preempted": self._requests_preempted(),
                 "by_mode": dict(sorted(by_mode.items())),
             },
             "kv_utilization": {
@@ -154,6 +183,11 @@ class ReplicaResults:
             "engine": engine,
             "gpu_utilization": self.gpu_utilization(duration_s),
         }
+
+    def _requests_preempted(self) -> int:
+        if self._totals is not None:
+            return self._totals.requests_preempted
+        return int((self.columns["num_preemptions"] > 0).sum())
 
     def batch_sizes(self) -> BatchSizeStats:
         """``summary()["batch_size"]``: requests per engine step, one weight per step."""
@@ -193,10 +227,9 @@ class ReplicaResults:
             d is not None or j is not None for (d, _), j in zip(self.replica_devices, table_j, strict=True)
         ):
             return {}
-        c = self.columns
-        done = c["status"] == "completed"
-        tokens = int(c["prompt_tokens"][done].sum() + c["output_tokens"][done].sum())
-        out_tokens = int(c["output_tokens"][done].sum())
+        totals = self.totals()
+        tokens = totals.completed_prompt_tokens + totals.completed_output_tokens
+        out_tokens = totals.completed_output_tokens
         energy: list[float | None] = []
         cost: list[float | None] = []
         gpus, priced = 0, True
@@ -220,7 +253,7 @@ class ReplicaResults:
             "energy_j": total_j,
             "energy_j_per_replica": energy,
             "energy_j_per_output_token": total_j / out_tokens if out_tokens else None,
-            "energy_j_per_request": total_j / int(done.sum()) if done.any() else None,
+            "energy_j_per_request": total_j / totals.completed if totals.completed else None,
             "cost_usd": total_usd if priced else None,
             "cost_usd_per_replica": cost,
             "cost_usd_per_1k_tokens": total_usd / (tokens / 1000) if priced and tokens else None,

@@ -5,15 +5,18 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+from pathlib import Path
 from typing import Any
 
 import attrs
 import numpy as np
 import pytest
 
-from simpy_llm import Simulation, scenario_from_dict
+from simpy_llm import Simulation, load_scenario, scenario_from_dict
 from simpy_llm.metrics.diagnostics import (
     Diagnostic,
+    _mean_context_tokens,
+    _mean_context_tokens_array,
     _time_weighted_medians,
     diagnose,
     idle_engine,
@@ -168,6 +171,38 @@ def test_time_weighted_medians_equal_those_over_every_event_to_the_bit(seed: int
         edges = np.array([0.0, 25.0, 50.0, 100.0])  # edges on the grid of the event times
     assert _time_weighted_medians(start, end, edges) == _medians_over_every_event(start, end, edges)
 
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_time_weighted_medians_taken_a_few_events_at_a_time_equal_those_over_every_event(seed: int) -> None:
+    """The counting sort of the spells, a block of 1 to 7 events at a time, gives the
+    whole-run medians to the bit, also for intervals that end before they start (counts
+    below zero)."""
+    rng = np.random.default_rng(1000 + seed)
+    n = int(rng.integers(1, 300))
+    start = np.round(rng.uniform(0.0, 100.0, n), int(rng.integers(0, 3)))
+    end = start + np.round(rng.exponential(rng.uniform(0.1, 30.0), n), int(rng.integers(0, 3)))
+    end[rng.random(n) < 0.1] = np.inf
+    if seed % 4 == 3:
+        end[rng.random(n) < 0.3] -= 40.0
+    edges = np.linspace(float(start.min()), float(start.max()) + 1.0, 4)
+    block = int(rng.integers(1, 8))
+    assert _time_weighted_medians(start, end, edges, block=block) == _medians_over_every_event(start, end, edges)
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_the_mean_context_summed_as_integers_is_numpys_mean_of_the_contexts(tmp_path: Path, streamed: bool) -> None:
+    """The latency-model check's mean context (prompt plus half the output of each served
+    request), summed as integers part by part, is numpy's mean of every context to the bit,
+    in memory and streamed, with dropped requests left out."""
+    scenario = load_scenario("scenarios/quickstart.yaml", {
+        "workload.num_requests": 3000, "workload.aggregate_rate": 60.0,
+        "serving.admission": {"kind": "max_queue", "params": {"max_waiting": 20}}})
+    results = Simulation(scenario, **({"stream_to": tmp_path, "stream_chunk_requests": 512} if streamed else {})).run(progress=False)
+    assert results.summary()["requests"]["dropped"] > 0
+    fast = _mean_context_tokens(results)
+    assert np.float64(fast).tobytes() == np.float64(_mean_context_tokens_array(results)).tobytes()
+    assert fast > 0
 
 # --- latency models -------------------------------------------------------------------
 def test_post_processing_dominates_when_the_token_overhead_exceeds_the_decode_step():

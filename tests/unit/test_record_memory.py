@@ -13,13 +13,14 @@ import pandas as pd
 import pytest
 
 from simpy_llm import Request, Simulation, load_scenario
+from simpy_llm.metrics import stats as stats_module
 from simpy_llm.metrics import stream as stream_module
 from simpy_llm.metrics.monitors import WeightedTally
 from simpy_llm.metrics.record import RECORD_FIELDS
 from simpy_llm.metrics.recorder import Recorder
 from simpy_llm.metrics.requests import RequestResults
 from simpy_llm.metrics.results import Results
-from simpy_llm.metrics.stats import weighted_quantiles
+from simpy_llm.metrics.stats import counted_stats, weighted_quantiles
 
 _FLUSHES = 5_000
 """More records than the recorder buffers before it fills its columns (4,096), so a column
@@ -135,3 +136,34 @@ def test_a_streamed_run_whose_request_ids_have_gaps_places_each_record_by_its_id
     reread = stream_module.StreamedRecords(records.directory, records.files, "csv", records.count)
     assert reread.sorted_ids().tolist() == list(range(0, 100, 2))
     assert reread.column("arrival_s").tolist() == pd.concat(pd.read_csv(f) for f in records.files).sort_values("request_id")["arrival_s"].tolist()
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_statistics_of_an_array_given_to_overwrite_are_those_of_a_copy_to_the_bit(seed: int) -> None:
+    """``counted_stats(values, own=True)``, which squeezes the NaNs out of *values* in place
+    (more values than a block of the squeeze) and lets the percentiles reorder them, gives
+    the figures of ``counted_stats(values)`` to the bit."""
+    rng = np.random.default_rng(seed)
+    values = rng.lognormal(0.0, 1.0, int(rng.integers(1, 200_000)))
+    values[rng.random(values.size) < [0.0, 0.3, 1.0][seed % 3]] = np.nan
+    expected = counted_stats(values)
+    got = counted_stats(values.copy(), own=True)
+    assert json.dumps(got) == json.dumps(expected)
+
+
+@pytest.mark.parametrize("block", [1, 2, 3, 5, 64, 1 << 16])
+@pytest.mark.parametrize("seed", range(6))
+def test_moving_a_group_to_the_front_keeps_its_order_and_every_value(monkeypatch: pytest.MonkeyPatch, block: int, seed: int) -> None:
+    """``move_to_front`` leaves the group's values first, in their order, and every value of
+    the array somewhere (the rest in some order), a block of any size at a time; ``squeeze``
+    leaves the kept values first, in their order."""
+    monkeypatch.setattr(stats_module, "_SQUEEZE_BLOCK", block)
+    rng = np.random.default_rng(seed)
+    values = rng.normal(size=int(rng.integers(0, 300)))
+    front = rng.random(values.size) < [0.0, 0.1, 0.5, 0.9, 1.0, 0.3][seed]
+    moved = values.copy()
+    k = stats_module.move_to_front(moved, front)
+    assert moved[:k].tobytes() == values[front].tobytes()
+    assert np.sort(moved).tobytes() == np.sort(values).tobytes()
+    squeezed = values.copy()
+    assert stats_module.squeeze(squeezed, front).tobytes() == values[front].tobytes()

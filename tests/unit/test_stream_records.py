@@ -163,3 +163,27 @@ def test_cli_run_streams_records_in_chunks(tmp_path: Path, capsys: pytest.Captur
     assert code == 0
     assert len(list(tmp_path.glob("records-*"))) == 3
     assert "simulated 50 requests" in capsys.readouterr().out
+
+
+def test_streamed_summary_counts_preempted_requests_as_in_memory(tmp_path: Path) -> None:
+    """The requests preempted, counted as the chunks are written, are the in-memory summary's
+    (the run does preempt; the device figures' completed tokens, counted the same way, are
+    compared in the disaggregated fleet's test)."""
+    scenario = load_scenario(QUICKSTART, ["workload.num_requests=400", "serving.engine.kv_num_blocks=300"])
+    streamed = _streamed(scenario, tmp_path, 64, "csv")
+    memory = Simulation(scenario).run(progress=False)
+    assert memory.summary()["preemptions"]["requests_preempted"] > 0
+    assert _summary_json(streamed) == _summary_json(memory)
+
+
+def test_streamed_summary_of_more_tenants_than_a_byte_codes_equals_in_memory(tmp_path: Path) -> None:
+    """With 200 tenants (more names than a byte's codes hold) the per-tenant latency and
+    fairness of a streamed run are the in-memory ones."""
+    clients = [{"id": f"c{i}", "tenant_id": f"t{i}", "slo_class": "interactive", "rate_fraction": 1 / 200, "arrival": {"process": "poisson"},
+                "input_distribution": {"type": "constant", "params": {"value": 50 + i}},
+                "output_distribution": {"type": "constant", "params": {"value": 5 + i % 7}}} for i in range(200)]
+    scenario = load_scenario(QUICKSTART, {"workload.num_requests": 1500, "workload.clients": clients})
+    streamed = _streamed(scenario, tmp_path, 256, "csv")
+    memory = Simulation(scenario).run(progress=False)
+    assert len(memory.summary()["latency_s_by_tenant"]) > 127
+    assert _summary_json(streamed) == _summary_json(memory)
