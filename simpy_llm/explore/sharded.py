@@ -793,9 +793,8 @@ def run_sharded(scenario: Scenario, *, workers: int | None = None, client: Any =
         the single run's ``to_dataframe()``. The summary is computed from them as a
         single run's is, with the engine tallies (steps, busy time, tokens, batch sizes)
         taken from the replicas' own shards and the requests in the system merged from
-        the shards' changes. What differs: ``wall_s``, the events count (the shards'
-        and the coordinator's, each with its own windows and refreshes). The shards'
-        inter-token gaps are merged into one tally whose figures do not depend on the
-        order of its values, so its mean too is the single run's, to the bit.
+        the shards' changes; the inter-token gaps' tally, whose figures do not depend on
+        the order of its values, gives the single run's mean to the bit. What differs:
+        ``wall_s`` and the events count (the shards' and the coordinator's, with their refreshes).
     """
     return ShardedRun(scenario, workers=workers, client=client, shards=shards).run()

@@ -95,7 +95,7 @@ def test_a_run_cut_at_until_gives_the_single_runs_records():
 @pytest.fixture(scope="module")
 def dask_client():
     distributed = pytest.importorskip("dask.distributed")
-    with distributed.LocalCluster(n_workers=4, threads_per_worker=1, processes=False, host="127.0.0.1", dashboard_address="127.0.0.1:0") as cluster, \
+    with distributed.LocalCluster(n_workers=4, threads_per_worker=1, processes=False, dashboard_address="127.0.0.1:0") as cluster, \
             distributed.Client(cluster) as client:
         yield client
 
