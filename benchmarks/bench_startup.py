@@ -10,9 +10,9 @@ first on ``PYTHONPATH``), two fresh Python processes, one after the other:
 
 ``run``
     ``simpy_llm.cli.main(["run", SCENARIO, "--set", "workload.num_requests=100", "--progress",
-    "off"])`` (what ``simpy-llm run`` does) with SimPy's ``Environment.step`` wrapped until
-    the simulation's environment (a :class:`simpy_llm.kernel.Environment`; the kernel's
-    self-check at import steps a plain ``simpy.Environment``) returns from its first call.
+    "off"])`` (what ``simpy-llm run`` does) with a ``step`` given to the kernel's
+    :class:`~simpy_llm.kernel.Environment` until the simulation's environment returns from
+    its first call (an environment with a ``step`` of its own runs SimPy's loop).
     **The first event** is that moment: the first event of the simulation's queue has been
     processed (the scenario loaded and checked, the simulation built, its processes
     started). Reported there:
@@ -33,9 +33,9 @@ first on ``PYTHONPATH``), two fresh Python processes, one after the other:
 
 Runs alternate between the checkouts within a round, so a busy spell of the (shared)
 machine falls on both. The figures printed are the minimum, median and maximum over the
-rounds, and with two checkouts the ratio of their medians. SimPy is imported before the
-package to wrap ``step`` (a public method); the run imports it anyway, so the totals do not
-change.
+rounds, and with two checkouts the ratio of their medians. SimPy and the kernel are imported
+before the command to give the environment its ``step``; the run imports them anyway, so the
+totals do not change.
 
 This is a benchmark, not a test: it asserts nothing.
 """
@@ -78,19 +78,20 @@ def child_run(spawned: float, scenario: str, requests: int) -> None:
 
     import simpy.core
 
+    import simpy_llm.kernel as kernel
+
     first: dict[str, Any] = {}
-    step = simpy.core.Environment.step
 
     def first_step(self: simpy.core.Environment) -> None:
-        step(self)
-        if type(self).__module__ != "simpy_llm.kernel":
-            return  # the kernel's import-time self-check steps a plain simpy.Environment
-        simpy.core.Environment.step = step  # type: ignore[method-assign]  # one call only: the run goes on at full speed
+        simpy.core.Environment.step(self)
+        del kernel.Environment.step  # one call only: the rest of the run needs no hook
         cpu, rss = _rusage()
         first.update(wall_s=time.monotonic() - spawned, cpu_s=cpu, rss_mb=rss, modules=len(sys.modules),
                      heavy=sorted(m for m in HEAVY if m in sys.modules))
 
-    simpy.core.Environment.step = first_step  # type: ignore[method-assign]  # record the first event
+    # An environment whose class has a step of its own runs SimPy's loop, which calls it (the
+    # kernel's own loop inlines step): the first event is recorded there.
+    kernel.Environment.step = first_step  # type: ignore[method-assign]
     from simpy_llm.cli import main
 
     with redirect_stdout(io.StringIO()):
