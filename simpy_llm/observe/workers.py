@@ -147,21 +147,21 @@ class _Sender:
         self.on_broken = on_broken
         self.broken = False
         """The pipe was found closed: nothing more is written."""
-        self._queue: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
+        self._outbox: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._write, name="simpy-llm-load-sender", daemon=True)
         self._thread.start()
 
     def send(self, message: tuple[Any, ...]) -> None:
         """Queue *message* for the parent."""
-        self._queue.put(message)
+        self._outbox.put(message)
 
     def close(self) -> None:
         """Write every message queued, then end the thread (the pipe stays open)."""
-        self._queue.put(None)
+        self._outbox.put(None)
         self._thread.join()
 
     def _write(self) -> None:
-        while (message := self._queue.get()) is not None:
+        while (message := self._outbox.get()) is not None:
             if self.broken:
                 continue
             try:
