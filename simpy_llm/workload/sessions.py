@@ -38,7 +38,7 @@ import simpy
 from simpy.events import Event
 
 from simpy_llm.entities import Request
-from simpy_llm.kernel import timer_at
+from simpy_llm.kernel import Later, timer_at
 from simpy_llm.workload.prefix import content_segments
 from simpy_llm.workload.workflows import END_REASONS, Call, WorkflowSession
 
@@ -120,15 +120,15 @@ class SessionRegistry:
         if not session.workflow.multi_turn:
             req.step_id = session.workflow.steps[session.workflow.root].id
         self.live[session.session_id] = session
-        now = self.env.now
-        root = session.root_call()
-        self._calls[req.id] = (session, root.key)
-        if root.step.accumulate:
+        root = session.workflow.steps[session.workflow.root]
+        self._calls[req.id] = (session, (root.index, 0, 0))  # the root call's key
+        if root.accumulate:
             req.continuable = True
-            self._previous[(session.session_id, root.step.index)] = req
-        extra = session.start(now, prompt_tokens=req.prompt_tokens, output_tokens=req.output_tokens,
+            self._previous[(session.session_id, root.index)] = req
+        extra = session.start(self.env.now, prompt_tokens=req.prompt_tokens, output_tokens=req.output_tokens,
                               fields={"streaming": req.streaming, "priority": req.priority})
-        self._make(session, extra)
+        if extra:
+            self._make(session, extra)
 
     def _left(self, req: Request) -> None:
         """A request left a replica (the completions Wire's handler): its session acts on it
@@ -146,68 +146,74 @@ class SessionRegistry:
         env = self.env
         seen_s = req.completion_s + req.download_s
         if seen_s > env.now:
-            event = timer_at(env, seen_s)
+            timer_at(env, seen_s).callbacks.append(functools.partial(self._finished, req))
         else:
-            event = Event(env)
-            event.succeed()
-        event.callbacks.append(functools.partial(self._finished, req))
+            # What a succeeded Event is scheduled as (now, NORMAL, the next id), in one object.
+            Later(env, 0.0, functools.partial(self._finished, req))
 
     def _finished(self, req: Request, _event: Event | None = None) -> None:
         """LLM call *req* reached its client: tell its session, make what it returns."""
         self.pending -= 1
         session, key = self._calls.pop(req.id)
         if not session.workflow.multi_turn and req.first_scheduled_s == req.first_scheduled_s:
-            self._queue_s.setdefault(session.session_id, {})[key] = req.first_scheduled_s - req.arrival_s
+            queue = self._queue_s.get(session.session_id)
+            if queue is None:
+                queue = self._queue_s[session.session_id] = {}
+            queue[key] = req.first_scheduled_s - req.arrival_s
         calls = session.finished(key, self.env.now, output_tokens=req.output_tokens, dropped=bool(req.dropped_reason))
-        self._make(session, calls)
-        self._check_end(session)
+        if calls:
+            self._make(session, calls)
+        if session.end_reason:
+            self._check_end(session)
 
     def _make(self, session: WorkflowSession, calls: list[Call]) -> None:
         """Make *calls*, each ``call.delay_s`` from now."""
+        env = self.env
         for call in calls:
             self.pending += 1
-            if call.step.llm:
+            step = call.step
+            if step.llm:
                 if call.delay_s > 0.0:
-                    self.env.timeout(call.delay_s).callbacks.append(functools.partial(self._arrive, session, call))
+                    Later(env, call.delay_s, functools.partial(self._arrive, session, call))
                 else:
                     self._arrive(session, call)
                 continue
-            tool = call.step.tool
+            tool = step.tool_config
             assert tool is not None  # a tool_call step names its tool (check_workflow)
-            if session.workflow.tools[tool].capacity is None:
-                # A pure delay: timeouts and callbacks, no process.
+            if tool.capacity is None:
+                # A pure delay: timed callbacks, no process.
                 if call.delay_s > 0.0:
-                    self.env.timeout(call.delay_s).callbacks.append(functools.partial(self._call_tool, session, call))
+                    Later(env, call.delay_s, functools.partial(self._call_tool, session, call))
                 else:
                     self._call_tool(session, call)
             else:
-                self.env.process(self._tool(session, call))
+                env.process(self._tool(session, call))
 
     def _call_tool(self, session: WorkflowSession, call: Call, _event: Event | None = None) -> None:
         """Call a tool without a capacity: it returns after its latency."""
         session.arrived(call)
         start = self.env.now
-        self.env.timeout(call.latency_s).callbacks.append(functools.partial(self._tool_done, session, call, start, start))
+        Later(self.env, call.latency_s, functools.partial(self._tool_done, session, call, start, start))
 
     def _arrive(self, session: WorkflowSession, call: Call, _event: Event | None = None) -> None:
         self.pending -= 1
         now = self.env.now
-        fields = call.fields
-        sid = session.session_id
+        fields = call.fields  # the call's own dict (made for this request)
+        step = call.step
         if call.accumulates_from is not None:
-            previous = self._previous.get((sid, call.step.index))
+            previous = self._previous.get((session.session_id, step.index))
             if previous is not None:
                 # The prompt repeats the previous iteration's prompt and answer: prefix caches can find them.
-                fields = {**fields, "context": tuple(content_segments(previous))}
+                fields["context"] = tuple(content_segments(previous))
         session.arrived(call)
         req = Request(id=next(self.ids), prompt_tokens=call.prompt_tokens, output_tokens=call.output_tokens, arrival_s=now, **fields)
-        if call.step.accumulate:
+        if step.accumulate:
             req.continuable = True
-            self._previous[(sid, call.step.index)] = req
-        self._calls[req.id] = (session, call.key)
+            self._previous[(session.session_id, step.index)] = req
+        self._calls[req.id] = (session, (step.index, call.iteration, call.instance))
         if self.announce:
             self.recorder.on_arrival(req, now)
-        self.arrivals.put(req)
+        self.arrivals.send(req)
 
     def _tool(self, session: WorkflowSession, call: Call) -> Generator[Event, Any, None]:
         """Process: one tool call (after its delay): wait for the tool if it has a capacity, run.
@@ -244,13 +250,19 @@ class SessionRegistry:
         now = self.env.now
         self.pending -= 1
         session.tool_finished_wait(now - start_s)
-        _step, iteration, instance = call.key
+        step = call.step
+        iteration = call.iteration
+        instance = call.instance
+        output = call.output_tokens
         self.recorder.on_tool_call(
-            (session.session_id, session.source.client.id, call.step.id, call.step.tool, iteration, instance,
-             start_s, running_s - start_s, now, call.latency_s, call.output_tokens)
+            (session.session_id, session.source.client.id, step.id, step.tool, iteration, instance,
+             start_s, running_s - start_s, now, call.latency_s, output)
         )
-        self._make(session, session.finished(call.key, now, output_tokens=call.output_tokens))
-        self._check_end(session)
+        calls = session.finished((step.index, iteration, instance), now, output_tokens=output)
+        if calls:
+            self._make(session, calls)
+        if session.end_reason:
+            self._check_end(session)
 
     def _check_end(self, session: WorkflowSession) -> None:
         if session.end_reason and session.session_id in self.live:
@@ -259,8 +271,8 @@ class SessionRegistry:
     def _end(self, session: WorkflowSession) -> None:
         sid = session.session_id
         del self.live[sid]
-        for step in session.workflow.steps:
-            self._previous.pop((sid, step.index), None)
+        for index in session.workflow.accumulating:  # only accumulate steps keep their latest request
+            self._previous.pop((sid, index), None)
         queue = self._queue_s.pop(sid, {})
         self.recorder.on_session_end(sid, session.source.client.id, session.started, session.end_reason)
         if not session.workflow.multi_turn:

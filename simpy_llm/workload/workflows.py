@@ -232,6 +232,12 @@ class Step:
     input_distribution: Any = None
     """None: the client's own prompt rule (a multi-turn round)."""
     output_distribution: Any = None
+    tool_config: ToolConfig | None = None
+    """A tool call's tool (None for an LLM call)."""
+    draws: tuple[str, str] = ("", "")
+    """The client streams its calls draw from: an LLM step's ``step/<id>/input`` and
+    ``.../output``, a tool call's ``tool/<tool>/latency`` and ``.../output`` (named once
+    here, not per call)."""
 
 
 @attrs.frozen(eq=False)
@@ -253,9 +259,30 @@ class Workflow:
     continue_probability: float = 1.0
     think_time: Any = None
     multi_turn: bool = False
+    """A multi-turn or conversational client's rounds (draws from the ``session`` stream only)."""
     accumulates: bool = False
     """Some step has ``context_growth: accumulate`` (the loop's outputs are counted)."""
-    """A multi-turn or conversational client's rounds (draws from the ``session`` stream only)."""
+    releases: tuple[tuple[Step, ...], ...] = attrs.field(init=False)
+    """Per step, the children its end counts toward within an iteration (a loop step's
+    children after the loop count when the loop exits instead)."""
+    accumulating: tuple[int, ...] = attrs.field(init=False)
+    """Indexes of the steps with ``context_growth: accumulate``."""
+    after_loop_counts: tuple[tuple[Step, int], ...] = attrs.field(init=False)
+    """Per step of :attr:`after_loop`, the step and how many of its parents are in the loop."""
+
+    def __attrs_post_init__(self) -> None:
+        # Derived once per workflow, for the per-call rules (attrs' frozen classes set
+        # their derived fields through object.__setattr__).
+        steps = self.steps
+        body = self.loop_body
+        releases = tuple(
+            tuple(steps[c] for c in s.children if not (s.in_loop and not steps[c].in_loop)) for s in steps
+        )
+        object.__setattr__(self, "releases", releases)
+        object.__setattr__(self, "accumulating", tuple(s.index for s in steps if s.accumulate))
+        object.__setattr__(
+            self, "after_loop_counts", tuple((steps[a], sum(1 for p in steps[a].parents if p in body)) for a in self.after_loop)
+        )
 
     @classmethod
     def of_agentic(cls, cfg: AgenticConfig) -> Workflow:
@@ -273,6 +300,9 @@ class Workflow:
                 accumulate=s.context_growth == "accumulate", tool=s.tool,
                 loop_parents=sum(1 for d in s.depends_on if index[d] in body) if i in body else 0,
                 input_distribution=s.input_distribution, output_distribution=s.output_distribution,
+                tool_config=cfg.tools[s.tool] if s.tool is not None else None,
+                draws=(f"step/{s.id}/input", f"step/{s.id}/output") if s.tool is None
+                else (f"tool/{s.tool}/latency", f"tool/{s.tool}/output"),
             )
             for i, s in enumerate(cfg.steps)
         )
@@ -420,7 +450,6 @@ class WorkflowSession:
         self._last_parent: dict[tuple[int, int], tuple[int, int, int]] = {}
         """For each started (step, iteration), the parent instance whose end released it."""
         self._base = {**source.base, "session_id": session_id}
-        self._step_ids = [("" if workflow.multi_turn else step.id) for step in workflow.steps]
         self._last_key: tuple[int, int, int] | None = None
         """The call that ended last (the largest key among equal ends): the critical path's end."""
 
@@ -432,12 +461,18 @@ class WorkflowSession:
         wf = self.workflow
         self.start_s = now_s
         root = wf.steps[wf.root]
-        self._base = {**self._base, **{k: fields[k] for k in ("streaming", "priority") if k in fields}}
+        base = self._base  # this session's own dict: updated in place
+        if "streaming" in fields:
+            base["streaming"] = fields["streaming"]
+        if "priority" in fields:
+            base["priority"] = fields["priority"]
         self.started = 1
         if root.accumulate:
             self._prompt[(root.index, 0)] = prompt_tokens
-        if root.instances > 1:
-            self.fan_out_planned += root.instances
+        if root.instances == 1:
+            self.pending = 1
+            return []
+        self.fan_out_planned += root.instances
         calls = [c for i in range(1, root.instances) if (c := self._llm_call(root, 0, i, 0.0, now_s)) is not None]
         self.pending = 1 + len(calls)
         return calls
@@ -461,31 +496,43 @@ class WorkflowSession:
             self._last_key = call_key
         elif now_s == self.end_s and self._last_key is not None and call_key > self._last_key:  # set with end_s
             self._last_key = call_key
-        if dropped:
-            self._stop = self._stop or "dropped"
-        if step.instances > 1:
+        if dropped and not self._stop:
+            self._stop = "dropped"
+        in_loop = step.in_loop
+        if in_loop and wf.accumulates:
+            outputs = self._iteration_output
+            outputs[it] = outputs.get(it, 0) + output_tokens
+        instances = step.instances
+        if instances > 1:
             self.fan_out_done += 1
-        if step.in_loop and wf.accumulates:
-            self._iteration_output[it] = self._iteration_output.get(it, 0) + output_tokens
-        key = (s_idx, it)
-        if step.instances > 1:
+            key = (s_idx, it)
             self._done[key] = done = self._done.get(key, 0) + 1
             _latest(self._step_end, key, now_s, call_key)
+            if done != instances or self._stop:
+                return self._no_calls()
+            end, by = self._step_end.pop(key)  # the step is done for this iteration
+        elif self._stop:
+            return self._no_calls()
         else:
-            done = 1
+            end, by = now_s, call_key
         calls: list[Call] = []
-        if done == step.instances and not self._stop:  # the step is done for this iteration
-            end, by = self._step_end.pop(key) if step.instances > 1 else (now_s, call_key)
-            calls += self._release_children(step, it, by, end, now_s)
-            if step.in_loop:
-                _latest(self._iteration_end, it, end, by)
-                n = self._loop_done[it] = self._loop_done.get(it, 0) + 1
-                if n == len(wf.loop_body):
-                    calls += self._end_iteration(it, now_s)
+        for child in wf.releases[s_idx]:
+            calls += self._count_parent(child, it, by, end, now_s)
+        if in_loop:
+            _latest(self._iteration_end, it, end, by)
+            n = self._loop_done[it] = self._loop_done.get(it, 0) + 1
+            if n == len(wf.loop_body):
+                calls += self._end_iteration(it, now_s)
         self.pending += len(calls)
         if self.pending == 0 and not self.end_reason:
             self.end_reason = self._stop or self._loop_reason or "completed"
         return calls
+
+    def _no_calls(self) -> list[Call]:
+        """Nothing to make now: the session has ended if nothing is under way."""
+        if self.pending == 0 and not self.end_reason:
+            self.end_reason = self._stop or self._loop_reason or "completed"
+        return []
 
     def arrived(self, call: Call) -> None:
         """*call* is being made now (an LLM request sent, a tool called): counted in
@@ -523,41 +570,24 @@ class WorkflowSession:
         return chain[::-1]
 
     # --- the rules ---------------------------------------------------------------
-    def _release_children(self, step: Step, it: int, by: tuple[int, int, int], end: float, now: float) -> list[Call]:
-        """Step *step* of iteration *it* ended at *end* (its last instance, *by*)."""
-        wf = self.workflow
-        calls: list[Call] = []
-        for c in step.children:
-            child = wf.steps[c]
-            if step.in_loop and not child.in_loop:
-                continue  # after the loop: released when the loop exits
-            calls += self._count_parent(child, it, by, end, now)  # a step outside the loop runs at iteration 0
-        return calls
-
     def _count_parent(
         self, child: Step, it: int, by: tuple[int, int, int], end: float, now: float, count: int = 1
     ) -> list[Call]:
         """*count* parents of *child* (iteration *it*) ended, the last at *end*; start it
         when none is left, at its latest parent's end (fan-in)."""
+        needed = child.loop_parents if child.in_loop and it > 0 else len(child.parents)
         key = (child.index, it)
-        if key not in self._waiting:
-            needed = self._parents_needed(child, it)
-            if needed == count:  # its only parent(s): no fan-in to wait for
-                self._last_parent[key] = by
-                return self._start_step(child, it, end - now, now)
-            self._waiting[key] = needed
+        if needed == count:  # its only parent(s): no fan-in to wait for (so never counted in _waiting)
+            self._last_parent[key] = by
+            return self._start_step(child, it, end - now, now)
+        waiting = self._waiting
         _latest(self._ready, key, end, by)
-        self._waiting[key] -= count
-        if self._waiting[key] > 0:
+        waiting[key] = left = waiting.get(key, needed) - count
+        if left > 0:
             return []
         ready, releaser = self._ready.pop(key)
         self._last_parent[key] = releaser
         return self._start_step(child, it, ready - now, now)
-
-    def _parents_needed(self, child: Step, it: int) -> int:
-        if child.in_loop and it > 0:
-            return child.loop_parents
-        return len(child.parents)
 
     def _end_iteration(self, it: int, now: float) -> list[Call]:
         """Every loop step of iteration *it* ended: start the next iteration, or exit the loop."""
@@ -588,59 +618,64 @@ class WorkflowSession:
         wf = self.workflow
         end, by = self._iteration_end.pop(it)
         calls: list[Call] = []
-        for a in wf.after_loop:
-            child = wf.steps[a]
-            inside = sum(1 for p in child.parents if p in wf.loop_body)
+        for child, inside in wf.after_loop_counts:
             calls += self._count_parent(child, 0, by, end, now, count=inside)
         if calls or any(self._waiting.get((a, 0), 1) > 0 for a in wf.after_loop):
             self._loop_reason = ""  # the session goes on (or waits) after its loop
         return calls
 
     def _start_step(self, step: Step, it: int, delay: float, now: float) -> list[Call]:
-        if step.instances > 1:
-            self.fan_out_planned += step.instances
+        instances = step.instances
+        if instances == 1:
+            if not step.llm:
+                return [self._tool_call(step, it, 0, delay)]
+            call = self._llm_call(step, it, 0, delay, now)
+            return [call] if call is not None else []
+        self.fan_out_planned += instances
         if step.llm:
-            return [c for i in range(step.instances) if (c := self._llm_call(step, it, i, delay, now)) is not None]
-        return [self._tool_call(step, it, i, delay) for i in range(step.instances)]
+            return [c for i in range(instances) if (c := self._llm_call(step, it, i, delay, now)) is not None]
+        return [self._tool_call(step, it, i, delay) for i in range(instances)]
 
     def _llm_call(self, step: Step, it: int, instance: int, delay: float, now: float) -> Call | None:
         if self._stop:
             return None
-        if self.horizon_s is not None and now + delay > self.horizon_s:
+        horizon = self.horizon_s
+        if horizon is not None and now + delay > horizon:
             self._stop = "horizon"
             return None
         source = self.source
-        extras: dict[str, Any] = {}
         if step.input_distribution is None:  # a multi-turn round: the client's own prompt rule
             drawn_arr, extra_list = source.prompts(self.rng, 1)
             drawn = int(drawn_arr[0]) - source.prefix_tokens
-            extras = extra_list[0] if extra_list else {}
             output = int(to_tokens(source.output_distribution.sample(self.rng, 1))[0])
+            extras = extra_list[0] if extra_list else {}
+            fields = {**self._base, **extras, "round_index": it, "step_id": "", "loop_iteration": it}
         else:
-            drawn = int(source.draw(f"step/{step.id}/input", step.input_distribution, tokens=True))
-            output = int(source.draw(f"step/{step.id}/output", step.output_distribution, tokens=True))
+            what_input, what_output = step.draws
+            drawn = int(source.draw(what_input, step.input_distribution, tokens=True))
+            output = int(source.draw(what_output, step.output_distribution, tokens=True))
+            fields = {**self._base, "round_index": it, "step_id": step.id, "loop_iteration": it}
         prompt = drawn + source.prefix_tokens
         accumulates_from = None
-        if step.accumulate and it > 0:
-            previous = self._prompt.get((step.index, it - 1))
-            if previous is not None:
-                prompt = previous + self._iteration_output.get(it - 1, 0) + drawn
-                accumulates_from = (step.index, it - 1)
-        if step.accumulate and instance == 0:
-            self._prompt[(step.index, it)] = prompt
-        fields = {**self._base, **extras, "round_index": it, "step_id": self._step_ids[step.index], "loop_iteration": it}
+        if step.accumulate:
+            if it > 0:
+                previous = self._prompt.get((step.index, it - 1))
+                if previous is not None:
+                    prompt = previous + self._iteration_output.get(it - 1, 0) + drawn
+                    accumulates_from = (step.index, it - 1)
+            if instance == 0:
+                self._prompt[(step.index, it)] = prompt
         return Call(step, it, instance, delay, prompt_tokens=prompt, new_tokens=drawn, output_tokens=output,
                     fields=fields, accumulates_from=accumulates_from)
 
     def _tool_call(self, step: Step, it: int, instance: int, delay: float) -> Call:
-        name = step.tool
-        assert name is not None  # a tool_call step names its tool (check_workflow)
-        tool = self.workflow.tools[name]
+        tool = step.tool_config
+        assert tool is not None  # a tool_call step names its tool (check_workflow)
         source = self.source
-        latency = min(max(source.draw(f"tool/{name}/latency", tool.latency_s, tokens=False), 0.0), MAX_TIME_S)
-        output = int(source.draw(f"tool/{name}/output", tool.output_tokens, tokens=True))
+        what_latency, what_output = step.draws
+        latency = min(max(source.draw(what_latency, tool.latency_s, tokens=False), 0.0), MAX_TIME_S)
+        output = int(source.draw(what_output, tool.output_tokens, tokens=True))
         return Call(step, it, instance, delay, output_tokens=output, latency_s=latency)
-
 
 
 def _latest(table: dict, key: Any, end: float, by: tuple[int, int, int]) -> None:
