@@ -91,10 +91,14 @@ for a zero overhead or a zero one-way delay).
 **A lone transmission** (the link idle, no loss and no outages configured: the
 common case of a device with one message in flight) takes one timer, straight to
 its delivery at ``start + work / bandwidth + one_way``, the instant the sharing
-path would give. If another transmission starts before it has ended, it joins the
-sharing heap as if it had started there all along (``V`` from 0 at its start) and
-its shortcut timer is ignored; if one starts after it ended, only its busy time is
-booked and its delivery stands.
+path would give. A message put on such a link while nothing transmits and no other
+message is in its overhead takes that timer at its put, its overhead included
+(``start = sent_s + overhead_s``): every message pays the same overhead from its
+put, so none can start before it, and the overhead costs no event of its own.
+If another transmission starts before it has ended, it joins the sharing heap as if
+it had started there all along (``V`` from 0 at its start) and its shortcut timer
+is ignored; if one starts after it ended, only its busy time is booked and its
+delivery stands.
 """
 
 from __future__ import annotations
@@ -109,7 +113,7 @@ from typing import TYPE_CHECKING, Any, cast
 import attrs
 import numpy as np
 
-from simpy_llm.kernel import Channel, ProcessedEvent, timer_at
+from simpy_llm.kernel import Channel, ProcessedEvent, TimerAt, timer_at
 
 if TYPE_CHECKING:
     import simpy
@@ -389,8 +393,13 @@ class Link(Channel):
         self._seq = 0
         # The lone transmission: (message, start s, transmission end s), or None.
         self._lone: tuple[Message, float, float] | None = None
+        self._in_overhead = 0
+        """Messages in their overhead with a timer to their start (a lone one's is part of its delivery)."""
         self._normals: list[float] = []
         self._shortcut = not self.outages and p == 0 and self.bandwidth_bytes_per_s < math.inf
+        self._plain = self.bandwidth_jitter == 0 and self.rtt_jitter_s == 0
+        """No jitter: a message's bandwidth factor is 1 and its one-way delay ``_one_way_s``."""
+        self._one_way_s = self.rtt_s / 2
         # Counters.
         self._puts = 0
         self._delivered = 0
@@ -442,11 +451,22 @@ class Link(Channel):
         0.02
         """
         now = self.env.now
+        # Nothing transmits and nothing else will start before this message's overhead ends
+        # (every message pays the same overhead from its put): it transmits alone from then
+        # on unless another starts meanwhile, so its delivery is one timer.
+        alone = self._shortcut and self._lone is None and not self._heap and not self._in_overhead
+        if alone and self._plain and type(size_bytes) is float and 0 < size_bytes < math.inf:
+            # The common case in one go: a valid size, no jitter to draw (as _message gives).
+            msg = Message(payload, size_bytes, float(now))
+            msg.one_way_s = self._one_way_s
+            self._puts += 1
+            self._start_lone(msg, now + self.overhead_s, size_bytes)
+            return msg
         msg = self._message(payload, size_bytes, now)
-        if self._shortcut and self.overhead_s == 0 and self._lone is None and not self._heap:
+        if alone:
             work = msg.size_bytes / msg.bandwidth_factor
             if work > 0:  # a lone transmission, without the general path's checks
-                self._start_lone(msg, now, work)
+                self._start_lone(msg, now + self.overhead_s, work)
                 return msg
         self._send(msg)
         return msg
@@ -569,6 +589,7 @@ class Link(Channel):
             msg.wait_s += start_s - now
             msg.queueing_s += start_s - now
         if start_s < math.inf:  # else the link never comes back: the message stays in flight
+            self._in_overhead += 1
             ev = timer_at(self.env, start_s + self.overhead_s)
             ev.callbacks.append(functools.partial(self._on_start, msg))
 
@@ -586,7 +607,7 @@ class Link(Channel):
         lone = self._lone
         if lone is not None:
             busy += max(0.0, min(now, lone[2]) - lone[1])
-            if now < lone[1]:
+            if now < lone[0].sent_s:
                 puts -= 1  # a put_at message not sent yet
             if lone[0].ahead and now < lone[0].delivered_s:
                 delivered -= 1  # counted when it was sent; not there yet
@@ -648,6 +669,7 @@ class Link(Channel):
             self._t_last = now
 
     def _on_start(self, msg: Message, _event: Event) -> None:
+        self._in_overhead -= 1
         self._start_attempt(msg)
 
     def _on_retransmit(self, msg: Message, _event: Event) -> None:
@@ -695,13 +717,14 @@ class Link(Channel):
         msg.lone = True
         end = start_s + work / self.bandwidth_bytes_per_s
         self._lone = (msg, start_s, end)
-        timer_at(self.env, end + msg.one_way_s).callbacks.append(functools.partial(self._on_lone_end, msg))
+        TimerAt(self.env, end + msg.one_way_s).callbacks.append(functools.partial(self._on_lone_end, msg))  # timer_at, one call less
 
     def _settle_lone(self, lone: tuple[Message, float, float], now: float) -> None:
         """Another transmission starts at *now*: book the busy time of the lone one (*lone*,
         the link's ``_lone``) if it has ended, move it into the sharing heap as if it had
         been there since its start if it is transmitting, or give it an ordinary start if it
-        has not started yet."""
+        has not started yet (a :meth:`put_at` message not sent yet; a message in its overhead
+        never gets here: :meth:`send` makes it lone only when no other can start first)."""
         msg, start, end = lone
         if msg.ahead and now < end:
             raise RuntimeError(
@@ -839,4 +862,4 @@ class Link(Channel):
         else:
             self._dropped_outage += 1
         if self.dropped is not None:
-            self.dropped.put(msg)
+            self.dropped.send(msg)

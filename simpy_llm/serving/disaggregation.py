@@ -118,7 +118,7 @@ class KvHandoff:
         self.dropped = dropped
         handoffs.connect(self._handoff)
         for pos, wire in enumerate(transfers):
-            wire.connect(functools.partial(self._send, pos=pos))
+            wire.connect(functools.partial(self._send, pos))
         delivered.connect(self._deliver)
         if lost is not None:
             lost.connect(self._lost)
@@ -135,12 +135,12 @@ class KvHandoff:
         else:
             self.decode_router.send(req, pos)
 
-    def _send(self, req: Request, pos: int) -> None:
+    def _send(self, pos: int, req: Request) -> None:
         if req.session_id:
             self._pinned.setdefault(req.session_id, pos)
         self.in_transfer[req.id] = req
         req.kv_transfer_s = self.env.now  # the transfer's start, until it ends
-        self.links[(req.prefill_replica, pos)].put(req, req.prompt_tokens * self.kv_bytes_per_token)
+        self.links[(req.prefill_replica, pos)].send(req, req.prompt_tokens * self.kv_bytes_per_token)
 
     def _deliver(self, message: Message) -> None:
         req: Request = message.payload
@@ -153,7 +153,7 @@ class KvHandoff:
         req.first_token_s = now + self.first_token_overheads_s[pos]
         req.last_token_engine_s = now
         self.recorder.on_kv_transfer(req.id, req.prefill_replica, req.replica, message.size_bytes, start, now)
-        self.decode_inboxes[pos].put(req)
+        self.decode_inboxes[pos].send(req)
 
     def _lost(self, message: Message) -> None:
         """A link dropped *message*: its request ends here, dropped, and the decode router's
@@ -169,4 +169,4 @@ class KvHandoff:
         self.recorder.on_drop(req)
         self.recorder.on_departure(now)
         if self.dropped is not None:
-            self.dropped.put(req)
+            self.dropped.send(req)

@@ -461,3 +461,50 @@ def test_an_empty_message_during_a_lone_transmission_strands_nothing():
     env.run()
     assert got == [("b", 0.0), ("a", 0.001)]
     assert link.statistics().in_flight == 0
+
+
+def test_a_lone_message_with_an_overhead_costs_one_event():
+    """A message put on an idle link with an overhead is delivered by one scheduled event (its
+    overhead has no timer of its own), at overhead + size / bandwidth + rtt / 2."""
+    env = simpy.Environment()
+    out = Wire(env)
+    link = Link(env, out, rtt_s=0.02, bandwidth_bytes_per_s=1000.0, overhead_s=0.25)
+    msg = link.send("a", 500.0)
+    env.run()
+    assert msg.delivered_s == pytest.approx(0.25 + 0.5 + 0.01, rel=EXACT)
+    assert events_scheduled(env) == 1
+    assert list(out.items) == [msg]
+
+
+def test_a_message_in_its_overhead_is_counted_in_flight_and_busies_nothing():
+    """During a lone message's overhead the link counts it put and in flight, and no busy time."""
+    env = simpy.Environment()
+    link = Link(env, Wire(env), rtt_s=0.0, bandwidth_bytes_per_s=1000.0, overhead_s=0.25)
+    link.send("a", 500.0)
+    env.run(until=0.125)
+    s = link.statistics()
+    assert (s.puts, s.delivered, s.in_flight, s.busy_s) == (1, 0, 1, 0.0)
+    env.run(until=0.5)
+    assert link.statistics().busy_s == pytest.approx(0.25, rel=EXACT)
+
+
+def test_a_message_put_during_another_s_overhead_starts_after_it_and_shares():
+    """B put while A is in its overhead starts transmitting an overhead after its own put and
+    shares the bandwidth with A from then: A alone over [0.1, 0.15] (50 B), then both at
+    500 B/s until A's last 450 B end at 1.05, then B's last 50 B alone until 1.1; each adds
+    half the round trip."""
+    env = simpy.Environment()
+    out = Wire(env)
+    got = {}
+    out.connect(lambda m: got.setdefault(m.payload, env.now))
+    link = Link(env, out, rtt_s=0.2, bandwidth_bytes_per_s=1000.0, overhead_s=0.1)
+
+    def sender():
+        link.send("a", 500.0)
+        yield env.timeout(0.05)
+        link.send("b", 500.0)
+
+    env.process(sender())
+    env.run()
+    assert got["a"] == pytest.approx(1.05 + 0.1, rel=EXACT)
+    assert got["b"] == pytest.approx(1.1 + 0.1, rel=EXACT)
