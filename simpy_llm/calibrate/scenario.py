@@ -5,8 +5,12 @@ by ``simpy-llm observe``, see ``docs/observe.md``) into the serving system that
 recorded it, so a trace can be replayed without writing a scenario by hand:
 
 * ``llamacpp``: the ``llamacpp`` engine preset with the block's ``n_parallel``,
-  ``ctx_per_slot``, ``n_batch``, ``n_ubatch``, ``cache_prompt`` and ``kv_unified``
-  (absent: the preset's default, passes in order);
+  ``ctx_per_slot``, ``n_batch``, ``n_ubatch``, ``cache_prompt`` and ``kv_unified``.
+  Unknown ``kv_unified`` (null or absent) is the preset's default, one KV cache and passes
+  in order, and with more than one slot a :class:`~simpy_llm.config.errors.ScenarioWarning` says
+  so: a server started with ``--parallel N`` has a KV stream per slot unless
+  ``--kv-unified`` is given, and its steps are cut by slot (docs/model.md, "Passes by
+  slot"). ``simpy-llm observe --server-config`` can say which;
 * ``emulated`` (``simpy-llm serve``): the server's own ``serving`` section, seed and
   engine mode, which it reports about itself;
 * ``vllm`` / ``sglang``: the default engine with ``max_num_seqs``, ``block_size``,
@@ -33,11 +37,13 @@ from ``fit.ranges``), and a run outside them warns.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from simpy_llm.config import Scenario, ScenarioError
+from simpy_llm.config.errors import ScenarioWarning
 from simpy_llm.config.profile import PROFILE_VERSION, load_profile, profile_latency_model
 from simpy_llm.loading import scenario_from_dict, scenario_to_dict
 from simpy_llm.workload.traces import SERVER_BLOCK_KEYS, Trace, read_trace_v2, trace_v2_paths
@@ -55,9 +61,17 @@ def _trace(trace: Trace | Path | str) -> tuple[Trace, str | None]:
     return read_trace_v2(trace), str(trace_v2_paths(trace)[1])
 
 
-def _engine_from_server(server: Mapping[str, Any]) -> dict[str, Any]:
+def _engine_from_server(server: Mapping[str, Any], source: str) -> dict[str, Any]:
     kind = server.get("type")
     if kind == "llamacpp":
+        if server.get("kv_unified") is None and (server.get("n_parallel") or 1) > 1:
+            warnings.warn(
+                f"{source}: the llama.cpp server block does not say kv_unified; the replay assumes one KV "
+                "cache (passes in order). A server started with --parallel N has a KV stream per slot "
+                "unless --kv-unified is given: say which in the observer's --server-config (server.kv_unified)",
+                ScenarioWarning,
+                stacklevel=3,
+            )
         return {"preset": "llamacpp", **{k: server[k] for k in _LLAMACPP_KEYS if server.get(k) is not None}}
     return {field: server[key] for key, field in SERVER_BLOCK_KEYS.items() if server.get(key) is not None}
 
@@ -115,7 +129,7 @@ def scenario_from_trace(
         if server.get("simulation_mode"):
             data["simulation"] = {"mode": server["simulation_mode"]}
     else:
-        serving = {"replicas": 1, "engine": _engine_from_server(server)}
+        serving = {"replicas": 1, "engine": _engine_from_server(server, csv_path)}
     if profile is not None:
         serving.pop("replica_groups", None)
         serving["latency_model"] = profile_latency_model(profile)

@@ -58,6 +58,7 @@ import attrs
 __all__ = [
     "GEMMA_CHAT_TEMPLATE",
     "HOST",
+    "KV_UNIFIED",
     "MODEL_ALIAS",
     "MODEL_DIR_ENV",
     "SPECULATIVE_TYPES",
@@ -87,6 +88,12 @@ MODEL_DIR_ENV = "SIMPY_LLM_MODEL_DIR"
 
 DEFAULT_CTX_PER_SLOT = 2048
 """Context tokens per slot when ``ctx`` is not given (prompt + output of one request)."""
+
+KV_UNIFIED = False
+"""The launcher gives each slot a KV stream of its own (``--kv-unified`` off: each slot owns
+``ctx / parallel`` tokens, and a forward pass takes only sequences on consecutive slots,
+docs/model.md "Passes by slot"); :meth:`LlamaCppConfig.server_block` writes it, so a replay
+of a trace recorded here cuts its steps as this server did."""
 
 READY_PREFIX = "llama.cpp server listening on "
 """Start of the line the command prints (stdout, flushed) once the server answers."""
@@ -317,7 +324,7 @@ class LlamaCppConfig:
 
         ``type: llamacpp``, ``model`` (the alias served), ``n_parallel`` (slots),
         ``ctx_per_slot`` and ``n_ctx`` (tokens per slot and in all), ``threads``,
-        ``cache_prompt``, and the settings left at ``xllamacpp.CommonParams()``'s defaults:
+        ``cache_prompt``, ``kv_unified`` (:data:`KV_UNIFIED`), and the settings left at ``xllamacpp.CommonParams()``'s defaults:
         ``n_batch``, ``n_ubatch`` and ``cache_ram_mib`` (needs the ``real-server`` extra).
         Pass it as the observer's server config, ``server_config={"server": config.server_block()}``.
 
@@ -338,6 +345,7 @@ class LlamaCppConfig:
             "n_ctx": self.ctx_total,
             "threads": self.threads,
             "cache_prompt": self.cache_prompt,
+            "kv_unified": KV_UNIFIED,
             "n_batch": int(defaults.n_batch),
             "n_ubatch": int(defaults.n_ubatch),
             "cache_ram_mib": int(defaults.cache_ram_mib),
@@ -355,7 +363,7 @@ class LlamaCppConfig:
         p.port = self.port
         p.n_parallel = self.parallel
         p.n_ctx = self.ctx_total
-        p.kv_unified = False  # each slot owns ctx / parallel tokens, as documented
+        p.kv_unified = KV_UNIFIED
         p.cont_batching = True
         p.cpuparams.n_threads = self.threads
         p.cpuparams_batch.n_threads = self.threads  # prompt processing has its own count: pin it too

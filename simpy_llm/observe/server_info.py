@@ -99,7 +99,9 @@ _VLLM_KEYS = (
     "gpu_memory_utilization",
     "quantization",
 )
-_LLAMACPP_KEYS = ("n_parallel", "ctx_per_slot", "n_ctx", "n_batch", "n_ubatch", "cache_prompt", "cache_ram_mib", "threads")
+_LLAMACPP_KEYS = (
+    "n_parallel", "ctx_per_slot", "n_ctx", "n_batch", "n_ubatch", "cache_prompt", "kv_unified", "cache_ram_mib", "threads"
+)
 _EMULATED_KEYS = ("max_num_seqs", "block_size", "max_model_len", "max_num_batched_tokens", "enable_prefix_caching")
 _TGI_KEYS = (
     "max_concurrent_requests",

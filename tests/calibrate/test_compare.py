@@ -3,8 +3,10 @@ header implies, warm-up and failure exclusion, replayed session content and pref
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
+import attrs
 import numpy as np
 import pandas as pd
 import pytest
@@ -13,6 +15,7 @@ import yaml
 from simpy_llm.calibrate import compare, scenario_from_trace, simulated_observation
 from simpy_llm.calibrate.compare import observed_latencies
 from simpy_llm.config import ScenarioError
+from simpy_llm.config.errors import ScenarioWarning
 from simpy_llm.loading import scenario_from_dict
 from simpy_llm.workload.traces import read_trace_v2, write_trace_v2
 
@@ -47,6 +50,45 @@ def test_scenario_from_a_llamacpp_header_uses_the_preset():
     assert s.workload.traces[0].arrival_column == "send_time_us"
     with pytest.raises(ScenarioError, match="give a fitted profile"):
         scenario_from_trace(trace, trace_csv="x.csv")
+
+
+def test_a_llamacpp_header_with_a_kv_stream_per_slot_replays_passes_by_slot():
+    """The launcher's traces say ``kv_unified: false``: the replay cuts each step by slot, as
+    that server did, and warns of nothing."""
+    trace = read_trace_v2("tests/data/calibration/llamacpp_open_loop")
+    assert trace.header["server"]["kv_unified"] is False and trace.header["server"]["n_parallel"] == 4
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ScenarioWarning)
+        s = scenario_from_trace(trace, profile={"latency_model": MODEL}, trace_csv="tests/data/calibration/llamacpp_open_loop/trace.csv")
+    assert s.serving.engine.ubatch_split == "by_slot"
+
+
+@pytest.mark.parametrize("kv_unified", [None, "absent"])
+def test_a_llamacpp_header_that_does_not_say_its_kv_layout_warns_and_assumes_one_cache(tmp_path, kv_unified):
+    """Several slots and no ``kv_unified`` (null or absent): the replay assumes one KV cache
+    (passes in order) and a ScenarioWarning says so, naming the trace and the key to give."""
+    trace = read_trace_v2("tests/data/calibration/llamacpp_open_loop")
+    server = dict(trace.header["server"])
+    if kv_unified == "absent":
+        del server["kv_unified"]
+    else:
+        server["kv_unified"] = None
+    header = {**trace.header, "server": server}
+    unknown = attrs.evolve(trace, header=header)
+    with pytest.warns(ScenarioWarning, match=r"trace\.csv: the llama\.cpp server block does not say kv_unified.*server\.kv_unified"):
+        s = scenario_from_trace(unknown, profile={"latency_model": MODEL}, trace_csv="tests/data/calibration/llamacpp_open_loop/trace.csv")
+    assert s.serving.engine.ubatch_split == "simple"
+
+
+def test_a_one_slot_llamacpp_header_needs_no_kv_layout():
+    """With one slot the KV layout cannot change a step: no warning."""
+    trace = read_trace_v2("tests/data/calibration/llamacpp_open_loop")
+    header = {**trace.header, "server": {**trace.header["server"], "n_parallel": 1, "kv_unified": None}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ScenarioWarning)
+        s = scenario_from_trace(attrs.evolve(trace, header=header), profile={"latency_model": MODEL},
+                                trace_csv="tests/data/calibration/llamacpp_open_loop/trace.csv")
+    assert s.serving.engine.ubatch_split == "simple"
 
 
 def test_scenario_from_an_emulated_header_is_the_emulated_serving_system(tmp_path):

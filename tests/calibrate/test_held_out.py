@@ -49,12 +49,14 @@ def test_the_probe_profile_is_what_its_trace_gives(run):
 
 
 def test_what_short_prompts_cannot_determine_comes_from_the_probe(short_with_probe):
-    """Over prompts of 43-275 tokens the trace determines the decode table and the prompt costs
-    but not the attention term, the context term, the base costs or the restore cost: each of
-    those is the probe's value, and the sources say so."""
+    """Over prompts of 43-275 tokens the trace determines the decode steps of one, three and four
+    decoders and the prompt costs, but not the step of two decoders (with a KV stream per slot two
+    decoders run in one pass only on adjacent slots), the attention term, the context term, the
+    base costs or the restore cost: each of those is the probe's value, and the sources say so."""
     probe = load_profile(PROBE / "profile.yaml")["latency_model"]["params"]
     sources = short_with_probe.sources
-    assert sources["decode_step_us"] == ["trace"] * 4
+    assert sources["decode_step_us"] == ["trace", "prior", "trace", "trace"]
+    assert short_with_probe.params["decode_step_us"][1] == probe["decode_step_us"][1]
     assert sources["prefill_token_us"] == sources["prefill_step_us"] == "trace"
     for name in ("prefill_pair_us", "decode_context_us", "alpha0_us", "prefill_only_step_us", "cache_restore_us"):
         assert sources[name] == "prior" and short_with_probe.params[name] == probe[name], name
@@ -64,7 +66,7 @@ def test_what_short_prompts_cannot_determine_comes_from_the_probe(short_with_pro
 def test_the_held_out_prediction_warns_of_its_ranges_and_reaches_its_figures(short_with_probe):
     """Predicting the held-out chat from the short-prompt fit: the report warns that its prompts
     (153-1,288 tokens), computed prompt tokens and cached shares lie outside what the fit saw,
-    and the prediction reaches E2E MAPE 25.7 % and TTFT 36.3 %, under-predicting both (the goal of
+    and the prediction reaches E2E MAPE 28.7 % and TTFT 38.5 %, under-predicting both (the goal of
     10 % and 15 % is missed: docs/calibration.md says what the traces show)."""
     cal = compare(HELD_OUT, profile=short_with_probe.profile(), n_resamples=50)
     outside = [w for w in cal.report.warnings if w.startswith("workload outside the profile's fitted range")]
@@ -72,7 +74,7 @@ def test_the_held_out_prediction_warns_of_its_ranges_and_reaches_its_figures(sho
         "prompt_tokens", "concurrency", "uncached_prompt_tokens", "cached_fraction"]
     assert "prompt_tokens 153-1288 outside the fitted range 43-275" in outside[0]
     e2e, ttft = cal.metrics["e2e"], cal.metrics["ttft"]
-    assert (e2e.mape, ttft.mape) == pytest.approx((0.257, 0.363), abs=0.0005)
+    assert (e2e.mape, ttft.mape) == pytest.approx((0.287, 0.385), abs=0.0005)
     assert e2e.bias < 0 and ttft.bias < 0
 
 
@@ -81,16 +83,16 @@ def test_a_probe_of_a_slower_machine_is_contradicted_by_the_open_loop_trace():
     this probe's priors: every decode step and the per-token cost come from the trace, each with
     a warning that the prior's interval misses the trace's; the attention term is held at the
     least the trace allows (0.68 µs) rather than the probe's 0.40 µs, with a warning; and the
-    multi-turn trace is predicted with E2E MAPE 7.4 % and TTFT 13.1 %."""
+    multi-turn trace is predicted with E2E MAPE 7.5 % and TTFT 12.9 %."""
     result = fit(DATA / "llamacpp_open_loop", priors=PROBE / "profile.yaml")
     disagree = [w.split(":")[1].split()[0] for w in result.warnings if w.startswith("prior disagrees with the trace")]
     assert disagree == [f"decode_step_us[{i}]" for i in range(4)] + ["prefill_token_us"]
     assert result.sources["prefill_pair_us"] == "trace"
-    assert result.params["prefill_pair_us"] == pytest.approx(0.679, abs=0.001)
+    assert result.params["prefill_pair_us"] == pytest.approx(0.684, abs=0.001)
     assert any(w.startswith("prefill_pair_us is not determined by this trace") and "rather than the prior 0.397357 µs" in w
                for w in result.warnings)
     cal = compare(DATA / "llamacpp_multi_turn", profile=result.profile(), n_resamples=50)
-    assert (cal.metrics["e2e"].mape, cal.metrics["ttft"].mape) == pytest.approx((0.074, 0.131), abs=0.0005)
+    assert (cal.metrics["e2e"].mape, cal.metrics["ttft"].mape) == pytest.approx((0.0745, 0.1289), abs=0.0005)
 
 
 def test_three_probes_agree_on_the_attention_term_only_within_wide_intervals():
@@ -107,13 +109,13 @@ def test_three_probes_agree_on_the_attention_term_only_within_wide_intervals():
 
 def test_the_held_out_prediction_moves_with_the_probe_that_gives_the_priors():
     """With the earlier probe's priors (2.73 µs per pair, a 265 ms restore) the same short-prompt
-    trace predicts the held-out chat with E2E MAPE 15.4 % and TTFT 27.8 %, against 25.7 % and
-    36.3 % with the held-out session's probe: the prediction hinges on the coefficients the
+    trace predicts the held-out chat with E2E MAPE 18.0 % and TTFT 28.4 %, against 28.7 % and
+    38.5 % with the held-out session's probe: the prediction hinges on the coefficients the
     fitting trace leaves to the priors."""
     result = fit(SHORT, priors=PROBE_RUNS["earlier"] / "profile.yaml")
     assert result.sources["prefill_pair_us"] == result.sources["cache_restore_us"] == "prior"
     cal = compare(HELD_OUT, profile=result.profile(), n_resamples=50)
-    assert (cal.metrics["e2e"].mape, cal.metrics["ttft"].mape) == pytest.approx((0.154, 0.278), abs=0.0005)
+    assert (cal.metrics["e2e"].mape, cal.metrics["ttft"].mape) == pytest.approx((0.180, 0.284), abs=0.0005)
 
 
 DOCS_SET = DATA / "llamacpp_held_out_docs_set"
@@ -123,16 +125,16 @@ again, and single documents of 306-1,194 tokens in a Poisson stream (``held_out_
 
 def test_held_out_documents_are_predicted_from_short_prompts_with_their_ranges_warned():
     """Fitted on the short prompts with that day's probe as priors, the documents (prompts up to four
-    times the longest fitted) are predicted with E2E MAPE 18.5 % and TTFT 17.2 %, both
-    under-predicted, and the report names the prompt lengths outside the fitted range (the goal of
-    10 % and 15 % is missed: docs/calibration.md says what the trace shows)."""
+    times the longest fitted) are predicted with E2E MAPE 12.6 % and TTFT 12.3 %, both
+    under-predicted, and the report names the prompt lengths outside the fitted range (the E2E goal
+    of 10 % is missed, the TTFT goal of 15 % met: docs/calibration.md says what the trace shows)."""
     result = fit(DOCS_SET / "llamacpp_short_prompts", priors=DOCS_SET / "llamacpp_probe" / "profile.yaml")
     cal = compare(DOCS_SET / "llamacpp_held_out_docs", profile=result.profile(), n_resamples=50)
     outside = [w for w in cal.report.warnings if w.startswith("workload outside the profile's fitted range")]
     assert [w.split(":")[1].split()[0] for w in outside] == ["prompt_tokens", "uncached_prompt_tokens"]
     assert "prompt_tokens 306-1194 outside the fitted range 43-275" in outside[0]
     e2e, ttft = cal.metrics["e2e"], cal.metrics["ttft"]
-    assert (e2e.mape, ttft.mape) == pytest.approx((0.185, 0.172), abs=0.0005)
+    assert (e2e.mape, ttft.mape) == pytest.approx((0.126, 0.123), abs=0.0005)
     assert e2e.bias < 0 and ttft.bias < 0
 
 
@@ -155,14 +157,14 @@ def test_eight_gaps_per_prompt_halve_the_probe_interval_of_the_context_term():
 
 def test_held_out_documents_at_half_load_are_predicted_with_their_figures():
     """Fitted on the short prompts with that day's probe as priors, documents of 317-897 tokens
-    arriving at about half the server's capacity are predicted with E2E MAPE 18.6 % and TTFT
-    22.2 %, both under-predicted; the fit warns that the decode steps of the trace are not the
-    probe's, recorded minutes before (docs/calibration.md)."""
+    arriving at about half the server's capacity are predicted with E2E MAPE 22.9 % and TTFT
+    28.4 %, both under-predicted; the fit warns that the decode step of four decoders in the trace
+    is not the probe's, recorded minutes before (docs/calibration.md)."""
     result = fit(HALF_LOAD_SET / "llamacpp_short_prompts", priors=HALF_LOAD_SET / "llamacpp_probe" / "profile.yaml")
-    assert any(w.startswith("prior disagrees with the trace: decode_step_us[0]") for w in result.warnings)
+    assert any(w.startswith("prior disagrees with the trace: decode_step_us[3]") for w in result.warnings)
     cal = compare(HALF_LOAD_SET / "llamacpp_held_out_docs_half_load", profile=result.profile(), n_resamples=50)
     e2e, ttft = cal.metrics["e2e"], cal.metrics["ttft"]
-    assert (e2e.mape, ttft.mape) == pytest.approx((0.1855, 0.2216), abs=0.0005)
+    assert (e2e.mape, ttft.mape) == pytest.approx((0.2293, 0.2841), abs=0.0005)
     assert e2e.bias < 0 and ttft.bias < 0
 
 
@@ -173,14 +175,14 @@ faster: the same documents keep it about a fifth busy."""
 
 def test_held_out_documents_on_an_idle_machine_are_predicted_within_the_goal():
     """On an idle machine, fitted on the short prompts with that day's probe as priors, documents
-    of 317-897 tokens (longer than any fitted prompt) are predicted with E2E MAPE 4.3 % and TTFT
-    4.0 %: within the goal of 10 % and 15 % (docs/calibration.md)."""
+    of 317-897 tokens (longer than any fitted prompt) are predicted with E2E MAPE 2.5 % and TTFT
+    3.7 %: within the goal of 10 % and 15 % (docs/calibration.md)."""
     result = fit(QUIET_SET / "llamacpp_short_prompts", priors=QUIET_SET / "llamacpp_probe" / "profile.yaml")
     cal = compare(QUIET_SET / "llamacpp_held_out_docs_half_load", profile=result.profile(), n_resamples=50)
     outside = [w for w in cal.report.warnings if w.startswith("workload outside the profile's fitted range")]
     assert "prompt_tokens 317-897 outside the fitted range" in outside[0]
     e2e, ttft = cal.metrics["e2e"], cal.metrics["ttft"]
-    assert (e2e.mape, ttft.mape) == pytest.approx((0.0429, 0.0395), abs=0.0005)
+    assert (e2e.mape, ttft.mape) == pytest.approx((0.0250, 0.0369), abs=0.0005)
     assert e2e.mape <= 0.10 and ttft.mape <= 0.15
 
 
@@ -191,12 +193,12 @@ about 87 % busy, up to 12 requests in it, TTFTs up to 22 s."""
 
 def test_queued_held_out_documents_on_an_idle_machine_are_predicted_within_the_goal():
     """On an idle machine, with that day's probe as priors, documents of 311-888 tokens arriving
-    fast enough to queue (TTFT median 5.6 s, at most 22 s) are predicted with E2E MAPE 2.0 % and
-    TTFT 3.2 %; without the probe's priors the same fit misses by 22 % and 20 %."""
+    fast enough to queue (TTFT median 5.6 s, at most 22 s) are predicted with E2E MAPE 1.5 % and
+    TTFT 2.2 %; without the probe's priors the same fit misses by 22 % and 21 %."""
     with_probe = fit(BUSY_SET / "llamacpp_short_prompts", priors=BUSY_SET / "llamacpp_probe" / "profile.yaml")
     without = fit(BUSY_SET / "llamacpp_short_prompts")
     held_out = BUSY_SET / "llamacpp_held_out_docs_busy"
     cal = compare(held_out, profile=with_probe.profile(), n_resamples=50)
     bare = compare(held_out, profile=without.profile(), n_resamples=50)
-    assert (cal.metrics["e2e"].mape, cal.metrics["ttft"].mape) == pytest.approx((0.0197, 0.0323), abs=0.0005)
-    assert (bare.metrics["e2e"].mape, bare.metrics["ttft"].mape) == pytest.approx((0.2229, 0.2029), abs=0.0005)
+    assert (cal.metrics["e2e"].mape, cal.metrics["ttft"].mape) == pytest.approx((0.0151, 0.0222), abs=0.0005)
+    assert (bare.metrics["e2e"].mape, bare.metrics["ttft"].mape) == pytest.approx((0.2192, 0.2074), abs=0.0005)

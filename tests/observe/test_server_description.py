@@ -152,9 +152,9 @@ def test_the_server_config_overrides_what_is_discovered(tmp_path: Path) -> None:
 
 
 def test_the_launchers_server_block_is_a_server_config() -> None:
-    """LlamaCppConfig.server_block() gives the launcher's slots, contexts, threads and prompt cache,
-    with xllamacpp's defaults for the batch sizes and host cache, under the block's names, and
-    passes as a server config."""
+    """LlamaCppConfig.server_block() gives the launcher's slots, contexts, threads, prompt cache and
+    KV layout (the very value its server parameters set), with xllamacpp's defaults for the batch
+    sizes and host cache, under the block's names, and passes as a server config."""
     xllamacpp = pytest.importorskip("xllamacpp", reason="needs the real-server extra (xllamacpp): pip install -e '.[real-server]'")
 
     from simpy_llm.observe.server_info import load_server_config
@@ -163,10 +163,11 @@ def test_the_launchers_server_block_is_a_server_config() -> None:
     defaults = xllamacpp.CommonParams()
     assert block == {
         "type": "llamacpp", "model": "gemma-3-270m-q4_k_m", "n_parallel": 2, "ctx_per_slot": 2048, "n_ctx": 4096,
-        "threads": 1, "cache_prompt": False, "n_batch": defaults.n_batch, "n_ubatch": defaults.n_ubatch,
+        "threads": 1, "cache_prompt": False, "kv_unified": False, "n_batch": defaults.n_batch, "n_ubatch": defaults.n_ubatch,
         "cache_ram_mib": defaults.cache_ram_mib,
     }
     assert load_server_config({"server": block}).server == block
+    assert LlamaCppConfig(parallel=2).params("model.gguf").kv_unified is block["kv_unified"]
 
 
 # ------------------------------------------------------------------ other types
