@@ -319,9 +319,9 @@ class LlamaCppPreset:
     the slots itself (4). Off (its default when ``--parallel`` is given, and the project's
     launcher's), each slot has its own KV stream and a step runs one pass per run of
     consecutive slot ids (``ubatch_split: by_slot``; docs/model.md, "Passes by slot"). One
-    slot is one stream either way. The calibrator's estimates still assume passes in order
-    (docs/calibration.md), so a trace header that does not say ``kv_unified`` is replayed
-    with this default."""
+    slot is one stream either way. A replayed trace takes its server block's ``kv_unified``
+    (the launcher writes false); a block that does not say it is replayed with this default,
+    with a warning (docs/model.md, "Replays follow the trace")."""
     ctx_checkpoints: int | None = attrs.field(default=None, validator=optional(all_of(at_least(1), at_most(MAX_TOKENS))))
     """``--ctx-checkpoints`` (``slots`` with ``prompt_checkpoints`` only; default the
     server's 32): checkpoints a slot keeps, the oldest dropped first."""

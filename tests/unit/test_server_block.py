@@ -40,6 +40,25 @@ def test_each_llamacpp_key_is_checked_against_its_engine_setting(key: str, value
     assert f"server.{key} = {value!r}" in problems[0][1] and f"the scenario has {getattr(LLAMA, field)!r}" in problems[0][1]
 
 
+def test_the_kv_layout_is_checked_against_the_pass_split() -> None:
+    """kv_unified false (a KV stream per slot) asks for passes by slot, true for passes in order;
+    a difference names ubatch_split and both settings. With one slot, or kv_unified unknown,
+    nothing is compared."""
+    by_slot = EngineConfig(max_num_seqs=4, max_num_batched_tokens=2048, max_model_len=2048, prefix_caching=True,
+                           kv_num_blocks=1024, ubatch_tokens=512, ubatch_split="by_slot")
+    assert server_block_mismatches({"server": {**MATCHING, "kv_unified": False}}, by_slot) == []
+    assert server_block_mismatches({"server": {**MATCHING, "kv_unified": True}}, LLAMA) == []
+    assert server_block_mismatches({"server": {**MATCHING, "kv_unified": False}}, LLAMA) == [
+        ("ubatch_split", "the trace was recorded with server.kv_unified = False (ubatch_split 'by_slot'), "
+                         "the scenario has ubatch_split 'simple'")
+    ]
+    assert [k for k, _ in server_block_mismatches({"server": {**MATCHING, "kv_unified": True}}, by_slot)] == ["ubatch_split"]
+    assert server_block_mismatches({"server": {**MATCHING, "kv_unified": None}}, by_slot) == []
+    one_slot = {**MATCHING, "n_parallel": 1, "n_ctx": 2048, "kv_unified": False}
+    engine = EngineConfig(max_num_seqs=1, max_num_batched_tokens=2048, max_model_len=2048, prefix_caching=True, kv_num_blocks=1024)
+    assert server_block_mismatches({"server": one_slot}, engine) == []
+
+
 def test_n_batch_is_compared_as_llamacpp_clamps_it_to_the_context() -> None:
     """A logical batch beyond the whole context counts as the context (n_ctx, or slots x slot context)."""
     engine = EngineConfig(max_num_seqs=1, max_num_batched_tokens=1024, max_model_len=1024, kv_num_blocks=64)

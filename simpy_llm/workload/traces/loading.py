@@ -427,7 +427,8 @@ def server_block_mismatches(header: Mapping[str, Any], engine: Any) -> list[tupl
     """``(engine key, message)`` for each setting of the header's ``server`` block that
     differs from *engine* (an :class:`~simpy_llm.config.schema.EngineConfig`): the keys of
     :data:`LLAMACPP_BLOCK_KEYS` for a ``type: llamacpp`` block, of :data:`SERVER_BLOCK_KEYS`
-    for any other. Keys absent or null in the block are not compared.
+    for any other, and a llama.cpp block's ``kv_unified`` against the engine's
+    ``ubatch_split`` (with more than one slot). Keys absent or null in the block are not compared.
 
     >>> from simpy_llm.config.schema import EngineConfig
     >>> server_block_mismatches({"server": {"max_num_seqs": 4, "block_size": 16}}, EngineConfig())
@@ -449,7 +450,23 @@ def server_block_mismatches(header: Mapping[str, Any], engine: Any) -> list[tupl
         if value != getattr(engine, field):
             shown = f"{server[key]!r}" if value == server[key] else f"{server[key]!r} (clamped to the context: {value!r})"
             out.append((field, f"the trace was recorded with server.{key} = {shown}, the scenario has {getattr(engine, field)!r}"))
+    if server.get("type") == "llamacpp":
+        out += _kv_layout_mismatch(server, engine)
     return out
+
+
+def _kv_layout_mismatch(server: Mapping[str, Any], engine: Any) -> list[tuple[str, str]]:
+    """llama.cpp's ``kv_unified`` against the engine's ``ubatch_split``: a KV stream per slot
+    cuts a step's passes by slot (docs/model.md, "Passes by slot"); with one slot both ways cut
+    alike, so nothing is compared."""
+    kv_unified = server.get("kv_unified")
+    if kv_unified is None or not _is_int(server.get("n_parallel")) or server["n_parallel"] <= 1:
+        return []
+    split = "simple" if kv_unified else "by_slot"
+    if engine.ubatch_split == split:
+        return []
+    return [("ubatch_split", f"the trace was recorded with server.kv_unified = {kv_unified!r} (ubatch_split {split!r}), "
+                             f"the scenario has ubatch_split {engine.ubatch_split!r}")]
 
 
 def _effective_n_batch(server: Mapping[str, Any], n_batch: Any) -> Any:
