@@ -246,6 +246,9 @@ class RunSummary:
     """The load generator itself could not keep the schedule (:func:`saturation`)."""
     saturation_reason: str | None = None
     """Why :attr:`saturated` is set (``None`` when it is not)."""
+    connection_waits: int = 0
+    """Requests that waited longer than ``lag_threshold_s`` for one of the client's connections
+    (its *max_connections* all busy): a cause of :attr:`saturated`."""
 
 
 def _rate(times: list[float]) -> float | None:
@@ -288,6 +291,7 @@ def summarize_run(
     delay_p99 = _quantile(delays, 0.99)
     lag_p99 = _quantile(lags, 0.99)
     out_of_resources = [r.error_message for r in recs if r.status == "error" and client_limited(r.error_message)]
+    connection_waits = sum(1 for r in recs if r.connection_wait_s > lag_threshold_s)
     reason = saturation(
         delay_p99_s=delay_p99,
         lag_p99_s=lag_p99,
@@ -297,6 +301,7 @@ def summarize_run(
         limited=limited,
         client_limit_errors=len(out_of_resources),
         client_limit_message=out_of_resources[0] if out_of_resources else None,
+        connection_waits=connection_waits,
     )
     return RunSummary(
         n_requests=len(requests),
@@ -317,6 +322,7 @@ def summarize_run(
         lag_p99_s=lag_p99,
         saturated=reason is not None,
         saturation_reason=reason,
+        connection_waits=connection_waits,
     )
 
 
@@ -338,6 +344,7 @@ def run_statistics(summary: RunSummary, *, concurrency: int | None, workers: int
         "lagging": s.lagging,
         "saturated": s.saturated,
         "saturation_reason": s.saturation_reason,
+        "connection_waits": s.connection_waits,
         "concurrency": concurrency,
         "workers": workers,
         "stopped": s.stopped,
@@ -467,7 +474,8 @@ class LoadGenerator:
         ``lag_p50_s`` and ``lag_p99_s`` (dispatch - target), ``lag_threshold_s`` and
         ``lagging`` (the median lag exceeded it), ``saturated`` and ``saturation_reason``
         (the generator itself could not keep the schedule: :func:`saturation`),
-        ``concurrency`` (the limit; ``None``: open loop), ``workers`` (1 here; see
+        ``connection_waits`` (requests that waited over the threshold for one of the client's
+        connections, its ``max_connections`` all busy), ``concurrency`` (the limit; ``None``: open loop), ``workers`` (1 here; see
         :mod:`simpy_llm.observe.workers`) and ``stopped``.
 
         Raises
