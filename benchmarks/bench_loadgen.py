@@ -214,7 +214,8 @@ def run_case(args: argparse.Namespace) -> dict[str, Any]:
             parent_run_us_per_request=parent_run / s.n_requests * 1e6 if s.n_requests else None,
             parent_sending_us_per_request=parent_sending / s.n_requests * 1e6 if s.n_requests and parent_sending is not None else None,
             workers_run_us_per_request=workers_run / s.n_requests * 1e6 if s.n_requests and workers_run is not None else None,
-            connection_waits=s.connection_waits if hasattr(s, "connection_waits") else None,
+            connection_waits=getattr(s, "connection_waits", None),  # None: a tree without the cap
+            connection_wait_max_s=getattr(s, "connection_wait_max_s", None),
             client_cpu_share=run_cpu / wall if wall > 0 and run_cpu is not None else None,
             server_cpu_share=(server_cpu1 - server_cpu0) / wall if server_cpu0 is not None and server_cpu1 is not None and wall > 0 else None,
         )

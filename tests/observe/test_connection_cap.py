@@ -132,8 +132,22 @@ def test_requests_beyond_the_cap_wait_and_the_wait_is_schedule_delay() -> None:
         assert r.sent_s is not None and r.dispatched_s is not None
         assert r.sent_s - r.dispatched_s >= r.connection_wait_s
     assert summary.connection_waits == 8 and gen.statistics()["connection_waits"] == 8
+    assert summary.connection_wait_max_s == max(r.connection_wait_s for r in recs)
     assert summary.saturated and summary.saturation_reason is not None
     assert "8 requests waited" in summary.saturation_reason and "max_connections" in summary.saturation_reason
+
+
+def test_waits_within_the_lag_threshold_are_counted_but_do_not_saturate() -> None:
+    """With a lag threshold longer than any wait, the 8 requests that waited for one of the 2
+    connections are still counted, and the run is not saturated by them."""
+
+    async def run() -> RunSummary:
+        async with _server() as (url, _), OpenAIClient(url, model="m", max_connections=2) as client:
+            return await LoadGenerator(client, _burst(10), lag_threshold_s=1e9).run()
+
+    summary = asyncio.run(run())
+    assert summary.status_counts == {"ok": 10}
+    assert summary.connection_waits == 8 and not summary.saturated
 
 
 def test_without_a_cap_no_request_waits_for_a_connection() -> None:
@@ -147,6 +161,7 @@ def test_without_a_cap_no_request_waits_for_a_connection() -> None:
 
     summary, most = asyncio.run(run())
     assert summary.status_counts == {"ok": 10} and summary.connection_waits == 0
+    assert summary.connection_wait_max_s is None
     assert most == 10
 
 
