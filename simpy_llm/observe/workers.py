@@ -91,9 +91,12 @@ BATCH = 256
 FLUSH_S = 0.02
 """... and at most this long after the first of a batch ended."""
 
-HOLD_ROWS = 50_000
+HOLD_ROWS = 200_000
 """While the workers send, the parent holds at most about this many records unwritten (see the
-module docstring): beyond it, it writes the oldest until half as many are held."""
+module docstring): beyond it, it writes the oldest until half as many are held. 20 s at
+10,000 requests/s, so a 10 s run at that rate writes no row while it sends; a held record takes
+about 1.2 kB (a streamed answer of 5 chunks), about what its record takes once made again, which
+the parent keeps for the run's summary in any case."""
 SLICE_ROWS = 1_000
 """Rows the parent writes at a time while the run goes on (tens of milliseconds), the event
 loop free between slices for the workers' messages."""
