@@ -23,8 +23,8 @@ so that the client is not what limits a benchmark:
   quarter of the object's time), which writes its trace v2 row exactly as the one-process
   generator does, so the trace has the same format, rows in the order the parent
   receives them. While the workers send, the parent counts each record in its live
-  statistics and holds it: making the record again and writing its row (about 25 µs a
-  request, a quarter of a core at 10,000/s, on cores the workers share) waits until every
+  statistics and holds it: making the record again and writing its row (about 12 µs a
+  request, an eighth of a core at 10,000/s, on cores the workers share) waits until every
   request has been sent, or until more than :data:`HOLD_ROWS` are held, and is then done in
   slices of :data:`SLICE_ROWS` with the event loop free between them. Every row held is
   written before :meth:`ProcessLoadGenerator.run` returns or raises, whether the run ended,
