@@ -31,7 +31,13 @@ httptools) instead of aiohttp.
 then the parent's plus its workers' (their start-up included), and the wall time
 counts from the shared run start. ``client CPU us/req`` counts all the client's CPU (start-up,
 building bodies ahead, the run); ``in run us/req`` only what it spent from the run's start (the
-clock of the targets) to its end, and ``client CPU %`` is that share of the wall time.
+clock of the targets) to its end, and ``client CPU %`` is that share of the wall time. That
+in-run CPU is split into the sending process's own (``parent sending/run us/req``: from the run's
+start until every request was handed to a client, looked at every 20 ms, then to the run's end)
+and, with workers, the workers' (``workers us/req``).
+
+``--max-connections N`` caps the connections each sending process holds
+(``OpenAIClient(max_connections=N)``; ``0``: no cap; default: the client's own).
 
 ``--prepare-bytes N`` sets how many bytes of request bodies each sending process builds
 ahead of their targets (``LoadGenerator(prepare_bytes=N)``; ``0``: each built just before its
@@ -132,7 +138,11 @@ def run_case(args: argparse.Namespace) -> dict[str, Any]:
             await measure(Path(tmp) / "trace")
 
     async def measure(trace: Path) -> None:
-        async with OpenAIClient(url, timeout_s=30.0, keep_alive=not args.new_connections, transport=args.transport) as client:
+        # The client's own cap on connections unless --max-connections names one.
+        cap = {} if args.max_connections is None else {"max_connections": args.max_connections or None}
+        async with OpenAIClient(
+            url, timeout_s=30.0, keep_alive=not args.new_connections, transport=args.transport, **cap
+        ) as client:
             # Warm-up: the first requests pay lazy imports and first-use costs.
             for _ in range(5):
                 await client.send(RequestSpec("warm up", 4, request_id=-1))
@@ -162,6 +172,7 @@ def run_case(args: argparse.Namespace) -> dict[str, Any]:
                     await asyncio.sleep(0)
                     start_children = 0.0
                 run_cpu0 = time.process_time()
+                all_sent = asyncio.ensure_future(_all_sent(gen, len(requests)))
                 try:
                     s = await task
                 except RuntimeError as exc:  # a worker failed: the run's summary holds what it measured
@@ -169,6 +180,8 @@ def run_case(args: argparse.Namespace) -> dict[str, Any]:
                         raise
                     s = gen.summary
                     out["failed"] = _last_line(str(exc))
+                all_sent.cancel()
+                parent_sending = all_sent.result() - run_cpu0 if all_sent.done() and not all_sent.cancelled() else None
                 if profiler is not None:
                     profiler.disable()
                 children1 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -176,9 +189,9 @@ def run_case(args: argparse.Namespace) -> dict[str, Any]:
                 wall = time.perf_counter() - client.run_start
                 children_s = (children1.ru_utime + children1.ru_stime) - (children0.ru_utime + children0.ru_stime)
                 cpu = time.process_time() - cpu0 + children_s
-                run_cpu = (
-                    time.process_time() - run_cpu0 + children_s - start_children if start_children is not None else None
-                )
+                parent_run = time.process_time() - run_cpu0
+                workers_run = children_s - start_children if start_children is not None and args.case_workers > 1 else None
+                run_cpu = parent_run + children_s - start_children if start_children is not None else None
                 server_cpu1 = _proc_cpu_s(args.server_pid) if args.server_pid else None
         out.update(
             n_requests=s.n_requests,
@@ -198,6 +211,11 @@ def run_case(args: argparse.Namespace) -> dict[str, Any]:
             client_cpu_us_per_request=cpu / s.n_requests * 1e6 if s.n_requests else None,
             run_cpu_s=run_cpu,
             run_cpu_us_per_request=run_cpu / s.n_requests * 1e6 if s.n_requests and run_cpu is not None else None,
+            parent_run_us_per_request=parent_run / s.n_requests * 1e6 if s.n_requests else None,
+            parent_sending_us_per_request=parent_sending / s.n_requests * 1e6 if s.n_requests and parent_sending is not None else None,
+            workers_run_us_per_request=workers_run / s.n_requests * 1e6 if s.n_requests and workers_run is not None else None,
+            connection_waits=getattr(s, "connection_waits", None),  # None: a tree without the cap
+            connection_wait_max_s=getattr(s, "connection_wait_max_s", None),
             client_cpu_share=run_cpu / wall if wall > 0 and run_cpu is not None else None,
             server_cpu_share=(server_cpu1 - server_cpu0) / wall if server_cpu0 is not None and server_cpu1 is not None and wall > 0 else None,
         )
@@ -256,6 +274,8 @@ def spawn(rate: float, loop: str, workers: int, port: int, server_pid: int, args
     if args.new_connections:
         cmd.append("--new-connections")
     cmd += ["--transport", args.transport, "--prepare-bytes", str(args.prepare_bytes)]
+    if args.max_connections is not None:
+        cmd += ["--max-connections", str(args.max_connections)]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
     limit = args.duration * 20 + 240
@@ -277,11 +297,20 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
+async def _all_sent(gen: Any, n: int) -> float:
+    """This process's CPU time (``time.process_time()``) when *gen* has handed its *n* requests to
+    the client (looked at every 20 ms): the parent's CPU while the run sends is from its start to this."""
+    while gen.live.sent < n:
+        await asyncio.sleep(0.02)
+    return time.process_time()
+
+
 def failed_row(rate: float, loop: str, workers: int, args: argparse.Namespace, why: str) -> dict[str, Any]:
     """The row of a case whose process gave no figures (it crashed, or ran out of time): the
     generator did not keep the schedule, so the case is saturated, and *why* says how it ended."""
     figures = ("requested_rate", "achieved_rate", "delay_p50_s", "delay_p99_s", "delay_max_s", "lag_p50_s",
-               "client_cpu_us_per_request", "run_cpu_us_per_request", "client_cpu_share", "server_cpu_share")
+               "client_cpu_us_per_request", "run_cpu_us_per_request", "parent_run_us_per_request",
+               "parent_sending_us_per_request", "workers_run_us_per_request", "client_cpu_share", "server_cpu_share")
     return {
         "loop": loop, "loop_used": loop, "rate": rate, "workers": workers, "transport": args.transport,
         "n_requests": max(round(rate * args.duration), 2), "n_sent": None, "ok": 0, **dict.fromkeys(figures),
@@ -324,6 +353,9 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
         ("lag p50 ms", ">", lambda r: _ms(r["lag_p50_s"])),
         ("client CPU us/req", ">", lambda r: _fmt(r["client_cpu_us_per_request"], ".0f")),
         ("in run us/req", ">", lambda r: _fmt(r.get("run_cpu_us_per_request"), ".0f")),
+        ("parent sending/run us/req", ">",
+         lambda r: f"{_fmt(r.get('parent_sending_us_per_request'), '.0f')}/{_fmt(r.get('parent_run_us_per_request'), '.0f')}"),
+        ("workers us/req", ">", lambda r: _fmt(r.get("workers_run_us_per_request"), ".0f")),
         ("client CPU %", ">", lambda r: _fmt(r["client_cpu_share"] and r["client_cpu_share"] * 100, ".0f")),
         ("server CPU %", ">", lambda r: _fmt(r["server_cpu_share"] and r["server_cpu_share"] * 100, ".0f")),
         ("saturated", "^", lambda r: "failed" if r.get("failed") else "yes" if r.get("saturated") else "no"),
@@ -353,7 +385,8 @@ def median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
         return runs[0]
     out = dict(runs[0])
     for key in ("requested_rate", "achieved_rate", "delay_p50_s", "delay_p99_s", "delay_max_s", "lag_p50_s",
-                "client_cpu_us_per_request", "run_cpu_us_per_request", "client_cpu_share", "server_cpu_share"):
+                "client_cpu_us_per_request", "run_cpu_us_per_request", "parent_run_us_per_request",
+                "parent_sending_us_per_request", "workers_run_us_per_request", "client_cpu_share", "server_cpu_share"):
         vals = [r[key] for r in runs if r.get(key) is not None]
         out[key] = statistics.median(vals) if vals else None
     out["ok"] = min(r["ok"] for r in runs)
@@ -408,6 +441,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prepare-bytes", type=int, default=PREPARE_BYTES, metavar="N",
                    help="bytes of request bodies each sending process builds ahead of their targets "
                         f"(LoadGenerator(prepare_bytes=...); default {PREPARE_BYTES}; 0: each built just before its target)")
+    p.add_argument("--max-connections", type=int, default=None, metavar="N",
+                   help="connections each sending process holds at most (OpenAIClient(max_connections=...); "
+                        "default: the client's own, 4096; 0: no cap)")
     p.add_argument("--workers", default="1",
                    help="comma-separated numbers of sending processes, one case each (default 1: the one-process generator)")
     # Worker mode: one case, started by the parent.

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FILES_RESERVE",
     "KEEPALIVE_S",
+    "MAX_CONNECTIONS",
     "TRANSPORTS",
     "UNSENT_RETRIES",
     "LeanTransportWarning",
@@ -64,6 +65,12 @@ __all__ = [
     "raise_open_files_limit",
     "short_message",
 ]
+
+MAX_CONNECTIONS = 4096
+"""The default of :class:`OpenAIClient`'s *max_connections*: connections one client (one sending
+process) holds at most. A run that falls behind at 10,000 requests/s with keep-alive on once
+held ~48,000 and ran the machine out of local ports (28,000 by Linux's default range); two
+sending processes at this cap hold at most 8,192."""
 
 STATUSES = ("ok", "error", "timeout", "cancelled")
 TRANSPORTS = ("aiohttp", "lean")
@@ -253,6 +260,10 @@ class ObservedRequest:
     error_message: str = ""
     attempts: int = 0
     attempt_statuses: list[int | None] = attrs.field(factory=list)
+    connection_wait_s: float = 0.0
+    """Seconds the request waited for one of the client's connections (*max_connections* all
+    busy) before its attempts were written; ``sent_s`` comes after the first attempt's wait,
+    so the schedule delay includes it, as a real client's would."""
 
     # ------------------------------------------------------------ derived metrics
     @property
@@ -331,6 +342,11 @@ class OpenAIClient:
         :data:`KEEPALIVE_S` for the next request. ``False`` (the default): a new connection per
         request, which every server answers reliably (each request pays the connection
         set-up, and the client's sockets linger in ``TIME_WAIT``; module docstring).
+    max_connections
+        At most this many requests are written at once, each on a connection of its own
+        (HTTP/1.1), so the client holds at most this many connections (default
+        :data:`MAX_CONNECTIONS`; ``None``: no cap). A request beyond it waits, in FIFO order,
+        until one ends: the wait is in its schedule delay and in ``connection_wait_s``.
     transport
         How requests are sent: ``"aiohttp"`` (the default) or ``"lean"``, an asyncio Protocol
         per connection with answers parsed by httptools (:mod:`simpy_llm.observe.lean`): the
@@ -353,9 +369,12 @@ class OpenAIClient:
         run_start: float | None = None,
         keep_alive: bool = False,
         transport: str = "aiohttp",
+        max_connections: int | None = MAX_CONNECTIONS,
     ) -> None:
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {', '.join(map(repr, TRANSPORTS))}, got {transport!r}")
+        if max_connections is not None and (isinstance(max_connections, bool) or max_connections < 1):
+            raise ValueError(f"max_connections must be a whole number >= 1 or None, got {max_connections!r}")
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         self.model = model
@@ -368,6 +387,8 @@ class OpenAIClient:
         self.run_start = time.perf_counter() if run_start is None else run_start
         self.keep_alive = keep_alive
         self.transport = transport
+        self.max_connections = max_connections
+        self._connections: asyncio.Semaphore | None = None
         self._session: aiohttp.ClientSession | None = None
         self._lean: LeanPool | None = None
 
@@ -384,10 +405,14 @@ class OpenAIClient:
 
     async def open(self) -> None:
         """Create the HTTP session and its connection pool (see *keep_alive*)."""
+        if self._connections is None and self.max_connections is not None:
+            # One slot per request being written or answered: a connection each, whatever the
+            # transport (aiohttp's pool and the lean one open a connection only when none is idle).
+            self._connections = asyncio.Semaphore(self.max_connections)
         if self._session is None:
-            # No limit on connections: a concurrency limit, where there is one, is the load
-            # generator's (a limit here would queue requests out of its sight), so the pool
-            # holds at most as many connections as requests were in flight at once.
+            # No limit in aiohttp's pool: the client's own (max_connections) holds requests back
+            # before their send time is taken, so that a wait for a connection is measured; the
+            # pool then holds at most as many connections as requests were in flight at once.
             if self.keep_alive:
                 connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S)
             else:
@@ -414,6 +439,7 @@ class OpenAIClient:
 
     async def close(self) -> None:
         """Close the HTTP session (and the lean transport's connections)."""
+        self._connections = None
         if self._lean is not None:
             await self._lean.close()
             self._lean = None
@@ -504,6 +530,14 @@ class OpenAIClient:
         rec.chunk_times_s, rec.content_times_s = [], []
         rec.output_chars = rec.reasoning_chars = 0
         rec.output_text = "" if spec.keep_text else None
+        slots = self._connections
+        if slots is not None:
+            if slots.locked():  # every connection busy: wait (FIFO) for one, before the send time
+                waited_from = self.now()
+                await slots.acquire()
+                rec.connection_wait_s += self.now() - waited_from
+            else:
+                await slots.acquire()
         rec.last_sent_s = self.now()
         if rec.sent_s is None:
             rec.sent_s = rec.last_sent_s
@@ -523,6 +557,9 @@ class OpenAIClient:
         except (aiohttp.ClientError, OSError) as exc:
             rec.status = "error"
             rec.error_message = short_message(f"{type(exc).__name__}: {exc}")
+        finally:
+            if slots is not None:
+                slots.release()
         rec.attempt_statuses.append(rec.http_status)
         if rec.done_s is None:
             rec.done_s = self.now()

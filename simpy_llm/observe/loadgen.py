@@ -246,6 +246,11 @@ class RunSummary:
     """The load generator itself could not keep the schedule (:func:`saturation`)."""
     saturation_reason: str | None = None
     """Why :attr:`saturated` is set (``None`` when it is not)."""
+    connection_waits: int = 0
+    """Requests that waited for one of the client's connections (its *max_connections* all busy);
+    those that waited longer than ``lag_threshold_s`` set :attr:`saturated`."""
+    connection_wait_max_s: float | None = None
+    """The longest such wait (``None``: no request waited)."""
 
 
 def _rate(times: list[float]) -> float | None:
@@ -288,6 +293,7 @@ def summarize_run(
     delay_p99 = _quantile(delays, 0.99)
     lag_p99 = _quantile(lags, 0.99)
     out_of_resources = [r.error_message for r in recs if r.status == "error" and client_limited(r.error_message)]
+    waits = [r.connection_wait_s for r in recs if r.connection_wait_s > 0]
     reason = saturation(
         delay_p99_s=delay_p99,
         lag_p99_s=lag_p99,
@@ -297,6 +303,7 @@ def summarize_run(
         limited=limited,
         client_limit_errors=len(out_of_resources),
         client_limit_message=out_of_resources[0] if out_of_resources else None,
+        connection_waits=sum(1 for w in waits if w > lag_threshold_s),
     )
     return RunSummary(
         n_requests=len(requests),
@@ -317,6 +324,8 @@ def summarize_run(
         lag_p99_s=lag_p99,
         saturated=reason is not None,
         saturation_reason=reason,
+        connection_waits=len(waits),
+        connection_wait_max_s=max(waits) if waits else None,
     )
 
 
@@ -338,6 +347,8 @@ def run_statistics(summary: RunSummary, *, concurrency: int | None, workers: int
         "lagging": s.lagging,
         "saturated": s.saturated,
         "saturation_reason": s.saturation_reason,
+        "connection_waits": s.connection_waits,
+        "connection_wait_max_s": s.connection_wait_max_s,
         "concurrency": concurrency,
         "workers": workers,
         "stopped": s.stopped,
@@ -467,6 +478,8 @@ class LoadGenerator:
         ``lag_p50_s`` and ``lag_p99_s`` (dispatch - target), ``lag_threshold_s`` and
         ``lagging`` (the median lag exceeded it), ``saturated`` and ``saturation_reason``
         (the generator itself could not keep the schedule: :func:`saturation`),
+        ``connection_waits`` and ``connection_wait_max_s`` (requests that waited for one of the
+        client's connections, its ``max_connections`` all busy, and the longest wait),
         ``concurrency`` (the limit; ``None``: open loop), ``workers`` (1 here; see
         :mod:`simpy_llm.observe.workers`) and ``stopped``.
 

@@ -71,13 +71,20 @@ class LiveStats:
 
     def end(self, rec: ObservedRequest) -> None:
         """Count *rec*, which just ended."""
-        if rec.status == "ok":
+        self.end_values(rec.status, rec.streaming, rec.sent_s, rec.first_content_s, rec.done_s)
+
+    def end_values(
+        self, status: str, streaming: bool, sent_s: float | None, first_content_s: float | None, done_s: float | None
+    ) -> None:
+        """Count a request that just ended, given the fields of its record that :meth:`end` reads
+        (for a record not made into an :class:`~simpy_llm.observe.client.ObservedRequest` yet)."""
+        if status == "ok":
             self.ok += 1
-            if rec.streaming and rec.first_content_s is not None and rec.sent_s is not None:
-                self.ttft_s.append(rec.first_content_s - rec.sent_s)
-            if rec.done_s is not None and rec.sent_s is not None:
-                self.e2e_s.append(rec.done_s - rec.sent_s)
-        elif rec.status == "cancelled":
+            if streaming and first_content_s is not None and sent_s is not None:
+                self.ttft_s.append(first_content_s - sent_s)
+            if done_s is not None and sent_s is not None:
+                self.e2e_s.append(done_s - sent_s)
+        elif status == "cancelled":
             self.cancelled += 1
         else:
             self.failed += 1

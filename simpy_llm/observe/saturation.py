@@ -6,7 +6,9 @@ the requests that failed for want of the client's own resources (:func:`client_l
 file descriptor left for a connection, no local port). Those failures come from a client that
 fell behind: its requests in flight pile up, each holding a connection, until the process may
 open no more. The load generator records each as an ``error`` row, and a run that has any was
-not the run the workload asked for, whatever its other figures say.
+not the run the workload asked for, whatever its other figures say. A client whose connections
+are capped (:class:`~simpy_llm.observe.client.OpenAIClient`'s *max_connections*) makes such
+requests wait for a connection instead: those that waited longer than the threshold are counted too.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ def saturation(
     limited: bool,
     client_limit_errors: int = 0,
     client_limit_message: str | None = None,
+    connection_waits: int = 0,
 ) -> str | None:
     """Why the load generator itself saturated, or ``None`` when it kept the schedule.
 
@@ -60,7 +63,9 @@ def saturation(
     concurrency limit the waits for a slot are the server's doing, not the generator's:
     the client lag's p99 (dispatch - target) is judged instead, and the rate is not.
     Either way, *client_limit_errors* requests that failed for want of the client's own
-    resources (:func:`client_limited`; *client_limit_message*: the first one's message).
+    resources (:func:`client_limited`; *client_limit_message*: the first one's message), and
+    *connection_waits* requests that waited longer than *threshold_s* for a connection (the
+    client's ``max_connections`` all busy: the client, not the server, held them back).
 
     >>> saturation(delay_p99_s=0.002, lag_p99_s=0.001, requested_rate=100.0, achieved_rate=99.5,
     ...            threshold_s=0.010, limited=False) is None
@@ -90,4 +95,9 @@ def saturation(
         first = f" (the first: {client_limit_message})" if client_limit_message else ""
         noun = "request" if client_limit_errors == 1 else "requests"
         reasons.append(f"{client_limit_errors} {noun} failed for want of the client's own resources{first}")
+    if connection_waits:
+        noun = "request" if connection_waits == 1 else "requests"
+        reasons.append(
+            f"{connection_waits} {noun} waited over {threshold_s * 1e3:.1f} ms for a connection (the client's max_connections)"
+        )
     return "; ".join(reasons) or None

@@ -11,7 +11,8 @@ from benchmarks.bench_loadgen import median_row, print_rows, spawn, verdict
 
 def _args(**kw: object) -> argparse.Namespace:
     base = {"duration": 1.0, "arrivals": "poisson", "seed": 0, "input_tokens": 8, "output_tokens": 4, "profile": False,
-            "profile_top": 5, "new_connections": False, "transport": "lean", "prepare_bytes": 0}
+            "profile_top": 5, "new_connections": False, "transport": "lean", "prepare_bytes": 0,
+            "max_connections": None}
     return argparse.Namespace(**{**base, **kw})
 
 
