@@ -121,6 +121,13 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
         metavar="N",
         help="processes sending the schedule (default 1); a --concurrency limit is split across them",
     )
+    obs.add_argument(
+        "--max-connections",
+        type=_connection_cap,
+        default="4096",
+        metavar="N|none",
+        help="connections each sending process keeps open at most (default 4096); a request beyond it waits",
+    )
     obs.add_argument("--timeout", type=float, default=600.0, metavar="S", help="per-attempt limit, seconds (default 600)")
     obs.add_argument("--retries", type=int, default=0, help="retries of 429/503 answers with backoff (default 0)")
     obs.add_argument("--no-ignore-eos", action="store_true", help="let the server stop before max_tokens")
@@ -228,6 +235,19 @@ _SEED_HELP = (
     "the whole run's root seed: sets the scenario's seed and its workload's seed (a workload file's own seed "
     "included); for a bare workload spec, its seed. To hold the workload fixed and vary the rest, use --set seed=N"
 )
+
+
+def _connection_cap(text: str) -> int | None:
+    """``--max-connections``: a whole number >= 1, or ``none`` for no cap."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1 or none, got {text!r}")
+    return value
 
 
 def _add_scenario_options(parser: argparse.ArgumentParser, workload_keys: bool = False) -> None:
@@ -534,6 +554,7 @@ def _observe(args: argparse.Namespace) -> int:
             server_config=args.server_config,
             warm_up_requests=args.warm_up_requests,
             workers=args.workers,
+            max_connections=args.max_connections,
         )
     except (ScenarioError, PromptDatasetError, OpenFilesLimitError) as exc:
         print(exc, file=sys.stderr)

@@ -54,7 +54,7 @@ import attrs
 
 from simpy_llm.config.schema import Scenario, WorkloadConfig
 from simpy_llm.loading import load_workload_or_scenario, override_spec
-from simpy_llm.observe.client import OpenAIClient, RetryPolicy
+from simpy_llm.observe.client import MAX_CONNECTIONS, OpenAIClient, RetryPolicy
 from simpy_llm.observe.loadgen import OBSERVER_COLUMNS, LoadGenerator, RunSummary, load_requests
 from simpy_llm.observe.progress import live_progress
 from simpy_llm.observe.prompts import DatasetPrompts, PromptSource, SyntheticPrompts, load_prompts
@@ -108,6 +108,7 @@ def observe(
     server_config: Path | str | Mapping[str, Any] | ServerConfig | None = None,
     warm_up_requests: int = 0,
     workers: int = 1,
+    max_connections: int | None = MAX_CONNECTIONS,
     header: Mapping[str, Any] | None = None,
     watch: Callable[[LoadGenerator], Awaitable[None]] | None = None,
 ) -> RunSummary:
@@ -169,6 +170,10 @@ def observe(
         Processes that send (default 1: this process's event loop). More spread the schedule
         over worker processes (:mod:`simpy_llm.observe.workers`); a concurrency limit is then
         split across them, and a workload with closed-loop sessions is refused.
+    max_connections
+        Connections each sending process keeps open at most (default
+        :data:`~simpy_llm.observe.client.MAX_CONNECTIONS`; ``None``: no cap). A request
+        beyond it waits for one, and the wait counts in its schedule delay.
     header
         More keys for the trace header (written with the others, before the first request);
         a key the observer writes itself is an error.
@@ -259,6 +264,7 @@ def observe(
             "ignore_eos": ignore_eos,
             "closed_loop_sessions": conversations is not None,
             "workers": workers,
+            "max_connections": max_connections,
         },
         "prompts": prompts_header,
         "prefix_groups": prefixes,
@@ -271,7 +277,9 @@ def observe(
 
     async def main() -> RunSummary:
         retry = RetryPolicy(max_retries=retries)
-        async with OpenAIClient(url, api_key=api_key, model=model, timeout_s=timeout_s, retry=retry) as client:
+        async with OpenAIClient(
+            url, api_key=api_key, model=model, timeout_s=timeout_s, retry=retry, max_connections=max_connections
+        ) as client:
             header_["model"] = await client.default_model()
             # The server's description, discovered and measured before the first request is sent.
             header_.update(

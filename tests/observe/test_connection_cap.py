@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from simpy_llm.observe.client import OpenAIClient, RequestSpec
+from simpy_llm.observe.client import MAX_CONNECTIONS, OpenAIClient, RequestSpec
 from simpy_llm.observe.lean import missing
 from simpy_llm.observe.loadgen import LoadGenerator, RunSummary
 from simpy_llm.observe.workers import ProcessLoadGenerator
@@ -185,3 +185,23 @@ def test_a_cap_below_one_is_refused_by_name(bad: Any) -> None:
     with pytest.raises(ValueError, match="max_connections"):
         OpenAIClient("http://127.0.0.1:1", max_connections=bad)
 
+
+
+@pytest.mark.parametrize(("given", "cap"), [(None, MAX_CONNECTIONS), ("64", 64), ("none", None), ("None", None)])
+def test_the_observe_command_takes_a_connection_cap(given: str | None, cap: int | None) -> None:
+    """``simpy-llm observe --max-connections N|none``: a whole number or no cap; by default the client's own."""
+    from simpy_llm.cli import _parser
+
+    argv = ["observe", "spec.yaml", "--url", "http://127.0.0.1:1"] + ([] if given is None else ["--max-connections", given])
+    assert _parser("observe").parse_args(argv).max_connections == cap
+
+
+@pytest.mark.parametrize("given", ["0", "-3", "many"])
+def test_the_observe_command_refuses_a_bad_connection_cap(given: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A cap below 1 or not a number is a usage error naming the option and what it takes."""
+    from simpy_llm.cli import _parser
+
+    with pytest.raises(SystemExit) as exit_info:
+        _parser("observe").parse_args(["observe", "spec.yaml", "--url", "http://127.0.0.1:1", "--max-connections", given])
+    assert exit_info.value.code == 2
+    assert "--max-connections: must be a whole number >= 1 or none" in capsys.readouterr().err

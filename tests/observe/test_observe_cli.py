@@ -117,6 +117,13 @@ def test_observe_writes_every_file(observed: Observed) -> None:
     assert metrics.time_s.max() > 0
 
 
+def test_the_header_records_the_connection_cap(observed: Observed) -> None:
+    """Without --max-connections the run keeps the client's default cap, and the header says so."""
+    from simpy_llm.observe.client import MAX_CONNECTIONS
+
+    assert read_trace_v2(observed.out / "trace").header["load"]["max_connections"] == MAX_CONNECTIONS
+
+
 def test_sessions_ran_closed_loop(observed: Observed) -> None:
     """Each chat session ran all its rounds; the trace holds them with their round index, and
     sessions.csv reports them as finished after max_rounds."""
