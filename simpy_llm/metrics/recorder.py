@@ -359,7 +359,8 @@ class Recorder:
         self.steps[replica] += steps
         self.busy_s[replica] += step_s * steps
         self.kv_block_seconds[replica] += kv_block_seconds
-        self.prefill_tokens[replica] += prefill_tokens * steps
+        if prefill_tokens:  # (none in a stretch of decode steps, the usual call)
+            self.prefill_tokens[replica] += prefill_tokens * steps
         self.decode_tokens[replica] += decode_tokens * steps
         self.batch_steps[batch_size] += steps
 
