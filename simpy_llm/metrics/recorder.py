@@ -393,8 +393,8 @@ class Recorder:
 
     # --- internals ------------------------------------------------------
     def _append(self, req: Request, status: str) -> None:
-        # One C-level attribute fetch per record, laid end to end in one flat list (no tuple
-        # kept per record); the columns are filled in batches.
+        # The record's fields in one call (reads of the request's slots), laid end to end in
+        # one flat list (no tuple kept per record); the columns are filled in batches.
         self._buffer += self._fields_of(req)
         status_list = self._status
         status_list.append(status)
