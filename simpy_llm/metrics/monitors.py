@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from array import array
+import struct
 
 import numpy as np
 
@@ -109,17 +109,21 @@ class WeightedTally:
         if merge_every < 1:
             raise ValueError(f"merge_every must be at least 1, got {merge_every}")
         self._merge_every = merge_every
-        self._values = array("d")
-        self._weights = array("q")
+        # The buffer is two lists (a list's append is a few times cheaper than an array's,
+        # which parses its number as a call's argument); a merge converts them as an
+        # array would.
+        self._values: list[float] = []
+        self._weights: list[int] = []
         self._distinct = np.empty(0, dtype=np.float64)
         self._totals = np.empty(0, dtype=np.int64)
 
     def add(self, value: float, weight: int = 1) -> None:
         """Record *value* *weight* times."""
         if weight > 0:
-            self._values.append(value)
+            values = self._values
+            values.append(value)
             self._weights.append(weight)
-            if len(self._weights) >= self._merge_every:
+            if len(values) >= self._merge_every:
                 self._merge()
 
     def extend(self, values: np.ndarray, weights: np.ndarray) -> None:
@@ -133,8 +137,8 @@ class WeightedTally:
         (4, 0.5)
         """
         kept = weights > 0
-        self._values.frombytes(np.ascontiguousarray(values[kept], dtype=np.float64).tobytes())
-        self._weights.frombytes(np.ascontiguousarray(weights[kept], dtype=np.int64).tobytes())
+        self._values += np.asarray(values[kept], dtype=np.float64).tolist()
+        self._weights += np.asarray(weights[kept], dtype=np.int64).tolist()
         if len(self._weights) >= self._merge_every:
             self._merge()
 
@@ -143,10 +147,12 @@ class WeightedTally:
         if not self._weights:
             return
         # + 0.0 turns -0.0 into +0.0, so that equal values are one key whatever their sign.
-        values = np.concatenate((self._distinct, np.frombuffer(self._values, dtype=np.float64) + 0.0))
-        weights = np.concatenate((self._totals, np.frombuffer(self._weights, dtype=np.int64)))
-        self._values = array("d")
-        self._weights = array("q")
+        n = len(self._values)
+        added = np.frombuffer(struct.pack(f"{n}d", *self._values), dtype=np.float64)
+        values = np.concatenate((self._distinct, added + 0.0))
+        weights = np.concatenate((self._totals, np.frombuffer(struct.pack(f"{n}q", *self._weights), dtype=np.int64)))
+        self._values = []
+        self._weights = []
         order = np.argsort(values, kind="stable")
         values = values[order]
         starts = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
@@ -163,7 +169,7 @@ class WeightedTally:
     @property
     def count(self) -> int:
         """The total weight (the number of values recorded, with their repetitions)."""
-        return int(self._totals.sum()) + sum(self._weights)
+        return int(self._totals.sum()) + int(sum(self._weights))
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """(distinct values in ascending order, their total weights), as read-only numpy arrays."""

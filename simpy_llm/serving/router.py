@@ -127,9 +127,8 @@ class Router:
 
     def route(self, req: Request) -> None:
         """Admit and route *req* (called for every request put into the inbox)."""
-        now = self.env.now
         if self._admit is not None:
-            reason = self._admit(req, self._active_views, now)
+            reason = self._admit(req, self._active_views, self.env.now)
             if reason is not None:
                 req.dropped_reason = str(reason)
                 self.reject(req)

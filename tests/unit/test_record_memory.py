@@ -6,13 +6,18 @@ from __future__ import annotations
 
 import json
 import math
+import struct
+from array import array
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simpy_llm import Request, Simulation, load_scenario
+from simpy_llm.metrics import recorder as recorder_module
 from simpy_llm.metrics import stats as stats_module
 from simpy_llm.metrics import stream as stream_module
 from simpy_llm.metrics.monitors import WeightedTally
@@ -167,3 +172,51 @@ def test_moving_a_group_to_the_front_keeps_its_order_and_every_value(monkeypatch
     assert np.sort(moved).tobytes() == np.sort(values).tobytes()
     squeezed = values.copy()
     assert stats_module.squeeze(squeezed, front).tobytes() == values[front].tobytes()
+
+
+_NAN_PAYLOAD = struct.unpack("d", struct.pack("Q", 0x7FF8_0000_0000_0001))[0]
+_FLOATS = (0.0, -0.0, math.nan, _NAN_PAYLOAD, 1.5, 1, 2.0)
+"""Float column values whose bits equality alone does not tell: zeros of both signs, NaNs of
+two payloads (each object unequal to itself), an int equal to a float."""
+_COLUMNS = {
+    "upload_s": ("f", _FLOATS),
+    "tvt_s": ("f", _FLOATS),
+    "tenant_id": ("s", ("a", "b", "")),
+    "priority": ("i", (0, 1, True, -3)),
+    "streaming": ("i", (True, False, 1)),  # read through int
+    "preemption_times_s": ("i", (None, [1.0], [2.0], [1.0, 2.0])),  # read as a count
+}
+
+
+@settings(max_examples=60, deadline=None)
+@given(blocks=st.lists(st.tuples(st.integers(1, 12), st.integers(0, 6)), min_size=1, max_size=12))
+def test_every_column_holds_each_records_value_to_the_bit_whatever_runs_of_one_value_it_has(
+    blocks: list[tuple[int, int]],
+) -> None:
+    """Records whose columns hold runs of one value (of every float kind, NaN payloads and
+    signed zeros included) across buffer flushes of 8 records: each column, kept as one value
+    or written out, gives every record's value as ``array.fromlist`` converts it, to the bit;
+    string columns decode to the values recorded."""
+    rec = Recorder()
+    expected: dict[str, list[object]] = {name: [] for name in _COLUMNS}
+    i = 0
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(recorder_module, "_FLUSH_EVERY", 8)  # columns filled every 8 records
+        for length, pick in blocks:
+            for _ in range(length):
+                # The odd-numbered columns step through their pool record by record; the others hold the block's value.
+                values = {name: pool[(pick + i * (k % 2)) % len(pool)] for k, (name, (_kind, pool)) in enumerate(_COLUMNS.items())}
+                for name, value in values.items():
+                    expected[name].append(value)
+                _record(rec, i, **values)
+                i += 1
+        assert rec.rows == i
+    codes = rec.codes["tenant_id"].names
+    assert [codes[c] for c in rec.column_array("tenant_id")] == expected["tenant_id"]
+    for name in ("upload_s", "tvt_s"):
+        assert rec.column_array(name).tobytes() == array("d", expected[name]).tobytes()
+    assert rec.column_array("priority").tobytes() == array("q", expected["priority"]).tobytes()
+    assert rec.column_array("streaming").tolist() == [int(v) for v in expected["streaming"]]
+    counts = [0 if v is None else len(v) for v in expected["preemption_times_s"]]
+    assert rec.column_array("num_preemptions").tolist() == counts
+
