@@ -421,9 +421,9 @@ class Environment(simpy.Environment):
 
     def _run(self, until: float | Event | None) -> Any:
         """``simpy.Environment.run`` (SimPy 4.1) with its ``step`` inline: a call fewer per
-        event. A subclass with a ``step`` of its own (a real-time environment) keeps SimPy's
-        loop, which calls it."""
-        if type(self).step is not simpy.Environment.step:
+        event. A ``step`` of its own, a subclass's (a real-time environment) or one set on the
+        instance (a test's event budget, a profiler's hook), keeps SimPy's loop, which calls it."""
+        if getattr(self.step, "__func__", None) is not simpy.Environment.step:
             return super().run(until)
         if until is not None:
             if not isinstance(until, Event):

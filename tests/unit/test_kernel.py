@@ -4,6 +4,7 @@ check that names the SimPy internal that changed."""
 
 from __future__ import annotations
 
+import pytest
 import simpy
 import simpy.core
 import simpy.events
@@ -439,3 +440,24 @@ def test_an_environment_with_its_own_step_keeps_simpy_loop():
     env.timeout(2.0)
     env.run()
     assert calls == [0, 1.0, 2.0]  # two events, then the call that finds none left
+
+
+def test_a_step_set_on_the_instance_is_called_per_event():
+    """A step assigned on one environment (an event budget in a test, a profiler's hook) has it
+    called per event, as SimPy's own loop would, and can stop the run."""
+    env = Environment()
+    step = env.step
+    calls = []
+
+    def counted() -> None:
+        calls.append(env.now)
+        if len(calls) > 2:
+            raise RuntimeError("budget spent")
+        step()
+
+    env.step = counted  # type: ignore[method-assign]
+    for delay in (1.0, 2.0, 3.0, 4.0):
+        env.timeout(delay)
+    with pytest.raises(RuntimeError, match="budget spent"):
+        env.run()
+    assert calls == [0, 1.0, 2.0]
