@@ -18,8 +18,9 @@ Cases, alternated within each round (each run in a fresh process, so none warms 
     (one per cluster), four per worker.
 
 Printed per run: wall seconds of the run (building it included; the Dask cluster's start
-not), the windows, the coordinator's share (generating and routing), the wait for the
-shards per window, and the records' hash (sha256 of ``to_dataframe().to_csv()``: the
+not), the windows, the coordinator's share (routing, while the slots wait; it makes the
+next window's arrivals while they advance), the wait for the shards per window, the
+records' return and the merge, and the records' hash (sha256 of ``to_dataframe().to_csv()``: the
 same for every case). ``--messages`` adds one more ``serial`` run that pickles every
 window's messages and prints their sizes. At the end: each case's min / median / max and
 the ratio of the medians of ``single`` to each other case (the speed-up).
@@ -117,7 +118,8 @@ def _run(case: str, requests: int, rate: float, delta: float, workers: int, mess
         assert w is not None
         out |= {"windows": w.windows, "route_s": w.route_s, "route_cpu_s": w.route_cpu_s, "advance_s": w.advance_s,
                 "slowest_s": w.slowest_s, "slowest_cpu_s": w.slowest_cpu_s, "host_busy_s": list(w.host_busy_s),
-                "host_cpu_s": list(w.host_cpu_s), "sent_bytes": w.sent_bytes, "reply_bytes": w.reply_bytes}
+                "host_cpu_s": list(w.host_cpu_s), "sent_bytes": w.sent_bytes, "reply_bytes": w.reply_bytes,
+                "make_s": w.make_s, "make_cpu_s": w.make_cpu_s, "finish_s": w.finish_s, "merge_s": w.merge_s}
     frame = results.to_dataframe()
     out["records"] = len(frame)
     out["sim_s"] = float(results.end_s)
@@ -144,7 +146,9 @@ def _line(r: dict[str, Any]) -> str:
             busy = ", ".join(f"{b:.2f}" for b in r["host_busy_s"])
             cpu = ", ".join(f"{b:.2f}" for b in r["host_cpu_s"])
             text += (f"\n         workers busy {busy} s (CPU {cpu} s); slowest per window summed {r['slowest_s']:.2f} s"
-                     f" (CPU {r['slowest_cpu_s']:.2f} s); coordinator CPU {r['route_cpu_s']:.2f} s")
+                     f" (CPU {r['slowest_cpu_s']:.2f} s); coordinator routing CPU {r['route_cpu_s']:.2f} s, making"
+                     f" (overlapped) {r['make_s']:.2f} s (CPU {r['make_cpu_s']:.2f} s); records back {r['finish_s']:.2f} s,"
+                     f" merge {r['merge_s']:.2f} s")
     if "cluster_start_s" in r:
         text += f"  (cluster start {r['cluster_start_s']:.1f} s)"
     if r.get("sent_bytes"):
