@@ -119,7 +119,8 @@ def _run(case: str, requests: int, rate: float, delta: float, workers: int, mess
         out |= {"windows": w.windows, "route_s": w.route_s, "route_cpu_s": w.route_cpu_s, "advance_s": w.advance_s,
                 "slowest_s": w.slowest_s, "slowest_cpu_s": w.slowest_cpu_s, "host_busy_s": list(w.host_busy_s),
                 "host_cpu_s": list(w.host_cpu_s), "sent_bytes": w.sent_bytes, "reply_bytes": w.reply_bytes,
-                "make_s": w.make_s, "make_cpu_s": w.make_cpu_s, "finish_s": w.finish_s, "merge_s": w.merge_s}
+                "make_s": w.make_s, "make_cpu_s": w.make_cpu_s, "finish_s": w.finish_s, "merge_s": w.merge_s,
+                "start_s": w.start_s}
     frame = results.to_dataframe()
     out["records"] = len(frame)
     out["sim_s"] = float(results.end_s)
@@ -147,8 +148,8 @@ def _line(r: dict[str, Any]) -> str:
             cpu = ", ".join(f"{b:.2f}" for b in r["host_cpu_s"])
             text += (f"\n         workers busy {busy} s (CPU {cpu} s); slowest per window summed {r['slowest_s']:.2f} s"
                      f" (CPU {r['slowest_cpu_s']:.2f} s); coordinator routing CPU {r['route_cpu_s']:.2f} s, making"
-                     f" (overlapped) {r['make_s']:.2f} s (CPU {r['make_cpu_s']:.2f} s); records back {r['finish_s']:.2f} s,"
-                     f" merge {r['merge_s']:.2f} s")
+                     f" (overlapped) {r['make_s']:.2f} s (CPU {r['make_cpu_s']:.2f} s); start {r['start_s']:.2f} s,"
+                     f" records back {r['finish_s']:.2f} s, merge {r['merge_s']:.2f} s")
     if "cluster_start_s" in r:
         text += f"  (cluster start {r['cluster_start_s']:.1f} s)"
     if r.get("sent_bytes"):

@@ -244,6 +244,10 @@ class WindowStats(NamedTuple):
     """Wall seconds from asking the slots to finish to their records received."""
     merge_s: float = 0.0
     """Wall seconds merging the records and tallies into Results."""
+    start_s: float = 0.0
+    """Wall seconds from :meth:`ShardedRun.run` to the first window: the slots built (on
+    workers: the library imported there, the actors created, their connections made;
+    with ``workers``, the cluster's start too) and their first snapshot."""
 
 
 class _Coordinator:
@@ -328,9 +332,11 @@ class ShardedRun:
         self.client = client
         self.measure_messages = measure_messages
         self.windows: WindowStats | None = None
+        self._started = 0.0
 
     def run(self) -> Results:
         """Run to the end (every request finished, or ``simulation.until_s``)."""
+        self._started = time.perf_counter()
         if self.client is not None:
             return self._run_on(self.client)
         if self.workers:
@@ -382,6 +388,7 @@ class ShardedRun:
         coordinator = _Coordinator(scenario, statics)
         owned = [owned_by_shard[s] for s in order]
         coordinator.report([f for h in hosts for f in h.call("snapshot")], owned)
+        start_s = time.perf_counter() - self._started
         delta = scenario.serving.view_refresh_s
         assert delta is not None  # sharding_problems requires it
         until = scenario.simulation.until_s
@@ -432,7 +439,7 @@ class ShardedRun:
         results = _merge(scenario, parts, len(statics), statics, time.perf_counter() - wall0)
         self.windows = WindowStats(windows, routed, route_s, route_cpu_s, advance_s, sent_bytes, reply_bytes,
                                    tuple(host_busy), tuple(host_cpu), slowest_s, slowest_cpu_s, make_s, make_cpu_s,
-                                   finish_s, time.perf_counter() - w0 - finish_s)
+                                   finish_s, time.perf_counter() - w0 - finish_s, start_s)
         return results
 
 
