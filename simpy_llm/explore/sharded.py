@@ -69,6 +69,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ShardedRun", "WindowStats", "run_sharded", "sharding_problems"]
 
+
 def sharding_problems(scenario: Scenario) -> list[tuple[str, str]]:
     """What keeps *scenario* from an exact sharded run: ``(key path, reason)`` pairs (empty: none).
 

@@ -2,30 +2,26 @@
 
 The coordinator and every executor slot make the scenario's arrivals from the same
 sources and random streams, window by window, without a SimPy environment
-(:class:`_Arrivals`); :class:`_Workload` makes them through an environment, as a single
-run's generator does, and is the reference the two are checked against.
+(:class:`_Arrivals`): the same requests, to the bit, as a single run's generator makes
+through its environment.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from simpy_llm.metrics.recorder import Recorder
 from simpy_llm.workload.checks import check_spec_files, warn_unknown_trace_classes
 from simpy_llm.workload.distributions import SamplingError
-from simpy_llm.workload.generator import WorkloadGenerator, make_request, merge_sources, sampling_scenario_error
+from simpy_llm.workload.generator import make_request, merge_sources, sampling_scenario_error
 from simpy_llm.workload.sessions import ReplayedContexts
 from simpy_llm.workload.sources import build_sources
 
 if TYPE_CHECKING:
     from simpy_llm.config.schema import Scenario
     from simpy_llm.entities import Request
-    from simpy_llm.kernel import Environment
-    from simpy_llm.wire import Wire
 
 __all__: list[str] = []
 
@@ -44,50 +40,13 @@ def _delay_to(now: float, at: float) -> float:
     raise ArithmeticError(f"no delay from {now!r} lands on {at!r}")  # pragma: no cover - not met with binary64
 
 
-class _Workload:
-    """The scenario's arrivals, made as a single run's generator makes them (the same
-    sources, streams and request ids), put into *outbox* as their times come.
-
-    The coordinator routes them; each executor slot makes those routed to its shards again
-    (:class:`_Arrivals`), so that a window's message is the targets alone (a request
-    pickled costs more than making it again).
-    """
-
-    def __init__(self, scenario: Scenario, env: Environment, outbox: Wire) -> None:
-        self.scenario = scenario
-        self.env = env
-        wl = scenario.workload
-        check_spec_files(scenario)
-        sources = self.sources = build_sources(wl, default_seed=scenario.seed, stacklevel=5)
-        warn_unknown_trace_classes(scenario, sources.traces, stacklevel=5)
-        replayed = ReplayedContexts() if sources.traces else None
-        n_clients = len(sources.clients)
-
-        def on_request(req: Request, source_index: int) -> None:
-            if source_index >= n_clients and replayed is not None:
-                replayed(req)
-
-        self.generator = WorkloadGenerator(
-            env, sources.generator_sources(), outbox, Recorder(), itertools.count(),
-            num_requests=wl.num_requests, horizon_s=wl.horizon_s,
-            on_request=on_request if replayed is not None else None, announce=False,
-        )
-
-    def run_until(self, until: float) -> None:
-        """Make the arrivals before *until*; a distribution drawing NaN is the scenario's error."""
-        try:
-            self.env.run(until=until)
-        except SamplingError as exc:
-            raise sampling_scenario_error(exc, self.scenario, self.sources.clients) from None
-
-
 class _Arrivals:
     """The scenario's arrivals window by window, as a single run's generator makes them
     (the same rows, times and request ids), made without an environment: for the
     coordinator, every request (:meth:`every`); for an executor slot, a request only for a
     row routed to its shards (making a request costs more than merging its row).
 
-    The times are those of :class:`_Workload`'s environment: the generator's clock moves
+    The times are those of a single run's generator: the generator's clock moves
     to ``now + (t - now)``, as its timeout's time is computed, and a window ends at its stop
     event's time, which an arrival at that very time follows (SimPy's stop is urgent). With
     trace sources every row's request is made, in order: a replayed round takes its

@@ -297,6 +297,8 @@ class _Piped(_Host):
         """Tell the slot to stop serving, and close the connection."""
         try:
             self.conn.send_bytes(pickle.dumps(("close", ()), protocol=pickle.HIGHEST_PROTOCOL))
+        except OSError:  # the slot is gone already (its worker died): nothing to tell
+            pass
         finally:
             self.conn.close()
 

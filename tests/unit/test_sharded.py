@@ -8,6 +8,7 @@ does not see the departures of that window.
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 import pickle
 import warnings
@@ -26,11 +27,16 @@ from simpy_llm.config import ScenarioError
 from simpy_llm.entities import Request
 from simpy_llm.explore import sharded
 from simpy_llm.explore.sharded import ShardedRun, run_sharded, sharding_problems
-from simpy_llm.explore.sharded_arrivals import _Arrivals, _delay_to, _Workload
+from simpy_llm.explore.sharded_arrivals import _Arrivals, _delay_to
 from simpy_llm.explore.sharded_hosts import _Piped, _ShardHost, piped_host
 from simpy_llm.kernel import Environment
+from simpy_llm.metrics.recorder import Recorder
 from simpy_llm.serving.views import FullSnapshotView, SnapshotView
 from simpy_llm.wire import Wire
+from simpy_llm.workload.checks import check_spec_files
+from simpy_llm.workload.generator import WorkloadGenerator
+from simpy_llm.workload.sessions import ReplayedContexts
+from simpy_llm.workload.sources import build_sources
 from tests.helpers import tiny_scenario
 
 _ROUTERS = ("least_loaded", "jsq", "power_of_d", "least_outstanding_tokens")
@@ -354,6 +360,33 @@ def test_a_delay_lands_on_the_arrival_to_the_bit(now, ahead):
     where ``at - now`` may miss it by an ulp."""
     at = now + ahead
     assert now + _delay_to(now, at) == at
+
+
+class _Workload:
+    """The reference: the scenario's arrivals made as a single run's generator makes them,
+    through an environment (the same sources, streams and request ids), put into *outbox*
+    as their times come."""
+
+    def __init__(self, scenario: Any, env: Environment, outbox: Wire) -> None:
+        self.env = env
+        wl = scenario.workload
+        check_spec_files(scenario)
+        sources = build_sources(wl, default_seed=scenario.seed)
+        replayed = ReplayedContexts() if sources.traces else None
+        n_clients = len(sources.clients)
+
+        def on_request(req: Request, source_index: int) -> None:
+            if source_index >= n_clients and replayed is not None:
+                replayed(req)
+
+        self.generator = WorkloadGenerator(
+            env, sources.generator_sources(), outbox, Recorder(), itertools.count(),
+            num_requests=wl.num_requests, horizon_s=wl.horizon_s,
+            on_request=on_request if replayed is not None else None, announce=False,
+        )
+
+    def run_until(self, until: float) -> None:
+        self.env.run(until=until)
 
 
 def _two_client_workload(requests: int) -> Any:
