@@ -14,8 +14,9 @@ Cases, alternated within each round (each run in a fresh process, so none warms 
     cost of sharding itself (the coordinator, the windows, the merge).
 ``workers``
     ``run_sharded(scenario, client=...)`` on a Dask ``LocalCluster`` of ``--workers``
-    worker processes (one thread each), started before the clock starts; eight shards
-    (one per cluster), four per worker.
+    worker processes (one thread each), started before the clock starts, each having
+    imported the library before it (``client.run``), as the ``single`` case's process has
+    before its clock; eight shards (one per cluster), four per worker.
 
 Printed per run: wall seconds of the run (building it included; the Dask cluster's start
 not), the windows, the coordinator's share (routing, while the slots wait; it makes the
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib
 import json
 import os
 import statistics
@@ -107,6 +109,9 @@ def _run(case: str, requests: int, rate: float, delta: float, workers: int, mess
         t0 = time.perf_counter()
         with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address="127.0.0.1:0") as cluster, \
                 Client(cluster) as client:
+            # The library's import is not the run's, in either case: the single case's
+            # process imported it before its clock too.
+            client.run(importlib.import_module, "simpy_llm.explore.sharded_hosts")
             out["cluster_start_s"] = time.perf_counter() - t0
             run = ShardedRun(scenario, client=client, shards=CLUSTERS)
             t0 = time.perf_counter()
