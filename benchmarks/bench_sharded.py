@@ -14,12 +14,14 @@ Cases, alternated within each round (each run in a fresh process, so none warms 
     cost of sharding itself (the coordinator, the windows, the merge).
 ``workers``
     ``run_sharded(scenario, client=...)`` on a Dask ``LocalCluster`` of ``--workers``
-    worker processes (one thread each), started before the clock starts; eight shards
-    (one per cluster), four per worker.
+    worker processes (one thread each), started before the clock starts, each having
+    imported the library before it (``client.run``), as the ``single`` case's process has
+    before its clock; eight shards (one per cluster), four per worker.
 
 Printed per run: wall seconds of the run (building it included; the Dask cluster's start
-not), the windows, the coordinator's share (generating and routing), the wait for the
-shards per window, and the records' hash (sha256 of ``to_dataframe().to_csv()``: the
+not), the windows, the coordinator's share (routing, while the slots wait; it makes the
+next window's arrivals while they advance), the wait for the shards per window, the
+records' return and the merge, and the records' hash (sha256 of ``to_dataframe().to_csv()``: the
 same for every case). ``--messages`` adds one more ``serial`` run that pickles every
 window's messages and prints their sizes. At the end: each case's min / median / max and
 the ratio of the medians of ``single`` to each other case (the speed-up).
@@ -39,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib
 import json
 import os
 import statistics
@@ -106,6 +109,9 @@ def _run(case: str, requests: int, rate: float, delta: float, workers: int, mess
         t0 = time.perf_counter()
         with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address="127.0.0.1:0") as cluster, \
                 Client(cluster) as client:
+            # The library's import is not the run's, in either case: the single case's
+            # process imported it before its clock too.
+            client.run(importlib.import_module, "simpy_llm.explore.sharded_hosts")
             out["cluster_start_s"] = time.perf_counter() - t0
             run = ShardedRun(scenario, client=client, shards=CLUSTERS)
             t0 = time.perf_counter()
@@ -117,7 +123,9 @@ def _run(case: str, requests: int, rate: float, delta: float, workers: int, mess
         assert w is not None
         out |= {"windows": w.windows, "route_s": w.route_s, "route_cpu_s": w.route_cpu_s, "advance_s": w.advance_s,
                 "slowest_s": w.slowest_s, "slowest_cpu_s": w.slowest_cpu_s, "host_busy_s": list(w.host_busy_s),
-                "host_cpu_s": list(w.host_cpu_s), "sent_bytes": w.sent_bytes, "reply_bytes": w.reply_bytes}
+                "host_cpu_s": list(w.host_cpu_s), "sent_bytes": w.sent_bytes, "reply_bytes": w.reply_bytes,
+                "make_s": w.make_s, "make_cpu_s": w.make_cpu_s, "finish_s": w.finish_s, "merge_s": w.merge_s,
+                "start_s": w.start_s}
     frame = results.to_dataframe()
     out["records"] = len(frame)
     out["sim_s"] = float(results.end_s)
@@ -144,7 +152,9 @@ def _line(r: dict[str, Any]) -> str:
             busy = ", ".join(f"{b:.2f}" for b in r["host_busy_s"])
             cpu = ", ".join(f"{b:.2f}" for b in r["host_cpu_s"])
             text += (f"\n         workers busy {busy} s (CPU {cpu} s); slowest per window summed {r['slowest_s']:.2f} s"
-                     f" (CPU {r['slowest_cpu_s']:.2f} s); coordinator CPU {r['route_cpu_s']:.2f} s")
+                     f" (CPU {r['slowest_cpu_s']:.2f} s); coordinator routing CPU {r['route_cpu_s']:.2f} s, making"
+                     f" (overlapped) {r['make_s']:.2f} s (CPU {r['make_cpu_s']:.2f} s); start {r['start_s']:.2f} s,"
+                     f" records back {r['finish_s']:.2f} s, merge {r['merge_s']:.2f} s")
     if "cluster_start_s" in r:
         text += f"  (cluster start {r['cluster_start_s']:.1f} s)"
     if r.get("sent_bytes"):

@@ -10,7 +10,8 @@ parallel run:
   same sources and random streams), routes each window's arrivals with the entry
   router's policy (the cluster router with ``serving.clusters``, else the router) over
   views holding the snapshot taken at ``kΔ``, and sends every executor slot the
-  window's targets (4 bytes a request);
+  window's targets (4 bytes a request); it makes the next window's arrivals while the
+  slots advance;
 * each **slot** makes the window's arrivals again (cheaper than pickling requests) and
   gives each of its shards those routed to it;
 * each **shard** is a :class:`~simpy_llm.simulation.Simulation` of the scenario driven
@@ -21,7 +22,9 @@ parallel run:
 A shard builds the whole fleet (so every replica keeps its fleet index and its random
 streams, which are named by index) but only its own replicas ever receive a request.
 The records are merged and sorted by request id: the same, byte for byte, as the single
-run's. See :func:`run_sharded` for what the summary shares and what it does not.
+run's. See :func:`run_sharded` for what the summary shares and what it does not. The
+arrivals are made in :mod:`~simpy_llm.explore.sharded_arrivals`; the slots, and how the
+coordinator calls them, are in :mod:`~simpy_llm.explore.sharded_hosts`.
 
 Examples
 --------
@@ -37,21 +40,20 @@ True
 from __future__ import annotations
 
 import functools
-import itertools
-import math
 import pickle
+import secrets
 import time
-import warnings
 from collections import Counter
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from simpy_llm.config.errors import ScenarioError
 from simpy_llm.config.structure import build_policy
+from simpy_llm.explore.sharded_arrivals import _Arrivals
+from simpy_llm.explore.sharded_hosts import SNAPSHOT_FIELDS, _Host, _Local, _Piped, _Remote, _ShardHost, piped_host
 from simpy_llm.kernel import Environment
-from simpy_llm.metrics.monitors import LevelMonitor
 from simpy_llm.metrics.recorder import RECORD_FIELDS, Recorder
 from simpy_llm.metrics.results import Results
 from simpy_llm.policies.routing import routing_policies
@@ -60,23 +62,12 @@ from simpy_llm.serving.router import Router
 from simpy_llm.serving.views import ClusterView, RouterCounts
 from simpy_llm.simulation import Simulation
 from simpy_llm.wire import Wire
-from simpy_llm.workload.checks import check_spec_files, warn_unknown_trace_classes
-from simpy_llm.workload.distributions import SamplingError
-from simpy_llm.workload.generator import WorkloadGenerator, make_request, merge_sources, sampling_scenario_error
-from simpy_llm.workload.sessions import ReplayedContexts
-from simpy_llm.workload.sources import build_sources
 
 if TYPE_CHECKING:
-    from simpy.events import Event
-
     from simpy_llm.config.schema import Scenario
     from simpy_llm.entities import Request
 
 __all__ = ["ShardedRun", "WindowStats", "run_sharded", "sharding_problems"]
-
-_SNAPSHOT_FIELDS = 7
-"""Fields a shard reports per replica: waiting, running, queued prompt tokens, free and
-used KV blocks, departures and departed prompt tokens."""
 
 
 def sharding_problems(scenario: Scenario) -> list[tuple[str, str]]:
@@ -138,275 +129,6 @@ def _refuse_unshardable(scenario: Scenario) -> None:
     if problems:
         raise ScenarioError(scenario.loaded_from or "<dict>", problems, what="scenario for a sharded run")
 
-
-def _delay_to(now: float, at: float) -> float:
-    """A delay *d* with ``now + d == at`` exactly (``at - now`` can miss by an ulp): the
-    arrival lands on the very float the single run's generator reached."""
-    d = at - now
-    if now + d == at:
-        return d
-    step = math.inf if now + d < at else -math.inf
-    for _ in range(64):
-        d = math.nextafter(d, step)
-        if now + d == at:
-            return d
-    raise ArithmeticError(f"no delay from {now!r} lands on {at!r}")  # pragma: no cover - not met with binary64
-
-
-class _Workload:
-    """The scenario's arrivals, made as a single run's generator makes them (the same
-    sources, streams and request ids), put into *outbox* as their times come.
-
-    The coordinator routes them; each executor slot makes those routed to its shards again
-    (:class:`_Arrivals`), so that a window's message is the targets alone (a request
-    pickled costs more than making it again).
-    """
-
-    def __init__(self, scenario: Scenario, env: Environment, outbox: Wire) -> None:
-        self.scenario = scenario
-        self.env = env
-        wl = scenario.workload
-        check_spec_files(scenario)
-        sources = self.sources = build_sources(wl, default_seed=scenario.seed, stacklevel=5)
-        warn_unknown_trace_classes(scenario, sources.traces, stacklevel=5)
-        replayed = ReplayedContexts() if sources.traces else None
-        n_clients = len(sources.clients)
-
-        def on_request(req: Request, source_index: int) -> None:
-            if source_index >= n_clients and replayed is not None:
-                replayed(req)
-
-        self.generator = WorkloadGenerator(
-            env, sources.generator_sources(), outbox, Recorder(), itertools.count(),
-            num_requests=wl.num_requests, horizon_s=wl.horizon_s,
-            on_request=on_request if replayed is not None else None, announce=False,
-        )
-
-    def run_until(self, until: float) -> None:
-        """Make the arrivals before *until*; a distribution drawing NaN is the scenario's error."""
-        try:
-            self.env.run(until=until)
-        except SamplingError as exc:
-            raise sampling_scenario_error(exc, self.scenario, self.sources.clients) from None
-
-
-class _Arrivals:
-    """The scenario's arrivals window by window, for an executor slot: the coordinator's
-    generator's rows and times, made without an environment, and a request made only for a
-    row routed to the slot's shards (making a request costs more than merging its row).
-
-    The times are those of :class:`_Workload`'s environment: the generator's clock moves
-    to ``now + (t - now)``, as its timeout's time is computed, and a window ends at its stop
-    event's time, which an arrival at that very time follows (SimPy's stop is urgent). With
-    trace sources every row's request is made, in order: a replayed round takes its
-    session's previous one as context.
-    """
-
-    def __init__(self, scenario: Scenario) -> None:
-        self.scenario = scenario
-        wl = scenario.workload
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the coordinator has told them
-            check_spec_files(scenario)
-            self.sources = build_sources(wl, default_seed=scenario.seed, stacklevel=5)
-        generator_sources = self.sources.generator_sources()
-        self.bases = [base for base, _ in generator_sources]
-        self.rows = merge_sources([rows for _, rows in generator_sources], wl.num_requests, wl.horizon_s)
-        self.replayed = ReplayedContexts() if self.sources.traces else None
-        self.n_clients = len(self.sources.clients)
-        self.pending: tuple[float, int, int, int, dict[str, Any] | None] | None = None
-        self.now = 0.0
-        """The generator's clock: the last arrival's time."""
-        self.stop = 0.0
-        """The last window's stop time: where the environment's clock stood at its end."""
-        self.made = 0
-
-    def _next(self) -> tuple[float, int, int, int, dict[str, Any] | None] | None:
-        try:
-            return next(self.rows, None)
-        except SamplingError as exc:
-            raise sampling_scenario_error(exc, self.scenario, self.sources.clients) from None
-
-    def window(self, until: float, shard_of: Sequence[int | None]) -> list[Request | None]:
-        """The requests arriving before *until*: one per row, made where *shard_of* (the
-        routed shard of each row of the window, in arrival order) names a shard."""
-        stop = self.stop = self.stop + (until - self.stop)
-        make_all = self.replayed is not None
-        out: list[Request | None] = []
-        n = len(shard_of)
-        row = self.pending if self.pending is not None else self._next()
-        now = self.now
-        while row is not None:
-            t = row[0]
-            at = now + (t - now) if t > now else now
-            if at >= stop:
-                break
-            now = at
-            k = len(out)
-            wanted = make_all or (k < n and shard_of[k] is not None)
-            req = make_request(self.made, at, self.bases[row[1]], row[2], row[3], row[4]) if wanted else None
-            if req is not None and self.replayed is not None and row[1] >= self.n_clients:
-                self.replayed(req)
-            out.append(req)
-            self.made += 1
-            row = self._next()
-        self.pending, self.now = row, now
-        if len(out) != n:
-            raise RuntimeError(f"a shard made {len(out)} arrivals where the coordinator routed {n}")
-        return out
-
-
-class _LoggedLevel(LevelMonitor):
-    """A :class:`LevelMonitor` that also keeps each change, so that the shards' levels can
-    be merged into the fleet's (its peak is not the sum of theirs)."""
-
-    __slots__ = ("deltas", "times")
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.times: list[float] = []
-        self.deltas: list[int] = []
-
-    def change(self, now_s: float, delta: int) -> None:
-        self.times.append(now_s)
-        self.deltas.append(delta)
-        LevelMonitor.change(self, now_s, delta)
-
-
-class _Shard:
-    """A Simulation of the whole fleet of which only *owned* replicas receive requests.
-
-    Parameters
-    ----------
-    scenario
-        The scenario (checked by :func:`sharding_problems`).
-    targets
-        The entry router's positions this shard serves: cluster positions with
-        ``serving.clusters``, else replica positions.
-    """
-
-    def __init__(self, scenario: Scenario, targets: Sequence[int]) -> None:
-        sim = self.sim = Simulation(scenario, external_arrivals=True)
-        self.env = sim.env
-        self.recorder = sim.recorder
-        self.in_system = sim.recorder.in_system = _LoggedLevel()
-        clusters = scenario.serving.clusters
-        if clusters:
-            names = [clusters[c].name for c in targets]
-            self.owned = [i for i, plan in enumerate(sim.plans) if plan.cluster in names]
-            inboxes = [sim.wires[f"cluster:{cl.name}"] for cl in clusters]
-            self._deliver: Callable[[int, Request], None] = lambda c, req: inboxes[c].send(req)
-        else:
-            self.owned = list(targets)  # without disaggregation the router's positions are the fleet indices
-            send = sim.router.send
-            self._deliver = lambda position, req: send(req, position)
-        self._views = [sim.views[i] for i in self.owned]
-
-    def statics(self) -> list[tuple[int, str, float, int, float]]:
-        """Per owned replica: fleet index, group, capacity, KV blocks and prefill seconds per token."""
-        return [(v.index, v.group, v.capacity, v.kv_total_blocks, v.prefill_s_per_token) for v in self._views]
-
-    def snapshot(self) -> list[int]:
-        """The owned replicas' reported state now, :data:`_SNAPSHOT_FIELDS` per replica."""
-        out: list[int] = []
-        for i in self.owned:
-            rep = self.sim.replicas[i]
-            kv = rep.kv
-            out += (len(rep.waiting), len(rep.running), rep.queued_prompt_tokens, kv.free_blocks, kv.used_blocks,
-                    rep.departed, rep.departed_tokens)
-        return out
-
-    def _inject(self, arrivals: list[tuple[int, Request]]) -> Generator[Event, None, None]:
-        """Process: each request reaches its target at its arrival time, as the generator's would."""
-        env, on_arrival, deliver = self.env, self.recorder.on_arrival, self._deliver
-        for target, req in arrivals:
-            at = req.arrival_s
-            if at > env.now:
-                yield env.timeout(_delay_to(env.now, at))
-            on_arrival(req, env.now)
-            deliver(target, req)
-
-    def advance(self, arrivals: list[tuple[int, Request]], until: float) -> tuple[list[int], int]:
-        """Inject *arrivals* (in arrival order), run to *until*; return the snapshot and the
-        requests still in the system."""
-        if arrivals:
-            self.env.process(self._inject(arrivals))
-        self.env.run(until=until)
-        return self.snapshot(), len(self.recorder.live)
-
-    def finish(self, until_s: float | None) -> dict[str, Any]:
-        """Close the run (at *until_s*: settle, record what is in flight) and hand over what
-        the merged Results need."""
-        rec, sim = self.recorder, self.sim
-        if until_s is not None:
-            for i in self.owned:
-                sim.replicas[i].settle(until_s)
-        for req in sorted(rec.live.values(), key=lambda r: r.id):
-            rec.on_in_flight(req)
-        columns = rec.columns
-        owned = set(self.owned)
-        itl_values, itl_weights = rec.itl.arrays()
-        return {
-            "owned": self.owned,
-            "columns": {name: bytes(columns[name]) for name, _ in RECORD_FIELDS},
-            "codes": {name: list(codes.names) for name, codes in rec.codes.items()},
-            "arrived": rec.arrived,
-            "per_replica": {
-                name: [getattr(rec, name)[i] for i in self.owned]
-                for name in ("steps", "busy_s", "energy_j", "kv_block_seconds", "prefill_tokens", "decode_tokens")
-            },
-            "replica_steps": [sim.replicas[i].step for i in self.owned],
-            "itl": (itl_values.tobytes(), itl_weights.tobytes()),
-            "batch_steps": dict(rec.batch_steps),
-            "in_system": (np.array(self.in_system.times, dtype=np.float64).tobytes(),
-                          np.array(self.in_system.deltas, dtype=np.int64).tobytes()),
-            "preemptions": [p for p in rec.preemptions if p[1] in owned],
-            "cold_starts": [c for c in rec.cold_starts if c[0] in owned],
-            "batches": [b for b in rec.batches if b[0] in owned],
-            "events": self.env.events_scheduled(),
-        }
-
-
-class _ShardHost:
-    """The shards one executor slot (a Dask worker) runs, advanced together each window."""
-
-    def __init__(self, scenario: Scenario, shard_targets: Sequence[Sequence[int]]) -> None:
-        self.shards = [_Shard(scenario, targets) for targets in shard_targets]
-        self._local = {t: k for k, targets in enumerate(shard_targets) for t in targets}
-        """The shard (position here) serving each entry-router target this slot serves."""
-        self._arrivals = _Arrivals(scenario)
-
-    def statics(self) -> list[list[tuple[int, str, float, int, float]]]:
-        return [s.statics() for s in self.shards]
-
-    def snapshot(self) -> list[list[int]]:
-        return [s.snapshot() for s in self.shards]
-
-    def advance(self, message: bytes) -> tuple[list[tuple[list[int], int]], float, float]:
-        """Advance every shard to the window's end; return their replies and the wall and
-        CPU seconds it took here.
-
-        *message* is the pickled ``(targets, until)``: the entry router's target of each
-        request of the window, in arrival order, as ``int32`` bytes. The slot makes the
-        requests routed to its shards itself and gives each shard its own.
-        """
-        t0, cpu0 = time.perf_counter(), time.thread_time()
-        raw, until = pickle.loads(message)
-        targets = np.frombuffer(raw, dtype=np.int32).tolist()
-        local = self._local
-        shard_of = [local.get(target) for target in targets]
-        batches: list[list[tuple[int, Request]]] = [[] for _ in self.shards]
-        for target, k, req in zip(targets, shard_of, self._arrivals.window(until, shard_of), strict=True):
-            if k is not None:
-                assert req is not None  # made for every row routed here
-                batches[k].append((target, req))
-        replies = [s.advance(b, until) for s, b in zip(self.shards, batches, strict=True)]
-        return replies, time.perf_counter() - t0, time.thread_time() - cpu0
-
-    def finish(self, until_s: float | None) -> list[dict[str, Any]]:
-        return [s.finish(until_s) for s in self.shards]
-
-
 class _ReportedView:
     """A replica as the coordinator's router sees it: the fields its shard reported at the
     window's start (as a :class:`~simpy_llm.serving.views.FullSnapshotView` holds them),
@@ -418,10 +140,10 @@ class _ReportedView:
     def __init__(self, statics: tuple[int, str, float, int, float], counts: RouterCounts) -> None:
         self.index, self.group, self.capacity, self.kv_total_blocks, self.prefill_s_per_token = statics
         self._counts = counts
-        self.set((0,) * _SNAPSHOT_FIELDS)
+        self.set((0,) * SNAPSHOT_FIELDS)
 
     def set(self, fields: Sequence[int]) -> None:
-        """Take the reported fields (:data:`_SNAPSHOT_FIELDS` of them, in order)."""
+        """Take the reported fields (:data:`SNAPSHOT_FIELDS` of them, in order)."""
         (self._waiting, self._running, self._queued, self._kv_free, self._kv_used,
          self._departed, self._departed_tokens) = fields
 
@@ -492,11 +214,13 @@ class WindowStats(NamedTuple):
     routed: int
     """Requests routed (shipped to the shards)."""
     route_s: float
-    """Wall seconds the coordinator spent generating and routing."""
+    """Wall seconds the coordinator spent routing and sending, while the slots waited (and
+    making the first window's arrivals)."""
     route_cpu_s: float
-    """CPU seconds the coordinator's thread spent generating and routing."""
+    """CPU seconds the coordinator's thread spent on what ``route_s`` counts."""
     advance_s: float
-    """Wall seconds waiting for the shards' windows (their simulation and the messages)."""
+    """Wall seconds from sending a window to the last slot's reply (their simulation and
+    the messages; ``make_s`` inside it)."""
     sent_bytes: int
     """Pickled bytes of the arrivals shipped."""
     reply_bytes: int
@@ -512,6 +236,19 @@ class WindowStats(NamedTuple):
     slowest_cpu_s: float
     """The sum over the windows of the slowest slot's CPU time: with ``route_cpu_s``, the
     run's critical path on cores of its own."""
+    make_s: float = 0.0
+    """Wall seconds the coordinator spent making the next window's arrivals while the
+    slots advanced (off the critical path on cores of its own)."""
+    make_cpu_s: float = 0.0
+    """CPU seconds of ``make_s``."""
+    finish_s: float = 0.0
+    """Wall seconds from asking the slots to finish to their records received."""
+    merge_s: float = 0.0
+    """Wall seconds merging the records and tallies into Results."""
+    start_s: float = 0.0
+    """Wall seconds from :meth:`ShardedRun.run` to the first window: the slots built (on
+    workers: the library imported there, the actors created, their connections made;
+    with ``workers``, the cluster's start too) and their first snapshot."""
 
 
 class _Coordinator:
@@ -540,10 +277,11 @@ class _Coordinator:
             outbox = Wire(env)
             outbox.connect(functools.partial(self._ship, target))
             outboxes.append(outbox)
-        arrivals = Wire(env)
         policy = build_policy(serving.entry_router, routing_policies, rng=RandomStreams(scenario.seed).stream("router"))
-        self.router = Router(env, arrivals, outboxes, views, counts, policy, Recorder(num_replicas=n_replicas))
-        self.workload = _Workload(scenario, env, arrivals)
+        # The router is called for each arrival (route); its environment never runs: with
+        # admission always, routing reads no clock.
+        self.router = Router(env, Wire(env), outboxes, views, counts, policy, Recorder(num_replicas=n_replicas))
+        self.arrivals = _Arrivals(scenario, quiet=False)
 
     def _ship(self, target: int, req: Request) -> None:
         self.targets.append(target)
@@ -553,13 +291,20 @@ class _Coordinator:
         views = self.views
         for fields, indices in zip(snapshots, owned, strict=True):
             for k, i in enumerate(indices):
-                views[i].set(fields[k * _SNAPSHOT_FIELDS:(k + 1) * _SNAPSHOT_FIELDS])
+                views[i].set(fields[k * SNAPSHOT_FIELDS:(k + 1) * SNAPSHOT_FIELDS])
         for cv in self.cluster_views:
             cv.refresh()
 
-    def route_until(self, until: float) -> list[int]:
-        """Make and route the arrivals before *until*; return their targets, in arrival order."""
-        self.workload.run_until(until)
+    def make_until(self, until: float) -> list[Request]:
+        """Make the arrivals before *until* (after the previous window's), in arrival order:
+        work that needs no snapshot, done while the slots advance the window before."""
+        return self.arrivals.every(until)
+
+    def route(self, requests: Sequence[Request]) -> list[int]:
+        """Route *requests* (one window's, in arrival order) over the views as reported; return their targets."""
+        route = self.router.route
+        for req in requests:
+            route(req)
         targets, self.targets = self.targets, []
         return targets
 
@@ -588,9 +333,11 @@ class ShardedRun:
         self.client = client
         self.measure_messages = measure_messages
         self.windows: WindowStats | None = None
+        self._started = 0.0
 
     def run(self) -> Results:
         """Run to the end (every request finished, or ``simulation.until_s``)."""
+        self._started = time.perf_counter()
         if self.client is not None:
             return self._run_on(self.client)
         if self.workers:
@@ -611,11 +358,25 @@ class ShardedRun:
                           allow_other_workers=False)
             for k, g in enumerate(groups)
         ]
-        hosts = [future.result() for future in building]
-        return self._drive([_Remote(h, len(g)) for h, g in zip(hosts, groups, strict=True)], groups)
+        actors = [future.result() for future in building]
+        serve_on = [piped_host(a) for a in addresses[:slots]]
+        if any(host is None for host in serve_on):
+            return self._drive([_Remote(a, len(g)) for a, g in zip(actors, groups, strict=True)], groups)
+        key = secrets.token_bytes(32)
+        listening = [a.listen(host, key) for a, host in zip(actors, serve_on, strict=True)]
+        piped = [_Piped(tuple(pending.result()), key) for pending in listening]
+        try:
+            return self._drive(piped, groups)
+        finally:
+            for host in piped:
+                host.close()
 
     def _drive(self, hosts: Sequence[_Host], groups: list[list[int]] | None = None) -> Results:
-        """The windows: route with the snapshot at kΔ, advance every shard to (k+1)Δ."""
+        """The windows: route with the snapshot at kΔ, advance every shard to (k+1)Δ.
+
+        While the slots advance window k, the coordinator makes window k+1's arrivals
+        (which need no snapshot); routing them waits for the slots' snapshots.
+        """
         scenario = self.scenario
         groups = groups or [[s] for s in range(len(self.targets))]
         order = [s for g in groups for s in g]  # shards in the hosts' order
@@ -628,21 +389,36 @@ class ShardedRun:
         coordinator = _Coordinator(scenario, statics)
         owned = [owned_by_shard[s] for s in order]
         coordinator.report([f for h in hosts for f in h.call("snapshot")], owned)
+        start_s = time.perf_counter() - self._started
         delta = scenario.serving.view_refresh_s
         assert delta is not None  # sharding_problems requires it
         until = scenario.simulation.until_s
+
+        def end_after(t: float) -> float:
+            return t + delta if until is None else min(t + delta, until)
+
         t, windows, routed, route_s, advance_s, sent_bytes, reply_bytes = 0.0, 0, 0, 0.0, 0.0, 0, 0
         host_busy, host_cpu, slowest_s, slowest_cpu_s, route_cpu_s = [0.0] * len(hosts), [0.0] * len(hosts), 0.0, 0.0, 0.0
+        make_s = make_cpu_s = 0.0
+        cpu0 = time.thread_time()
+        requests = coordinator.make_until(end_after(t))
+        route_cpu_s += time.thread_time() - cpu0
+        route_s += time.perf_counter() - wall0
         while until is None or t < until:
-            t = t + delta if until is None else min(t + delta, until)
+            t = end_after(t)
             w0, cpu0 = time.perf_counter(), time.thread_time()
-            targets = coordinator.route_until(t)
+            targets = coordinator.route(requests)
             message = pickle.dumps((np.array(targets, dtype=np.int32).tobytes(), t), protocol=pickle.HIGHEST_PROTOCOL)
-            w1 = time.perf_counter()
-            route_cpu_s += time.thread_time() - cpu0
             routed += len(targets)
             sent_bytes += len(message) * len(hosts)
             pending = [h.start("advance", message) for h in hosts]
+            w1, cpu1 = time.perf_counter(), time.thread_time()
+            route_cpu_s += cpu1 - cpu0
+            route_s += w1 - w0
+            last = until is not None and t >= until
+            requests = [] if last else coordinator.make_until(end_after(t))
+            make_s += time.perf_counter() - w1
+            make_cpu_s += time.thread_time() - cpu1
             done = [h.wait(p) for h, p in zip(hosts, pending, strict=True)]
             advance_s += time.perf_counter() - w1
             replies = [r for host_replies, _, _ in done for r in host_replies]
@@ -651,58 +427,21 @@ class ShardedRun:
                 host_cpu[k] += cpu
             slowest_s += max(took for _, took, _ in done)
             slowest_cpu_s += max(cpu for _, _, cpu in done)
-            route_s += w1 - w0
             windows += 1
             if self.measure_messages:
                 reply_bytes += len(pickle.dumps(replies, protocol=pickle.HIGHEST_PROTOCOL))
             coordinator.report([snap for snap, _ in replies], owned)
-            if coordinator.workload.generator.done and not any(live for _, live in replies):
+            if coordinator.arrivals.exhausted and not requests and not any(live for _, live in replies):
                 break
-        self.windows = WindowStats(windows, routed, route_s, route_cpu_s, advance_s, sent_bytes, reply_bytes,
-                                   tuple(host_busy), tuple(host_cpu), slowest_s, slowest_cpu_s)
+        w0 = time.perf_counter()
         finishing = [h.start("finish", until) for h in hosts]
         parts = [p for h, pending in zip(hosts, finishing, strict=True) for p in h.wait(pending)]
-        return _merge(scenario, parts, len(statics), statics, time.perf_counter() - wall0, coordinator.env.events_scheduled())
-
-
-class _Host:
-    """An executor slot's shards, as the coordinator calls them."""
-
-    def call(self, method: str, *args: Any) -> Any:
-        return self.wait(self.start(method, *args))
-
-    def start(self, method: str, *args: Any) -> Any:
-        raise NotImplementedError
-
-    def wait(self, pending: Any) -> Any:
-        raise NotImplementedError
-
-
-class _Local(_Host):
-    """Shards in this process, run one after another when asked."""
-
-    def __init__(self, host: _ShardHost) -> None:
-        self.host = host
-
-    def start(self, method: str, *args: Any) -> Any:
-        return functools.partial(getattr(self.host, method), *args)
-
-    def wait(self, pending: Any) -> Any:
-        return pending()
-
-
-class _Remote(_Host):
-    """Shards in a Dask actor: a call starts at once, the coordinator waits for its reply."""
-
-    def __init__(self, actor: Any, n: int) -> None:
-        self.actor = actor
-        self.n = n
-
-    def start(self, method: str, *args: Any) -> Any:
-        return getattr(self.actor, method)(*args)
-
-    def wait(self, pending: Any) -> Any:
-        return pending.result()
+        finish_s = time.perf_counter() - w0
+        results = _merge(scenario, parts, len(statics), statics, time.perf_counter() - wall0)
+        self.windows = WindowStats(windows, routed, route_s, route_cpu_s, advance_s, sent_bytes, reply_bytes,
+                                   tuple(host_busy), tuple(host_cpu), slowest_s, slowest_cpu_s, make_s, make_cpu_s,
+                                   finish_s, time.perf_counter() - w0 - finish_s, start_s)
+        return results
 
 
 def _fleet_size(scenario: Scenario) -> int:
@@ -713,7 +452,7 @@ def _fleet_size(scenario: Scenario) -> int:
 
 
 def _merge(scenario: Scenario, parts: list[dict[str, Any]], n_replicas: int,
-           statics: list[tuple[int, str, float, int, float]], wall_s: float, coordinator_events: int) -> Results:
+           statics: list[tuple[int, str, float, int, float]], wall_s: float) -> Results:
     """The shards' records and tallies as one recorder's, frozen into Results."""
     merged = Recorder(num_replicas=n_replicas)
     columns = merged.columns
@@ -722,15 +461,16 @@ def _merge(scenario: Scenario, parts: list[dict[str, Any]], n_replicas: int,
     itl_values, itl_weights = [], []
     batch_steps: Counter[int] = Counter()
     steps = 0
-    events = coordinator_events
+    events = 0
     for part in parts:
         for name, kind in RECORD_FIELDS:
-            raw = part["columns"][name]
+            single = part["single"].get(name)
+            raw = part["columns"][name] if single is None else single
             if kind == "s":
                 codes = merged.codes[name]
                 mapping = np.array([codes(value) for value in part["codes"][name]], dtype=np.int64)
                 raw = mapping[np.frombuffer(raw, dtype=np.int64)].tobytes() if mapping.size else raw
-            columns[name].frombytes(raw)
+            columns[name].frombytes(raw if single is None else raw * part["rows"])
         merged.arrived += part["arrived"]
         for name, values in part["per_replica"].items():
             target = getattr(merged, name)
@@ -795,6 +535,6 @@ def run_sharded(scenario: Scenario, *, workers: int | None = None, client: Any =
         taken from the replicas' own shards and the requests in the system merged from
         the shards' changes; the inter-token gaps' tally, whose figures do not depend on
         the order of its values, gives the single run's mean to the bit. What differs:
-        ``wall_s`` and the events count (the shards' and the coordinator's, with their refreshes).
+        ``wall_s`` and the events count (the shards', with their refreshes).
     """
     return ShardedRun(scenario, workers=workers, client=client, shards=shards).run()

@@ -8,10 +8,15 @@ does not see the departures of that window.
 from __future__ import annotations
 
 import copy
+import itertools
 import math
+import pickle
+import warnings
+from multiprocessing import AuthenticationError
 from typing import Any
 
 import attrs
+import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import given, settings
@@ -20,10 +25,18 @@ from hypothesis import strategies as st
 from simpy_llm import Simulation, scenario_from_dict
 from simpy_llm.config import ScenarioError
 from simpy_llm.entities import Request
-from simpy_llm.explore.sharded import ShardedRun, _Arrivals, _delay_to, _Workload, run_sharded, sharding_problems
+from simpy_llm.explore import sharded
+from simpy_llm.explore.sharded import ShardedRun, run_sharded, sharding_problems
+from simpy_llm.explore.sharded_arrivals import _Arrivals, _delay_to
+from simpy_llm.explore.sharded_hosts import _Piped, _ShardHost, piped_host
 from simpy_llm.kernel import Environment
+from simpy_llm.metrics.recorder import Recorder
 from simpy_llm.serving.views import FullSnapshotView, SnapshotView
 from simpy_llm.wire import Wire
+from simpy_llm.workload.checks import check_spec_files
+from simpy_llm.workload.generator import WorkloadGenerator
+from simpy_llm.workload.sessions import ReplayedContexts
+from simpy_llm.workload.sources import build_sources
 from tests.helpers import tiny_scenario
 
 _ROUTERS = ("least_loaded", "jsq", "power_of_d", "least_outstanding_tokens")
@@ -112,6 +125,98 @@ def test_four_clusters_on_four_dask_workers_give_the_single_runs_records(dask_cl
     dask_client.cluster.scale(4)
     dask_client.wait_for_workers(4)
     _same_records(_fleet(4), client=dask_client)
+
+
+@pytest.fixture(scope="module")
+def tcp_dask_client():
+    """Two Dask worker processes on loopback (reached over TCP) and their Client."""
+    distributed = pytest.importorskip("dask.distributed")
+    import dask
+
+    # A loaded machine starts worker processes slowly; dask's own warnings about it say nothing here.
+    with warnings.catch_warnings(), dask.config.set({"distributed.comm.timeouts.connect": "120s"}):
+        warnings.filterwarnings("ignore", module="distributed")
+        with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                      dashboard_address="127.0.0.1:0") as cluster, distributed.Client(cluster) as client:
+            yield client
+
+
+def test_worker_processes_called_over_their_own_connections_give_the_single_runs_records(tcp_dask_client, monkeypatch):
+    """Shards on two worker processes reached over TCP are called over connections of their
+    own (no Dask actor call per window) and give the single run's records."""
+    assert {piped_host(a) for a in tcp_dask_client.scheduler_info()["workers"]} == {"127.0.0.1"}
+    monkeypatch.setattr(sharded, "_Remote", None)  # a window called through Dask would fail here
+    _same_records(_fleet(4), client=tcp_dask_client)
+
+
+def test_workers_over_another_transport_are_called_through_dask(dask_client, monkeypatch):
+    """Where a worker is reached otherwise than over TCP or in process, its slot is called
+    through Dask's actor: the same records."""
+    dask_client.cluster.scale(2)
+    dask_client.wait_for_workers(2)
+    monkeypatch.setattr(sharded, "piped_host", lambda address: None)
+    monkeypatch.setattr(sharded, "_Piped", None)  # a connection of its own would fail here
+    _same_records(_fleet(2), client=dask_client)
+
+
+@pytest.mark.parametrize(("address", "host"), [
+    ("tcp://10.0.0.5:8786", "10.0.0.5"), ("tcp://node-3.cluster:40123", "node-3.cluster"),
+    ("inproc://10.0.0.5/4242/7", "127.0.0.1"), ("tls://10.0.0.5:8786", None), ("tcp://[::1]:8786", None),
+    ("ucx://10.0.0.5:13337", None),
+])
+def test_a_slots_connection_follows_the_workers_transport(address, host):
+    """A slot's own connection listens on the worker's TCP host, on the loopback for an
+    in-process worker, and is not used over TLS, UCX or IPv6 (Dask's transport is kept)."""
+    assert piped_host(address) == host
+
+
+def test_an_error_in_a_slot_is_raised_by_the_coordinator():
+    """A call that fails in a slot served over its own connection raises the slot's error
+    where it was called; the connection still answers the next call."""
+    scenario = scenario_from_dict(_fleet(2))
+    slot = _ShardHost(scenario, [[0]])
+    key = b"k" * 32
+    host = _Piped(slot.listen("127.0.0.1", key), key)
+    try:
+        message = pickle.dumps((np.array([0, 0, 0], dtype=np.int32).tobytes(), 1e-9))
+        with pytest.raises(RuntimeError, match="made 0 arrivals where the coordinator routed 3"):
+            host.call("advance", message)
+        assert host.call("statics") == slot.statics()
+    finally:
+        host.close()
+
+
+def test_a_slots_connection_refuses_a_client_without_the_key():
+    """Only a client answering the run's key is served by a slot."""
+    slot = _ShardHost(scenario_from_dict(_fleet(2)), [[0]])
+    address = slot.listen("127.0.0.1", b"a" * 32)
+    with pytest.raises(AuthenticationError):
+        _Piped(address, b"b" * 32)
+
+
+def test_the_coordinator_makes_every_request_window_by_window():
+    """The coordinator's arrivals, made window by window without an environment (empty
+    windows among them), are the generator's requests, every one, field for field; the
+    rows are exhausted after the last."""
+    scenario = _two_client_workload(120)
+    made = _Arrivals(scenario, quiet=False)
+    got: list[Request] = []
+    for until in (0.01, 0.3, 0.3, 1.0):
+        got += made.every(until)
+    assert not made.exhausted
+    got += made.every(1e9)
+    assert made.exhausted
+    assert [attrs.asdict(r) for r in got] == [attrs.asdict(r) for r in _all_arrivals(scenario)]
+
+
+def test_window_stats_count_the_coordinators_overlapped_work():
+    """A run's window figures count its start, the arrivals made while the slots advanced,
+    the records' return and the merge."""
+    run = ShardedRun(scenario_from_dict(_fleet(2)), shards=2)
+    run.run()
+    w = run.windows
+    assert w is not None
+    assert w.start_s > 0 and w.make_cpu_s > 0 and w.finish_s > 0 and w.merge_s > 0
 
 
 def test_with_departures_read_live_the_shards_would_differ(monkeypatch):
@@ -255,6 +360,33 @@ def test_a_delay_lands_on_the_arrival_to_the_bit(now, ahead):
     where ``at - now`` may miss it by an ulp."""
     at = now + ahead
     assert now + _delay_to(now, at) == at
+
+
+class _Workload:
+    """The reference: the scenario's arrivals made as a single run's generator makes them,
+    through an environment (the same sources, streams and request ids), put into *outbox*
+    as their times come."""
+
+    def __init__(self, scenario: Any, env: Environment, outbox: Wire) -> None:
+        self.env = env
+        wl = scenario.workload
+        check_spec_files(scenario)
+        sources = build_sources(wl, default_seed=scenario.seed)
+        replayed = ReplayedContexts() if sources.traces else None
+        n_clients = len(sources.clients)
+
+        def on_request(req: Request, source_index: int) -> None:
+            if source_index >= n_clients and replayed is not None:
+                replayed(req)
+
+        self.generator = WorkloadGenerator(
+            env, sources.generator_sources(), outbox, Recorder(), itertools.count(),
+            num_requests=wl.num_requests, horizon_s=wl.horizon_s,
+            on_request=on_request if replayed is not None else None, announce=False,
+        )
+
+    def run_until(self, until: float) -> None:
+        self.env.run(until=until)
 
 
 def _two_client_workload(requests: int) -> Any:

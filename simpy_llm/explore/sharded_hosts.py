@@ -1,0 +1,317 @@
+"""A sharded run's executor slots (``simpy_llm.explore.sharded``): the shards and how the coordinator calls them.
+
+A slot (:class:`_ShardHost`) holds some shards (:class:`_Shard`: a Simulation of the
+whole fleet of which only its own replicas receive requests) and advances them together
+each window. The coordinator calls it through a :class:`_Host`: in this process
+(:class:`_Local`), through a Dask actor (:class:`_Remote`), or, once the actor is built
+on a worker reached over TCP, through a connection of its own to the worker
+(:class:`_Piped`): a window's round trip then costs a socket's send and receive (~0.05 to
+0.25 ms here) instead of a Dask actor call's (~2 ms: the scheduler's messages, the
+worker's actor thread, the client's event loop).
+
+The connection is ``multiprocessing.connection``'s: it listens on the worker's own host
+(the address Dask reaches it at), accepts one client, which must answer a challenge with
+the run's random key (sent through Dask), and carries length-prefixed pickles.
+"""
+
+from __future__ import annotations
+
+import functools
+import pickle
+import threading
+import time
+from collections.abc import Callable, Generator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from simpy_llm.explore.sharded_arrivals import _Arrivals, _delay_to
+from simpy_llm.metrics.monitors import LevelMonitor
+from simpy_llm.metrics.recorder import RECORD_FIELDS
+from simpy_llm.simulation import Simulation
+
+if TYPE_CHECKING:
+    from simpy.events import Event
+
+    from simpy_llm.config.schema import Scenario
+    from simpy_llm.entities import Request
+
+__all__: list[str] = []
+
+SNAPSHOT_FIELDS = 7
+"""Fields a shard reports per replica: waiting, running, queued prompt tokens, free and
+used KV blocks, departures and departed prompt tokens."""
+
+
+class _LoggedLevel(LevelMonitor):
+    """A :class:`LevelMonitor` that keeps each change instead, so that the shards' levels
+    can be merged into the fleet's (its peak is not the sum of theirs). Its own statistics
+    stay at zero: a shard never reads them (the autoscaler, which would, is not sharded),
+    and keeping them cost a slot about 1 % of its time."""
+
+    __slots__ = ("deltas", "times")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.times: list[float] = []
+        self.deltas: list[int] = []
+
+    def change(self, now_s: float, delta: int) -> None:
+        self.times.append(now_s)
+        self.deltas.append(delta)
+
+
+class _Shard:
+    """A Simulation of the whole fleet of which only *owned* replicas receive requests.
+
+    Parameters
+    ----------
+    scenario
+        The scenario (checked by :func:`sharding_problems`).
+    targets
+        The entry router's positions this shard serves: cluster positions with
+        ``serving.clusters``, else replica positions.
+    """
+
+    def __init__(self, scenario: Scenario, targets: Sequence[int]) -> None:
+        sim = self.sim = Simulation(scenario, external_arrivals=True)
+        self.env = sim.env
+        self.recorder = sim.recorder
+        self.in_system = sim.recorder.in_system = _LoggedLevel()
+        clusters = scenario.serving.clusters
+        if clusters:
+            names = [clusters[c].name for c in targets]
+            self.owned = [i for i, plan in enumerate(sim.plans) if plan.cluster in names]
+            inboxes = [sim.wires[f"cluster:{cl.name}"] for cl in clusters]
+            self._deliver: Callable[[int, Request], None] = lambda c, req: inboxes[c].send(req)
+        else:
+            self.owned = list(targets)  # without disaggregation the router's positions are the fleet indices
+            send = sim.router.send
+            self._deliver = lambda position, req: send(req, position)
+        self._views = [sim.views[i] for i in self.owned]
+
+    def statics(self) -> list[tuple[int, str, float, int, float]]:
+        """Per owned replica: fleet index, group, capacity, KV blocks and prefill seconds per token."""
+        return [(v.index, v.group, v.capacity, v.kv_total_blocks, v.prefill_s_per_token) for v in self._views]
+
+    def snapshot(self) -> list[int]:
+        """The owned replicas' reported state now, :data:`SNAPSHOT_FIELDS` per replica."""
+        out: list[int] = []
+        for i in self.owned:
+            rep = self.sim.replicas[i]
+            kv = rep.kv
+            out += (len(rep.waiting), len(rep.running), rep.queued_prompt_tokens, kv.free_blocks, kv.used_blocks,
+                    rep.departed, rep.departed_tokens)
+        return out
+
+    def _inject(self, arrivals: list[tuple[int, Request]]) -> Generator[Event, None, None]:
+        """Process: each request reaches its target at its arrival time, as the generator's would."""
+        env, on_arrival, deliver = self.env, self.recorder.on_arrival, self._deliver
+        for target, req in arrivals:
+            at = req.arrival_s
+            if at > env.now:
+                yield env.timeout(_delay_to(env.now, at))
+            on_arrival(req, env.now)
+            deliver(target, req)
+
+    def advance(self, arrivals: list[tuple[int, Request]], until: float) -> tuple[list[int], int]:
+        """Inject *arrivals* (in arrival order), run to *until*; return the snapshot and the
+        requests still in the system."""
+        if arrivals:
+            self.env.process(self._inject(arrivals))
+        self.env.run(until=until)
+        return self.snapshot(), len(self.recorder.live)
+
+    def finish(self, until_s: float | None) -> dict[str, Any]:
+        """Close the run (at *until_s*: settle, record what is in flight) and hand over what
+        the merged Results need."""
+        rec, sim = self.recorder, self.sim
+        if until_s is not None:
+            for i in self.owned:
+                sim.replicas[i].settle(until_s)
+        for req in sorted(rec.live.values(), key=lambda r: r.id):
+            rec.on_in_flight(req)
+        owned = set(self.owned)
+        itl_values, itl_weights = rec.itl.arrays()
+        # A column holding one value in every record (35 of the 46 in a plain open-loop
+        # run) is handed over as that value: 8 bytes instead of 8 a record.
+        single = {name: rec.single_value(name) for name, _ in RECORD_FIELDS}
+        return {
+            "owned": self.owned,
+            "rows": rec.rows,
+            "single": {name: value for name, value in single.items() if value is not None},
+            "columns": {name: bytes(rec.take_column(name)) for name, value in single.items() if value is None},
+            "codes": {name: list(codes.names) for name, codes in rec.codes.items()},
+            "arrived": rec.arrived,
+            "per_replica": {
+                name: [getattr(rec, name)[i] for i in self.owned]
+                for name in ("steps", "busy_s", "energy_j", "kv_block_seconds", "prefill_tokens", "decode_tokens")
+            },
+            "replica_steps": [sim.replicas[i].step for i in self.owned],
+            "itl": (itl_values.tobytes(), itl_weights.tobytes()),
+            "batch_steps": dict(rec.batch_steps),
+            "in_system": (np.array(self.in_system.times, dtype=np.float64).tobytes(),
+                          np.array(self.in_system.deltas, dtype=np.int64).tobytes()),
+            "preemptions": [p for p in rec.preemptions if p[1] in owned],
+            "cold_starts": [c for c in rec.cold_starts if c[0] in owned],
+            "batches": [b for b in rec.batches if b[0] in owned],
+            "events": self.env.events_scheduled(),
+        }
+
+
+class _ShardHost:
+    """The shards one executor slot (a Dask worker) runs, advanced together each window."""
+
+    def __init__(self, scenario: Scenario, shard_targets: Sequence[Sequence[int]]) -> None:
+        self.shards = [_Shard(scenario, targets) for targets in shard_targets]
+        self._local = {t: k for k, targets in enumerate(shard_targets) for t in targets}
+        """The shard (position here) serving each entry-router target this slot serves."""
+        self._arrivals = _Arrivals(scenario)
+
+    def statics(self) -> list[list[tuple[int, str, float, int, float]]]:
+        return [s.statics() for s in self.shards]
+
+    def snapshot(self) -> list[list[int]]:
+        return [s.snapshot() for s in self.shards]
+
+    def advance(self, message: bytes) -> tuple[list[tuple[list[int], int]], float, float]:
+        """Advance every shard to the window's end; return their replies and the wall and
+        CPU seconds it took here.
+
+        *message* is the pickled ``(targets, until)``: the entry router's target of each
+        request of the window, in arrival order, as ``int32`` bytes. The slot makes the
+        requests routed to its shards itself and gives each shard its own.
+        """
+        t0, cpu0 = time.perf_counter(), time.thread_time()
+        raw, until = pickle.loads(message)
+        targets = np.frombuffer(raw, dtype=np.int32).tolist()
+        local = self._local
+        shard_of = [local.get(target) for target in targets]
+        batches: list[list[tuple[int, Request]]] = [[] for _ in self.shards]
+        for target, k, req in zip(targets, shard_of, self._arrivals.window(until, shard_of), strict=True):
+            if k is not None:
+                assert req is not None  # made for every row routed here
+                batches[k].append((target, req))
+        replies = [s.advance(b, until) for s, b in zip(self.shards, batches, strict=True)]
+        return replies, time.perf_counter() - t0, time.thread_time() - cpu0
+
+    def finish(self, until_s: float | None) -> list[dict[str, Any]]:
+        return [s.finish(until_s) for s in self.shards]
+
+    def listen(self, host: str, key: bytes) -> tuple[str, int]:
+        """Serve this slot's calls on a connection of its own: listen on *host* (a free
+        port), accept one client that knows *key*, and answer its calls in a thread until
+        it says ``close`` or goes away. Return the address to connect to."""
+        from multiprocessing.connection import Listener  # only a run on workers reached over TCP needs it
+
+        listener = Listener((host, 0), authkey=key)
+        threading.Thread(target=self._serve, args=(listener,), name="simpy-llm-shard-slot", daemon=True).start()
+        address: tuple[str, int] = listener.address
+        return address
+
+    def _serve(self, listener: Any) -> None:
+        from multiprocessing import AuthenticationError
+
+        with listener:
+            try:
+                conn = listener.accept()
+            except (AuthenticationError, OSError):  # not the coordinator: serve nobody (its run fails to connect)
+                return
+        with conn:
+            while True:
+                try:
+                    method, args = pickle.loads(conn.recv_bytes())
+                except EOFError:  # the coordinator went away
+                    return
+                if method == "close":
+                    return
+                try:
+                    reply: tuple[bool, Any] = (True, getattr(self, method)(*args))
+                except Exception as exc:  # handed to the coordinator, which raises it
+                    reply = (False, exc)
+                conn.send_bytes(pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+class _Host:
+    """An executor slot's shards, as the coordinator calls them."""
+
+    def call(self, method: str, *args: Any) -> Any:
+        return self.wait(self.start(method, *args))
+
+    def start(self, method: str, *args: Any) -> Any:
+        raise NotImplementedError
+
+    def wait(self, pending: Any) -> Any:
+        raise NotImplementedError
+
+
+class _Local(_Host):
+    """Shards in this process, run one after another when asked."""
+
+    def __init__(self, host: _ShardHost) -> None:
+        self.host = host
+
+    def start(self, method: str, *args: Any) -> Any:
+        return functools.partial(getattr(self.host, method), *args)
+
+    def wait(self, pending: Any) -> Any:
+        return pending()
+
+
+class _Remote(_Host):
+    """Shards in a Dask actor: a call starts at once, the coordinator waits for its reply."""
+
+    def __init__(self, actor: Any, n: int) -> None:
+        self.actor = actor
+        self.n = n
+
+    def start(self, method: str, *args: Any) -> Any:
+        return getattr(self.actor, method)(*args)
+
+    def wait(self, pending: Any) -> Any:
+        return pending.result()
+
+
+class _Piped(_Host):
+    """Shards in a Dask actor, called over a connection of their own (:meth:`_ShardHost.listen`).
+
+    One call at a time: :meth:`start` sends it, :meth:`wait` receives its reply.
+    """
+
+    def __init__(self, address: tuple[str, int], key: bytes) -> None:
+        from multiprocessing.connection import Client
+
+        self.conn = Client(address, authkey=key)
+
+    def start(self, method: str, *args: Any) -> Any:
+        self.conn.send_bytes(pickle.dumps((method, args), protocol=pickle.HIGHEST_PROTOCOL))
+        return method
+
+    def wait(self, pending: Any) -> Any:
+        ok, value = pickle.loads(self.conn.recv_bytes())
+        if not ok:
+            raise value
+        return value
+
+    def close(self) -> None:
+        """Tell the slot to stop serving, and close the connection."""
+        try:
+            self.conn.send_bytes(pickle.dumps(("close", ()), protocol=pickle.HIGHEST_PROTOCOL))
+        except OSError:  # the slot is gone already (its worker died): nothing to tell
+            pass
+        finally:
+            self.conn.close()
+
+
+def piped_host(address: str) -> str | None:
+    """The host to serve a slot's connection on, for a Dask worker at *address* (None: call
+    it through Dask): the worker's own host over ``tcp://``, the loopback for an in-process
+    worker; other transports (TLS, UCX, websockets) keep Dask's own."""
+    scheme, _, rest = address.partition("://")
+    if scheme == "tcp":
+        host = rest.rsplit(":", 1)[0]
+        return None if ":" in host else host  # an IPv6 worker keeps Dask's (the connection's listener is IPv4)
+    if scheme == "inproc":
+        return "127.0.0.1"
+    return None
+
