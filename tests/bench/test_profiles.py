@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
 
-from simpy_llm.observe.bench.profiles import RunPlan, arrival_times, fixed_plans, sweep_rates
-from simpy_llm.observe.bench.run import bench
+from simpy_llm.observe.bench.profiles import RunPlan, SweepRangeWarning, arrival_times, fixed_plans, sweep_rates
+from simpy_llm.observe.bench.run import bench, run_profile
 
 
 def test_constant_arrivals_are_evenly_spaced_at_the_rate() -> None:
@@ -42,6 +43,34 @@ def test_each_profile_makes_its_runs() -> None:
 def test_sweep_rates_rise_evenly_to_the_saturated_rate() -> None:
     """N rates evenly spaced after the synchronous rate, the last the throughput run's."""
     assert sweep_rates(2.0, 12.0, 5) == [4.0, 6.0, 8.0, 10.0, 12.0]
+
+
+def _sweep(sync_rate: float, throughput_rate: float) -> list[RunPlan]:
+    """The plans a sweep makes when its synchronous and throughput runs reach these rates."""
+    plans: list[RunPlan] = []
+
+    def one(plan: RunPlan) -> dict[str, float]:
+        plans.append(plan)
+        return {"request_throughput": {"synchronous": sync_rate, "throughput": throughput_rate}.get(plan.strategy, 1.0)}
+
+    run_profile("sweep", (), (), 2, None, one)
+    return plans
+
+
+def test_a_sweep_whose_throughput_run_is_no_faster_warns_and_still_runs_its_rates() -> None:
+    """Throughput no faster than one at a time (a server without a batching gain): the sweep says
+    that no rate lies between the synchronous and the saturation rate, then runs its rates."""
+    with pytest.warns(SweepRangeWarning, match=r"throughput run \(1\.19 requests/s\) was no faster than the synchronous run \(1\.26/s\)"):
+        plans = _sweep(1.26, 1.19)
+    assert [p.rate for p in plans[2:]] == pytest.approx([1.225, 1.19])
+
+
+def test_a_sweep_with_a_batching_gain_does_not_warn() -> None:
+    """Throughput above the synchronous rate: rates in between, no warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SweepRangeWarning)
+        plans = _sweep(1.0, 3.0)
+    assert [p.rate for p in plans[2:]] == [2.0, 3.0]
 
 
 @pytest.mark.parametrize(

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 import attrs
 import numpy as np
 
-__all__ = ["FIXED_PROFILES", "PROFILES", "RunPlan", "arrival_times", "fixed_plans", "sweep_rates"]
+__all__ = ["FIXED_PROFILES", "PROFILES", "RunPlan", "SweepRangeWarning", "arrival_times", "fixed_plans", "sweep_rates"]
 
 PROFILES = ("synchronous", "concurrency", "throughput", "constant", "poisson", "sweep")
 """Every ``--profile``."""
@@ -88,6 +88,11 @@ def fixed_plans(profile: str, rates: Sequence[float], concurrencies: Sequence[in
     if profile in ("constant", "poisson"):
         return [RunPlan(profile, rate=r, concurrency=limit) for r in rates]
     raise ValueError(f"--profile must be one of {', '.join(FIXED_PROFILES)} here, got {profile!r}")
+
+
+class SweepRangeWarning(UserWarning):
+    """A sweep's throughput run was no faster than its synchronous run: its rates do not lie
+    between the synchronous rate and a higher saturation rate."""
 
 
 def sweep_rates(synchronous_rate: float, throughput_rate: float, n: int) -> list[float]:

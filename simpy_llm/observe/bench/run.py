@@ -28,7 +28,15 @@ import yaml
 
 from simpy_llm.observe.bench.datasets import BenchRequest, dataset_requests
 from simpy_llm.observe.bench.metrics import DEFAULT_PERCENTILES, bench_metrics, read_rows
-from simpy_llm.observe.bench.profiles import FIXED_PROFILES, PROFILES, RunPlan, arrival_times, fixed_plans, sweep_rates
+from simpy_llm.observe.bench.profiles import (
+    FIXED_PROFILES,
+    PROFILES,
+    RunPlan,
+    SweepRangeWarning,
+    arrival_times,
+    fixed_plans,
+    sweep_rates,
+)
 from simpy_llm.observe.bench.tokens import TokenCounter, token_counter
 from simpy_llm.observe.client import ObservedRequest
 from simpy_llm.observe.loadgen import LoadGenerator, ScheduleLagWarning
@@ -195,6 +203,14 @@ def run_profile(
     low, high = sync["request_throughput"], thr["request_throughput"]
     if not (low > 0 and high > 0):
         raise ValueError("sweep: the synchronous or the throughput run completed no request; no rate to sweep (see bench.json)")
+    if high <= low:
+        warnings.warn(
+            f"sweep: the throughput run ({high:.4g} requests/s) was no faster than the synchronous run ({low:.4g}/s): "
+            "the server gains nothing from running requests together here, so no rate lies below its saturation "
+            "rate and above the synchronous one; the sweep's rates run from one to the other all the same",
+            SweepRangeWarning,
+            stacklevel=2,
+        )
     for rate in sweep_rates(low, high, 5 if rates is None else rates):
         one(RunPlan(sweep_arrivals or "constant", rate=rate, concurrency=limit))
 

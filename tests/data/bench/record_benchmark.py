@@ -6,20 +6,15 @@ otherwise idle (other work on the cores shows up in the server's step times)::
     python -m tests.data.bench.record_benchmark [--out DIR]
 
 One fresh llama.cpp server (``LlamaCppServer``: 4 slots of 2,048 tokens, 1 thread, prompt cache
-off, a KV stream per slot), loaded for a while first (as ``tests/data/calibration/record.py``
-does), serves, one after the other, ``simpy-llm bench run`` (``--ignore-eos``, tokens counted
-by the server's ``/tokenize``):
+off), loaded for a while first (as ``tests/data/calibration/record.py`` does), serves, one
+after the other, ``simpy-llm bench run`` of synthetic prompts of 128 tokens asking 32 output
+tokens (``--ignore-eos``), counted by the server's ``/tokenize``:
 
-* ``llamacpp_bench/fit_synchronous/``: ``--profile synchronous``, 12 requests of the ``random``
-  dataset around 128 prompt and 32 output tokens (``--random-range-ratio 0.75``: 32-224 and
-  8-56), so that the fit can tell a step's fixed cost from its cost per prompt token, which
-  prompts of one length cannot;
-* ``llamacpp_bench/fit_rate/``: ``--profile constant`` at 1.15 times the synchronous run's
-  request rate, 32 requests of the same kind: below the saturation rate (about 1.35 times the
-  synchronous one on this server), so that its steps hold one to three decoders beside arriving
-  prompts, the steps a sweep below saturation is made of;
-* ``llamacpp_bench/sweep/``: ``--profile sweep --rates 4`` of synthetic prompts of exactly 128
-  tokens asking 32, 20 requests per run (the benchmark predicted).
+* ``llamacpp_bench/fit_synchronous/``: ``--profile synchronous``, 8 requests;
+* ``llamacpp_bench/fit_rate/``: ``--profile constant`` at 1.5 times the synchronous run's
+  request rate, 24 requests;
+* ``llamacpp_bench/sweep/``: ``--profile sweep --rates 4``, 20 requests per run (the
+  benchmark predicted).
 
 Then it fits the synchronous run (``fit_synchronous/profile.yaml``) and the rate run with
 those as priors (``llamacpp_bench/profile.yaml``), as ``simpy-llm calibrate fit --priors``
@@ -35,9 +30,6 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 LENGTHS = ["--dataset", "synthetic", "--input-len", "128", "--output-len", "32", "--ignore-eos"]
-FIT_LENGTHS = ["--dataset", "random", "--input-len", "128", "--output-len", "32", "--random-range-ratio", "0.75", "--ignore-eos"]
-FIT_RATE = 1.15
-"""The rate run's request rate, in synchronous request rates (module docstring)."""
 
 
 def main() -> None:
@@ -57,15 +49,14 @@ def main() -> None:
         import yaml
 
         server_config.write_text(yaml.safe_dump({"server": config.server_block()}, sort_keys=False))
-        common = ["--url", server.url, "--percentiles", "50,99", "--server-type", "llamacpp", "--server-config", str(server_config)]
+        common = ["--url", server.url, *LENGTHS, "--percentiles", "50,99", "--server-type", "llamacpp",
+                  "--server-config", str(server_config)]
         _prewarm(server)
-        assert cli(["bench", "run", *common, *FIT_LENGTHS, "--profile", "synchronous", "--num-prompts", "12",
-                    "--out", str(out / "fit_synchronous")]) == 0
+        assert cli(["bench", "run", *common, "--profile", "synchronous", "--num-prompts", "8", "--out", str(out / "fit_synchronous")]) == 0
         sync_rate = json.loads((out / "fit_synchronous" / "bench.json").read_text())["runs"][0]["request_throughput"]
-        assert cli(["bench", "run", *common, *FIT_LENGTHS, "--profile", "constant", "--request-rate", f"{FIT_RATE * sync_rate:.4f}",
-                    "--num-prompts", "32", "--out", str(out / "fit_rate")]) == 0
-        assert cli(["bench", "run", *common, *LENGTHS, "--profile", "sweep", "--rates", "4", "--num-prompts", "20",
-                    "--out", str(out / "sweep")]) == 0
+        assert cli(["bench", "run", *common, "--profile", "constant", "--request-rate", f"{1.5 * sync_rate:.4f}",
+                    "--num-prompts", "24", "--out", str(out / "fit_rate")]) == 0
+        assert cli(["bench", "run", *common, "--profile", "sweep", "--rates", "4", "--num-prompts", "20", "--out", str(out / "sweep")]) == 0
     sync = fit(out / "fit_synchronous" / "rate_0")
     write_profile(sync, out / "fit_synchronous" / "profile.yaml")
     both = fit(out / "fit_rate" / "rate_0", priors=out / "fit_synchronous" / "profile.yaml")
