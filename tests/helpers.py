@@ -101,3 +101,19 @@ def tiny_groups(*groups: dict[str, Any], **overrides: Any) -> dict[str, Any]:
         {"engine": copy.deepcopy(engine), "latency_model": copy.deepcopy(latency), **group} for group in groups
     ]
     return data
+
+
+def delivery_log(env: Any) -> tuple[Any, dict[Any, float]]:
+    """A Wire on *env* that records when each message's payload arrives, and that record
+    (a payload delivered twice fails the test)."""
+    from simpy_llm.wire import Wire
+
+    out = Wire(env)
+    got: dict[Any, float] = {}
+
+    def record(message: Any) -> None:
+        assert message.payload not in got  # delivered once
+        got[message.payload] = env.now
+
+    out.connect(record)
+    return out, got

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simpy_llm.network.link import Link
-from simpy_llm.wire import Wire
+from tests.helpers import delivery_log
 
 MESSAGES = st.lists(
     st.tuples(
@@ -57,14 +57,7 @@ def _reference(messages, *, overhead_s: float, bandwidth: float, rtt_s: float) -
 
 def _simulate(messages, *, overhead_s: float, bandwidth: float, rtt_s: float) -> tuple[list[float], Link]:
     env = simpy.Environment()
-    out = Wire(env)
-    got: dict[int, float] = {}
-
-    def record(m):
-        assert m.payload not in got  # delivered once
-        got[m.payload] = env.now
-
-    out.connect(record)
+    out, got = delivery_log(env)
     link = Link(env, out, rtt_s=rtt_s, bandwidth_bytes_per_s=bandwidth, overhead_s=overhead_s)
 
     def sender(i, at_s, size):

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simpy_llm.network.link import Link
-from simpy_llm.wire import Wire
+from tests.helpers import delivery_log
 
 MESSAGES = st.lists(
     st.tuples(
@@ -26,14 +26,7 @@ def _deliveries(messages, *, early: bool, rtt_s: float, bandwidth: float) -> dic
     """Delivery time of each message, sending the flagged ones with put_at at t = 0 when
     *early* (else every message is put by a process at its time)."""
     env = simpy.Environment()
-    out = Wire(env)
-    got: dict[int, float] = {}
-
-    def record(m):
-        assert m.payload not in got  # delivered once
-        got[m.payload] = env.now
-
-    out.connect(record)
+    out, got = delivery_log(env)
     link = Link(env, out, rtt_s=rtt_s, bandwidth_bytes_per_s=bandwidth)
 
     def sender(i, at_s, size):
