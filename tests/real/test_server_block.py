@@ -70,6 +70,8 @@ def test_the_launchers_block_agrees_with_the_discovered_one(described: dict[str,
         max_model_len=launcher["ctx_per_slot"],
         prefix_caching=launcher["cache_prompt"],
         kv_num_blocks=launcher["n_ctx"],
+        ubatch_tokens=launcher["n_ubatch"],
+        ubatch_split="simple" if launcher["kv_unified"] else "by_slot",  # the launcher's KV layout
     )
     assert server_block_mismatches({"server": {**launcher}}, engine) == []
 
