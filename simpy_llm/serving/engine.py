@@ -1189,7 +1189,7 @@ class Replica:
         handoffs = self.handoffs
         if handoffs is None:  # __init__ gives every prefill replica one
             raise RuntimeError(f"replica {self.index}: a prefill replica without a handoffs Wire")
-        handoffs.put(req)
+        handoffs.send(req)
 
     def _complete(self, req: Request, end: float, tokens: int) -> None:
         del self.running[req.id]
