@@ -64,7 +64,9 @@ def test_a_program_that_froze_objects_itself_keeps_its_collector() -> None:
         count, before = gc.get_freeze_count(), gc.get_threshold()
         with young_collections_only() as held:
             assert gc.get_threshold() == before
-        assert not held and gc.get_freeze_count() == count
+        # Neither unfrozen (0) nor frozen again (more): frozen objects that other threads of the
+        # test process release meanwhile may only lower the count.
+        assert not held and 0 < gc.get_freeze_count() <= count
     finally:
         gc.unfreeze()
 
