@@ -66,7 +66,9 @@ or their documented defaults:
 4. **Intervals**: every determined coefficient is profiled again around the
    refined values, giving its 95 % interval (an end this profile does not reach
    within the ladder is the first profile's, scaled as the refinement moved the
-   coefficient).
+   coefficient). A coefficient held at its prior's value keeps the prior's interval, so
+   a fit chained on this profile (``priors=``) can still warn of a trace that
+   contradicts it.
 
 The fit also records the operating ranges its trace covered
 (:mod:`~simpy_llm.calibrate.ranges`) and its warnings: an overloaded trace
@@ -139,8 +141,9 @@ class FitResult:
     server: dict[str, Any] | None
     """The trace header's server block."""
     intervals: dict[str, Any] | None = None
-    """Per coefficient its 95 % interval ``(low, high)`` (µs), None when the trace does not
-    determine it (``decode_step_us``: a list, one per entry); None when not identified."""
+    """Per coefficient its 95 % interval ``(low, high)`` (µs): the trace's, or the prior's for a
+    coefficient held at its prior's value (``sources`` says which); None when neither gives one
+    (``decode_step_us``: a list, one per entry); None when not identified."""
     sources: dict[str, Any] | None = None
     """Per coefficient where its value comes from: ``trace``, ``prior`` or ``default``
     (``decode_step_us``: a list); None when not identified."""
@@ -864,6 +867,11 @@ class _Fitter:
                     f"worse than {center[name]:.6g} µs (paired test at 5 %); the prior may describe another server or setting"
                 )
             self.fixed[name], self.sources[name] = held, source
+            # a value taken from the priors keeps their interval, so that the next fit chained on
+            # this profile can still say when its trace contradicts it
+            if source == "prior" and self.prior is not None and name in self.prior.intervals:
+                self.intervals[name] = self.prior.intervals[name]
+                return True
         elif name.startswith("decode_step_us[") and sum(
             1 for i in range(self.size) if self.fixed.get(f"decode_step_us[{i}]", 0.0) is not None
         ) > 1:

@@ -86,11 +86,11 @@ def short_with_prior(short_trace, prior_file):
 
 def test_an_undetermined_attention_term_comes_from_the_prior(short_with_prior, prior_file):
     """Over short prompts the per-pair term is undetermined: it takes the prior's value exactly
-    (the refinement does not move it), has no interval, and the profile says where it came
-    from and which priors were used."""
+    (the refinement does not move it) and the prior's interval, and the profile says where it
+    came from and which priors were used."""
     result = short_with_prior
     assert result.params["prefill_pair_us"] == PRIOR["latency_model"]["params"]["prefill_pair_us"]
-    assert result.sources["prefill_pair_us"] == "prior" and result.intervals["prefill_pair_us"] is None
+    assert result.sources["prefill_pair_us"] == "prior" and list(result.intervals["prefill_pair_us"]) == [0.40, 0.48]
     fit_block = result.profile()["fit"]
     assert fit_block["sources"]["prefill_pair_us"] == "prior"
     assert fit_block["priors"] == {"source": str(prior_file), "method": "probe"}
@@ -107,6 +107,23 @@ def test_without_priors_an_undetermined_term_takes_its_documented_default(short_
     result = fit(short_trace, refine=False)
     assert result.params["prefill_pair_us"] == DEFAULTS_US["prefill_pair_us"] == 0.0
     assert result.sources["prefill_pair_us"] == "default" and result.intervals["prefill_pair_us"] is None
+
+
+def test_a_chained_fit_still_warns_of_the_first_priors_evidence(short_trace, wide_trace, tmp_path):
+    """A coefficient held at its prior's value keeps the prior's interval in the profile, so a
+    second fit that takes that profile as its priors still warns when its own trace contradicts
+    the first priors' evidence: a probe's attention term of 0.20-0.25 µs carried by a fit of short
+    prompts, then contradicted by the wide prompts (truth 0.5 µs)."""
+    probe = {**PRIOR, "latency_model": {"kind": "batch_table", "params": {
+        **PRIOR["latency_model"]["params"], "prefill_pair_us": 0.22}}, "fit": {"method": "probe", "intervals": {
+        "prefill_pair_us": [0.20, 0.25]}}}
+    first = fit(short_trace, priors=probe, refine=False)
+    assert first.sources["prefill_pair_us"] == "prior" and list(first.intervals["prefill_pair_us"]) == [0.20, 0.25]
+    write_profile(first, tmp_path / "first.yaml")
+    second = fit(wide_trace, priors=tmp_path / "first.yaml", refine=False)
+    assert second.sources["prefill_pair_us"] == "trace"
+    assert [w for w in second.warnings if w.startswith("prior disagrees with the trace: prefill_pair_us is")
+            and "0.2-0.25 µs in the prior" in w]
 
 
 def test_a_wide_prompt_range_determines_the_attention_term(wide_trace, prior_file):
@@ -127,7 +144,7 @@ def test_the_fit_report_lists_where_each_coefficient_came_from(short_trace, prio
                  "--report", str(tmp_path / "rep"), "--resamples", "20"]) == 0
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.strip().startswith("prefill_pair_us"))
-    assert row.split()[1:] == ["0.44", "-", "prior"]
+    assert row.split()[1] == "0.44" and row.split()[-1] == "prior"
     report = json.loads((tmp_path / "rep" / "report.json").read_text())
     assert report["fit"]["sources"]["prefill_pair_us"] == "prior"
     assert report["fit"]["priors"]["source"] == str(prior_file)
