@@ -73,6 +73,15 @@ EXECUTORS = ("serial", "process", "dask")
 
 
 # --- one configuration's count search (a job, run in this process or a worker) ------
+def replicas(n: int) -> str:
+    """*n* replicas in words, for a reason or a progress line.
+
+    >>> replicas(1), replicas(3)
+    ('1 replica', '3 replicas')
+    """
+    return f"{n} replica" if n == 1 else f"{n} replicas"
+
+
 def _search_counts(
     scenario: Any, fixed: Mapping[str, Any], load: float, window: _Window, criteria: StabilityCriteria,
     seeds: list[int | None], known: Mapping[int, tuple[bool, bool]], cap: int,
@@ -565,8 +574,8 @@ class _Search:
         if self.progress:
             good = record.passing
             print(f"deploy: {config.label()}: "
-                  + (f"{good} replicas, {config.cost(good):.4g} USD/h" if good is not None and good <= self.caps[config.index]
-                     else f"fails at {record.failing} replicas")
+                  + (f"{replicas(good)}, {config.cost(good):.4g} USD/h" if good is not None and good <= self.caps[config.index]
+                     else f"fails at {replicas(record.failing)}")
                   + f" ({len(job['probes'])} simulations)", file=sys.stderr, flush=True)
 
     def outcomes(
@@ -600,17 +609,17 @@ class _Search:
                 tpot = max((_unjson(p["latency_s"]["tpot_p99"]) for p in at), default=nan)
                 qps = load / cost
             if good is not None and self.budget is not None and cost > self.budget:
-                status, reason = "over_budget", f"{good} replicas cost {cost:.4g} USD/h > the budget {self.budget:g}"
+                status, reason = "over_budget", f"{replicas(good)} cost {cost:.4g} USD/h > the budget {self.budget:g}"
             elif good is not None and best is not None and (cost, config.index) == best:
-                status, reason = "cheapest", f"the cheapest meeting the criteria: {good} replicas"
+                status, reason = "cheapest", f"the cheapest meeting the criteria: {replicas(good)}"
             elif good is not None:
                 assert best is not None  # a feasible configuration within the budget sets best
                 status = "costlier"
-                reason = (f"{good} replicas cost {cost:.4g} USD/h > {best[0]:.4g}" if cost > best[0]
+                reason = (f"{replicas(good)} cost {cost:.4g} USD/h > {best[0]:.4g}" if cost > best[0]
                           else f"costs the same as the cheapest ({cost:.4g} USD/h), which comes first")
             elif cap >= self.max_replicas:
                 status = "misses_slo"
-                reason = f"misses the criteria even at {self.max_replicas} replicas"
+                reason = f"misses the criteria even at {replicas(self.max_replicas)}"
                 failing = [p for p in record.probes if p["replicas"] == record.failing]
                 if failing:
                     reason += f" ({failing[0]['reason']})"
@@ -620,10 +629,10 @@ class _Search:
                 against = f"the budget {self.budget:g}" if over_budget else f"the cheapest found ({best[0]:.4g})" if best else ""
                 if config.index in self.skipped:
                     known = f" (fails at {record.failing}, in the run directory)" if record.failing else ""
-                    reason = (f"skipped: {record.failing + 1} replicas would cost "
+                    reason = (f"skipped: {replicas(record.failing + 1)} would cost "
                               f"{config.cost(record.failing + 1):.4g} USD/h > {against}{known}")
                 else:
-                    reason = f"fails at {record.failing} replicas, and {cap + 1} would cost {config.cost(cap + 1):.4g} USD/h > {against}"
+                    reason = f"fails at {replicas(record.failing)}, and {cap + 1} would cost {config.cost(cap + 1):.4g} USD/h > {against}"
             out.append(Outcome(configuration=config, status=status, min_replicas=good, failing_replicas=record.failing,
                                cost_per_hour=cost, ttft_p99_s=ttft, tpot_p99_s=tpot, qps_per_usd_hour=qps,
                                simulations=sims, reason=reason))
