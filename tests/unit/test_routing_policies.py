@@ -90,6 +90,13 @@ def test_least_loaded_picks_fewest_outstanding_with_ties_to_lowest_index() -> No
     assert LeastLoaded().choose(req(), view) == 1
 
 
+@given(st.lists(st.integers(0, 6), min_size=1, max_size=9))
+def test_least_loaded_is_the_first_position_of_the_fewest_outstanding(loads: list[int]) -> None:
+    """least_loaded returns the first position holding the smallest outstanding_requests, for any loads."""
+    view = fleet(len(loads), outstanding_requests=loads)
+    assert LeastLoaded().choose(req(), view) == loads.index(min(loads))
+
+
 def test_random_routing_is_reproducible_from_its_stream() -> None:
     """random draws from the injected generator: the same seed gives the same choices."""
     view = fleet(5)
