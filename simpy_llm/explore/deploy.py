@@ -72,7 +72,6 @@ EXECUTORS = ("serial", "process", "dask")
 
 
 
-# --- one configuration's count search (a job, run in this process or a worker) ------
 def replicas(n: int) -> str:
     """*n* replicas in words, for a reason or a progress line.
 
@@ -82,6 +81,7 @@ def replicas(n: int) -> str:
     return f"{n} replica" if n == 1 else f"{n} replicas"
 
 
+# --- one configuration's count search (a job, run in this process or a worker) ------
 def _search_counts(
     scenario: Any, fixed: Mapping[str, Any], load: float, window: _Window, criteria: StabilityCriteria,
     seeds: list[int | None], known: Mapping[int, tuple[bool, bool]], cap: int,
