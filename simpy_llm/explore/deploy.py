@@ -71,7 +71,6 @@ EXECUTORS = ("serial", "process", "dask")
 """The executors named by a string; a :class:`concurrent.futures.Executor` is taken too."""
 
 
-
 def replicas(n: int) -> str:
     """*n* replicas in words, for a reason or a progress line.
 
