@@ -337,8 +337,6 @@ class Replica:
         """Heap of ``(policy key, entry order, request)``: the waiting queue."""
         self.running: dict[int, Request] = {}
         """Running batch by request id."""
-        self._order: list[tuple[Any, int, Request]] = []
-        """The running batch sorted by key (the last entry is the next preemption victim)."""
         self._prefilling: list[tuple[Any, int, Request]] = []
         """The running requests still in prefill, sorted by key."""
         self._seq = 0
@@ -550,6 +548,14 @@ class Replica:
         settle_step = self._settle_step
         settle_stretch = self._settle_decode_stretch
         stretch_length = self._stretch_length
+        finish_heap = self._finish_heap
+        heappop = heapq.heappop
+        kv = self.kv
+        bs = kv.block_size
+        prefilling = self._prefilling
+        residue = self._residue
+        # The step time from the token counts alone (no context, one pass): the usual model.
+        plain = not uses_context and ubatch is None
         while True:
             if not running and not waiting:
                 self._idle_since = env.now
@@ -562,29 +568,51 @@ class Replica:
                 if self.load_s and self._must_load():
                     yield from self._load()
 
-            chunks, n_decode, prefill_tokens, kv_used = plan()
-            if not chunks and not n_decode:
-                raise RuntimeError(f"replica {self.index}: waiting requests but nothing schedulable")
-            changed = self._changed
-            if uses_context and (chunks or changed):
-                self._decode_context = self._ctx_base + n_decode * self.step
-            if ubatch is not None and (prefill_tokens + n_decode > ubatch or self._slot_of is not None):
-                step_s = self._passes_time_s(chunks, n_decode, ubatch)
-            elif uses_context:
-                step_s = step_time_s(
-                    prefill_tokens,
-                    n_decode,
-                    decode_context_tokens=self._decode_context,
-                    prefill_attention_pairs=sum(c * r.kv_tokens + c * (c + 1) // 2 for r, c in chunks),
-                )
+            if prefilling or waiting:
+                chunks, n_decode, prefill_tokens, kv_used = plan()
+                if not chunks and not n_decode:
+                    raise RuntimeError(f"replica {self.index}: waiting requests but nothing schedulable")
             else:
+                # _plan's usual case inline: decode steps only, nobody to admit; each decoder
+                # whose last block is full takes a block.
+                n_decode = len(running)
+                need = residue[-self.step % bs]
+                if need <= kv.num_blocks - kv.used_blocks:
+                    if need:
+                        kv.allocate(need)
+                    self._preempted_now = False
+                    chunks = []
+                    prefill_tokens = 0
+                    kv_used = kv.used_blocks
+                else:  # preemptions
+                    chunks, n_decode, prefill_tokens, kv_used = plan()
+            changed = self._changed
+            if plain:
                 step_s = step_time_s(prefill_tokens, n_decode)
+            else:
+                if uses_context and (chunks or changed):
+                    self._decode_context = self._ctx_base + n_decode * self.step
+                if ubatch is not None and (prefill_tokens + n_decode > ubatch or self._slot_of is not None):
+                    step_s = self._passes_time_s(chunks, n_decode, ubatch)
+                elif uses_context:
+                    step_s = step_time_s(
+                        prefill_tokens,
+                        n_decode,
+                        decode_context_tokens=self._decode_context,
+                        prefill_attention_pairs=sum(c * r.kv_tokens + c * (c + 1) // 2 for r, c in chunks),
+                    )
+                else:
+                    step_s = step_time_s(prefill_tokens, n_decode)
             if energy is not None:
                 self._step_j = self._step_energy_j(chunks, n_decode, prefill_tokens, ubatch)
+            # The plan's swaps and cache restores add their copies to the step (counted anew by
+            # each plan: reset here once taken, so a plan with none writes nothing).
             if self._swap_tokens:
                 step_s += self._swap_tokens * self._swap_bytes_per_token / (self._swap_bandwidth_gb_per_s * 1e9)
+                self._swap_tokens = 0
             if self._restores:
                 step_s += self._restores * self._restore_s
+                self._restores = 0
                 if self._restore_tokens:  # blocks restored from the CPU tier (only with a hit)
                     step_s += self._restore_tokens * self._offload_bytes_per_token / (self._offload_bandwidth_gb_per_s * 1e9)
                     self._restore_tokens = 0
@@ -618,7 +646,16 @@ class Replica:
 
             # A stretch of identical pure-decode steps, one event. A request that becomes
             # the waiting head cuts it short at the end of the step in progress (_enqueue).
-            k = stretch_length()
+            # _stretch_length's usual case inline: the first finish comes before the KV cache
+            # could run out (each decoder takes a block at most every block_size steps).
+            top = finish_heap[0]
+            while top[4].decode_anchor_step != top[3]:  # stale: preempted since it was pushed
+                heappop(finish_heap)
+                top = finish_heap[0]
+            k = top[0] - self.step + 1
+            free = kv.num_blocks - kv.used_blocks
+            if k > 1 + free // len(running) * bs:
+                k = stretch_length()
             if throttle is not None and self._clock < self._busy_since + throttle[0]:
                 # End the stretch where throttling begins: the steps after it are planned
                 # slower, at the boundary where the one-event-per-step mode slows down too.
@@ -706,11 +743,38 @@ class Replica:
         if stretch is None:  # no stretch in progress: nothing to cut
             return
         done, k, n_decode, step_s = stretch
-        m = self._steps_to(now, done)
-        if m >= k:
-            return  # the stretch ends with the step in progress anyway
+        d_ns = self._seg_step_ns
+        if not d_ns:  # steps that take no time
+            m = self._steps_to(now, done)
+            if m >= k:
+                return
+            at = self._seg_start_s
+        else:
+            # _steps_to and _step_end_s inline (once per arrival that cuts): the smallest
+            # j > done whose step end (the same arithmetic) is at or after now.
+            start_ns = self._seg_start_ns
+            j = int((now * NS_PER_S - start_ns) / d_ns)
+            if j <= done:
+                j = done + 1
+            at = (start_ns + j * d_ns) / NS_PER_S
+            if at < now:
+                j += 1
+                at = (start_ns + j * d_ns) / NS_PER_S
+                while at < now:
+                    j += 1
+                    at = (start_ns + j * d_ns) / NS_PER_S
+            else:
+                while j > done + 1:
+                    before = (start_ns + (j - 1) * d_ns) / NS_PER_S
+                    if before < now:
+                        break
+                    j -= 1
+                    at = before
+            m = j - done
+            if m >= k:
+                return  # the stretch ends with the step in progress anyway
         self._stretch = (done, m, n_decode, step_s)
-        move_wait(self.process, TimerAt(self.env, self._step_end_s(done + m)))
+        move_wait(self.process, TimerAt(self.env, at))
 
     def _step_end_s(self, j: int) -> float:
         """When step *j* of the current segment ends, s: its start plus *j* durations,
@@ -737,6 +801,14 @@ class Replica:
         return j - done
 
     # --- planning ------------------------------------------------------------
+    def _key_order(self) -> list[tuple[Any, int, Request]]:
+        """The running batch as ``(policy key, entry order, request)`` entries sorted by key
+        (the last one is the next preemption victim).
+
+        Made when asked (preemption, the token listener, a stop), not kept sorted as requests
+        join and leave: the entry orders are unique, so the order is the same."""
+        return sorted([(*req.sched_key, req) for req in self.running.values()])
+
     def _decoder_kv_tokens(self, req: Request) -> int:
         return req.kv_tokens + (self.step - req.decode_anchor_step)
 
@@ -753,8 +825,6 @@ class Replica:
         running = self.running
         n_decode = len(running) - len(prefilling)
         budget = cfg.max_num_batched_tokens - n_decode
-        self._swap_tokens = 0
-        self._restores = 0
 
         chunks: list[tuple[Request, int]] = []
         need = self._residue[-self.step % bs] if n_decode else 0
@@ -778,10 +848,11 @@ class Replica:
                 prefill_tokens += chunk
                 need += (-have) // bs - (-have - chunk) // bs  # blocks_for(have + chunk) - blocks_for(have)
         if need <= kv.num_blocks - kv.used_blocks:
-            if need:
-                kv.allocate(need)
             cache = self.prefix_cache
-            if cache is not None:
+            if cache is not None and (chunks or self._tier is not None):
+                if need:  # taken before blocks are shared (and before the CPU tier sees any take)
+                    kv.allocate(need)
+                    need = 0
                 # Full blocks are findable once the step computing them is scheduled.
                 for req, chunk in chunks:
                     holder: Holder | None = req.kv_holder  # type: ignore[assignment]  # set only by this engine, to a Holder
@@ -790,9 +861,11 @@ class Replica:
             self._preempted_now = False
             if self.waiting and budget > 0 and len(running) < cfg.max_num_seqs:
                 n_chunks = len(chunks)
-                self._admit(chunks, budget)
+                self._admit(chunks, budget, need)
                 for i in range(n_chunks, len(chunks)):
                     prefill_tokens += chunks[i][1]
+            elif need:
+                kv.allocate(need)
         else:
             chunks, n_decode = self._allocate_in_order()
             self._preempted_now = True
@@ -801,8 +874,13 @@ class Replica:
                 prefill_tokens += chunk
         return chunks, n_decode, prefill_tokens, kv.used_blocks
 
-    def _admit(self, chunks: list[tuple[Request, int]], budget: int) -> int:
-        """Admit waiting requests in key order while a slot, budget and blocks remain."""
+    def _admit(self, chunks: list[tuple[Request, int]], budget: int, pending: int = 0) -> int:
+        """Admit waiting requests in key order while a slot, budget and blocks remain.
+
+        *pending* blocks of the step are planned and not yet taken: they are taken with the
+        blocks of the requests admitted, in one allocation (blocks are taken from the head of
+        the free queue, so taking a then b is taking a + b), and at once before the prefix
+        cache is looked up or pinned (a take may evict what a lookup would find)."""
         waiting = self.waiting
         running = self.running
         kv = self.kv
@@ -826,6 +904,9 @@ class Replica:
                 cached = plan.cached
                 hits = pinned_free = 0
             elif cache is not None and (holder is not None or req.context or req.prefix_blocks):
+                if pending:
+                    kv.allocate(pending)
+                    pending = 0
                 if holder is None:
                     holder = req.kv_holder = cache.holder(req, self._reusable_tail)
                 match = cache.match(holder, (req.prefill_target - 1) // bs)
@@ -849,7 +930,7 @@ class Replica:
             if not chunk:
                 break
             new_blocks = -(-(computed + chunk) // bs) - hits  # blocks_for(computed + chunk) - hits
-            if new_blocks + pinned_free > kv.num_blocks - kv.used_blocks:
+            if new_blocks + pinned_free > kv.num_blocks - kv.used_blocks - pending:
                 break
             heapq.heappop(waiting)
             if self._slot_ids is not None:
@@ -870,9 +951,13 @@ class Replica:
                     tier.cpu_hit_tokens += restored
                     if restored:
                         tier.restore_s += restored * self._offload_bytes_per_token / (self._offload_bandwidth_gb_per_s * 1e9)
-            kv.allocate(new_blocks)
             if holder is not None and cache is not None:  # (never with a slot cache: nothing is shared)
+                kv.allocate(new_blocks)
                 cache.register_shared(holder, computed + chunk)
+            elif tier is None:
+                pending += new_blocks
+            else:  # the CPU tier sees each take as it was made
+                kv.allocate(new_blocks)
             if swapped:
                 if swapped > cached:
                     self._swap_tokens += swapped - cached
@@ -883,7 +968,6 @@ class Replica:
             req.kv_tokens = computed
             self.queued_prompt_tokens -= computed
             running[req.id] = req
-            insort(self._order, entry)
             insort(self._prefilling, entry)
             if req.first_scheduled_s != req.first_scheduled_s:  # nan: first admission
                 req.first_scheduled_s = self._clock
@@ -891,6 +975,8 @@ class Replica:
             chunks.append((req, chunk))
             budget -= chunk
             self._changed = True
+        if pending:
+            kv.allocate(pending)
         return budget
 
     def _chunk_size(self, remaining: int, budget: int) -> int:
@@ -911,7 +997,7 @@ class Replica:
         cache = self.prefix_cache
         bs = kv.block_size
         running = self.running
-        order = self._order
+        order = self._key_order()
         budget = self.config.max_num_batched_tokens - (len(running) - len(self._prefilling))
         chunks: list[tuple[Request, int]] = []
         scheduled_decoders = 0
@@ -928,7 +1014,7 @@ class Replica:
                 need = 1 if self._decoder_kv_tokens(req) % bs == 0 else 0
             while need > kv.free_blocks:
                 victim = order[-1][2]
-                self._preempt(victim)
+                self._preempt(victim, order)
                 if victim is req:
                     break
             if req.id not in running:
@@ -944,14 +1030,15 @@ class Replica:
                 scheduled_decoders += 1
         return chunks, scheduled_decoders
 
-    def _preempt(self, req: Request) -> None:
-        """Take *req* (the largest key) out of the running batch, release its blocks, swap
-        its KV out if it fits the swap space, and put it back into the waiting queue."""
+    def _preempt(self, req: Request, order: list[tuple[Any, int, Request]]) -> None:
+        """Take *req* (the largest key, the last entry of *order*, the running batch in key
+        order) out of the running batch, release its blocks, swap its KV out if it fits the
+        swap space, and put it back into the waiting queue."""
         if self.slot_cache is not None:  # EngineConfig refuses a slot cache whose slots could run out
             raise RuntimeError(f"replica {self.index}: a slot cache never preempts, but request {req.id} ran out of KV")
         bs = self.kv.block_size
         now = self._clock
-        entry = self._order.pop()
+        entry = order.pop()
         del self.running[req.id]
         if req.decode_anchor_step < 0:
             self._prefilling.pop(bisect_left(self._prefilling, entry))
@@ -1107,17 +1194,19 @@ class Replica:
         if not chunks:
             return
         bs = self.kv.block_size
+        prefilling = self._prefilling
         for req, chunk in chunks:
-            req.kv_tokens += chunk
+            req.kv_tokens = kv_tokens = req.kv_tokens + chunk
             self.queued_prompt_tokens -= chunk
-            if req.kv_tokens < req.prefill_target:
+            if kv_tokens < req.prefill_target:
                 continue
             # Prefill complete: this step emitted a token.
             self._changed = True
-            entry = (*req.sched_key, req)
-            self._prefilling.pop(bisect_left(self._prefilling, entry))
-            req.generated_tokens += 1
-            g = req.generated_tokens
+            if prefilling[0][2] is req:  # the usual case: chunks go in key order
+                del prefilling[0]
+            else:
+                prefilling.pop(bisect_left(prefilling, (*req.sched_key, req)))
+            req.generated_tokens = g = req.generated_tokens + 1
             if self._prefill_only and g < req.output_tokens:
                 self._hand_off(req, end)
                 continue
@@ -1129,11 +1218,12 @@ class Replica:
             if listener is not None:
                 listener(req, g, end + g * alpha2)
             if g >= req.output_tokens:
-                self._complete(req, end, req.kv_tokens)
+                self._complete(req, end, kv_tokens)
                 continue
             req.decode_anchor_step = s + 1
-            self._residue[(req.kv_tokens - s - 1) % bs] += 1
-            self._ctx_base += req.kv_tokens - s - 1
+            base = kv_tokens - s - 1
+            self._residue[base % bs] += 1
+            self._ctx_base += base
             if streamer:
                 self._measured_streamers += 1
             heapq.heappush(self._finish_heap, (s + req.output_tokens - g, *req.sched_key, s + 1, req))
@@ -1144,7 +1234,7 @@ class Replica:
         batch)."""
         alpha2 = self._alpha2
         step = self.step
-        for _k, _q, req in self._order:
+        for _k, _q, req in self._key_order():
             if req.decode_anchor_step >= 0:
                 g = req.generated_tokens + step - req.decode_anchor_step
                 listener(req, g, end + g * alpha2)
@@ -1174,8 +1264,6 @@ class Replica:
         """A prefill replica computed *req*'s prompt and first token at *end*: it leaves for a
         decode replica, its KV released here (cached, findable if a later round may use it)."""
         del self.running[req.id]
-        order = self._order
-        order.pop(bisect_left(order, (*req.sched_key, req)))
         self._release_kv(req, req.kv_tokens, done=True)
         req.kv_holder = None
         if self.slot_cache is not None:
@@ -1193,8 +1281,6 @@ class Replica:
 
     def _complete(self, req: Request, end: float, tokens: int) -> None:
         del self.running[req.id]
-        order = self._order
-        order.pop(bisect_left(order, (*req.sched_key, req)))
         cache = self.prefix_cache
         if cache is not None and req.kv_holder is None and not req.continuable:
             cache.release_own(tokens)  # _release_kv's way for content all its own, findable by nobody
@@ -1235,14 +1321,15 @@ class Replica:
                     # No decoder finishes before the stretch's last step, so j < k settles none.
                     self._settle_decode_stretch(j, n_decode, self.kv.used_blocks, step_s)
             self._stretch = None
-        for _k, _q, req in self._order:
+        in_order = self._key_order()
+        for _k, _q, req in in_order:
             if req.decode_anchor_step >= 0:
                 steps = self.step - req.decode_anchor_step
                 req.generated_tokens += steps
                 req.kv_tokens += steps
                 req.decode_anchor_step = self.step
         nan = math.nan
-        for req in (*self._seen_after_cut, *(r for _k, _q, r in self._order), *(r for _k, _q, r in self.waiting)):
+        for req in (*self._seen_after_cut, *(r for _k, _q, r in in_order), *(r for _k, _q, r in self.waiting)):
             if req.first_token_s >= until_s:
                 req.first_token_s = nan
             if req.completion_s >= until_s:
