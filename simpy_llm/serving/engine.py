@@ -34,7 +34,8 @@ hears of every output token as its step ends (the emulated server streams with
 it).
 
 Step ends are counted in whole nanoseconds (``segment_start_ns + k *
-step_ns``, see "Clock" in ``docs/model.md``), so a step end that decimal
+step_ns``, see "Clock" in ``docs/model.md``; the engine keeps the last step end in
+nanoseconds and moves it by whole step durations, the same integers), so a step end that decimal
 arithmetic puts at an arrival's time is that time to the bit; they are scheduled
 at those exact absolute times and at a SimPy priority after every ordinary
 event (:func:`simpy_llm.kernel.timer_at`), and an idle engine wakes at that same
@@ -271,6 +272,8 @@ class Replica:
         )
         """Puts a departing request into *completions* (a Wire's put without the put's event)."""
         self.token_listener = token_listener
+        self._max_num_seqs = config.max_num_seqs
+        """``config.max_num_seqs`` (read once per stretch)."""
         self.scheduler = scheduler
         self._key = scheduler.key
 
@@ -307,6 +310,8 @@ class Replica:
             else:
                 self._slot_ids = SlotIds(config.max_num_seqs)
                 self._slot_of = self._slot_ids.slot_of
+        self._slotted = self.slot_cache is not None or self._slot_ids is not None
+        """Whether requests hold slots (a slot cache, or slot ids for ``ubatch_split: by_slot``)."""
         capacity = num_blocks * bs
         limit = config.max_model_len if config.max_model_len is not None else capacity
         if not config.chunked_prefill:
@@ -376,14 +381,11 @@ class Replica:
         """The engine's time, s: the start of the step being planned."""
         self._clock_ns = 0
         """The grid point the next step's end is counted from, ns: ``_clock`` in whole
-        nanoseconds (rounded once, when the engine starts after idle)."""
-        self._seg_start_ns = 0
-        self._seg_start_s = 0.0
-        """The segment's start, s (where its steps end if they take no time)."""
-        self._seg_step_ns = -1
-        self._seg_step_s = -1.0
-        """The segment's step duration, ``_seg_step_ns`` in seconds."""
-        self._seg_steps = 0
+        nanoseconds (rounded once, when the engine starts after idle, then moved by whole
+        step durations, so ``_clock_ns + j * _step_ns`` is exact)."""
+        self._step_ns = 0
+        """The planned step's duration, ns (0: steps that take no time, which end where they
+        start, at ``_clock``)."""
         self._until_s = math.inf if until_s is None else until_s
         self._seen_after_cut: list[Request] = []
         """Requests whose answer reaches the client at or after ``until_s`` although their
@@ -394,9 +396,9 @@ class Replica:
         """Succeeds (at LATE priority) when a request enters the waiting queue of an idle engine."""
         self._cuttable = False
         """True while the engine sits in a decode stretch that a new waiting head could join."""
-        self._stretch: tuple[int, int, int, float] | None = None
-        """(done steps in segment at its start, steps, decoders, step_s) of the decode stretch in
-        progress (None during a single step)."""
+        self._stretch: tuple[int, int, float] | None = None
+        """(steps, decoders, step_s) of the decode stretch in progress, from ``_clock`` (None
+        during a single step)."""
         self._alpha2 = latency.output_token_overhead_s
 
         if hasattr(inbox, "connect"):
@@ -513,6 +515,7 @@ class Replica:
         if n == self.config.max_num_seqs:
             return
         self.config = attrs.evolve(self.config, max_num_seqs=n)
+        self._max_num_seqs = n
         if getattr(self, "_stretch", None) is None:
             return
         room = len(self.running) < n
@@ -623,24 +626,17 @@ class Replica:
             d_ns = round(step_s * NS_PER_S)
             if not d_ns and step_s > 0.0:
                 d_ns = 1
-            if chunks or changed or d_ns != self._seg_step_ns:
-                self._seg_start_ns = seg_start_ns = self._clock_ns
-                self._seg_start_s = self._clock
-                self._seg_step_ns = d_ns
-                self._seg_step_s = step_s = d_ns / NS_PER_S
-                self._seg_steps = done = 0
+            self._step_ns = d_ns
+            step_s = d_ns / NS_PER_S
+            if changed:
                 self._changed = False
-            else:
-                seg_start_ns = self._seg_start_ns
-                step_s = self._seg_step_s
-                done = self._seg_steps
 
             if chunks or not fast or self._preempted_now:
                 # A mixed step, the reference mode, or a step after a preemption
                 # (whose victims may be readmitted next step): one event. It is no stretch
                 # (``_stretch`` stays None): nothing can cut it, and a run stopped during
                 # it settles no step of it.
-                yield TimerAt(env, (seg_start_ns + (done + 1) * d_ns) / NS_PER_S if d_ns else self._seg_start_s)
+                yield TimerAt(env, (self._clock_ns + d_ns) / NS_PER_S if d_ns else self._clock)
                 settle_step(chunks, n_decode, prefill_tokens, kv_used, step_s)
                 continue
 
@@ -659,13 +655,13 @@ class Replica:
             if throttle is not None and self._clock < self._busy_since + throttle[0]:
                 # End the stretch where throttling begins: the steps after it are planned
                 # slower, at the boundary where the one-event-per-step mode slows down too.
-                m = self._steps_to(self._busy_since + throttle[0], done)
+                m = self._steps_to(self._busy_since + throttle[0])
                 if m < k:
                     k = m
-            self._cuttable = len(running) < self.config.max_num_seqs
-            self._stretch = (done, k, n_decode, step_s)
-            yield TimerAt(env, (seg_start_ns + (done + k) * d_ns) / NS_PER_S if d_ns else self._seg_start_s)
-            k = self._stretch[1]
+            self._cuttable = len(running) < self._max_num_seqs
+            self._stretch = (k, n_decode, step_s)
+            yield TimerAt(env, (self._clock_ns + k * d_ns) / NS_PER_S if d_ns else self._clock)
+            k = self._stretch[0]
             self._cuttable = False
             self._stretch = None
             settle_stretch(k, n_decode, kv_used, step_s)
@@ -742,63 +738,53 @@ class Replica:
         stretch = self._stretch
         if stretch is None:  # no stretch in progress: nothing to cut
             return
-        done, k, n_decode, step_s = stretch
-        d_ns = self._seg_step_ns
+        k, n_decode, step_s = stretch
+        d_ns = self._step_ns
         if not d_ns:  # steps that take no time
-            m = self._steps_to(now, done)
+            m = self._steps_to(now)
             if m >= k:
                 return
-            at = self._seg_start_s
+            at = self._clock
         else:
-            # _steps_to and _step_end_s inline (once per arrival that cuts): the smallest
-            # j > done whose step end (the same arithmetic) is at or after now.
-            start_ns = self._seg_start_ns
-            j = int((now * NS_PER_S - start_ns) / d_ns)
-            if j <= done:
-                j = done + 1
-            at = (start_ns + j * d_ns) / NS_PER_S
+            # _steps_to inline (once per arrival that cuts): the smallest m >= 1 whose step
+            # end (the same arithmetic) is at or after now.
+            start_ns = self._clock_ns
+            m = int((now * NS_PER_S - start_ns) / d_ns)
+            if m < 1:
+                m = 1
+            at = (start_ns + m * d_ns) / NS_PER_S
             if at < now:
-                j += 1
-                at = (start_ns + j * d_ns) / NS_PER_S
+                m += 1
+                at = (start_ns + m * d_ns) / NS_PER_S
                 while at < now:
-                    j += 1
-                    at = (start_ns + j * d_ns) / NS_PER_S
+                    m += 1
+                    at = (start_ns + m * d_ns) / NS_PER_S
             else:
-                while j > done + 1:
-                    before = (start_ns + (j - 1) * d_ns) / NS_PER_S
+                while m > 1:
+                    before = (start_ns + (m - 1) * d_ns) / NS_PER_S
                     if before < now:
                         break
-                    j -= 1
+                    m -= 1
                     at = before
-            m = j - done
             if m >= k:
                 return  # the stretch ends with the step in progress anyway
-        self._stretch = (done, m, n_decode, step_s)
+        self._stretch = (m, n_decode, step_s)
         move_wait(self.process, TimerAt(self.env, at))
 
-    def _step_end_s(self, j: int) -> float:
-        """When step *j* of the current segment ends, s: its start plus *j* durations,
-        counted in nanoseconds and divided once (exact to the nanosecond grid); steps that
-        take no time end where the segment starts."""
-        d_ns = self._seg_step_ns
-        if d_ns == 0:
-            return self._seg_start_s
-        return (self._seg_start_ns + j * d_ns) / NS_PER_S
-
-    def _steps_to(self, t: float, done: int) -> int:
-        """The smallest ``m >= 1`` such that step ``done + m`` of the current segment ends at or
-        after *t*, by the same arithmetic as the step ends themselves."""
-        d_ns = self._seg_step_ns
-        if d_ns == 0:  # steps that take no time: all end at the segment's start
-            return 1 if self._seg_start_s >= t else _NEVER
-        start_ns = self._seg_start_ns
-        j = done + 1 + max(int((t * NS_PER_S - start_ns) / d_ns) - done - 1, 0)
-        # The same arithmetic as the step ends themselves (_step_end_s).
-        while (start_ns + j * d_ns) / NS_PER_S < t:
-            j += 1
-        while j > done + 1 and (start_ns + (j - 1) * d_ns) / NS_PER_S >= t:
-            j -= 1
-        return j - done
+    def _steps_to(self, t: float) -> int:
+        """The smallest ``m >= 1`` such that the *m*-th step from ``_clock`` on (each of
+        ``_step_ns``) ends at or after *t*, by the same arithmetic as the step ends themselves:
+        ``(_clock_ns + m * _step_ns) / NS_PER_S``; steps that take no time all end at ``_clock``."""
+        d_ns = self._step_ns
+        if d_ns == 0:  # steps that take no time: all end where they start
+            return 1 if self._clock >= t else _NEVER
+        start_ns = self._clock_ns
+        m = max(int((t * NS_PER_S - start_ns) / d_ns), 1)
+        while (start_ns + m * d_ns) / NS_PER_S < t:
+            m += 1
+        while m > 1 and (start_ns + (m - 1) * d_ns) / NS_PER_S >= t:
+            m -= 1
+        return m
 
     # --- planning ------------------------------------------------------------
     def _key_order(self) -> list[tuple[Any, int, Request]]:
@@ -1136,11 +1122,14 @@ class Replica:
             grown, weighted = kv_growth(residue, s0, k)
         else:  # the same sums step by step (each class allocates once): cheaper for short stretches
             grown = weighted = 0
-            for r in range(1, k):
-                a = residue[-(s0 + r) % bs]
-                if a:
-                    grown += a
-                    weighted += a * (k - r)
+            # Step s0 + r (r = 1 .. k - 1) allocates for class -(s0 + r) % bs, held k - r steps;
+            # the classes run down from -(s0 + 1) % bs, and a negative index wraps (k - 1 <= bs).
+            i = -(s0 + 1) % bs
+            for held in range(k - 1, 0, -1):
+                a = residue[i]
+                grown += a
+                weighted += a * held
+                i -= 1
         if grown:
             self.kv.allocate(grown)
         recorder = self.recorder
@@ -1152,9 +1141,9 @@ class Replica:
         last = s0 + k - 1
         # _advance(k), inline: the stretch's settling runs once per stretch.
         self.step = s0 + k
-        self._seg_steps = seg_steps = self._seg_steps + k
-        if self._seg_step_ns:  # steps that take no time leave the clock where it is
-            self._clock_ns = ns = self._seg_start_ns + seg_steps * self._seg_step_ns
+        d_ns = self._step_ns
+        if d_ns:  # steps that take no time leave the clock where it is
+            self._clock_ns = ns = self._clock_ns + k * d_ns
             self._clock = ns / NS_PER_S
         heap = self._finish_heap
         if heap and heap[0][0] <= last:  # a stretch cut short finishes nobody
@@ -1179,9 +1168,9 @@ class Replica:
             recorder.on_token_gaps(step_s + alpha2, self._measured_streamers)
         # _advance(1), inline: this runs once per mixed step.
         self.step = s + 1
-        self._seg_steps = seg_steps = self._seg_steps + 1
-        if self._seg_step_ns:  # steps that take no time leave the clock where it is
-            self._clock_ns = ns = self._seg_start_ns + seg_steps * self._seg_step_ns
+        d_ns = self._step_ns
+        if d_ns:  # steps that take no time leave the clock where it is
+            self._clock_ns = ns = self._clock_ns + d_ns
             self._clock = ns / NS_PER_S
         end = self._clock
         listener = self.token_listener
@@ -1244,21 +1233,23 @@ class Replica:
         heap = self._finish_heap
         residue = self._residue
         bs = self.kv.block_size
+        heappop = heapq.heappop
         while heap and heap[0][0] <= last_step:
-            _, _, _, anchor, req = heapq.heappop(heap)
+            _, _, _, anchor, req = heappop(heap)
             if req.decode_anchor_step != anchor:
                 continue  # stale: preempted since it was pushed
             steps = last_step + 1 - anchor
             # _leave_decoding, inline (once per request)
-            base = req.kv_tokens - anchor
+            kv_tokens = req.kv_tokens
+            base = kv_tokens - anchor
             residue[base % bs] -= 1
             self._ctx_base -= base
             if req.streaming and not req.warm_up:
                 self._measured_streamers -= 1
             req.generated_tokens += steps
-            req.kv_tokens += steps
+            req.kv_tokens = kv_tokens = kv_tokens + steps
             req.decode_anchor_step = -1
-            self._complete(req, end, req.kv_tokens)
+            self._complete(req, end, kv_tokens)
 
     def _hand_off(self, req: Request, end: float) -> None:
         """A prefill replica computed *req*'s prompt and first token at *end*: it leaves for a
@@ -1287,19 +1278,21 @@ class Replica:
         else:
             self._release_kv(req, tokens, done=True)
         req.kv_holder = None
-        if self.slot_cache is not None:
-            self.slot_cache.release(req, tokens)
-        elif self._slot_ids is not None:
-            self._slot_ids.free(req.id)
+        if self._slotted:
+            if self.slot_cache is not None:
+                self.slot_cache.release(req, tokens)
+            elif self._slot_ids is not None:
+                self._slot_ids.free(req.id)
         req.completion_s = completion_s = end + req.output_tokens * self._alpha2
         self.departed += 1
         self.departed_tokens += req.prompt_tokens
         self._changed = True
+        recorder = self.recorder
         if completion_s < self._until_s:
-            self.recorder.on_complete(req)
+            recorder.on_complete(req)
         else:  # its answer reaches the client after the run stops: still in flight there
             self._seen_after_cut.append(req)
-        self.recorder.on_departure(end)
+        recorder.on_departure(end)
         if self._send_done is not None:
             self._send_done(req)
 
@@ -1314,9 +1307,9 @@ class Replica:
         Called once, after the environment stopped; the replica must not run afterwards.
         """
         if self._stretch is not None:
-            done, k, n_decode, step_s = self._stretch
-            if self._seg_step_s == step_s and k > 1:
-                j = min(self._steps_to(until_s, done) - 1, k - 1)
+            k, n_decode, step_s = self._stretch
+            if k > 1:
+                j = min(self._steps_to(until_s) - 1, k - 1)
                 if j > 0:
                     # No decoder finishes before the stretch's last step, so j < k settles none.
                     self._settle_decode_stretch(j, n_decode, self.kv.used_blocks, step_s)
