@@ -877,6 +877,12 @@ class Replica:
         tier = self._tier
         breaks = self._breaks
         chunked = self.config.chunked_prefill
+        slot_ids = self._slot_ids
+        prefilling = self._prefilling
+        heappop = heapq.heappop
+        queued_prompt_tokens = self.queued_prompt_tokens
+        clock = self._clock
+        admitted = False
         while waiting and budget > 0 and len(running) < max_seqs:
             entry = waiting[0]
             req = entry[2]
@@ -918,9 +924,9 @@ class Replica:
             new_blocks = -(-(computed + chunk) // bs) - hits  # blocks_for(computed + chunk) - hits
             if new_blocks + pinned_free > kv.num_blocks - kv.used_blocks - pending:
                 break
-            heapq.heappop(waiting)
-            if self._slot_ids is not None:
-                self._slot_ids.take(req.id)
+            heappop(waiting)
+            if slot_ids is not None:
+                slot_ids.take(req.id)
             if slots is not None:
                 slots.admit(req, plan)
                 if plan.restored:
@@ -952,14 +958,17 @@ class Replica:
             if received:
                 req.kv_received_tokens = 0
             req.kv_tokens = computed
-            self.queued_prompt_tokens -= computed
+            queued_prompt_tokens -= computed
             running[req.id] = req
-            insort(self._prefilling, entry)
+            insort(prefilling, entry)
             if req.first_scheduled_s != req.first_scheduled_s:  # nan: first admission
-                req.first_scheduled_s = self._clock
+                req.first_scheduled_s = clock
                 req.cached_tokens = cached
             chunks.append((req, chunk))
             budget -= chunk
+            admitted = True
+        if admitted:
+            self.queued_prompt_tokens = queued_prompt_tokens
             self._changed = True
         if pending:
             kv.allocate(pending)
@@ -1184,9 +1193,9 @@ class Replica:
             return
         bs = self.kv.block_size
         prefilling = self._prefilling
+        self.queued_prompt_tokens -= prefill_tokens  # the chunks' tokens, computed now
         for req, chunk in chunks:
             req.kv_tokens = kv_tokens = req.kv_tokens + chunk
-            self.queued_prompt_tokens -= chunk
             if kv_tokens < req.prefill_target:
                 continue
             # Prefill complete: this step emitted a token.
