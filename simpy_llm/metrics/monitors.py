@@ -30,12 +30,14 @@ class LevelMonitor:
 
     def change(self, now_s: float, delta: int) -> None:
         """Add *delta* to the level at time *now_s* (not earlier than the last change)."""
-        if now_s > self._last_s:
-            self._area += self.level * (now_s - self._last_s)
+        last = self._last_s
+        level = self.level
+        if now_s > last:
+            self._area += level * (now_s - last)
             self._last_s = now_s
-        self.level += delta
-        if self.level > self.peak:
-            self.peak = self.level
+        self.level = level = level + delta
+        if level > self.peak:
+            self.peak = level
 
     def replay(self, times: np.ndarray, deltas: np.ndarray) -> None:
         """:meth:`change` for each of *times* and *deltas* in turn, in the order of time and,

@@ -34,7 +34,8 @@ hears of every output token as its step ends (the emulated server streams with
 it).
 
 Step ends are counted in whole nanoseconds (``segment_start_ns + k *
-step_ns``, see "Clock" in ``docs/model.md``), so a step end that decimal
+step_ns``, see "Clock" in ``docs/model.md``; the engine keeps the last step end in
+nanoseconds and moves it by whole step durations, the same integers), so a step end that decimal
 arithmetic puts at an arrival's time is that time to the bit; they are scheduled
 at those exact absolute times and at a SimPy priority after every ordinary
 event (:func:`simpy_llm.kernel.timer_at`), and an idle engine wakes at that same
@@ -271,6 +272,8 @@ class Replica:
         )
         """Puts a departing request into *completions* (a Wire's put without the put's event)."""
         self.token_listener = token_listener
+        self._max_num_seqs = config.max_num_seqs
+        """``config.max_num_seqs`` (read once per stretch)."""
         self.scheduler = scheduler
         self._key = scheduler.key
 
@@ -307,6 +310,8 @@ class Replica:
             else:
                 self._slot_ids = SlotIds(config.max_num_seqs)
                 self._slot_of = self._slot_ids.slot_of
+        self._slotted = self.slot_cache is not None or self._slot_ids is not None
+        """Whether requests hold slots (a slot cache, or slot ids for ``ubatch_split: by_slot``)."""
         capacity = num_blocks * bs
         limit = config.max_model_len if config.max_model_len is not None else capacity
         if not config.chunked_prefill:
@@ -337,8 +342,6 @@ class Replica:
         """Heap of ``(policy key, entry order, request)``: the waiting queue."""
         self.running: dict[int, Request] = {}
         """Running batch by request id."""
-        self._order: list[tuple[Any, int, Request]] = []
-        """The running batch sorted by key (the last entry is the next preemption victim)."""
         self._prefilling: list[tuple[Any, int, Request]] = []
         """The running requests still in prefill, sorted by key."""
         self._seq = 0
@@ -378,14 +381,11 @@ class Replica:
         """The engine's time, s: the start of the step being planned."""
         self._clock_ns = 0
         """The grid point the next step's end is counted from, ns: ``_clock`` in whole
-        nanoseconds (rounded once, when the engine starts after idle)."""
-        self._seg_start_ns = 0
-        self._seg_start_s = 0.0
-        """The segment's start, s (where its steps end if they take no time)."""
-        self._seg_step_ns = -1
-        self._seg_step_s = -1.0
-        """The segment's step duration, ``_seg_step_ns`` in seconds."""
-        self._seg_steps = 0
+        nanoseconds (rounded once, when the engine starts after idle, then moved by whole
+        step durations, so ``_clock_ns + j * _step_ns`` is exact)."""
+        self._step_ns = 0
+        """The planned step's duration, ns (0: steps that take no time, which end where they
+        start, at ``_clock``)."""
         self._until_s = math.inf if until_s is None else until_s
         self._seen_after_cut: list[Request] = []
         """Requests whose answer reaches the client at or after ``until_s`` although their
@@ -396,9 +396,9 @@ class Replica:
         """Succeeds (at LATE priority) when a request enters the waiting queue of an idle engine."""
         self._cuttable = False
         """True while the engine sits in a decode stretch that a new waiting head could join."""
-        self._stretch: tuple[int, int, int, float] | None = None
-        """(done steps in segment at its start, steps, decoders, step_s) of the decode stretch in
-        progress (None during a single step)."""
+        self._stretch: tuple[int, int, float] | None = None
+        """(steps, decoders, step_s) of the decode stretch in progress, from ``_clock`` (None
+        during a single step)."""
         self._alpha2 = latency.output_token_overhead_s
 
         if hasattr(inbox, "connect"):
@@ -515,6 +515,7 @@ class Replica:
         if n == self.config.max_num_seqs:
             return
         self.config = attrs.evolve(self.config, max_num_seqs=n)
+        self._max_num_seqs = n
         if getattr(self, "_stretch", None) is None:
             return
         room = len(self.running) < n
@@ -550,6 +551,14 @@ class Replica:
         settle_step = self._settle_step
         settle_stretch = self._settle_decode_stretch
         stretch_length = self._stretch_length
+        finish_heap = self._finish_heap
+        heappop = heapq.heappop
+        kv = self.kv
+        bs = kv.block_size
+        prefilling = self._prefilling
+        residue = self._residue
+        # The step time from the token counts alone (no context, one pass): the usual model.
+        plain = not uses_context and ubatch is None
         while True:
             if not running and not waiting:
                 self._idle_since = env.now
@@ -562,29 +571,51 @@ class Replica:
                 if self.load_s and self._must_load():
                     yield from self._load()
 
-            chunks, n_decode, prefill_tokens, kv_used = plan()
-            if not chunks and not n_decode:
-                raise RuntimeError(f"replica {self.index}: waiting requests but nothing schedulable")
-            changed = self._changed
-            if uses_context and (chunks or changed):
-                self._decode_context = self._ctx_base + n_decode * self.step
-            if ubatch is not None and (prefill_tokens + n_decode > ubatch or self._slot_of is not None):
-                step_s = self._passes_time_s(chunks, n_decode, ubatch)
-            elif uses_context:
-                step_s = step_time_s(
-                    prefill_tokens,
-                    n_decode,
-                    decode_context_tokens=self._decode_context,
-                    prefill_attention_pairs=sum(c * r.kv_tokens + c * (c + 1) // 2 for r, c in chunks),
-                )
+            if prefilling or waiting:
+                chunks, n_decode, prefill_tokens, kv_used = plan()
+                if not chunks and not n_decode:
+                    raise RuntimeError(f"replica {self.index}: waiting requests but nothing schedulable")
             else:
+                # _plan's usual case inline: decode steps only, nobody to admit; each decoder
+                # whose last block is full takes a block.
+                n_decode = len(running)
+                need = residue[-self.step % bs]
+                if need <= kv.num_blocks - kv.used_blocks:
+                    if need:
+                        kv.allocate(need)
+                    self._preempted_now = False
+                    chunks = []
+                    prefill_tokens = 0
+                    kv_used = kv.used_blocks
+                else:  # preemptions
+                    chunks, n_decode, prefill_tokens, kv_used = plan()
+            changed = self._changed
+            if plain:
                 step_s = step_time_s(prefill_tokens, n_decode)
+            else:
+                if uses_context and (chunks or changed):
+                    self._decode_context = self._ctx_base + n_decode * self.step
+                if ubatch is not None and (prefill_tokens + n_decode > ubatch or self._slot_of is not None):
+                    step_s = self._passes_time_s(chunks, n_decode, ubatch)
+                elif uses_context:
+                    step_s = step_time_s(
+                        prefill_tokens,
+                        n_decode,
+                        decode_context_tokens=self._decode_context,
+                        prefill_attention_pairs=sum(c * r.kv_tokens + c * (c + 1) // 2 for r, c in chunks),
+                    )
+                else:
+                    step_s = step_time_s(prefill_tokens, n_decode)
             if energy is not None:
                 self._step_j = self._step_energy_j(chunks, n_decode, prefill_tokens, ubatch)
+            # The plan's swaps and cache restores add their copies to the step (counted anew by
+            # each plan: reset here once taken, so a plan with none writes nothing).
             if self._swap_tokens:
                 step_s += self._swap_tokens * self._swap_bytes_per_token / (self._swap_bandwidth_gb_per_s * 1e9)
+                self._swap_tokens = 0
             if self._restores:
                 step_s += self._restores * self._restore_s
+                self._restores = 0
                 if self._restore_tokens:  # blocks restored from the CPU tier (only with a hit)
                     step_s += self._restore_tokens * self._offload_bytes_per_token / (self._offload_bandwidth_gb_per_s * 1e9)
                     self._restore_tokens = 0
@@ -595,40 +626,42 @@ class Replica:
             d_ns = round(step_s * NS_PER_S)
             if not d_ns and step_s > 0.0:
                 d_ns = 1
-            if chunks or changed or d_ns != self._seg_step_ns:
-                self._seg_start_ns = seg_start_ns = self._clock_ns
-                self._seg_start_s = self._clock
-                self._seg_step_ns = d_ns
-                self._seg_step_s = step_s = d_ns / NS_PER_S
-                self._seg_steps = done = 0
+            self._step_ns = d_ns
+            step_s = d_ns / NS_PER_S
+            if changed:
                 self._changed = False
-            else:
-                seg_start_ns = self._seg_start_ns
-                step_s = self._seg_step_s
-                done = self._seg_steps
 
             if chunks or not fast or self._preempted_now:
                 # A mixed step, the reference mode, or a step after a preemption
                 # (whose victims may be readmitted next step): one event. It is no stretch
                 # (``_stretch`` stays None): nothing can cut it, and a run stopped during
                 # it settles no step of it.
-                yield TimerAt(env, (seg_start_ns + (done + 1) * d_ns) / NS_PER_S if d_ns else self._seg_start_s)
+                yield TimerAt(env, (self._clock_ns + d_ns) / NS_PER_S if d_ns else self._clock)
                 settle_step(chunks, n_decode, prefill_tokens, kv_used, step_s)
                 continue
 
             # A stretch of identical pure-decode steps, one event. A request that becomes
             # the waiting head cuts it short at the end of the step in progress (_enqueue).
-            k = stretch_length()
+            # _stretch_length's usual case inline: the first finish comes before the KV cache
+            # could run out (each decoder takes a block at most every block_size steps).
+            top = finish_heap[0]
+            while top[4].decode_anchor_step != top[3]:  # stale: preempted since it was pushed
+                heappop(finish_heap)
+                top = finish_heap[0]
+            k = top[0] - self.step + 1
+            free = kv.num_blocks - kv.used_blocks
+            if k > 1 + free // len(running) * bs:
+                k = stretch_length()
             if throttle is not None and self._clock < self._busy_since + throttle[0]:
                 # End the stretch where throttling begins: the steps after it are planned
                 # slower, at the boundary where the one-event-per-step mode slows down too.
-                m = self._steps_to(self._busy_since + throttle[0], done)
+                m = self._steps_to(self._busy_since + throttle[0])
                 if m < k:
                     k = m
-            self._cuttable = len(running) < self.config.max_num_seqs
-            self._stretch = (done, k, n_decode, step_s)
-            yield TimerAt(env, (seg_start_ns + (done + k) * d_ns) / NS_PER_S if d_ns else self._seg_start_s)
-            k = self._stretch[1]
+            self._cuttable = len(running) < self._max_num_seqs
+            self._stretch = (k, n_decode, step_s)
+            yield TimerAt(env, (self._clock_ns + k * d_ns) / NS_PER_S if d_ns else self._clock)
+            k = self._stretch[0]
             self._cuttable = False
             self._stretch = None
             settle_stretch(k, n_decode, kv_used, step_s)
@@ -705,38 +738,63 @@ class Replica:
         stretch = self._stretch
         if stretch is None:  # no stretch in progress: nothing to cut
             return
-        done, k, n_decode, step_s = stretch
-        m = self._steps_to(now, done)
-        if m >= k:
-            return  # the stretch ends with the step in progress anyway
-        self._stretch = (done, m, n_decode, step_s)
-        move_wait(self.process, TimerAt(self.env, self._step_end_s(done + m)))
+        k, n_decode, step_s = stretch
+        d_ns = self._step_ns
+        if not d_ns:  # steps that take no time
+            m = self._steps_to(now)
+            if m >= k:
+                return
+            at = self._clock
+        else:
+            # _steps_to inline (once per arrival that cuts): the smallest m >= 1 whose step
+            # end (the same arithmetic) is at or after now.
+            start_ns = self._clock_ns
+            m = int((now * NS_PER_S - start_ns) / d_ns)
+            if m < 1:
+                m = 1
+            at = (start_ns + m * d_ns) / NS_PER_S
+            if at < now:
+                m += 1
+                at = (start_ns + m * d_ns) / NS_PER_S
+                while at < now:
+                    m += 1
+                    at = (start_ns + m * d_ns) / NS_PER_S
+            else:
+                while m > 1:
+                    before = (start_ns + (m - 1) * d_ns) / NS_PER_S
+                    if before < now:
+                        break
+                    m -= 1
+                    at = before
+            if m >= k:
+                return  # the stretch ends with the step in progress anyway
+        self._stretch = (m, n_decode, step_s)
+        move_wait(self.process, TimerAt(self.env, at))
 
-    def _step_end_s(self, j: int) -> float:
-        """When step *j* of the current segment ends, s: its start plus *j* durations,
-        counted in nanoseconds and divided once (exact to the nanosecond grid); steps that
-        take no time end where the segment starts."""
-        d_ns = self._seg_step_ns
-        if d_ns == 0:
-            return self._seg_start_s
-        return (self._seg_start_ns + j * d_ns) / NS_PER_S
-
-    def _steps_to(self, t: float, done: int) -> int:
-        """The smallest ``m >= 1`` such that step ``done + m`` of the current segment ends at or
-        after *t*, by the same arithmetic as the step ends themselves."""
-        d_ns = self._seg_step_ns
-        if d_ns == 0:  # steps that take no time: all end at the segment's start
-            return 1 if self._seg_start_s >= t else _NEVER
-        start_ns = self._seg_start_ns
-        j = done + 1 + max(int((t * NS_PER_S - start_ns) / d_ns) - done - 1, 0)
-        # The same arithmetic as the step ends themselves (_step_end_s).
-        while (start_ns + j * d_ns) / NS_PER_S < t:
-            j += 1
-        while j > done + 1 and (start_ns + (j - 1) * d_ns) / NS_PER_S >= t:
-            j -= 1
-        return j - done
+    def _steps_to(self, t: float) -> int:
+        """The smallest ``m >= 1`` such that the *m*-th step from ``_clock`` on (each of
+        ``_step_ns``) ends at or after *t*, by the same arithmetic as the step ends themselves:
+        ``(_clock_ns + m * _step_ns) / NS_PER_S``; steps that take no time all end at ``_clock``."""
+        d_ns = self._step_ns
+        if d_ns == 0:  # steps that take no time: all end where they start
+            return 1 if self._clock >= t else _NEVER
+        start_ns = self._clock_ns
+        m = max(int((t * NS_PER_S - start_ns) / d_ns), 1)
+        while (start_ns + m * d_ns) / NS_PER_S < t:
+            m += 1
+        while m > 1 and (start_ns + (m - 1) * d_ns) / NS_PER_S >= t:
+            m -= 1
+        return m
 
     # --- planning ------------------------------------------------------------
+    def _key_order(self) -> list[tuple[Any, int, Request]]:
+        """The running batch as ``(policy key, entry order, request)`` entries sorted by key
+        (the last one is the next preemption victim).
+
+        Made when asked (preemption, the token listener, a stop), not kept sorted as requests
+        join and leave: the entry orders are unique, so the order is the same."""
+        return sorted([(*req.sched_key, req) for req in self.running.values()])
+
     def _decoder_kv_tokens(self, req: Request) -> int:
         return req.kv_tokens + (self.step - req.decode_anchor_step)
 
@@ -753,8 +811,6 @@ class Replica:
         running = self.running
         n_decode = len(running) - len(prefilling)
         budget = cfg.max_num_batched_tokens - n_decode
-        self._swap_tokens = 0
-        self._restores = 0
 
         chunks: list[tuple[Request, int]] = []
         need = self._residue[-self.step % bs] if n_decode else 0
@@ -778,10 +834,11 @@ class Replica:
                 prefill_tokens += chunk
                 need += (-have) // bs - (-have - chunk) // bs  # blocks_for(have + chunk) - blocks_for(have)
         if need <= kv.num_blocks - kv.used_blocks:
-            if need:
-                kv.allocate(need)
             cache = self.prefix_cache
-            if cache is not None:
+            if cache is not None and (chunks or self._tier is not None):
+                if need:  # taken before blocks are shared (and before the CPU tier sees any take)
+                    kv.allocate(need)
+                    need = 0
                 # Full blocks are findable once the step computing them is scheduled.
                 for req, chunk in chunks:
                     holder: Holder | None = req.kv_holder  # type: ignore[assignment]  # set only by this engine, to a Holder
@@ -790,9 +847,11 @@ class Replica:
             self._preempted_now = False
             if self.waiting and budget > 0 and len(running) < cfg.max_num_seqs:
                 n_chunks = len(chunks)
-                self._admit(chunks, budget)
+                self._admit(chunks, budget, need)
                 for i in range(n_chunks, len(chunks)):
                     prefill_tokens += chunks[i][1]
+            elif need:
+                kv.allocate(need)
         else:
             chunks, n_decode = self._allocate_in_order()
             self._preempted_now = True
@@ -801,8 +860,13 @@ class Replica:
                 prefill_tokens += chunk
         return chunks, n_decode, prefill_tokens, kv.used_blocks
 
-    def _admit(self, chunks: list[tuple[Request, int]], budget: int) -> int:
-        """Admit waiting requests in key order while a slot, budget and blocks remain."""
+    def _admit(self, chunks: list[tuple[Request, int]], budget: int, pending: int = 0) -> int:
+        """Admit waiting requests in key order while a slot, budget and blocks remain.
+
+        *pending* blocks of the step are planned and not yet taken: they are taken with the
+        blocks of the requests admitted, in one allocation (blocks are taken from the head of
+        the free queue, so taking a then b is taking a + b), and at once before the prefix
+        cache is looked up or pinned (a take may evict what a lookup would find)."""
         waiting = self.waiting
         running = self.running
         kv = self.kv
@@ -813,6 +877,12 @@ class Replica:
         tier = self._tier
         breaks = self._breaks
         chunked = self.config.chunked_prefill
+        slot_ids = self._slot_ids
+        prefilling = self._prefilling
+        heappop = heapq.heappop
+        queued_prompt_tokens = self.queued_prompt_tokens
+        clock = self._clock
+        admitted = False
         while waiting and budget > 0 and len(running) < max_seqs:
             entry = waiting[0]
             req = entry[2]
@@ -826,6 +896,9 @@ class Replica:
                 cached = plan.cached
                 hits = pinned_free = 0
             elif cache is not None and (holder is not None or req.context or req.prefix_blocks):
+                if pending:
+                    kv.allocate(pending)
+                    pending = 0
                 if holder is None:
                     holder = req.kv_holder = cache.holder(req, self._reusable_tail)
                 match = cache.match(holder, (req.prefill_target - 1) // bs)
@@ -849,11 +922,11 @@ class Replica:
             if not chunk:
                 break
             new_blocks = -(-(computed + chunk) // bs) - hits  # blocks_for(computed + chunk) - hits
-            if new_blocks + pinned_free > kv.num_blocks - kv.used_blocks:
+            if new_blocks + pinned_free > kv.num_blocks - kv.used_blocks - pending:
                 break
-            heapq.heappop(waiting)
-            if self._slot_ids is not None:
-                self._slot_ids.take(req.id)
+            heappop(waiting)
+            if slot_ids is not None:
+                slot_ids.take(req.id)
             if slots is not None:
                 slots.admit(req, plan)
                 if plan.restored:
@@ -870,9 +943,13 @@ class Replica:
                     tier.cpu_hit_tokens += restored
                     if restored:
                         tier.restore_s += restored * self._offload_bytes_per_token / (self._offload_bandwidth_gb_per_s * 1e9)
-            kv.allocate(new_blocks)
             if holder is not None and cache is not None:  # (never with a slot cache: nothing is shared)
+                kv.allocate(new_blocks)
                 cache.register_shared(holder, computed + chunk)
+            elif tier is None:
+                pending += new_blocks
+            else:  # the CPU tier sees each take as it was made
+                kv.allocate(new_blocks)
             if swapped:
                 if swapped > cached:
                     self._swap_tokens += swapped - cached
@@ -881,16 +958,20 @@ class Replica:
             if received:
                 req.kv_received_tokens = 0
             req.kv_tokens = computed
-            self.queued_prompt_tokens -= computed
+            queued_prompt_tokens -= computed
             running[req.id] = req
-            insort(self._order, entry)
-            insort(self._prefilling, entry)
+            insort(prefilling, entry)
             if req.first_scheduled_s != req.first_scheduled_s:  # nan: first admission
-                req.first_scheduled_s = self._clock
+                req.first_scheduled_s = clock
                 req.cached_tokens = cached
             chunks.append((req, chunk))
             budget -= chunk
+            admitted = True
+        if admitted:
+            self.queued_prompt_tokens = queued_prompt_tokens
             self._changed = True
+        if pending:
+            kv.allocate(pending)
         return budget
 
     def _chunk_size(self, remaining: int, budget: int) -> int:
@@ -911,7 +992,7 @@ class Replica:
         cache = self.prefix_cache
         bs = kv.block_size
         running = self.running
-        order = self._order
+        order = self._key_order()
         budget = self.config.max_num_batched_tokens - (len(running) - len(self._prefilling))
         chunks: list[tuple[Request, int]] = []
         scheduled_decoders = 0
@@ -928,7 +1009,7 @@ class Replica:
                 need = 1 if self._decoder_kv_tokens(req) % bs == 0 else 0
             while need > kv.free_blocks:
                 victim = order[-1][2]
-                self._preempt(victim)
+                self._preempt(victim, order)
                 if victim is req:
                     break
             if req.id not in running:
@@ -944,14 +1025,15 @@ class Replica:
                 scheduled_decoders += 1
         return chunks, scheduled_decoders
 
-    def _preempt(self, req: Request) -> None:
-        """Take *req* (the largest key) out of the running batch, release its blocks, swap
-        its KV out if it fits the swap space, and put it back into the waiting queue."""
+    def _preempt(self, req: Request, order: list[tuple[Any, int, Request]]) -> None:
+        """Take *req* (the largest key, the last entry of *order*, the running batch in key
+        order) out of the running batch, release its blocks, swap its KV out if it fits the
+        swap space, and put it back into the waiting queue."""
         if self.slot_cache is not None:  # EngineConfig refuses a slot cache whose slots could run out
             raise RuntimeError(f"replica {self.index}: a slot cache never preempts, but request {req.id} ran out of KV")
         bs = self.kv.block_size
         now = self._clock
-        entry = self._order.pop()
+        entry = order.pop()
         del self.running[req.id]
         if req.decode_anchor_step < 0:
             self._prefilling.pop(bisect_left(self._prefilling, entry))
@@ -1049,11 +1131,14 @@ class Replica:
             grown, weighted = kv_growth(residue, s0, k)
         else:  # the same sums step by step (each class allocates once): cheaper for short stretches
             grown = weighted = 0
-            for r in range(1, k):
-                a = residue[-(s0 + r) % bs]
-                if a:
-                    grown += a
-                    weighted += a * (k - r)
+            # Step s0 + r (r = 1 .. k - 1) allocates for class -(s0 + r) % bs, held k - r steps;
+            # the classes run down from -(s0 + 1) % bs, and a negative index wraps (k - 1 <= bs).
+            i = -(s0 + 1) % bs
+            for held in range(k - 1, 0, -1):
+                a = residue[i]
+                grown += a
+                weighted += a * held
+                i -= 1
         if grown:
             self.kv.allocate(grown)
         recorder = self.recorder
@@ -1065,9 +1150,9 @@ class Replica:
         last = s0 + k - 1
         # _advance(k), inline: the stretch's settling runs once per stretch.
         self.step = s0 + k
-        self._seg_steps = seg_steps = self._seg_steps + k
-        if self._seg_step_ns:  # steps that take no time leave the clock where it is
-            self._clock_ns = ns = self._seg_start_ns + seg_steps * self._seg_step_ns
+        d_ns = self._step_ns
+        if d_ns:  # steps that take no time leave the clock where it is
+            self._clock_ns = ns = self._clock_ns + k * d_ns
             self._clock = ns / NS_PER_S
         heap = self._finish_heap
         if heap and heap[0][0] <= last:  # a stretch cut short finishes nobody
@@ -1092,9 +1177,9 @@ class Replica:
             recorder.on_token_gaps(step_s + alpha2, self._measured_streamers)
         # _advance(1), inline: this runs once per mixed step.
         self.step = s + 1
-        self._seg_steps = seg_steps = self._seg_steps + 1
-        if self._seg_step_ns:  # steps that take no time leave the clock where it is
-            self._clock_ns = ns = self._seg_start_ns + seg_steps * self._seg_step_ns
+        d_ns = self._step_ns
+        if d_ns:  # steps that take no time leave the clock where it is
+            self._clock_ns = ns = self._clock_ns + d_ns
             self._clock = ns / NS_PER_S
         end = self._clock
         listener = self.token_listener
@@ -1107,17 +1192,19 @@ class Replica:
         if not chunks:
             return
         bs = self.kv.block_size
+        prefilling = self._prefilling
+        self.queued_prompt_tokens -= prefill_tokens  # the chunks' tokens, computed now
         for req, chunk in chunks:
-            req.kv_tokens += chunk
-            self.queued_prompt_tokens -= chunk
-            if req.kv_tokens < req.prefill_target:
+            req.kv_tokens = kv_tokens = req.kv_tokens + chunk
+            if kv_tokens < req.prefill_target:
                 continue
             # Prefill complete: this step emitted a token.
             self._changed = True
-            entry = (*req.sched_key, req)
-            self._prefilling.pop(bisect_left(self._prefilling, entry))
-            req.generated_tokens += 1
-            g = req.generated_tokens
+            if prefilling[0][2] is req:  # the usual case: chunks go in key order
+                del prefilling[0]
+            else:
+                prefilling.pop(bisect_left(prefilling, (*req.sched_key, req)))
+            req.generated_tokens = g = req.generated_tokens + 1
             if self._prefill_only and g < req.output_tokens:
                 self._hand_off(req, end)
                 continue
@@ -1129,11 +1216,12 @@ class Replica:
             if listener is not None:
                 listener(req, g, end + g * alpha2)
             if g >= req.output_tokens:
-                self._complete(req, end, req.kv_tokens)
+                self._complete(req, end, kv_tokens)
                 continue
             req.decode_anchor_step = s + 1
-            self._residue[(req.kv_tokens - s - 1) % bs] += 1
-            self._ctx_base += req.kv_tokens - s - 1
+            base = kv_tokens - s - 1
+            self._residue[base % bs] += 1
+            self._ctx_base += base
             if streamer:
                 self._measured_streamers += 1
             heapq.heappush(self._finish_heap, (s + req.output_tokens - g, *req.sched_key, s + 1, req))
@@ -1144,7 +1232,7 @@ class Replica:
         batch)."""
         alpha2 = self._alpha2
         step = self.step
-        for _k, _q, req in self._order:
+        for _k, _q, req in self._key_order():
             if req.decode_anchor_step >= 0:
                 g = req.generated_tokens + step - req.decode_anchor_step
                 listener(req, g, end + g * alpha2)
@@ -1154,28 +1242,28 @@ class Replica:
         heap = self._finish_heap
         residue = self._residue
         bs = self.kv.block_size
+        heappop = heapq.heappop
         while heap and heap[0][0] <= last_step:
-            _, _, _, anchor, req = heapq.heappop(heap)
+            _, _, _, anchor, req = heappop(heap)
             if req.decode_anchor_step != anchor:
                 continue  # stale: preempted since it was pushed
             steps = last_step + 1 - anchor
             # _leave_decoding, inline (once per request)
-            base = req.kv_tokens - anchor
+            kv_tokens = req.kv_tokens
+            base = kv_tokens - anchor
             residue[base % bs] -= 1
             self._ctx_base -= base
             if req.streaming and not req.warm_up:
                 self._measured_streamers -= 1
             req.generated_tokens += steps
-            req.kv_tokens += steps
+            req.kv_tokens = kv_tokens = kv_tokens + steps
             req.decode_anchor_step = -1
-            self._complete(req, end, req.kv_tokens)
+            self._complete(req, end, kv_tokens)
 
     def _hand_off(self, req: Request, end: float) -> None:
         """A prefill replica computed *req*'s prompt and first token at *end*: it leaves for a
         decode replica, its KV released here (cached, findable if a later round may use it)."""
         del self.running[req.id]
-        order = self._order
-        order.pop(bisect_left(order, (*req.sched_key, req)))
         self._release_kv(req, req.kv_tokens, done=True)
         req.kv_holder = None
         if self.slot_cache is not None:
@@ -1193,27 +1281,27 @@ class Replica:
 
     def _complete(self, req: Request, end: float, tokens: int) -> None:
         del self.running[req.id]
-        order = self._order
-        order.pop(bisect_left(order, (*req.sched_key, req)))
         cache = self.prefix_cache
         if cache is not None and req.kv_holder is None and not req.continuable:
             cache.release_own(tokens)  # _release_kv's way for content all its own, findable by nobody
         else:
             self._release_kv(req, tokens, done=True)
         req.kv_holder = None
-        if self.slot_cache is not None:
-            self.slot_cache.release(req, tokens)
-        elif self._slot_ids is not None:
-            self._slot_ids.free(req.id)
+        if self._slotted:
+            if self.slot_cache is not None:
+                self.slot_cache.release(req, tokens)
+            elif self._slot_ids is not None:
+                self._slot_ids.free(req.id)
         req.completion_s = completion_s = end + req.output_tokens * self._alpha2
         self.departed += 1
         self.departed_tokens += req.prompt_tokens
         self._changed = True
+        recorder = self.recorder
         if completion_s < self._until_s:
-            self.recorder.on_complete(req)
+            recorder.on_complete(req)
         else:  # its answer reaches the client after the run stops: still in flight there
             self._seen_after_cut.append(req)
-        self.recorder.on_departure(end)
+        recorder.on_departure(end)
         if self._send_done is not None:
             self._send_done(req)
 
@@ -1228,21 +1316,22 @@ class Replica:
         Called once, after the environment stopped; the replica must not run afterwards.
         """
         if self._stretch is not None:
-            done, k, n_decode, step_s = self._stretch
-            if self._seg_step_s == step_s and k > 1:
-                j = min(self._steps_to(until_s, done) - 1, k - 1)
+            k, n_decode, step_s = self._stretch
+            if k > 1:
+                j = min(self._steps_to(until_s) - 1, k - 1)
                 if j > 0:
                     # No decoder finishes before the stretch's last step, so j < k settles none.
                     self._settle_decode_stretch(j, n_decode, self.kv.used_blocks, step_s)
             self._stretch = None
-        for _k, _q, req in self._order:
+        in_order = self._key_order()
+        for _k, _q, req in in_order:
             if req.decode_anchor_step >= 0:
                 steps = self.step - req.decode_anchor_step
                 req.generated_tokens += steps
                 req.kv_tokens += steps
                 req.decode_anchor_step = self.step
         nan = math.nan
-        for req in (*self._seen_after_cut, *(r for _k, _q, r in self._order), *(r for _k, _q, r in self.waiting)):
+        for req in (*self._seen_after_cut, *(r for _k, _q, r in in_order), *(r for _k, _q, r in self.waiting)):
             if req.first_token_s >= until_s:
                 req.first_token_s = nan
             if req.completion_s >= until_s:
