@@ -87,8 +87,9 @@ def run_case(n: int, rate: float) -> dict[str, Any]:
                 assert pool is not None, "the lean transport needs httptools"
                 reqs = [{"arrival_time_s": 0.05 + i / rate, "input_tokens": 1000, "output_tokens": 16} for i in range(n)]
                 with TraceV2Writer(Path(tmp) / "trace", extra_columns=OBSERVER_COLUMNS) as writer:
-                    gen = LoadGenerator(client, reqs, writer, lag_threshold_s=math.inf)
-                    gen.prepare()  # before the connections: they would idle out while it builds
+                    gen = LoadGenerator(client, reqs, writer, model="noop", lag_threshold_s=math.inf)
+                    # Every body before the connections are made (they would idle out while it builds).
+                    assert gen.prepare() == n, "the bodies must all fit in prepare_bytes"
                     for _ in range(CONNECTIONS):
                         conn = lean._Connection(pool)
                         conn.connection_made(Transport(conn))  # type: ignore[arg-type]
