@@ -85,6 +85,7 @@ def run_case(n: int, rate: float) -> dict[str, Any]:
             async with OpenAIClient("http://127.0.0.1:1", model="noop", transport="lean", keep_alive=True, timeout_s=30.0) as client:
                 pool = client._lean
                 assert pool is not None, "the lean transport needs httptools"
+                pool.idle_s = math.inf  # in-memory connections are never closed for idling
                 reqs = [{"arrival_time_s": 0.05 + i / rate, "input_tokens": 1000, "output_tokens": 16} for i in range(n)]
                 with TraceV2Writer(Path(tmp) / "trace", extra_columns=OBSERVER_COLUMNS) as writer:
                     gen = LoadGenerator(client, reqs, writer, model="noop", lag_threshold_s=math.inf)
