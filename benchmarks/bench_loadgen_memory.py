@@ -53,8 +53,9 @@ def _answer() -> bytes:
     return bytes(noop.build_responses(4)["chat_stream"])
 
 
-def run_case(n: int, rate: float) -> dict[str, Any]:
-    """One run of *n* requests at *rate*: CPU per request and the outcome."""
+def run_case(n: int, rate: float, prepare_bytes: int | None = None) -> dict[str, Any]:
+    """One run of *n* requests at *rate*: CPU per request and the outcome (*prepare_bytes*: the
+    generator's, default its own)."""
     from simpy_llm.observe import lean, run_loop
     from simpy_llm.observe.client import OpenAIClient
     from simpy_llm.observe.loadgen import OBSERVER_COLUMNS, LoadGenerator
@@ -88,9 +89,9 @@ def run_case(n: int, rate: float) -> dict[str, Any]:
                 pool.idle_s = math.inf  # in-memory connections are never closed for idling
                 reqs = [{"arrival_time_s": 0.05 + i / rate, "input_tokens": 1000, "output_tokens": 16} for i in range(n)]
                 with TraceV2Writer(Path(tmp) / "trace", extra_columns=OBSERVER_COLUMNS) as writer:
-                    gen = LoadGenerator(client, reqs, writer, model="noop", lag_threshold_s=math.inf)
-                    # Every body before the connections are made (they would idle out while it builds).
-                    assert gen.prepare() == n, "the bodies must all fit in prepare_bytes"
+                    window = {} if prepare_bytes is None else {"prepare_bytes": prepare_bytes}
+                    gen = LoadGenerator(client, reqs, writer, model="noop", lag_threshold_s=math.inf, **window)
+                    ahead = gen.prepare()  # the bodies that fit, before the run's clock starts
                     for _ in range(CONNECTIONS):
                         conn = lean._Connection(pool)
                         conn.connection_made(Transport(conn))  # type: ignore[arg-type]
@@ -99,7 +100,7 @@ def run_case(n: int, rate: float) -> dict[str, Any]:
                     cpu0 = time.process_time()
                     summary = await gen.run()
                     cpu = time.process_time() - cpu0
-        out.update(cpu_us_per_request=cpu / n * 1e6, status_counts=summary.status_counts,
+        out.update(cpu_us_per_request=cpu / n * 1e6, status_counts=summary.status_counts, built_ahead=ahead,
                    delay_p99_s=summary.schedule_delay_p99_s)
 
     run_loop(main(), loop="uvloop")
@@ -112,10 +113,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--requests", type=int, default=20_000, help="requests per run (default 20,000)")
     p.add_argument("--rate", type=float, default=10_000.0, help="target requests/s (default 10,000)")
     p.add_argument("--repeat", type=int, default=3, help="runs, each in a fresh process (default 3)")
+    p.add_argument("--prepare-bytes", type=int, default=None, metavar="N",
+                   help="LoadGenerator(prepare_bytes=N): bodies built before the clock starts; the rest are "
+                        "built during the run, and counted (default: the generator's own)")
     p.add_argument("--case", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.case:
-        print(RESULT_TAG + json.dumps(run_case(args.requests, args.rate)), flush=True)
+        print(RESULT_TAG + json.dumps(run_case(args.requests, args.rate, args.prepare_bytes)), flush=True)
         return 0
     load = os.getloadavg()
     print(f"load generator CPU per request, in-memory connections: {args.requests} requests at {args.rate:g}/s; "
@@ -125,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     for k in range(args.repeat):
         cmd = [sys.executable, "-m", "benchmarks.bench_loadgen_memory", "--case",
                "--requests", str(args.requests), "--rate", repr(args.rate)]
+        if args.prepare_bytes is not None:
+            cmd += ["--prepare-bytes", str(args.prepare_bytes)]
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
         line = next((x for x in proc.stdout.splitlines() if x.startswith(RESULT_TAG)), None)
         if line is None:
@@ -132,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         r = json.loads(line[len(RESULT_TAG):])
         figures.append(r["cpu_us_per_request"])
-        print(f"  run {k + 1}: {r['cpu_us_per_request']:.1f} us/request  {r['status_counts']}", flush=True)
+        print(f"  run {k + 1}: {r['cpu_us_per_request']:.1f} us/request  {r['status_counts']}, "
+              f"{r['built_ahead']} bodies built before the clock", flush=True)
     if figures:
         print(f"median {statistics.median(figures):.1f} us/request (range {min(figures):.1f}-{max(figures):.1f})")
     return 0
