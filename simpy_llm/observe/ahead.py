@@ -7,7 +7,9 @@ builds the bodies (spec, JSON bytes, the prompt's length by the token rule) of t
 next in line, in target order, while the bytes it holds stay under its budget. The
 :class:`~simpy_llm.observe.loadgen.LoadGenerator` fills it before its clock starts and tops it
 up during the run in the time before each target, so a run whose bodies all fit builds every
-one before its first send, and a longer run holds at most the budget (plus one body).
+one before its first send, and a longer run holds at most the budget (plus one body). A body
+built is kept without the prompt text it was made from (its spec keeps the rest: the send needs
+no more), so the budget holds about twice the requests it would hold with the text.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
+import attrs
+
 from simpy_llm.observe.client import RequestSpec
 
 __all__ = ["Built", "Lookahead", "held_bytes"]
@@ -25,7 +29,8 @@ R = TypeVar("R")
 
 Built = tuple[RequestSpec, bytes | None, int]
 """A body built ahead: the spec, its JSON bytes (``None``: the spec could not be encoded, and
-the send encodes it again to record why), and ``approx_prompt_tokens``."""
+the send encodes it again to record why), and ``approx_prompt_tokens``. A spec whose body was
+built has an empty prompt: the body holds it, and a send given the body does not read it."""
 
 
 def held_bytes(spec: RequestSpec, body: bytes | None) -> int:
@@ -98,6 +103,9 @@ class Lookahead(Generic[R]):
             body = self.encode(spec)
         except Exception:  # noqa: BLE001 - encoded again at the send, whose record then says why it failed
             body = None
+        else:
+            # The prompt is in the body: its text need not be held twice until the send.
+            spec = attrs.evolve(spec, prompt="")
         size = held_bytes(spec, body)
         self.held += size
         self._items.append((position, (spec, body, approx), size))

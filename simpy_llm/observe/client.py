@@ -26,10 +26,12 @@ been marked ``cancelled``.
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import json
 import time
 import warnings
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -45,7 +47,7 @@ from simpy_llm.observe.answers import (  # answers read into records: both trans
 )
 
 if TYPE_CHECKING:
-    from simpy_llm.observe.lean import LeanPool
+    from simpy_llm.observe.lean import LeanPool, _Exchange
 
 __all__ = [
     "FILES_RESERVE",
@@ -143,6 +145,57 @@ def raise_open_files_limit(connections: int | None = None) -> int | None:
             "the concurrency, or raise the hard limit (`ulimit -Hn`, /etc/security/limits.conf)"
         )
     return soft
+
+
+class _Slots:
+    """The client's cap on requests written at once: a counting semaphore, first come first served.
+
+    :class:`asyncio.Semaphore` before Python 3.12 looks through its waiters from the first on
+    every release, past those woken but not yet run: a run that fell behind, with thousands
+    waiting, spent seconds there. Here a release hands its slot to the first waiter still waiting
+    (the others are dropped as they are passed, once), and :meth:`try_acquire` takes one without
+    waiting, for a request started without a task.
+    """
+
+    __slots__ = ("free", "waiters")
+
+    def __init__(self, value: int) -> None:
+        self.free = value
+        self.waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    def locked(self) -> bool:
+        """Whether a request would wait (no slot free, or others waiting before it)."""
+        return self.free <= 0 or bool(self.waiters)
+
+    def try_acquire(self) -> bool:
+        """Take a slot if one is free and nobody waits for one; whether it did."""
+        if self.free > 0 and not self.waiters:
+            self.free -= 1
+            return True
+        return False
+
+    async def acquire(self) -> None:
+        """Take a slot, waiting (in order of arrival) for one."""
+        if self.try_acquire():
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.waiters.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.release()  # handed a slot just as it was cancelled: the next one gets it
+            raise
+
+    def release(self) -> None:
+        """Give a slot back: to the first still waiting, else to the free ones."""
+        waiters = self.waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self.free += 1
 
 
 @attrs.frozen
@@ -388,7 +441,7 @@ class OpenAIClient:
         self.keep_alive = keep_alive
         self.transport = transport
         self.max_connections = max_connections
-        self._connections: asyncio.Semaphore | None = None
+        self._connections: _Slots | None = None
         self._session: aiohttp.ClientSession | None = None
         self._lean: LeanPool | None = None
 
@@ -408,7 +461,7 @@ class OpenAIClient:
         if self._connections is None and self.max_connections is not None:
             # One slot per request being written or answered: a connection each, whatever the
             # transport (aiohttp's pool and the lean one open a connection only when none is idle).
-            self._connections = asyncio.Semaphore(self.max_connections)
+            self._connections = _Slots(self.max_connections)
         if self._session is None:
             # No limit in aiohttp's pool: the client's own (max_connections) holds requests back
             # before their send time is taken, so that a wait for a connection is measured; the
@@ -432,7 +485,8 @@ class OpenAIClient:
             problem = lean.missing()
             if problem is None:
                 self._lean = lean.LeanPool(
-                    self.base_url, self.headers, keep_alive=self.keep_alive, now=self.now, idle_s=KEEPALIVE_S
+                    self.base_url, self.headers, keep_alive=self.keep_alive, now=self.now, idle_s=KEEPALIVE_S,
+                    timeout_s=self.timeout_s,
                 )
             else:
                 warnings.warn(f"{problem}; sending through aiohttp instead", LeanTransportWarning, stacklevel=2)
@@ -522,14 +576,66 @@ class OpenAIClient:
             rec.done_s = self.now()
         return rec
 
-    async def _attempt(self, spec: RequestSpec, data: bytes, rec: ObservedRequest) -> str | None:
-        """One POST; fills *rec*; returns the ``Retry-After`` header if any."""
+    def start(self, spec: RequestSpec, rec: ObservedRequest, body: bytes, on_end: Callable[[], None]) -> _Exchange | None:
+        """Send *spec* (its *body* built by :meth:`encode`) now, without a task, and call *on_end*
+        when it ended, its record *rec* filled as :meth:`send` fills it; returns a handle for
+        :meth:`abort`, or ``None`` when the request cannot be sent so (nothing was done: send it
+        with :meth:`send`).
+
+        It can be with the lean transport, no retries, a connection idle and, under
+        *max_connections*, a slot free with nobody waiting for one: what a load generator's
+        request meets at a steady rate. It then costs one write and the callbacks that read the
+        answer; its timeout is the pool's (:meth:`~simpy_llm.observe.lean.LeanPool.start`).
+        """
+        lean = self._lean
+        if lean is None or self.retry.max_retries:
+            return None
+        slots = self._connections
+        if slots is not None and not slots.try_acquire():
+            return None
+        conn = lean.take_idle()
+        if conn is None:
+            if slots is not None:
+                slots.release()
+            return None
+        rec.request_id, rec.endpoint, rec.streaming = spec.request_id, spec.endpoint, spec.stream
+        self._reset(spec, rec)
+        rec.last_sent_s = self.now()
+        if rec.sent_s is None:
+            rec.sent_s = rec.last_sent_s
+        return lean.start(conn, ENDPOINTS[spec.endpoint], body, rec, spec.stream, lambda: self._started_ended(rec, on_end))
+
+    def _started_ended(self, rec: ObservedRequest, on_end: Callable[[], None]) -> None:
+        """A request of :meth:`start` ended: what :meth:`_attempt` does after its POST."""
+        if self._connections is not None:
+            self._connections.release()
+        if rec.status != "cancelled":  # a cancelled attempt ends as send()'s does: no more
+            rec.attempt_statuses.append(rec.http_status)
+            if rec.done_s is None:
+                rec.done_s = self.now()
+            if rec.completion_tokens_source != "usage" and rec.streaming and rec.content_times_s:
+                rec.completion_tokens, rec.completion_tokens_source = len(rec.content_times_s), "chunks"
+        on_end()
+
+    def abort(self, handle: _Exchange) -> None:
+        """Cancel a request of :meth:`start` that has not ended: its record is marked
+        ``cancelled`` (as :meth:`send` marks one cancelled) and its callback is called."""
+        if self._lean is not None:
+            self._lean.abort(handle)
+
+    @staticmethod
+    def _reset(spec: RequestSpec, rec: ObservedRequest) -> None:
+        """*rec* as an attempt starts: one more attempt, nothing of an answer yet."""
         rec.attempts += 1
         rec.status, rec.error_message, rec.http_status = "pending", "", None
         rec.headers_s = rec.first_byte_s = rec.first_chunk_s = rec.first_content_s = rec.last_chunk_s = rec.done_s = None
         rec.chunk_times_s, rec.content_times_s = [], []
         rec.output_chars = rec.reasoning_chars = 0
         rec.output_text = "" if spec.keep_text else None
+
+    async def _attempt(self, spec: RequestSpec, data: bytes, rec: ObservedRequest) -> str | None:
+        """One POST; fills *rec*; returns the ``Retry-After`` header if any."""
+        self._reset(spec, rec)
         slots = self._connections
         if slots is not None:
             if slots.locked():  # every connection busy: wait (FIFO) for one, before the send time

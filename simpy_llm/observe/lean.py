@@ -10,7 +10,9 @@ answer is read into its record there by the same
 :class:`~simpy_llm.observe.client.StreamReader` as aiohttp's path uses, with each read's receive
 time. What aiohttp does per request besides (its request and response objects, a stream reader,
 a task wake-up per read, its connection pool) is what it saves: see docs/observe.md, "Workers
-and saturation".
+and saturation". :meth:`LeanPool.start` saves the future and the sender's task as well: a request
+written on an idle connection calls its sender back when it ended (the load generator's open-loop
+requests go so), and the requests so started share one timer for their timeouts.
 
 Connections. With ``keep_alive`` a connection whose answer ended is kept for the next request
 (last in, first out), unless the answer said ``Connection: close``, the server closed it (end
@@ -68,15 +70,31 @@ def missing() -> str | None:
 
 
 class _Exchange:
-    """One request on one connection: where its answer goes, and the future its sender awaits
-    (resolved with the ``Retry-After`` header, or ``None``, when the request ended)."""
+    """One request on one connection: where its answer goes, and who is told when it ended: the
+    future its sender awaits (:meth:`LeanPool.post`, resolved with the ``Retry-After`` header or
+    ``None``), or a callback (:meth:`LeanPool.start`, called with the exchange)."""
 
-    __slots__ = ("future", "length_known", "raw", "reader", "reason", "rec", "retry_after", "status", "stream", "t")
+    __slots__ = (
+        "callback", "conn", "deadline", "ended", "future", "length_known", "on_end", "raw", "reader", "reason",
+        "rec", "retry_after", "status", "stream", "t",
+    )
 
-    def __init__(self, rec: ObservedRequest, stream: bool, future: asyncio.Future[str | None]) -> None:
+    def __init__(
+        self,
+        rec: ObservedRequest,
+        stream: bool,
+        future: asyncio.Future[str | None] | None,
+        on_end: Callable[[_Exchange], None] | None = None,
+    ) -> None:
         self.rec = rec
         self.stream = stream
         self.future = future
+        self.on_end = on_end
+        self.callback: Callable[[], None] | None = None  # the starter's, called by the pool after on_end
+        self.ended = False
+        """The request ended (its record is filled; what follows on the connection is not kept)."""
+        self.conn: _Connection | None = None
+        self.deadline = 0.0  # perf_counter() time after which a started request times out
         self.reader: StreamReader | None = None
         self.raw: bytearray | None = None
         self.status = 0
@@ -84,6 +102,17 @@ class _Exchange:
         self.retry_after: str | None = None
         self.length_known = False  # Content-Length or chunked: the body does not end at end of file
         self.t = 0.0  # receive time of the bytes being parsed
+
+    def resolve(self) -> None:
+        """The request ended: tell its sender (once)."""
+        if self.ended:
+            return
+        self.ended = True
+        if self.future is not None:
+            if not self.future.done():
+                self.future.set_result(self.retry_after)
+        elif self.on_end is not None:
+            self.on_end(self)
 
 
 class _Connection(asyncio.Protocol):
@@ -131,7 +160,7 @@ class _Connection(asyncio.Protocol):
         if ex is None:
             return
         self.exchange = None
-        if ex.future.done():
+        if ex.ended:
             return
         ex.t = self.pool.now()
         why = f" ({type(exc).__name__}: {exc})" if exc is not None else ""
@@ -172,7 +201,7 @@ class _Connection(asyncio.Protocol):
 
     def on_body(self, body: bytes) -> None:
         ex = self.exchange
-        if ex is None or ex.future.done():
+        if ex is None or ex.ended:
             return  # after [DONE], or an error body read far enough: the rest is read, not kept
         reader = ex.reader
         if reader is not None:
@@ -189,7 +218,7 @@ class _Connection(asyncio.Protocol):
         if ex is None:
             return
         self.exchange = None
-        if not ex.future.done():
+        if not ex.ended:
             self._complete(ex)
         if self.pool.keep_alive and self.parser.should_keep_alive() and not self.closed:
             self.pool.release(self)
@@ -200,7 +229,7 @@ class _Connection(asyncio.Protocol):
     def _end_stream(self, ex: _Exchange, reader: StreamReader) -> None:
         reader.keep_text()
         reader.end(ex.t)
-        ex.future.set_result(ex.retry_after)
+        ex.resolve()
 
     def _complete(self, ex: _Exchange) -> None:
         """The answer ended (or was read far enough): fill the record from what was read."""
@@ -215,22 +244,24 @@ class _Connection(asyncio.Protocol):
             rec.done_s = ex.t
         else:
             json_answer(rec, raw, ex.t)
-        ex.future.set_result(ex.retry_after)
+        ex.resolve()
 
     def _fail(self, ex: _Exchange, message: str) -> None:
+        if ex.ended:  # its record is final (the bytes after [DONE] are read, not judged)
+            return
         rec = ex.rec
         if ex.reader is not None:
             ex.reader.keep_text()
         rec.status, rec.error_message = "error", short_message(message)
         rec.done_s = ex.t
-        if not ex.future.done():
-            ex.future.set_result(ex.retry_after)
+        ex.resolve()
 
     # ------------------------------------------------------------ the sender's side
     def send(self, ex: _Exchange, data: bytes) -> None:
         """Write the whole request *data* (written once: never again on another connection)."""
         assert self.transport is not None
         self.exchange = ex
+        ex.conn = self
         self.transport.write(data)
 
     def close(self) -> None:
@@ -256,10 +287,13 @@ class LeanPool:
         The client's clock: seconds since its run start.
     idle_s
         Seconds an idle connection is kept (the client's :data:`~simpy_llm.observe.client.KEEPALIVE_S`).
+    timeout_s
+        The limit on a request started by :meth:`start` (the client's *timeout_s*; ``None``: none).
     """
 
     def __init__(
-        self, base_url: str, headers: Mapping[str, str], *, keep_alive: bool, now: Callable[[], float], idle_s: float = 2.0
+        self, base_url: str, headers: Mapping[str, str], *, keep_alive: bool, now: Callable[[], float], idle_s: float = 2.0,
+        timeout_s: float | None = None,
     ) -> None:
         missing_ = missing()
         if missing_ is not None:
@@ -284,6 +318,9 @@ class LeanPool:
         # and one the server closes leaves in O(1) (a run that fell behind may hold 10^4 of them).
         self._idle: dict[_Connection, None] = {}
         self._all: set[_Connection] = set()
+        self.timeout_s = timeout_s
+        self._started: dict[_Exchange, None] = {}  # requests started (start()) in the order of their deadlines
+        self._timer: asyncio.TimerHandle | None = None
 
     def _head(self, path: str) -> bytes:
         head = self._heads.get(path)
@@ -313,14 +350,90 @@ class LeanPool:
         except BaseException:
             # Cancelled (the caller's timeout) before the answer ended: the connection is in
             # the middle of an answer, so it is closed; what was read stays in the record.
-            if not future.done():
+            if not ex.ended:
+                ex.ended = True
                 future.cancel()
-                if ex.reader is not None:
-                    ex.reader.keep_text()
-                if conn.exchange is ex:
-                    conn.exchange = None
-                conn.close()
+                self._cut(ex)
             raise
+
+    def _cut(self, ex: _Exchange) -> None:
+        """*ex* ended before its answer did: keep the text read so far and close its connection
+        (it is in the middle of an answer)."""
+        if ex.reader is not None:
+            ex.reader.keep_text()
+        conn = ex.conn
+        if conn is not None:
+            if conn.exchange is ex:
+                conn.exchange = None
+            conn.close()
+
+    # ------------------------------------------------------------ requests started without a task
+    def start(
+        self, conn: _Connection, path: str, data: bytes, rec: ObservedRequest, stream: bool, callback: Callable[[], None]
+    ) -> _Exchange:
+        """Write the request of :meth:`post` now on *conn* (from :meth:`take_idle`), and call
+        *callback* when it ended: its record filled as :meth:`post` fills it, or marked
+        ``timeout`` after *timeout_s*. The request costs no task and no timer of its own: the pool
+        keeps the requests it started in the order of their deadlines, and one timer, set to the
+        first, times them out. :meth:`abort` ends one sooner.
+        """
+        ex = _Exchange(rec, stream, None, self._ended)
+        ex.callback = callback
+        if self.timeout_s is not None:
+            # One timeout for all: the deadlines come in the order the requests are started.
+            ex.deadline = time.perf_counter() + self.timeout_s
+            self._started[ex] = None
+            if self._timer is None:
+                self._timer = self.loop.call_later(self.timeout_s, self._expire)
+        try:
+            conn.send(ex, b"%s%d\r\n\r\n%s" % (self._head(path), len(data), data))
+        except Exception as exc:  # noqa: BLE001 - the transport refused the write: the record says why
+            rec.status, rec.error_message = "error", short_message(f"{type(exc).__name__}: {exc}")
+            rec.done_s = self.now()
+            ex.ended = True
+            self._started.pop(ex, None)
+            conn.exchange = None
+            conn.close()
+            ex.callback = None
+            callback()
+        return ex
+
+    def _ended(self, ex: _Exchange) -> None:
+        self._started.pop(ex, None)
+        callback, ex.callback = ex.callback, None
+        if callback is not None:
+            callback()
+
+    def _expire(self) -> None:
+        """Time out the started requests past their deadline; set the timer to the next one."""
+        self._timer = None
+        started = self._started
+        now = time.perf_counter()
+        while started:
+            ex = next(iter(started))
+            if ex.deadline > now:
+                self._timer = self.loop.call_later(ex.deadline - now, self._expire)
+                return
+            self.abort(ex, "timeout", f"no complete response within {self.timeout_s} s")
+
+    def abort(self, ex: _Exchange, status: str = "cancelled", message: str = "cancelled before completion") -> None:
+        """End started request *ex* now, unless it ended: its record gets *status* and *message*
+        (a message it has already is kept when cancelled), its connection is closed, and its
+        callback is called."""
+        if ex.ended:
+            return
+        ex.ended = True
+        self._cut(ex)
+        rec = ex.rec
+        rec.status = status
+        rec.error_message = (rec.error_message or message) if status == "cancelled" else message
+        if status == "cancelled" or rec.done_s is None:
+            rec.done_s = self.now()
+        self._ended(ex)
+
+    def take_idle(self) -> _Connection | None:
+        """An idle connection for :meth:`start` (the last one released), or ``None``."""
+        return self._acquire() if self._idle else None
 
     def _acquire(self) -> _Connection | None:
         """An idle connection to reuse (the last one released), or ``None``."""
@@ -345,6 +458,11 @@ class LeanPool:
 
     async def close(self) -> None:
         """Close every connection and wait (briefly) until they are closed."""
+        for ex in list(self._started):
+            self.abort(ex)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         conns = list(self._all)
         self._idle.clear()
         for conn in conns:

@@ -38,6 +38,8 @@ summary, cancellation re-raises after the rows are written.
 from __future__ import annotations
 
 import asyncio
+import functools
+import itertools
 import math
 import statistics
 import time
@@ -68,6 +70,7 @@ from simpy_llm.observe.saturation import RATE_SHORTFALL, client_limited, saturat
 from simpy_llm.workload.traces import OBSERVED_COLUMNS
 
 if TYPE_CHECKING:
+    from simpy_llm.observe.lean import _Exchange
     from simpy_llm.observe.sessions import Conversations, ToolCall
 
 __all__ = [
@@ -98,8 +101,8 @@ by their own rule (as their tests check): the length of what they give is known 
 
 PREPARE_BYTES = 256 * 2**20
 """The default of :class:`LoadGenerator`'s *prepare_bytes*: request bodies built ahead of their
-targets, and the prompt texts they were made from, held at once by a sending process (about
-11.5 kB per request of a 1,000-word synthetic prompt: ~23,000 requests)."""
+targets held at once by a sending process (about 5.6 kB per request of a 1,000-word synthetic
+prompt: ~48,000 requests)."""
 
 TIMER_STEP_S = 0.001
 """The shortest wait for a target: the event loops' timer step (uvloop counts whole milliseconds,
@@ -198,7 +201,8 @@ def record_row(req: LoadRequest, rec: ObservedRequest, columns: Iterable[str] | 
         "done_time_us": _us(rec.done_s),
         "approx_input_tokens": rec.approx_prompt_tokens,
         "cached_tokens": rec.cached_tokens,
-        "itl_us": " ".join(str(_us(gap)) for gap in rec.itl_s),
+        # rec.itl_s's gaps, each as _us gives it (a list made at once: no generator per row).
+        "itl_us": " ".join([str(round((b - a) * 1e6)) for a, b in itertools.pairwise(rec.content_times_s)]),
     }
     if columns is not None:
         # A frozenset (a generator's writer's columns, made once) is used as it is; the copy is
@@ -462,6 +466,8 @@ class LoadGenerator:
         self._stop = asyncio.Event()
         self._waker: asyncio.Future[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._started: dict[int, _Exchange] = {}  # requests started without a task, until they end
+        self._drained: asyncio.Future[None] | None = None  # woken when the last of them ended
         self._slots: asyncio.Semaphore | None = None
         self._columns = frozenset(writer.columns) if writer is not None and hasattr(writer, "columns") else None
         self.prepare_bytes = prepare_bytes
@@ -688,6 +694,10 @@ class LoadGenerator:
         acquire: asyncio.Future[Any] | None = None
         order = tuple(self.requests)  # session follow-ups join self.requests as they come
         ahead = self._ahead if self._can_prepare() else None
+        # Requests started without a task (client.start), by id, until they end: open loop only
+        # (a concurrency slot or a session's next round waits in a task).
+        fast = slots is None and self.conversations is None
+        started = self._started
         if ahead is not None and not ahead.same_order(order):  # the requests changed since prepare()
             ahead = self._ahead = Lookahead(order, self.prepare_bytes, self._made, self.client.encode)
         try:
@@ -725,11 +735,24 @@ class LoadGenerator:
                     if not acquire.done():
                         acquire.cancel()
                         break
+                if fast and body is not None:
+                    # No task: the client writes it now and calls back when it ended (most requests
+                    # of an open-loop run); else (no idle connection, say) it goes as a task.
+                    handle = client.start(spec, rec, body, functools.partial(self._ended, req, rec))
+                    if handle is not None:
+                        self.live.sent += 1
+                        if not handle.ended:
+                            started[req.request_id] = handle
+                        continue
                 task = asyncio.create_task(self._one(req, rec, slots, spec, body))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
-            while tasks and not stopper.done():
-                await asyncio.wait({*tasks, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            while (tasks or started) and not stopper.done():
+                waits: set[asyncio.Future[Any]] = {*tasks, stopper}
+                if started:
+                    self._drained = asyncio.get_running_loop().create_future()
+                    waits.add(self._drained)
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
             await self._shutdown(tasks)
             self.summary = self._summarize()
@@ -741,8 +764,17 @@ class LoadGenerator:
         await self._shutdown(tasks)
         return self._summarize()
 
+    def _ended(self, req: LoadRequest, rec: ObservedRequest) -> None:
+        """A request started without a task ended: its row, and the dispatcher woken when it was the last."""
+        self._started.pop(req.request_id, None)
+        self._finish(req, rec)
+        if not self._started and self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+
     async def _shutdown(self, tasks: set[asyncio.Task[None]]) -> None:
         """Cancel in-flight requests, wait for their rows, then write never-sent requests as cancelled."""
+        for handle in list(self._started.values()):
+            self.client.abort(handle)  # its row is written by _ended
         pending = list(tasks)
         for task in pending:
             task.cancel()

@@ -28,3 +28,14 @@ def test_a_case_whose_process_fails_is_a_failed_saturated_row_that_does_not_pass
     print_rows([merged])
     assert "failed" in capsys.readouterr().out
     assert verdict([merged]) == (None, None)
+
+
+def test_the_in_memory_benchmark_sends_every_request_and_gets_every_answer() -> None:
+    """The in-memory benchmark's connections answer every request of its run with the no-op
+    server's streamed answer: every request ends ok, and the CPU per request is a positive figure."""
+    pytest.importorskip("httptools")
+    from benchmarks.bench_loadgen_memory import run_case
+
+    out = run_case(300, 3000.0)
+    assert out["status_counts"] == {"ok": 300}
+    assert out["cpu_us_per_request"] > 0

@@ -100,7 +100,8 @@ def test_prepare_builds_every_body_that_fits_before_the_run() -> None:
 
 def test_the_window_holds_at_most_its_budget_and_one_body() -> None:
     """A window fills in order until its bytes reach the budget (one body may cross it); taking
-    a body frees its bytes, and the next fill builds on from where it stopped."""
+    a body frees its bytes, and the next fill builds on from where it stopped. A body built is held
+    without its prompt text (the spec it is taken with has an empty prompt): its bytes alone count."""
     order = [f"w{i} " * (i + 1) for i in range(20)]
     specs = {}
 
@@ -110,10 +111,12 @@ def test_the_window_holds_at_most_its_budget_and_one_body() -> None:
 
     ahead = Lookahead(order, 100, make, lambda s: str(s.prompt).encode())
     n = ahead.fill()
-    sizes = [held_bytes(specs[t], t.encode()) for t in order[:n]]
+    sizes = [len(t.encode()) for t in order[:n]]
+    assert sizes[0] < held_bytes(specs[order[0]], order[0].encode())  # the text is not held
     assert ahead.held == sum(sizes) and sum(sizes[:-1]) < 100 <= sum(sizes)
     first = ahead.take(0)
     assert first is not None and first[1] == order[0].encode() and first[2] == 1
+    assert first[0].prompt == "" and first[0].max_tokens == specs[order[0]].max_tokens
     assert ahead.held == sum(sizes[1:])
     m = ahead.fill()
     assert m >= n - 1  # the n - 1 left, and more if the freed bytes let
