@@ -113,9 +113,10 @@ class SessionRegistry:
 
     def open(self, req: Request, source: ClientSource) -> None:
         """Start a session whose root request is *req* (called by the generator, before it arrives)."""
-        session = open_session(f"{source.client.id}/{req.id}", source, self.horizon_s)
-        if session is None:
+        workflow = source.workflow
+        if workflow is None:  # open_session's test, inline
             return
+        session = WorkflowSession(workflow, f"{source.client.id}/{req.id}", source, self.horizon_s)
         req.session_id = session.session_id
         if not session.workflow.multi_turn:
             req.step_id = session.workflow.steps[session.workflow.root].id
@@ -163,14 +164,14 @@ class SessionRegistry:
         calls = session.finished(key, self.env.now, output_tokens=req.output_tokens, dropped=bool(req.dropped_reason))
         if calls:
             self._make(session, calls)
-        if session.end_reason:
-            self._check_end(session)
+        if session.end_reason and session.session_id in self.live:  # _check_end, inline
+            self._end(session)
 
     def _make(self, session: WorkflowSession, calls: list[Call]) -> None:
         """Make *calls*, each ``call.delay_s`` from now."""
         env = self.env
+        self.pending += len(calls)
         for call in calls:
-            self.pending += 1
             step = call.step
             if step.llm:
                 if call.delay_s > 0.0:
@@ -191,7 +192,10 @@ class SessionRegistry:
 
     def _call_tool(self, session: WorkflowSession, call: Call, _event: Event | None = None) -> None:
         """Call a tool without a capacity: it returns after its latency."""
-        session.arrived(call)
+        # session.arrived(call), inline for a tool call
+        session.tool_calls += 1
+        if call.step.in_loop and call.iteration > session.iteration:
+            session.iteration = call.iteration
         start = self.env.now
         Later(self.env, call.latency_s, functools.partial(self._tool_done, session, call, start, start))
 
@@ -205,7 +209,10 @@ class SessionRegistry:
             if previous is not None:
                 # The prompt repeats the previous iteration's prompt and answer: prefix caches can find them.
                 fields["context"] = tuple(content_segments(previous))
-        session.arrived(call)
+        # session.arrived(call), inline for an LLM call
+        session.started += 1
+        if step.in_loop and call.iteration > session.iteration:
+            session.iteration = call.iteration
         req = Request(id=next(self.ids), prompt_tokens=call.prompt_tokens, output_tokens=call.output_tokens, arrival_s=now, **fields)
         if step.accumulate:
             req.continuable = True
@@ -249,7 +256,7 @@ class SessionRegistry:
         """Tool call *call* (called at *start_s*, running from *running_s*) returned now."""
         now = self.env.now
         self.pending -= 1
-        session.tool_finished_wait(now - start_s)
+        session.tool_wait_s += now - start_s  # session.tool_finished_wait, inline
         step = call.step
         iteration = call.iteration
         instance = call.instance
@@ -261,8 +268,8 @@ class SessionRegistry:
         calls = session.finished((step.index, iteration, instance), now, output_tokens=output)
         if calls:
             self._make(session, calls)
-        if session.end_reason:
-            self._check_end(session)
+        if session.end_reason and session.session_id in self.live:  # _check_end, inline
+            self._end(session)
 
     def _check_end(self, session: WorkflowSession) -> None:
         if session.end_reason and session.session_id in self.live:

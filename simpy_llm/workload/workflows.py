@@ -238,6 +238,11 @@ class Step:
     """The client streams its calls draw from: an LLM step's ``step/<id>/input`` and
     ``.../output``, a tool call's ``tool/<tool>/latency`` and ``.../output`` (named once
     here, not per call)."""
+    n_parents: int = attrs.field(init=False)
+    """``len(parents)`` (read per call)."""
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "n_parents", len(self.parents))
 
 
 @attrs.frozen(eq=False)
@@ -507,22 +512,36 @@ class WorkflowSession:
             self.fan_out_done += 1
             key = (s_idx, it)
             self._done[key] = done = self._done.get(key, 0) + 1
-            _latest(self._step_end, key, now_s, call_key)
+            step_end = self._step_end
+            held = step_end.get(key)
+            if held is None or now_s > held[0]:  # _latest, inline
+                step_end[key] = (now_s, call_key)
             if done != instances or self._stop:
-                return self._no_calls()
-            end, by = self._step_end.pop(key)  # the step is done for this iteration
+                if self.pending == 0 and not self.end_reason:  # _no_calls, inline
+                    self.end_reason = self._stop or self._loop_reason or "completed"
+                return []
+            end, by = step_end.pop(key)  # the step is done for this iteration
         elif self._stop:
-            return self._no_calls()
+            if self.pending == 0 and not self.end_reason:  # _no_calls, inline
+                self.end_reason = self._stop or self._loop_reason or "completed"
+            return []
         else:
             end, by = now_s, call_key
-        calls: list[Call] = []
-        for child in wf.releases[s_idx]:
-            calls += self._count_parent(child, it, by, end, now_s)
-        if in_loop:
-            _latest(self._iteration_end, it, end, by)
-            n = self._loop_done[it] = self._loop_done.get(it, 0) + 1
-            if n == len(wf.loop_body):
-                calls += self._end_iteration(it, now_s)
+        releases = wf.releases[s_idx]
+        if len(releases) == 1 and not in_loop:  # one child, outside the loop: its calls are the answer
+            calls = self._count_parent(releases[0], it, by, end, now_s)
+        else:
+            calls = []
+            for child in releases:
+                calls += self._count_parent(child, it, by, end, now_s)
+            if in_loop:
+                iteration_end = self._iteration_end
+                held = iteration_end.get(it)
+                if held is None or end > held[0]:  # _latest, inline
+                    iteration_end[it] = (end, by)
+                n = self._loop_done[it] = self._loop_done.get(it, 0) + 1
+                if n == len(wf.loop_body):
+                    calls += self._end_iteration(it, now_s)
         self.pending += len(calls)
         if self.pending == 0 and not self.end_reason:
             self.end_reason = self._stop or self._loop_reason or "completed"
@@ -575,19 +594,29 @@ class WorkflowSession:
     ) -> list[Call]:
         """*count* parents of *child* (iteration *it*) ended, the last at *end*; start it
         when none is left, at its latest parent's end (fan-in)."""
-        needed = child.loop_parents if child.in_loop and it > 0 else len(child.parents)
+        needed = child.loop_parents if child.in_loop and it > 0 else child.n_parents
         key = (child.index, it)
         if needed == count:  # its only parent(s): no fan-in to wait for (so never counted in _waiting)
             self._last_parent[key] = by
-            return self._start_step(child, it, end - now, now)
-        waiting = self._waiting
-        _latest(self._ready, key, end, by)
-        waiting[key] = left = waiting.get(key, needed) - count
-        if left > 0:
-            return []
-        ready, releaser = self._ready.pop(key)
-        self._last_parent[key] = releaser
-        return self._start_step(child, it, ready - now, now)
+            delay = end - now
+        else:
+            waiting = self._waiting
+            ready = self._ready
+            held = ready.get(key)
+            if held is None or end > held[0]:  # _latest, inline
+                ready[key] = (end, by)
+            waiting[key] = left = waiting.get(key, needed) - count
+            if left > 0:
+                return []
+            end, releaser = ready.pop(key)
+            self._last_parent[key] = releaser
+            delay = end - now
+        if child.instances == 1:  # _start_step's first case, inline
+            if not child.llm:
+                return [self._tool_call(child, it, 0, delay)]
+            call = self._llm_call(child, it, 0, delay, now)
+            return [call] if call is not None else []
+        return self._start_step(child, it, delay, now)
 
     def _end_iteration(self, it: int, now: float) -> list[Call]:
         """Every loop step of iteration *it* ended: start the next iteration, or exit the loop."""
@@ -673,7 +702,11 @@ class WorkflowSession:
         assert tool is not None  # a tool_call step names its tool (check_workflow)
         source = self.source
         what_latency, what_output = step.draws
-        latency = min(max(source.draw(what_latency, tool.latency_s, tokens=False), 0.0), MAX_TIME_S)
+        latency = source.draw(what_latency, tool.latency_s, tokens=False)
+        if latency < 0.0:  # clamped to [0, MAX_TIME_S] like every time in a scenario
+            latency = 0.0
+        elif latency > MAX_TIME_S:
+            latency = MAX_TIME_S
         output = int(source.draw(what_output, tool.output_tokens, tokens=True))
         return Call(step, it, instance, delay, output_tokens=output, latency_s=latency)
 
