@@ -67,6 +67,21 @@ __all__ = ["CpuTier", "Holder", "Match", "PrefixCache"]
 _NO_NODE = 1 << 62
 """``PrefixCache._head_qpos`` while no tree node is in the free queue: past any stream position."""
 
+def _span_key(ids: tuple[int, ...], starts: list[int], i: int, pos: int, end: int) -> tuple[tuple[int, int, int], ...]:
+    """Content key of the block ``[pos, end)`` that starts in segment *i* and spans segments:
+    its pieces ``(segment id, offset in the segment, tokens)``. A block inside one segment is
+    keyed ``(segment id, offset)`` instead, and starts a run of that segment's full blocks."""
+    pieces = []
+    while pos < end:
+        stop = starts[i + 1]
+        if stop > end:
+            stop = end
+        pieces.append((ids[i], pos - starts[i], stop - pos))
+        pos = stop
+        i += 1
+    return tuple(pieces)
+
+
 class _Node:
     """A run of cached blocks (see the module docstring)."""
 
@@ -498,34 +513,6 @@ class PrefixCache:
             if len(ends) > self._compact_at:
                 self._compact()
 
-    def _block_key(self, h: Holder, b: int, limit: int) -> tuple[object, int | None, int, int, int]:
-        """Content key of block *b* of *h* and the run it starts: ``(key, seg, off, run,
-        seg_end)``, where ``run`` counts the consecutive full blocks from *b* (at most
-        ``limit - b``) inside one segment (``seg``, from offset ``off``, ending at the absolute
-        position ``seg_end``), or 1 with ``seg = None`` for a spanning block."""
-        bs = self.block_size
-        starts = h.starts
-        p = b * bs
-        i = bisect_right(starts, p) - 1
-        seg_start = starts[i]
-        seg_end = starts[i + 1]
-        if p + bs <= seg_end:
-            off = p - seg_start
-            run = (seg_end - p) // bs
-            if run > limit - b:
-                run = limit - b
-            seg = h.ids[i]
-            return (seg, off), seg, off, run, seg_end
-        pieces = []
-        end = p + bs
-        pos = p
-        while pos < end:
-            stop = min(starts[i + 1], end)
-            pieces.append((h.ids[i], pos - starts[i], stop - pos))
-            pos = stop
-            i += 1
-        return tuple(pieces), None, 0, 1, 0
-
     def match(self, h: Holder, max_blocks: int) -> Match:
         """The longest cached prefix of *h*'s content, at most *max_blocks* blocks (no side effects)."""
         hits = 0
@@ -545,7 +532,7 @@ class PrefixCache:
                 while seg_end <= p:
                     i += 1
                     seg_end = starts[i + 1]
-                if p + bs <= seg_end:  # a block inside segment i: a run's key (_block_key's first case)
+                if p + bs <= seg_end:  # inside segment i: a run's key (segment id, offset)
                     child = children.get((ids[i], p - starts[i]))
                     if child is None:
                         break
@@ -555,7 +542,7 @@ class PrefixCache:
                     if child.n <= m:
                         m = child.n
                 else:  # a block spanning segments
-                    child = children.get(self._block_key(h, hits, max_blocks)[0])
+                    child = children.get(_span_key(ids, starts, i, p, p + bs))
                     if child is None:
                         break
                     m = 1
@@ -695,7 +682,7 @@ class PrefixCache:
             while seg_end <= p:
                 i += 1
                 seg_end = starts[i + 1]
-            if p + bs <= seg_end:  # a run inside segment i (_block_key's first case, inline)
+            if p + bs <= seg_end:  # inside segment i: a run of the segment's full blocks
                 seg = ids[i]
                 off = p - starts[i]
                 key = (seg, off)
@@ -703,8 +690,11 @@ class PrefixCache:
                 if run > limit - b:
                     run = limit - b
                 end = seg_end
-            else:
-                key, seg, off, run, end = self._block_key(h, b, limit)
+            else:  # a block spanning segments: a node of its own
+                key = _span_key(ids, starts, i, p, p + bs)
+                seg = None
+                off = end = 0
+                run = 1
             child = node.children.get(key) if node.children else None
             if child is not None:
                 m = 1 if seg is None else (child.n if child.n <= run else run)

@@ -43,6 +43,8 @@ from simpy_llm.workload.prefix import content_segments
 from simpy_llm.workload.workflows import END_REASONS, Call, WorkflowSession
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from simpy_llm.metrics.recorder import Recorder
     from simpy_llm.wire import Wire
     from simpy_llm.workload.generator import ClientSource
@@ -109,6 +111,8 @@ class SessionRegistry:
         """Per session, each finished LLM call's wait before its first step (arrival to first scheduled)."""
         self._tools: dict[tuple[str, str], simpy.Resource] = {}
         """Tools with a capacity, per (client, tool)."""
+        self._rngs: dict[ClientSource, np.random.Generator] = {}
+        """Each client's ``session`` stream (looked up once, not per session)."""
         completions.connect(self._left)
 
     def open(self, req: Request, source: ClientSource) -> None:
@@ -116,7 +120,10 @@ class SessionRegistry:
         workflow = source.workflow
         if workflow is None:  # open_session's test, inline
             return
-        session = WorkflowSession(workflow, f"{source.client.id}/{req.id}", source, self.horizon_s)
+        rng = self._rngs.get(source)
+        if rng is None:
+            rng = self._rngs[source] = source.stream("session")
+        session = WorkflowSession(workflow, f"{source.client.id}/{req.id}", source, self.horizon_s, rng=rng)
         req.session_id = session.session_id
         if not session.workflow.multi_turn:
             req.step_id = session.workflow.steps[session.workflow.root].id
@@ -300,7 +307,14 @@ def session_record(session: WorkflowSession, queue_s: dict[tuple[int, int, int],
     (session_id, client_id, workflow, start_s, end_s, llm_calls, tool_calls, tool_wait_s,
     iterations, fan_out_planned, fan_out_done, critical_queue_s, end_reason)."""
     chain = session.critical_path()
-    on_chain = sum(queue_s.get(key, 0.0) for key in chain)
+    # The waits summed root first, as sum() over the chain would (adding a tool call's 0.0 to
+    # a sum of non-negative waits changes nothing, so only the LLM calls' are added).
+    on_chain: float = 0.0 if chain else 0
+    if queue_s:
+        for key in chain:
+            wait = queue_s.get(key)
+            if wait is not None:
+                on_chain += wait
     iterations = session.iteration + 1 if session.workflow.loop_body else 0
     return (
         session.session_id, session.source.client.id, session.workflow.name, session.start_s, session.end_s,

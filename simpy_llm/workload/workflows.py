@@ -51,6 +51,8 @@ from simpy_llm.config.validators import MAX_TIME_S
 from simpy_llm.workload.distributions import to_tokens
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from simpy_llm.config.schema import AgenticConfig, ClientConfig, ToolConfig
     from simpy_llm.workload.generator import ClientSource
 
@@ -399,18 +401,23 @@ class WorkflowSession:
         Its client (streams, request fields, prompt rule).
     horizon_s
         No LLM call arrives after this time (None: no limit).
+    rng
+        The client's ``session`` stream, if the caller holds it (else looked up in *source*).
 
     The caller registers the root request (:meth:`start`), then reports each finished
     call (:meth:`finished`) and makes the calls it returns; :attr:`end_reason` is set
     once nothing is left to run.
     """
 
-    def __init__(self, workflow: Workflow, session_id: str, source: ClientSource, horizon_s: float | None) -> None:
+    def __init__(
+        self, workflow: Workflow, session_id: str, source: ClientSource, horizon_s: float | None,
+        *, rng: np.random.Generator | None = None,
+    ) -> None:
         self.workflow = workflow
         self.session_id = session_id
         self.source = source
         self.horizon_s = horizon_s
-        self.rng = source.stream("session")
+        self.rng = rng if rng is not None else source.stream("session")
         self.iterations = workflow.max_iterations
         dist = workflow.iterations_distribution
         if dist is not None:
