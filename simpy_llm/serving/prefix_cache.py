@@ -121,10 +121,10 @@ class Holder:
     :meth:`PrefixCache.pin`, before which the holder is used only to look its content up."""
 
     def __init__(self, segs: list[Segment], shared_tokens: int | None = None) -> None:
-        ids, tokens = zip(*segs) if segs else ((), ())
+        ids, lengths = zip(*segs, strict=True) if segs else ((), ())
         self.ids: tuple[int, ...] = ids
         """Id of each segment."""
-        self.starts = [0, *accumulate(tokens)]
+        self.starts = [0, *accumulate(lengths)]
         """Absolute start of each segment, plus the end of the last."""
         self.total = self.starts[-1]
         if shared_tokens is None:
@@ -666,6 +666,8 @@ class PrefixCache:
         ids = h.ids
         i = -1  # the segment holding block b's first token, found when a key is first needed
         seg_end = 0
+        key: object
+        seg: int | None
         while b < limit:
             if node.refs == 1 and not node.children and (b + 1) * bs <= h.run_end and node is not root:
                 # Our own leaf run, and the next block is in its segment: extend it.

@@ -31,7 +31,7 @@ reasons in :data:`END_REASONS`; ``Results.sessions()`` lists every session.
 from __future__ import annotations
 
 import functools
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import TYPE_CHECKING, Any
 
 import simpy
@@ -39,8 +39,10 @@ from simpy.events import Event
 
 from simpy_llm.entities import Request
 from simpy_llm.kernel import Later, timer_at
+from simpy_llm.workload.distributions import Draws
+from simpy_llm.workload.generator import DRAW_CHUNK
 from simpy_llm.workload.prefix import content_segments
-from simpy_llm.workload.workflows import END_REASONS, Call, WorkflowSession
+from simpy_llm.workload.workflows import END_REASONS, Call, StepDraws, WorkflowSession
 
 if TYPE_CHECKING:
     import numpy as np
@@ -58,6 +60,13 @@ def open_session(session_id: str, source: ClientSource, horizon_s: float | None)
     if source.workflow is None:
         return None
     return WorkflowSession(source.workflow, session_id, source, horizon_s)
+
+
+def _draws_of(source: ClientSource, name: str, distribution: Any, tokens: bool) -> Callable[[], float]:
+    """The next-value function of *source*'s stream *name*: what :meth:`ClientSource.draw`
+    draws (the same stream, vectors of :data:`DRAW_CHUNK`), called without the look-up by
+    name. Only the session registry draws these streams in a simulation, through this."""
+    return Draws(distribution, source.stream(name), tokens=tokens, chunk=DRAW_CHUNK).next
 
 
 class SessionRegistry:
@@ -111,8 +120,9 @@ class SessionRegistry:
         """Per session, each finished LLM call's wait before its first step (arrival to first scheduled)."""
         self._tools: dict[tuple[str, str], simpy.Resource] = {}
         """Tools with a capacity, per (client, tool)."""
-        self._rngs: dict[ClientSource, np.random.Generator] = {}
-        """Each client's ``session`` stream (looked up once, not per session)."""
+        self._sources: dict[ClientSource, tuple[np.random.Generator, StepDraws]] = {}
+        """Each client's ``session`` stream and the draws of its workflow's steps (looked up
+        once, not per session)."""
         completions.connect(self._left)
 
     def open(self, req: Request, source: ClientSource) -> None:
@@ -120,10 +130,10 @@ class SessionRegistry:
         workflow = source.workflow
         if workflow is None:  # open_session's test, inline
             return
-        rng = self._rngs.get(source)
-        if rng is None:
-            rng = self._rngs[source] = source.stream("session")
-        session = WorkflowSession(workflow, f"{source.client.id}/{req.id}", source, self.horizon_s, rng=rng)
+        held = self._sources.get(source)
+        if held is None:
+            held = self._sources[source] = (source.stream("session"), StepDraws(workflow, functools.partial(_draws_of, source)))
+        session = WorkflowSession(workflow, f"{source.client.id}/{req.id}", source, self.horizon_s, rng=held[0], draws=held[1])
         req.session_id = session.session_id
         if not session.workflow.multi_turn:
             req.step_id = session.workflow.steps[session.workflow.root].id
