@@ -67,10 +67,14 @@ __all__ = ["CpuTier", "Holder", "Match", "PrefixCache"]
 _NO_NODE = 1 << 62
 """``PrefixCache._head_qpos`` while no tree node is in the free queue: past any stream position."""
 
+
 def _span_key(ids: tuple[int, ...], starts: list[int], i: int, pos: int, end: int) -> tuple[tuple[int, int, int], ...]:
     """Content key of the block ``[pos, end)`` that starts in segment *i* and spans segments:
     its pieces ``(segment id, offset in the segment, tokens)``. A block inside one segment is
     keyed ``(segment id, offset)`` instead, and starts a run of that segment's full blocks."""
+    stop = starts[i + 1]
+    if end <= starts[i + 2]:  # two pieces, the usual case (the next segment is not empty): no loop
+        return ((ids[i], pos - starts[i], stop - pos), (ids[i + 1], 0, end - stop))
     pieces = []
     while pos < end:
         stop = starts[i + 1]

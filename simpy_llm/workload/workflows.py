@@ -517,8 +517,9 @@ class WorkflowSession:
         self._loop_reason = ""
         self._done: dict[tuple[int, int], int] = {}
         """Finished instances per (step, iteration)."""
-        self._waiting: dict[tuple[int, int], int] = {}
-        """Parent steps still to finish per (step, iteration) that has been counted."""
+        self._waiting: dict[tuple[int, int], list[Any]] = {}
+        """Per (step, iteration) whose parents are being counted (fan-in): ``[parents still to
+        finish, latest parent end, the call that ended then]`` (the first of equal ends)."""
         self._loop_done: dict[int, int] = {}
         """Loop steps fully finished per iteration."""
         self._iteration_output: dict[int, int] = {}
@@ -529,8 +530,6 @@ class WorkflowSession:
         """Latest end and its instance, per (step, iteration) whose instances are finishing."""
         self._iteration_end: dict[int, tuple[float, tuple[int, int, int]]] = {}
         """Latest end of a loop step and its call, per iteration."""
-        self._ready: dict[tuple[int, int], tuple[float, tuple[int, int, int]]] = {}
-        """Latest parent end and its call, per (step, iteration) waiting for parents."""
         self._last_parent: dict[tuple[int, int], tuple[int, int, int]] = {}
         """For each started (step, iteration), the parent instance whose end released it."""
         self._base = {**source.base, "session_id": session_id}
@@ -674,16 +673,18 @@ class WorkflowSession:
             delay = end - now
         else:
             waiting = self._waiting
-            ready = self._ready
-            held = ready.get(key)
-            if held is None or end > held[0]:  # keep the latest end (the first of equal ends)
-                ready[key] = (end, by)
-            waiting[key] = left = waiting.get(key, needed) - count
-            if left > 0:
+            slot = waiting.get(key)
+            if slot is None:
+                slot = waiting[key] = [needed - count, end, by]
+            else:
+                slot[0] -= count
+                if end > slot[1]:  # keep the latest end (the first of equal ends)
+                    slot[1] = end
+                    slot[2] = by
+            if slot[0] > 0:
                 return []
-            end, releaser = ready.pop(key)
-            self._last_parent[key] = releaser
-            delay = end - now
+            self._last_parent[key] = slot[2]
+            delay = slot[1] - now
         if child.instances == 1:  # _start_step's first case, inline
             if not child.llm:
                 return [self._tool_call(child, it, 0, delay)]
@@ -723,7 +724,8 @@ class WorkflowSession:
         calls: list[Call] = []
         for child, inside in wf.after_loop_counts:
             calls += self._count_parent(child, 0, by, end, now, count=inside)
-        if calls or any(self._waiting.get((a, 0), 1) > 0 for a in wf.after_loop):
+        waiting = self._waiting
+        if calls or any((slot := waiting.get((a, 0))) is None or slot[0] > 0 for a in wf.after_loop):
             self._loop_reason = ""  # the session goes on (or waits) after its loop
         return calls
 
