@@ -128,7 +128,7 @@ class SessionRegistry:
     def open(self, req: Request, source: ClientSource) -> None:
         """Start a session whose root request is *req* (called by the generator, before it arrives)."""
         workflow = source.workflow
-        if workflow is None:  # open_session's test, inline
+        if workflow is None:  # no sessions (as open_session)
             return
         held = self._sources.get(source)
         if held is None:
@@ -181,7 +181,7 @@ class SessionRegistry:
         calls = session.finished(key, self.env.now, output_tokens=req.output_tokens, dropped=bool(req.dropped_reason))
         if calls:
             self._make(session, calls)
-        if session.end_reason and session.session_id in self.live:  # _check_end, inline
+        if session.end_reason and session.session_id in self.live:  # it ended: reported once
             self._end(session)
 
     def _make(self, session: WorkflowSession, calls: list[Call]) -> None:
@@ -209,7 +209,7 @@ class SessionRegistry:
 
     def _call_tool(self, session: WorkflowSession, call: Call, _event: Event | None = None) -> None:
         """Call a tool without a capacity: it returns after its latency."""
-        # session.arrived(call), inline for a tool call
+        # What session.arrived(call) counts for a tool call, without the call.
         session.tool_calls += 1
         if call.step.in_loop and call.iteration > session.iteration:
             session.iteration = call.iteration
@@ -226,7 +226,7 @@ class SessionRegistry:
             if previous is not None:
                 # The prompt repeats the previous iteration's prompt and answer: prefix caches can find them.
                 fields["context"] = tuple(content_segments(previous))
-        # session.arrived(call), inline for an LLM call
+        # What session.arrived(call) counts for an LLM call, without the call.
         session.started += 1
         if step.in_loop and call.iteration > session.iteration:
             session.iteration = call.iteration
@@ -273,7 +273,7 @@ class SessionRegistry:
         """Tool call *call* (called at *start_s*, running from *running_s*) returned now."""
         now = self.env.now
         self.pending -= 1
-        session.tool_wait_s += now - start_s  # session.tool_finished_wait, inline
+        session.tool_wait_s += now - start_s  # what session.tool_finished_wait counts
         step = call.step
         iteration = call.iteration
         instance = call.instance
@@ -285,11 +285,7 @@ class SessionRegistry:
         calls = session.finished((step.index, iteration, instance), now, output_tokens=output)
         if calls:
             self._make(session, calls)
-        if session.end_reason and session.session_id in self.live:  # _check_end, inline
-            self._end(session)
-
-    def _check_end(self, session: WorkflowSession) -> None:
-        if session.end_reason and session.session_id in self.live:
+        if session.end_reason and session.session_id in self.live:  # it ended: reported once
             self._end(session)
 
     def _end(self, session: WorkflowSession) -> None:

@@ -685,7 +685,7 @@ class WorkflowSession:
                 return []
             self._last_parent[key] = slot[2]
             delay = slot[1] - now
-        if child.instances == 1:  # _start_step's first case, inline
+        if child.instances == 1:  # one instance: _start_step's first case, without the call
             if not child.llm:
                 return [self._tool_call(child, it, 0, delay)]
             call = self._llm_call(child, it, 0, delay, now)
