@@ -355,9 +355,10 @@ class PrefixCache:
             self._fresh = 0
             need = n - fresh
             anon_out = self._anon_out
-            if need <= self._head_qpos - anon_out:
+            taken = anon_out + need
+            if taken <= self._head_qpos:  # (a comparison: no arithmetic on the large sentinel)
                 # Only anonymous blocks ahead of the first tree node are taken: one counter moves.
-                self._anon_out = anon_out + need
+                self._anon_out = taken
             else:
                 self._evict(need, anon_out)
         self.used_blocks = used
