@@ -64,6 +64,28 @@ if TYPE_CHECKING:
 
 __all__ = ["CpuTier", "Holder", "Match", "PrefixCache"]
 
+_NO_NODE = 1 << 62
+"""``PrefixCache._head_qpos`` while no tree node is in the free queue: past any stream position."""
+
+
+def _span_key(ids: tuple[int, ...], starts: list[int], i: int, pos: int, end: int) -> tuple[tuple[int, int, int], ...]:
+    """Content key of the block ``[pos, end)`` that starts in segment *i* and spans segments:
+    its pieces ``(segment id, offset in the segment, tokens)``. A block inside one segment is
+    keyed ``(segment id, offset)`` instead, and starts a run of that segment's full blocks."""
+    stop = starts[i + 1]
+    if end <= starts[i + 2]:  # two pieces, the usual case (the next segment is not empty): no loop
+        return ((ids[i], pos - starts[i], stop - pos), (ids[i + 1], 0, end - stop))
+    pieces = []
+    while pos < end:
+        stop = starts[i + 1]
+        if stop > end:
+            stop = end
+        pieces.append((ids[i], pos - starts[i], stop - pos))
+        pos = stop
+        i += 1
+    return tuple(pieces)
+
+
 class _Node:
     """A run of cached blocks (see the module docstring)."""
 
@@ -103,8 +125,10 @@ class Holder:
     :meth:`PrefixCache.pin`, before which the holder is used only to look its content up."""
 
     def __init__(self, segs: list[Segment], shared_tokens: int | None = None) -> None:
-        self.ids = [s for s, _ in segs]
-        self.starts = [0, *accumulate(t for _, t in segs)]
+        ids, lengths = zip(*segs, strict=True) if segs else ((), ())
+        self.ids: tuple[int, ...] = ids
+        """Id of each segment."""
+        self.starts = [0, *accumulate(lengths)]
         """Absolute start of each segment, plus the end of the last."""
         self.total = self.starts[-1]
         if shared_tokens is None:
@@ -224,6 +248,7 @@ class PrefixCache:
         "_compact_at",
         "_cpu_lru",
         "_fresh",
+        "_head_qpos",
         "_lru",
         "_run_cached",
         "_run_ends",
@@ -247,6 +272,12 @@ class PrefixCache:
         (a copy whose content was already cached, :meth:`register`)."""
         self._lru: OrderedDict[_Node, None] = OrderedDict()
         """The tree nodes in the free queue, in release order: the head is popped first."""
+        self._head_qpos = _NO_NODE
+        """At most the ``qpos`` of the free queue's first tree node (``_NO_NODE``: none is
+        queued). Nodes join the queue at its tail with the stream's end as their ``qpos``, so
+        ``qpos`` never decreases along the queue and a value kept after the head left stays a
+        lower bound: an allocation that fits before it takes anonymous blocks only, without
+        looking at the queue; one that does not reads the head again."""
         self._run_ends = [0]
         """The anonymous stream's runs (one per release), as the stream position where each
         ends: anonymous blocks released since the start; the first entry is where the first
@@ -321,44 +352,53 @@ class PrefixCache:
         else:
             if used > self.num_blocks:
                 raise KVCacheError(f"asked for {n} blocks with {self.num_blocks - self.used_blocks} free")
-            if fresh:
-                self._fresh = 0
+            self._fresh = 0
             need = n - fresh
-            lru = self._lru
-            if lru:
-                anon_out = self._anon_out
-                tier = self.tier
-                while need and lru:
-                    node = next(iter(lru))
-                    room = node.qpos - anon_out  # anonymous blocks queued before it (never negative)
-                    if room >= need:
-                        break
-                    anon_out += room
-                    need -= room
-                    m = node.n
-                    if m > need:  # part of the node: its tail, released first, goes first
-                        node.n = m - need
-                        if tier is not None:
-                            self._offload_tail(node, need)
-                        need = 0
-                        break
-                    del lru[node]
-                    if tier is not None:
-                        need -= m
-                        self._offload(node)
-                        continue
-                    node.n = 0
-                    parent = node.parent
-                    assert parent is not None and parent.children is not None  # a queued node hangs below the root
-                    del parent.children[node.key]
-                    node.parent = None
-                    need -= m
-                self._anon_out = anon_out + need
-            else:  # only anonymous blocks are queued: no lookup can tell which were taken
-                self._anon_out += need
+            anon_out = self._anon_out
+            taken = anon_out + need
+            if taken <= self._head_qpos:  # (a comparison: no arithmetic on the large sentinel)
+                # Only anonymous blocks ahead of the first tree node are taken: one counter moves.
+                self._anon_out = taken
+            else:
+                self._evict(need, anon_out)
         self.used_blocks = used
         if used > self.peak_used_blocks:
             self.peak_used_blocks = used
+
+    def _evict(self, need: int, anon_out: int) -> None:
+        """Take *need* released blocks from the free queue's head (the stream's head at
+        *anon_out*), reaching into its tree nodes: the anonymous blocks before the first
+        node, then that node's tail block by block, and so on."""
+        lru = self._lru
+        tier = self.tier
+        while lru:
+            node = next(iter(lru))
+            room = node.qpos - anon_out  # anonymous blocks queued before it (never negative)
+            if room >= need:
+                break
+            anon_out += room
+            need -= room
+            m = node.n
+            if m > need:  # part of the node: its tail, released first, goes first
+                node.n = m - need
+                if tier is not None:
+                    self._offload_tail(node, need)
+                need = 0
+                break
+            del lru[node]
+            need -= m
+            if tier is not None:
+                self._offload(node)
+            else:
+                node.n = 0
+                parent = node.parent
+                assert parent is not None and parent.children is not None  # a queued node hangs below the root
+                del parent.children[node.key]
+                node.parent = None
+            if not need:
+                break
+        self._anon_out = anon_out + need
+        self._head_qpos = next(iter(lru)).qpos if lru else _NO_NODE
 
     def release(self, n: int) -> None:
         """Return *n* private blocks (blocks of a request without a :class:`Holder`): they
@@ -444,12 +484,10 @@ class PrefixCache:
         its prompt, ``S`` its leading shared-prefix tokens): the blocks past that become
         unfindable when it completes, so they are only registered if it is preempted."""
         segs = content_segments(req)
-        own_ids = (-(2 * req.id + 2), -(2 * req.id + 1))
-        own = 0
-        for seg_id, tokens in reversed(segs):
-            if seg_id not in own_ids:
-                break
-            own += tokens
+        # Its own content: its output, the last segment, and its own prompt tail before it if it has one.
+        own = segs[-1][1]
+        if len(segs) > 1 and segs[-2][0] == -(2 * req.id + 2):
+            own += segs[-2][1]
         h = Holder(segs, shared_tokens=0)
         shared = h.total - own
         if reusable_prompt_tail is not None:
@@ -480,57 +518,50 @@ class PrefixCache:
             if len(ends) > self._compact_at:
                 self._compact()
 
-    def _block_key(self, h: Holder, b: int, limit: int) -> tuple[object, int | None, int, int, int]:
-        """Content key of block *b* of *h* and the run it starts: ``(key, seg, off, run,
-        seg_end)``, where ``run`` counts the consecutive full blocks from *b* (at most
-        ``limit - b``) inside one segment (``seg``, from offset ``off``, ending at the absolute
-        position ``seg_end``), or 1 with ``seg = None`` for a spanning block."""
-        bs = self.block_size
-        starts = h.starts
-        p = b * bs
-        i = bisect_right(starts, p) - 1
-        seg_start = starts[i]
-        seg_end = starts[i + 1]
-        if p + bs <= seg_end:
-            off = p - seg_start
-            run = (seg_end - p) // bs
-            if run > limit - b:
-                run = limit - b
-            seg = h.ids[i]
-            return (seg, off), seg, off, run, seg_end
-        pieces = []
-        end = p + bs
-        pos = p
-        while pos < end:
-            stop = min(starts[i + 1], end)
-            pieces.append((h.ids[i], pos - starts[i], stop - pos))
-            pos = stop
-            i += 1
-        return tuple(pieces), None, 0, 1, 0
-
     def match(self, h: Holder, max_blocks: int) -> Match:
         """The longest cached prefix of *h*'s content, at most *max_blocks* blocks (no side effects)."""
-        node = self.root
         hits = 0
         evictable = 0
         last = None
         last_blocks = 0
         cpu = 0
-        while hits < max_blocks and node.children:
-            key, seg, _off, run, _end = self._block_key(h, hits, max_blocks)
-            child = node.children.get(key)
-            if child is None:
-                break
-            m = 1 if seg is None else (child.n if child.n <= run else run)
-            hits += m
-            if child.refs == 0:
-                evictable += m
-                if child.cpu:
-                    cpu += m
-            last, last_blocks = child, m
-            if m < child.n:
-                break
-            node = child
+        children = self.root.children
+        if children and max_blocks > 0:
+            bs = self.block_size
+            starts = h.starts
+            ids = h.ids
+            i = 0  # the segment holding block `hits`'s first token (the walk only moves forward)
+            seg_end = starts[1]
+            while True:
+                p = hits * bs
+                while seg_end <= p:
+                    i += 1
+                    seg_end = starts[i + 1]
+                if p + bs <= seg_end:  # inside segment i: a run's key (segment id, offset)
+                    child = children.get((ids[i], p - starts[i]))
+                    if child is None:
+                        break
+                    m = (seg_end - p) // bs
+                    if m > max_blocks - hits:
+                        m = max_blocks - hits
+                    if child.n <= m:
+                        m = child.n
+                else:  # a block spanning segments
+                    child = children.get(_span_key(ids, starts, i, p, p + bs))
+                    if child is None:
+                        break
+                    m = 1
+                hits += m
+                if child.refs == 0:
+                    evictable += m
+                    if child.cpu:
+                        cpu += m
+                last, last_blocks = child, m
+                if m < child.n or hits >= max_blocks:
+                    break
+                children = child.children
+                if not children:
+                    break
         return Match(hits, evictable, last, last_blocks, cpu)
 
     def hit_tokens(self, req: Request) -> int:
@@ -602,6 +633,8 @@ class PrefixCache:
                 self._cpu_lru[head] = None
             else:
                 head.qpos = self._run_ends[-1]
+                if not self._lru:
+                    self._head_qpos = head.qpos
                 self._lru[head] = None
         return head
 
@@ -634,6 +667,12 @@ class PrefixCache:
         root = self.root
         lru = self._lru
         bs = self.block_size
+        starts = h.starts
+        ids = h.ids
+        i = -1  # the segment holding block b's first token, found when a key is first needed
+        seg_end = 0
+        key: object
+        seg: int | None
         while b < limit:
             if node.refs == 1 and not node.children and (b + 1) * bs <= h.run_end and node is not root:
                 # Our own leaf run, and the next block is in its segment: extend it.
@@ -643,7 +682,26 @@ class PrefixCache:
                 node.n += run
                 b += run
                 continue
-            key, seg, off, run, seg_end = self._block_key(h, b, limit)
+            p = b * bs
+            if i < 0:
+                i = bisect_right(starts, p) - 1
+                seg_end = starts[i + 1]
+            while seg_end <= p:
+                i += 1
+                seg_end = starts[i + 1]
+            if p + bs <= seg_end:  # inside segment i: a run of the segment's full blocks
+                seg = ids[i]
+                off = p - starts[i]
+                key = (seg, off)
+                run = (seg_end - p) // bs
+                if run > limit - b:
+                    run = limit - b
+                end = seg_end
+            else:  # a block spanning segments: a node of its own
+                key = _span_key(ids, starts, i, p, p + bs)
+                seg = None
+                off = end = 0
+                run = 1
             child = node.children.get(key) if node.children else None
             if child is not None:
                 m = 1 if seg is None else (child.n if child.n <= run else run)
@@ -677,7 +735,7 @@ class PrefixCache:
             else:
                 node.children[key] = new
             node = new
-            h.run_end = seg_end
+            h.run_end = end
             b += run
         h.deepest = node
         h.blocks = b
@@ -721,6 +779,7 @@ class PrefixCache:
                 self._compact()
         used = self.used_blocks - partial - own
         tail = ends[-1]
+        joins_empty = not lru
         node = h.deepest
         parent = node.parent
         while parent is not None:  # up to the root, the one node without a parent (and without blocks)
@@ -732,5 +791,7 @@ class PrefixCache:
             node = parent
             parent = node.parent
         self.used_blocks = used
+        if joins_empty and lru:
+            self._head_qpos = tail  # the nodes that joined lead the queue
         h.deepest = self.root  # it references nothing now
         h.blocks = 0

@@ -31,7 +31,7 @@ reasons in :data:`END_REASONS`; ``Results.sessions()`` lists every session.
 from __future__ import annotations
 
 import functools
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import TYPE_CHECKING, Any
 
 import simpy
@@ -39,10 +39,14 @@ from simpy.events import Event
 
 from simpy_llm.entities import Request
 from simpy_llm.kernel import Later, timer_at
+from simpy_llm.workload.distributions import Draws
+from simpy_llm.workload.generator import DRAW_CHUNK
 from simpy_llm.workload.prefix import content_segments
-from simpy_llm.workload.workflows import END_REASONS, Call, WorkflowSession
+from simpy_llm.workload.workflows import END_REASONS, Call, StepDraws, WorkflowSession
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from simpy_llm.metrics.recorder import Recorder
     from simpy_llm.wire import Wire
     from simpy_llm.workload.generator import ClientSource
@@ -56,6 +60,13 @@ def open_session(session_id: str, source: ClientSource, horizon_s: float | None)
     if source.workflow is None:
         return None
     return WorkflowSession(source.workflow, session_id, source, horizon_s)
+
+
+def _draws_of(source: ClientSource, name: str, distribution: Any, tokens: bool) -> Callable[[], float]:
+    """The next-value function of *source*'s stream *name*: what :meth:`ClientSource.draw`
+    draws (the same stream, vectors of :data:`DRAW_CHUNK`), called without the look-up by
+    name. Only the session registry draws these streams in a simulation, through this."""
+    return Draws(distribution, source.stream(name), tokens=tokens, chunk=DRAW_CHUNK).next
 
 
 class SessionRegistry:
@@ -109,13 +120,20 @@ class SessionRegistry:
         """Per session, each finished LLM call's wait before its first step (arrival to first scheduled)."""
         self._tools: dict[tuple[str, str], simpy.Resource] = {}
         """Tools with a capacity, per (client, tool)."""
+        self._sources: dict[ClientSource, tuple[np.random.Generator, StepDraws]] = {}
+        """Each client's ``session`` stream and the draws of its workflow's steps (looked up
+        once, not per session)."""
         completions.connect(self._left)
 
     def open(self, req: Request, source: ClientSource) -> None:
         """Start a session whose root request is *req* (called by the generator, before it arrives)."""
-        session = open_session(f"{source.client.id}/{req.id}", source, self.horizon_s)
-        if session is None:
+        workflow = source.workflow
+        if workflow is None:  # no sessions (as open_session)
             return
+        held = self._sources.get(source)
+        if held is None:
+            held = self._sources[source] = (source.stream("session"), StepDraws(workflow, functools.partial(_draws_of, source)))
+        session = WorkflowSession(workflow, f"{source.client.id}/{req.id}", source, self.horizon_s, rng=held[0], draws=held[1])
         req.session_id = session.session_id
         if not session.workflow.multi_turn:
             req.step_id = session.workflow.steps[session.workflow.root].id
@@ -163,14 +181,14 @@ class SessionRegistry:
         calls = session.finished(key, self.env.now, output_tokens=req.output_tokens, dropped=bool(req.dropped_reason))
         if calls:
             self._make(session, calls)
-        if session.end_reason:
-            self._check_end(session)
+        if session.end_reason and session.session_id in self.live:  # it ended: reported once
+            self._end(session)
 
     def _make(self, session: WorkflowSession, calls: list[Call]) -> None:
         """Make *calls*, each ``call.delay_s`` from now."""
         env = self.env
+        self.pending += len(calls)
         for call in calls:
-            self.pending += 1
             step = call.step
             if step.llm:
                 if call.delay_s > 0.0:
@@ -191,7 +209,10 @@ class SessionRegistry:
 
     def _call_tool(self, session: WorkflowSession, call: Call, _event: Event | None = None) -> None:
         """Call a tool without a capacity: it returns after its latency."""
-        session.arrived(call)
+        # What session.arrived(call) counts for a tool call, without the call.
+        session.tool_calls += 1
+        if call.step.in_loop and call.iteration > session.iteration:
+            session.iteration = call.iteration
         start = self.env.now
         Later(self.env, call.latency_s, functools.partial(self._tool_done, session, call, start, start))
 
@@ -205,7 +226,10 @@ class SessionRegistry:
             if previous is not None:
                 # The prompt repeats the previous iteration's prompt and answer: prefix caches can find them.
                 fields["context"] = tuple(content_segments(previous))
-        session.arrived(call)
+        # What session.arrived(call) counts for an LLM call, without the call.
+        session.started += 1
+        if step.in_loop and call.iteration > session.iteration:
+            session.iteration = call.iteration
         req = Request(id=next(self.ids), prompt_tokens=call.prompt_tokens, output_tokens=call.output_tokens, arrival_s=now, **fields)
         if step.accumulate:
             req.continuable = True
@@ -249,7 +273,7 @@ class SessionRegistry:
         """Tool call *call* (called at *start_s*, running from *running_s*) returned now."""
         now = self.env.now
         self.pending -= 1
-        session.tool_finished_wait(now - start_s)
+        session.tool_wait_s += now - start_s  # what session.tool_finished_wait counts
         step = call.step
         iteration = call.iteration
         instance = call.instance
@@ -261,11 +285,7 @@ class SessionRegistry:
         calls = session.finished((step.index, iteration, instance), now, output_tokens=output)
         if calls:
             self._make(session, calls)
-        if session.end_reason:
-            self._check_end(session)
-
-    def _check_end(self, session: WorkflowSession) -> None:
-        if session.end_reason and session.session_id in self.live:
+        if session.end_reason and session.session_id in self.live:  # it ended: reported once
             self._end(session)
 
     def _end(self, session: WorkflowSession) -> None:
@@ -293,7 +313,14 @@ def session_record(session: WorkflowSession, queue_s: dict[tuple[int, int, int],
     (session_id, client_id, workflow, start_s, end_s, llm_calls, tool_calls, tool_wait_s,
     iterations, fan_out_planned, fan_out_done, critical_queue_s, end_reason)."""
     chain = session.critical_path()
-    on_chain = sum(queue_s.get(key, 0.0) for key in chain)
+    # The waits summed root first, as sum() over the chain would (adding a tool call's 0.0 to
+    # a sum of non-negative waits changes nothing, so only the LLM calls' are added).
+    on_chain: float = 0.0 if chain else 0
+    if queue_s:
+        for key in chain:
+            wait = queue_s.get(key)
+            if wait is not None:
+                on_chain += wait
     iterations = session.iteration + 1 if session.workflow.loop_body else 0
     return (
         session.session_id, session.source.client.id, session.workflow.name, session.start_s, session.end_s,

@@ -41,7 +41,9 @@ last four drawn in vectors and used in the order the sessions and calls need the
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -51,6 +53,8 @@ from simpy_llm.config.validators import MAX_TIME_S
 from simpy_llm.workload.distributions import to_tokens
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from simpy_llm.config.schema import AgenticConfig, ClientConfig, ToolConfig
     from simpy_llm.workload.generator import ClientSource
 
@@ -58,6 +62,7 @@ __all__ = [
     "END_REASONS",
     "Call",
     "Step",
+    "StepDraws",
     "Workflow",
     "WorkflowSession",
     "check_workflow",
@@ -238,6 +243,11 @@ class Step:
     """The client streams its calls draw from: an LLM step's ``step/<id>/input`` and
     ``.../output``, a tool call's ``tool/<tool>/latency`` and ``.../output`` (named once
     here, not per call)."""
+    n_parents: int = attrs.field(init=False)
+    """``len(parents)`` (read per call)."""
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "n_parents", len(self.parents))
 
 
 @attrs.frozen(eq=False)
@@ -353,6 +363,70 @@ class Workflow:
 
 
 # --- a running session ------------------------------------------------------------------
+DrawFactory = Callable[[str, Any, bool], Callable[[], float]]
+"""``make(stream name, distribution, tokens)``: a function giving the next value of that
+client stream (whole tokens when ``tokens``)."""
+
+
+class StepDraws:
+    """Where the sessions of one client running one :class:`Workflow` take their random values
+    from: each step's two draw functions, the loop's iteration count and think time.
+
+    One table per client serves all its sessions (the streams go on from session to session).
+    A step's functions come from *make* called with its stream names (:attr:`Step.draws`);
+    two steps calling the same tool share that tool's functions, as they share its streams.
+
+    Parameters
+    ----------
+    workflow
+        The workflow (of an agentic client: a multi-turn client's draws are from its
+        ``session`` stream, not from here).
+    make
+        Makes the draw function of a stream: :meth:`of_source` uses
+        :meth:`ClientSource.draw <simpy_llm.workload.generator.ClientSource.draw>`; the
+        simulation's session registry makes each stream's vector draws once and calls them
+        directly.
+    """
+
+    __slots__ = ("iterations", "steps", "think_time")
+
+    def __init__(self, workflow: Workflow, make: DrawFactory) -> None:
+        made: dict[str, Callable[[], float]] = {}
+
+        def fn(name: str, distribution: Any, tokens: bool) -> Callable[[], float]:
+            f = made.get(name)
+            if f is None:
+                f = made[name] = make(name, distribution, tokens)
+            return f
+
+        steps: list[tuple[Callable[[], float], Callable[[], float]] | None] = []
+        for step in workflow.steps:
+            first, second = step.draws
+            if step.llm:
+                # None: a multi-turn round, drawn by the client's own prompt rule.
+                steps.append(None if step.input_distribution is None else
+                             (fn(first, step.input_distribution, True), fn(second, step.output_distribution, True)))
+            else:
+                tool = step.tool_config
+                assert tool is not None  # a tool_call step names its tool (check_workflow)
+                steps.append((fn(first, tool.latency_s, False), fn(second, tool.output_tokens, True)))
+        self.steps = tuple(steps)
+        """Per step (by index): an LLM step's prompt and output draws, a tool call's latency
+        and output draws (None: a multi-turn round)."""
+        agentic = not workflow.multi_turn
+        dist = workflow.iterations_distribution
+        self.iterations = fn("loop/iterations", dist, True) if agentic and dist is not None else None
+        """The loop's iteration count per session (None: not drawn from here)."""
+        think = workflow.think_time
+        self.think_time = fn("loop/think_time", think, False) if agentic and think is not None else None
+        """The think time between iterations (None: not drawn from here)."""
+
+    @classmethod
+    def of_source(cls, workflow: Workflow, source: ClientSource) -> StepDraws:
+        """The table drawing through *source*'s own :meth:`~ClientSource.draw`."""
+        return cls(workflow, lambda name, dist, tokens: functools.partial(source.draw, name, dist, tokens=tokens))
+
+
 @attrs.define(eq=False)
 class Call:
     """One step instance to start: an LLM request or a tool call."""
@@ -394,25 +468,35 @@ class WorkflowSession:
         Its client (streams, request fields, prompt rule).
     horizon_s
         No LLM call arrives after this time (None: no limit).
+    rng
+        The client's ``session`` stream, if the caller holds it (else looked up in *source*).
+    draws
+        The client's :class:`StepDraws` for *workflow*, if the caller holds one (all the
+        client's sessions must then draw from it); else the session draws through *source*.
 
     The caller registers the root request (:meth:`start`), then reports each finished
     call (:meth:`finished`) and makes the calls it returns; :attr:`end_reason` is set
     once nothing is left to run.
     """
 
-    def __init__(self, workflow: Workflow, session_id: str, source: ClientSource, horizon_s: float | None) -> None:
+    def __init__(
+        self, workflow: Workflow, session_id: str, source: ClientSource, horizon_s: float | None,
+        *, rng: np.random.Generator | None = None, draws: StepDraws | None = None,
+    ) -> None:
         self.workflow = workflow
         self.session_id = session_id
         self.source = source
         self.horizon_s = horizon_s
-        self.rng = source.stream("session")
+        self.rng = rng if rng is not None else source.stream("session")
+        self._draws = draws if draws is not None else StepDraws.of_source(workflow, source)
         self.iterations = workflow.max_iterations
         dist = workflow.iterations_distribution
         if dist is not None:
             if workflow.multi_turn:
                 drawn = int(to_tokens(dist.sample(self.rng, 1))[0])
             else:
-                drawn = int(source.draw("loop/iterations", dist, tokens=True))
+                assert self._draws.iterations is not None  # an agentic loop's count is drawn there
+                drawn = int(self._draws.iterations())
             self.iterations = min(max(drawn, 1), workflow.max_iterations)
         self.started = 0
         """LLM calls made (the root included; a call counts when it is made: :meth:`arrived`)."""
@@ -433,8 +517,9 @@ class WorkflowSession:
         self._loop_reason = ""
         self._done: dict[tuple[int, int], int] = {}
         """Finished instances per (step, iteration)."""
-        self._waiting: dict[tuple[int, int], int] = {}
-        """Parent steps still to finish per (step, iteration) that has been counted."""
+        self._waiting: dict[tuple[int, int], list[Any]] = {}
+        """Per (step, iteration) whose parents are being counted (fan-in): ``[parents still to
+        finish, latest parent end, the call that ended then]`` (the first of equal ends)."""
         self._loop_done: dict[int, int] = {}
         """Loop steps fully finished per iteration."""
         self._iteration_output: dict[int, int] = {}
@@ -445,8 +530,6 @@ class WorkflowSession:
         """Latest end and its instance, per (step, iteration) whose instances are finishing."""
         self._iteration_end: dict[int, tuple[float, tuple[int, int, int]]] = {}
         """Latest end of a loop step and its call, per iteration."""
-        self._ready: dict[tuple[int, int], tuple[float, tuple[int, int, int]]] = {}
-        """Latest parent end and its call, per (step, iteration) waiting for parents."""
         self._last_parent: dict[tuple[int, int], tuple[int, int, int]] = {}
         """For each started (step, iteration), the parent instance whose end released it."""
         self._base = {**source.base, "session_id": session_id}
@@ -507,32 +590,40 @@ class WorkflowSession:
             self.fan_out_done += 1
             key = (s_idx, it)
             self._done[key] = done = self._done.get(key, 0) + 1
-            _latest(self._step_end, key, now_s, call_key)
+            step_end = self._step_end
+            held = step_end.get(key)
+            if held is None or now_s > held[0]:  # keep the latest end (the first of equal ends)
+                step_end[key] = (now_s, call_key)
             if done != instances or self._stop:
-                return self._no_calls()
-            end, by = self._step_end.pop(key)  # the step is done for this iteration
+                if self.pending == 0 and not self.end_reason:  # nothing to make now: ended if nothing is under way
+                    self.end_reason = self._stop or self._loop_reason or "completed"
+                return []
+            end, by = step_end.pop(key)  # the step is done for this iteration
         elif self._stop:
-            return self._no_calls()
+            if self.pending == 0 and not self.end_reason:  # nothing to make now: ended if nothing is under way
+                self.end_reason = self._stop or self._loop_reason or "completed"
+            return []
         else:
             end, by = now_s, call_key
-        calls: list[Call] = []
-        for child in wf.releases[s_idx]:
-            calls += self._count_parent(child, it, by, end, now_s)
-        if in_loop:
-            _latest(self._iteration_end, it, end, by)
-            n = self._loop_done[it] = self._loop_done.get(it, 0) + 1
-            if n == len(wf.loop_body):
-                calls += self._end_iteration(it, now_s)
+        releases = wf.releases[s_idx]
+        if len(releases) == 1 and not in_loop:  # one child, outside the loop: its calls are the answer
+            calls = self._count_parent(releases[0], it, by, end, now_s)
+        else:
+            calls = []
+            for child in releases:
+                calls += self._count_parent(child, it, by, end, now_s)
+            if in_loop:
+                iteration_end = self._iteration_end
+                held = iteration_end.get(it)
+                if held is None or end > held[0]:  # keep the latest end (the first of equal ends)
+                    iteration_end[it] = (end, by)
+                n = self._loop_done[it] = self._loop_done.get(it, 0) + 1
+                if n == len(wf.loop_body):
+                    calls += self._end_iteration(it, now_s)
         self.pending += len(calls)
         if self.pending == 0 and not self.end_reason:
             self.end_reason = self._stop or self._loop_reason or "completed"
         return calls
-
-    def _no_calls(self) -> list[Call]:
-        """Nothing to make now: the session has ended if nothing is under way."""
-        if self.pending == 0 and not self.end_reason:
-            self.end_reason = self._stop or self._loop_reason or "completed"
-        return []
 
     def arrived(self, call: Call) -> None:
         """*call* is being made now (an LLM request sent, a tool called): counted in
@@ -575,19 +666,31 @@ class WorkflowSession:
     ) -> list[Call]:
         """*count* parents of *child* (iteration *it*) ended, the last at *end*; start it
         when none is left, at its latest parent's end (fan-in)."""
-        needed = child.loop_parents if child.in_loop and it > 0 else len(child.parents)
+        needed = child.loop_parents if child.in_loop and it > 0 else child.n_parents
         key = (child.index, it)
         if needed == count:  # its only parent(s): no fan-in to wait for (so never counted in _waiting)
             self._last_parent[key] = by
-            return self._start_step(child, it, end - now, now)
-        waiting = self._waiting
-        _latest(self._ready, key, end, by)
-        waiting[key] = left = waiting.get(key, needed) - count
-        if left > 0:
-            return []
-        ready, releaser = self._ready.pop(key)
-        self._last_parent[key] = releaser
-        return self._start_step(child, it, ready - now, now)
+            delay = end - now
+        else:
+            waiting = self._waiting
+            slot = waiting.get(key)
+            if slot is None:
+                slot = waiting[key] = [needed - count, end, by]
+            else:
+                slot[0] -= count
+                if end > slot[1]:  # keep the latest end (the first of equal ends)
+                    slot[1] = end
+                    slot[2] = by
+            if slot[0] > 0:
+                return []
+            self._last_parent[key] = slot[2]
+            delay = slot[1] - now
+        if child.instances == 1:  # one instance: _start_step's first case, without the call
+            if not child.llm:
+                return [self._tool_call(child, it, 0, delay)]
+            call = self._llm_call(child, it, 0, delay, now)
+            return [call] if call is not None else []
+        return self._start_step(child, it, delay, now)
 
     def _end_iteration(self, it: int, now: float) -> list[Call]:
         """Every loop step of iteration *it* ended: start the next iteration, or exit the loop."""
@@ -602,7 +705,8 @@ class WorkflowSession:
                 if wf.multi_turn:
                     think = float(wf.think_time.sample(self.rng, 1)[0])
                 else:
-                    think = self.source.draw("loop/think_time", wf.think_time, tokens=False)
+                    assert self._draws.think_time is not None  # an agentic loop's think time is drawn there
+                    think = self._draws.think_time()
                 # Clamped like every time in a scenario (a heavy tail can draw an absurd think time).
                 delay += min(max(think, 0.0), MAX_TIME_S)
             calls: list[Call] = []
@@ -620,7 +724,8 @@ class WorkflowSession:
         calls: list[Call] = []
         for child, inside in wf.after_loop_counts:
             calls += self._count_parent(child, 0, by, end, now, count=inside)
-        if calls or any(self._waiting.get((a, 0), 1) > 0 for a in wf.after_loop):
+        waiting = self._waiting
+        if calls or any((slot := waiting.get((a, 0))) is None or slot[0] > 0 for a in wf.after_loop):
             self._loop_reason = ""  # the session goes on (or waits) after its loop
         return calls
 
@@ -651,9 +756,10 @@ class WorkflowSession:
             extras = extra_list[0] if extra_list else {}
             fields = {**self._base, **extras, "round_index": it, "step_id": "", "loop_iteration": it}
         else:
-            what_input, what_output = step.draws
-            drawn = int(source.draw(what_input, step.input_distribution, tokens=True))
-            output = int(source.draw(what_output, step.output_distribution, tokens=True))
+            draws = self._draws.steps[step.index]
+            assert draws is not None  # an agentic LLM step has its draws
+            drawn = int(draws[0]())
+            output = int(draws[1]())
             fields = {**self._base, "round_index": it, "step_id": step.id, "loop_iteration": it}
         prompt = drawn + source.prefix_tokens
         accumulates_from = None
@@ -669,17 +775,12 @@ class WorkflowSession:
                     fields=fields, accumulates_from=accumulates_from)
 
     def _tool_call(self, step: Step, it: int, instance: int, delay: float) -> Call:
-        tool = step.tool_config
-        assert tool is not None  # a tool_call step names its tool (check_workflow)
-        source = self.source
-        what_latency, what_output = step.draws
-        latency = min(max(source.draw(what_latency, tool.latency_s, tokens=False), 0.0), MAX_TIME_S)
-        output = int(source.draw(what_output, tool.output_tokens, tokens=True))
+        draws = self._draws.steps[step.index]
+        assert draws is not None  # a tool call has its draws
+        latency = draws[0]()
+        if latency < 0.0:  # clamped to [0, MAX_TIME_S] like every time in a scenario
+            latency = 0.0
+        elif latency > MAX_TIME_S:
+            latency = MAX_TIME_S
+        output = int(draws[1]())
         return Call(step, it, instance, delay, output_tokens=output, latency_s=latency)
-
-
-def _latest(table: dict, key: Any, end: float, by: tuple[int, int, int]) -> None:
-    """Keep in *table[key]* the latest ``(end, call)`` (the first of equal ends)."""
-    held = table.get(key)
-    if held is None or end > held[0]:
-        table[key] = (end, by)

@@ -12,7 +12,7 @@ from simpy_llm.entities import Request
 from simpy_llm.metrics.recorder import Recorder
 from simpy_llm.serving.engine import Replica
 from simpy_llm.serving.latency import BlisLinearLatency
-from simpy_llm.serving.prefix_cache import PrefixCache
+from simpy_llm.serving.prefix_cache import Holder, PrefixCache
 
 NS = 1_000_000_000
 LATENCY = BlisLinearLatency(beta0_us=1000.0, beta1_us=10.0, beta2_us=100.0)
@@ -164,3 +164,41 @@ def test_releases_of_content_nobody_can_find_keep_the_free_queue_as_long_as_its_
     assert longest <= 2 * 64 + 65
     assert (cache.used_blocks, cache.free_blocks) == (0, 64)
     assert cache.empty + cache.evictable == 64 and cache.cached_blocks == cache.evictable
+
+
+def test_allocation_takes_queued_blocks_in_release_order_around_a_prefix_taken_back_by_a_hit():
+    """The free queue holds, after its fresh blocks, a request's own blocks (unfindable) and
+    then a cached prefix; a hit takes the prefix back out of the queue, so allocations take
+    the fresh and unfindable blocks and never the prefix while it is held. Released again
+    behind another unfindable block, the prefix is evicted only once that block is taken,
+    its tail block first."""
+    cache = PrefixCache(num_blocks=8, block_size=4)
+    cache.allocate(2)
+    cache.release_own(8)  # two blocks of content nobody can look up
+    first = Holder([(1, 8)])
+    first.deepest = cache.root
+    cache.pin(first, cache.match(first, 2))
+    cache.allocate(2)
+    cache.register(first, 8)
+    cache.unref(first, 8)  # the prefix (1, 8): two cached blocks, queued after the two unfindable ones
+    assert (cache.free_blocks, cache.evictable, cache.cached_blocks) == (8, 4, 4)
+
+    hit = Holder([(1, 8), (-5, 4)])
+    found = cache.match(hit, 2)
+    assert (found.blocks, found.evictable) == (2, 2)
+    cache.pin(hit, found)  # the prefix leaves the queue
+    cache.allocate(1)
+    cache.register(hit, 12)
+    cache.allocate(5)  # the three fresh blocks left, then the two unfindable ones
+    assert (cache.free_blocks, cache.evictable, cache.used_blocks) == (0, 0, 8)
+    assert cache.match(Holder([(1, 8)]), 2).blocks == 2
+
+    cache.unref(hit, 12, findable=False)  # its own block (unfindable) queues first, then the prefix
+    assert (cache.free_blocks, cache.evictable) == (3, 3)
+    cache.allocate(1)  # the unfindable block
+    assert cache.match(Holder([(1, 8)]), 2).blocks == 2
+    cache.allocate(1)  # the prefix's tail block
+    assert cache.match(Holder([(1, 8)]), 2).blocks == 1
+    cache.allocate(1)
+    assert cache.match(Holder([(1, 8)]), 2).blocks == 0
+    assert (cache.free_blocks, cache.cached_blocks) == (0, 0)

@@ -9,12 +9,13 @@ loop and one inside, and drive a session through it by hand.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from simpy_llm import scenario_from_dict
-from simpy_llm.workload.sessions import open_session
+from simpy_llm.workload.sessions import _draws_of, open_session
 from simpy_llm.workload.sources import build_sources
-from simpy_llm.workload.workflows import Call, Workflow, WorkflowSession
+from simpy_llm.workload.workflows import Call, StepDraws, Workflow, WorkflowSession
 from tests.agentic_helpers import agentic_scenario, const, llm, tool, tool_spec
 
 AGENTIC: dict[str, Any] = {
@@ -108,3 +109,61 @@ def test_accumulating_step_extends_the_previous_iterations_prompt():
     assert think1.accumulates_from == (think0.step.index, 0)
     assert think1.prompt_tokens == think0.prompt_tokens + think0.output_tokens + search0.output_tokens + think1.new_tokens
     assert think1.fields["step_id"] == "think" and think1.fields["loop_iteration"] == 1
+
+
+SHARED_TOOL: dict[str, Any] = {
+    "workflow": "two-searches",
+    "steps": [
+        llm("plan", prompt={"type": "exponential", "params": {"mean": 40}}, output={"type": "exponential", "params": {"mean": 9}}),
+        tool("search-a", "web", "plan"),
+        tool("search-b", "web", "plan"),
+        llm("answer", "search-a", "search-b"),
+    ],
+    "tools": {"web": tool_spec({"type": "exponential", "params": {"mean": 0.5}},
+                               {"type": "gaussian", "params": {"mean": 50, "std_dev": 20, "min": 1, "max": 200}})},
+}
+
+
+def _drawn_calls(registry_draws: bool, sessions: int = 300) -> tuple[list[tuple[str, float, int, int]], Any]:
+    """Every call the sessions of one fresh client make, in order, each session run to its end
+    by hand: (step, tool latency, prompt, output). Drawn through the client's own ``draw`` (as
+    the observer does), or through one :class:`StepDraws` of the client's vectors (as the
+    simulation's session registry does)."""
+    scenario = scenario_from_dict(agentic_scenario(SHARED_TOOL))
+    source = build_sources(scenario.workload, default_seed=scenario.seed).clients[0]
+    assert source.workflow is not None
+    table = StepDraws(source.workflow, functools.partial(_draws_of, source)) if registry_draws else None
+    made: list[tuple[str, float, int, int]] = []
+    for k in range(sessions):
+        if table is None:
+            session = open_session(f"agent/{k}", source, None)
+        else:
+            session = WorkflowSession(source.workflow, f"agent/{k}", source, None, draws=table)
+        assert session is not None
+        session.start(0.0, prompt_tokens=8, output_tokens=4, fields={})
+        todo = [session.root_call()]
+        while todo:
+            call = todo.pop(0)
+            made.append((call.step.id, call.latency_s, call.prompt_tokens, call.output_tokens))
+            todo += _finish(session, call, 1.0)
+        assert session.end_reason == "completed"
+    return made, source
+
+
+def test_steps_calling_one_tool_share_its_streams_whichever_way_they_are_drawn():
+    """Two steps calling one tool take its latencies and outputs from the tool's streams in
+    turn, call after call and session after session: the values are those of the streams in
+    order, and drawing through the client's ``draw`` or through a table of its vectors made
+    once (the simulation's way) gives the same calls."""
+    through_client, _ = _drawn_calls(registry_draws=False)
+    through_table, source = _drawn_calls(registry_draws=True)
+    assert through_table == through_client
+    # The tool's latencies, in call order, are its one stream's values in order (a fresh
+    # client's stream, drawn in the same vectors).
+    scenario = scenario_from_dict(agentic_scenario(SHARED_TOOL))
+    fresh = build_sources(scenario.workload, default_seed=scenario.seed).clients[0]
+    latency = _draws_of(fresh, "tool/web/latency", source.workflow.tools["web"].latency_s, False)
+    latencies = [lat for step, lat, _p, _o in through_table if step.startswith("search")]
+    assert len(latencies) == 600 and [s for s, *_ in through_table[:4]] == ["plan", "search-a", "search-b", "answer"]
+    assert latencies == [latency() for _ in latencies]
+    assert len(set(latencies)) == len(latencies)  # an exponential: no value drawn twice
