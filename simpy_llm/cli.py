@@ -128,6 +128,14 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
         metavar="N|none",
         help="connections each sending process keeps open at most (default 4096); a request beyond it waits",
     )
+    obs.add_argument(
+        "--prepare-bytes",
+        type=_byte_count,
+        default="256M",
+        metavar="N[K|M|G]",
+        help="request bodies each sending process builds ahead, in bytes (default 256M): as many as fit are "
+             "built before the clock starts, the rest during the run",
+    )
     obs.add_argument("--timeout", type=float, default=600.0, metavar="S", help="per-attempt limit, seconds (default 600)")
     obs.add_argument("--retries", type=int, default=0, help="retries of 429/503 answers with backoff (default 0)")
     obs.add_argument("--no-ignore-eos", action="store_true", help="let the server stop before max_tokens")
@@ -235,6 +243,22 @@ _SEED_HELP = (
     "the whole run's root seed: sets the scenario's seed and its workload's seed (a workload file's own seed "
     "included); for a bare workload spec, its seed. To hold the workload fixed and vary the rest, use --set seed=N"
 )
+
+
+def _byte_count(text: str) -> int:
+    """``--prepare-bytes``: a whole number >= 0 of bytes, with an optional K, M or G (powers of 1024).
+
+    >>> _byte_count("600M"), _byte_count("4096"), _byte_count("1g")
+    (629145600, 4096, 1073741824)
+    """
+    units = {"k": 2**10, "m": 2**20, "g": 2**30}
+    body = text.strip().lower()
+    scale = units.get(body[-1:], 1)
+    if scale != 1:
+        body = body[:-1]
+    if not body.isdigit():
+        raise argparse.ArgumentTypeError(f"must be a whole number of bytes >= 0, optionally with K, M or G, got {text!r}")
+    return int(body) * scale
 
 
 def _connection_cap(text: str) -> int | None:
@@ -555,6 +579,7 @@ def _observe(args: argparse.Namespace) -> int:
             warm_up_requests=args.warm_up_requests,
             workers=args.workers,
             max_connections=args.max_connections,
+            prepare_bytes=args.prepare_bytes,
         )
     except (ScenarioError, PromptDatasetError, OpenFilesLimitError) as exc:
         print(exc, file=sys.stderr)

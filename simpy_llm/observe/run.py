@@ -55,7 +55,7 @@ import attrs
 from simpy_llm.config.schema import Scenario, WorkloadConfig
 from simpy_llm.loading import load_workload_or_scenario, override_spec
 from simpy_llm.observe.client import MAX_CONNECTIONS, OpenAIClient, RetryPolicy
-from simpy_llm.observe.loadgen import OBSERVER_COLUMNS, LoadGenerator, RunSummary, load_requests
+from simpy_llm.observe.loadgen import OBSERVER_COLUMNS, PREPARE_BYTES, LoadGenerator, RunSummary, load_requests
 from simpy_llm.observe.progress import live_progress
 from simpy_llm.observe.prompts import DatasetPrompts, PromptSource, SyntheticPrompts, load_prompts
 from simpy_llm.observe.runner import run as run_loop
@@ -109,6 +109,7 @@ def observe(
     warm_up_requests: int = 0,
     workers: int = 1,
     max_connections: int | None = MAX_CONNECTIONS,
+    prepare_bytes: int = PREPARE_BYTES,
     header: Mapping[str, Any] | None = None,
     watch: Callable[[LoadGenerator], Awaitable[None]] | None = None,
 ) -> RunSummary:
@@ -174,6 +175,11 @@ def observe(
         Connections each sending process keeps open at most (default
         :data:`~simpy_llm.observe.client.MAX_CONNECTIONS`; ``None``: no cap). A request
         beyond it waits for one, and the wait counts in its schedule delay.
+    prepare_bytes
+        Request bodies built ahead, in bytes, for each sending process (default
+        :data:`~simpy_llm.observe.loadgen.PREPARE_BYTES`): as many as it holds are built before
+        the clock starts, the rest while the run goes, which costs the sending process CPU at
+        high rates (``docs/observe.md``, "Speed").
     header
         More keys for the trace header (written with the others, before the first request);
         a key the observer writes itself is an error.
@@ -265,6 +271,7 @@ def observe(
             "closed_loop_sessions": conversations is not None,
             "workers": workers,
             "max_connections": max_connections,
+            "prepare_bytes": prepare_bytes,
         },
         "prompts": prompts_header,
         "prefix_groups": prefixes,
@@ -302,6 +309,7 @@ def observe(
                         prefixes=prefixes,
                         prompts=source,
                         loop=loop,
+                        prepare_bytes=prepare_bytes,
                     )
                 else:
                     gen = LoadGenerator(
@@ -315,6 +323,7 @@ def observe(
                         prefixes=prefixes,
                         conversations=conversations,
                         prompts=source,
+                        prepare_bytes=prepare_bytes,
                     )
                 scraper = None
                 if scrape_metrics:

@@ -124,6 +124,14 @@ def test_the_header_records_the_connection_cap(observed: Observed) -> None:
     assert read_trace_v2(observed.out / "trace").header["load"]["max_connections"] == MAX_CONNECTIONS
 
 
+def test_the_header_records_the_body_budget(observed: Observed) -> None:
+    """Without --prepare-bytes the run builds bodies ahead within the load generator's default
+    budget, and the header says so."""
+    from simpy_llm.observe.loadgen import PREPARE_BYTES
+
+    assert read_trace_v2(observed.out / "trace").header["load"]["prepare_bytes"] == PREPARE_BYTES
+
+
 def test_sessions_ran_closed_loop(observed: Observed) -> None:
     """Each chat session ran all its rounds; the trace holds them with their round index, and
     sessions.csv reports them as finished after max_rounds."""

@@ -155,3 +155,24 @@ def test_a_negative_budget_is_refused(make: Any) -> None:
     """prepare_bytes below 0 is a ValueError naming it, for one process and for workers."""
     with pytest.raises(ValueError, match="prepare_bytes"):
         make()
+
+
+@pytest.mark.parametrize(("given", "budget"), [(None, PREPARE_BYTES), ("600M", 600 * 2**20), ("0", 0), ("64k", 65_536)])
+def test_the_observe_command_takes_a_body_budget(given: str | None, budget: int) -> None:
+    """``simpy-llm observe --prepare-bytes N[K|M|G]``: bytes, with an optional binary unit; by
+    default the load generator's own budget."""
+    from simpy_llm.cli import _parser
+
+    argv = ["observe", "spec.yaml", "--url", "http://127.0.0.1:1"] + ([] if given is None else ["--prepare-bytes", given])
+    assert _parser("observe").parse_args(argv).prepare_bytes == budget
+
+
+@pytest.mark.parametrize("given", ["-1", "1.5M", "lots", "M"])
+def test_the_observe_command_refuses_a_bad_body_budget(given: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A budget that is not a whole number of bytes is a usage error naming the option and what it takes."""
+    from simpy_llm.cli import _parser
+
+    with pytest.raises(SystemExit) as exit_info:
+        _parser("observe").parse_args(["observe", "spec.yaml", "--url", "http://127.0.0.1:1", "--prepare-bytes", given])
+    assert exit_info.value.code == 2
+    assert "--prepare-bytes: must be a whole number of bytes >= 0" in capsys.readouterr().err
