@@ -52,6 +52,7 @@ from simpy_llm import __version__
 from simpy_llm.config import Scenario, ScenarioError
 from simpy_llm.loading import load_plugins, load_scenario
 from simpy_llm.metrics.results import rate_lines
+from simpy_llm.observe.cli_options import byte_count, connection_cap
 from simpy_llm.report.cli import HTML_HELP, html_ok, write_html
 
 # Each subcommand imports what it runs, when it runs (the function-local imports below): the
@@ -123,14 +124,14 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     obs.add_argument(
         "--max-connections",
-        type=_connection_cap,
+        type=connection_cap,
         default="4096",
         metavar="N|none",
         help="connections each sending process keeps open at most (default 4096); a request beyond it waits",
     )
     obs.add_argument(
         "--prepare-bytes",
-        type=_byte_count,
+        type=byte_count,
         default="256M",
         metavar="N[K|M|G]",
         help="request bodies each sending process builds ahead, in bytes (default 256M): as many as fit are "
@@ -243,35 +244,6 @@ _SEED_HELP = (
     "the whole run's root seed: sets the scenario's seed and its workload's seed (a workload file's own seed "
     "included); for a bare workload spec, its seed. To hold the workload fixed and vary the rest, use --set seed=N"
 )
-
-
-def _byte_count(text: str) -> int:
-    """``--prepare-bytes``: a whole number >= 0 of bytes, with an optional K, M or G (powers of 1024).
-
-    >>> _byte_count("600M"), _byte_count("4096"), _byte_count("1g")
-    (629145600, 4096, 1073741824)
-    """
-    units = {"k": 2**10, "m": 2**20, "g": 2**30}
-    body = text.strip().lower()
-    scale = units.get(body[-1:], 1)
-    if scale != 1:
-        body = body[:-1]
-    if not body.isdigit():
-        raise argparse.ArgumentTypeError(f"must be a whole number of bytes >= 0, optionally with K, M or G, got {text!r}")
-    return int(body) * scale
-
-
-def _connection_cap(text: str) -> int | None:
-    """``--max-connections``: a whole number >= 1, or ``none`` for no cap."""
-    if text.strip().lower() == "none":
-        return None
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1 or none, got {text!r}")
-    return value
 
 
 def _add_scenario_options(parser: argparse.ArgumentParser, workload_keys: bool = False) -> None:

@@ -75,6 +75,20 @@ def test_one_liner_writes_a_trace_summary_and_bench_files(emulated: ServeProcess
     assert len(rows) == 1 and rows[0]["completed"] == "12" and rows[0]["strategy"] == "poisson"
 
 
+def test_the_connection_cap_and_body_budget_reach_every_run(emulated: ServeProcess, tmp_path: Path) -> None:
+    """``--max-connections`` and ``--prepare-bytes`` are the load generator's for each run: the
+    trace header records them, and every request is sent and answered within the cap."""
+    out = tmp_path / "b"
+    code = _bench("--url", emulated.url, "--dataset", "synthetic", "--input-len", "20", "--output-len", "4",
+                  "--num-prompts", "8", "--request-rate", "100", "--max-connections", "2", "--prepare-bytes", "0",
+                  "--out", str(out))
+    assert code == 0
+    header = yaml.safe_load((out / "rate_0" / "trace.yaml").read_text())
+    assert (header["load"]["max_connections"], header["load"]["prepare_bytes"]) == (2, 0)
+    trace = _trace(out / "rate_0")
+    assert len(trace) == 8 and set(trace.status) == {"ok"}
+
+
 def test_synchronous_sends_one_request_at_a_time(emulated: ServeProcess, tmp_path: Path) -> None:
     """Each request of a synchronous run is sent only after the one before it ended."""
     out = tmp_path / "b"

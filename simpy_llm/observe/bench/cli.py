@@ -13,6 +13,8 @@ import math
 import sys
 from typing import Any
 
+from simpy_llm.observe.cli_options import byte_count, connection_cap
+
 __all__ = ["add_parser", "add_profile_options", "main", "print_results", "rate_text"]
 
 _SERVER_TYPES = ("vllm", "sglang", "llamacpp", "emulated", "tgi", "other")
@@ -88,6 +90,10 @@ def add_parser(sub: Any, add_scenario_options: Any = None) -> Any:
     run.add_argument("--server-type", choices=_SERVER_TYPES, help="the server's kind, for each trace header's server block")
     run.add_argument("--server-config", metavar="FILE", help="YAML with server, hardware and network mappings for the trace headers")
     run.add_argument("--loop", choices=("auto", "uvloop", "asyncio"), default="auto", help="event loop (auto: uvloop)")
+    run.add_argument("--max-connections", type=connection_cap, default="4096", metavar="N|none",
+                     help="connections the client keeps open at most (default 4096); a request beyond it waits")
+    run.add_argument("--prepare-bytes", type=byte_count, default="256M", metavar="N[K|M|G]",
+                     help="request bodies built ahead of each run, in bytes (default 256M)")
     return verbs
 
 
@@ -138,6 +144,8 @@ def main(args: argparse.Namespace) -> int:
             server_type=args.server_type,
             server_config=args.server_config,
             loop=args.loop,
+            max_connections=args.max_connections,
+            prepare_bytes=args.prepare_bytes,
         )
     except (ValueError, ScenarioError, PromptDatasetError, OpenFilesLimitError) as exc:
         print(exc, file=sys.stderr)

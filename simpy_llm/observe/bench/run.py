@@ -38,8 +38,8 @@ from simpy_llm.observe.bench.profiles import (
     sweep_rates,
 )
 from simpy_llm.observe.bench.tokens import TokenCounter, token_counter
-from simpy_llm.observe.client import ObservedRequest
-from simpy_llm.observe.loadgen import LoadGenerator, ScheduleLagWarning
+from simpy_llm.observe.client import MAX_CONNECTIONS, ObservedRequest
+from simpy_llm.observe.loadgen import PREPARE_BYTES, LoadGenerator, ScheduleLagWarning
 from simpy_llm.observe.prompts import synthetic_prompt
 from simpy_llm.observe.run import observe
 from simpy_llm.workload.traces import TraceV2Writer
@@ -249,6 +249,8 @@ def bench(
     server_type: str | None = None,
     server_config: Path | str | Mapping[str, Any] | None = None,
     loop: str = "auto",
+    max_connections: int | None = MAX_CONNECTIONS,
+    prepare_bytes: int = PREPARE_BYTES,
 ) -> dict[str, Any]:
     """Run benchmark *profile* against the server at *url*; write to *out*; return ``bench.json``'s content.
 
@@ -272,7 +274,7 @@ def bench(
         words with a warning; :func:`~simpy_llm.observe.bench.tokens.token_counter`).
     seed
         Draws the dataset, the lengths and the Poisson gaps.
-    model, api, api_key, timeout_s, ignore_eos, server_type, server_config, loop
+    model, api, api_key, timeout_s, ignore_eos, server_type, server_config, loop, max_connections, prepare_bytes
         As :func:`~simpy_llm.observe.run.observe` takes them (here *api* defaults to
         ``completions`` and *ignore_eos* to false, as ``vllm bench serve``).
 
@@ -319,8 +321,8 @@ def bench(
                 warnings.simplefilter("ignore", ScheduleLagWarning)
             summary = observe(
                 spec, url, run_dir, model=model, api=api, api_key=api_key, stream=True,
-                timeout_s=timeout_s, ignore_eos=ignore_eos, loop=loop,
-                prompts=BenchPrompts(requests, counter), server_type=server_type, server_config=server_config,
+                timeout_s=timeout_s, ignore_eos=ignore_eos, loop=loop, max_connections=max_connections,
+                prepare_bytes=prepare_bytes, prompts=BenchPrompts(requests, counter), server_type=server_type, server_config=server_config,
                 header={
                     "token_counting": counter.name,
                     "bench": {"profile": profile, "run": k, "strategy": plan.strategy, "request_rate": _rate_value(plan.rate),
