@@ -13,7 +13,7 @@ import math
 import sys
 from typing import Any
 
-from simpy_llm.observe.cli_options import byte_count, connection_cap
+from simpy_llm.cli_options import byte_count, connection_cap
 
 __all__ = ["add_parser", "add_profile_options", "main", "print_results", "rate_text"]
 
