@@ -210,8 +210,10 @@ class Recorder:
         """Per returned tool call: see :meth:`on_tool_call`."""
         self.cold_starts: list[tuple[int, float, float]] = []
         """(replica, start_s, end_s) per model load of a replica with a cold start."""
-        self.kv_transfers: list[tuple[int, int, int, float, float, float]] = []
-        """(request_id, prefill replica, decode replica, bytes, start_s, end_s) per KV transfer."""
+        self.kv_transfers = array("d")
+        """(request_id, prefill replica, decode replica, bytes, start_s, end_s) per KV transfer, flat:
+        six doubles a transfer (ids below 2**53 are exact), so that a run of a million hand-offs
+        leaves no object behind for the garbage collector to walk."""
         self.kv_tiers: dict[int, CpuTier] = {}
         """The CPU tier of each replica's prefix cache that has one (``EngineConfig.kv_offload_blocks``),
         by replica index: its counters, updated as the run goes."""
@@ -309,7 +311,7 @@ class Recorder:
 
     def on_kv_transfer(self, request_id: int, prefill: int, decode: int, size_bytes: float, start_s: float, end_s: float) -> None:
         """A request's KV crossed from replica *prefill* to replica *decode* (disaggregation)."""
-        self.kv_transfers.append((request_id, prefill, decode, size_bytes, start_s, end_s))
+        self.kv_transfers.extend((request_id, prefill, decode, size_bytes, start_s, end_s))
 
     def on_cold_start(self, replica: int, start_s: float, end_s: float) -> None:
         """*replica* loaded its model from *start_s* to *end_s* (busy, before serving)."""

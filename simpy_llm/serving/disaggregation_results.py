@@ -7,6 +7,7 @@ a prefill replica to a decode replica, and the summary's ``disaggregation`` sect
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
@@ -33,13 +34,16 @@ class KvTransferResults:
     Parameters
     ----------
     transfers
-        ``(request_id, prefill replica, decode replica, bytes, start_s, end_s)`` per transfer.
+        ``(request_id, prefill replica, decode replica, bytes, start_s, end_s)`` per transfer, as
+        six doubles a transfer, flat (the recorder's ``kv_transfers``).
     replica_groups
         Each replica's group name (``None``: not known).
     """
 
-    def __init__(self, transfers: list[tuple[int, int, int, float, float, float]], replica_groups: list[str] | None) -> None:
-        self.transfers = transfers
+    COLUMNS = ("request_id", "prefill_replica", "decode_replica", "bytes", "start_s", "end_s")
+
+    def __init__(self, transfers: Sequence[float], replica_groups: list[str] | None) -> None:
+        self.transfers = np.asarray(transfers, dtype=np.float64).reshape(-1, len(self.COLUMNS))
         self.replica_groups = replica_groups
 
     def to_dataframe(self) -> pd.DataFrame:
@@ -47,21 +51,19 @@ class KvTransferResults:
         :meth:`Results.kv_transfers() <simpy_llm.metrics.results.Results.kv_transfers>`)."""
         import pandas as pd  # pandas is imported where a frame is built: importing the package stays fast
 
-        columns = ["request_id", "prefill_replica", "decode_replica", "bytes", "start_s", "end_s"]
-        frame = pd.DataFrame(sorted(self.transfers), columns=columns).astype(
-            {"request_id": "int64", "prefill_replica": "int64", "decode_replica": "int64", "bytes": "float64",
-             "start_s": "float64", "end_s": "float64"}
-        )
+        rows = self.transfers[np.lexsort(self.transfers.T[::-1])]  # by request id, then the other fields
+        frame = pd.DataFrame({name: rows[:, i] for i, name in enumerate(self.COLUMNS)})
+        frame = frame.astype({"request_id": "int64", "prefill_replica": "int64", "decode_replica": "int64"})
         frame["transfer_s"] = frame["end_s"] - frame["start_s"]
         return frame
 
     def starts(self) -> dict[int, float]:
         """When each handed-off request's transfer started (its prefill replica let it go), by request id."""
-        return {int(t[0]): float(t[4]) for t in self.transfers}
+        return dict(zip(self.transfers[:, 0].astype(np.int64).tolist(), self.transfers[:, 4].tolist(), strict=True))
 
     def summary(self) -> DisaggregationSection:
         """``{"disaggregation": ...}``; empty when no KV crossed."""
-        if not self.transfers:
+        if not len(self.transfers):
             return {}
         frame = self.to_dataframe()
         groups = self.replica_groups
