@@ -49,10 +49,10 @@ from typing import TYPE_CHECKING, Any
 
 import simpy_llm.cli_threads  # noqa: F401  (first: it sets OpenBLAS's threads before numpy loads)
 from simpy_llm import __version__
+from simpy_llm.cli_options import byte_count, connection_cap
 from simpy_llm.config import Scenario, ScenarioError
 from simpy_llm.loading import load_plugins, load_scenario
 from simpy_llm.metrics.results import rate_lines
-from simpy_llm.cli_options import byte_count, connection_cap
 from simpy_llm.report.cli import HTML_HELP, html_ok, write_html
 
 # Each subcommand imports what it runs, when it runs (the function-local imports below): the
