@@ -1047,7 +1047,7 @@ class Replica:
             req.last_token_engine_s = now
         self._release_kv(req, tokens)
         if self._slot_ids is not None:
-            self._slot_ids.free(req.id)
+            self._slot_ids.free(req.id, now)
         mode = "recompute"
         if self.swap and tokens and self.swap_free_blocks >= blocks_for(tokens, bs):
             mode = "swap"
@@ -1267,9 +1267,9 @@ class Replica:
         self._release_kv(req, req.kv_tokens, done=True)
         req.kv_holder = None
         if self.slot_cache is not None:
-            self.slot_cache.release(req, req.kv_tokens)
+            self.slot_cache.release(req, req.kv_tokens, end)
         elif self._slot_ids is not None:
-            self._slot_ids.free(req.id)
+            self._slot_ids.free(req.id, end)
         req.last_token_engine_s = end
         self.departed += 1
         self.departed_tokens += req.prompt_tokens
@@ -1289,9 +1289,9 @@ class Replica:
         req.kv_holder = None
         if self._slotted:
             if self.slot_cache is not None:
-                self.slot_cache.release(req, tokens)
+                self.slot_cache.release(req, tokens, end)
             elif self._slot_ids is not None:
-                self._slot_ids.free(req.id)
+                self._slot_ids.free(req.id, end)
         req.completion_s = completion_s = end + req.output_tokens * self._alpha2
         self.departed += 1
         self.departed_tokens += req.prompt_tokens

@@ -10,7 +10,9 @@ checkpoints) and checked against its logs:
   checkpoints taken while computing it and the prompts before it;
 * a request goes to the idle slot whose context shares the largest part of its prompt, if
   that part exceeds ``prompt_similarity`` (ties: the lowest slot number), else to the least
-  recently used idle slot (ties: the highest number);
+  recently used idle slot (ties: the highest number). Slots released in the same step count
+  as released in slot order: the server walks its slots in order after each step, and each
+  that finishes takes the time then (:data:`NEVER_USED`);
 * when the context in the chosen slot would mostly be lost (it was chosen as least
   recently used, or less than half of it is shared), it is saved to the host cache, and a
   saved context that keeps more of itself and shares more of the prompt is restored into
@@ -36,7 +38,14 @@ if TYPE_CHECKING:
     from simpy_llm.config.schema import SlotCacheConfig
     from simpy_llm.entities import Request
 
-__all__ = ["SlotCache", "SlotContext", "SlotIds", "SlotPlan", "common_prefix_tokens", "cut_segments"]
+__all__ = ["NEVER_USED", "SlotCache", "SlotContext", "SlotIds", "SlotPlan", "common_prefix_tokens", "cut_segments"]
+
+NEVER_USED: tuple[float, int] = (-1.0, 0)
+"""A slot's last release before it was ever used. A release at time ``t`` of slot ``i`` is
+``(t, i)``: compared as tuples, the least recently used slot comes first and, among those
+released in the same step, the lowest number, as llama.cpp's server releases them (it walks
+its slots in order after each step, each taking ``ggml_time_us()`` as it ends); among the
+never used, all equal, llama.cpp's ``<=`` picks the highest number."""
 
 
 def common_prefix_tokens(a: Sequence[Segment], b: Sequence[Segment]) -> int:
@@ -134,8 +143,8 @@ class _Slot:
         self.index = index
         self.context = EMPTY
         self.busy = False
-        self.last_used = -1
-        """Order of its last release (-1: never used), as llama.cpp's ``t_last_used``."""
+        self.last_used = NEVER_USED
+        """When it was last released, as llama.cpp's ``t_last_used`` (:func:`release_key`)."""
 
 
 class _Save:
@@ -207,7 +216,7 @@ class SlotCache:
     >>> a = req(0, 300, prefix_group="sys", prefix_tokens=120, prefix_blocks=(7,))
     >>> plan = cache.plan(a); plan.cached, plan.checkpoints
     (0, (296,))
-    >>> cache.admit(a, plan); cache.release(a, 319)
+    >>> cache.admit(a, plan); cache.release(a, 319, at=1.0)
     >>> b = req(1, 200, prefix_group="sys", prefix_tokens=120, prefix_blocks=(7,))
     >>> cache.plan(b).cached                                   # shares 120 tokens, no checkpoint in them
     0
@@ -232,7 +241,6 @@ class SlotCache:
         """Tokens of the contexts in the host cache."""
         self._running: dict[int, tuple[_Slot, tuple[int, ...]]] = {}
         """Request id -> its slot and the checkpoints it leaves there when it ends."""
-        self._releases = 0
         self.restores = 0
         """Contexts restored from the host cache so far."""
         self.saves = 0
@@ -429,13 +437,12 @@ class SlotCache:
         slot.context = EMPTY  # it holds the running request's tokens, which nobody can look up
         self._running[req.id] = (slot, plan.checkpoints)
 
-    def release(self, req: Request, tokens: int) -> None:
-        """*req* left its slot holding *tokens* tokens of its content."""
+    def release(self, req: Request, tokens: int, at: float) -> None:
+        """*req* left its slot at time *at* holding *tokens* tokens of its content."""
         slot, checkpoints = self._running.pop(req.id)
         slot.context = SlotContext(cut_segments(content_segments(req), tokens), tokens, checkpoints)
         slot.busy = False
-        slot.last_used = self._releases
-        self._releases += 1
+        slot.last_used = (at, slot.index)
 
     def hit_tokens(self, req: Request) -> int:
         """Prompt tokens *req* would find cached if admitted now (0 while no slot is idle)."""
@@ -458,18 +465,20 @@ class SlotIds:
     >>> ids = SlotIds(3)
     >>> [ids.take(i) for i in range(3)]          # a fresh server: highest number first
     [2, 1, 0]
-    >>> ids.free(1); ids.free(0)                 # slots 1, then 2 become idle
+    >>> ids.free(1, at=1.0); ids.free(0, at=2.0)  # slots 1, then 2 become idle
     >>> ids.take(3), ids.slot_of(2)              # the one idle longest
     (1, 0)
+    >>> ids.free(3, at=3.0); ids.free(2, at=3.0)  # slots 1 and 0 in the same step
+    >>> ids.take(4), ids.take(5), ids.take(6)    # slot 2, then those two in slot order
+    (2, 0, 1)
     """
 
-    __slots__ = ("_busy", "_last_used", "_of", "_releases")
+    __slots__ = ("_busy", "_last_used", "_of")
 
     def __init__(self, slots: int) -> None:
-        self._last_used = [-1] * slots
+        self._last_used = [NEVER_USED] * slots
         self._busy = [False] * slots
         self._of: dict[int, int] = {}
-        self._releases = 0
 
     def take(self, request_id: int) -> int:
         """Give *request_id* the least recently used idle slot; return its number."""
@@ -483,12 +492,11 @@ class SlotIds:
         self._of[request_id] = chosen
         return chosen
 
-    def free(self, request_id: int) -> None:
-        """*request_id* left its slot."""
+    def free(self, request_id: int, at: float) -> None:
+        """*request_id* left its slot at time *at*."""
         slot = self._of.pop(request_id)
         self._busy[slot] = False
-        self._last_used[slot] = self._releases
-        self._releases += 1
+        self._last_used[slot] = (at, slot)
 
     def slot_of(self, request_id: int) -> int:
         """The slot the running request *request_id* holds."""

@@ -4,6 +4,8 @@ restore cost in the engine (``docs/model.md``, "The prompt cache, slot by slot")
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import simpy
 
@@ -41,12 +43,16 @@ def after(rid: int, previous: Request, prompt: int, output: int = 20) -> Request
                    context=tuple(content_segments(previous)))
 
 
+CLOCK = itertools.count(1.0)
+"""Release times, each later than the last: one release a step."""
+
+
 def run(cache: SlotCache, req: Request, *, release: bool = True):
     """Admit *req*; release it holding its prompt and output less the last token."""
     plan = cache.plan(req)
     cache.admit(req, plan)
     if release:
-        cache.release(req, req.prompt_tokens + req.output_tokens - 1)
+        cache.release(req, req.prompt_tokens + req.output_tokens - 1, next(CLOCK))
     return plan
 
 
@@ -148,8 +154,8 @@ def test_the_slot_sharing_most_of_the_prompt_is_chosen_ties_to_the_lower():
     cache = SlotCache(4, NO_HOST, BREAKS)
     a, b = first(0, 300), first(1, 300)
     pa, pb = run(cache, a, release=False), run(cache, b, release=False)
-    cache.release(a, 319)
-    cache.release(b, 319)
+    cache.release(a, 319, next(CLOCK))
+    cache.release(b, 319, next(CLOCK))
     assert (pa.slot.index, pb.slot.index) == (3, 2)
     assert cache.plan(first(2, 200)).slot.index == 2
     plan = cache.plan(after(3, a, 400))
@@ -173,7 +179,7 @@ def test_least_recently_used_is_the_first_released():
     slots = [run(cache, r, release=False).slot.index for r in reqs]
     assert slots == [3, 2, 1, 0]
     for i in (2, 0, 3, 1):  # slots 1, 3, 0, 2
-        cache.release(reqs[i], 69)
+        cache.release(reqs[i], 69, next(CLOCK))
     assert cache.plan(alone(9, 50)).slot.index == 1
 
 
@@ -226,7 +232,7 @@ def test_a_saved_context_keeping_less_than_a_quarter_of_itself_is_not_restored()
     cache = SlotCache(2, cfg, BREAKS)
     big = first(0, 600)
     run(cache, big, release=False)
-    cache.release(big, 619)
+    cache.release(big, 619, next(CLOCK))
     run(cache, alone(1, 700, output=1))  # LRU: slot 0 (never used); big's slot 1 stays
     run(cache, alone(2, 650, output=1))  # LRU: slot 1, saving big (619)
     assert [e.tokens for e in cache.host] == [619]

@@ -90,10 +90,20 @@ def test_slot_ids_go_to_the_least_recently_used_idle_slot():
     every slot idle longer."""
     ids = SlotIds(4)
     assert [ids.take(i) for i in range(3)] == [3, 2, 1]
-    ids.free(1)  # slot 2 idle, after slot 0 (never used)
+    ids.free(1, 0.5)  # slot 2 idle, after slot 0 (never used)
     assert ids.take(3) == 0 and ids.take(4) == 2
     with pytest.raises(RuntimeError, match="no idle slot"):
         ids.take(5)
+
+
+def test_slots_freed_in_one_step_are_taken_again_in_slot_order():
+    """Requests ending in the same step free their slots as llama.cpp's server walks them, in
+    slot order, whatever order the engine completes them in: the lowest is idle longest."""
+    ids = SlotIds(4)
+    assert [ids.take(i) for i in range(4)] == [3, 2, 1, 0]
+    for request_id in (1, 3, 0):  # slots 2, 0, 3, all at 2.0
+        ids.free(request_id, 2.0)
+    assert [ids.take(i) for i in (4, 5, 6)] == [0, 2, 3]
 
 
 def test_the_preset_runs_passes_by_slot_when_the_kv_cache_is_per_slot():
