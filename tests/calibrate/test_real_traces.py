@@ -71,6 +71,15 @@ def test_the_profile_predicts_the_other_workload(fitted):
     assert (e2e.median_ape, ttft.median_ape) == pytest.approx((0.060, 0.101), abs=0.005)
 
 
+def test_the_shipped_profile_predicts_the_multi_turn_trace_as_its_scenario_says():
+    """The profile ``scenarios/llamacpp_cpu.yaml`` runs (``profiles/fitted``, an earlier fit of the
+    open-loop trace, before identification) predicts the multi-turn trace with E2E MAPE 7.3 % and
+    TTFT MAPE 10.3 %, as the scenario's comment says."""
+    shipped = DATA.parents[2] / "profiles" / "fitted" / "llamacpp-gemma3-270m-q4km-cpu1.yaml"
+    cal = compare(MULTI_TURN, profile=shipped, n_resamples=50)
+    assert (cal.metrics["e2e"].mape, cal.metrics["ttft"].mape) == pytest.approx((0.0728, 0.1028), abs=5e-4)
+
+
 def test_the_open_loop_fit_says_what_the_trace_determines(fitted):
     """On the open-loop trace (prompts of 28-814 tokens, no prompt cache, 51 requests sent to an
     idle server) the decode table and the per-token cost are determined, with intervals; the
