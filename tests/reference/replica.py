@@ -375,8 +375,10 @@ class _Slot:
         self.number = number
         self.context = _Context([], [])
         self.busy = False
-        self.released = -1
-        """Release order (-1: never used)."""
+        self.released: tuple[float, int] = (-1.0, -1)
+        """When it was last released, and its number: the server walks its slots in number order
+        after a step, so those freed by one step count as released in that order ((-1, -1): never
+        used)."""
 
 
 # --- the model ---------------------------------------------------------------------------
@@ -457,7 +459,6 @@ class _Replica:
         """Blocks are cached and shared (the block cache), not a slot's own."""
         self.slots = [_Slot(i) for i in range(settings.max_num_seqs)] if self.slot_mode else []
         self.host: list[_Context] = []
-        self.releases = 0
 
     # --- queue entries -------------------------------------------------------------
     def _enter_waiting(self, r: _Live, now_s: float) -> None:
@@ -657,8 +658,7 @@ class _Replica:
             # the slot keeps the request's computed tokens (prompt and output but the last)
             r.slot.context = _Context(_tokens(r.segments, r.computed), r.slot_checkpoints)
             r.slot.busy = False
-            r.slot.released = self.releases
-            self.releases += 1
+            r.slot.released = (end_s, r.slot.number)
         r.completed = True
         r.completion_s = end_s + r.inp.output_tokens * self.lat.alpha2_s
 
