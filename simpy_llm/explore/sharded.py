@@ -67,7 +67,25 @@ if TYPE_CHECKING:
     from simpy_llm.config.schema import Scenario
     from simpy_llm.entities import Request
 
-__all__ = ["ShardedRun", "WindowStats", "run_sharded", "sharding_problems"]
+__all__ = ["QUIET_WORKERS", "ShardedRun", "WindowStats", "run_sharded", "sharding_problems"]
+
+QUIET_WORKERS: dict[str, Any] = {
+    "distributed.worker.profile.enabled": False,
+    "distributed.worker.memory.monitor-interval": "1s",
+    "distributed.admin.system-monitor.interval": "5s",
+    "distributed.admin.tick.interval": "1s",
+}
+"""Dask settings for a cluster that runs shards (``dask.config.set(QUIET_WORKERS)`` before
+making it; :func:`run_sharded` with *workers* does so for the cluster it makes).
+
+A shard keeps its core busy for the whole run, and Dask's own periodic work takes time
+from it: by default each worker samples its threads' stacks for the profiler every 10 ms,
+checks its memory every 100 ms and its system every 500 ms, and the scheduler and
+workers tick their event loops every 20 ms. On 2 cores that took ~0.2 CPU s a worker and
+~0.15 s in the coordinator's process over a 4 s run (``benchmarks/RESULTS.md``). Without
+the profiler and with slower checks the workers still spill, pause and report as
+configured, a second later at most; the dashboard's profile page stays empty.
+"""
 
 
 def sharding_problems(scenario: Scenario) -> list[tuple[str, str]]:
@@ -249,6 +267,10 @@ class WindowStats(NamedTuple):
     """Wall seconds from :meth:`ShardedRun.run` to the first window: the slots built (on
     workers: the library imported there, the actors created, their connections made;
     with ``workers``, the cluster's start too) and their first snapshot."""
+    host_prep_cpu_s: tuple[float, ...] = ()
+    """CPU seconds of ``host_cpu_s`` each slot spent before its shards advanced: reading
+    the window's message, making its own arrivals and handing them to its shards (work a
+    single run does not do, but for making the requests)."""
 
 
 class _Coordinator:
@@ -341,10 +363,12 @@ class ShardedRun:
         if self.client is not None:
             return self._run_on(self.client)
         if self.workers:
-            from dask.distributed import Client, LocalCluster  # the explore extra's; only a run on workers needs it
+            import dask  # the explore extra's; only a run on workers needs it
+            from dask.distributed import Client, LocalCluster
 
-            cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                   dashboard_address="127.0.0.1:0")
+            with dask.config.set(QUIET_WORKERS):  # read by the scheduler and by each worker as it starts
+                cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                       dashboard_address="127.0.0.1:0")
             with cluster, Client(cluster) as client:
                 return self._run_on(client)
         return self._drive([_Local(_ShardHost(self.scenario, self.targets))], [list(range(len(self.targets)))])
@@ -400,6 +424,7 @@ class ShardedRun:
         t, windows, routed, route_s, advance_s, sent_bytes, reply_bytes = 0.0, 0, 0, 0.0, 0.0, 0, 0
         host_busy, host_cpu, slowest_s, slowest_cpu_s, route_cpu_s = [0.0] * len(hosts), [0.0] * len(hosts), 0.0, 0.0, 0.0
         make_s = make_cpu_s = 0.0
+        host_prep = [0.0] * len(hosts)
         cpu0 = time.thread_time()
         requests = coordinator.make_until(end_after(t))
         route_cpu_s += time.thread_time() - cpu0
@@ -421,12 +446,13 @@ class ShardedRun:
             make_cpu_s += time.thread_time() - cpu1
             done = [h.wait(p) for h, p in zip(hosts, pending, strict=True)]
             advance_s += time.perf_counter() - w1
-            replies = [r for host_replies, _, _ in done for r in host_replies]
-            for k, (_, took, cpu) in enumerate(done):
+            replies = [r for host_replies, _, _, _ in done for r in host_replies]
+            for k, (_, took, cpu, prep) in enumerate(done):
                 host_busy[k] += took
                 host_cpu[k] += cpu
-            slowest_s += max(took for _, took, _ in done)
-            slowest_cpu_s += max(cpu for _, _, cpu in done)
+                host_prep[k] += prep
+            slowest_s += max(took for _, took, _, _ in done)
+            slowest_cpu_s += max(cpu for _, _, cpu, _ in done)
             windows += 1
             if self.measure_messages:
                 reply_bytes += len(pickle.dumps(replies, protocol=pickle.HIGHEST_PROTOCOL))
@@ -440,7 +466,7 @@ class ShardedRun:
         results = _merge(scenario, parts, len(statics), statics, time.perf_counter() - wall0)
         self.windows = WindowStats(windows, routed, route_s, route_cpu_s, advance_s, sent_bytes, reply_bytes,
                                    tuple(host_busy), tuple(host_cpu), slowest_s, slowest_cpu_s, make_s, make_cpu_s,
-                                   finish_s, time.perf_counter() - w0 - finish_s, start_s)
+                                   finish_s, time.perf_counter() - w0 - finish_s, start_s, tuple(host_prep))
         return results
 
 

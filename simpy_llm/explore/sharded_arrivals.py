@@ -13,15 +13,15 @@ import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from simpy_llm.entities import Request
 from simpy_llm.workload.checks import check_spec_files, warn_unknown_trace_classes
 from simpy_llm.workload.distributions import SamplingError
-from simpy_llm.workload.generator import make_request, merge_sources, sampling_scenario_error
+from simpy_llm.workload.generator import make_request, merge_sources, positional_fields, sampling_scenario_error
 from simpy_llm.workload.sessions import ReplayedContexts
 from simpy_llm.workload.sources import build_sources
 
 if TYPE_CHECKING:
     from simpy_llm.config.schema import Scenario
-    from simpy_llm.entities import Request
 
 __all__: list[str] = []
 
@@ -73,6 +73,8 @@ class _Arrivals:
                 warn_unknown_trace_classes(scenario, self.sources.traces, stacklevel=5)
         generator_sources = self.sources.generator_sources()
         self.bases = [base for base, _ in generator_sources]
+        self.tails = [positional_fields(base) for base in self.bases]
+        """Per source, its base fields by position (None: by keyword), as the generator makes them."""
         self.rows = merge_sources([rows for _, rows in generator_sources], wl.num_requests, wl.horizon_s)
         self.replayed = ReplayedContexts() if self.sources.traces else None
         self.n_clients = len(self.sources.clients)
@@ -107,7 +109,7 @@ class _Arrivals:
         out: list[Request | None] = []
         n = len(shard_of) if shard_of is not None else -1
         row = self.pending if self.pending is not None else self._next()
-        now = self.now
+        now, tails = self.now, self.tails
         while row is not None:
             t = row[0]
             at = now + (t - now) if t > now else now
@@ -115,8 +117,14 @@ class _Arrivals:
                 break
             now = at
             k = len(out)
-            wanted = make_all or (k < n and shard_of[k] is not None)  # type: ignore[index]  # not None here
-            req = make_request(self.made, at, self.bases[row[1]], row[2], row[3], row[4]) if wanted else None
+            if make_all or (k < n and shard_of[k] is not None):  # type: ignore[index]  # not None here
+                tail = tails[row[1]]
+                if tail is not None and row[4] is None:  # by position, as the generator: no keyword matching
+                    req: Request | None = Request(self.made, tail[0], row[2], row[3], at, *tail[1])
+                else:
+                    req = make_request(self.made, at, self.bases[row[1]], row[2], row[3], row[4])
+            else:
+                req = None
             if req is not None and self.replayed is not None and row[1] >= self.n_clients:
                 self.replayed(req)
             out.append(req)

@@ -20,12 +20,13 @@ import functools
 import pickle
 import threading
 import time
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from simpy_llm.explore.sharded_arrivals import _Arrivals, _delay_to
+from simpy_llm.kernel import URGENT, Later
 from simpy_llm.metrics.monitors import LevelMonitor
 from simpy_llm.metrics.recorder import RECORD_FIELDS
 from simpy_llm.simulation import Simulation
@@ -104,21 +105,36 @@ class _Shard:
                     rep.departed, rep.departed_tokens)
         return out
 
-    def _inject(self, arrivals: list[tuple[int, Request]]) -> Generator[Event, None, None]:
-        """Process: each request reaches its target at its arrival time, as the generator's would."""
+    def _inject(self, arrivals: Iterator[tuple[int, Request]]) -> None:
+        """Each request of *arrivals* (in arrival order) reaches its target at its arrival
+        time, as the generator's would: one timer per arrival time whose callback delivers
+        it (the queue entries a process waiting on timeouts would make, without resuming
+        one), started in the slot a process's start takes (URGENT, now)."""
         env, on_arrival, deliver = self.env, self.recorder.on_arrival, self._deliver
-        for target, req in arrivals:
-            at = req.arrival_s
-            if at > env.now:
-                yield env.timeout(_delay_to(env.now, at))
-            on_arrival(req, env.now)
-            deliver(target, req)
+        due: tuple[int, Request] | None = None
+
+        def arrive(_event: Event | None) -> None:
+            nonlocal due
+            if due is not None:
+                on_arrival(due[1], env.now)
+                deliver(*due)
+            for due in arrivals:  # the pending arrival, read by the next call
+                at = due[1].arrival_s
+                now = env.now
+                if at > now:
+                    Later(env, _delay_to(now, at), arrive)
+                    return
+                on_arrival(due[1], now)
+                deliver(*due)
+            due = None
+
+        Later(env, 0.0, arrive, URGENT)
 
     def advance(self, arrivals: list[tuple[int, Request]], until: float) -> tuple[list[int], int]:
         """Inject *arrivals* (in arrival order), run to *until*; return the snapshot and the
         requests still in the system."""
         if arrivals:
-            self.env.process(self._inject(arrivals))
+            self._inject(iter(arrivals))
         self.env.run(until=until)
         return self.snapshot(), len(self.recorder.live)
 
@@ -174,9 +190,10 @@ class _ShardHost:
     def snapshot(self) -> list[list[int]]:
         return [s.snapshot() for s in self.shards]
 
-    def advance(self, message: bytes) -> tuple[list[tuple[list[int], int]], float, float]:
-        """Advance every shard to the window's end; return their replies and the wall and
-        CPU seconds it took here.
+    def advance(self, message: bytes) -> tuple[list[tuple[list[int], int]], float, float, float]:
+        """Advance every shard to the window's end; return their replies, the wall and CPU
+        seconds it took here, and the CPU seconds of it spent before the shards advanced
+        (reading the message, making the slot's arrivals and handing them out).
 
         *message* is the pickled ``(targets, until)``: the entry router's target of each
         request of the window, in arrival order, as ``int32`` bytes. The slot makes the
@@ -192,8 +209,9 @@ class _ShardHost:
             if k is not None:
                 assert req is not None  # made for every row routed here
                 batches[k].append((target, req))
+        cpu1 = time.thread_time()
         replies = [s.advance(b, until) for s, b in zip(self.shards, batches, strict=True)]
-        return replies, time.perf_counter() - t0, time.thread_time() - cpu0
+        return replies, time.perf_counter() - t0, time.thread_time() - cpu0, cpu1 - cpu0
 
     def finish(self, until_s: float | None) -> list[dict[str, Any]]:
         return [s.finish(until_s) for s in self.shards]

@@ -219,6 +219,48 @@ def test_window_stats_count_the_coordinators_overlapped_work():
     assert w.start_s > 0 and w.make_cpu_s > 0 and w.finish_s > 0 and w.merge_s > 0
 
 
+def test_window_stats_split_a_slots_time_before_its_shards_advance():
+    """Each slot's CPU before its shards advance (reading the message, making its arrivals)
+    is counted, and is part of the slot's CPU."""
+    run = ShardedRun(scenario_from_dict(_fleet(2)), shards=2)
+    run.run()
+    w = run.windows
+    assert w is not None
+    assert len(w.host_prep_cpu_s) == len(w.host_cpu_s) == 1  # in process: one slot
+    assert 0 < w.host_prep_cpu_s[0] <= w.host_cpu_s[0]
+
+
+def test_the_quiet_worker_settings_are_dasks_own_keys():
+    """Every key of ``QUIET_WORKERS`` names a Dask setting (a misspelt key would be kept by
+    ``dask.config.set`` and change nothing), and each differs from Dask's default."""
+    dask = pytest.importorskip("dask")
+    pytest.importorskip("dask.distributed")
+    for key, value in sharded.QUIET_WORKERS.items():
+        assert dask.config.get(key) != value, key  # raises KeyError for an unknown key
+
+
+def test_a_cluster_made_for_the_run_is_made_with_the_quiet_settings(monkeypatch):
+    """``run_sharded(workers=N)`` makes its LocalCluster under ``QUIET_WORKERS`` (which the
+    workers read as they start), and leaves Dask's settings as they were."""
+    dask = pytest.importorskip("dask")
+    distributed = pytest.importorskip("dask.distributed")
+    seen: dict[str, Any] = {}
+
+    class Made(Exception):
+        pass
+
+    def cluster(**kwargs: Any) -> None:
+        seen.update({key: dask.config.get(key) for key in sharded.QUIET_WORKERS})
+        raise Made
+
+    monkeypatch.setattr(distributed, "LocalCluster", cluster)
+    before = {key: dask.config.get(key) for key in sharded.QUIET_WORKERS}
+    with pytest.raises(Made):
+        run_sharded(scenario_from_dict(_fleet(2)), workers=2)
+    assert seen == sharded.QUIET_WORKERS
+    assert {key: dask.config.get(key) for key in sharded.QUIET_WORKERS} == before
+
+
 def test_with_departures_read_live_the_shards_would_differ(monkeypatch):
     """The all-fields mode is what makes the run exact: with ``state`` (departures read
     live, which a coordinator cannot see) the shards' routing, hence records, would differ."""
