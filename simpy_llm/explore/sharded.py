@@ -40,6 +40,7 @@ True
 from __future__ import annotations
 
 import functools
+import math
 import pickle
 import secrets
 import time
@@ -54,6 +55,7 @@ from simpy_llm.config.structure import build_policy
 from simpy_llm.explore.sharded_arrivals import _Arrivals
 from simpy_llm.explore.sharded_hosts import SNAPSHOT_FIELDS, _Host, _Local, _Piped, _Remote, _ShardHost, piped_host
 from simpy_llm.kernel import Environment
+from simpy_llm.metrics.monitors import LevelMonitor
 from simpy_llm.metrics.recorder import RECORD_FIELDS, Recorder
 from simpy_llm.metrics.results import Results
 from simpy_llm.policies.routing import routing_policies
@@ -424,6 +426,7 @@ class ShardedRun:
         t, windows, routed, route_s, advance_s, sent_bytes, reply_bytes = 0.0, 0, 0, 0.0, 0.0, 0, 0
         host_busy, host_cpu, slowest_s, slowest_cpu_s, route_cpu_s = [0.0] * len(hosts), [0.0] * len(hosts), 0.0, 0.0, 0.0
         make_s = make_cpu_s = 0.0
+        in_system = _InSystem()
         host_prep = [0.0] * len(hosts)
         cpu0 = time.thread_time()
         requests = coordinator.make_until(end_after(t))
@@ -442,6 +445,7 @@ class ShardedRun:
             route_s += w1 - w0
             last = until is not None and t >= until
             requests = [] if last else coordinator.make_until(end_after(t))
+            in_system.replay()
             make_s += time.perf_counter() - w1
             make_cpu_s += time.thread_time() - cpu1
             done = [h.wait(p) for h, p in zip(hosts, pending, strict=True)]
@@ -456,14 +460,17 @@ class ShardedRun:
             windows += 1
             if self.measure_messages:
                 reply_bytes += len(pickle.dumps(replies, protocol=pickle.HIGHEST_PROTOCOL))
-            coordinator.report([snap for snap, _ in replies], owned)
-            if coordinator.arrivals.exhausted and not requests and not any(live for _, live in replies):
+            coordinator.report([snap for snap, _, _ in replies], owned)
+            in_system.add([changes for _, _, changes in replies], t)
+            if coordinator.arrivals.exhausted and not requests and not any(live for _, live, _ in replies):
                 break
         w0 = time.perf_counter()
         finishing = [h.start("finish", until) for h in hosts]
         parts = [p for h, pending in zip(hosts, finishing, strict=True) for p in h.wait(pending)]
         finish_s = time.perf_counter() - w0
-        results = _merge(scenario, parts, len(statics), statics, time.perf_counter() - wall0)
+        in_system.add([p["in_system"] for p in parts], math.inf)
+        in_system.replay()
+        results = _merge(scenario, parts, len(statics), statics, in_system.level, time.perf_counter() - wall0)
         self.windows = WindowStats(windows, routed, route_s, route_cpu_s, advance_s, sent_bytes, reply_bytes,
                                    tuple(host_busy), tuple(host_cpu), slowest_s, slowest_cpu_s, make_s, make_cpu_s,
                                    finish_s, time.perf_counter() - w0 - finish_s, start_s, tuple(host_prep))
@@ -477,13 +484,44 @@ def _fleet_size(scenario: Scenario) -> int:
     return serving.replicas
 
 
+class _InSystem:
+    """The fleet's requests in the system, replayed from the shards' changes window by window.
+
+    A window's changes wait until the next window is sent (:meth:`replay` then runs beside
+    the slots); those at or after the window's end wait for the next window's, so that
+    the changes of one instant, from any shard, are replayed together: arrivals before
+    departures, as :meth:`LevelMonitor.replay` orders them, and as a single run's are.
+    Every later change is at or after the window's end, so the level, its peak and its
+    area (summed in the order of time) are those of one replay of all changes.
+    """
+
+    def __init__(self) -> None:
+        self.level = LevelMonitor()
+        self._times = np.empty(0, dtype=np.float64)
+        self._deltas = np.empty(0, dtype=np.int64)
+        self._due = 0
+
+    def add(self, changes: Sequence[tuple[bytes, bytes]], end: float) -> None:
+        """Take the shards' changes (time and delta bytes) of a window ending at *end*,
+        beside those not replayed yet."""
+        self._times = np.concatenate([self._times, *(np.frombuffer(t, dtype=np.float64) for t, _ in changes)])
+        self._deltas = np.concatenate([self._deltas, *(np.frombuffer(d, dtype=np.int64) for _, d in changes)])
+        order = np.argsort(self._times, kind="stable")
+        self._times, self._deltas = self._times[order], self._deltas[order]
+        self._due = int(np.searchsorted(self._times, end, side="left"))
+
+    def replay(self) -> None:
+        """Replay the changes before the last window's end."""
+        if self._due:
+            self.level.replay(self._times[:self._due], self._deltas[:self._due])
+            self._times, self._deltas, self._due = self._times[self._due:], self._deltas[self._due:], 0
+
+
 def _merge(scenario: Scenario, parts: list[dict[str, Any]], n_replicas: int,
-           statics: list[tuple[int, str, float, int, float]], wall_s: float) -> Results:
+           statics: list[tuple[int, str, float, int, float]], in_system: LevelMonitor, wall_s: float) -> Results:
     """The shards' records and tallies as one recorder's, frozen into Results."""
     merged = Recorder(num_replicas=n_replicas)
     columns = merged.columns
-    in_system_times: list[np.ndarray] = []
-    in_system_deltas: list[np.ndarray] = []
     itl_values, itl_weights = [], []
     batch_steps: Counter[int] = Counter()
     steps = 0
@@ -506,16 +544,13 @@ def _merge(scenario: Scenario, parts: list[dict[str, Any]], n_replicas: int,
         itl_values.append(np.frombuffer(part["itl"][0], dtype=np.float64))
         itl_weights.append(np.frombuffer(part["itl"][1], dtype=np.int64))
         batch_steps.update(part["batch_steps"])
-        in_system_times.append(np.frombuffer(part["in_system"][0], dtype=np.float64))
-        in_system_deltas.append(np.frombuffer(part["in_system"][1], dtype=np.int64))
         merged.preemptions += part["preemptions"]
         merged.cold_starts += part["cold_starts"]
         merged.batches += part["batches"]
         events += part["events"]
     merged.batch_steps = batch_steps
     merged.itl.extend(np.concatenate(itl_values), np.concatenate(itl_weights))
-    # Arrivals before departures at one instant, as a single run's NORMAL arrivals precede its LATE step ends.
-    merged.in_system.replay(np.concatenate(in_system_times), np.concatenate(in_system_deltas))
+    merged.in_system = in_system  # replayed window by window (_InSystem)
     until = scenario.simulation.until_s
     if until is not None:
         end_s = until
