@@ -10,10 +10,13 @@ from __future__ import annotations
 import copy
 import itertools
 import math
+import os
 import pickle
+import socket
 import time
 import warnings
 from multiprocessing import AuthenticationError
+from multiprocessing.connection import Client, Listener
 from typing import Any
 
 import attrs
@@ -29,7 +32,7 @@ from simpy_llm.entities import Request
 from simpy_llm.explore import sharded
 from simpy_llm.explore.sharded import ShardedRun, run_sharded, sharding_problems
 from simpy_llm.explore.sharded_arrivals import _Arrivals, _delay_to, _Share
-from simpy_llm.explore.sharded_hosts import _Piped, _ShardHost, piped_host
+from simpy_llm.explore.sharded_hosts import _no_delay, _Piped, _ShardHost, piped_host
 from simpy_llm.kernel import Environment
 from simpy_llm.metrics.monitors import LevelMonitor
 from simpy_llm.metrics.recorder import Recorder
@@ -222,6 +225,29 @@ def test_an_error_in_a_slot_is_raised_by_the_coordinator():
         assert host.call("statics") == slot.statics()
     finally:
         host.close()
+
+
+def _no_delay_option(conn: Any) -> int:
+    with socket.socket(fileno=os.dup(conn.fileno())) as sock:
+        return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+
+
+def test_a_slots_connection_sends_each_message_at_once():
+    """Both ends of a slot's connection turn Nagle's algorithm off (a reply over 16 kB is
+    sent as two writes, whose second would wait for the peer's delayed acknowledgement)."""
+    slot = _ShardHost(scenario_from_dict(_fleet(2)), [[0]])
+    key = b"k" * 32
+    host = _Piped(slot.listen("127.0.0.1", key), key)
+    try:
+        assert _no_delay_option(host.conn) != 0
+    finally:
+        host.close()
+    with Listener(("127.0.0.1", 0)) as listener:  # without a key: the client connects before the accept
+        client = Client(listener.address)
+        with listener.accept() as served, client:
+            assert _no_delay_option(served) == 0  # the default, which the slot's end changes
+            _no_delay(served)
+            assert _no_delay_option(served) != 0
 
 
 def test_a_slots_connection_refuses_a_client_without_the_key():
