@@ -14,12 +14,16 @@ Cases, alternated within each round (each run in a fresh process, so none warms 
     cost of sharding itself (the coordinator, the windows, the merge).
 ``workers``
     ``run_sharded(scenario, client=...)`` on a Dask ``LocalCluster`` of ``--workers``
-    worker processes (one thread each), started before the clock starts, each having
+    worker processes (one thread each) made with ``QUIET_WORKERS`` (as ``run_sharded(...,
+    workers=N)`` makes its own), started before the clock starts, each having
     imported the library before it (``client.run``), as the ``single`` case's process has
     before its clock; eight shards (one per cluster), four per worker.
+``workers_dask_defaults``
+    the same on a cluster with Dask's default settings (what ``QUIET_WORKERS`` saves).
 
 Printed per run: wall seconds of the run (building it included; the Dask cluster's start
-not), the windows, the coordinator's share (routing, while the slots wait; it makes the
+not), the CPU seconds of each process (the coordinator's, and each worker's: the slot's own
+and Dask's), the windows, the coordinator's share (routing, while the slots wait; it makes the
 next window's arrivals while they advance), the wait for the shards per window, the
 records' return and the merge, and the records' hash (sha256 of ``to_dataframe().to_csv()``: the
 same for every case). ``--messages`` adds one more ``serial`` run that pickles every
@@ -104,19 +108,26 @@ def _run(case: str, requests: int, rate: float, delta: float, workers: int, mess
         results = run.run()
         out["wall_s"] = time.perf_counter() - t0
     else:
+        import dask
         from dask.distributed import Client, LocalCluster
 
+        from simpy_llm.explore.sharded import QUIET_WORKERS
+
         t0 = time.perf_counter()
-        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address="127.0.0.1:0") as cluster, \
-                Client(cluster) as client:
+        settings = {} if case == "workers_dask_defaults" else QUIET_WORKERS
+        with dask.config.set(settings), LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                                     dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as client:
             # The library's import is not the run's, in either case: the single case's
             # process imported it before its clock too.
             client.run(importlib.import_module, "simpy_llm.explore.sharded_hosts")
             out["cluster_start_s"] = time.perf_counter() - t0
             run = ShardedRun(scenario, client=client, shards=CLUSTERS)
+            before = client.run(time.process_time)
             t0 = time.perf_counter()
             results = run.run()
             out["wall_s"] = time.perf_counter() - t0
+            after = client.run(time.process_time)
+            out["worker_cpu_s"] = [after[a] - before[a] for a in sorted(before)]
     out["cpu_s"] = time.process_time() - cpu0  # this process's: with workers, the coordinator's alone
     if case != "single":
         w = run.windows
@@ -125,7 +136,7 @@ def _run(case: str, requests: int, rate: float, delta: float, workers: int, mess
                 "slowest_s": w.slowest_s, "slowest_cpu_s": w.slowest_cpu_s, "host_busy_s": list(w.host_busy_s),
                 "host_cpu_s": list(w.host_cpu_s), "sent_bytes": w.sent_bytes, "reply_bytes": w.reply_bytes,
                 "make_s": w.make_s, "make_cpu_s": w.make_cpu_s, "finish_s": w.finish_s, "merge_s": w.merge_s,
-                "start_s": w.start_s}
+                "start_s": w.start_s, "host_prep_cpu_s": list(w.host_prep_cpu_s)}
     frame = results.to_dataframe()
     out["records"] = len(frame)
     out["sim_s"] = float(results.end_s)
@@ -148,13 +159,17 @@ def _line(r: dict[str, Any]) -> str:
         n = r["windows"]
         text += (f"  windows {n:,}  route {r['route_s']:.2f} s ({1e3 * r['route_s'] / n:.2f} ms/window)"
                  f"  wait {r['advance_s']:.2f} s ({1e3 * r['advance_s'] / n:.2f} ms/window)")
-        if r["case"] == "workers":
+        if r["case"].startswith("workers"):
             busy = ", ".join(f"{b:.2f}" for b in r["host_busy_s"])
             cpu = ", ".join(f"{b:.2f}" for b in r["host_cpu_s"])
-            text += (f"\n         workers busy {busy} s (CPU {cpu} s); slowest per window summed {r['slowest_s']:.2f} s"
+            prep = ", ".join(f"{b:.2f}" for b in r["host_prep_cpu_s"])
+            text += (f"\n         workers busy {busy} s (CPU {cpu} s, of which {prep} s before the shards advance);"
+                     f" slowest per window summed {r['slowest_s']:.2f} s"
                      f" (CPU {r['slowest_cpu_s']:.2f} s); coordinator routing CPU {r['route_cpu_s']:.2f} s, making"
                      f" (overlapped) {r['make_s']:.2f} s (CPU {r['make_cpu_s']:.2f} s); start {r['start_s']:.2f} s,"
                      f" records back {r['finish_s']:.2f} s, merge {r['merge_s']:.2f} s")
+            if "worker_cpu_s" in r:
+                text += "\n         worker processes' CPU " + ", ".join(f"{c:.2f}" for c in r["worker_cpu_s"]) + " s"
     if "cluster_start_s" in r:
         text += f"  (cluster start {r['cluster_start_s']:.1f} s)"
     if r.get("sent_bytes"):

@@ -40,6 +40,7 @@ True
 from __future__ import annotations
 
 import functools
+import math
 import pickle
 import secrets
 import time
@@ -54,6 +55,7 @@ from simpy_llm.config.structure import build_policy
 from simpy_llm.explore.sharded_arrivals import _Arrivals
 from simpy_llm.explore.sharded_hosts import SNAPSHOT_FIELDS, _Host, _Local, _Piped, _Remote, _ShardHost, piped_host
 from simpy_llm.kernel import Environment
+from simpy_llm.metrics.monitors import LevelMonitor
 from simpy_llm.metrics.recorder import RECORD_FIELDS, Recorder
 from simpy_llm.metrics.results import Results
 from simpy_llm.policies.routing import routing_policies
@@ -67,7 +69,25 @@ if TYPE_CHECKING:
     from simpy_llm.config.schema import Scenario
     from simpy_llm.entities import Request
 
-__all__ = ["ShardedRun", "WindowStats", "run_sharded", "sharding_problems"]
+__all__ = ["QUIET_WORKERS", "ShardedRun", "WindowStats", "run_sharded", "sharding_problems"]
+
+QUIET_WORKERS: dict[str, Any] = {
+    "distributed.worker.profile.enabled": False,
+    "distributed.worker.memory.monitor-interval": "1s",
+    "distributed.admin.system-monitor.interval": "5s",
+    "distributed.admin.tick.interval": "1s",
+}
+"""Dask settings for a cluster that runs shards (``dask.config.set(QUIET_WORKERS)`` before
+making it; :func:`run_sharded` with *workers* does so for the cluster it makes).
+
+A shard keeps its core busy for the whole run, and Dask's own periodic work takes time
+from it: by default each worker samples its threads' stacks for the profiler every 10 ms,
+checks its memory every 100 ms and its system every 500 ms, and the scheduler and
+workers tick their event loops every 20 ms. On 2 cores that took ~0.2 CPU s a worker and
+~0.15 s in the coordinator's process over a 4 s run (``benchmarks/RESULTS.md``). Without
+the profiler and with slower checks the workers still spill, pause and report as
+configured, a second later at most; the dashboard's profile page stays empty.
+"""
 
 
 def sharding_problems(scenario: Scenario) -> list[tuple[str, str]]:
@@ -134,12 +154,13 @@ class _ReportedView:
     window's start (as a :class:`~simpy_llm.serving.views.FullSnapshotView` holds them),
     and the router's own counts."""
 
-    __slots__ = ("_counts", "_departed", "_departed_tokens", "_kv_free", "_kv_used", "_queued", "_running",
-                 "_waiting", "capacity", "group", "index", "kv_total_blocks", "prefill_s_per_token")
+    __slots__ = ("_departed", "_departed_tokens", "_kv_free", "_kv_used", "_queued", "_routed", "_routed_tokens",
+                 "_running", "_waiting", "capacity", "group", "index", "kv_total_blocks", "prefill_s_per_token")
 
     def __init__(self, statics: tuple[int, str, float, int, float], counts: RouterCounts) -> None:
         self.index, self.group, self.capacity, self.kv_total_blocks, self.prefill_s_per_token = statics
-        self._counts = counts
+        # The counts' lists (changed in place by the router), held to spare a lookup per read.
+        self._routed, self._routed_tokens = counts.routed, counts.routed_tokens
         self.set((0,) * SNAPSHOT_FIELDS)
 
     def set(self, fields: Sequence[int]) -> None:
@@ -149,11 +170,11 @@ class _ReportedView:
 
     @property
     def outstanding_requests(self) -> int:
-        return self._counts.routed[self.index] - self._departed
+        return self._routed[self.index] - self._departed
 
     @property
     def outstanding_tokens(self) -> int:
-        return self._counts.routed_tokens[self.index] - self._departed_tokens
+        return self._routed_tokens[self.index] - self._departed_tokens
 
     @property
     def waiting_requests(self) -> int:
@@ -184,11 +205,11 @@ class _ReportedClusterView(ClusterView):
     fields summed, and outstanding counts from what the router sent to the cluster (the
     sum, over its replicas, of what the cluster's own router sent each, as in a single run)."""
 
-    __slots__ = ("_counts", "_departed", "_departed_tokens")
+    __slots__ = ("_departed", "_departed_tokens", "_routed", "_routed_tokens")
 
     def __init__(self, index: int, name: str, views: Sequence[_ReportedView], counts: RouterCounts) -> None:
         super().__init__(index, name, views)  # type: ignore[arg-type]  # ClusterView reads only the ReplicaView fields
-        self._counts = counts
+        self._routed, self._routed_tokens = counts.routed, counts.routed_tokens
         self.refresh()
 
     def refresh(self) -> None:
@@ -199,11 +220,11 @@ class _ReportedClusterView(ClusterView):
 
     @property
     def outstanding_requests(self) -> int:
-        return self._counts.routed[self.index] - self._departed
+        return self._routed[self.index] - self._departed
 
     @property
     def outstanding_tokens(self) -> int:
-        return self._counts.routed_tokens[self.index] - self._departed_tokens
+        return self._routed_tokens[self.index] - self._departed_tokens
 
 
 class WindowStats(NamedTuple):
@@ -237,8 +258,9 @@ class WindowStats(NamedTuple):
     """The sum over the windows of the slowest slot's CPU time: with ``route_cpu_s``, the
     run's critical path on cores of its own."""
     make_s: float = 0.0
-    """Wall seconds the coordinator spent making the next window's arrivals while the
-    slots advanced (off the critical path on cores of its own)."""
+    """Wall seconds the coordinator spent making the next window's arrivals, and replaying
+    the last window's changes of the requests in the system, while the slots advanced (off
+    the critical path on cores of its own)."""
     make_cpu_s: float = 0.0
     """CPU seconds of ``make_s``."""
     finish_s: float = 0.0
@@ -249,6 +271,10 @@ class WindowStats(NamedTuple):
     """Wall seconds from :meth:`ShardedRun.run` to the first window: the slots built (on
     workers: the library imported there, the actors created, their connections made;
     with ``workers``, the cluster's start too) and their first snapshot."""
+    host_prep_cpu_s: tuple[float, ...] = ()
+    """CPU seconds of ``host_cpu_s`` each slot spent before its shards advanced: reading
+    the window's message, making its own arrivals and handing them to its shards (work a
+    single run does not do, but for making the requests)."""
 
 
 class _Coordinator:
@@ -341,10 +367,12 @@ class ShardedRun:
         if self.client is not None:
             return self._run_on(self.client)
         if self.workers:
-            from dask.distributed import Client, LocalCluster  # the explore extra's; only a run on workers needs it
+            import dask  # the explore extra's; only a run on workers needs it
+            from dask.distributed import Client, LocalCluster
 
-            cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                   dashboard_address="127.0.0.1:0")
+            with dask.config.set(QUIET_WORKERS):  # read by the scheduler and by each worker as it starts
+                cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                       dashboard_address="127.0.0.1:0")
             with cluster, Client(cluster) as client:
                 return self._run_on(client)
         return self._drive([_Local(_ShardHost(self.scenario, self.targets))], [list(range(len(self.targets)))])
@@ -400,6 +428,8 @@ class ShardedRun:
         t, windows, routed, route_s, advance_s, sent_bytes, reply_bytes = 0.0, 0, 0, 0.0, 0.0, 0, 0
         host_busy, host_cpu, slowest_s, slowest_cpu_s, route_cpu_s = [0.0] * len(hosts), [0.0] * len(hosts), 0.0, 0.0, 0.0
         make_s = make_cpu_s = 0.0
+        in_system = _InSystem()
+        host_prep = [0.0] * len(hosts)
         cpu0 = time.thread_time()
         requests = coordinator.make_until(end_after(t))
         route_cpu_s += time.thread_time() - cpu0
@@ -417,30 +447,35 @@ class ShardedRun:
             route_s += w1 - w0
             last = until is not None and t >= until
             requests = [] if last else coordinator.make_until(end_after(t))
+            in_system.replay()
             make_s += time.perf_counter() - w1
             make_cpu_s += time.thread_time() - cpu1
             done = [h.wait(p) for h, p in zip(hosts, pending, strict=True)]
             advance_s += time.perf_counter() - w1
-            replies = [r for host_replies, _, _ in done for r in host_replies]
-            for k, (_, took, cpu) in enumerate(done):
+            replies = [r for host_replies, _, _, _ in done for r in host_replies]
+            for k, (_, took, cpu, prep) in enumerate(done):
                 host_busy[k] += took
                 host_cpu[k] += cpu
-            slowest_s += max(took for _, took, _ in done)
-            slowest_cpu_s += max(cpu for _, _, cpu in done)
+                host_prep[k] += prep
+            slowest_s += max(took for _, took, _, _ in done)
+            slowest_cpu_s += max(cpu for _, _, cpu, _ in done)
             windows += 1
             if self.measure_messages:
                 reply_bytes += len(pickle.dumps(replies, protocol=pickle.HIGHEST_PROTOCOL))
-            coordinator.report([snap for snap, _ in replies], owned)
-            if coordinator.arrivals.exhausted and not requests and not any(live for _, live in replies):
+            coordinator.report([snap for snap, _, _ in replies], owned)
+            in_system.add([changes for _, _, changes in replies], t)
+            if coordinator.arrivals.exhausted and not requests and not any(live for _, live, _ in replies):
                 break
         w0 = time.perf_counter()
         finishing = [h.start("finish", until) for h in hosts]
         parts = [p for h, pending in zip(hosts, finishing, strict=True) for p in h.wait(pending)]
         finish_s = time.perf_counter() - w0
-        results = _merge(scenario, parts, len(statics), statics, time.perf_counter() - wall0)
+        in_system.add([p["in_system"] for p in parts], math.inf)
+        in_system.replay()
+        results = _merge(scenario, parts, len(statics), statics, in_system.level, time.perf_counter() - wall0)
         self.windows = WindowStats(windows, routed, route_s, route_cpu_s, advance_s, sent_bytes, reply_bytes,
                                    tuple(host_busy), tuple(host_cpu), slowest_s, slowest_cpu_s, make_s, make_cpu_s,
-                                   finish_s, time.perf_counter() - w0 - finish_s, start_s)
+                                   finish_s, time.perf_counter() - w0 - finish_s, start_s, tuple(host_prep))
         return results
 
 
@@ -451,13 +486,44 @@ def _fleet_size(scenario: Scenario) -> int:
     return serving.replicas
 
 
+class _InSystem:
+    """The fleet's requests in the system, replayed from the shards' changes window by window.
+
+    A window's changes wait until the next window is sent (:meth:`replay` then runs beside
+    the slots); those at or after the window's end wait for the next window's, so that
+    the changes of one instant, from any shard, are replayed together: arrivals before
+    departures, as :meth:`LevelMonitor.replay` orders them, and as a single run's are.
+    Every later change is at or after the window's end, so the level, its peak and its
+    area (summed in the order of time) are those of one replay of all changes.
+    """
+
+    def __init__(self) -> None:
+        self.level = LevelMonitor()
+        self._times = np.empty(0, dtype=np.float64)
+        self._deltas = np.empty(0, dtype=np.int64)
+        self._due = 0
+
+    def add(self, changes: Sequence[tuple[bytes, bytes]], end: float) -> None:
+        """Take the shards' changes (time and delta bytes) of a window ending at *end*,
+        beside those not replayed yet."""
+        self._times = np.concatenate([self._times, *(np.frombuffer(t, dtype=np.float64) for t, _ in changes)])
+        self._deltas = np.concatenate([self._deltas, *(np.frombuffer(d, dtype=np.int64) for _, d in changes)])
+        order = np.argsort(self._times, kind="stable")
+        self._times, self._deltas = self._times[order], self._deltas[order]
+        self._due = int(np.searchsorted(self._times, end, side="left"))
+
+    def replay(self) -> None:
+        """Replay the changes before the last window's end."""
+        if self._due:
+            self.level.replay(self._times[:self._due], self._deltas[:self._due])
+            self._times, self._deltas, self._due = self._times[self._due:], self._deltas[self._due:], 0
+
+
 def _merge(scenario: Scenario, parts: list[dict[str, Any]], n_replicas: int,
-           statics: list[tuple[int, str, float, int, float]], wall_s: float) -> Results:
+           statics: list[tuple[int, str, float, int, float]], in_system: LevelMonitor, wall_s: float) -> Results:
     """The shards' records and tallies as one recorder's, frozen into Results."""
     merged = Recorder(num_replicas=n_replicas)
     columns = merged.columns
-    in_system_times: list[np.ndarray] = []
-    in_system_deltas: list[np.ndarray] = []
     itl_values, itl_weights = [], []
     batch_steps: Counter[int] = Counter()
     steps = 0
@@ -480,16 +546,13 @@ def _merge(scenario: Scenario, parts: list[dict[str, Any]], n_replicas: int,
         itl_values.append(np.frombuffer(part["itl"][0], dtype=np.float64))
         itl_weights.append(np.frombuffer(part["itl"][1], dtype=np.int64))
         batch_steps.update(part["batch_steps"])
-        in_system_times.append(np.frombuffer(part["in_system"][0], dtype=np.float64))
-        in_system_deltas.append(np.frombuffer(part["in_system"][1], dtype=np.int64))
         merged.preemptions += part["preemptions"]
         merged.cold_starts += part["cold_starts"]
         merged.batches += part["batches"]
         events += part["events"]
     merged.batch_steps = batch_steps
     merged.itl.extend(np.concatenate(itl_values), np.concatenate(itl_weights))
-    # Arrivals before departures at one instant, as a single run's NORMAL arrivals precede its LATE step ends.
-    merged.in_system.replay(np.concatenate(in_system_times), np.concatenate(in_system_deltas))
+    merged.in_system = in_system  # replayed window by window (_InSystem)
     until = scenario.simulation.until_s
     if until is not None:
         end_s = until

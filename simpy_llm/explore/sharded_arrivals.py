@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from simpy_llm.entities import Request
 from simpy_llm.workload.checks import check_spec_files, warn_unknown_trace_classes
 from simpy_llm.workload.distributions import SamplingError
-from simpy_llm.workload.generator import make_request, merge_sources, sampling_scenario_error
+from simpy_llm.workload.generator import make_request, merge_sources, positional_fields, sampling_scenario_error
 from simpy_llm.workload.sessions import ReplayedContexts
 from simpy_llm.workload.sources import build_sources
 
 if TYPE_CHECKING:
     from simpy_llm.config.schema import Scenario
-    from simpy_llm.entities import Request
 
 __all__: list[str] = []
 
@@ -73,6 +73,8 @@ class _Arrivals:
                 warn_unknown_trace_classes(scenario, self.sources.traces, stacklevel=5)
         generator_sources = self.sources.generator_sources()
         self.bases = [base for base, _ in generator_sources]
+        self.tails = [positional_fields(base) for base in self.bases]
+        """Per source, its base fields by position (None: by keyword), as the generator makes them."""
         self.rows = merge_sources([rows for _, rows in generator_sources], wl.num_requests, wl.horizon_s)
         self.replayed = ReplayedContexts() if self.sources.traces else None
         self.n_clients = len(self.sources.clients)
@@ -94,18 +96,18 @@ class _Arrivals:
             self.exhausted = True
         return row
 
-    def every(self, until: float) -> list[Request]:
-        """Every request arriving before *until* (after the previous window's), in arrival order."""
-        return self.window(until, None)  # type: ignore[return-value]  # None: every row's request is made
+    def make(self, request_id: int, at: float, source: int, prompt: int, output: int,
+             extra: dict[str, Any] | None) -> Request:
+        """The request of one row, as the generator makes it (by position where it can)."""
+        tail = self.tails[source]
+        if tail is not None and extra is None:  # by position, as the generator: no keyword matching
+            return Request(request_id, tail[0], prompt, output, at, *tail[1])
+        return make_request(request_id, at, self.bases[source], prompt, output, extra)
 
-    def window(self, until: float, shard_of: Sequence[int | None] | None) -> list[Request | None]:
-        """The requests arriving before *until*: one per row, made where *shard_of* (the
-        routed shard of each row of the window, in arrival order) names a shard (None:
-        every row's)."""
+    def _rows(self, until: float) -> Iterator[tuple[float, tuple[float, int, int, int, dict[str, Any] | None]]]:
+        """The window's rows before *until* with their arrival times, in order; a row's
+        request id is :attr:`made` while it is handled (counted after)."""
         stop = self.stop = self.stop + (until - self.stop)
-        make_all = self.replayed is not None or shard_of is None
-        out: list[Request | None] = []
-        n = len(shard_of) if shard_of is not None else -1
         row = self.pending if self.pending is not None else self._next()
         now = self.now
         while row is not None:
@@ -113,17 +115,95 @@ class _Arrivals:
             at = now + (t - now) if t > now else now
             if at >= stop:
                 break
-            now = at
-            k = len(out)
-            wanted = make_all or (k < n and shard_of[k] is not None)  # type: ignore[index]  # not None here
-            req = make_request(self.made, at, self.bases[row[1]], row[2], row[3], row[4]) if wanted else None
-            if req is not None and self.replayed is not None and row[1] >= self.n_clients:
-                self.replayed(req)
-            out.append(req)
+            now = self.now = at
+            yield at, row
             self.made += 1
             row = self._next()
-        self.pending, self.now = row, now
-        if n >= 0 and len(out) != n:
-            raise RuntimeError(f"a shard made {len(out)} arrivals where the coordinator routed {n}")
+        self.pending = row
+
+    def every(self, until: float) -> list[Request]:
+        """Every request arriving before *until* (after the previous window's), in arrival order."""
+        out: list[Request] = []
+        make, replayed, n_clients = self.make, self.replayed, self.n_clients
+        for at, row in self._rows(until):
+            req = make(self.made, at, row[1], row[2], row[3], row[4])
+            if replayed is not None and row[1] >= n_clients:
+                replayed(req)
+            out.append(req)
         return out
 
+    def share(self, until: float, targets: Sequence[int], shard_of: Sequence[int], shares: Sequence[_Share]) -> None:
+        """Hand the rows arriving before *until* to *shares*: row *k* of the window (routed
+        to the entry router's *targets[k]*) to ``shares[shard_of[k]]``, none where
+        ``shard_of[k]`` is negative (another slot's).
+
+        A share keeps the row's fields, not a request: the shard makes each request at its
+        arrival (:meth:`_Share.request`), so that a window's requests are not all alive at
+        once (each made is an object the garbage collector tracks; a window's worth made
+        together set off collections a single run does not have). With trace sources
+        every row's request is made here, in order (a replayed round takes its session's
+        previous one as context), and shared made.
+        """
+        replayed, n_clients, make = self.replayed, self.n_clients, self.make
+        n = len(shard_of)
+        k = 0
+        for at, row in self._rows(until):
+            s = shard_of[k] if k < n else -1
+            if replayed is not None:
+                req = make(self.made, at, row[1], row[2], row[3], row[4])
+                if row[1] >= n_clients:
+                    replayed(req)
+                if s >= 0:
+                    shares[s].add_made(targets[k], req)
+            elif s >= 0:
+                shares[s].add(targets[k], self.made, at, row)
+            k += 1
+        if k != n:
+            raise RuntimeError(f"a shard made {k} arrivals where the coordinator routed {n}")
+
+
+class _Share:
+    """The rows of a window routed to one shard, in arrival order, as parallel lists of
+    plain values (or, with trace sources, their requests made already)."""
+
+    __slots__ = ("_arrivals", "arrival_s", "extras", "ids", "made", "outputs", "prompts", "sources", "targets")
+
+    def __init__(self, arrivals: _Arrivals) -> None:
+        self._arrivals = arrivals
+        self.targets: list[int] = []
+        """The entry router's target of each row."""
+        self.arrival_s: list[float] = []
+        """Each row's arrival time, s."""
+        self.ids: list[int] = []
+        self.sources: list[int] = []
+        self.prompts: list[int] = []
+        self.outputs: list[int] = []
+        self.extras: list[dict[str, Any] | None] = []
+        self.made: list[Request] = []
+        """The rows' requests, where made already (trace sources)."""
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+    def add(self, target: int, request_id: int, at: float, row: tuple[float, int, int, int, dict[str, Any] | None]) -> None:
+        """Keep a row's fields, to make its request later."""
+        self.targets.append(target)
+        self.arrival_s.append(at)
+        self.ids.append(request_id)
+        self.sources.append(row[1])
+        self.prompts.append(row[2])
+        self.outputs.append(row[3])
+        self.extras.append(row[4])
+
+    def add_made(self, target: int, req: Request) -> None:
+        """Keep a row's request, made already."""
+        self.targets.append(target)
+        self.arrival_s.append(req.arrival_s)
+        self.made.append(req)
+
+    def request(self, k: int) -> Request:
+        """Row *k*'s request (made now, unless made already)."""
+        if self.made:
+            return self.made[k]
+        return self._arrivals.make(self.ids[k], self.arrival_s[k], self.sources[k], self.prompts[k], self.outputs[k],
+                                   self.extras[k])

@@ -17,15 +17,18 @@ the run's random key (sent through Dask), and carries length-prefixed pickles.
 from __future__ import annotations
 
 import functools
+import os
 import pickle
+import socket
 import threading
 import time
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from simpy_llm.explore.sharded_arrivals import _Arrivals, _delay_to
+from simpy_llm.explore.sharded_arrivals import _Arrivals, _delay_to, _Share
+from simpy_llm.kernel import URGENT, Later
 from simpy_llm.metrics.monitors import LevelMonitor
 from simpy_llm.metrics.recorder import RECORD_FIELDS
 from simpy_llm.simulation import Simulation
@@ -59,6 +62,12 @@ class _LoggedLevel(LevelMonitor):
     def change(self, now_s: float, delta: int) -> None:
         self.times.append(now_s)
         self.deltas.append(delta)
+
+    def take(self) -> tuple[bytes, bytes]:
+        """The changes kept since the last take, as float64 times and int64 deltas; forgets them."""
+        out = (np.array(self.times, dtype=np.float64).tobytes(), np.array(self.deltas, dtype=np.int64).tobytes())
+        self.times, self.deltas = [], []
+        return out
 
 
 class _Shard:
@@ -104,23 +113,37 @@ class _Shard:
                     rep.departed, rep.departed_tokens)
         return out
 
-    def _inject(self, arrivals: list[tuple[int, Request]]) -> Generator[Event, None, None]:
-        """Process: each request reaches its target at its arrival time, as the generator's would."""
+    def _inject(self, share: _Share) -> None:
+        """Each row of *share* (in arrival order) reaches its target at its arrival time, as
+        the generator's would: one timer per arrival time whose callback makes the request
+        and delivers it (the queue entries a process waiting on timeouts would make, without
+        resuming one), started in the slot a process's start takes (URGENT, now)."""
         env, on_arrival, deliver = self.env, self.recorder.on_arrival, self._deliver
-        for target, req in arrivals:
-            at = req.arrival_s
-            if at > env.now:
-                yield env.timeout(_delay_to(env.now, at))
-            on_arrival(req, env.now)
-            deliver(target, req)
+        times, targets, request = share.arrival_s, share.targets, share.request
+        n = len(times)
+        k = 0
 
-    def advance(self, arrivals: list[tuple[int, Request]], until: float) -> tuple[list[int], int]:
-        """Inject *arrivals* (in arrival order), run to *until*; return the snapshot and the
-        requests still in the system."""
-        if arrivals:
-            self.env.process(self._inject(arrivals))
+        def arrive(_event: Event) -> None:
+            nonlocal k
+            now = env.now
+            while k < n and times[k] <= now:
+                req = request(k)
+                on_arrival(req, now)
+                deliver(targets[k], req)
+                k += 1
+            if k < n:
+                Later(env, _delay_to(now, times[k]), arrive)
+
+        Later(env, 0.0, arrive, URGENT)
+
+    def advance(self, share: _Share, until: float) -> tuple[list[int], int, tuple[bytes, bytes]]:
+        """Inject the requests of *share*, run to *until*; return the snapshot, the
+        requests still in the system and the window's changes of their number (times and
+        deltas, which the coordinator replays while the next window runs)."""
+        if len(share):
+            self._inject(share)
         self.env.run(until=until)
-        return self.snapshot(), len(self.recorder.live)
+        return self.snapshot(), len(self.recorder.live), self.in_system.take()
 
     def finish(self, until_s: float | None) -> dict[str, Any]:
         """Close the run (at *until_s*: settle, record what is in flight) and hand over what
@@ -150,8 +173,7 @@ class _Shard:
             "replica_steps": [sim.replicas[i].step for i in self.owned],
             "itl": (itl_values.tobytes(), itl_weights.tobytes()),
             "batch_steps": dict(rec.batch_steps),
-            "in_system": (np.array(self.in_system.times, dtype=np.float64).tobytes(),
-                          np.array(self.in_system.deltas, dtype=np.int64).tobytes()),
+            "in_system": self.in_system.take(),  # the changes since the last window's
             "preemptions": [p for p in rec.preemptions if p[1] in owned],
             "cold_starts": [c for c in rec.cold_starts if c[0] in owned],
             "batches": [b for b in rec.batches if b[0] in owned],
@@ -164,8 +186,11 @@ class _ShardHost:
 
     def __init__(self, scenario: Scenario, shard_targets: Sequence[Sequence[int]]) -> None:
         self.shards = [_Shard(scenario, targets) for targets in shard_targets]
-        self._local = {t: k for k, targets in enumerate(shard_targets) for t in targets}
-        """The shard (position here) serving each entry-router target this slot serves."""
+        units = len(scenario.serving.clusters) if scenario.serving.clusters else len(self.shards[0].sim.plans)
+        self._local = np.full(units, -1, dtype=np.int64)
+        """The shard (position here) serving each entry-router target: -1 for another slot's."""
+        for k, targets in enumerate(shard_targets):
+            self._local[list(targets)] = k
         self._arrivals = _Arrivals(scenario)
 
     def statics(self) -> list[list[tuple[int, str, float, int, float]]]:
@@ -174,9 +199,10 @@ class _ShardHost:
     def snapshot(self) -> list[list[int]]:
         return [s.snapshot() for s in self.shards]
 
-    def advance(self, message: bytes) -> tuple[list[tuple[list[int], int]], float, float]:
-        """Advance every shard to the window's end; return their replies and the wall and
-        CPU seconds it took here.
+    def advance(self, message: bytes) -> tuple[list[tuple[list[int], int, tuple[bytes, bytes]]], float, float, float]:
+        """Advance every shard to the window's end; return their replies, the wall and CPU
+        seconds it took here, and the CPU seconds of it spent before the shards advanced
+        (reading the message, making the slot's arrivals and handing them out).
 
         *message* is the pickled ``(targets, until)``: the entry router's target of each
         request of the window, in arrival order, as ``int32`` bytes. The slot makes the
@@ -184,16 +210,12 @@ class _ShardHost:
         """
         t0, cpu0 = time.perf_counter(), time.thread_time()
         raw, until = pickle.loads(message)
-        targets = np.frombuffer(raw, dtype=np.int32).tolist()
-        local = self._local
-        shard_of = [local.get(target) for target in targets]
-        batches: list[list[tuple[int, Request]]] = [[] for _ in self.shards]
-        for target, k, req in zip(targets, shard_of, self._arrivals.window(until, shard_of), strict=True):
-            if k is not None:
-                assert req is not None  # made for every row routed here
-                batches[k].append((target, req))
-        replies = [s.advance(b, until) for s, b in zip(self.shards, batches, strict=True)]
-        return replies, time.perf_counter() - t0, time.thread_time() - cpu0
+        targets = np.frombuffer(raw, dtype=np.int32)
+        shares = [_Share(self._arrivals) for _ in self.shards]
+        self._arrivals.share(until, targets.tolist(), self._local[targets].tolist(), shares)
+        cpu1 = time.thread_time()
+        replies = [s.advance(share, until) for s, share in zip(self.shards, shares, strict=True)]
+        return replies, time.perf_counter() - t0, time.thread_time() - cpu0, cpu1 - cpu0
 
     def finish(self, until_s: float | None) -> list[dict[str, Any]]:
         return [s.finish(until_s) for s in self.shards]
@@ -217,6 +239,7 @@ class _ShardHost:
                 conn = listener.accept()
             except (AuthenticationError, OSError):  # not the coordinator: serve nobody (its run fails to connect)
                 return
+        _no_delay(conn)
         with conn:
             while True:
                 try:
@@ -282,6 +305,7 @@ class _Piped(_Host):
         from multiprocessing.connection import Client
 
         self.conn = Client(address, authkey=key)
+        _no_delay(self.conn)
 
     def start(self, method: str, *args: Any) -> Any:
         self.conn.send_bytes(pickle.dumps((method, args), protocol=pickle.HIGHEST_PROTOCOL))
@@ -301,6 +325,20 @@ class _Piped(_Host):
             pass
         finally:
             self.conn.close()
+
+
+def _no_delay(conn: Any) -> None:
+    """Send each message of *conn* (a ``multiprocessing.connection`` over TCP) at once.
+
+    Above 16 kB a message goes out as its length, then its body: with Nagle's algorithm
+    the body waits for the length's acknowledgement, which the peer delays (~40 ms on
+    Linux), so a window whose reply is that large would wait for it every time.
+    """
+    try:
+        with socket.socket(fileno=os.dup(conn.fileno())) as sock:  # a second handle on the same socket, closed here
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except OSError:  # not a TCP socket here (the option only saves time): send as it comes
+        pass
 
 
 def piped_host(address: str) -> str | None:

@@ -10,9 +10,13 @@ from __future__ import annotations
 import copy
 import itertools
 import math
+import os
 import pickle
+import socket
+import time
 import warnings
 from multiprocessing import AuthenticationError
+from multiprocessing.connection import Client, Listener
 from typing import Any
 
 import attrs
@@ -27,9 +31,10 @@ from simpy_llm.config import ScenarioError
 from simpy_llm.entities import Request
 from simpy_llm.explore import sharded
 from simpy_llm.explore.sharded import ShardedRun, run_sharded, sharding_problems
-from simpy_llm.explore.sharded_arrivals import _Arrivals, _delay_to
-from simpy_llm.explore.sharded_hosts import _Piped, _ShardHost, piped_host
+from simpy_llm.explore.sharded_arrivals import _Arrivals, _delay_to, _Share
+from simpy_llm.explore.sharded_hosts import _no_delay, _Piped, _ShardHost, piped_host
 from simpy_llm.kernel import Environment
+from simpy_llm.metrics.monitors import LevelMonitor
 from simpy_llm.metrics.recorder import Recorder
 from simpy_llm.serving.views import FullSnapshotView, SnapshotView
 from simpy_llm.wire import Wire
@@ -96,6 +101,24 @@ def test_replica_groups_as_shards_give_the_single_runs_records():
     _same_records(_fleet(0, per_cluster=6), shards=3)
 
 
+def test_a_replayed_trace_with_sessions_gives_the_single_runs_records(tmp_path):
+    """A replayed trace whose sessions' rounds go to different clusters (each round takes
+    its session's previous one as context, which the prefix caches find) gives the single
+    run's records."""
+    rows = ["arrival_time_s,input_tokens,output_tokens,session_id,round_index"]
+    for k in range(240):
+        session, round_index = k % 12, k // 12
+        rows.append(f"{0.004 * k:.3f},{40 + 30 * round_index},{3 + k % 5},s{session},{round_index}")
+    path = tmp_path / "sessions.csv"
+    path.write_text("\n".join(rows) + "\n")
+    data = _fleet(2)
+    data["workload"] = {"traces": [{"path": str(path), "format": "csv"}]}
+    for cluster in data["serving"]["clusters"]:
+        cluster["replica_groups"][0]["engine"].update(kv_num_blocks=4096, max_num_batched_tokens=4096)
+    records = _same_records(data, shards=2)
+    assert records["replica"].nunique() == 4 and (records["cached_tokens"] > 0).any()
+
+
 def test_a_run_cut_at_until_gives_the_single_runs_records():
     """With ``simulation.until_s`` the last window ends there; in-flight and settled records
     equal the single run's."""
@@ -103,6 +126,15 @@ def test_a_run_cut_at_until_gives_the_single_runs_records():
     data["simulation"] = {"until_s": 1.5}
     status = _same_records(data, shards=2)["status"]
     assert (status == "in_flight").any() and (status == "completed").any()
+
+
+def test_a_run_cut_at_until_gives_the_single_runs_summary():
+    """With ``simulation.until_s`` the summary (the requests in the system, replayed window
+    by window, included) equals the single run's."""
+    data = _fleet(2, requests=600)
+    data["simulation"] = {"until_s": 1.5}
+    scenario = scenario_from_dict(data)
+    assert run_sharded(scenario, shards=2).summary() == Simulation(scenario).run(progress=False).summary()
 
 
 @pytest.fixture(scope="module")
@@ -113,17 +145,27 @@ def dask_client():
         yield client
 
 
+def _scale(client: Any, n: int) -> None:
+    """Scale the in-process cluster to exactly *n* workers (``wait_for_workers`` returns as
+    soon as there are at least *n*: a scale-down's retiring workers would still be listed)."""
+    client.cluster.scale(n)
+    client.wait_for_workers(n)
+    for _ in range(600):
+        if len(client.scheduler_info()["workers"]) == n:
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"the cluster did not scale to {n} workers")
+
+
 def test_two_clusters_on_two_dask_workers_give_the_single_runs_records(dask_client):
     """Two clusters on two Dask workers (actors of a LocalCluster) give the single run's records."""
-    dask_client.cluster.scale(2)
-    dask_client.wait_for_workers(2)
+    _scale(dask_client, 2)
     _same_records(_fleet(2), client=dask_client)
 
 
 def test_four_clusters_on_four_dask_workers_give_the_single_runs_records(dask_client):
     """Four clusters on four Dask workers give the single run's records."""
-    dask_client.cluster.scale(4)
-    dask_client.wait_for_workers(4)
+    _scale(dask_client, 4)
     _same_records(_fleet(4), client=dask_client)
 
 
@@ -152,8 +194,7 @@ def test_worker_processes_called_over_their_own_connections_give_the_single_runs
 def test_workers_over_another_transport_are_called_through_dask(dask_client, monkeypatch):
     """Where a worker is reached otherwise than over TCP or in process, its slot is called
     through Dask's actor: the same records."""
-    dask_client.cluster.scale(2)
-    dask_client.wait_for_workers(2)
+    _scale(dask_client, 2)
     monkeypatch.setattr(sharded, "piped_host", lambda address: None)
     monkeypatch.setattr(sharded, "_Piped", None)  # a connection of its own would fail here
     _same_records(_fleet(2), client=dask_client)
@@ -184,6 +225,29 @@ def test_an_error_in_a_slot_is_raised_by_the_coordinator():
         assert host.call("statics") == slot.statics()
     finally:
         host.close()
+
+
+def _no_delay_option(conn: Any) -> int:
+    with socket.socket(fileno=os.dup(conn.fileno())) as sock:
+        return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+
+
+def test_a_slots_connection_sends_each_message_at_once():
+    """Both ends of a slot's connection turn Nagle's algorithm off (a reply over 16 kB is
+    sent as two writes, whose second would wait for the peer's delayed acknowledgement)."""
+    slot = _ShardHost(scenario_from_dict(_fleet(2)), [[0]])
+    key = b"k" * 32
+    host = _Piped(slot.listen("127.0.0.1", key), key)
+    try:
+        assert _no_delay_option(host.conn) != 0
+    finally:
+        host.close()
+    with Listener(("127.0.0.1", 0)) as listener:  # without a key: the client connects before the accept
+        client = Client(listener.address)
+        with listener.accept() as served, client:
+            assert _no_delay_option(served) == 0  # the default, which the slot's end changes
+            _no_delay(served)
+            assert _no_delay_option(served) != 0
 
 
 def test_a_slots_connection_refuses_a_client_without_the_key():
@@ -217,6 +281,49 @@ def test_window_stats_count_the_coordinators_overlapped_work():
     w = run.windows
     assert w is not None
     assert w.start_s > 0 and w.make_cpu_s > 0 and w.finish_s > 0 and w.merge_s > 0
+
+
+def test_window_stats_split_a_slots_time_before_its_shards_advance():
+    """Each slot's CPU before its shards advance (reading the message, making its arrivals)
+    is counted, and is part of the slot's CPU."""
+    run = ShardedRun(scenario_from_dict(_fleet(2)), shards=2)
+    run.run()
+    w = run.windows
+    assert w is not None
+    assert len(w.host_prep_cpu_s) == len(w.host_cpu_s) == 1  # in process: one slot
+    assert 0 < w.host_prep_cpu_s[0] <= w.host_cpu_s[0]
+
+
+def test_the_quiet_worker_settings_are_dasks_own_keys():
+    """Every key of ``QUIET_WORKERS`` names a Dask setting (a misspelt key would be kept by
+    ``dask.config.set`` and change nothing), and each differs from Dask's default."""
+    dask = pytest.importorskip("dask")
+    pytest.importorskip("dask.distributed")
+    shipped = dask.config.merge(*dask.config.defaults)  # Dask's own defaults, whatever the user's files set
+    for key, value in sharded.QUIET_WORKERS.items():
+        assert dask.config.get(key, config=shipped) != value, key  # raises KeyError for an unknown key
+
+
+def test_a_cluster_made_for_the_run_is_made_with_the_quiet_settings(monkeypatch):
+    """``run_sharded(workers=N)`` makes its LocalCluster under ``QUIET_WORKERS`` (which the
+    workers read as they start), and leaves Dask's settings as they were."""
+    dask = pytest.importorskip("dask")
+    distributed = pytest.importorskip("dask.distributed")
+    seen: dict[str, Any] = {}
+
+    class Made(Exception):
+        pass
+
+    def cluster(**kwargs: Any) -> None:
+        seen.update({key: dask.config.get(key) for key in sharded.QUIET_WORKERS})
+        raise Made
+
+    monkeypatch.setattr(distributed, "LocalCluster", cluster)
+    before = {key: dask.config.get(key) for key in sharded.QUIET_WORKERS}
+    with pytest.raises(Made):
+        run_sharded(scenario_from_dict(_fleet(2)), workers=2)
+    assert seen == sharded.QUIET_WORKERS
+    assert {key: dask.config.get(key) for key in sharded.QUIET_WORKERS} == before
 
 
 def test_with_departures_read_live_the_shards_would_differ(monkeypatch):
@@ -362,6 +469,41 @@ def test_a_delay_lands_on_the_arrival_to_the_bit(now, ahead):
     assert now + _delay_to(now, at) == at
 
 
+@settings(max_examples=200, deadline=None)
+@given(shards=st.lists(st.lists(st.tuples(st.integers(0, 12), st.sampled_from([-2, -1, 1, 1, 3])), max_size=40),
+                       min_size=1, max_size=4),
+       cuts=st.lists(st.integers(1, 12), max_size=6), late=st.lists(st.booleans(), min_size=200, max_size=200))
+def test_the_requests_in_the_system_replayed_window_by_window_are_one_replays(shards, cuts, late):
+    """The shards' changes of the requests in the system, replayed window by window (a
+    change at a window's very end reported in that window or the next), give the level,
+    peak and area of one replay of all of them, to the bit."""
+    per_shard = [sorted((t / 4, d) for t, d in changes) for changes in shards]  # a shard's clock never goes back
+    ends = sorted(set(c / 4 for c in cuts))
+    windows: list[list[tuple[bytes, bytes]]] = []
+    flips = iter(late)
+    start = [0] * len(per_shard)
+    for end in [*ends, math.inf]:
+        window = []
+        for s, changes in enumerate(per_shard):
+            k = start[s]
+            while k < len(changes) and (changes[k][0] < end or (changes[k][0] == end and next(flips, False))):
+                k += 1
+            part = changes[start[s]:k]
+            start[s] = k
+            window.append((np.array([t for t, _ in part], dtype=np.float64).tobytes(),
+                           np.array([d for _, d in part], dtype=np.int64).tobytes()))
+        windows.append(window)
+    replayed = sharded._InSystem()
+    for window, end in zip(windows, [*ends, math.inf], strict=True):
+        replayed.add(window, end)
+        replayed.replay()
+    everything = [c for changes in per_shard for c in changes]
+    one = LevelMonitor()
+    one.replay(np.array([t for t, _ in everything], dtype=np.float64), np.array([d for _, d in everything], dtype=np.int64))
+    got = replayed.level
+    assert (got.level, got.peak, got.area(5.0)) == (one.level, one.peak, one.area(5.0))
+
+
 class _Workload:
     """The reference: the scenario's arrivals made as a single run's generator makes them,
     through an environment (the same sources, streams and request ids), put into *outbox*
@@ -408,8 +550,8 @@ def _two_client_workload(requests: int) -> Any:
 def test_a_slot_makes_the_coordinators_arrivals_window_by_window(cuts, keep):
     """An executor slot's arrivals, made without an environment, are the coordinator's
     generator's, field for field, in windows of any length (some ending exactly at an
-    arrival, which then falls in the next window), and a request is made only where the
-    slot asks for it."""
+    arrival, which then falls in the next window), and a slot keeps only the rows routed
+    to its shards, each with its target."""
     scenario = _two_client_workload(120)
     env = Environment()
     made: list[Request] = []
@@ -424,13 +566,11 @@ def test_a_slot_makes_the_coordinators_arrivals_window_by_window(cuts, keep):
         reference.run_until(until)
         window = made[seen:]
         seen = len(made)
-        asked = [0 if keep[r.id] else None for r in window]
-        got = slot.window(until, asked)
-        assert len(got) == len(window)
-        for ref, req, k in zip(window, got, asked, strict=True):
-            assert (req is None) == (k is None)
-            if req is not None:
-                assert attrs.asdict(req) == attrs.asdict(ref)
+        share = _Share(slot)
+        slot.share(until, [7 * r.id for r in window], [0 if keep[r.id] else -1 for r in window], [share])
+        kept = [r for r in window if keep[r.id]]
+        assert share.targets == [7 * r.id for r in kept]
+        assert [attrs.asdict(share.request(k)) for k in range(len(share))] == [attrs.asdict(r) for r in kept]
     assert seen == 120
 
 
