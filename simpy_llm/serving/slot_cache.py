@@ -144,7 +144,7 @@ class _Slot:
         self.context = EMPTY
         self.busy = False
         self.last_used = NEVER_USED
-        """When it was last released, as llama.cpp's ``t_last_used`` (:func:`release_key`)."""
+        """When it was last released, and its number, as llama.cpp's ``t_last_used`` (:data:`NEVER_USED`)."""
 
 
 class _Save:
