@@ -43,7 +43,8 @@ class KvTransferResults:
     COLUMNS = ("request_id", "prefill_replica", "decode_replica", "bytes", "start_s", "end_s")
 
     def __init__(self, transfers: Sequence[float], replica_groups: list[str] | None) -> None:
-        self.transfers = np.asarray(transfers, dtype=np.float64).reshape(-1, len(self.COLUMNS))
+        # a copy: a view would hold the recorder's buffer, which then could not grow in a run that goes on
+        self.transfers = np.array(transfers, dtype=np.float64).reshape(-1, len(self.COLUMNS))
         self.replica_groups = replica_groups
 
     def to_dataframe(self) -> pd.DataFrame:

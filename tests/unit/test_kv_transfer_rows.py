@@ -43,3 +43,14 @@ def test_transfers_read_back_exactly_in_request_order(transfers: list[tuple]) ->
     assert list(frame.dtypes[:3]) == ["int64"] * 3
     assert results.starts() == {t[0]: t[4] for t in transfers}
     assert bool(results.summary()) == bool(transfers)
+
+
+def test_results_taken_mid_run_let_the_recorder_grow() -> None:
+    """Results read from the recorder hold their own copy: the recorder's buffer still grows when
+    the run goes on after them."""
+    rec = Recorder()
+    rec.on_kv_transfer(1, 0, 1, 10.0, 0.0, 1.0)
+    taken = KvTransferResults(rec.kv_transfers, None)
+    for i in range(2, 2000):
+        rec.on_kv_transfer(i, 0, 1, 10.0, 0.0, 1.0)
+    assert len(taken.to_dataframe()) == 1 and len(rec.kv_transfers) == 6 * 1999
