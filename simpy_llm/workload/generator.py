@@ -405,6 +405,10 @@ def make_request(
     if extra is None:
         return Request(id=request_id, prompt_tokens=prompt, output_tokens=output, arrival_s=arrival_s, **base)
     if not base:  # a trace's row: its fields are the request's own
+        if len(extra) == 3 and _TRACE_HEAD == extra.keys():
+            # A trace row's usual fields, by position (Request's first seven fields): no
+            # keyword matching over the request's 58 fields.
+            return Request(request_id, extra["client_id"], prompt, output, arrival_s, extra["tenant_id"], extra["slo_class"])
         return Request(id=request_id, prompt_tokens=prompt, output_tokens=output, arrival_s=arrival_s, **extra)
     return Request(id=request_id, prompt_tokens=prompt, output_tokens=output, arrival_s=arrival_s, **{**base, **extra})
 
@@ -412,6 +416,9 @@ def make_request(
 _HEAD = ("id", "client_id", "prompt_tokens", "output_tokens", "arrival_s")
 """The first fields of :class:`Request`, in order: those :func:`make_request` gives itself
 and the client's id."""
+_TRACE_HEAD = {"client_id", "tenant_id", "slo_class"}
+"""The fields of a trace row that sets nothing else (:func:`~simpy_llm.workload.traces.trace_rows`):
+with :data:`_HEAD`, :class:`Request`'s first seven fields, in that order after ``arrival_s``."""
 
 
 def positional_fields(base: dict[str, Any]) -> tuple[str, tuple[Any, ...]] | None:
@@ -474,6 +481,21 @@ def merge_sources(
     limit = num_requests if num_requests is not None else -1
     horizon = horizon_s if horizon_s is not None else float("inf")
     n = 0
+    if len(iterators) == 1 and heap:
+        # One source (a single trace or client): the same rows, read ahead one as below,
+        # without the heap's compare and replace per row.
+        it = iterators[0]
+        item = heap[0]
+        while n != limit:
+            if item[0] > horizon:
+                return
+            nxt = next(it, None)
+            n += 1
+            yield item
+            if nxt is None:
+                return
+            item = (nxt[0], 0, nxt[1], nxt[2], nxt[3])
+        return
     while heap and n != limit:
         item = heap[0]
         if item[0] > horizon:

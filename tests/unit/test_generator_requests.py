@@ -82,3 +82,39 @@ def test_a_client_whose_lifecycle_ends_stops_at_the_first_arrival_past_its_last_
     assert len(rows) == ended
     assert [r[0] for r in rows] == times[:ended].tolist()
     assert [r[1:] for r in rows] == [row[1:] for _, row in plain[:ended]]
+
+
+def test_a_trace_row_by_position_is_the_keyword_request() -> None:
+    """A trace row with only its client, tenant and SLO class makes, by position, the request
+    that keywords make."""
+    import attrs
+
+    from simpy_llm.entities import Request
+
+    extra = {"client_id": "c", "tenant_id": "t", "slo_class": "batch"}
+    made = make_request(3, 0.25, {}, 40, 9, extra)
+    by_keyword = Request(id=3, prompt_tokens=40, output_tokens=9, arrival_s=0.25, **extra)
+    assert attrs.astuple(made) == attrs.astuple(by_keyword)
+
+
+def test_one_source_merges_as_the_heap_does() -> None:
+    """With one source, merge_sources yields the rows, limit and horizon as with the heap (a
+    second source that never yields takes the heap's way), and reads the source ahead by one
+    row alike."""
+    from simpy_llm.workload.generator import merge_sources
+
+    rows = [(0.5 * i, 10 + i, 2 + i, None) for i in range(8)]
+
+    def source(log: list[int]):
+        for i, row in enumerate(rows):
+            log.append(i)
+            yield row
+
+    for limit, horizon in ((None, None), (3, None), (None, 2.0), (0, None), (20, 10.0)):
+        one_log: list[int] = []
+        two_log: list[int] = []
+        one = merge_sources([source(one_log)], limit, horizon)
+        two = merge_sources([source(two_log), iter(())], limit, horizon)
+        for a, b in zip(one, two, strict=True):
+            assert a == b and one_log == two_log
+        assert one_log == two_log

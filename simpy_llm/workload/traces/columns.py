@@ -338,8 +338,11 @@ def _read_csv_strings(path: Path | str) -> tuple[pd.DataFrame, np.ndarray]:
     (blank lines) are skipped; line numbers assume no line break inside a field.
     """
     source = str(path)
+    read = _read_csv_arrow(path)
     try:  # header=None: the header line fixes the field count, so no row can have more
-        df = pd.read_csv(path, header=None, dtype=str, keep_default_na=False, skip_blank_lines=False, encoding="utf-8")
+        df = read if read is not None else pd.read_csv(
+            path, header=None, dtype=str, keep_default_na=False, skip_blank_lines=False, encoding="utf-8"
+        )
     except FileNotFoundError:
         raise ScenarioError(source, [("", "file not found")]) from None
     except IsADirectoryError:
@@ -367,6 +370,60 @@ def _read_csv_strings(path: Path | str) -> tuple[pd.DataFrame, np.ndarray]:
             df = df.loc[~blank].reset_index(drop=True)
             lines = lines[~blank]
     return df, lines
+
+
+def _read_csv_arrow(path: Path | str) -> pd.DataFrame | None:
+    """What :func:`pandas.read_csv` gives :func:`_read_csv_strings` for the CSV at *path*,
+    parsed by pyarrow's CSV reader straight into the strings pandas holds in pyarrow (no Python
+    string per cell); None when pandas does not hold strings in pyarrow, or the file is one
+    this path does not take (every row with the header's field count, in valid UTF-8, no blank
+    line, carriage return, NUL or quote), which pandas then reads, reporting any problem as it always did.
+
+    On the files this path takes (plain cells, a byte-order mark or none) both readers give
+    the same cells; a hypothesis test compares them on any text.
+    """
+    if _STR_DTYPE is None:
+        return None
+    import pyarrow as pa  # present whenever pandas holds strings in it
+    import pyarrow.csv as pa_csv
+
+    try:
+        data = Path(path).read_bytes()
+    except OSError:  # missing, a directory, unreadable: the pandas path says which
+        return None
+    if data[:1] == b"\n" or b"\n\n" in data or b"\r" in data or b"\x00" in data or b'"' in data:
+        return None  # blank lines, carriage returns, NUL, quoting: where the readers may differ, pandas reads
+    end = data.find(b"\n")
+    read = pa_csv.ReadOptions(autogenerate_column_names=True, use_threads=False)
+    try:
+        fields = pa_csv.read_csv(pa.py_buffer(data[: end + 1] if end >= 0 else data), read_options=read).num_columns
+        table = pa_csv.read_csv(
+            pa.py_buffer(data),
+            read_options=read,
+            parse_options=pa_csv.ParseOptions(ignore_empty_lines=False),
+            convert_options=pa_csv.ConvertOptions(
+                column_types={f"f{i}": pa.large_string() for i in range(fields)},
+                strings_can_be_null=False,
+                quoted_strings_can_be_null=False,
+            ),
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    if table.num_columns != fields:
+        return None
+    df = table.to_pandas(types_mapper={pa.large_string(): _STR_DTYPE}.get)
+    df.columns = pd.RangeIndex(fields)
+    return df
+
+
+def _pyarrow_str_dtype() -> Any:
+    """pandas' ``str`` dtype when it holds strings in pyarrow, else None."""
+    dtype = pd.Series([""], dtype=str).dtype
+    return dtype if isinstance(dtype, pd.StringDtype) and dtype.storage == "pyarrow" else None
+
+
+_STR_DTYPE = _pyarrow_str_dtype()
+"""pandas' ``str`` dtype when it holds strings in pyarrow (what ``read_csv(dtype=str)`` gives), else None."""
 
 
 def _require_columns(
