@@ -13,8 +13,8 @@ import math
 import os
 import pickle
 import socket
-import time
 import warnings
+from collections.abc import Iterator
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Listener
 from typing import Any
@@ -137,36 +137,35 @@ def test_a_run_cut_at_until_gives_the_single_runs_summary():
     assert run_sharded(scenario, shards=2).summary() == Simulation(scenario).run(progress=False).summary()
 
 
-@pytest.fixture(scope="module")
-def dask_client():
+def _in_process_client(workers: int) -> Iterator[Any]:
+    """An in-process LocalCluster of *workers* workers and its Client. One cluster per size,
+    never scaled: closing a cluster whose scaled-down workers were still retiring has failed in
+    Dask's teardown (a ``KeyError`` on an ``inproc://`` address)."""
     distributed = pytest.importorskip("dask.distributed")
-    with distributed.LocalCluster(n_workers=4, threads_per_worker=1, processes=False, dashboard_address="127.0.0.1:0") as cluster, \
+    with distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=False, dashboard_address="127.0.0.1:0") as cluster, \
             distributed.Client(cluster) as client:
+        client.wait_for_workers(workers)
         yield client
 
 
-def _scale(client: Any, n: int) -> None:
-    """Scale the in-process cluster to exactly *n* workers (``wait_for_workers`` returns as
-    soon as there are at least *n*: a scale-down's retiring workers would still be listed)."""
-    client.cluster.scale(n)
-    client.wait_for_workers(n)
-    for _ in range(600):
-        if len(client.scheduler_info()["workers"]) == n:
-            return
-        time.sleep(0.05)
-    raise TimeoutError(f"the cluster did not scale to {n} workers")
+@pytest.fixture(scope="module")
+def dask_client_2():
+    yield from _in_process_client(2)
 
 
-def test_two_clusters_on_two_dask_workers_give_the_single_runs_records(dask_client):
+@pytest.fixture(scope="module")
+def dask_client_4():
+    yield from _in_process_client(4)
+
+
+def test_two_clusters_on_two_dask_workers_give_the_single_runs_records(dask_client_2):
     """Two clusters on two Dask workers (actors of a LocalCluster) give the single run's records."""
-    _scale(dask_client, 2)
-    _same_records(_fleet(2), client=dask_client)
+    _same_records(_fleet(2), client=dask_client_2)
 
 
-def test_four_clusters_on_four_dask_workers_give_the_single_runs_records(dask_client):
+def test_four_clusters_on_four_dask_workers_give_the_single_runs_records(dask_client_4):
     """Four clusters on four Dask workers give the single run's records."""
-    _scale(dask_client, 4)
-    _same_records(_fleet(4), client=dask_client)
+    _same_records(_fleet(4), client=dask_client_4)
 
 
 @pytest.fixture(scope="module")
@@ -191,13 +190,12 @@ def test_worker_processes_called_over_their_own_connections_give_the_single_runs
     _same_records(_fleet(4), client=tcp_dask_client)
 
 
-def test_workers_over_another_transport_are_called_through_dask(dask_client, monkeypatch):
+def test_workers_over_another_transport_are_called_through_dask(dask_client_2, monkeypatch):
     """Where a worker is reached otherwise than over TCP or in process, its slot is called
     through Dask's actor: the same records."""
-    _scale(dask_client, 2)
     monkeypatch.setattr(sharded, "piped_host", lambda address: None)
     monkeypatch.setattr(sharded, "_Piped", None)  # a connection of its own would fail here
-    _same_records(_fleet(2), client=dask_client)
+    _same_records(_fleet(2), client=dask_client_2)
 
 
 @pytest.mark.parametrize(("address", "host"), [
