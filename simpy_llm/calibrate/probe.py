@@ -31,7 +31,8 @@ request is streamed with ``ignore_eos``):
     prompt (4 to 1,600 tokens), give ``decode_context`` (the slope of a request's median gap
     on its context, least squares).
 ``decode.N``
-    For each batch size ``N = 1 .. parallel``, ``N`` requests with 8-token prompts and
+    For each batch size ``N = 1 .. parallel``, ``N`` requests with 8-token prompts (on
+    llama.cpp pinned to slots ``0 .. N-1``: "Slots" below) and
     enough output tokens sent together: once all ``N`` decode (after the last one's first
     token, before the first one's last token), every token gap is a pure-decode step of
     ``N`` decoders. ``D(N)`` is the median of one request's gaps in that window, less
@@ -71,6 +72,36 @@ server but llama.cpp, or ``cache_ram_mib: 0``) is skipped, with the reason in th
 (``probe.skipped``) and the warnings; a request that finds nothing cached is left out.
 With neither, ``cache_restore_us`` keeps its default 0 with a null interval.
 
+**Slots** (llama.cpp only). The server runs a request on the slot its body names
+(``id_slot``, on the completions and chat endpoints alike); left to itself it places a prompt
+by its similarity to each slot's last one (``--slot-prompt-similarity``), else on the least
+recently used slot, so a probe could not say which slots a phase held. With a KV stream per
+slot the slots decide a step's forward passes (``docs/model.md``, "Passes by slot"), so the
+probe pins each request as below and records it in the header (``probe.pinned_slots``, by
+phase; a probe without that key left every choice to the server):
+
+* ``warm_up``, ``isolated``: slot 0. One sequence is one pass on any slot; one slot for all
+  keeps the requests alike (with ``cache_prompt: false`` nothing of its last prompt is reused).
+* ``decode.N``: slots ``0 .. N-1``, one request on each. Consecutive slots decode in one
+  forward pass, which is what ``D(N)`` times in the model (a step of ``N`` decoders on
+  scattered slots costs the sum of its passes of consecutive ones).
+* ``mixed``: the decoder on slot 0, each joiner on the last slot. With passes by slot no
+  joiner shares the decoder's pass whole (one on the next slot gives it only its first token
+  and runs the rest in a pass of its own); one on a slot not next to the decoder's runs its
+  prompt in a pass of its own, so by the model a mixed gap is ``D(1)`` plus one prompt pass,
+  the same on every such slot: the estimator's ``prefill_step`` then reads that pass's fixed
+  cost, and ``prefill_only_step`` what the isolated phase's per-pass cost has beyond it (0 by
+  the model). With two slots the last slot is the next one; with one KV cache the slot
+  changes nothing.
+* ``extension``: the base prompt and its extension on slot 0, so that the extension finds the
+  base prompt's context in its slot.
+* ``restore``: the base prompt on slot 0, the fills on slots ``0 .. parallel-1``, the
+  extension on slot 0. The fill on slot 0 surely replaces the base prompt's context (saved to
+  host memory), so the extension finds it only in host memory: a restore (measured on the
+  server of the tests: 96 tokens of the base prompt's 101 restored into the pinned slot).
+
+Other servers choose their own batches: nothing is pinned, and ``probe.pinned_slots`` is null.
+
 **Budget.** :func:`plan_design` takes the largest of a few design sizes whose planned
 duration (a cost model from the warm-up, times :data:`_SAFETY`) fits the time left; an
 optional phase (mixed, extension, restore) is skipped when its planned time exceeds the
@@ -85,12 +116,13 @@ from the server's ``/tokenize`` (and ``/apply-template`` for chat), llama.cpp's 
 when it answers them, else one token per word; either way corrected by the difference
 the first warm-up request's ``usage`` showed; the estimates use the counts ``usage``
 reports per request. Each request carries ``user: simpy-llm-probe/<request id>`` (the
-emulated server records it as the client) and, for llama.cpp, ``cache_prompt``.
+emulated server records it as the client) and, for llama.cpp, ``cache_prompt`` and
+``id_slot`` (above).
 
 Outputs (:func:`run_probe`): ``trace.yaml`` / ``trace.csv`` in *out* (a trace v2 with the
 observer's columns, written as requests end, and a header with the server, hardware and
 network blocks as ``simpy-llm observe --server-type`` writes them, plus ``probe``: budget,
-slots, seed, phases skipped), and ``profile.yaml`` (:meth:`~simpy_llm.calibrate.probe_estimate.ProbeResult.profile`):
+slots, seed, phases skipped, slots pinned), and ``profile.yaml`` (:meth:`~simpy_llm.calibrate.probe_estimate.ProbeResult.profile`):
 ``latency_model`` with every coefficient, ``server``, and ``fit`` with ``method: probe``,
 ``trace``, ``intervals``, ``sources`` (``probe`` for measured, ``default`` otherwise),
 ``ranges`` (what the probe covered), ``warnings`` and the phases' statistics (``probe``).
@@ -158,6 +190,22 @@ _SAFETY = 1.2
 
 _POLL_S = 0.005
 """How often the mixed phase looks at the decoding request's tokens, s."""
+
+PINNED_SLOTS: dict[str, str] = {
+    "warm_up": "0",
+    "isolated": "0",
+    "decode.N": "0..N-1",
+    "mixed.decoder": "0",
+    "mixed.joiner": "last",
+    "extension.base": "0",
+    "extension": "0",
+    "restore.base": "0",
+    "restore.fill": "0..parallel-1",
+    "restore": "0",
+}
+"""Where a llama.cpp probe pins each phase's requests (``id_slot``; module docstring, "Slots"),
+as the trace header's ``probe.pinned_slots`` records it: ``last`` is the highest slot measured
+(``parallel - 1``)."""
 
 
 # ----------------------------------------------------------------------------- design
@@ -406,7 +454,7 @@ class _Run:
 
     def __init__(
         self, client: Any, writer: Any, prompts: _Prompts, *, api: str, model: str | None, slots: int,
-        cache_field: bool, max_prompt_tokens: int, ubatch: int | None, unavailable: Mapping[str, str], deadline: float,
+        cache_field: bool, pin_slots: bool, max_prompt_tokens: int, ubatch: int | None, unavailable: Mapping[str, str], deadline: float,
     ) -> None:
         self.client = client
         self.writer = writer
@@ -415,6 +463,7 @@ class _Run:
         self.model = model
         self.slots = slots
         self.cache_field = cache_field
+        self.pin_slots = pin_slots
         self.max_prompt_tokens = max_prompt_tokens
         self.ubatch = ubatch
         self.unavailable = dict(unavailable)
@@ -428,14 +477,18 @@ class _Run:
         self._next_id = 0
 
     async def send(
-        self, phase: str, text: str, tokens: int, max_tokens: int, *, cache: bool | None, record: Any = None
+        self, phase: str, text: str, tokens: int, max_tokens: int, *, cache: bool | None, slot: int | None,
+        record: Any = None,
     ) -> Any:
-        """Send one streamed request of phase *phase* and write its row, whatever its fate."""
+        """Send one streamed request of phase *phase* and write its row, whatever its fate;
+        on slot *slot* when the probe pins slots (``None``: the server's choice)."""
         rid = self._next_id
         self._next_id += 1
         extra: dict[str, Any] = {"ignore_eos": True, "user": f"simpy-llm-probe/{rid}"}
         if cache is not None and self.cache_field:
             extra["cache_prompt"] = cache
+        if slot is not None and self.pin_slots:
+            extra["id_slot"] = slot
         spec = RequestSpec(text, max_tokens, self.api, stream=True, model=self.model, request_id=rid, extra_body=extra)
         rec = record if record is not None else ObservedRequest()
         rec.approx_prompt_tokens = tokens
@@ -461,19 +514,19 @@ class _Run:
         longer one and the short one again with 8 output tokens; the cost model of
         :func:`plan_design` from the last two."""
         text, n = await self.prompts.make(16, "warm_up/0")
-        first = await self.send("warm_up", text, n, 1, cache=False)
+        first = await self.send("warm_up", text, n, 1, cache=False, slot=0)
         if first.status != "ok":
             raise ProbeError(f"the first request failed: {first.error_message}")
         self.prompts.learn(n, first.prompt_tokens)
         await self.pause()
         longer = min(256, self.max_prompt_tokens)
         text, m = await self.prompts.make(longer, "warm_up/1")
-        second = await self.send("warm_up", text, m, 1, cache=False)
+        second = await self.send("warm_up", text, m, 1, cache=False, slot=0)
         if second.status != "ok":
             raise ProbeError(f"a {m}-token prompt failed: {second.error_message}")
         await self.pause()
         text, n = await self.prompts.make(16, "warm_up/2")
-        third = await self.send("warm_up", text, n, 8, cache=False)
+        third = await self.send("warm_up", text, n, 8, cache=False, slot=0)
         if third.status != "ok":
             raise ProbeError(f"a {n}-token prompt failed: {third.error_message}")
         p_short = third.prompt_tokens or n
@@ -491,7 +544,7 @@ class _Run:
                     self.warnings.append(f"isolated phase cut short by the budget after {rep} round(s) of lengths")
                     return
                 text, n = await self.prompts.make(length, f"isolated/{rep}/{length}")
-                await self.send("isolated", text, n, ISOLATED_OUTPUT_TOKENS, cache=False)
+                await self.send("isolated", text, n, ISOLATED_OUTPUT_TOKENS, cache=False, slot=0)
                 await self.pause()
 
     async def decode(self, d: ProbeDesign) -> None:
@@ -500,7 +553,8 @@ class _Run:
                 self.warnings.append(f"decode phase cut short by the budget: batch sizes from {size} on not measured")
                 return
             prompts = [await self.prompts.make(d.decode_prompt_tokens, f"decode/{size}/{i}") for i in range(size)]
-            await asyncio.gather(*(self.send(f"decode.{size}", t, n, d.decode_output_tokens, cache=False) for t, n in prompts))
+            await asyncio.gather(*(self.send(f"decode.{size}", t, n, d.decode_output_tokens, cache=False, slot=i)
+                                   for i, (t, n) in enumerate(prompts)))
             await self.pause()
 
     async def _wait_tokens(self, rec: Any, task: asyncio.Task[Any], count: int) -> bool:
@@ -514,11 +568,11 @@ class _Run:
         text, n = await self.prompts.make(16, "mixed/decoder")
         joiners = [await self.prompts.make(length, f"mixed/{length}") for length in d.mixed_joiner_lengths]
         rec = ObservedRequest()
-        task = asyncio.create_task(self.send("mixed.decoder", text, n, d.mixed_decoder_tokens, cache=False, record=rec))
+        task = asyncio.create_task(self.send("mixed.decoder", text, n, d.mixed_decoder_tokens, cache=False, slot=0, record=rec))
         try:
             if await self._wait_tokens(rec, task, 3):
                 for jt, jn in joiners:
-                    await self.send("mixed.joiner", jt, jn, 1, cache=False)
+                    await self.send("mixed.joiner", jt, jn, 1, cache=False, slot=self.slots - 1)
                     if not await self._wait_tokens(rec, task, len(rec.content_times_s) + 3):
                         self.warnings.append("mixed phase: the decoding request ended before every prompt had joined it")
                         break
@@ -529,10 +583,10 @@ class _Run:
     async def extension(self, d: ProbeDesign) -> None:
         for rep in range(d.extension_repeats):
             base, n = await self.prompts.make(d.base_tokens, f"extension/{rep}")
-            await self.send("extension.base", base, n, 1, cache=True)
+            await self.send("extension.base", base, n, 1, cache=True, slot=0)
             await self.pause()
             longer = base + " " + self.prompts.words(d.extension_tokens, f"extension/{rep}/more")
-            await self.send("extension", longer, await self.prompts.count(longer), 1, cache=True)
+            await self.send("extension", longer, await self.prompts.count(longer), 1, cache=True, slot=0)
             await self.pause()
 
     async def restore(self, d: ProbeDesign) -> None:
@@ -541,11 +595,11 @@ class _Run:
             fills = [await self.prompts.make(d.fill_tokens, f"restore/{rep}/fill/{i}") for i in range(self.slots)]
             longer = base + " " + self.prompts.words(d.extension_tokens, f"restore/{rep}/more")
             longer_n = await self.prompts.count(longer)
-            await self.send("restore.base", base, n, 1, cache=True)
+            await self.send("restore.base", base, n, 1, cache=True, slot=0)
             await self.pause()
-            await asyncio.gather(*(self.send("restore.fill", t, m, 2, cache=True) for t, m in fills))
+            await asyncio.gather(*(self.send("restore.fill", t, m, 2, cache=True, slot=i) for i, (t, m) in enumerate(fills)))
             await self.pause()
-            await self.send("restore", longer, longer_n, 1, cache=True)
+            await self.send("restore", longer, longer_n, 1, cache=True, slot=0)
             await self.pause()
 
     async def run(self, budget_s: float) -> None:
@@ -611,6 +665,11 @@ async def run_probe_async(
         if slots is None:
             raise ProbeError(f"the {kind} server's description gives no slot count (n_parallel, max_num_seqs): give parallel (--parallel N)")
         unavailable = _unavailable(blocks["server"], kind, slots)
+        pin = kind == "llamacpp"  # the one server whose request body names a slot (id_slot)
+        served = _slots(blocks["server"])
+        if pin and served is not None and slots > served:
+            raise ProbeError(f"parallel {slots} exceeds the llama.cpp server's {served} slots (n_parallel): "
+                             f"the probe pins requests to slots 0..{slots - 1}")
         prompts = _Prompts(client, api, salt)
         await prompts.setup()
         header.update(
@@ -619,7 +678,8 @@ async def run_probe_async(
                   "closed_loop_sessions": False},
             prompts={"source": "synthetic", "token_rule": "tokenize" if prompts.tokenize else "words"},
             prefix_groups={},
-            probe={"budget_s": float(max_seconds), "parallel": slots, "seed": salt, "skipped": unavailable},
+            probe={"budget_s": float(max_seconds), "parallel": slots, "seed": salt, "skipped": unavailable,
+                   "pinned_slots": dict(PINNED_SLOTS) if pin else None},
             **blocks,
         )
         empty = pd.DataFrame({"arrival_time_us": [], "input_tokens": [], "output_tokens": []})
@@ -628,7 +688,7 @@ async def run_probe_async(
         with TraceV2Writer(out / "trace", header=header, extra_columns=OBSERVER_COLUMNS) as writer:
             client.run_start = time.perf_counter()
             run = _Run(
-                client, writer, prompts, api=api, model=model, slots=slots, cache_field=kind == "llamacpp",
+                client, writer, prompts, api=api, model=model, slots=slots, cache_field=kind == "llamacpp", pin_slots=pin,
                 max_prompt_tokens=context - ISOLATED_OUTPUT_TOKENS - 8, ubatch=engine.ubatch_tokens,
                 unavailable=unavailable, deadline=deadline,
             )
@@ -691,7 +751,8 @@ def run_probe(
         (mixed, extension, restore) that would overrun it is skipped.
     parallel
         The server's slots: batch sizes ``1 .. parallel`` are measured (default: the server
-        block's ``n_parallel`` or ``max_num_seqs``).
+        block's ``n_parallel`` or ``max_num_seqs``; on llama.cpp at most ``n_parallel``, as the
+        requests are pinned to slots ``0 .. parallel - 1``).
     seed
         Seeds the prompts' words (default: drawn afresh, so that a repeated probe finds
         nothing of an earlier one in the server's prompt cache); written to the header.
@@ -703,7 +764,8 @@ def run_probe(
     Raises
     ------
     ProbeError
-        No slot count, a warm-up request failed, or the trace gives no profile.
+        No slot count, more slots than a llama.cpp server has, a warm-up request failed, or the
+        trace gives no profile.
     ScenarioError
         The server config is bad.
     ValueError

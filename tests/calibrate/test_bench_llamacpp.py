@@ -5,18 +5,18 @@ The fit (``profile.yaml``) comes from a synchronous run of 12 requests, with a p
 priors, and one constant-rate run of 32 (``probe``, ``fit_synchronous``, ``fit_rate``); the sweep
 (``sweep``) was recorded after them on the same server and is predicted run by run from each
 run's own workload file. Every figure asserted is the figure reached (``docs/calibration.md``,
-"Predicting a benchmark before it is run")."""
+"Predicting a benchmark before it is run"), computed as ``python -m tests.data.bench.record_benchmark
+--figures`` prints them (:func:`~tests.data.bench.record_benchmark.predicted_errors`)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from simpy_llm.calibrate.bench_predict import bench_errors, predict_measured
 from simpy_llm.calibrate.scenario import scenario_from_trace
-from simpy_llm.loading import scenario_from_dict, scenario_to_dict
+from simpy_llm.loading import scenario_to_dict
+from tests.data.bench.record_benchmark import predicted_errors
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "bench" / "llamacpp_bench"
 
@@ -24,10 +24,7 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "bench" / "llamacpp_bench"
 @pytest.fixture(scope="module")
 def scored(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """The sweep predicted with the fitted profile, and its errors."""
-    measured = json.loads((DATA / "sweep" / "bench.json").read_text())
-    scenario = scenario_from_trace(DATA / "sweep" / "rate_0" / "trace", profile=DATA / "profile.yaml")
-    predicted = predict_measured(scenario, DATA / "sweep", tmp_path_factory.mktemp("predicted"))
-    return bench_errors(measured["runs"], predicted["runs"])
+    return predicted_errors(DATA, DATA / "profile.yaml", tmp_path_factory.mktemp("predicted"))
 
 
 def test_the_saturation_rate_is_predicted_within_four_percent(scored: dict) -> None:
@@ -55,12 +52,9 @@ def test_one_kv_cache_would_miss_the_lowest_rate_the_other_way(tmp_path: Path) -
     """The same profile replayed as one KV cache (passes in order: not the layout this server
     ran): p50 E2E +5.9 %, -4.0 %, -33.7 %, +1.5 %, +1.5 %, +20.1 %. The layout decides the
     lowest rate, where four to six decoders on scattered slots take passes of their own."""
-    measured = json.loads((DATA / "sweep" / "bench.json").read_text())
     data = scenario_to_dict(scenario_from_trace(DATA / "sweep" / "rate_0" / "trace", profile=DATA / "profile.yaml"))
     assert data["serving"]["engine"]["ubatch_split"] == "by_slot"
-    data["serving"]["engine"]["ubatch_split"] = "simple"
-    predicted = predict_measured(scenario_from_dict(data), DATA / "sweep", tmp_path)
-    runs = bench_errors(measured["runs"], predicted["runs"])["runs"]
+    runs = predicted_errors(DATA, DATA / "profile.yaml", tmp_path, ubatch_split="simple")["runs"]
     assert [r["median_e2el_ms"] for r in runs] == pytest.approx([0.0594, -0.0404, -0.3372, 0.0151, 0.0145, 0.2005], abs=1e-4)
 
 
@@ -68,7 +62,5 @@ def test_the_probe_and_synchronous_fit_alone_miss_the_lowest_rate_below(tmp_path
     """Without the rate run (the synchronous fit on the probe's priors), p50 E2E -0.1 %, -3.5 %,
     -14.4 %, +0.7 %, +0.3 %, +12.3 %: the rate run moves the lowest rate's error from -14.4 to
     +19.1 % and leaves the others within 10 %."""
-    measured = json.loads((DATA / "sweep" / "bench.json").read_text())
-    scenario = scenario_from_trace(DATA / "sweep" / "rate_0" / "trace", profile=DATA / "fit_synchronous" / "profile.yaml")
-    runs = bench_errors(measured["runs"], predict_measured(scenario, DATA / "sweep", tmp_path)["runs"])["runs"]
+    runs = predicted_errors(DATA, DATA / "fit_synchronous" / "profile.yaml", tmp_path)["runs"]
     assert [r["median_e2el_ms"] for r in runs] == pytest.approx([-0.0010, -0.0354, -0.1444, 0.0067, 0.0026, 0.1230], abs=1e-4)
