@@ -236,6 +236,11 @@ class Recorder:
         """Per drafter escalation: see :meth:`on_drafter_switch`."""
         self.itl = WeightedTally()
         """Inter-token latencies, s (weighted: one weight per token)."""
+        # The tally's own add, bound: the engines call it a few times per request, and a
+        # method forwarding to it would be one Python call more each time.
+        self.on_token_gaps: Callable[[float, int], None] = self.itl.add
+        """``on_token_gaps(gap_s, count)``: *count* output tokens each followed their
+        predecessor by *gap_s*."""
         self.batch_steps: Counter[int] = Counter()
         """Engine steps per batch size (requests in the step)."""
         self.in_system = LevelMonitor()
@@ -280,7 +285,12 @@ class Recorder:
     def on_complete(self, req: Request) -> None:
         """A request produced its last token."""
         del self.live[req.id]
-        self._append(req, RequestStatus.COMPLETED)
+        # _append(req, COMPLETED), inline: once per request.
+        self._buffer += self._fields_of(req)
+        status_list = self._status
+        status_list.append(RequestStatus.COMPLETED)
+        if len(status_list) >= _FLUSH_EVERY:
+            self._flush()
 
     def on_drop(self, req: Request) -> None:
         """A request was rejected (e.g. longer than the model allows)."""
@@ -380,10 +390,6 @@ class Recorder:
             (replica, batch.id, batch.bin, batch.size, batch.formed_s, batch.start_s, batch.end_s,
              batch.b_target, batch.b_mem, batch.b_sla, batch.memory_tokens)
         )
-
-    def on_token_gaps(self, gap_s: float, count: int) -> None:
-        """*count* output tokens each followed their predecessor by *gap_s*."""
-        self.itl.add(gap_s, count)
 
     def on_token_burst(self, gap_s: float, count: int) -> None:
         """*count* output tokens reached the client together, the first *gap_s* after its

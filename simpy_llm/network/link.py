@@ -755,7 +755,13 @@ class Link(Channel):
         if lone is not None and lone[0] is msg:  # still the link's lone one: it has ended
             self._lone = None
             self._busy_s += lone[2] - lone[1]
-        self._deliver(msg, self.env.now)
+        # _deliver(msg, now), inline (once per lone message: the usual delivery)
+        msg.delivered_s = self.env.now
+        self._delivered += 1
+        self._bytes_delivered += msg.size_bytes
+        self._queueing_s += msg.queueing_s
+        self._outage_wait_s += msg.wait_s
+        self.out.send(msg)
 
     def _count_attempt(self, msg: Message) -> None:
         if msg.attempts:

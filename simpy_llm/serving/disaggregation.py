@@ -106,6 +106,8 @@ class KvHandoff:
         self.env = env
         self.decode_router = decode_router
         self.decode_inboxes = list(decode_inboxes)
+        self._inbox_sends = [wire.send for wire in self.decode_inboxes]
+        """Each decode inbox's send, by position."""
         self.links = links
         self.kv_bytes_per_token = kv_bytes_per_token
         self.first_token_overheads_s = list(first_token_overheads_s)
@@ -153,7 +155,7 @@ class KvHandoff:
         req.first_token_s = now + self.first_token_overheads_s[pos]
         req.last_token_engine_s = now
         self.recorder.on_kv_transfer(req.id, req.prefill_replica, req.replica, message.size_bytes, start, now)
-        self.decode_inboxes[pos].send(req)
+        self._inbox_sends[pos](req)
 
     def _lost(self, message: Message) -> None:
         """A link dropped *message*: its request ends here, dropped, and the decode router's

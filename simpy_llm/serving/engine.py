@@ -253,6 +253,8 @@ class Replica:
         self.role = role
         self.handoffs = handoffs
         self._prefill_only = role == "prefill"
+        self._send_handoff: Callable[[Request], None] | None = None if handoffs is None else handoffs.send
+        """*handoffs*' send (a prefill replica's; None on the others)."""
         self.load_s = load_s
         self.warm_retention_s = warm_retention_s
         self.throttle = throttle
@@ -276,6 +278,8 @@ class Replica:
         """``config.max_num_seqs`` (read once per stretch)."""
         self.scheduler = scheduler
         self._key = scheduler.key
+        self._fcfs = type(scheduler) is FirstComeFirstServed
+        """Whether every key is FCFS's 0 (then a request's key is not asked for)."""
 
         bs = config.kv_block_size
         num_blocks = config.kv_num_blocks
@@ -405,7 +409,9 @@ class Replica:
             inbox.connect(self.arrive)
         else:  # a plain simpy.Store: take requests with a process
             env.process(self._ingress())
-        self._queueing_time_s = latency.queueing_time_s
+        # A decode replica's requests were tokenised and queued by their prefill replica.
+        self._queueing_time_s: Callable[[int], float] | None = None if role == "decode" else latency.queueing_time_s
+        """The latency model's queueing time (None on a decode replica: no queueing delay)."""
         self.process = env.process(self._engine())
 
     # --- own state, read by views ---------------------------------------------
@@ -468,12 +474,13 @@ class Replica:
             if self.completions is not None:
                 self.completions.put(req)
             return
-        # A decode replica's requests were tokenised and queued by their prefill replica.
-        delay = self._queueing_time_s(req.prompt_tokens) if self.role != "decode" else 0.0
-        if delay > 0.0:
-            Later(self.env, delay, functools.partial(self._enqueue, req))  # env.timeout(delay), leaner
-        else:
-            self._enqueue(req)
+        queueing_time_s = self._queueing_time_s
+        if queueing_time_s is not None:
+            delay = queueing_time_s(req.prompt_tokens)
+            if delay > 0.0:
+                Later(self.env, delay, functools.partial(self._enqueue, req))  # env.timeout(delay), leaner
+                return
+        self._enqueue(req)
 
     def _ingress(self) -> Generator[Event, Request, None]:
         """Process taking requests from an inbox Store that cannot call :meth:`arrive` itself.
@@ -497,7 +504,7 @@ class Replica:
         self.queued_prompt_tokens += target
         seq = self._seq
         self._seq = seq + 1
-        entry = (self._key(req, now), seq, req)
+        entry = (0 if self._fcfs else self._key(req, now), seq, req)
         req.sched_key = entry[:2]
         heapq.heappush(self.waiting, entry)
         if self._cuttable:
@@ -846,10 +853,8 @@ class Replica:
                         cache.register_shared(holder, req.kv_tokens + chunk)
             self._preempted_now = False
             if self.waiting and budget > 0 and len(running) < cfg.max_num_seqs:
-                n_chunks = len(chunks)
-                self._admit(chunks, budget, need)
-                for i in range(n_chunks, len(chunks)):
-                    prefill_tokens += chunks[i][1]
+                # The chunks admitted take the budget they leave: their tokens are its difference.
+                prefill_tokens += budget - self._admit(chunks, budget, need)
             elif need:
                 kv.allocate(need)
         else:
@@ -1264,7 +1269,11 @@ class Replica:
         """A prefill replica computed *req*'s prompt and first token at *end*: it leaves for a
         decode replica, its KV released here (cached, findable if a later round may use it)."""
         del self.running[req.id]
-        self._release_kv(req, req.kv_tokens, done=True)
+        cache = self.prefix_cache
+        if cache is not None and req.kv_holder is None and not req.continuable:
+            cache.release_own(req.kv_tokens)  # _release_kv's way for content all its own (as _complete)
+        else:
+            self._release_kv(req, req.kv_tokens, done=True)
         req.kv_holder = None
         if self.slot_cache is not None:
             self.slot_cache.release(req, req.kv_tokens, end)
@@ -1274,10 +1283,10 @@ class Replica:
         self.departed += 1
         self.departed_tokens += req.prompt_tokens
         self._changed = True
-        handoffs = self.handoffs
-        if handoffs is None:  # __init__ gives every prefill replica one
+        send = self._send_handoff
+        if send is None:  # __init__ gives every prefill replica one
             raise RuntimeError(f"replica {self.index}: a prefill replica without a handoffs Wire")
-        handoffs.send(req)
+        send(req)
 
     def _complete(self, req: Request, end: float, tokens: int) -> None:
         del self.running[req.id]

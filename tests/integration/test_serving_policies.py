@@ -314,3 +314,25 @@ def test_policy_objects_passed_in_python_replace_the_scenarios():
     res = sim.run()
     assert set(res.to_dataframe().query("status == 'dropped'")["dropped_reason"]) == {"max_queue"}
     assert _mean_ttft(res, "gold") < _mean_ttft(run(_congested()), "gold")
+
+
+def test_fcfs_keys_taken_as_zero_match_a_scheduler_asked_for_them(tmp_path):
+    """FCFS's keys, which the engine takes as 0 without asking the policy, give the records
+    of a registered scheduler whose key (asked for each request and preemption) is always
+    0, byte for byte, on a congested replica that preempts."""
+
+    @scheduler_policies.register("test_zero_key")
+    @attrs.define
+    class ZeroKey:
+        def key(self, request, now_s):
+            return 0
+
+    data = _congested(kv_num_blocks=128)
+    try:
+        res_fcfs = Simulation(scenario_from_dict(data)).run()
+        data["serving"]["engine"]["scheduler"] = {"kind": "test_zero_key"}
+        res_asked = Simulation(scenario_from_dict(data)).run()
+    finally:
+        scheduler_policies._items.pop("test_zero_key")  # noqa: SLF001 - keep the registry as it was
+    assert res_fcfs.summary()["preemptions"]["total"] > 0
+    assert res_asked.to_dataframe().to_csv() == res_fcfs.to_dataframe().to_csv()
