@@ -15,7 +15,10 @@ generator's event loop. For each requested rate and loop, a fresh process runs
 ``--duration`` seconds of targets (Poisson arrivals by default) and reports
 requested vs achieved send rate, the schedule delay (``sent - target``) p50,
 p99 and max, the median client lag (``dispatched - target``), the ok count
-and the client's CPU time per request. The verdict per loop is the highest
+and the client's CPU time per request; a run is ``saturated`` (with the reason: for a p99 over
+10 ms, how many requests were late and the spans of their targets) when the generator itself
+did not keep the schedule (:func:`~simpy_llm.observe.saturation.saturation`, judged at the
+10 ms goal). The verdict per loop is the highest
 rate whose p99 schedule delay stays below 10 ms (the goal: >= 300 requests/s
 on 2 cores). See ``benchmarks/README.md``; figures go to ``RESULTS.md`` by hand.
 
