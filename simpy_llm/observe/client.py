@@ -74,6 +74,12 @@ process) holds at most. A run that falls behind at 10,000 requests/s with keep-a
 held ~48,000 and ran the machine out of local ports (28,000 by Linux's default range); two
 sending processes at this cap hold at most 8,192."""
 
+OPEN_AHEAD = 32
+"""Connections a load generator has its client open before its clock starts
+(:meth:`OpenAIClient.open_connections`; fewer for fewer requests or a lower concurrency): a
+sending process at 5,000 requests/s against a server that answers at once keeps 20-30 busy, and
+without them its first requests waited for connections being opened."""
+
 STATUSES = ("ok", "error", "timeout", "cancelled")
 TRANSPORTS = ("aiohttp", "lean")
 """The client's ways of sending requests (:class:`OpenAIClient`, *transport*)."""
@@ -515,6 +521,17 @@ class OpenAIClient:
             obj = await resp.json(content_type=None)
         return [str(m["id"]) for m in obj.get("data", []) if isinstance(m, dict) and "id" in m]
 
+    async def open_connections(self, n: int) -> int:
+        """Open connections ahead of the requests until *n* are held (at most *max_connections*),
+        kept idle for them; returns how many were opened. It opens none but with the lean
+        transport and ``keep_alive`` (aiohttp opens its own as requests need them; without
+        ``keep_alive`` each request has a connection of its own). A load generator opens
+        :data:`OPEN_AHEAD` before its clock starts."""
+        if self._lean is None:
+            return 0
+        cap = n if self.max_connections is None else min(n, self.max_connections)
+        return await self._lean.open_idle(cap)
+
     async def default_model(self) -> str:
         """:attr:`model`, looked up (first of ``/v1/models``) and remembered if unset."""
         if self.model is None:
@@ -582,10 +599,12 @@ class OpenAIClient:
         :meth:`abort`, or ``None`` when the request cannot be sent so (nothing was done: send it
         with :meth:`send`).
 
-        It can be with the lean transport, no retries, a connection idle and, under
-        *max_connections*, a slot free with nobody waiting for one: what a load generator's
-        request meets at a steady rate. It then costs one write and the callbacks that read the
-        answer; its timeout is the pool's (:meth:`~simpy_llm.observe.lean.LeanPool.start`).
+        It can be with the lean transport, no retries and, under *max_connections*, a slot free
+        with nobody waiting for one: what a load generator's request meets at a steady rate, and
+        when it fell behind. It then costs one write and the callbacks that read the answer; with
+        no connection idle it waits in line for the first to come free or be opened, and its
+        ``sent_s`` is when it was written. Its timeout is the pool's
+        (:meth:`~simpy_llm.observe.lean.LeanPool.start`).
         """
         lean = self._lean
         if lean is None or self.retry.max_retries:
@@ -593,17 +612,11 @@ class OpenAIClient:
         slots = self._connections
         if slots is not None and not slots.try_acquire():
             return None
-        conn = lean.take_idle()
-        if conn is None:
-            if slots is not None:
-                slots.release()
-            return None
         rec.request_id, rec.endpoint, rec.streaming = spec.request_id, spec.endpoint, spec.stream
         self._reset(spec, rec)
-        rec.last_sent_s = self.now()
-        if rec.sent_s is None:
-            rec.sent_s = rec.last_sent_s
-        return lean.start(conn, ENDPOINTS[spec.endpoint], body, rec, spec.stream, lambda: self._started_ended(rec, on_end))
+        return lean.start(
+            lean.take_idle(), ENDPOINTS[spec.endpoint], body, rec, spec.stream, lambda: self._started_ended(rec, on_end)
+        )
 
     def _started_ended(self, rec: ObservedRequest, on_end: Callable[[], None]) -> None:
         """A request of :meth:`start` ended: what :meth:`_attempt` does after its POST."""

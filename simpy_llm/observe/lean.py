@@ -11,8 +11,15 @@ answer is read into its record there by the same
 time. What aiohttp does per request besides (its request and response objects, a stream reader,
 a task wake-up per read, its connection pool) is what it saves: see docs/observe.md, "Workers
 and saturation". :meth:`LeanPool.start` saves the future and the sender's task as well: a request
-written on an idle connection calls its sender back when it ended (the load generator's open-loop
-requests go so), and the requests so started share one timer for their timeouts.
+so started calls its sender back when it ended (the load generator's open-loop requests go so),
+and the requests so started share one timer for their timeouts. One started with no idle
+connection waits in line (first come, first served) for the first connection to come free or be
+opened, whichever comes first; at most :data:`MAX_OPENING` connections are being opened at once,
+and no more than requests wait. A client that fell behind so catches up on the connections it
+has, as fast as their answers end, rather than opening a connection per late request: at 5,000
+requests/s a 100 ms pause used to open ~2,000 connections at once, and opening them kept the
+event loop's turns hundreds of milliseconds long, which made more requests late (a run took a
+second or more to catch up).
 
 Connections. With ``keep_alive`` a connection whose answer ended is kept for the next request
 (last in, first out), unless the answer said ``Connection: close``, the server closed it (end
@@ -39,6 +46,7 @@ missing, and the client falls back to aiohttp with a warning saying so.
 from __future__ import annotations
 
 import asyncio
+import collections
 import ssl
 import time
 from collections.abc import Callable, Mapping
@@ -50,10 +58,17 @@ from simpy_llm.observe.answers import StreamReader, http_error_message, json_ans
 if TYPE_CHECKING:
     from simpy_llm.observe.client import ObservedRequest
 
-__all__ = ["ERROR_BODY_BYTES", "LeanPool", "missing"]
+__all__ = ["ERROR_BODY_BYTES", "MAX_OPENING", "LeanPool", "missing"]
 
 ERROR_BODY_BYTES = 64 * 1024
 """A non-200 answer's body is read up to this many bytes (its error message is made from them)."""
+
+MAX_OPENING = 64
+"""Connections a :class:`LeanPool` opens at once for requests waiting in line
+(:meth:`LeanPool.start` with no idle connection): each that opens takes the first request
+waiting, and the next is opened while requests still wait. A burst of late requests so opens
+connections in steps of this many instead of all at once, and a connection that comes free
+meanwhile carries the next request at once."""
 
 
 def missing() -> str | None:
@@ -321,6 +336,13 @@ class LeanPool:
         self.timeout_s = timeout_s
         self._started: dict[_Exchange, None] = {}  # requests started (start()) in the order of their deadlines
         self._timer: asyncio.TimerHandle | None = None
+        # Requests started with no idle connection, first come first served, with their bytes (one
+        # ended meanwhile stays until it comes up, then is passed over), and the connections being
+        # opened for them.
+        self._waiting: collections.deque[tuple[_Exchange, bytes]] = collections.deque()
+        self._opening = 0
+        self._openers: set[asyncio.Task[None]] = set()
+        self._closing = False
 
     def _head(self, path: str) -> bytes:
         head = self._heads.get(path)
@@ -369,13 +391,16 @@ class LeanPool:
 
     # ------------------------------------------------------------ requests started without a task
     def start(
-        self, conn: _Connection, path: str, data: bytes, rec: ObservedRequest, stream: bool, callback: Callable[[], None]
+        self, conn: _Connection | None, path: str, data: bytes, rec: ObservedRequest, stream: bool, callback: Callable[[], None]
     ) -> _Exchange:
-        """Write the request of :meth:`post` now on *conn* (from :meth:`take_idle`), and call
-        *callback* when it ended: its record filled as :meth:`post` fills it, or marked
-        ``timeout`` after *timeout_s*. The request costs no task and no timer of its own: the pool
-        keeps the requests it started in the order of their deadlines, and one timer, set to the
-        first, times them out. :meth:`abort` ends one sooner.
+        """Write the request of :meth:`post` on *conn* (from :meth:`take_idle`) now, or with
+        *conn* ``None`` on the first connection that comes free or is opened (see the module
+        docstring), and call *callback* when it ended: its record filled as :meth:`post` fills it,
+        or marked ``timeout`` *timeout_s* after this call, or ``error`` when no connection could be
+        opened for it. *rec*'s ``sent_s`` and ``last_sent_s`` are set when it is written. The
+        request costs no task and no timer of its own: the pool keeps the requests it started in
+        the order of their deadlines, and one timer, set to the first, times them out.
+        :meth:`abort` ends one sooner.
         """
         ex = _Exchange(rec, stream, None, self._ended)
         ex.callback = callback
@@ -385,18 +410,74 @@ class LeanPool:
             self._started[ex] = None
             if self._timer is None:
                 self._timer = self.loop.call_later(self.timeout_s, self._expire)
+        request = b"%s%d\r\n\r\n%s" % (self._head(path), len(data), data)
+        if conn is not None:
+            self._write(conn, ex, request)
+        else:
+            self._waiting.append((ex, request))
+            self._open_more()
+        return ex
+
+    def _write(self, conn: _Connection, ex: _Exchange, request: bytes) -> None:
+        """Write started request *ex* on *conn* now."""
+        rec = ex.rec
+        rec.last_sent_s = self.now()
+        if rec.sent_s is None:
+            rec.sent_s = rec.last_sent_s
         try:
-            conn.send(ex, b"%s%d\r\n\r\n%s" % (self._head(path), len(data), data))
+            conn.send(ex, request)
         except Exception as exc:  # noqa: BLE001 - the transport refused the write: the record says why
-            rec.status, rec.error_message = "error", short_message(f"{type(exc).__name__}: {exc}")
-            rec.done_s = self.now()
-            ex.ended = True
-            self._started.pop(ex, None)
             conn.exchange = None
             conn.close()
-            ex.callback = None
-            callback()
-        return ex
+            self._refuse(ex, exc)
+
+    def _refuse(self, ex: _Exchange, exc: BaseException) -> None:
+        """Started request *ex* could not be written (*exc* says why): it ends as ``error``."""
+        rec = ex.rec
+        rec.status, rec.error_message = "error", short_message(f"{type(exc).__name__}: {exc}")
+        rec.done_s = self.now()
+        ex.ended = True
+        self._ended(ex)
+
+    def _open_more(self) -> None:
+        """Open connections for the requests waiting in line: one per request, at most
+        :data:`MAX_OPENING` at once."""
+        while self._opening < MAX_OPENING and self._opening < len(self._waiting) and not self._closing:
+            self._opening += 1
+            task = self.loop.create_task(self._open())
+            self._openers.add(task)
+            task.add_done_callback(self._openers.discard)
+
+    async def _open(self) -> None:
+        """Open a connection and hand it to the first request waiting (else keep it idle); when it
+        cannot be opened, the first request waiting ends with the error."""
+        try:
+            _, conn = await self.loop.create_connection(lambda: _Connection(self), self.host, self.port, ssl=self.ssl)
+        except Exception as exc:  # noqa: BLE001 - as a request whose connection failed: its record says why
+            self._opening -= 1
+            if (item := self._next_waiting()) is not None:
+                self._refuse(item[0], exc)
+            self._open_more()  # one attempt for each request that waits
+            return
+        except BaseException:  # cancelled (the pool closes): nothing more is opened
+            self._opening -= 1
+            raise
+        self._opening -= 1
+        if self._closing:
+            conn.close()
+            return
+        self._all.add(conn)
+        self.release(conn)
+        self._open_more()  # requests still wait (answers are slow to come): the next connections
+
+    def _next_waiting(self) -> tuple[_Exchange, bytes] | None:
+        """The first request waiting in line that has not ended (aborted or timed out), taken out."""
+        waiting = self._waiting
+        while waiting:
+            item = waiting.popleft()
+            if not item[0].ended:
+                return item
+        return None
 
     def _ended(self, ex: _Exchange) -> None:
         self._started.pop(ex, None)
@@ -431,6 +512,30 @@ class LeanPool:
             rec.done_s = self.now()
         self._ended(ex)
 
+    async def open_idle(self, n: int) -> int:
+        """Open connections (all at once) until *n* are held, each kept idle for the next requests;
+        returns how many were opened. One that cannot be opened is left out (the request that
+        needs it opens its own and records why that failed)."""
+        if not self.keep_alive or self._closing:
+            return 0
+        want = max(n - len(self._all), 0)
+        made = await asyncio.gather(
+            *(self.loop.create_connection(lambda: _Connection(self), self.host, self.port, ssl=self.ssl) for _ in range(want)),
+            return_exceptions=True,
+        )
+        opened = 0
+        for result in made:
+            if isinstance(result, BaseException):
+                continue
+            conn = result[1]
+            if self._closing:
+                conn.close()
+                continue
+            self._all.add(conn)
+            self.release(conn)
+            opened += 1
+        return opened
+
     def take_idle(self) -> _Connection | None:
         """An idle connection for :meth:`start` (the last one released), or ``None``."""
         return self._acquire() if self._idle else None
@@ -447,7 +552,11 @@ class LeanPool:
         return None
 
     def release(self, conn: _Connection) -> None:
-        """*conn*'s answer ended and it may carry another request."""
+        """*conn*'s answer ended (or it was just opened) and it may carry another request: the
+        first one waiting in line, at once, else the next to come."""
+        if self._waiting and (item := self._next_waiting()) is not None:
+            self._write(conn, *item)
+            return
         conn.idle_since = time.perf_counter()
         self._idle[conn] = None
 
@@ -456,10 +565,20 @@ class LeanPool:
         self._all.discard(conn)
         self._idle.pop(conn, None)
 
+    @property
+    def waiting(self) -> int:
+        """Requests started that wait in line for a connection (any ended meanwhile included)."""
+        return len(self._waiting)
+
     async def close(self) -> None:
         """Close every connection and wait (briefly) until they are closed."""
+        self._closing = True
         for ex in list(self._started):
             self.abort(ex)
+        while (item := self._next_waiting()) is not None:  # with no timeout they are not in _started
+            self.abort(item[0])
+        for task in list(self._openers):
+            task.cancel()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

@@ -40,7 +40,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
-import math
 import statistics
 import time
 import warnings
@@ -50,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from simpy_llm.observe.ahead import Lookahead
-from simpy_llm.observe.client import ObservedRequest, OpenAIClient, RequestSpec, raise_open_files_limit
+from simpy_llm.observe.client import OPEN_AHEAD, ObservedRequest, OpenAIClient, RequestSpec, raise_open_files_limit
 from simpy_llm.observe.collector import young_collections_only
 from simpy_llm.observe.progress import LiveStats
 
@@ -66,7 +65,7 @@ from simpy_llm.observe.prompts import (
 from simpy_llm.observe.report import latency_report
 
 # RATE_SHORTFALL and saturation live in saturation; they are still importable from here.
-from simpy_llm.observe.saturation import RATE_SHORTFALL, client_limited, saturation
+from simpy_llm.observe.saturation import RATE_SHORTFALL, behind, client_limited, quantile, saturation, send_rate
 from simpy_llm.workload.traces import OBSERVED_COLUMNS
 
 if TYPE_CHECKING:
@@ -255,13 +254,12 @@ class RunSummary:
     those that waited longer than ``lag_threshold_s`` set :attr:`saturated`."""
     connection_wait_max_s: float | None = None
     """The longest such wait (``None``: no request waited)."""
-
-
-def _rate(times: list[float]) -> float | None:
-    if len(times) < 2:
-        return None
-    span = max(times) - min(times)
-    return (len(times) - 1) / span if span > 0 else math.inf
+    late: int = 0
+    """Requests sent more than ``lag_threshold_s`` after their targets (under a concurrency limit:
+    dispatched, the client lag; :func:`~simpy_llm.observe.saturation.behind`)."""
+    late_spans_s: tuple[tuple[float, float], ...] = ()
+    """When: the spans of their targets (first, last; seconds from the run start), late requests
+    less than :data:`~simpy_llm.observe.saturation.SPAN_GAP_S` apart in one span."""
 
 
 def summarize_run(
@@ -292,10 +290,11 @@ def summarize_run(
     done = [r.done_s for r in recs if r.done_s is not None]
     clients = {r.request_id: str(r.fields["client_id"]) for r in requests if "client_id" in r.fields}
     latency = latency_report(recs, clients)
-    requested_rate = _rate([r.arrival_s for r in requests])
-    achieved_rate = _rate([r.sent_s for r in sent if r.sent_s is not None])
-    delay_p99 = _quantile(delays, 0.99)
-    lag_p99 = _quantile(lags, 0.99)
+    requested_rate = send_rate([r.arrival_s for r in requests])
+    achieved_rate = send_rate([r.sent_s for r in sent if r.sent_s is not None])
+    delay_p99 = quantile(delays, 0.99)
+    lag_p99 = quantile(lags, 0.99)
+    late, spans = behind(recs, lag_threshold_s, limited=limited)
     out_of_resources = [r.error_message for r in recs if r.status == "error" and client_limited(r.error_message)]
     waits = [r.connection_wait_s for r in recs if r.connection_wait_s > 0]
     reason = saturation(
@@ -308,6 +307,8 @@ def summarize_run(
         client_limit_errors=len(out_of_resources),
         client_limit_message=out_of_resources[0] if out_of_resources else None,
         connection_waits=sum(1 for w in waits if w > lag_threshold_s),
+        late=late,
+        late_spans_s=spans,
     )
     return RunSummary(
         n_requests=len(requests),
@@ -330,6 +331,8 @@ def summarize_run(
         saturation_reason=reason,
         connection_waits=len(waits),
         connection_wait_max_s=max(waits) if waits else None,
+        late=late,
+        late_spans_s=spans,
     )
 
 
@@ -353,17 +356,12 @@ def run_statistics(summary: RunSummary, *, concurrency: int | None, workers: int
         "saturation_reason": s.saturation_reason,
         "connection_waits": s.connection_waits,
         "connection_wait_max_s": s.connection_wait_max_s,
+        "late": s.late,
+        "late_spans_s": [list(span) for span in s.late_spans_s],
         "concurrency": concurrency,
         "workers": workers,
         "stopped": s.stopped,
     }
-
-
-def _quantile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    s = sorted(values)
-    return s[min(math.ceil(q * len(s)) - 1, len(s) - 1)] if q > 0 else s[0]
 
 
 class LoadGenerator:
@@ -485,7 +483,8 @@ class LoadGenerator:
         ``lagging`` (the median lag exceeded it), ``saturated`` and ``saturation_reason``
         (the generator itself could not keep the schedule: :func:`saturation`),
         ``connection_waits`` and ``connection_wait_max_s`` (requests that waited for one of the
-        client's connections, its ``max_connections`` all busy, and the longest wait),
+        client's connections, its ``max_connections`` all busy, and the longest wait), ``late``
+        and ``late_spans_s`` (requests sent over ``lag_threshold_s`` late, and when: their targets' spans),
         ``concurrency`` (the limit; ``None``: open loop), ``workers`` (1 here; see
         :mod:`simpy_llm.observe.workers`) and ``stopped``.
 
@@ -649,14 +648,15 @@ class LoadGenerator:
     async def run(self) -> RunSummary:
         """Run the whole workload; returns (and stores in :attr:`summary`) the :class:`RunSummary`.
 
-        While it runs, the cyclic garbage collector runs young collections only
-        (:func:`~simpy_llm.observe.collector.young_collections_only`: the objects that existed
-        when it started are frozen, and no full collection walks the records it keeps), unless
-        the program froze objects itself or disabled the collector.
+        Before its clock starts it builds the bodies ahead (:meth:`prepare`) and has the client
+        open connections (:data:`~simpy_llm.observe.client.OPEN_AHEAD`). While it runs, the collector
+        runs young collections on a clock only (:func:`~simpy_llm.observe.collector.young_collections_only`),
+        unless the program froze objects itself or disabled the collector.
         """
         if self.model is None:
             self.model = await self.client.default_model()
         self.prepare()  # before the clock starts (and before the freeze below, which then keeps them)
+        await self.client.open_connections(min(OPEN_AHEAD, len(self.requests), self.concurrency or OPEN_AHEAD))
         # A full collection walks every object of the oldest generation while the event loop
         # waits: the imports' ~10^5 objects (40-60 ms on a small machine), then the records the
         # run keeps, more with every second (a sustained run at 5,000/s: 24 to 208 ms each).
@@ -736,8 +736,8 @@ class LoadGenerator:
                         acquire.cancel()
                         break
                 if fast and body is not None:
-                    # No task: the client writes it now and calls back when it ended (most requests
-                    # of an open-loop run); else (no idle connection, say) it goes as a task.
+                    # No task: the client writes it now (or on the first connection free) and calls
+                    # back when it ended; else (a retry policy, aiohttp, the cap's slots all taken) a task.
                     handle = client.start(spec, rec, body, functools.partial(self._ended, req, rec))
                     if handle is not None:
                         self.live.sent += 1

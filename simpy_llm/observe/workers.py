@@ -12,8 +12,9 @@ so that the client is not what limits a benchmark:
   event loop (uvloop when installed, as *loop* says) with its own
   :class:`~simpy_llm.observe.client.OpenAIClient`. It builds the request bodies of its
   share before it reports ready (as many as *prepare_bytes* holds, each worker its own
-  window: :meth:`~simpy_llm.observe.loadgen.LoadGenerator.prepare`), so that work is
-  done before the run's clock starts;
+  window: :meth:`~simpy_llm.observe.loadgen.LoadGenerator.prepare`) and opens its first
+  connections (:data:`~simpy_llm.observe.client.OPEN_AHEAD`), so that work is done before the
+  run's clock starts;
 - every worker counts targets from one origin: when all have connected, the parent sets
   ``run_start`` (``time.perf_counter()``, a clock every process of the machine shares)
   :data:`START_LEAD_S` ahead and sends it to them;
@@ -64,7 +65,7 @@ from typing import Any
 
 import attrs
 
-from simpy_llm.observe.client import ObservedRequest, OpenAIClient, raise_open_files_limit
+from simpy_llm.observe.client import OPEN_AHEAD, ObservedRequest, OpenAIClient, raise_open_files_limit
 from simpy_llm.observe.collector import young_collections_only
 from simpy_llm.observe.loadgen import (
     PREPARE_BYTES,
@@ -257,6 +258,7 @@ async def _work(
         start: asyncio.Future[float | None] = loop.create_future()
         threading.Thread(target=_listen, args=(conn, loop, start, gen), daemon=True).start()
         gen.prepare()  # the bodies of its share, before the run's clock starts
+        await client.open_connections(min(OPEN_AHEAD, len(requests), options.get("concurrency") or OPEN_AHEAD))
         sender.send(("ready",))
         run_start = await start
         try:
