@@ -33,9 +33,11 @@ so that the client is not what limits a benchmark:
   held: at most :data:`HOLD_ROWS`). A worker's messages are written to the pipe by a thread of their own: a
   batch larger than the pipe holds waits there for the parent to read it, and that wait
   must not hold back the worker's sends (it did, for as long as the parent was busy);
-- while the run sends, the parent and every worker run young garbage collections only
+- while the run sends, the parent and every worker run young garbage collections only, on
+  a clock of their event loops, freezing what survives each
   (:func:`~simpy_llm.observe.collector.young_collections_only`): a full collection walks
-  every record kept so far, and the records grow with the run;
+  every record kept so far, the records grow with the run, and a young collection left to
+  the collector's own count could walk seconds of them at once;
 - a concurrency limit is split across the workers (:func:`split_limit`): their
   limits add up to it, so the run never has more in flight than it says. Each worker
   queues its own requests (FIFO within a worker), so a request can wait for a slot in
