@@ -324,6 +324,10 @@ class Replica:
         """Longest prompt + output accepted; longer requests are dropped."""
 
         self._breaks = tuple(sorted(config.prefill_breaks, reverse=True))
+        self._chunked = config.chunked_prefill
+        self._plain_admit = self.slot_cache is None and self._tier is None and self._slot_ids is None and not self._breaks
+        """Whether admission needs no slots, no CPU tier and no prefill breaks (``_admit``'s
+        short loop)."""
         self._reusable_tail = config.reusable_prompt_tail
         self.swap = config.preemption_mode == "swap"
         self.swap_free_blocks = config.swap_space_blocks if self.swap else 0
@@ -480,7 +484,24 @@ class Replica:
             if delay > 0.0:
                 Later(self.env, delay, functools.partial(self._enqueue, req))  # env.timeout(delay), leaner
                 return
-        self._enqueue(req)
+        # _enqueue(req), inline: a decode replica's every hand-off comes this way.
+        now = self.env.now
+        if req.enqueue_s != req.enqueue_s:  # nan: the first replica it reaches (a decode replica keeps the prefill's)
+            req.enqueue_s = now
+        req.prefill_target = target = req.prompt_tokens + req.generated_tokens
+        self.queued_prompt_tokens += target
+        seq = self._seq
+        self._seq = seq + 1
+        entry = (0 if self._fcfs else self._key(req, now), seq, req)
+        req.sched_key = entry[:2]
+        waiting = self.waiting
+        heapq.heappush(waiting, entry)
+        if self._cuttable:
+            if waiting[0] is entry:  # a new head might be admissible: replan at the next boundary
+                self._cuttable = False
+                self._cut_stretch(now)
+        elif self._idle_signal is not None and not self._idle_signal.triggered:
+            succeed_at(self.env, self._idle_signal, now)  # succeed() at LATE priority
 
     def _ingress(self) -> Generator[Event, Request, None]:
         """Process taking requests from an inbox Store that cannot call :meth:`arrive` itself.
@@ -555,6 +576,9 @@ class Replica:
         energy = self._energy
         throttle = self.throttle
         plan = self._plan
+        admit = self._admit
+        max_batched = self.config.max_num_batched_tokens
+        tier = self._tier
         settle_step = self._settle_step
         settle_stretch = self._settle_decode_stretch
         stretch_length = self._stretch_length
@@ -578,8 +602,29 @@ class Replica:
                 if self.load_s and self._must_load():
                     yield from self._load()
 
-            if prefilling or waiting:
+            if prefilling or (waiting and tier is not None):
                 chunks, n_decode, prefill_tokens, kv_used = plan()
+                if not chunks and not n_decode:
+                    raise RuntimeError(f"replica {self.index}: waiting requests but nothing schedulable")
+            elif waiting:
+                # _plan's case with nobody prefilling (a decode replica's hand-offs; arrivals
+                # between prompts), inline: the decoders' blocks, then admission.
+                n_decode = len(running)
+                need = residue[-self.step % bs] if n_decode else 0
+                if need <= kv.num_blocks - kv.used_blocks:
+                    self._preempted_now = False
+                    chunks = []
+                    budget = max_batched - n_decode
+                    if budget > 0 and n_decode < self._max_num_seqs:
+                        # The chunks admitted take the budget they leave: their tokens are its difference.
+                        prefill_tokens = budget - admit(chunks, budget, need)
+                    else:
+                        prefill_tokens = 0
+                        if need:
+                            kv.allocate(need)
+                    kv_used = kv.used_blocks
+                else:  # preemptions
+                    chunks, n_decode, prefill_tokens, kv_used = plan()
                 if not chunks and not n_decode:
                     raise RuntimeError(f"replica {self.index}: waiting requests but nothing schedulable")
             else:
@@ -877,14 +922,64 @@ class Replica:
         kv = self.kv
         cache = self.prefix_cache
         bs = kv.block_size
-        max_seqs = self.config.max_num_seqs
+        max_seqs = self._max_num_seqs
+        heappop = heapq.heappop
+        prefilling = self._prefilling
+        if self._plain_admit:
+            # The loop below for a request without a cache lookup (no prefix cache, or content
+            # all its own), no slots, no CPU tier and no prefill breaks: what it does for such
+            # a request, without the branches of the others (a request that needs a lookup
+            # goes on in the general loop, from the same state).
+            chunked = self._chunked
+            queued = self.queued_prompt_tokens
+            clock = self._clock
+            general = fast_admitted = False
+            while waiting and budget > 0 and len(running) < max_seqs:
+                entry = waiting[0]
+                req = entry[2]
+                if cache is not None and (req.kv_holder is not None or req.context or req.prefix_blocks):
+                    general = True
+                    break
+                swapped = req.swapped_tokens
+                received = req.kv_received_tokens
+                computed = received if received > swapped else swapped
+                remaining = req.prefill_target - computed
+                chunk = remaining if remaining <= budget else (budget if chunked else 0)
+                if not chunk:
+                    break
+                new_blocks = -(-(computed + chunk) // bs)  # blocks_for(computed + chunk), nothing cached
+                if new_blocks > kv.num_blocks - kv.used_blocks - pending:
+                    break
+                heappop(waiting)
+                pending += new_blocks
+                if swapped:
+                    self._swap_tokens += swapped
+                    self.swap_free_blocks += blocks_for(swapped, bs)
+                    req.swapped_tokens = 0
+                if received:
+                    req.kv_received_tokens = 0
+                req.kv_tokens = computed
+                queued -= computed
+                running[req.id] = req
+                insort(prefilling, entry)
+                if req.first_scheduled_s != req.first_scheduled_s:  # nan: first admission
+                    req.first_scheduled_s = clock
+                    req.cached_tokens = 0
+                chunks.append((req, chunk))
+                budget -= chunk
+                fast_admitted = True
+            if fast_admitted:
+                self.queued_prompt_tokens = queued
+                self._changed = True
+            if not general:
+                if pending:
+                    kv.allocate(pending)
+                return budget
         slots = self.slot_cache
         tier = self._tier
         breaks = self._breaks
         chunked = self.config.chunked_prefill
         slot_ids = self._slot_ids
-        prefilling = self._prefilling
-        heappop = heapq.heappop
         queued_prompt_tokens = self.queued_prompt_tokens
         clock = self._clock
         admitted = False
@@ -1217,7 +1312,7 @@ class Replica:
             if g == 1:
                 req.first_token_s = end + alpha2
             elif streamer:
-                self.recorder.on_token_gaps(end - req.last_token_engine_s + alpha2, 1)
+                recorder.on_token_gaps(end - req.last_token_engine_s + alpha2, 1)
             if listener is not None:
                 listener(req, g, end + g * alpha2)
             if g >= req.output_tokens:

@@ -197,6 +197,17 @@ class _CheckedReplica(engine_module.Replica):
     """A replica that checks its KV accounting before every scheduling decision."""
 
     def _plan(self):
+        self._check_kv()
+        return super()._plan()
+
+    def _admit(self, chunks, budget, pending=0):
+        # The engine admits without _plan when nobody is prefilling: checked here then (nothing
+        # of the step is taken before admission without planned chunks or a CPU tier).
+        if not chunks and self._tier is None:
+            self._check_kv()
+        return super()._admit(chunks, budget, pending)
+
+    def _check_kv(self):
         bs = self.kv.block_size
         held = 0
         for req in self.running.values():
@@ -207,7 +218,6 @@ class _CheckedReplica(engine_module.Replica):
         else:  # shared blocks are held by several requests but used once
             assert self.kv.used_blocks <= held, (held, self.kv.used_blocks)
         assert 0 <= self.kv.used_blocks <= self.kv.num_blocks
-        return super()._plan()
 
 
 @SETTINGS
