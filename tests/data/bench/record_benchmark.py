@@ -37,6 +37,8 @@ its interval and source, the fits' warnings) is printed from a recorded folder b
 
     python -m tests.data.bench.record_benchmark --figures [--out DIR]
 
+and ``--refit`` fits the profiles again from the recorded runs first (:func:`fit_profiles`).
+
 (:func:`figures`; the test computes them with :func:`predicted_errors`, the same function).
 """
 
@@ -138,7 +140,6 @@ def figures(folder: Path) -> str:
 
 
 def main() -> None:
-    from simpy_llm.calibrate.fit import fit, write_profile
     from simpy_llm.cli import main as cli
     from simpy_llm.observe.llamacpp import LlamaCppConfig, LlamaCppServer
     from tests.data.calibration.record import _prewarm
@@ -147,10 +148,14 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=HERE, help="where to write (default: this folder)")
     parser.add_argument("--figures", action="store_true",
                         help="record nothing: print every figure of the benchmark already recorded in --out")
+    parser.add_argument("--refit", action="store_true",
+                        help="record nothing: fit the profiles again from the runs recorded in --out, then print the figures")
     args = parser.parse_args()
     # named relative to the working directory (the repository root), as the headers record them
     out = Path(os.path.relpath(args.out / "llamacpp_bench"))
-    if args.figures:
+    if args.refit:
+        fit_profiles(out)
+    if args.figures or args.refit:
         print(figures(out))
         return
     config = LlamaCppConfig(port=0, parallel=8, threads=2, cache_prompt=False)
@@ -168,11 +173,19 @@ def main() -> None:
         assert cli(["bench", "run", *common, "--profile", "constant", "--request-rate", f"{1.5 * sync_rate:.4f}",
                     "--num-prompts", "32", "--out", str(out / "fit_rate")]) == 0
         assert cli(["bench", "run", *common, "--profile", "sweep", "--rates", "4", "--num-prompts", "40", "--out", str(out / "sweep")]) == 0
-    sync = fit(out / "fit_synchronous" / "rate_0", priors=out / "probe" / "profile.yaml")
-    write_profile(sync, out / "fit_synchronous" / "profile.yaml")
-    both = fit(out / "fit_rate" / "rate_0", priors=out / "fit_synchronous" / "profile.yaml")
-    print(f"wrote {write_profile(both, out / 'profile.yaml')}")
+    fit_profiles(out)
     print(figures(out))
+
+
+def fit_profiles(folder: Path) -> None:
+    """Fit the recorded runs in *folder* (``llamacpp_bench``): the synchronous run with the
+    probe's profile as priors, then the rate run with that profile as priors."""
+    from simpy_llm.calibrate.fit import fit, write_profile
+
+    sync = fit(folder / "fit_synchronous" / "rate_0", priors=folder / "probe" / "profile.yaml")
+    write_profile(sync, folder / "fit_synchronous" / "profile.yaml")
+    both = fit(folder / "fit_rate" / "rate_0", priors=folder / "fit_synchronous" / "profile.yaml")
+    print(f"wrote {write_profile(both, folder / 'profile.yaml')}")
 
 
 if __name__ == "__main__":
