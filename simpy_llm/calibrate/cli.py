@@ -4,12 +4,14 @@
 replays an observed trace (``simpy-llm observe``'s output directory, or a trace
 file) through a scenario and prints the per-metric comparison with its rating;
 ``--out`` writes ``report.json``, ``report.md`` and QQ, CDF and
-scatter plots. ``simpy-llm calibrate fit OBSERVED --out PROFILE [--priors P]`` fits a
-``batch_table`` latency model to the trace and writes it as a profile (the
-coefficients the trace does not determine from the priors profile ``P``, else
+scatter plots. ``simpy-llm calibrate fit OBSERVED [OBSERVED ...] --out PROFILE [--priors P]`` fits a
+``batch_table`` latency model to the trace (or to several traces of one server at once: one
+loss over all their requests) and writes it as a profile (the
+coefficients the traces do not determine from the priors profile ``P``, else
 their documented defaults), prints each coefficient's value, 95 % interval and
-source, then compares the fitted model with the same trace (its report opens
-with the fit's warnings). Without ``--scenario`` the
+source, then compares the fitted model with each trace (its report opens
+with the fit's warnings; ``--report DIR`` with several traces writes each trace's report
+in ``DIR/trace1``, ``DIR/trace2``, ... in the order given). Without ``--scenario`` the
 serving system comes from the trace header (:func:`~simpy_llm.calibrate.scenario.scenario_from_trace`);
 ``--profile`` applies a fitted latency profile to it. ``simpy-llm calibrate probe --url URL
 --out DIR`` sends a short designed set of requests to a server and writes its trace and a
@@ -47,10 +49,11 @@ def add_parser(sub: Any, add_scenario_options: Any) -> None:
     cmp.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report (interactive plots, works offline) "
                      "to FILE (needs the report extra)")
 
-    fit = verbs.add_parser("fit", help="fit a batch_table latency model to an observed trace and write it as a profile")
-    _common(fit, add_scenario_options)
+    fit = verbs.add_parser("fit", help="fit a batch_table latency model to observed traces and write it as a profile")
+    _common(fit, add_scenario_options, several=True)
     fit.add_argument("--out", metavar="PROFILE", required=True, help="the profile file to write (YAML)")
-    fit.add_argument("--report", metavar="DIR", help="also write the fitted model's comparison report here")
+    fit.add_argument("--report", metavar="DIR", help="also write the fitted model's comparison report here "
+                     "(several traces: one per trace, in DIR/trace1, DIR/trace2, ...)")
     fit.add_argument("--no-refine", action="store_true", help="stop after the direct estimate (no simulation-based refinement)")
     fit.add_argument("--max-evaluations", type=int, default=400, metavar="N", help="replays the refinement may run (default 400)")
     fit.add_argument("--priors", metavar="PROFILE",
@@ -84,8 +87,12 @@ def _add_probe(verbs: Any) -> None:
     probe.set_defaults(plugins=[], overrides=[])  # it reads no scenario: no --set, no --plugin
 
 
-def _common(parser: argparse.ArgumentParser, add_scenario_options: Any) -> None:
-    parser.add_argument("observed", help="an observed trace v2: simpy-llm observe's output directory, its trace.csv or trace.yaml")
+def _common(parser: argparse.ArgumentParser, add_scenario_options: Any, *, several: bool = False) -> None:
+    if several:
+        parser.add_argument("observed", nargs="+", help="observed traces v2 (simpy-llm observe's output directory, its trace.csv "
+                            "or trace.yaml): one, or several of one server, fitted together")
+    else:
+        parser.add_argument("observed", help="an observed trace v2: simpy-llm observe's output directory, its trace.csv or trace.yaml")
     parser.add_argument(
         "--scenario",
         metavar="FILE",
@@ -161,6 +168,7 @@ def main(args: argparse.Namespace, on_report: Callable[[Any, Any], None] | None 
     except OutputPathError as exc:
         print(exc, file=sys.stderr)
         return 2
+    observed = _as_list(args.observed)  # fit takes several traces, compare one
     try:
         scenario = load_scenario(args.scenario, list(args.overrides)) if args.scenario else None
         if scenario is None and args.overrides:
@@ -184,33 +192,42 @@ def main(args: argparse.Namespace, on_report: Callable[[Any, Any], None] | None 
             profile: Any = path
         else:
             profile = args.profile
-        cal = compare(
-            args.observed,
+        cals = [compare(
+            one,
             scenario,
             profile=profile,
             warm_up_requests=args.warm_up_requests,
             warm_up_s=args.warm_up_s,
             seed=args.seed,
             n_resamples=args.resamples,
-        )
+        ) for one in observed]
     except ScenarioError as exc:
         print(exc, file=sys.stderr)
         return 2
-    except ValueError as exc:  # e.g. a trace without token times to fit
-        print(f"cannot calibrate {args.observed}: {exc}", file=sys.stderr)
+    except ValueError as exc:  # e.g. a trace without token times to fit, traces of different servers
+        print(f"cannot calibrate {' '.join(map(str, observed))}: {exc}", file=sys.stderr)
         return 2
-    report = cal.report
-    if args.calibrate_command == "fit":  # the report says where its latency model came from, its warnings first
-        report = attrs.evolve(report, fit=result.profile()["fit"],
-                              warnings=[w for w in report.warnings if not w.startswith(PROFILE_FIT_WARNING)])
-    console.print(report_table(report))
     out = args.report if args.calibrate_command == "fit" else args.out
-    if out:
-        written = write_report(report, cal.samples, Path(out))
-        console.print(f"wrote {', '.join(p.name for p in written)} in {out}")
-    if on_report is not None:
-        on_report(report, cal.samples)
+    for k, (one, cal) in enumerate(zip(observed, cals, strict=True), start=1):
+        report = cal.report
+        if args.calibrate_command == "fit":  # the report says where its latency model came from, its warnings first
+            report = attrs.evolve(report, fit=result.profile()["fit"],
+                                  warnings=[w for w in report.warnings if not w.startswith(PROFILE_FIT_WARNING)])
+        if len(observed) > 1:
+            console.print(f"compared with {one}")
+        console.print(report_table(report))
+        if out:
+            where = Path(out) / f"trace{k}" if len(observed) > 1 else Path(out)
+            written = write_report(report, cal.samples, where)
+            console.print(f"wrote {', '.join(p.name for p in written)} in {where}")
+        if on_report is not None:
+            on_report(report, cal.samples)
     return 0
+
+
+def _as_list(observed: Any) -> list[Any]:
+    """The traces given (``fit``: a list; ``compare``: one)."""
+    return list(observed) if isinstance(observed, list) else [observed]
 
 
 def _probe(args: argparse.Namespace) -> int:

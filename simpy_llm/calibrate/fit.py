@@ -76,8 +76,18 @@ The fit also records the operating ranges its trace covered
 its neighbour's allow, a coefficient without data nor prior, a prior the trace
 contradicts.
 
+**Several traces** of one server (a short synchronous run and a run at one rate, say) make one
+fit (:mod:`~simpy_llm.calibrate.fit_traces` reads them and refuses traces of different
+servers): the direct estimate pools the steps of every trace, each decomposed with its own
+header; every replay replays each trace through its own scenario, and the loss is the mean of
+the per-request contributions of all their requests together (so the paired tests pair every
+request of every trace); the ranges are those the traces covered together. The profile's
+``fit`` block lists the traces under ``traces`` (one trace: ``trace``, a path), its
+``requests`` are their sum (``requests_per_trace`` beside) and its server counters and replay
+steps are summed over the traces that have them.
+
 The result is a profile (:func:`write_profile`) that any scenario can use
-(``latency_model: {profile: FILE}``), with the fit's statistics and the trace
+(``latency_model: {profile: FILE}``), with the fit's statistics and the trace(s)
 it came from.
 """
 
@@ -85,7 +95,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -103,19 +113,19 @@ from simpy_llm.calibrate.batch_steps import (
     write_profile_document,
 )
 from simpy_llm.calibrate.compare import _join, observed_latencies, simulate_trace
+from simpy_llm.calibrate.fit_traces import read_fit_traces, summed_counters, trace_list
 from simpy_llm.calibrate.identify import Profile, Z, paired_t, profile_coefficient
 from simpy_llm.calibrate.ranges import range_limits, trace_range_values
 from simpy_llm.calibrate.scenario import (
     apply_profile,
     replay_scenario,
-    scenario_from_trace,
 )
 from simpy_llm.config import Scenario, ScenarioError
 from simpy_llm.config.profile import check_profile, load_profile
 from simpy_llm.config.validators import MAX_COEFFICIENT_US
 from simpy_llm.serving.batch_table import BatchTableLatency
 from simpy_llm.simulation import Simulation
-from simpy_llm.workload.traces import read_trace_v2, trace_v2_paths
+from simpy_llm.workload.traces import read_trace_v2
 
 __all__ = ["FitResult", "direct_estimate", "fit", "server_counters", "write_profile"]
 
@@ -136,10 +146,10 @@ class FitResult:
     """The direct estimate (stage 1), same keys."""
     statistics: dict[str, Any]
     """Samples behind the direct estimate, losses before and after refinement, replays."""
-    trace: str
-    """The trace's CSV file."""
+    trace: str | list[str]
+    """The trace's CSV file; a list of them for a fit on several traces."""
     server: dict[str, Any] | None
-    """The trace header's server block."""
+    """The trace header's server block (the first trace's: all agree)."""
     intervals: dict[str, Any] | None = None
     """Per coefficient its 95 % interval ``(low, high)`` (µs): the trace's, or the prior's for a
     coefficient held at its prior's value (``sources`` says which); None when neither gives one
@@ -161,7 +171,9 @@ class FitResult:
     def profile(self) -> dict[str, Any]:
         """The profile file's content (``docs/calibration.md``)."""
         stats = dict(self.statistics)
-        block: dict[str, Any] = {"trace": self.trace, "method": stats.pop("method"), "warnings": list(self.warnings)}
+        # one trace under ``trace``, several (a joint fit) as a list under ``traces``
+        sources_key = "trace" if isinstance(self.trace, str) else "traces"
+        block: dict[str, Any] = {sources_key: self.trace, "method": stats.pop("method"), "warnings": list(self.warnings)}
         if self.intervals is not None:
             block["intervals"] = self.intervals
         if self.sources is not None:
@@ -203,7 +215,8 @@ def direct_estimate(
     tolerance_s: float | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Stage 1 of :func:`fit` (module docstring) on an observed trace (path or
-    :class:`~simpy_llm.workload.traces.Trace`).
+    :class:`~simpy_llm.workload.traces.Trace`), or on a list of traces of one server (their
+    steps pooled).
 
     Parameters
     ----------
@@ -236,14 +249,22 @@ class _Direct:
         self, trace: Any, *, max_decoders: int | None, ubatch_tokens: int | None, prefill_breaks: tuple[int, ...],
         budget_tokens: int | None, tolerance_s: float | None,
     ) -> None:
-        if not hasattr(trace, "frame"):
-            trace = read_trace_v2(trace)
-        self.steps = steps = _Steps(trace, prefill_breaks, budget_tokens, tolerance_s)
-        self.decode, self.mixed = steps.classify_gaps()
-        server = trace.header.get("server") or {}
+        traces = [t if hasattr(t, "frame") else read_trace_v2(t) for t in (trace if isinstance(trace, list) else [trace])]
+        # Several traces of one server: each decomposed into its own steps, their samples pooled.
+        self.parts = [_Steps(t, prefill_breaks, budget_tokens, tolerance_s) for t in traces]
+        self.decode: dict[int, list[tuple[float, float]]] = {}
+        self.part_mixed = []
+        for steps in self.parts:
+            decode, mixed = steps.classify_gaps()
+            for n, gaps in decode.items():
+                self.decode.setdefault(n, []).extend(gaps)
+            self.part_mixed.append(mixed)
+        self.mixed = [m for mixed in self.part_mixed for m in mixed]
+        server = traces[0].header.get("server") or {}
         self.limit = int(max_decoders or server.get("n_parallel") or server.get("max_num_seqs") or max(self.decode, default=1))
         self.ubatch = ubatch_tokens
-        self.bounds = steps.alpha0_bounds(self.limit)
+        bounds = [steps.alpha0_bounds(self.limit) for steps in self.parts]
+        self.bounds = ([b for above, _ in bounds for b in above], [b for _, below in bounds for b in below])
         self.seen = sorted(n for n, v in self.decode.items() if n >= 1 and v)
         """Numbers of decoders with pure-decode steps in the trace."""
         self.decoders = np.array([n for n, v in self.decode.items() for _ in v] + [m[0] for m in self.mixed], dtype=np.float64)
@@ -256,7 +277,7 @@ class _Direct:
             "restoring_steps": int(sum(1 for m in self.mixed if m[3])),
             "idle_requests": int(idle.sum()),
             "joining_requests": len(self.bounds[0]),
-            "tolerance_s": steps.eps,
+            "tolerance_s": self.parts[0].eps if len(self.parts) == 1 else [steps.eps for steps in self.parts],
         }
 
     def _system(self, fixed: Mapping[str, float | None]) -> tuple[list[float], float, np.ndarray, np.ndarray, np.ndarray]:
@@ -267,7 +288,8 @@ class _Direct:
             entries = {_entry(k) + 1: (None if v is None else v * 1e-6) for k, v in fixed.items() if k.startswith("decode_step_us[")}
             context = fixed.get("decode_context_us")
             table, ctx = _decode_fit(self.decode, self.limit, context=None if context is None else context * 1e-6, fixed=entries)
-            rows, targets, idle = self.steps.prompt_rows(self.mixed, table, ctx, self.ubatch)
+            systems = [steps.prompt_rows(mixed, table, ctx, self.ubatch) for steps, mixed in zip(self.parts, self.part_mixed, strict=True)]
+            rows, targets, idle = (np.concatenate([s[i] for s in systems]) for i in range(3))
             self._rows[key] = (table, ctx, rows, targets, idle)
         return self._rows[key]
 
@@ -564,7 +586,7 @@ def _interpolate_table(xs: list[int], ys: list[float], size: int) -> list[float]
 
 
 def fit(
-    trace: Path | str,
+    trace: Path | str | Sequence[Path | str],
     scenario: Scenario | None = None,
     *,
     priors: Mapping[str, Any] | Path | str | None = None,
@@ -578,9 +600,12 @@ def fit(
     Parameters
     ----------
     trace
-        The observed trace v2 (path: CSV, YAML, stem or directory).
+        The observed trace v2 (path: CSV, YAML, stem or directory), or several traces of one
+        server (a sequence of paths): one fit whose direct estimate pools the steps of all of
+        them (each decomposed with its own header) and whose loss covers all their requests
+        (module docstring, "Several traces").
     scenario
-        The serving system the trace came from (default: from the trace header,
+        The serving system the traces came from (default: from each trace header,
         :func:`~simpy_llm.calibrate.scenario.scenario_from_trace`); its latency model is
         what is fitted and replaced.
     priors
@@ -604,6 +629,9 @@ def fit(
     ------
     ScenarioError
         *priors* is not a readable ``batch_table`` profile.
+    ValueError
+        Several traces whose headers describe different servers (the message names the traces
+        and the key that differs).
 
     Examples
     --------
@@ -612,24 +640,22 @@ def fit(
     >>> len(result.params["decode_step_us"])
     4
     """
-    csv_path = str(trace_v2_paths(trace)[1])
     prior = _Prior.load(priors) if priors is not None else None
-    observed = read_trace_v2(trace)
-    if scenario is None:
-        scenario = scenario_from_trace(observed, profile={"latency_model": PLACEHOLDER_MODEL}, trace_csv=csv_path)
-    engine = scenario.serving.groups()[0].engine
+    runs = read_fit_traces(trace_list(trace), scenario)
+    engine = runs[0].scenario.serving.groups()[0].engine
     direct = _Direct(
-        observed,
+        [run.trace for run in runs],
         max_decoders=max_decoders or engine.max_num_seqs,
         ubatch_tokens=engine.ubatch_tokens,
         prefill_breaks=engine.prefill_breaks,
         budget_tokens=engine.max_num_batched_tokens,
         tolerance_s=None,
     )
-    obs, _ = observed_latencies(observed)
-    base = apply_profile(scenario, {"latency_model": PLACEHOLDER_MODEL})
-    fitter = _Fitter(direct, base, csv_path, obs, observed.header, prior)
-    statistics: dict[str, Any] = {"method": "direct", "samples": direct.stats, "requests": len(observed.frame)}
+    bases = [apply_profile(run.scenario, {"latency_model": PLACEHOLDER_MODEL}) for run in runs]
+    fitter = _Fitter(direct, [(b, run.csv_path, run.obs, run.trace.header) for b, run in zip(bases, runs, strict=True)], prior)
+    statistics: dict[str, Any] = {"method": "direct", "samples": direct.stats, "requests": sum(len(run.trace.frame) for run in runs)}
+    if len(runs) > 1:
+        statistics["requests_per_trace"] = [len(run.trace.frame) for run in runs]
     overloaded = direct.stats["idle_requests"] == 0
     if identify:
         fitter.classify(overloaded)
@@ -649,18 +675,24 @@ def fit(
     statistics["evaluations"] = fitter.replays
     statistics["identification_replays"] = fitter.identification_replays
     params = _nested(final, direct.limit)
-    counters = server_counters(observed.header, Path(csv_path).parent)
-    if counters is not None:
-        statistics["server_counters"] = counters
-        statistics["replay_steps"] = _replay_steps(base, csv_path, BatchTableLatency(**params))
-    server = observed.header.get("server")
+    counted = [(c, b, run.csv_path) for b, run in zip(bases, runs, strict=True)
+               if (c := server_counters(run.trace.header, Path(run.csv_path).parent)) is not None]
+    if counted:
+        statistics["server_counters"] = counted[0][0] if len(runs) == 1 else summed_counters([c for c, _, _ in counted])
+        statistics["replay_steps"] = sum(_replay_steps(b, csv_path, BatchTableLatency(**params)) for _, b, csv_path in counted)
+    server = runs[0].trace.header.get("server")
+    # the decoders of every step reconstructed (over all the traces), the other quantities per trace
+    values = [trace_range_values(run.obs, run.trace.header, decoders=direct.decoders if k == 0 else np.empty(0))
+              for k, run in enumerate(runs)]
+    ranges = range_limits({q: np.concatenate([v[q] for v in values if q in v]) for q in dict.fromkeys(q for v in values for q in v)})
     return FitResult(
-        params=params, direct=direct.solve({}), statistics=statistics, trace=csv_path,
+        params=params, direct=direct.solve({}), statistics=statistics,
+        trace=runs[0].csv_path if len(runs) == 1 else [run.csv_path for run in runs],
         server=dict(server) if isinstance(server, Mapping) else None,
         intervals=fitter.nested_intervals() if identify else None,
         sources=fitter.nested_sources() if identify else None,
         priors=prior.info if prior is not None else None,
-        ranges=range_limits(trace_range_values(obs, observed.header, decoders=direct.decoders)),
+        ranges=ranges,
         warnings=warnings,
     )
 
@@ -770,12 +802,15 @@ def _number(value: Any) -> bool:
 
 
 class _Fitter:
-    """Replays candidates of one trace and keeps what the identification decided: the held
+    """Replays candidates on the traces and keeps what the identification decided: the held
     coefficients, the intervals, the sources and the warnings."""
 
-    def __init__(self, direct: _Direct, base: Scenario, csv_path: str, obs: pd.DataFrame, header: Mapping[str, Any],
+    def __init__(self, direct: _Direct, runs: list[tuple[Scenario, str, pd.DataFrame, Mapping[str, Any]]],
                  prior: _Prior | None) -> None:
-        self.direct, self.base, self.csv_path, self.obs, self.header, self.prior = direct, base, csv_path, obs, header, prior
+        self.direct, self.prior = direct, prior
+        self.runs = runs
+        """Per trace: the scenario it is replayed through (latency model to replace), its CSV,
+        its observed requests and its header."""
         self.size = direct.limit
         self.names = _names(self.size)
         self.fixed: dict[str, float | None] = {}
@@ -823,8 +858,11 @@ class _Fitter:
         self.replays += 1
         self.identification_replays += identification
         model = BatchTableLatency(**_nested(flat, self.size))
-        records, _ = simulate_trace(self.base, self.csv_path, per_token=False, latency_model=model)
-        return _contributions(self.obs, records, self.header)
+        out = []
+        for base, csv_path, obs, header in self.runs:  # several traces: one loss over all their requests
+            records, _ = simulate_trace(base, csv_path, per_token=False, latency_model=model)
+            out.append(_contributions(obs, records, header))
+        return out[0] if len(out) == 1 else np.concatenate(out)
 
     def loss(self, flat: Mapping[str, float]) -> float:
         return float(self.replay(flat).mean())

@@ -27,8 +27,9 @@ one and saturation; two threads with eight slots decode eight sequences at 2.4 t
 synchronous token rate.
 
 Then it fits the synchronous run with the probe's profile as priors
-(``fit_synchronous/profile.yaml``) and the rate run with those as priors (``llamacpp_bench/profile.yaml``), as ``simpy-llm calibrate fit --priors``
-does. The tests read the committed files; they never record.
+(``fit_synchronous/profile.yaml``: "either fit alone"), and the synchronous and the rate run
+together, in one fit whose loss covers both runs' requests, with the probe's profile as priors
+(``llamacpp_bench/profile.yaml``), as ``simpy-llm calibrate fit SYNC RATE --priors`` does. The tests read the committed files; they never record.
 
 Every figure ``docs/calibration.md`` gives for the benchmark and
 ``tests/calibrate/test_bench_llamacpp.py`` asserts (the sweep's errors run by run, the
@@ -178,13 +179,15 @@ def main() -> None:
 
 
 def fit_profiles(folder: Path) -> None:
-    """Fit the recorded runs in *folder* (``llamacpp_bench``): the synchronous run with the
-    probe's profile as priors, then the rate run with that profile as priors."""
+    """Fit the recorded runs in *folder* (``llamacpp_bench``): the synchronous run alone with the
+    probe's profile as priors, then the synchronous and the rate run together (one fit, one loss
+    over both runs' requests) with the probe's profile as priors."""
     from simpy_llm.calibrate.fit import fit, write_profile
 
-    sync = fit(folder / "fit_synchronous" / "rate_0", priors=folder / "probe" / "profile.yaml")
+    probe = folder / "probe" / "profile.yaml"
+    sync = fit(folder / "fit_synchronous" / "rate_0", priors=probe)
     write_profile(sync, folder / "fit_synchronous" / "profile.yaml")
-    both = fit(folder / "fit_rate" / "rate_0", priors=folder / "fit_synchronous" / "profile.yaml")
+    both = fit([folder / "fit_synchronous" / "rate_0", folder / "fit_rate" / "rate_0"], priors=probe)
     print(f"wrote {write_profile(both, folder / 'profile.yaml')}")
 
 
