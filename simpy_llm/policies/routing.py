@@ -270,13 +270,7 @@ class LeastLoaded:
     """The replica with the fewest outstanding requests; ties go to the lowest index."""
 
     def choose(self, request: Request, view: Sequence[ReplicaView]) -> int:
-        # _least_loaded(view), inline: a router calls this once per request.
-        best, best_load = 0, view[0].outstanding_requests
-        for i in range(1, len(view)):
-            load = view[i].outstanding_requests
-            if load < best_load:
-                best, best_load = i, load
-        return best
+        return _least_loaded(view)
 
 
 @routing_policies.register("jsq")
