@@ -18,8 +18,10 @@ costs O(segments), not O(blocks):
 
 * a node is a run of ``n`` blocks whose tokens lie in one segment (its block
   ``j`` covers the segment's tokens ``[off + j*bs, off + (j+1)*bs)``), or a
-  single block spanning a segment boundary; its children are keyed by the
-  content of their first block;
+  block spanning a segment boundary followed by the run of full blocks after it
+  in the segment where it ends (one node where a growing context would otherwise
+  make two at each boundary); its children are keyed by the content of their
+  first block;
 * every holder (a running request) references the whole chain of nodes from
   the root to its *deepest* node, so a node's reference count is uniform over
   its blocks; a lookup that matches only part of a node splits it where the
@@ -47,6 +49,11 @@ offers :class:`~simpy_llm.serving.kv_cache.PagedKVCache`'s interface
 (``allocate``, ``release``, ``free_blocks``, ``used_blocks``), so the engine
 allocates decode growth and private partial blocks the same way with or
 without prefix caching.
+
+Kept whole (over 800 lines): the tree, the free queue's two streams and the CPU tier are
+one structure whose invariants (prefix-closed, ``qpos`` ordered along the queue, uniform
+reference counts per node) every method keeps together; split apart, each part would
+reach into the others' state.
 """
 
 from __future__ import annotations
@@ -69,12 +76,15 @@ _NO_NODE = 1 << 62
 
 
 def _span_key(ids: tuple[int, ...], starts: list[int], i: int, pos: int, end: int) -> tuple[tuple[int, int, int], ...]:
-    """Content key of the block ``[pos, end)`` that starts in segment *i* and spans segments:
-    its pieces ``(segment id, offset in the segment, tokens)``. A block inside one segment is
-    keyed ``(segment id, offset)`` instead, and starts a run of that segment's full blocks."""
-    stop = starts[i + 1]
-    if end <= starts[i + 2]:  # two pieces, the usual case (the next segment is not empty): no loop
-        return ((ids[i], pos - starts[i], stop - pos), (ids[i + 1], 0, end - stop))
+    """Content key of the block ``[pos, end)`` that starts in segment *i* and spans more than
+    two segments: its pieces ``(segment id, offset in the segment, tokens)``.
+
+    A block spanning two segments, the usual case, is keyed ``(first segment id, offset in
+    it, tokens in it, second segment id)`` instead (the second piece starts its segment and
+    fills the block: that names the same content, in one flat tuple, cheaper to make and to
+    hash), built where it is looked up; a block inside one segment is keyed ``(segment id,
+    offset)``, and starts a run of that segment's full blocks. The three forms never compare
+    equal (2 and 4 integers, or 3 or more tuples)."""
     pieces = []
     while pos < end:
         stop = starts[i + 1]
@@ -95,11 +105,15 @@ class _Node:
         self.parent = parent
         self.children: dict[object, _Node] | None = None
         self.key = key
-        """Content of the first block: ``(seg, off)`` for a run, a tuple of pieces for a spanning block."""
+        """Content of the first block: ``(seg, off)`` for a run, the spanning block's key for a
+        node starting with a block spanning segments (:func:`_span_key`)."""
         self.seg = seg
-        """Segment id of a run; None for a block spanning segments (then ``n == 1``)."""
+        """Segment id of the run (after the spanning block, if it starts with one); None for a
+        spanning block alone (then ``n == 1``)."""
         self.off = off
-        """Offset within the segment of the run's first block."""
+        """Offset within the segment of the run's first block (if the node starts with a
+        spanning block: where its block 0 would start in the segment of the run after it, so
+        its block ``j >= 1`` starts at ``off + j * block_size`` as in any run)."""
         self.n = n
         """Blocks in the run."""
         self.refs = refs
@@ -371,9 +385,11 @@ class PrefixCache:
         node, then that node's tail block by block, and so on."""
         lru = self._lru
         tier = self.tier
+        head_qpos = _NO_NODE  # the new head's qpos, once known
         while lru:
             node = next(iter(lru))
-            room = node.qpos - anon_out  # anonymous blocks queued before it (never negative)
+            head_qpos = node.qpos
+            room = head_qpos - anon_out  # anonymous blocks queued before it (never negative)
             if room >= need:
                 break
             anon_out += room
@@ -395,10 +411,13 @@ class PrefixCache:
                 assert parent is not None and parent.children is not None  # a queued node hangs below the root
                 del parent.children[node.key]
                 node.parent = None
+            head_qpos = _NO_NODE
             if not need:
+                if lru:
+                    head_qpos = next(iter(lru)).qpos
                 break
         self._anon_out = anon_out + need
-        self._head_qpos = next(iter(lru)).qpos if lru else _NO_NODE
+        self._head_qpos = head_qpos
 
     def release(self, n: int) -> None:
         """Return *n* private blocks (blocks of a request without a :class:`Holder`): they
@@ -546,11 +565,27 @@ class PrefixCache:
                         m = max_blocks - hits
                     if child.n <= m:
                         m = child.n
-                else:  # a block spanning segments
-                    child = children.get(_span_key(ids, starts, i, p, p + bs))
+                else:  # a block spanning segments, then the run of full blocks after it
+                    end = p + bs
+                    first = i
+                    i += 1  # the walk goes on in the segment holding the block's last token
+                    seg_end = starts[i + 1]
+                    if end <= seg_end:  # two pieces, the usual case: its flat key (see _span_key)
+                        child = children.get((ids[first], p - starts[first], starts[i] - p, ids[i]))
+                    else:
+                        child = children.get(_span_key(ids, starts, first, p, end))
+                        while seg_end < end:
+                            i += 1
+                            seg_end = starts[i + 1]
                     if child is None:
                         break
                     m = 1
+                    if child.n > 1:
+                        m += (seg_end - end) // bs
+                        if m > max_blocks - hits:
+                            m = max_blocks - hits
+                        if child.n <= m:
+                            m = child.n
                 hits += m
                 if child.refs == 0:
                     evictable += m
@@ -674,7 +709,7 @@ class PrefixCache:
         key: object
         seg: int | None
         while b < limit:
-            if node.refs == 1 and not node.children and (b + 1) * bs <= h.run_end and node is not root:
+            if (b + 1) * bs <= h.run_end and node.refs == 1 and not node.children and node is not root:
                 # Our own leaf run, and the next block is in its segment: extend it.
                 run = (h.run_end - b * bs) // bs
                 if run > limit - b:
@@ -697,14 +732,31 @@ class PrefixCache:
                 if run > limit - b:
                     run = limit - b
                 end = seg_end
-            else:  # a block spanning segments: a node of its own
-                key = _span_key(ids, starts, i, p, p + bs)
-                seg = None
-                off = end = 0
-                run = 1
+            else:  # a block spanning segments, then the run of full blocks after it in its last segment
+                end = p + bs
+                first = i
+                i += 1  # the segment holding the block's last token, where the run after it lies
+                seg_end = starts[i + 1]
+                if end <= seg_end:  # two pieces, the usual case: its flat key (see _span_key)
+                    key = (ids[first], p - starts[first], starts[i] - p, ids[i])
+                else:
+                    key = _span_key(ids, starts, first, p, end)
+                    while seg_end < end:
+                        i += 1
+                        seg_end = starts[i + 1]
+                run = 1 + (seg_end - end) // bs
+                if run > limit - b:
+                    run = limit - b
+                if run > 1:
+                    seg = ids[i]
+                    off = end - starts[i] - bs  # where its block 0 would start in that segment
+                    end = seg_end
+                else:
+                    seg = None
+                    off = end = 0
             child = node.children.get(key) if node.children else None
             if child is not None:
-                m = 1 if seg is None else (child.n if child.n <= run else run)
+                m = child.n if child.n <= run else run
                 if m < child.n:
                     child = self._split(child, m)
                 if child.refs == 0:

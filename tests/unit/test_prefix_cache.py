@@ -202,3 +202,59 @@ def test_allocation_takes_queued_blocks_in_release_order_around_a_prefix_taken_b
     cache.allocate(1)
     assert cache.match(Holder([(1, 8)]), 2).blocks == 0
     assert (cache.free_blocks, cache.cached_blocks) == (0, 0)
+
+
+def _tree_nodes(cache: PrefixCache) -> list[tuple[object, int]]:
+    """Every node below the root as (key, blocks), depth first."""
+    out = []
+    stack = [cache.root]
+    while stack:
+        node = stack.pop()
+        if node is not cache.root:
+            out.append((node.key, node.n))
+        if node.children:
+            stack.extend(node.children.values())
+    return out
+
+
+def _admit(cache: PrefixCache, segs: list[tuple[int, int]]) -> tuple[Holder, int]:
+    """Look *segs* up, pin what is found, allocate and register the rest; the blocks found."""
+    h = Holder(segs)
+    total = h.total
+    m = cache.match(h, total // cache.block_size)
+    cache.pin(h, m)
+    cache.allocate(-(-total // cache.block_size) - m.blocks)
+    cache.register(h, total)
+    return h, m.blocks
+
+
+def test_a_block_spanning_two_segments_and_the_run_after_it_are_one_node():
+    """Content of 6 tokens of segment 1 then 14 of segment 2 (blocks of 4) is two nodes:
+    segment 1's one full block, and the block spanning the two segments together with the
+    three full blocks after it in segment 2; the same content is then found whole."""
+    cache = PrefixCache(num_blocks=32, block_size=4)
+    _admit(cache, [(1, 6), (2, 14)])
+    assert set(_tree_nodes(cache)) == {((1, 0), 1), ((1, 4, 2, 2), 4)}
+    second = Holder([(1, 6), (2, 14), (-9, 3)])
+    assert cache.match(second, 5).blocks == 5
+
+
+def test_a_lookup_ending_inside_a_spanning_node_splits_it_and_both_contents_stay_findable():
+    """A second content sharing the spanning block but not the blocks after it (its segment
+    2 is 3 tokens, then segment 3) finds 2 blocks, splits the node after its spanning block
+    and adds its own; after both release, each content is still found whole and the cache
+    holds each distinct block once."""
+    cache = PrefixCache(num_blocks=32, block_size=4)
+    a_segs = [(1, 6), (2, 14)]
+    b_segs = [(1, 6), (2, 3), (3, 10)]
+    a, _ = _admit(cache, a_segs)
+    b, found = _admit(cache, b_segs)
+    assert found == 2
+    assert cache.used_blocks == 5 + 3  # b's blocks past the shared two: [8, 12), [12, 16), [16, 19)
+    cache.unref(a, 20)
+    cache.unref(b, 19)
+    assert cache.used_blocks == 0
+    assert cache.cached_blocks == 5 + 2  # b's partial last block is not cached
+    assert cache.match(Holder([*a_segs, (-1, 1)]), 5).blocks == 5
+    assert cache.match(Holder([*b_segs, (-2, 1)]), 4).blocks == 4
+    assert cache.match(Holder([(1, 6), (2, 10), (-3, 5)]), 5).blocks == 4  # segment 2 shorter: its blocks up to its end
