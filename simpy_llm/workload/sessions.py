@@ -38,7 +38,7 @@ import simpy
 from simpy.events import Event
 
 from simpy_llm.entities import Request
-from simpy_llm.kernel import Later, timer_at
+from simpy_llm.kernel import Later, TimerAt
 from simpy_llm.workload.distributions import Draws
 from simpy_llm.workload.generator import DRAW_CHUNK
 from simpy_llm.workload.prefix import content_segments
@@ -164,7 +164,7 @@ class SessionRegistry:
         env = self.env
         seen_s = req.completion_s + req.download_s
         if seen_s > env.now:
-            timer_at(env, seen_s).callbacks.append(functools.partial(self._finished, req))
+            TimerAt(env, seen_s).callbacks.append(functools.partial(self._finished, req))  # timer_at(env, seen_s), without the call
         else:
             # What a succeeded Event is scheduled as (now, NORMAL, the next id), in one object.
             Later(env, 0.0, functools.partial(self._finished, req))

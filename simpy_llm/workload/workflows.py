@@ -520,16 +520,15 @@ class WorkflowSession:
         self._waiting: dict[tuple[int, int], list[Any]] = {}
         """Per (step, iteration) whose parents are being counted (fan-in): ``[parents still to
         finish, latest parent end, the call that ended then]`` (the first of equal ends)."""
-        self._loop_done: dict[int, int] = {}
-        """Loop steps fully finished per iteration."""
         self._iteration_output: dict[int, int] = {}
         """Output tokens (LLM and tool) of each iteration's loop steps."""
         self._prompt: dict[tuple[int, int], int] = {}
         """Prompt of instance 0 per (step, iteration) of accumulate steps."""
         self._step_end: dict[tuple[int, int], tuple[float, tuple[int, int, int]]] = {}
         """Latest end and its instance, per (step, iteration) whose instances are finishing."""
-        self._iteration_end: dict[int, tuple[float, tuple[int, int, int]]] = {}
-        """Latest end of a loop step and its call, per iteration."""
+        self._iteration_end: dict[int, list[Any]] = {}
+        """Per iteration whose loop steps are finishing: ``[loop steps fully finished, latest
+        end of one, the call that ended then]`` (the first of equal ends)."""
         self._last_parent: dict[tuple[int, int], tuple[int, int, int]] = {}
         """For each started (step, iteration), the parent instance whose end released it."""
         self._base = {**source.base, "session_id": session_id}
@@ -606,20 +605,24 @@ class WorkflowSession:
         else:
             end, by = now_s, call_key
         releases = wf.releases[s_idx]
-        if len(releases) == 1 and not in_loop:  # one child, outside the loop: its calls are the answer
+        if len(releases) == 1:  # one child: its calls (a new list) start the answer
             calls = self._count_parent(releases[0], it, by, end, now_s)
         else:
             calls = []
             for child in releases:
                 calls += self._count_parent(child, it, by, end, now_s)
-            if in_loop:
-                iteration_end = self._iteration_end
-                held = iteration_end.get(it)
-                if held is None or end > held[0]:  # keep the latest end (the first of equal ends)
-                    iteration_end[it] = (end, by)
-                n = self._loop_done[it] = self._loop_done.get(it, 0) + 1
-                if n == len(wf.loop_body):
-                    calls += self._end_iteration(it, now_s)
+        if in_loop:
+            iteration_end = self._iteration_end
+            slot = iteration_end.get(it)
+            if slot is None:
+                slot = iteration_end[it] = [1, end, by]
+            else:
+                slot[0] += 1
+                if end > slot[1]:  # keep the latest end (the first of equal ends)
+                    slot[1] = end
+                    slot[2] = by
+            if slot[0] == len(wf.loop_body):
+                calls += self._end_iteration(it, now_s)
         self.pending += len(calls)
         if self.pending == 0 and not self.end_reason:
             self.end_reason = self._stop or self._loop_reason or "completed"
@@ -699,7 +702,7 @@ class WorkflowSession:
             if wf.continue_probability < 1.0 and self.rng.random() >= wf.continue_probability:
                 self._loop_reason = "user_stopped"
                 return self._exit_loop(it, now)
-            end, by = self._iteration_end.pop(it)
+            _, end, by = self._iteration_end.pop(it)
             delay = end - now
             if wf.think_time is not None:
                 if wf.multi_turn:
@@ -720,7 +723,7 @@ class WorkflowSession:
     def _exit_loop(self, it: int, now: float) -> list[Call]:
         """The loop exits after iteration *it*: count it toward the steps after the loop."""
         wf = self.workflow
-        end, by = self._iteration_end.pop(it)
+        _, end, by = self._iteration_end.pop(it)
         calls: list[Call] = []
         for child, inside in wf.after_loop_counts:
             calls += self._count_parent(child, 0, by, end, now, count=inside)
