@@ -120,6 +120,11 @@ class BatchTableLatency(RequestOverheads):
         slope = last - table[-2] if len(table) > 1 else 0.0
         return last + max(slope, 0.0) * (decoders - len(table))
 
+    @property
+    def repeatable_step_times(self) -> bool:
+        """True: the step time is a function of the step's token counts."""
+        return True
+
     def step_time_s(
         self, prefill_tokens: int, decode_tokens: int, decode_context_tokens: float = 0, prefill_attention_pairs: float = 0
     ) -> float:

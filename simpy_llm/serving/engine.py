@@ -130,6 +130,22 @@ def kv_growth(residue: list[int], s0: int, k: int) -> tuple[int, int]:
     return grown, weighted
 
 
+def on_grid(step_s: float) -> tuple[int, float]:
+    """A step of *step_s* seconds on the engine's clock grid: ``(whole nanoseconds, seconds)``,
+    the nearest whole nanoseconds and at least 1 for a step that takes any time, so that step
+    ends are exact multiples (see "Clock" in docs/model.md).
+
+    Examples
+    --------
+    >>> on_grid(0.0123456789), on_grid(1e-12), on_grid(0.0)
+    ((12345679, 0.012345679), (1, 1e-09), (0, 0.0))
+    """
+    d_ns = round(step_s * NS_PER_S)
+    if not d_ns and step_s > 0.0:
+        d_ns = 1
+    return d_ns, d_ns / NS_PER_S
+
+
 TokenListener = Callable[[Request, int, float], None]
 """Called as ``listener(request, tokens, visible_s)`` each time *request* produces an output
 token: *tokens* is its output tokens so far, *visible_s* when the client sees that token
@@ -590,6 +606,12 @@ class Replica:
         residue = self._residue
         # The step time from the token counts alone (no context, one pass): the usual model.
         plain = not uses_context and ubatch is None
+        # A pure-decode step's duration on the grid, (ns, s), by batch size: timed once per size
+        # when the model's step times are repeatable and nothing else changes a step's duration
+        # (no energy table, no throttling); None: every step is timed anew.
+        decode_times: dict[int, tuple[int, float]] | None = None
+        if plain and energy is None and throttle is None and getattr(self.latency, "repeatable_step_times", False):
+            decode_times = {}
         while True:
             if not running and not waiting:
                 self._idle_since = env.now
@@ -641,47 +663,51 @@ class Replica:
                     kv_used = kv.used_blocks
                 else:  # preemptions
                     chunks, n_decode, prefill_tokens, kv_used = plan()
-            changed = self._changed
-            if plain:
-                step_s = step_time_s(prefill_tokens, n_decode)
-            else:
-                if uses_context and (chunks or changed):
-                    self._decode_context = self._ctx_base + n_decode * self.step
-                if ubatch is not None and (prefill_tokens + n_decode > ubatch or self._slot_of is not None):
-                    step_s = self._passes_time_s(chunks, n_decode, ubatch)
-                elif uses_context:
-                    step_s = step_time_s(
-                        prefill_tokens,
-                        n_decode,
-                        decode_context_tokens=self._decode_context,
-                        prefill_attention_pairs=sum(c * r.kv_tokens + c * (c + 1) // 2 for r, c in chunks),
-                    )
-                else:
-                    step_s = step_time_s(prefill_tokens, n_decode)
-            if energy is not None:
-                self._step_j = self._step_energy_j(chunks, n_decode, prefill_tokens, ubatch)
-            # The plan's swaps and cache restores add their copies to the step (counted anew by
-            # each plan: reset here once taken, so a plan with none writes nothing).
-            if self._swap_tokens:
-                step_s += self._swap_tokens * self._swap_bytes_per_token / (self._swap_bandwidth_gb_per_s * 1e9)
-                self._swap_tokens = 0
-            if self._restores:
-                step_s += self._restores * self._restore_s
-                self._restores = 0
-                if self._restore_tokens:  # blocks restored from the CPU tier (only with a hit)
-                    step_s += self._restore_tokens * self._offload_bytes_per_token / (self._offload_bandwidth_gb_per_s * 1e9)
-                    self._restore_tokens = 0
-            if throttle is not None and self._clock >= self._busy_since + throttle[0]:
-                step_s /= throttle[1]
-            # Whole nanoseconds, so step ends are exact multiples (see "Clock" in
-            # docs/model.md): the nearest, at least 1 for a step that takes any time.
-            d_ns = round(step_s * NS_PER_S)
-            if not d_ns and step_s > 0.0:
-                d_ns = 1
-            self._step_ns = d_ns
-            step_s = d_ns / NS_PER_S
-            if changed:
+            if decode_times is not None and not chunks and not self._preempted_now:
+                # A pure-decode step (a preemption's step may carry its swap-outs' copies).
+                timed = decode_times.get(n_decode)
+                if timed is None:
+                    timed = decode_times[n_decode] = on_grid(step_time_s(0, n_decode))
+                d_ns, step_s = timed
+                self._step_ns = d_ns
                 self._changed = False
+            else:
+                changed = self._changed
+                if plain:
+                    step_s = step_time_s(prefill_tokens, n_decode)
+                else:
+                    if uses_context and (chunks or changed):
+                        self._decode_context = self._ctx_base + n_decode * self.step
+                    if ubatch is not None and (prefill_tokens + n_decode > ubatch or self._slot_of is not None):
+                        step_s = self._passes_time_s(chunks, n_decode, ubatch)
+                    elif uses_context:
+                        step_s = step_time_s(
+                            prefill_tokens,
+                            n_decode,
+                            decode_context_tokens=self._decode_context,
+                            prefill_attention_pairs=sum(c * r.kv_tokens + c * (c + 1) // 2 for r, c in chunks),
+                        )
+                    else:
+                        step_s = step_time_s(prefill_tokens, n_decode)
+                if energy is not None:
+                    self._step_j = self._step_energy_j(chunks, n_decode, prefill_tokens, ubatch)
+                # The plan's swaps and cache restores add their copies to the step (counted anew by
+                # each plan: reset here once taken, so a plan with none writes nothing).
+                if self._swap_tokens:
+                    step_s += self._swap_tokens * self._swap_bytes_per_token / (self._swap_bandwidth_gb_per_s * 1e9)
+                    self._swap_tokens = 0
+                if self._restores:
+                    step_s += self._restores * self._restore_s
+                    self._restores = 0
+                    if self._restore_tokens:  # blocks restored from the CPU tier (only with a hit)
+                        step_s += self._restore_tokens * self._offload_bytes_per_token / (self._offload_bandwidth_gb_per_s * 1e9)
+                        self._restore_tokens = 0
+                if throttle is not None and self._clock >= self._busy_since + throttle[0]:
+                    step_s /= throttle[1]
+                d_ns, step_s = on_grid(step_s)
+                self._step_ns = d_ns
+                if changed:
+                    self._changed = False
 
             if chunks or not fast or self._preempted_now:
                 # A mixed step, the reference mode, or a step after a preemption

@@ -202,6 +202,11 @@ class BlisLinearLatency(RequestOverheads):
         a context checkpoint) pays it once per such request."""
         return self.cache_restore_us * 1e-6
 
+    @property
+    def repeatable_step_times(self) -> bool:
+        """True: the step time is a function of the step's token counts."""
+        return True
+
     def step_time_s(
         self, prefill_tokens: int, decode_tokens: int, decode_context_tokens: float = 0, prefill_attention_pairs: float = 0
     ) -> float:

@@ -25,6 +25,9 @@ model derives from, so that callers read them as plain attributes:
   ``uses_context`` is False is never passed them;
 * ``cache_restore_s`` (default 0): time a step adds for each request it admits with a cached
   prefix found (a server copying saved state back first);
+* ``repeatable_step_times`` (default False): whether ``step_time_s`` without attention terms is a
+  function of its two counts alone (no draws, no state), so that the engine may time a batch
+  of decoders once and reuse that duration;
 * ``mean_step_time_s`` (default: ``step_time_s``): the expected step time of a model that
   draws its step times (routers and capacity estimates read it; it never draws);
 * ``hardware`` (default None): the :class:`~simpy_llm.serving.hardware.Hardware` (model, GPU,
@@ -182,6 +185,14 @@ class LatencyModelBase(abc.ABC):
     def cache_restore_s(self) -> float:
         """Time a step adds for each request it admits with a cached prefix found, s (0: none)."""
         return 0.0
+
+    @property
+    def repeatable_step_times(self) -> bool:
+        """Whether ``step_time_s(prefill_tokens, decode_tokens)`` (no attention terms) gives the
+        same duration every time it is asked with the same counts: no draws, no state. The
+        engine then times a batch of *n* decoders once and reuses that duration (False, the
+        default: it asks at every scheduling decision, as a model drawing its own times needs)."""
+        return False
 
     @property
     def hardware(self) -> Hardware | None:

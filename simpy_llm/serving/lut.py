@@ -500,6 +500,12 @@ class LutLatency(RequestOverheads):
             return part.latency_ms_at(context, len(contexts)) / 1e3
         return self._draw_ms(part, context, len(contexts)) / 1e3
 
+    @property
+    def repeatable_step_times(self) -> bool:
+        """True with ``tail: mean`` (each step time is the table's mean); False with ``tail:
+        sampled``, which draws a step time at every scheduling decision."""
+        return self.tail == "mean"
+
     def step_time_s(
         self, prefill_tokens: int, decode_tokens: int, decode_context_tokens: float = 0, prefill_attention_pairs: float = 0
     ) -> float:

@@ -243,6 +243,11 @@ class ProfiledLatency(RequestOverheads):
         """All layers' measured (non-attention) time for *tokens* tokens: ``L x table(T)``."""
         return self.table.model.num_layers * self.table.layer_time_s(tokens)
 
+    @property
+    def repeatable_step_times(self) -> bool:
+        """True: the step time is a function of the step's token counts."""
+        return True
+
     def step_time_s(
         self, prefill_tokens: int, decode_tokens: int, decode_context_tokens: float = 0, prefill_attention_pairs: float = 0
     ) -> float:

@@ -455,6 +455,11 @@ class RooflineLatency(RequestOverheads):
         """The model, GPU, TP degree and pipeline stages this model describes."""
         return self.roofline.hardware
 
+    @property
+    def repeatable_step_times(self) -> bool:
+        """True: the step time is a function of the step's token counts."""
+        return True
+
     def step_time_s(
         self, prefill_tokens: int, decode_tokens: int, decode_context_tokens: float = 0, prefill_attention_pairs: float = 0
     ) -> float:

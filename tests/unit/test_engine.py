@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from simpy_llm.entities import Request
 from simpy_llm.metrics.recorder import Recorder
 from simpy_llm.serving.engine import Replica, kv_growth
 from simpy_llm.serving.latency import BlisLinearLatency
+from simpy_llm.serving.latency_base import LatencyModelBase
 from tests.helpers import run, tiny_scenario
 
 
@@ -355,3 +357,47 @@ def test_a_batch_limit_raised_during_a_single_step_still_lets_an_idle_engine_wak
     env.run(until=10.0)
     assert first.completion_s == pytest.approx(1.0005 + 2000e-6 + 50e-6)
     assert later.completion_s == pytest.approx(2.0005 + 2000e-6 + 2 * 1100e-6 + 3 * 50e-6)
+
+
+class _CountedLatency(LatencyModelBase):
+    """The BLIS-linear step time of ``LATENCY``'s betas, counting the pure-decode steps it is
+    asked to time, by batch size; *repeatable* is what it says of its step times."""
+
+    output_token_overhead_s = 0.0
+
+    def __init__(self, repeatable: bool) -> None:
+        self.repeatable = repeatable
+        self.decode_asks: Counter[int] = Counter()
+
+    @property
+    def repeatable_step_times(self) -> bool:
+        return self.repeatable
+
+    def step_time_s(self, prefill_tokens, decode_tokens, decode_context_tokens=0, prefill_attention_pairs=0):
+        if not prefill_tokens:
+            self.decode_asks[decode_tokens] += 1
+        return (1000.0 + 10.0 * prefill_tokens + 100.0 * decode_tokens) * 1e-6
+
+    def queueing_time_s(self, prompt_tokens):
+        return 0.0
+
+
+def _staggered_run(latency: _CountedLatency, fast: bool) -> list[tuple[float, float]]:
+    env, inbox, rec, _rep = _replica(ENGINE, latency, fast)
+    reqs = [Request(id=i, client_id="c", prompt_tokens=5 + 3 * i, output_tokens=4 + 7 * (i % 5), arrival_s=0.0) for i in range(12)]
+    for i, req in enumerate(reqs):
+        _send(env, inbox, rec, _rep, req, 0.0037 * i)
+    env.run()
+    return [(r.first_token_s, r.completion_s) for r in reqs]
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_repeatable_model_times_each_decode_batch_size_once_with_the_same_results(fast):
+    """A model whose step times are repeatable is asked for a pure-decode step of each batch
+    size once, and the requests' times are those of the same model asked at every
+    scheduling decision (which is asked more often than there are sizes)."""
+    once, every = _CountedLatency(repeatable=True), _CountedLatency(repeatable=False)
+    assert _staggered_run(once, fast) == _staggered_run(every, fast)
+    assert set(once.decode_asks) == set(every.decode_asks)
+    assert max(once.decode_asks.values()) == 1
+    assert sum(every.decode_asks.values()) > len(every.decode_asks)
