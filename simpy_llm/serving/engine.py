@@ -704,8 +704,12 @@ class Replica:
                         self._restore_tokens = 0
                 if throttle is not None and self._clock >= self._busy_since + throttle[0]:
                     step_s /= throttle[1]
-                d_ns, step_s = on_grid(step_s)
+                # on_grid(step_s), inline (once per mixed step)
+                d_ns = round(step_s * NS_PER_S)
+                if not d_ns and step_s > 0.0:
+                    d_ns = 1
                 self._step_ns = d_ns
+                step_s = d_ns / NS_PER_S
                 if changed:
                     self._changed = False
 
@@ -1253,7 +1257,9 @@ class Replica:
         bs = self.kv.block_size
         residue = self._residue
         # Blocks allocated at steps s0+1 .. s0+k-1 and their time integral.
-        if k > 12 or k > bs + 1:
+        if k <= 2:  # the usual stretch, cut or ended by a finish within two steps
+            grown = weighted = residue[-(s0 + 1) % bs] if k == 2 else 0  # step s0 + 1's class, held one step
+        elif k > 12 or k > bs + 1:
             grown, weighted = kv_growth(residue, s0, k)
         else:  # the same sums step by step (each class allocates once): cheaper for short stretches
             grown = weighted = 0
@@ -1350,7 +1356,8 @@ class Replica:
             self._ctx_base += base
             if streamer:
                 self._measured_streamers += 1
-            heapq.heappush(self._finish_heap, (s + req.output_tokens - g, *req.sched_key, s + 1, req))
+            key, seq = req.sched_key
+            heapq.heappush(self._finish_heap, (s + req.output_tokens - g, key, seq, s + 1, req))
 
     def _report_decode_tokens(self, listener: TokenListener, end: float) -> None:
         """Tell *listener* of the token each decoding request produced in the step ending at
