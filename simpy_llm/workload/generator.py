@@ -202,7 +202,16 @@ class ClientSource:
         return total + self.prefix_tokens, extras
 
     def rows(self) -> Iterator[Row]:
-        """Endless rows in arrival order (finite if the lifecycle ends)."""
+        """Endless rows in arrival order (finite if the lifecycle ends).
+
+        The rows of a chunk are read one by one at C level (a chain of the chunks' zips): the
+        next chunk is drawn when the row after the last one is asked for, as a generator
+        yielding them would draw it, without resuming a Python frame for every row.
+        """
+        return itertools.chain.from_iterable(self._chunks())
+
+    def _chunks(self) -> Iterator[Iterator[Row]]:
+        """The rows of :meth:`rows`, one iterator per chunk of :data:`CHUNK` draws."""
         client = self.client
         arrival_rng, input_rng, output_rng, mix_rng = (self.stream(w) for w in ("arrival", "input", "output", "mix"))
         p_stream = client.streaming
@@ -229,9 +238,9 @@ class ClientSource:
             rows = zip(times.tolist(), prompts.tolist(), outputs.tolist(), extra_iter, strict=True)
             ended = np.flatnonzero(times == np.inf)  # past the lifecycle's last window: the client is done
             if ended.size:
-                yield from itertools.islice(rows, int(ended[0]))
+                yield itertools.islice(rows, int(ended[0]))
                 return
-            yield from rows
+            yield rows
 
 
 def _multimodal(mm: MultimodalConfig, rng: np.random.Generator, n: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
