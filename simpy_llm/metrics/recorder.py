@@ -10,10 +10,6 @@ modality counts of a text workload...) is kept as that value and a count, not
 an array: the quickstart's million records hold 12 arrays, ~100 MB. The
 record's columns, their kinds and the request attribute each is read from come
 from :class:`~simpy_llm.metrics.record.RequestRecord`.
-
-The engines' step reports (:meth:`Recorder.on_steps`, about two a request) are logged and
-added to the per-replica tallies a few thousand at a time, in report order, to the same
-bits as one by one; reading a tally adds the reports made so far first.
 """
 
 from __future__ import annotations
@@ -40,9 +36,6 @@ _FROM_REQUEST = tuple(c for c in RECORD_COLUMNS if c.attr is not None)
 """Record columns read from the request (the rest, its status, the recorder supplies)."""
 _REQUEST_ATTRS = tuple(c.attr for c in _FROM_REQUEST if c.attr is not None)  # each has one; the test narrows the type
 _FLUSH_EVERY = 4096
-_STEP_FIELDS = ("replica", "step_s", "steps", "batch_size", "prefill_tokens", "decode_tokens", "kv_block_seconds")
-"""The arguments of :meth:`Recorder.on_steps`, as its log holds them."""
-_STEP_LOG_LIMIT = len(_STEP_FIELDS) * _FLUSH_EVERY
 
 
 def _reader(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
@@ -248,23 +241,20 @@ class Recorder:
         self.on_token_gaps: Callable[[float, int], None] = self.itl.add
         """``on_token_gaps(gap_s, count)``: *count* output tokens each followed their
         predecessor by *gap_s*."""
-        self._batch_steps: Counter[int] = Counter()
+        self.batch_steps: Counter[int] = Counter()
+        """Engine steps per batch size (requests in the step)."""
         self._in_system = LevelMonitor()
         self._level_inline = True
         """Whether :attr:`in_system` is a plain :class:`LevelMonitor`, whose change the arrivals
         and departures make inline (a subclass's own change is called)."""
         self.num_replicas = num_replicas
-        self._steps = [0] * num_replicas
-        self._busy_s = [0.0] * num_replicas
+        self.steps = [0] * num_replicas
+        self.busy_s = [0.0] * num_replicas
         self.energy_j: list[float | None] = [None] * num_replicas
         """Energy of each replica's steps from its latency model's table, J (None: the model has none)."""
-        self._kv_block_seconds = [0.0] * num_replicas
-        self._prefill_tokens = [0] * num_replicas
-        self._decode_tokens = [0] * num_replicas
-        self._step_log: list[Any] = []
-        """The :meth:`on_steps` calls not yet added to the per-replica tallies: their arguments
-        laid end to end (:data:`_STEP_FIELDS` a call), added in order when a tally is read or
-        every :data:`_FLUSH_EVERY` calls (:meth:`_flush_steps`)."""
+        self.kv_block_seconds = [0.0] * num_replicas
+        self.prefill_tokens = [0] * num_replicas
+        self.decode_tokens = [0] * num_replicas
         self.arrived = 0
         self.live: dict[int, Request] = {}
         """Requests that arrived and have not completed or been dropped."""
@@ -412,130 +402,13 @@ class Recorder:
         *prefill_tokens* and *decode_tokens* are per step; *kv_block_seconds*
         is the integral of used KV blocks over the steps.
         """
-        # Logged, and added to the six tallies a few thousand calls at a time (in the same
-        # order, to the same bits): the engines call this about twice per request.
-        log = self._step_log
-        log += (replica, step_s, steps, batch_size, prefill_tokens, decode_tokens, kv_block_seconds)
-        if len(log) >= _STEP_LOG_LIMIT:
-            self._flush_steps()
-
-    def _flush_steps(self) -> None:
-        """Add the logged :meth:`on_steps` calls to the tallies, as each call would have: the
-        floats summed one by one in call order (``np.add.accumulate``, sequential), the integers
-        exactly, new batch sizes entering :attr:`batch_steps` in first-seen order."""
-        log = self._step_log
-        if not log:
-            return
-        self._step_log = []
-        width = len(_STEP_FIELDS)
-        try:
-            replica, steps, batch, prefill, decode = (
-                np.frombuffer(_packed("q", log[j::width]), dtype=np.int64) for j in (0, 2, 3, 4, 5)
-            )
-            step_s, kv = (np.frombuffer(_packed("d", log[j::width]), dtype=np.float64) for j in (1, 6))
-        except (struct.error, TypeError, OverflowError):
-            # Some argument is not a machine number of its kind (a float token count, an
-            # integer beyond 64 bits): the calls one by one, as Python adds them.
-            for i in range(0, len(log), width):
-                r, s_, k, b, p, d, kv_s = log[i : i + width]
-                self._steps[r] += k
-                self._busy_s[r] += s_ * k
-                self._kv_block_seconds[r] += kv_s
-                if p:
-                    self._prefill_tokens[r] += p * k
-                self._decode_tokens[r] += d * k
-                self._batch_steps[b] += k
-            return
-        busy = step_s * steps  # a float times an integer below 2**53, as Python multiplies them
-        order = np.argsort(replica, kind="stable")
-        present, starts = np.unique(replica[order], return_index=True)
-        bounds = [*starts.tolist(), order.size]
-        for j, r in enumerate(present.tolist()):
-            idx = order[bounds[j] : bounds[j + 1]]
-            self._steps[r] += int(steps[idx].sum())
-            self._busy_s[r] = float(np.add.accumulate(np.concatenate(([self._busy_s[r]], busy[idx])))[-1])
-            self._kv_block_seconds[r] = float(np.add.accumulate(np.concatenate(([self._kv_block_seconds[r]], kv[idx])))[-1])
-            self._prefill_tokens[r] += int((prefill[idx] * steps[idx]).sum())
-            self._decode_tokens[r] += int((decode[idx] * steps[idx]).sum())
-        by_size = np.argsort(batch, kind="stable")
-        sizes, size_starts = np.unique(batch[by_size], return_index=True)
-        totals = np.add.reduceat(steps[by_size], size_starts).tolist()
-        first = by_size[size_starts]  # each size's first call (the sort is stable)
-        tally = self._batch_steps
-        for j in np.argsort(first, kind="stable").tolist():
-            tally[int(sizes[j])] += totals[j]
-
-    @property
-    def steps(self) -> list[int]:
-        """Engine steps per replica."""
-        if self._step_log:
-            self._flush_steps()
-        return self._steps
-
-    @steps.setter
-    def steps(self, value: list[int]) -> None:
-        self._flush_steps()
-        self._steps = value
-
-    @property
-    def busy_s(self) -> list[float]:
-        """Time each replica spent in steps (and model loads, and batches cut by the run's end), s."""
-        if self._step_log:
-            self._flush_steps()
-        return self._busy_s
-
-    @busy_s.setter
-    def busy_s(self, value: list[float]) -> None:
-        self._flush_steps()
-        self._busy_s = value
-
-    @property
-    def kv_block_seconds(self) -> list[float]:
-        """Integral of each replica's used KV blocks over its steps, block·s."""
-        if self._step_log:
-            self._flush_steps()
-        return self._kv_block_seconds
-
-    @kv_block_seconds.setter
-    def kv_block_seconds(self, value: list[float]) -> None:
-        self._flush_steps()
-        self._kv_block_seconds = value
-
-    @property
-    def prefill_tokens(self) -> list[int]:
-        """Prompt tokens each replica's steps computed."""
-        if self._step_log:
-            self._flush_steps()
-        return self._prefill_tokens
-
-    @prefill_tokens.setter
-    def prefill_tokens(self, value: list[int]) -> None:
-        self._flush_steps()
-        self._prefill_tokens = value
-
-    @property
-    def decode_tokens(self) -> list[int]:
-        """Output tokens each replica's decode steps computed."""
-        if self._step_log:
-            self._flush_steps()
-        return self._decode_tokens
-
-    @decode_tokens.setter
-    def decode_tokens(self, value: list[int]) -> None:
-        self._flush_steps()
-        self._decode_tokens = value
-
-    @property
-    def batch_steps(self) -> Counter[int]:
-        """Engine steps per batch size (requests in the step), sizes in first-seen order."""
-        if self._step_log:
-            self._flush_steps()
-        return self._batch_steps
-
-    @batch_steps.setter
-    def batch_steps(self, value: Counter[int]) -> None:
-        self._flush_steps()
-        self._batch_steps = value
+        self.steps[replica] += steps
+        self.busy_s[replica] += step_s * steps
+        self.kv_block_seconds[replica] += kv_block_seconds
+        if prefill_tokens:  # (none in a stretch of decode steps, the usual call)
+            self.prefill_tokens[replica] += prefill_tokens * steps
+        self.decode_tokens[replica] += decode_tokens * steps
+        self.batch_steps[batch_size] += steps
 
     def on_energy(self, replica: int, joules: float) -> None:
         """*replica*'s steps took *joules* by its latency model's table of step energies."""
