@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 import simpy
+from mypy_extensions import mypyc_attr
 from simpy.events import Event
 
 from simpy_llm.entities import Request
@@ -178,6 +179,9 @@ class ReplicaStats:
     """Requests whose KV is swapped out to CPU memory now."""
 
 
+# Compiled (hatch_build.py), the class stays open to subclasses written in Python (a user's
+# replica, a test's checked one).
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Replica:
     """One model replica: an ingress process and a continuous-batching engine process.
 
@@ -513,7 +517,7 @@ class Replica:
         waiting = self.waiting
         heapq.heappush(waiting, entry)
         if self._cuttable:
-            if waiting[0] is entry:  # a new head might be admissible: replan at the next boundary
+            if waiting[0][1] == seq:  # the new entry leads (entry orders are unique): it might be admissible, replan at the next boundary
                 self._cuttable = False
                 self._cut_stretch(now)
         elif self._idle_signal is not None and not self._idle_signal.triggered:
@@ -545,7 +549,7 @@ class Replica:
         req.sched_key = entry[:2]
         heapq.heappush(self.waiting, entry)
         if self._cuttable:
-            if self.waiting[0] is entry:  # a new head might be admissible: replan at the next boundary
+            if self.waiting[0][1] == seq:  # the new entry leads (entry orders are unique): it might be admissible, replan at the next boundary
                 self._cuttable = False
                 self._cut_stretch(now)
         elif self._idle_signal is not None and not self._idle_signal.triggered:
