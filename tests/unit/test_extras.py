@@ -37,9 +37,10 @@ MODULES: dict[str, tuple[str, ...]] = {
 }
 """Distribution of an extra -> the top-level modules it installs (the model's chunk packages with it)."""
 
-HARNESS = {"pytest", "pytest-xdist", "hypothesis", "ruff", "mypy", "types-pyyaml", "import-linter"}
+HARNESS = {"pytest", "pytest-xdist", "hypothesis", "ruff", "mypy", "types-pyyaml", "import-linter", "hatchling", "setuptools"}
 """The ``test`` extra's own packages: the test run itself needs them (pytest and its workers, the
-property tests' Hypothesis profile in tests/conftest.py, the gates of .ci/run), so they are not hidden."""
+property tests' Hypothesis profile in tests/conftest.py, the gates of .ci/run, the wheel's build
+hook that tests/integration/test_compiled_engine.py runs), so they are not hidden."""
 
 FILES: dict[str, tuple[str, ...]] = {
     "learn": (
