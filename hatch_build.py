@@ -6,6 +6,10 @@ and a C compiler with Python's headers are at hand, it also carries the modules 
 the same results to the bit (``tests/integration/test_compiled_engine.py``), in about 0.6 of
 the time per request (``benchmarks/RESULTS.md``).
 
+Compiled, their classes are mypyc's native classes: ``Replica`` stays open to subclasses written in
+Python (``mypyc_attr(allow_interpreted_subclasses=True)``); a ``PrefixCache`` cannot be pickled
+or deep-copied, which nothing in a run does.
+
 ``SIMPY_LLM_COMPILE`` chooses: ``auto`` (the default) compiles when it can and otherwise builds a
 pure-Python wheel with a warning saying why; ``1`` compiles or fails the build; ``0`` never
 compiles. An editable install (``pip install -e .``) is never compiled, so that an edit to the
@@ -25,9 +29,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-COMPILED = ("simpy_llm/serving/engine.py",)
-"""The modules compiled, relative to the repository root: the engine, where a run spends most
-of its time. Each must give byte-identical records compiled and as source."""
+COMPILED = ("simpy_llm/serving/engine.py", "simpy_llm/serving/prefix_cache.py")
+"""The modules compiled, relative to the repository root: the engine and its prefix cache, where
+a run spends most of its time (the cache too, or its cost against the compiled engine would
+grow threefold). Each must give byte-identical records compiled and as source."""
 GROUP = "simpy_llm"
 """The name of the shared library mypyc builds for them (``simpy_llm__mypyc``)."""
 MYPY_ARGS = ("--ignore-missing-imports", "--follow-imports=silent")

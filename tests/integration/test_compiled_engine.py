@@ -89,6 +89,13 @@ def _hook(version_root: Path = ROOT) -> Any:
     return hatch_build.CompileHook(str(version_root), {}, None, None, str(version_root / "dist"), "wheel", _App())
 
 
+def _source_tree(tree: Path) -> Path:
+    """The package's sources alone in *tree*, laid out as a wheel holds them."""
+    shutil.copytree(ROOT / "simpy_llm", tree / "simpy_llm", ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.pyd"))
+    shutil.copytree(ROOT / "profiles", tree / "simpy_llm" / "_profiles")  # where the wheel puts them (pyproject.toml)
+    return tree
+
+
 @pytest.fixture(scope="module")
 def compiled_tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The package as the hook's wheel lays it out: every source, and the compiled modules the
@@ -102,9 +109,7 @@ def compiled_tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
             if _required():
                 pytest.fail(f"SIMPY_LLM_REQUIRE_EXTRAS requires compiler: {message}", pytrace=False)
             pytest.skip(message)
-        tree = tmp_path_factory.mktemp("wheel")
-        shutil.copytree(ROOT / "simpy_llm", tree / "simpy_llm", ignore=shutil.ignore_patterns("__pycache__"))
-        shutil.copytree(ROOT / "profiles", tree / "simpy_llm" / "_profiles")  # where the wheel puts them (pyproject.toml)
+        tree = _source_tree(tmp_path_factory.mktemp("wheel"))
         for source, target in build_data["force_include"].items():
             (tree / target).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, tree / target)
@@ -122,11 +127,11 @@ def _run(pythonpath: Path) -> dict[str, Any]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_the_compiled_engine_gives_the_sources_records_summaries_and_event_counts(compiled_tree: Path) -> None:
+def test_the_compiled_engine_gives_the_sources_records_summaries_and_event_counts(compiled_tree: Path, tmp_path: Path) -> None:
     """Every scenario's records, summary and SimPy event count are the same, hash for hash, from
     the compiled engine as from its source, and the compiled one is what the wheel's package
     imports."""
-    compiled, source = _run(compiled_tree), _run(ROOT)
+    compiled, source = _run(compiled_tree), _run(_source_tree(tmp_path))
     assert compiled.pop("engine_file").endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
     assert source.pop("engine_file").endswith("engine.py")
     assert compiled == source
