@@ -516,8 +516,10 @@ class Replica:
         req.sched_key = entry[:2]
         waiting = self.waiting
         heapq.heappush(waiting, entry)
+        # (*) By its entry order, unique, not by identity: compiled (hatch_build.py), a tuple
+        # put in a list is a new object.
         if self._cuttable:
-            if waiting[0][1] == seq:  # the new entry leads (entry orders are unique): it might be admissible, replan at the next boundary
+            if waiting[0][1] == seq:  # the new entry leads: it might be admissible, replan at the next boundary (*)
                 self._cuttable = False
                 self._cut_stretch(now)
         elif self._idle_signal is not None and not self._idle_signal.triggered:
@@ -549,7 +551,7 @@ class Replica:
         req.sched_key = entry[:2]
         heapq.heappush(self.waiting, entry)
         if self._cuttable:
-            if self.waiting[0][1] == seq:  # the new entry leads (entry orders are unique): it might be admissible, replan at the next boundary
+            if self.waiting[0][1] == seq:  # the new entry leads: it might be admissible, replan at the next boundary (*)
                 self._cuttable = False
                 self._cut_stretch(now)
         elif self._idle_signal is not None and not self._idle_signal.triggered:
@@ -708,12 +710,8 @@ class Replica:
                         self._restore_tokens = 0
                 if throttle is not None and self._clock >= self._busy_since + throttle[0]:
                     step_s /= throttle[1]
-                # on_grid(step_s), inline (once per mixed step)
-                d_ns = round(step_s * NS_PER_S)
-                if not d_ns and step_s > 0.0:
-                    d_ns = 1
+                d_ns, step_s = on_grid(step_s)
                 self._step_ns = d_ns
-                step_s = d_ns / NS_PER_S
                 if changed:
                     self._changed = False
 
