@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import importlib.machinery
+import importlib.util
 import json
 import os
 import platform
@@ -244,7 +246,17 @@ def machine_info() -> dict[str, Any]:
         "numpy": version("numpy"),
         "simpy_llm": version("simpy-llm"),
         "git": commit,
+        "engine": engine_build(),
     }
+
+
+def engine_build() -> str:
+    """Whether the engine the benchmark imports is ``compiled`` (an extension module, as a wheel
+    built with a C compiler carries it; ``benchmarks/compiled_tree.py``) or ``source``: the
+    figures differ by about ×1.7, so each says which it measured."""
+    spec = importlib.util.find_spec("simpy_llm.serving.engine")
+    origin = spec.origin if spec is not None else None
+    return "compiled" if origin and origin.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)) else "source"
 
 
 def run_fresh(argv: list[str], what: str, timeout: float | None = None) -> dict[str, Any]:
@@ -485,7 +497,7 @@ def main(argv: list[str] | None = None) -> int:
         print("  load avg  {:.2f} {:.2f} {:.2f} (1/5/15 min; other busy processes distort wall times)".format(
             *info["load_avg_at_start"]))
     print(f"  software  {info['python']}; simpy {info['simpy']}; numpy {info['numpy']}; "
-          f"simpy_llm {info['simpy_llm']} at git {info['git']}")
+          f"simpy_llm {info['simpy_llm']} at git {info['git']}; engine {info['engine']}")
     print(f"  scenario  {args.scenario}" + (f" with {' '.join(args.set)}" if args.set else ""))
     print(f"  runs      {', '.join(cases)} x {', '.join(modes)} x {args.repeat} repeat(s), one fresh process each")
     for c in cases:
