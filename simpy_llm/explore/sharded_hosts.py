@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from simpy_llm.explore.sharded_arrivals import _Arrivals, _delay_to, _Share
-from simpy_llm.kernel import URGENT, Later
+from simpy_llm.kernel import Later
 from simpy_llm.metrics.monitors import LevelMonitor
 from simpy_llm.metrics.recorder import RECORD_FIELDS
 from simpy_llm.simulation import Simulation
@@ -117,7 +117,13 @@ class _Shard:
         """Each row of *share* (in arrival order) reaches its target at its arrival time, as
         the generator's would: one timer per arrival time whose callback makes the request
         and delivers it (the queue entries a process waiting on timeouts would make, without
-        resuming one), started in the slot a process's start takes (URGENT, now)."""
+        resuming one).
+
+        The first timer is made at the window's start, after every event already due then:
+        an arrival at the window's very start comes after that instant's view refresh, as
+        the generator's timer (made at the previous arrival, after the refresh's) does in a
+        single run. Started as urgent, it came before the refresh, and a trace whose
+        arrivals fall on the window boundaries got other records."""
         env, on_arrival, deliver = self.env, self.recorder.on_arrival, self._deliver
         times, targets, request = share.arrival_s, share.targets, share.request
         n = len(times)
@@ -134,7 +140,7 @@ class _Shard:
             if k < n:
                 Later(env, _delay_to(now, times[k]), arrive)
 
-        Later(env, 0.0, arrive, URGENT)
+        Later(env, _delay_to(env.now, times[0]), arrive)
 
     def advance(self, share: _Share, until: float) -> tuple[list[int], int, tuple[bytes, bytes]]:
         """Inject the requests of *share*, run to *until*; return the snapshot, the

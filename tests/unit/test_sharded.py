@@ -119,6 +119,20 @@ def test_a_replayed_trace_with_sessions_gives_the_single_runs_records(tmp_path):
     assert records["replica"].nunique() == 4 and (records["cached_tokens"] > 0).any()
 
 
+def test_arrivals_on_the_window_boundaries_give_the_single_runs_records(tmp_path):
+    """A trace whose requests arrive in bursts of four every 10 ms, so that bursts fall on
+    the window boundaries (every 50 ms), gives the single run's records: a burst at a
+    window's start comes after that instant's view refresh, as in one run (started as
+    urgent, it came first, and 55 records differed)."""
+    rows = ["arrival_time_s,input_tokens,output_tokens"]
+    rows += [f"{0.01 * (k // 4):.2f},{30 + k % 7},{2 + k % 3}" for k in range(200)]
+    path = tmp_path / "bursts.csv"
+    path.write_text("\n".join(rows) + "\n")
+    data = _fleet(2)
+    data["workload"] = {"traces": [{"path": str(path), "format": "csv"}]}
+    _same_records(data, shards=2)
+
+
 def test_a_run_cut_at_until_gives_the_single_runs_records():
     """With ``simulation.until_s`` the last window ends there; in-flight and settled records
     equal the single run's."""
