@@ -51,16 +51,20 @@ class LevelMonitor:
         >>> m.level, m.peak, m.area(2.0)
         (1, 2, 2.0)
         """
+        if not len(times):
+            return
         order = np.lexsort((-deltas, times))
-        area, last, level, peak = self._area, self._last_s, self.level, self.peak
-        for now_s, delta in zip(times[order].tolist(), deltas[order].tolist(), strict=True):
-            if now_s > last:
-                area += level * (now_s - last)
-                last = now_s
-            level += delta
-            if level > peak:
-                peak = level
-        self._area, self._last_s, self.level, self.peak = area, last, level, peak
+        # change()'s loop in arrays, to the bit: the clock as it moves (never back), the
+        # level before each change, each step's area, and the area summed in order of time
+        # (np.cumsum adds one after another, as the loop does).
+        clock = np.maximum.accumulate(np.concatenate(([self._last_s], times[order].astype(np.float64))))
+        after = self.level + np.cumsum(deltas[order].astype(np.int64))
+        before = np.concatenate(([self.level], after[:-1])).astype(np.float64)
+        steps = before * np.diff(clock)
+        self._area = float(np.cumsum(np.concatenate(([self._area], steps)))[-1])
+        self._last_s = float(clock[-1])
+        self.level = int(after[-1])
+        self.peak = max(self.peak, int(after.max()))
 
     def area(self, end_s: float) -> float:
         """Integral of the level over [0, *end_s*]."""
