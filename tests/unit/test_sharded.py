@@ -8,6 +8,7 @@ does not see the departures of that window.
 from __future__ import annotations
 
 import copy
+import gc
 import itertools
 import math
 import os
@@ -304,6 +305,32 @@ def test_window_stats_split_a_slots_time_before_its_shards_advance():
     assert w is not None
     assert len(w.host_prep_cpu_s) == len(w.host_cpu_s) == 1  # in process: one slot
     assert 0 < w.host_prep_cpu_s[0] <= w.host_cpu_s[0]
+
+
+def test_the_windows_run_with_fewer_young_collections(monkeypatch):
+    """While a sharded run's windows go, the collector's first threshold is at least
+    YOUNG_THRESHOLD (the others unchanged), and it is the caller's again after, also when
+    the run fails."""
+    seen: list[tuple[int, int, int]] = []
+    windows = ShardedRun._windows
+
+    def watched(self, *args):
+        seen.append(gc.get_threshold())
+        return windows(self, *args)
+
+    before = gc.get_threshold()
+    monkeypatch.setattr(ShardedRun, "_windows", watched)
+    run_sharded(scenario_from_dict(_fleet(2)), shards=2)
+    assert seen == [(max(before[0], sharded.YOUNG_THRESHOLD), before[1], before[2])]
+    assert gc.get_threshold() == before
+
+    def failing(self, *args):
+        raise OSError("a slot went away")
+
+    monkeypatch.setattr(ShardedRun, "_windows", failing)
+    with pytest.raises(OSError, match="went away"):
+        run_sharded(scenario_from_dict(_fleet(2)), shards=2)
+    assert gc.get_threshold() == before
 
 
 def test_the_quiet_worker_settings_are_dasks_own_keys():
