@@ -24,7 +24,8 @@ Cases, alternated within each round (each run in a fresh process, so none warms 
 Printed per run: wall seconds of the run (building it included; the Dask cluster's start
 not), the CPU seconds of each process (the coordinator's, and each worker's: the slot's own
 and Dask's), the windows, the coordinator's share (routing, while the slots wait; it makes the
-next window's arrivals while they advance), the wait for the shards per window, the
+next window's arrivals while they advance), the wait for the shards per window (each slot's
+CPU before its shards advance, and after replying, making the next window's rows), the
 records' return and the merge, and the records' hash (sha256 of ``to_dataframe().to_csv()``: the
 same for every case). ``--messages`` adds one more ``serial`` run that pickles every
 window's messages and prints their sizes. At the end: each case's min / median / max and
@@ -136,7 +137,8 @@ def _run(case: str, requests: int, rate: float, delta: float, workers: int, mess
                 "slowest_s": w.slowest_s, "slowest_cpu_s": w.slowest_cpu_s, "host_busy_s": list(w.host_busy_s),
                 "host_cpu_s": list(w.host_cpu_s), "sent_bytes": w.sent_bytes, "reply_bytes": w.reply_bytes,
                 "make_s": w.make_s, "make_cpu_s": w.make_cpu_s, "finish_s": w.finish_s, "merge_s": w.merge_s,
-                "start_s": w.start_s, "host_prep_cpu_s": list(w.host_prep_cpu_s)}
+                "start_s": w.start_s, "host_prep_cpu_s": list(w.host_prep_cpu_s),
+                "host_ahead_cpu_s": list(w.host_ahead_cpu_s)}
     frame = results.to_dataframe()
     out["records"] = len(frame)
     out["sim_s"] = float(results.end_s)
@@ -163,7 +165,9 @@ def _line(r: dict[str, Any]) -> str:
             busy = ", ".join(f"{b:.2f}" for b in r["host_busy_s"])
             cpu = ", ".join(f"{b:.2f}" for b in r["host_cpu_s"])
             prep = ", ".join(f"{b:.2f}" for b in r["host_prep_cpu_s"])
-            text += (f"\n         workers busy {busy} s (CPU {cpu} s, of which {prep} s before the shards advance);"
+            ahead = ", ".join(f"{b:.2f}" for b in r["host_ahead_cpu_s"])
+            text += (f"\n         workers busy {busy} s (CPU {cpu} s, of which {prep} s before the shards advance;"
+                     f" and {ahead} s making the next window's rows after replying);"
                      f" slowest per window summed {r['slowest_s']:.2f} s"
                      f" (CPU {r['slowest_cpu_s']:.2f} s); coordinator routing CPU {r['route_cpu_s']:.2f} s, making"
                      f" (overlapped) {r['make_s']:.2f} s (CPU {r['make_cpu_s']:.2f} s); start {r['start_s']:.2f} s,"

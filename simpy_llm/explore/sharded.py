@@ -12,8 +12,9 @@ parallel run:
   views holding the snapshot taken at ``kΔ``, and sends every executor slot the
   window's targets (4 bytes a request); it makes the next window's arrivals while the
   slots advance;
-* each **slot** makes the window's arrivals again (cheaper than pickling requests) and
-  gives each of its shards those routed to it;
+* each **slot** makes the window's rows again (cheaper than pickling requests; right
+  after replying to the last window, while it waits) and gives each of its shards those
+  routed to it;
 * each **shard** is a :class:`~simpy_llm.simulation.Simulation` of the scenario driven
   from outside (``external_arrivals``), owning some clusters (or a contiguous run of
   replicas): it injects each request at exactly its arrival time, simulates to
@@ -55,7 +56,16 @@ import numpy as np
 from simpy_llm.config.errors import ScenarioError
 from simpy_llm.config.structure import build_policy
 from simpy_llm.explore.sharded_arrivals import _Arrivals
-from simpy_llm.explore.sharded_hosts import SNAPSHOT_FIELDS, _Host, _Local, _Piped, _Remote, _ShardHost, piped_host
+from simpy_llm.explore.sharded_hosts import (
+    SNAPSHOT_FIELDS,
+    _Host,
+    _Local,
+    _Piped,
+    _Remote,
+    _ShardHost,
+    _window_end,
+    piped_host,
+)
 from simpy_llm.kernel import Environment
 from simpy_llm.metrics.monitors import LevelMonitor
 from simpy_llm.metrics.recorder import RECORD_FIELDS, Recorder
@@ -275,8 +285,12 @@ class WindowStats(NamedTuple):
     with ``workers``, the cluster's start too) and their first snapshot."""
     host_prep_cpu_s: tuple[float, ...] = ()
     """CPU seconds of ``host_cpu_s`` each slot spent before its shards advanced: reading
-    the window's message, making its own arrivals and handing them to its shards (work a
-    single run does not do, but for making the requests)."""
+    the window's message, making the window's rows (unless made ahead) and handing its own
+    to its shards (work a single run does not do, but for making the requests)."""
+    host_ahead_cpu_s: tuple[float, ...] = ()
+    """CPU seconds each slot spent making the next window's rows right after replying,
+    outside ``host_cpu_s`` (a slot served over its own connection does; the rows need no
+    routing, and the slot would otherwise wait for the other slots or the routing)."""
 
 
 class _Coordinator:
@@ -425,24 +439,18 @@ class ShardedRun:
         owned = [owned_by_shard[s] for s in order]
         coordinator.report([f for h in hosts for f in h.call("snapshot")], owned)
         start_s = time.perf_counter() - self._started
-        delta = scenario.serving.view_refresh_s
-        assert delta is not None  # sharding_problems requires it
         until = scenario.simulation.until_s
-
-        def end_after(t: float) -> float:
-            return t + delta if until is None else min(t + delta, until)
-
         t, windows, routed, route_s, advance_s, sent_bytes, reply_bytes = 0.0, 0, 0, 0.0, 0.0, 0, 0
         host_busy, host_cpu, slowest_s, slowest_cpu_s, route_cpu_s = [0.0] * len(hosts), [0.0] * len(hosts), 0.0, 0.0, 0.0
         make_s = make_cpu_s = 0.0
         in_system = _InSystem()
-        host_prep = [0.0] * len(hosts)
+        host_prep, host_ahead = [0.0] * len(hosts), [0.0] * len(hosts)
         cpu0 = time.thread_time()
-        requests = coordinator.make_until(end_after(t))
+        requests = coordinator.make_until(_window_end(scenario, t))
         route_cpu_s += time.thread_time() - cpu0
         route_s += time.perf_counter() - wall0
         while until is None or t < until:
-            t = end_after(t)
+            t = _window_end(scenario, t)
             w0, cpu0 = time.perf_counter(), time.thread_time()
             targets = coordinator.route(requests)
             message = pickle.dumps((np.array(targets, dtype=np.int32).tobytes(), t), protocol=pickle.HIGHEST_PROTOCOL)
@@ -453,19 +461,20 @@ class ShardedRun:
             route_cpu_s += cpu1 - cpu0
             route_s += w1 - w0
             last = until is not None and t >= until
-            requests = [] if last else coordinator.make_until(end_after(t))
+            requests = [] if last else coordinator.make_until(_window_end(scenario, t))
             in_system.replay()
             make_s += time.perf_counter() - w1
             make_cpu_s += time.thread_time() - cpu1
             done = [h.wait(p) for h, p in zip(hosts, pending, strict=True)]
             advance_s += time.perf_counter() - w1
-            replies = [r for host_replies, _, _, _ in done for r in host_replies]
-            for k, (_, took, cpu, prep) in enumerate(done):
+            replies = [r for host_replies, *_ in done for r in host_replies]
+            for k, (_, took, cpu, prep, ahead) in enumerate(done):
                 host_busy[k] += took
                 host_cpu[k] += cpu
                 host_prep[k] += prep
-            slowest_s += max(took for _, took, _, _ in done)
-            slowest_cpu_s += max(cpu for _, _, cpu, _ in done)
+                host_ahead[k] += ahead
+            slowest_s += max(d[1] for d in done)
+            slowest_cpu_s += max(d[2] for d in done)
             windows += 1
             if self.measure_messages:
                 reply_bytes += len(pickle.dumps(replies, protocol=pickle.HIGHEST_PROTOCOL))
@@ -482,7 +491,8 @@ class ShardedRun:
         results = _merge(scenario, parts, len(statics), statics, in_system.level, time.perf_counter() - wall0)
         self.windows = WindowStats(windows, routed, route_s, route_cpu_s, advance_s, sent_bytes, reply_bytes,
                                    tuple(host_busy), tuple(host_cpu), slowest_s, slowest_cpu_s, make_s, make_cpu_s,
-                                   finish_s, time.perf_counter() - w0 - finish_s, start_s, tuple(host_prep))
+                                   finish_s, time.perf_counter() - w0 - finish_s, start_s, tuple(host_prep),
+                                   tuple(host_ahead))
         return results
 
 

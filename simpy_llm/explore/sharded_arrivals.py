@@ -11,7 +11,9 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
 
 from simpy_llm.entities import Request
 from simpy_llm.workload.checks import check_spec_files, warn_unknown_trace_classes
@@ -132,41 +134,74 @@ class _Arrivals:
             out.append(req)
         return out
 
-    def share(self, until: float, targets: Sequence[int], shard_of: Sequence[int], shares: Sequence[_Share]) -> None:
-        """Hand the rows arriving before *until* to *shares*: row *k* of the window (routed
-        to the entry router's *targets[k]*) to ``shares[shard_of[k]]``, none where
-        ``shard_of[k]`` is negative (another slot's).
-
-        A share keeps the row's fields, not a request: the shard makes each request at its
-        arrival (:meth:`_Share.request`), so that a window's requests are not all alive at
-        once (each made is an object the garbage collector tracks; a window's worth made
-        together set off collections a single run does not have). With trace sources
-        every row's request is made here, in order (a replayed round takes its session's
-        previous one as context), and shared made.
-        """
-        replayed, n_clients, make = self.replayed, self.n_clients, self.make
-        n = len(shard_of)
-        k = 0
+    def window(self, until: float) -> _Window:
+        """The rows arriving before *until* (after the previous window's), in order: what a
+        slot can make of a window before it is routed. With trace sources every row's
+        request is made, in order (a replayed round takes its session's previous one as
+        context)."""
+        first = self.made
+        arrival_s: list[float] = []
+        rows: list[tuple[float, int, int, int, dict[str, Any] | None]] = []
         for at, row in self._rows(until):
-            s = shard_of[k] if k < n else -1
-            if replayed is not None:
-                req = make(self.made, at, row[1], row[2], row[3], row[4])
+            arrival_s.append(at)
+            rows.append(row)
+        made = None
+        if self.replayed is not None:
+            made, replayed, n_clients = [], self.replayed, self.n_clients
+            for k, (at, row) in enumerate(zip(arrival_s, rows, strict=True)):
+                req = self.make(first + k, at, row[1], row[2], row[3], row[4])
                 if row[1] >= n_clients:
                     replayed(req)
-                if s >= 0:
-                    shares[s].add_made(targets[k], req)
-            elif s >= 0:
-                shares[s].add(targets[k], self.made, at, row)
-            k += 1
-        if k != n:
-            raise RuntimeError(f"a shard made {k} arrivals where the coordinator routed {n}")
+                made.append(req)
+        return _Window(until, first, arrival_s, rows, made)
+
+    def share(self, window: _Window, targets: np.ndarray, shard_of: np.ndarray, shares: Sequence[_Share]) -> None:
+        """Hand the rows of *window* to *shares*: row *k* (routed to the entry router's
+        *targets[k]*) to ``shares[shard_of[k]]``, none where ``shard_of[k]`` is negative
+        (another slot's).
+
+        A share keeps the rows, not requests: the shard makes each request at its arrival
+        (:meth:`_Share.request`), so that a window's requests are not all alive at once
+        (each made is an object the garbage collector tracks; a window's worth made
+        together set off collections a single run does not have). With trace sources the
+        requests are made already, and shared made.
+        """
+        n = len(shard_of)
+        if n != len(window.rows):
+            raise RuntimeError(f"a slot made {len(window.rows)} arrivals where the coordinator routed {n}")
+        arrival_s, rows, made = window.arrival_s, window.rows, window.made
+        for s, share in enumerate(shares):
+            picked = np.flatnonzero(shard_of == s)
+            share.targets = targets[picked].tolist()
+            picked_list = picked.tolist()
+            share.arrival_s = [arrival_s[k] for k in picked_list]
+            if made is not None:
+                share.made = [made[k] for k in picked_list]
+            else:
+                share.ids = (picked + window.first).tolist()
+                share.rows = [rows[k] for k in picked_list]
+
+
+class _Window(NamedTuple):
+    """A window's rows, made before it is routed (:meth:`_Arrivals.window`)."""
+
+    until: float
+    """The window's end."""
+    first: int
+    """The first row's request id (the others follow in order)."""
+    arrival_s: list[float]
+    """Each row's arrival time, s."""
+    rows: list[tuple[float, int, int, int, dict[str, Any] | None]]
+    """The rows, as the sources merged them."""
+    made: list[Request] | None
+    """The rows' requests, made already (trace sources), else None."""
 
 
 class _Share:
-    """The rows of a window routed to one shard, in arrival order, as parallel lists of
-    plain values (or, with trace sources, their requests made already)."""
+    """The rows of a window routed to one shard, in arrival order (or, with trace sources,
+    their requests made already)."""
 
-    __slots__ = ("_arrivals", "arrival_s", "extras", "ids", "made", "outputs", "prompts", "sources", "targets")
+    __slots__ = ("_arrivals", "arrival_s", "ids", "made", "rows", "targets")
 
     def __init__(self, arrivals: _Arrivals) -> None:
         self._arrivals = arrivals
@@ -175,35 +210,16 @@ class _Share:
         self.arrival_s: list[float] = []
         """Each row's arrival time, s."""
         self.ids: list[int] = []
-        self.sources: list[int] = []
-        self.prompts: list[int] = []
-        self.outputs: list[int] = []
-        self.extras: list[dict[str, Any] | None] = []
+        self.rows: list[tuple[float, int, int, int, dict[str, Any] | None]] = []
         self.made: list[Request] = []
         """The rows' requests, where made already (trace sources)."""
 
     def __len__(self) -> int:
         return len(self.targets)
 
-    def add(self, target: int, request_id: int, at: float, row: tuple[float, int, int, int, dict[str, Any] | None]) -> None:
-        """Keep a row's fields, to make its request later."""
-        self.targets.append(target)
-        self.arrival_s.append(at)
-        self.ids.append(request_id)
-        self.sources.append(row[1])
-        self.prompts.append(row[2])
-        self.outputs.append(row[3])
-        self.extras.append(row[4])
-
-    def add_made(self, target: int, req: Request) -> None:
-        """Keep a row's request, made already."""
-        self.targets.append(target)
-        self.arrival_s.append(req.arrival_s)
-        self.made.append(req)
-
     def request(self, k: int) -> Request:
         """Row *k*'s request (made now, unless made already)."""
         if self.made:
             return self.made[k]
-        return self._arrivals.make(self.ids[k], self.arrival_s[k], self.sources[k], self.prompts[k], self.outputs[k],
-                                   self.extras[k])
+        row = self.rows[k]
+        return self._arrivals.make(self.ids[k], self.arrival_s[k], row[1], row[2], row[3], row[4])

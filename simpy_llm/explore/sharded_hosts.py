@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from simpy_llm.explore.sharded_arrivals import _Arrivals, _delay_to, _Share
+from simpy_llm.explore.sharded_arrivals import _Arrivals, _delay_to, _Share, _Window
 from simpy_llm.kernel import Later
 from simpy_llm.metrics.monitors import LevelMonitor
 from simpy_llm.metrics.recorder import RECORD_FIELDS
@@ -187,10 +187,23 @@ class _Shard:
         }
 
 
+def _window_end(scenario: Scenario, t: float) -> float:
+    """The end of the window that starts at *t*: Δ later, or ``simulation.until_s``."""
+    delta = scenario.serving.view_refresh_s
+    assert delta is not None  # sharding_problems requires it
+    until = scenario.simulation.until_s
+    return t + delta if until is None else min(t + delta, until)
+
+
 class _ShardHost:
-    """The shards one executor slot (a Dask worker) runs, advanced together each window."""
+    """The shards one executor slot (a Dask worker) runs, advanced together each window.
+
+    Served over a connection of its own (:meth:`listen`), a slot makes the next window's
+    rows right after replying (:meth:`make_ahead`): they need no routing, and the slot
+    would otherwise wait, for the other slots or for the coordinator's routing."""
 
     def __init__(self, scenario: Scenario, shard_targets: Sequence[Sequence[int]]) -> None:
+        self.scenario = scenario
         self.shards = [_Shard(scenario, targets) for targets in shard_targets]
         units = len(scenario.serving.clusters) if scenario.serving.clusters else len(self.shards[0].sim.plans)
         self._local = np.full(units, -1, dtype=np.int64)
@@ -198,6 +211,11 @@ class _ShardHost:
         for k, targets in enumerate(shard_targets):
             self._local[list(targets)] = k
         self._arrivals = _Arrivals(scenario)
+        self._until = 0.0
+        """The end of the last window advanced."""
+        self._ahead: _Window | Exception | None = None
+        """The next window's rows, made ahead (or the error making them raised)."""
+        self._ahead_cpu = 0.0
 
     def statics(self) -> list[list[tuple[int, str, float, int, float]]]:
         return [s.statics() for s in self.shards]
@@ -205,23 +223,51 @@ class _ShardHost:
     def snapshot(self) -> list[list[int]]:
         return [s.snapshot() for s in self.shards]
 
-    def advance(self, message: bytes) -> tuple[list[tuple[list[int], int, tuple[bytes, bytes]]], float, float, float]:
+    def advance(self, message: bytes) -> tuple[list[tuple[list[int], int, tuple[bytes, bytes]]], float, float, float, float]:
         """Advance every shard to the window's end; return their replies, the wall and CPU
-        seconds it took here, and the CPU seconds of it spent before the shards advanced
-        (reading the message, making the slot's arrivals and handing them out).
+        seconds it took here, the CPU seconds of it spent before the shards advanced
+        (reading the message, making the window's rows unless made ahead, and handing the
+        slot's out), and the CPU seconds spent making them ahead.
 
         *message* is the pickled ``(targets, until)``: the entry router's target of each
         request of the window, in arrival order, as ``int32`` bytes. The slot makes the
-        requests routed to its shards itself and gives each shard its own.
+        rows routed to its shards itself and gives each shard its own.
         """
         t0, cpu0 = time.perf_counter(), time.thread_time()
         raw, until = pickle.loads(message)
+        window = self._window(until)
         targets = np.frombuffer(raw, dtype=np.int32)
         shares = [_Share(self._arrivals) for _ in self.shards]
-        self._arrivals.share(until, targets.tolist(), self._local[targets].tolist(), shares)
+        self._arrivals.share(window, targets, self._local[targets], shares)
         cpu1 = time.thread_time()
         replies = [s.advance(share, until) for s, share in zip(self.shards, shares, strict=True)]
-        return replies, time.perf_counter() - t0, time.thread_time() - cpu0, cpu1 - cpu0
+        self._until = until
+        ahead_cpu, self._ahead_cpu = self._ahead_cpu, 0.0
+        return replies, time.perf_counter() - t0, time.thread_time() - cpu0, cpu1 - cpu0, ahead_cpu
+
+    def _window(self, until: float) -> _Window:
+        """The rows of the window that ends at *until*: made ahead, or made now."""
+        ahead, self._ahead = self._ahead, None
+        if isinstance(ahead, Exception):
+            raise ahead
+        if ahead is None:
+            return self._arrivals.window(until)
+        if ahead.until != until:
+            raise RuntimeError(f"a slot made the window to {ahead.until!r} ahead; the coordinator sent {until!r}")
+        return ahead
+
+    def make_ahead(self) -> None:
+        """Make the next window's rows now, unless the run is at its end; an error is kept
+        for that window's call to raise, as if made there."""
+        until_s = self.scenario.simulation.until_s
+        if self._ahead is not None or (until_s is not None and self._until >= until_s):
+            return
+        cpu0 = time.thread_time()
+        try:
+            self._ahead = self._arrivals.window(_window_end(self.scenario, self._until))
+        except Exception as exc:
+            self._ahead = exc
+        self._ahead_cpu += time.thread_time() - cpu0
 
     def finish(self, until_s: float | None) -> list[dict[str, Any]]:
         return [s.finish(until_s) for s in self.shards]
@@ -259,6 +305,8 @@ class _ShardHost:
                 except Exception as exc:  # handed to the coordinator, which raises it
                     reply = (False, exc)
                 conn.send_bytes(pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL))
+                if method == "advance" and reply[0]:
+                    self.make_ahead()  # while the coordinator waits for the other slots, or routes
 
 
 class _Host:

@@ -240,6 +240,47 @@ def test_an_error_in_a_slot_is_raised_by_the_coordinator():
         host.close()
 
 
+def test_a_window_made_ahead_is_the_window_made_at_once():
+    """A slot that makes the next window's rows right after replying (as it does over its
+    own connection) advances its shards to the same snapshots as one that makes them when
+    the window comes, and counts that CPU apart."""
+    scenario = scenario_from_dict(_fleet(2))
+    ahead, at_once, counted = _ShardHost(scenario, [[0]]), _ShardHost(scenario, [[0]]), _Arrivals(scenario)
+    for until in (0.05, 0.1, 0.15000000000000002, 0.2):  # the windows' ends, added up as the coordinator does
+        targets = np.zeros(len(counted.every(until)), dtype=np.int32)
+        message = pickle.dumps((targets.tobytes(), until))
+        got, want = ahead.advance(message), at_once.advance(message)
+        assert got[0] == want[0]
+        assert want[4] == 0.0
+        ahead.make_ahead()
+    assert ahead._ahead is not None and ahead._ahead.until == 0.25
+
+
+def test_an_error_making_a_window_ahead_is_raised_by_that_windows_call(monkeypatch):
+    """A slot whose making of the next window's rows fails (after replying) raises the
+    error in the call that advances that window, as if made there."""
+    scenario = scenario_from_dict(_fleet(2))
+    slot = _ShardHost(scenario, [[0], [1]])
+
+    def fail(until: float) -> None:
+        raise ValueError(f"no rows to {until}")
+
+    monkeypatch.setattr(slot._arrivals, "window", fail)
+    slot.make_ahead()
+    with pytest.raises(ValueError, match=r"no rows to 0\.05"):
+        slot.advance(pickle.dumps((b"", 0.05)))
+
+
+def test_a_window_made_ahead_for_another_end_is_refused():
+    """Rows made ahead for a window the coordinator does not send are an error, not
+    routed as another window's."""
+    scenario = scenario_from_dict(_fleet(2))
+    slot = _ShardHost(scenario, [[0], [1]])
+    slot.make_ahead()  # the window to 0.05
+    with pytest.raises(RuntimeError, match=r"made the window to 0\.05 ahead; the coordinator sent 0\.1"):
+        slot.advance(pickle.dumps((b"", 0.1)))
+
+
 def _no_delay_option(conn: Any) -> int:
     with socket.socket(fileno=os.dup(conn.fileno())) as sock:
         return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
@@ -606,7 +647,8 @@ def test_a_slot_makes_the_coordinators_arrivals_window_by_window(cuts, keep):
         window = made[seen:]
         seen = len(made)
         share = _Share(slot)
-        slot.share(until, [7 * r.id for r in window], [0 if keep[r.id] else -1 for r in window], [share])
+        targets = np.array([7 * r.id for r in window], dtype=np.int64)
+        slot.share(slot.window(until), targets, np.array([0 if keep[r.id] else -1 for r in window]), [share])
         kept = [r for r in window if keep[r.id]]
         assert share.targets == [7 * r.id for r in kept]
         assert [attrs.asdict(share.request(k)) for k in range(len(share))] == [attrs.asdict(r) for r in kept]
