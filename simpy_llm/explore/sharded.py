@@ -512,8 +512,9 @@ def _fewer_collections() -> Iterator[None]:
     the coordinator's whole process (Dask's client and scheduler with it): 800
     collections and ~0.6 of its ~4 CPU seconds at 1,000,000 requests, on cores the slots
     need. The requests die by reference count once routed, so there is nothing there to
-    collect; reference cycles made meanwhile (by other threads) are still collected, less
-    often. Nothing else of the collector's settings is changed.
+    collect; reference cycles made meanwhile (by other threads, or by shards run in this
+    process) are still collected, less often. Nothing else of the collector's settings is
+    changed.
     """
     first, second, third = gc.get_threshold()
     gc.set_threshold(max(first, YOUNG_THRESHOLD), second, third)
